@@ -1,1 +1,13 @@
-//! TODO
+//! # uhca-driver: the uhca verbs driver
+//!
+//! Bring-up and teardown of an mlx5 HCA, firmware page management, event processing, the
+//! verbs objects (PD, MR, CQ, QP, SRQ, AH) and the datapath, generic over the platform of
+//! [`uhca_hal::platform`]. The core is `no_std`; the `std` feature adds a health-monitor
+//! thread and `std::error::Error`, the `vfio` feature the VFIO platform.
+//!
+//! Bring-up is not implemented yet.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, missing_docs)]
+
+#[cfg(all(feature = "vfio", target_os = "linux"))]
+pub mod vfio;

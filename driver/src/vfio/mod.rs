@@ -1,0 +1,1 @@
+//! The VFIO platform (placeholder).
