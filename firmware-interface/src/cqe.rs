@@ -141,6 +141,5 @@ pub const fn op_own_of(opcode: CqeOpcode, owner: u8) -> u8 {
     (opcode.raw() << 4) | (owner & CQE_OWNER_MASK)
 }
 
-
 const _: () = assert!(core::mem::size_of::<Cqe64>() == 64);
 const _: () = assert!(core::mem::size_of::<ErrCqe>() == 64);

@@ -16,8 +16,19 @@ pub use crate::consts::{
 use zerocopy::byteorder::big_endian::U32;
 
 /// A QP doorbell record.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, zerocopy::FromBytes, zerocopy::IntoBytes,
-    zerocopy::KnownLayout, zerocopy::Immutable, zerocopy::Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::KnownLayout,
+    zerocopy::Immutable,
+    zerocopy::Unaligned,
+)]
 #[repr(C)]
 pub struct QpDoorbellRecord {
     /// Receive counter (dword [`RCV_DBR`]).
@@ -27,8 +38,19 @@ pub struct QpDoorbellRecord {
 }
 
 /// A CQ doorbell record.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, zerocopy::FromBytes, zerocopy::IntoBytes,
-    zerocopy::KnownLayout, zerocopy::Immutable, zerocopy::Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::KnownLayout,
+    zerocopy::Immutable,
+    zerocopy::Unaligned,
+)]
 #[repr(C)]
 pub struct CqDoorbellRecord {
     /// Consumer index, 24 bits (dword [`CQ_SET_CI`]).
@@ -43,7 +65,11 @@ pub const BF_BUFFER_STRIDE: usize = DB_BLUEFLAME_BUFFER_SIZE;
 
 /// Composes a CQ arm word: `sn` (2 bits), command and consumer index.
 pub const fn cq_arm_word(sn: u32, solicited_only: bool, ci: u32) -> u32 {
-    let cmd = if solicited_only { CQ_DB_REQ_NOT_SOL } else { CQ_DB_REQ_NOT };
+    let cmd = if solicited_only {
+        CQ_DB_REQ_NOT_SOL
+    } else {
+        CQ_DB_REQ_NOT
+    };
     ((sn & 3) << 28) | cmd | (ci & 0x00ff_ffff)
 }
 

@@ -176,7 +176,11 @@ pub trait PrmLayout:
     /// Reads any declared field by descriptor (for generic code such as the mock's
     /// decoders); prefer the typed getters.
     fn get(&self, field: Field) -> u64 {
-        get_bits(self.as_bytes(), field.bit_offset as usize, field.bit_width as usize)
+        get_bits(
+            self.as_bytes(),
+            field.bit_offset as usize,
+            field.bit_width as usize,
+        )
     }
 
     /// Writes any declared field by descriptor; prefer the typed setters.
@@ -282,7 +286,7 @@ macro_rules! prm_struct {
                 const _: () = $crate::prm_struct!(@check $module::$field, $bits, $kind $($ty)?);
             )*
 
-            #[allow(missing_docs)]
+            #[allow(missing_docs, clippy::len_without_is_empty)]
             impl $name {
                 $(
                     $crate::prm_struct!(@acc $(#[$fmeta])* $module, $field $(/ $setter)?, $kind $($ty)?);
@@ -487,7 +491,7 @@ mod tests {
 
     #[test]
     fn get_set_bits_match_mlx5_set_semantics() {
-        // cqc.log_cq_size is 5 bits at bit 107 (dword 3, shift 32-11-5=16).
+        // 5 bits at bit 107: dword 3, bits 11..16 of it, host shift 32-11-5 = 16.
         let mut b = [0u8; 64];
         set_bits(&mut b, 107, 5, 0x1f);
         assert_eq!(&b[12..16], &[0x00, 0x1f, 0x00, 0x00]);
@@ -506,8 +510,9 @@ mod tests {
         assert_eq!(get_bits(&b, 4, 64), 0x0123_4567_89ab_cdef);
         assert_eq!(b[0], 0x00);
         assert_eq!(b[1], 0x12);
-        assert_eq!(b[8], 0xde);
-        assert_eq!(b[9], 0xf0);
+        assert_eq!(b[7], 0xde);
+        assert_eq!(b[8], 0xf0);
+        assert_eq!(b[9], 0x00);
         // Values wider than the field are truncated, as MLX5_SET does.
         let mut b = [0u8; 1];
         set_bits(&mut b, 0, 3, 0xff);
@@ -516,7 +521,11 @@ mod tests {
 
     #[test]
     fn field_dword_helpers() {
-        let f = Field { name: "log_cmdq_size", bit_offset: 0x20 * 8 - 32 + 24, bit_width: 4 };
+        let f = Field {
+            name: "log_cmdq_size",
+            bit_offset: 0x20 * 8 - 32 + 24,
+            bit_width: 4,
+        };
         assert!(f.within_dword());
         assert_eq!(f.dword_shift(), 4);
         assert_eq!(f.from_dword(0x0000_00a5), 0xa);

@@ -141,12 +141,16 @@ crate::dp_struct! {
 
 /// Names of [`Av`] fields in the reference table where the Rust name differs (the key union
 /// is flattened to its Q_Key view).
-pub const AV_FIELD_ALIASES: &[(&str, &str)] =
-    &[("qkey", "key.qkey.qkey"), ("reserved_key", "key.qkey.reserved")];
+pub const AV_FIELD_ALIASES: &[(&str, &str)] = &[
+    ("qkey", "key.qkey.qkey"),
+    ("reserved_key", "key.qkey.reserved"),
+];
 
 /// Names of [`WqeEthSeg`] fields in the reference table where the Rust name differs.
-pub const ETH_SEG_FIELD_ALIASES: &[(&str, &str)] =
-    &[("inline_hdr_sz", "inline_hdr.sz"), ("inline_hdr_start", "inline_hdr.start")];
+pub const ETH_SEG_FIELD_ALIASES: &[(&str, &str)] = &[
+    ("inline_hdr_sz", "inline_hdr.sz"),
+    ("inline_hdr_start", "inline_hdr.start"),
+];
 
 impl WqeCtrlSeg {
     /// Composes `opmod_idx_opcode`.
@@ -173,8 +177,7 @@ impl WqeCtrlSeg {
 
     /// The WQE index (low 16 bits of the producer counter).
     pub fn wqe_index(&self) -> u16 {
-        ((self.opmod_idx_opcode.get() & WQE_CTRL_WQE_INDEX_MASK) >> WQE_CTRL_WQE_INDEX_SHIFT)
-            as u16
+        ((self.opmod_idx_opcode.get() & WQE_CTRL_WQE_INDEX_MASK) >> WQE_CTRL_WQE_INDEX_SHIFT) as u16
     }
 
     /// The QP number.

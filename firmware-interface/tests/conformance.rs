@@ -40,7 +40,7 @@ fn read_table(name: &str) -> Vec<HashMap<String, String>> {
             pending.push('\n');
         }
         pending.push_str(line);
-        if pending.matches('"').count() % 2 == 0 {
+        if pending.matches('"').count().is_multiple_of(2) {
             records.push(split_csv(&std::mem::take(&mut pending)));
         }
     }
@@ -99,7 +99,10 @@ fn prm_layouts_match_the_reference_field_by_field() {
     let rows = read_table("prm_layouts.csv");
     let mut by_struct: HashMap<&str, HashMap<&str, &HashMap<String, String>>> = HashMap::new();
     for r in &rows {
-        by_struct.entry(&r["struct"]).or_default().insert(&r["field"], r);
+        by_struct
+            .entry(&r["struct"])
+            .or_default()
+            .insert(&r["field"], r);
     }
     let mut errors = Vec::new();
     let (mut fields, mut sizes, mut setters) = (0, 0, 0);
@@ -110,13 +113,19 @@ fn prm_layouts_match_the_reference_field_by_field() {
         };
         let size = ref_fields.get("__size__").map(|r| num(&r["bit_width"]));
         if size != Some(layout.size_bits as u64) {
-            errors.push(format!("{}: size {} bits, reference {size:?}", layout.prm_name, layout.size_bits));
+            errors.push(format!(
+                "{}: size {} bits, reference {size:?}",
+                layout.prm_name, layout.size_bits
+            ));
         }
         sizes += 1;
         for (i, f) in layout.fields.iter().enumerate() {
             let name = rust_to_prm_name(f.name);
             let Some(r) = ref_fields.get(name.as_str()) else {
-                errors.push(format!("{}.{name}: the reference does not know this field", layout.prm_name));
+                errors.push(format!(
+                    "{}.{name}: the reference does not know this field",
+                    layout.prm_name
+                ));
                 continue;
             };
             let (off, width) = (num(&r["bit_offset"]), num(&r["bit_width"]));
@@ -130,7 +139,11 @@ fn prm_layouts_match_the_reference_field_by_field() {
             // The generated setter must touch exactly the declared bits.
             let mut buf = vec![0u8; layout.size_bits as usize / 8];
             (layout.fill_field)(&mut buf, i);
-            let expect = if f.bit_width == 0 { (0, 0) } else { (f.bit_offset, f.bit_width) };
+            let expect = if f.bit_width == 0 {
+                (0, 0)
+            } else {
+                (f.bit_offset, f.bit_width)
+            };
             match set_bit_run(&buf) {
                 Some(run) if run == expect => setters += 1,
                 other => errors.push(format!(
@@ -145,7 +158,12 @@ fn prm_layouts_match_the_reference_field_by_field() {
          reference; {setters} setters proven to write exactly their declared bits",
         all_prm_layouts().len()
     );
-    assert!(errors.is_empty(), "{} disagreements:\n{}", errors.len(), errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "{} disagreements:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
     assert!(fields > 1000, "too few fields checked: {fields}");
 }
 
@@ -155,13 +173,18 @@ fn datapath_layouts_match_the_reference() {
     let aliases: HashMap<(&str, &str), &str> = uhca_fwif::wqe::AV_FIELD_ALIASES
         .iter()
         .map(|&(a, b)| (("mlx5_av", a), b))
-        .chain(uhca_fwif::wqe::ETH_SEG_FIELD_ALIASES.iter().map(|&(a, b)| (("mlx5_wqe_eth_seg", a), b)))
+        .chain(
+            uhca_fwif::wqe::ETH_SEG_FIELD_ALIASES
+                .iter()
+                .map(|&(a, b)| (("mlx5_wqe_eth_seg", a), b)),
+        )
         .collect();
     let mut errors = Vec::new();
     let (mut fields, mut sizes) = (0, 0);
     for layout in all_byte_layouts() {
         let find = |field: &str| {
-            rows.iter().find(|r| r["struct"] == layout.c_name && r["field"] == field)
+            rows.iter()
+                .find(|r| r["struct"] == layout.c_name && r["field"] == field)
         };
         match find("__size__") {
             Some(r) if num(&r["byte_size"]) == layout.size as u64 => sizes += 1,
@@ -186,12 +209,20 @@ fn datapath_layouts_match_the_reference() {
                     "{}.{name}: declared at byte {} size {}, reference byte {} size {}",
                     layout.c_name, f.byte_offset, f.byte_size, r["byte_offset"], r["byte_size"]
                 )),
-                None => errors.push(format!("{}.{name}: the reference does not know this field", layout.c_name)),
+                None => errors.push(format!(
+                    "{}.{name}: the reference does not know this field",
+                    layout.c_name
+                )),
             }
         }
     }
     println!("datapath layouts: {fields} fields and {sizes} sizes checked against the reference");
-    assert!(errors.is_empty(), "{} disagreements:\n{}", errors.len(), errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "{} disagreements:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
 }
 
 #[test]
@@ -222,7 +253,12 @@ fn constants_match_the_reference() {
         }
     }
     println!("constants: {checked} values checked against the reference");
-    assert!(errors.is_empty(), "{} disagreements:\n{}", errors.len(), errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "{} disagreements:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
     assert!(checked > 300, "too few constants checked: {checked}");
 }
 
@@ -231,7 +267,12 @@ fn infiniband_spec_constants() {
     // IBA vol. 1, 14.2.5.6 PortInfo: PortState 1 Down, 2 Init, 3 Armed, 4 Active; MTU
     // encodings 1..5 for 256..4096 bytes. These are not PRM values, so they are checked here.
     use uhca_fwif::consts::{IbMtu, PortState};
-    let states = [(1, PortState::Down), (2, PortState::Init), (3, PortState::Armed), (4, PortState::Active)];
+    let states = [
+        (1, PortState::Down),
+        (2, PortState::Init),
+        (3, PortState::Armed),
+        (4, PortState::Active),
+    ];
     for (v, s) in states {
         assert_eq!(PortState::from_raw(v), s);
     }
@@ -250,8 +291,14 @@ fn every_command_links_its_opcode_and_output() {
         assert!(op.prm_name().is_some(), "{op:?} has no PRM name");
         assert!(inp.prm_name.ends_with("_in_bits") && out.prm_name.ends_with("_out_bits"));
         let stem = |s: &'static str, suffix: &str| s.trim_end_matches(suffix).to_string();
-        assert_eq!(stem(inp.prm_name, "_in_bits"), stem(out.prm_name, "_out_bits"));
-        assert_eq!((out.fields[0].name, out.fields[1].name), ("status", "syndrome"));
+        assert_eq!(
+            stem(inp.prm_name, "_in_bits"),
+            stem(out.prm_name, "_out_bits")
+        );
+        assert_eq!(
+            (out.fields[0].name, out.fields[1].name),
+            ("status", "syndrome")
+        );
     }
     assert_eq!(uhca_fwif::cmd::COMMANDS.len(), 53);
 }
@@ -263,15 +310,23 @@ fn reference_copy_is_unchanged_from_the_project_tables() {
     // present there unchanged.
     let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/prm");
     if !shared.exists() {
-        println!("NOTE: {} not present; the copy could not be compared", shared.display());
+        println!(
+            "NOTE: {} not present; the copy could not be compared",
+            shared.display()
+        );
         return;
     }
     for name in ["prm_layouts.csv", "datapath_layouts.csv", "constants.csv"] {
         let original = std::fs::read_to_string(shared.join(name)).unwrap();
         let original: std::collections::HashSet<&str> = original.lines().collect();
-        let copy = std::fs::read_to_string(format!("{}/tests/prm/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let copy =
+            std::fs::read_to_string(format!("{}/tests/prm/{name}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
         for line in copy.lines() {
-            assert!(original.contains(line), "{name}: row not in the project table: {line}");
+            assert!(
+                original.contains(line),
+                "{name}: row not in the project table: {line}"
+            );
         }
     }
 }

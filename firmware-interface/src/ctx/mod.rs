@@ -8,12 +8,11 @@
 //! c.set_log_msg_max(30).set_pd(0x12345);
 //! c.primary_address_path_mut().set_vhca_port_num(1);
 //! assert_eq!(c.pd(), 0x12345);
-//! assert_eq!(qpc::pd.bit_offset, 0x68);
+//! assert_eq!(qpc::pd.bit_offset, 40); // qpc dword 1, bits 23:0
 //! ```
 
 mod layouts;
 pub use layouts::*;
-
 
 /// The size of the `capability` area of QUERY_HCA_CAP/SET_HCA_CAP (`hca_cap_union`), bytes.
 pub const HCA_CAP_UNION_BYTES: usize = 4096;
