@@ -16,3 +16,8 @@ pub use uhca_fwif as fwif;
 pub use uhca_hal as hal;
 #[cfg(feature = "mock")]
 pub use uhca_mock as mock;
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
