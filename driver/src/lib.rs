@@ -7,7 +7,13 @@
 //!
 //! Bring-up is not implemented yet.
 #![cfg_attr(not(feature = "std"), no_std)]
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, missing_docs)]
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    missing_docs
+)]
 
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub mod vfio;
+
+pub mod addr;

@@ -40,3 +40,5 @@ pub mod init_seg;
 pub mod wqe;
 
 pub use field::{Field, LayoutInfo, PrmLayout};
+/// The zerocopy crate, re-exported for users of the byte layouts (`IntoBytes`, `FromBytes`).
+pub use zerocopy;

@@ -73,11 +73,11 @@ crate::dp_struct! {
         pub qkey: U32,
         /// Reserved half of the key union.
         pub reserved_key: U32,
-        /// Bit 31: `ext` (GRH present), 23:0: destination QPN.
+        /// Bit 31: extended address vector ([`Av::EXTENDED_UD_AV`]), 23:0: destination QPN.
         pub dqp_dct: U32,
-        /// Bits 7:4 static rate, 3:0 service level.
+        /// Bits 7:4 static rate, 3:0 service level (InfiniBand) or 3:1 priority (RoCE).
         pub stat_rate_sl: u8,
-        /// Bit 7: GRH present (`fl`), 6:0 source path bits (`mlid`).
+        /// Bit 7: force loopback (`fl`), 6:0 source path bits (`mlid`).
         pub fl_mlid: u8,
         /// Destination LID (InfiniBand) or UDP source port (RoCEv2).
         pub rlid: U16,
@@ -89,8 +89,7 @@ crate::dp_struct! {
         pub tclass: u8,
         /// Hop limit.
         pub hop_limit: u8,
-        /// Bits 31:24 GRH flags (`grh_gid_fl`: bit 30 = IPv4 for RoCEv2, 23:16 source GID
-        /// index), 19:0 flow label.
+        /// Bit 30: send a GRH (InfiniBand), 27:20: source GID index, 19:0: flow label.
         pub grh_gid_fl: U32,
         /// Destination GID.
         pub rgid: [u8; 16],
@@ -210,31 +209,39 @@ impl WqeInlineSeg {
 }
 
 impl Av {
-    /// `dqp_dct` bit 31: the address vector carries a GRH (`MLX5_EXTENDED_UD_AV`).
+    /// `dqp_dct` bit 31: the address vector is the extended (48-byte) one, with the GRH
+    /// fields (`MLX5_EXTENDED_UD_AV`).
     pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
-    /// `fl_mlid` bit 7: GRH present.
-    pub const FL_GRH: u8 = 0x80;
-    /// `grh_gid_fl` bit 30: the RoCEv2 destination is an IPv4 address (IPv4-mapped GID).
-    pub const GRH_IPV4: u32 = 1 << 30;
+    /// `fl_mlid` bit 7: force loopback (`fl`, as in the QP address path); bits 6:0 are the
+    /// source path bits.
+    pub const FL_FORCE_LOOPBACK: u8 = 0x80;
+    /// `grh_gid_fl` bit 30: send a GRH (InfiniBand; reserved on RoCE, whose packets always
+    /// carry an IP header).
+    pub const GRH_GID_FL_GRH: u32 = 1 << 30;
+    /// `grh_gid_fl` bits 27:20: the source GID index.
+    pub const GRH_GID_FL_SGID_INDEX_SHIFT: u32 = 20;
+    /// `grh_gid_fl` bits 19:0: the flow label.
+    pub const GRH_GID_FL_FLOW_LABEL_MASK: u32 = 0x000f_ffff;
 
     /// The destination QPN.
     pub fn dqpn(&self) -> u32 {
         self.dqp_dct.get() & 0x00ff_ffff
     }
 
-    /// The service level.
+    /// The service level as InfiniBand carries it (`stat_rate_sl` bits 3:0; on RoCE the
+    /// priority is in bits 3:1).
     pub fn sl(&self) -> u8 {
         self.stat_rate_sl & 0xf
     }
 
-    /// The source GID index (`grh_gid_fl` bits 23:16).
+    /// The source GID index (`grh_gid_fl` bits 27:20).
     pub fn sgid_index(&self) -> u8 {
-        (self.grh_gid_fl.get() >> 16) as u8
+        (self.grh_gid_fl.get() >> Self::GRH_GID_FL_SGID_INDEX_SHIFT) as u8
     }
 
     /// The flow label (`grh_gid_fl` bits 19:0).
     pub fn flow_label(&self) -> u32 {
-        self.grh_gid_fl.get() & 0x000f_ffff
+        self.grh_gid_fl.get() & Self::GRH_GID_FL_FLOW_LABEL_MASK
     }
 }
 
