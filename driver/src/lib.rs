@@ -17,3 +17,4 @@
 pub mod vfio;
 
 pub mod addr;
+pub mod caps;

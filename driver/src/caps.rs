@@ -1,0 +1,260 @@
+//! Device capabilities: what QUERY_HCA_CAP reports, decoded into the numbers a verbs user
+//! asks for (`ibv_query_device`), and the capability policy the driver sets with
+//! SET_HCA_CAP during bring-up.
+
+use uhca_fwif::consts::PortTypeCap;
+use uhca_fwif::ctx::{CmdHcaCap, RoceCap};
+
+/// The link layer of the HCA's ports (`cmd_hca_cap.port_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// Native InfiniBand.
+    InfiniBand,
+    /// Ethernet (RoCE).
+    Ethernet,
+}
+
+impl core::fmt::Display for LinkLayer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            LinkLayer::InfiniBand => "InfiniBand",
+            LinkLayer::Ethernet => "Ethernet",
+        })
+    }
+}
+
+/// The general device capabilities a verbs user sees, decoded from `cmd_hca_cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Link layer of the ports.
+    pub link_layer: LinkLayer,
+    /// Number of physical ports.
+    pub num_ports: u8,
+    /// Most QPs (`1 << log_max_qp`).
+    pub max_qp: u32,
+    /// Most WQEs per work queue (`1 << log_max_qp_sz`).
+    pub max_qp_wr: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most CQEs per CQ.
+    pub max_cqe: u32,
+    /// Most EQs.
+    pub max_eq: u32,
+    /// Most memory keys.
+    pub max_mr: u32,
+    /// Most protection domains.
+    pub max_pd: u32,
+    /// Most SRQs.
+    pub max_srq: u32,
+    /// Most WQEs per SRQ.
+    pub max_srq_wr: u32,
+    /// Largest message (`1 << log_max_msg`).
+    pub max_msg_sz: u64,
+    /// Largest send WQE in bytes.
+    pub max_send_wqe_bytes: u16,
+    /// Largest receive WQE in bytes.
+    pub max_recv_wqe_bytes: u16,
+    /// Most outstanding RDMA READ/atomic requests a QP may issue (`1 << log_max_ra_req_qp`).
+    pub max_qp_rd_atom: u32,
+    /// Most outstanding RDMA READ/atomic requests a QP may answer.
+    pub max_qp_init_rd_atom: u32,
+    /// GID table entries per port (decoded from the PRM's encoding).
+    pub gid_table_len: u32,
+    /// P_Key table entries per port (decoded).
+    pub pkey_table_len: u32,
+    /// RoCE is supported.
+    pub roce: bool,
+    /// Atomic operations are supported.
+    pub atomic: bool,
+    /// RC, UC, UD transport support.
+    pub rc: bool,
+    /// UC transport.
+    pub uc: bool,
+    /// UD transport.
+    pub ud: bool,
+    /// CQE format version.
+    pub cqe_version: u8,
+    /// log2 of a BlueFlame register's size.
+    pub log_bf_reg_size: u8,
+    /// Fast teardown supported.
+    pub fast_teardown: bool,
+    /// Force teardown supported.
+    pub force_teardown: bool,
+    /// The device clock, kHz (0 if not reported).
+    pub device_frequency_khz: u32,
+}
+
+const fn pow2(log: u8) -> u32 {
+    if log >= 32 { u32::MAX } else { 1 << log }
+}
+
+/// Decodes `gid_table_size`: 8 << n entries for n in 0..=4 (8 to 128), anything larger is
+/// invalid and reads as 0, as Linux's mlx5 driver treats it.
+const fn gid_table_len(enc: u16) -> u32 {
+    if enc > 4 { 0 } else { 8 << enc }
+}
+
+/// Decodes `pkey_table_size`: 128 << n entries for n in 0..=5, anything larger reads as 0.
+const fn pkey_table_len(enc: u16) -> u32 {
+    if enc > 5 { 0 } else { 128 << enc }
+}
+
+impl DeviceCaps {
+    /// Decodes the general capabilities.
+    pub fn from_hca_cap(cap: &CmdHcaCap) -> DeviceCaps {
+        DeviceCaps {
+            link_layer: match PortTypeCap::from_raw(cap.port_type()) {
+                PortTypeCap::Eth => LinkLayer::Ethernet,
+                _ => LinkLayer::InfiniBand,
+            },
+            num_ports: cap.num_ports(),
+            max_qp: pow2(cap.log_max_qp()),
+            max_qp_wr: pow2(cap.log_max_qp_sz()),
+            max_cq: pow2(cap.log_max_cq()),
+            max_cqe: pow2(cap.log_max_cq_sz()),
+            max_eq: pow2(cap.log_max_eq()),
+            max_mr: pow2(cap.log_max_mkey()),
+            max_pd: pow2(cap.log_max_pd()),
+            max_srq: pow2(cap.log_max_srq()),
+            max_srq_wr: pow2(cap.log_max_srq_sz()),
+            max_msg_sz: 1u64 << cap.log_max_msg().min(63),
+            max_send_wqe_bytes: cap.max_wqe_sz_sq(),
+            max_recv_wqe_bytes: cap.max_wqe_sz_rq(),
+            max_qp_rd_atom: pow2(cap.log_max_ra_req_qp()),
+            max_qp_init_rd_atom: pow2(cap.log_max_ra_res_qp()),
+            gid_table_len: gid_table_len(cap.gid_table_size()),
+            pkey_table_len: pkey_table_len(cap.pkey_table_size()),
+            roce: cap.roce(),
+            atomic: cap.atomic(),
+            rc: cap.rc(),
+            uc: cap.uc(),
+            ud: cap.ud(),
+            cqe_version: cap.cqe_version(),
+            log_bf_reg_size: cap.log_bf_reg_size(),
+            fast_teardown: cap.fast_teardown(),
+            force_teardown: cap.force_teardown(),
+            device_frequency_khz: cap.device_frequency_khz(),
+        }
+    }
+}
+
+/// The RoCE capabilities, decoded from `roce_cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoceCaps {
+    /// Supported RoCE versions (bit 0: v1, bit 1: v1.5, bit 2: v2).
+    pub roce_version: u8,
+    /// Supported L3 types (bit 0: IPv4, bit 1: IPv6 for RoCEv2).
+    pub l3_type: u8,
+    /// RoCEv2 UDP destination port (4791).
+    pub udp_dest_port: u16,
+    /// Range of UDP source ports the HCA picks from.
+    pub udp_src_port_range: (u16, u16),
+    /// The driver may choose the UDP source port per QP.
+    pub sw_udp_src_port: bool,
+    /// Entries in the RoCE address (GID) table.
+    pub address_table_len: u16,
+}
+
+impl RoceCaps {
+    /// Decodes the RoCE capabilities.
+    pub fn from_roce_cap(cap: &RoceCap) -> RoceCaps {
+        RoceCaps {
+            roce_version: cap.roce_version(),
+            l3_type: cap.l3_type(),
+            udp_dest_port: cap.r_roce_dest_udp_port(),
+            udp_src_port_range: (cap.r_roce_min_src_udp_port(), cap.r_roce_max_src_udp_port()),
+            sw_udp_src_port: cap.sw_r_roce_src_udp_port(),
+            address_table_len: cap.roce_address_table_size(),
+        }
+    }
+
+    /// Whether RoCEv2 is supported.
+    pub fn v2(&self) -> bool {
+        self.roce_version & 0x4 != 0
+    }
+}
+
+/// The general capabilities the driver sets with SET_HCA_CAP, computed from the current and
+/// maximum capabilities, as rdma-core's VFIO provider and Linux do: start from the current
+/// values, turn command signatures off (`cmdif_checksum = 0`), use 4 KiB UAR pages
+/// (`log_uar_page_sz = 0`) and name memory keys by their index when the device allows.
+pub fn general_caps_to_set(current: &CmdHcaCap, max: &CmdHcaCap) -> CmdHcaCap {
+    let mut set = *current;
+    set.set_cmdif_checksum(0);
+    set.set_log_uar_page_sz(0);
+    if max.mkey_by_name() {
+        set.set_mkey_by_name(true);
+    }
+    if max.release_all_pages() {
+        set.set_release_all_pages(true);
+    }
+    set
+}
+
+/// The RoCE capabilities the driver sets: let software choose the RoCEv2 UDP source port per
+/// QP when the device allows it (rdma-core's VFIO provider does the same).
+pub fn roce_caps_to_set(current: &RoceCap, max: &RoceCap) -> Option<RoceCap> {
+    (max.sw_r_roce_src_udp_port() && !current.sw_r_roce_src_udp_port()).then(|| {
+        let mut set = *current;
+        set.set_sw_r_roce_src_udp_port(true);
+        set
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_log_sizes_and_table_encodings() {
+        let mut c = CmdHcaCap::default();
+        c.set_log_max_qp(18)
+            .set_log_max_qp_sz(15)
+            .set_num_ports(1)
+            .set_port_type(1);
+        c.set_gid_table_size(4)
+            .set_pkey_table_size(0)
+            .set_log_max_msg(30)
+            .set_roce(true);
+        let d = DeviceCaps::from_hca_cap(&c);
+        assert_eq!((d.max_qp, d.max_qp_wr, d.num_ports), (1 << 18, 1 << 15, 1));
+        assert_eq!(d.link_layer, LinkLayer::Ethernet);
+        assert_eq!((d.gid_table_len, d.pkey_table_len), (128, 128));
+        assert_eq!(d.max_msg_sz, 1 << 30);
+        assert!(d.roce);
+        c.set_gid_table_size(5);
+        assert_eq!(
+            DeviceCaps::from_hca_cap(&c).gid_table_len,
+            0,
+            "invalid encoding"
+        );
+    }
+
+    #[test]
+    fn set_policy_turns_checksums_off_and_keeps_the_rest() {
+        let mut cur = CmdHcaCap::default();
+        cur.set_cmdif_checksum(3)
+            .set_log_uar_page_sz(4)
+            .set_log_max_qp(10);
+        let mut max = CmdHcaCap::default();
+        max.set_mkey_by_name(true);
+        let set = general_caps_to_set(&cur, &max);
+        assert_eq!((set.cmdif_checksum(), set.log_uar_page_sz()), (0, 0));
+        assert_eq!(set.log_max_qp(), 10);
+        assert!(set.mkey_by_name());
+        assert!(!set.release_all_pages(), "not offered, not asked for");
+    }
+
+    #[test]
+    fn roce_policy_only_sets_what_is_offered() {
+        let cur = RoceCap::default();
+        let mut max = RoceCap::default();
+        assert!(roce_caps_to_set(&cur, &max).is_none());
+        max.set_sw_r_roce_src_udp_port(true);
+        assert!(
+            roce_caps_to_set(&cur, &max)
+                .unwrap()
+                .sw_r_roce_src_udp_port()
+        );
+    }
+}
