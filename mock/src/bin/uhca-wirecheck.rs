@@ -1,0 +1,185 @@
+//! `uhca-wirecheck`: check every InfiniBand and RoCEv2 packet in pcap files.
+//!
+//! ```text
+//! uhca-wirecheck [-q] FILE.pcap...
+//! ```
+//!
+//! Link types: Ethernet (1) and raw IP (101) carry RoCEv2 (UDP destination port 4791; other
+//! traffic is counted and skipped); DLT_USER0 (147) and LINKTYPE_INFINIBAND (247) carry
+//! native IB packets, LRH to VCRC. Each packet is decoded with `uhca_mock::wire`, which checks
+//! lengths, versions, the IPv4 header and UDP checksums, the ICRC and (native IB) the VCRC.
+//! Prints one line per bad packet and a per-opcode summary per file.
+//!
+//! Exit status: 0 if every IB/RoCEv2 packet is good, 1 if any is malformed or fails a CRC or
+//! checksum, 2 if a file cannot be read as pcap or has an unsupported link type.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::process::ExitCode;
+
+use uhca_mock::wire::eth::EthernetFrame;
+use uhca_mock::wire::pcap::{LinkType, PcapReader};
+use uhca_mock::wire::{
+    EtherType, Error, IbPacketRepr, IbTransportRepr, IpProtocol, Ipv4Packet, Ipv6Packet,
+    LinkNextHeader, Opcode, ROCEV2_UDP_PORT, RoceV2Repr, UdpPacket, ib::Lrh, roce,
+};
+
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    good: u64,
+    other: u64,
+    unsupported: u64,
+    bad: u64,
+    by_opcode: BTreeMap<u8, u64>,
+    by_error: BTreeMap<String, u64>,
+}
+
+enum Verdict {
+    Good(u8),
+    Other,
+    Unsupported(Error),
+    Bad(Error),
+}
+
+/// Whether an IP datagram is UDP to port 4791 (so it must be a good RoCEv2 packet).
+fn is_roce_datagram(d: &[u8]) -> bool {
+    let udp = match d.first().map(|b| b >> 4) {
+        Some(4) => match Ipv4Packet::new_checked(d) {
+            Ok(p) if p.protocol() == IpProtocol::Udp && p.frag_offset() == 0 => &d[p.header_len()..],
+            _ => return false,
+        },
+        Some(6) => match Ipv6Packet::new_checked(d) {
+            Ok(p) if p.next_header() == IpProtocol::Udp => &d[40..],
+            _ => return false,
+        },
+        _ => return false,
+    };
+    UdpPacket::new_checked(udp).map(|u| u.dst_port() == ROCEV2_UDP_PORT).unwrap_or(false)
+}
+
+fn opcode(t: &IbTransportRepr<'_>) -> u8 {
+    u8::from(t.bth.opcode)
+}
+
+fn verdict<T>(r: Result<T, Error>, op: impl Fn(&T) -> u8) -> Verdict {
+    match r {
+        Ok(x) => Verdict::Good(op(&x)),
+        Err(e @ Error::Unsupported) => Verdict::Unsupported(e),
+        Err(e) => Verdict::Bad(e),
+    }
+}
+
+fn check(link: LinkType, data: &[u8]) -> Verdict {
+    match link {
+        LinkType::Ethernet => {
+            let Ok(f) = EthernetFrame::new_checked(data) else {
+                return Verdict::Bad(Error::Truncated);
+            };
+            match f.ethertype() {
+                EtherType::Ipv4 | EtherType::Ipv6 if is_roce_datagram(f.payload()) => {
+                    verdict(RoceV2Repr::parse(data), |r| opcode(&r.transport))
+                }
+                _ => Verdict::Other,
+            }
+        }
+        LinkType::RawIp => {
+            if !is_roce_datagram(data) {
+                return Verdict::Other;
+            }
+            verdict(roce::parse_ip_datagram(data), |(_, _, t)| opcode(t))
+        }
+        _ => {
+            match Lrh::new_checked(data).map(|l| l.lnh()) {
+                Ok(LinkNextHeader::Raw | LinkNextHeader::IpNonIba) => return Verdict::Other,
+                Err(e) => return Verdict::Bad(e),
+                Ok(_) => {}
+            }
+            verdict(IbPacketRepr::parse(data), |p| opcode(&p.transport))
+        }
+    }
+}
+
+fn run(path: &str, quiet: bool, t: &mut Tally) -> Result<LinkType, String> {
+    let file = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut rd = PcapReader::new(BufReader::new(file)).map_err(|e| format!("{path}: {e}"))?;
+    let link = rd.link_type();
+    if !matches!(link, LinkType::Ethernet | LinkType::RawIp | LinkType::User0 | LinkType::Infiniband) {
+        return Err(format!("{path}: unsupported link type {}", u32::from(link)));
+    }
+    let mut n = 0u64;
+    while let Some(p) = rd.next_packet().map_err(|e| format!("{path}: packet {}: {e}", n + 1))? {
+        n += 1;
+        t.packets += 1;
+        match check(link, &p.data) {
+            Verdict::Good(op) => {
+                t.good += 1;
+                *t.by_opcode.entry(op).or_default() += 1;
+            }
+            Verdict::Other => t.other += 1,
+            Verdict::Unsupported(e) => {
+                t.unsupported += 1;
+                if !quiet {
+                    eprintln!("{path}: packet {n}: not decoded: {e}");
+                }
+            }
+            Verdict::Bad(e) => {
+                t.bad += 1;
+                *t.by_error.entry(e.to_string()).or_default() += 1;
+                println!("{path}: packet {n}: BAD: {e}");
+            }
+        }
+    }
+    Ok(link)
+}
+
+fn main() -> ExitCode {
+    let mut quiet = false;
+    let mut files = Vec::new();
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "-q" | "--quiet" => quiet = true,
+            "-h" | "--help" => {
+                println!("usage: uhca-wirecheck [-q] FILE.pcap...");
+                println!("Decodes every InfiniBand (DLT 147/247) or RoCEv2 (Ethernet, raw IP) packet,");
+                println!("verifies lengths, checksums, ICRC and VCRC; exits 1 if any packet is bad.");
+                return ExitCode::SUCCESS;
+            }
+            _ => files.push(a),
+        }
+    }
+    if files.is_empty() {
+        eprintln!("usage: uhca-wirecheck [-q] FILE.pcap...");
+        return ExitCode::from(2);
+    }
+    let mut any_bad = false;
+    for f in &files {
+        let mut t = Tally::default();
+        let link = match run(f, quiet, &mut t) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("uhca-wirecheck: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        println!(
+            "{f}: link type {}: {} packets: {} good, {} bad, {} not decoded, {} other traffic",
+            u32::from(link),
+            t.packets,
+            t.good,
+            t.bad,
+            t.unsupported,
+            t.other
+        );
+        for (op, count) in &t.by_opcode {
+            let name = Opcode::from(*op).name().unwrap_or("unknown");
+            println!("  0x{op:02x} {name:<40} {count}");
+        }
+        for (e, count) in &t.by_error {
+            println!("  BAD {e:<40} {count}");
+        }
+        any_bad |= t.bad > 0;
+    }
+    if any_bad { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
