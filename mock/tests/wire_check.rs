@@ -15,7 +15,11 @@ fn tmp(name: &str) -> PathBuf {
 
 fn roce(t: IbTransportRepr<'_>) -> Vec<u8> {
     let r = RoceV2Repr {
-        eth: EthernetRepr { dst: [2, 0, 0, 0, 0, 2], src: [2, 0, 0, 0, 0, 1], vlan: None },
+        eth: EthernetRepr {
+            dst: [2, 0, 0, 0, 0, 2],
+            src: [2, 0, 0, 0, 0, 1],
+            vlan: None,
+        },
         ip: IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
         udp_src_port: 49152,
         transport: t,
@@ -26,8 +30,20 @@ fn roce(t: IbTransportRepr<'_>) -> Vec<u8> {
 }
 
 fn ib(t: IbTransportRepr<'_>) -> Vec<u8> {
-    let lrh = LrhRepr { vl: 0, lver: 0, sl: 0, lnh: LinkNextHeader::IbaLocal, dlid: 2, packet_length: 0, slid: 1 };
-    let p = IbPacketRepr { lrh, grh: None, transport: t };
+    let lrh = LrhRepr {
+        vl: 0,
+        lver: 0,
+        sl: 0,
+        lnh: LinkNextHeader::IbaLocal,
+        dlid: 2,
+        packet_length: 0,
+        slid: 1,
+    };
+    let p = IbPacketRepr {
+        lrh,
+        grh: None,
+        transport: t,
+    };
     let mut b = vec![0u8; p.buffer_len()];
     p.emit(&mut b).unwrap();
     b
@@ -43,9 +59,16 @@ fn write(name: &str, link: LinkType, packets: &[Vec<u8>]) -> PathBuf {
 }
 
 fn wirecheck(path: &PathBuf) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_uhca-wirecheck")).arg("-q").arg(path).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_uhca-wirecheck"))
+        .arg("-q")
+        .arg(path)
+        .output()
+        .unwrap();
     let _ = std::fs::remove_file(path);
-    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 fn send(psn: u32) -> IbTransportRepr<'static> {
@@ -62,11 +85,21 @@ fn good_roce_pcap_passes_with_a_summary() {
     let mut arp = vec![0xFFu8; 42];
     arp[12] = 0x08;
     arp[13] = 0x06;
-    let p = write("good.pcap", LinkType::Ethernet, &[roce(send(1)), roce(send(2)), roce(ack()), arp]);
+    let p = write(
+        "good.pcap",
+        LinkType::Ethernet,
+        &[roce(send(1)), roce(send(2)), roce(ack()), arp],
+    );
     let (code, out) = wirecheck(&p);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("4 packets: 3 good, 0 bad, 0 not decoded, 1 other traffic"), "{out}");
-    assert!(out.contains("0x04 RC SEND Only") && out.contains("0x11 RC Acknowledge"), "{out}");
+    assert!(
+        out.contains("4 packets: 3 good, 0 bad, 0 not decoded, 1 other traffic"),
+        "{out}"
+    );
+    assert!(
+        out.contains("0x04 RC SEND Only") && out.contains("0x11 RC Acknowledge"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -94,7 +127,10 @@ fn native_ib_pcap_and_bad_vcrc() {
     let p = write("ibbad.pcap", LinkType::User0, &[bad, short]);
     let (code, out) = wirecheck(&p);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("packet 1: BAD: bad VCRC") && out.contains("packet 2: BAD: truncated"), "{out}");
+    assert!(
+        out.contains("packet 1: BAD: bad VCRC") && out.contains("packet 2: BAD: truncated"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -111,11 +147,17 @@ fn scapy_frames_pass() {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
             let h = l.split_whitespace().nth(2).unwrap();
-            (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+            (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                .collect()
         })
         .collect();
     let p = write("scapy.pcap", LinkType::Ethernet, &frames);
     let (code, out) = wirecheck(&p);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains(&format!("{n} packets: {n} good", n = frames.len())), "{out}");
+    assert!(
+        out.contains(&format!("{n} packets: {n} good", n = frames.len())),
+        "{out}"
+    );
 }

@@ -31,19 +31,45 @@ impl Rng {
 }
 
 fn iters() -> usize {
-    std::env::var("UHCA_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000)
+    std::env::var("UHCA_FUZZ_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000)
 }
 
 /// Touch every getter of every view over `b` (checked constructors only).
 fn views(b: &[u8]) {
     if let Ok(p) = Lrh::new_checked(b) {
-        let _ = (p.vl(), p.lver(), p.sl(), p.lnh(), p.dlid(), p.packet_length(), p.slid());
+        let _ = (
+            p.vl(),
+            p.lver(),
+            p.sl(),
+            p.lnh(),
+            p.dlid(),
+            p.packet_length(),
+            p.slid(),
+        );
     }
     if let Ok(p) = Grh::new_checked(b) {
-        let _ = (p.ip_version(), p.traffic_class(), p.flow_label(), p.payload_length(), p.sgid(), p.dgid());
+        let _ = (
+            p.ip_version(),
+            p.traffic_class(),
+            p.flow_label(),
+            p.payload_length(),
+            p.sgid(),
+            p.dgid(),
+        );
     }
     if let Ok(p) = Bth::new_checked(b) {
-        let _ = (p.opcode(), p.pad_count(), p.pkey(), p.fecn(), p.dest_qp(), p.psn(), p.ack_req());
+        let _ = (
+            p.opcode(),
+            p.pad_count(),
+            p.pkey(),
+            p.fecn(),
+            p.dest_qp(),
+            p.psn(),
+            p.ack_req(),
+        );
     }
     if let Ok(p) = Reth::new_checked(b) {
         let _ = (p.va(), p.rkey(), p.dma_len());
@@ -61,7 +87,12 @@ fn views(b: &[u8]) {
         let _ = (p.dst_addr(), p.ethertype(), p.vlan_tag(), p.payload().len());
     }
     if let Ok(p) = Ipv4Packet::new_checked(b) {
-        let _ = (p.total_len(), p.verify_checksum(), p.payload().len(), p.header().len());
+        let _ = (
+            p.total_len(),
+            p.verify_checksum(),
+            p.payload().len(),
+            p.header().len(),
+        );
     }
     if let Ok(p) = Ipv6Packet::new_checked(b) {
         let _ = (p.flow_label(), p.payload().len());
@@ -104,7 +135,10 @@ fn valid_packets() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for &op in Opcode::ALL {
         let h = op.headers().unwrap();
-        let mut t = IbTransportRepr::new(BthRepr::new(op, 0x10, 0x20), if h.payload { &payload[..] } else { &[] });
+        let mut t = IbTransportRepr::new(
+            BthRepr::new(op, 0x10, 0x20),
+            if h.payload { &payload[..] } else { &[] },
+        );
         if h.deth {
             t = t.with_deth(1, 2);
         }
@@ -126,8 +160,20 @@ fn valid_packets() -> Vec<Vec<u8>> {
         if h.ieth {
             t = t.with_ieth(13);
         }
-        let lrh = LrhRepr { vl: 0, lver: 0, sl: 0, lnh: LinkNextHeader::IbaLocal, dlid: 1, packet_length: 0, slid: 2 };
-        let p = IbPacketRepr { lrh, grh: None, transport: t };
+        let lrh = LrhRepr {
+            vl: 0,
+            lver: 0,
+            sl: 0,
+            lnh: LinkNextHeader::IbaLocal,
+            dlid: 1,
+            packet_length: 0,
+            slid: 2,
+        };
+        let p = IbPacketRepr {
+            lrh,
+            grh: None,
+            transport: t,
+        };
         let mut b = vec![0u8; p.buffer_len()];
         p.emit(&mut b).unwrap();
         out.push(b);
@@ -135,7 +181,16 @@ fn valid_packets() -> Vec<Vec<u8>> {
             IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
             IpRepr::Ipv6(Ipv6Repr::new([1; 16], [2; 16])),
         ] {
-            let r = RoceV2Repr { eth: EthernetRepr { dst: [1; 6], src: [2; 6], vlan: None }, ip, udp_src_port: 1, transport: t };
+            let r = RoceV2Repr {
+                eth: EthernetRepr {
+                    dst: [1; 6],
+                    src: [2; 6],
+                    vlan: None,
+                },
+                ip,
+                udp_src_port: 1,
+                transport: t,
+            };
             let mut b = vec![0u8; r.buffer_len()];
             r.emit(&mut b).unwrap();
             out.push(b);

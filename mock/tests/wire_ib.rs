@@ -8,12 +8,15 @@
 
 use uhca_mock::wire::crc::Crc16;
 use uhca_mock::wire::{
-    AethSyndrome, BthRepr, EthernetRepr, Error, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr,
+    AethSyndrome, BthRepr, Error, EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr,
     Ipv4Repr, Ipv6Repr, LinkNextHeader, LrhRepr, NakCode, Opcode, RoceV2Repr,
 };
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 /// LRH: VL 0 LVer 0 | SL 0 LNH 0b10 (local) | DLID 2 | PktLen 7 words (28 bytes) | SLID 1;
@@ -69,7 +72,10 @@ fn golden_global_packet() {
     let bytes = hex(GLOBAL);
     let p = IbPacketRepr::parse(&bytes).unwrap();
     let g = p.grh.unwrap();
-    assert_eq!((g.traffic_class, g.flow_label, g.payload_length, g.hop_limit), (0xA5, 0x12345, 28, 64));
+    assert_eq!(
+        (g.traffic_class, g.flow_label, g.payload_length, g.hop_limit),
+        (0xA5, 0x12345, 28, 64)
+    );
     assert_eq!(p.transport.bth.pad_count, 1);
     assert_eq!(p.transport.payload, b"abc");
     assert_eq!(p.transport.deth.unwrap().src_qp, 2);
@@ -168,7 +174,11 @@ fn every_opcode_round_trips_over_native_ib_and_roce() {
                 slid: 7,
             };
             for grh in [None, Some(GrhRepr::new([1; 16], [2; 16]))] {
-                let p = IbPacketRepr { lrh, grh, transport: t };
+                let p = IbPacketRepr {
+                    lrh,
+                    grh,
+                    transport: t,
+                };
                 let mut buf = vec![0u8; p.buffer_len()];
                 match p.emit(&mut buf) {
                     Ok(()) => {}
@@ -189,7 +199,11 @@ fn every_opcode_round_trips_over_native_ib_and_roce() {
             ];
             for ip in ips {
                 let r = RoceV2Repr {
-                    eth: EthernetRepr { dst: [2, 0, 0, 0, 0, 2], src: [2, 0, 0, 0, 0, 1], vlan: None },
+                    eth: EthernetRepr {
+                        dst: [2, 0, 0, 0, 0, 2],
+                        src: [2, 0, 0, 0, 0, 1],
+                        vlan: None,
+                    },
                     ip,
                     udp_src_port: 0xC000,
                     transport: t,
@@ -209,7 +223,10 @@ fn emit_rejects_headers_that_do_not_match_the_opcode() {
     let bth = BthRepr::new(Opcode::RcRdmaWriteOnly, 1, 1);
     let mut buf = [0u8; 64];
     // Missing RETH.
-    assert_eq!(IbTransportRepr::new(bth, b"x").emit(&mut buf).unwrap_err(), Error::Malformed);
+    assert_eq!(
+        IbTransportRepr::new(bth, b"x").emit(&mut buf).unwrap_err(),
+        Error::Malformed
+    );
     // Payload on an Acknowledge.
     let ack = IbTransportRepr::new(BthRepr::new(Opcode::RcAcknowledge, 1, 1), b"x")
         .with_aeth(AethSyndrome::Ack { credit_count: 0 }, 0);

@@ -8,7 +8,10 @@ use uhca_mock::wire::{AethSyndrome, Error, IpRepr, Opcode, RoceV2Repr};
 const VECTORS: &str = include_str!("vectors/roce_scapy.txt");
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn vectors() -> Vec<(String, bool, Vec<u8>)> {
@@ -58,7 +61,10 @@ fn decoded_fields() {
     let f = frame("v4_rc_send_only_pad3");
     let r = RoceV2Repr::parse(&f).unwrap();
     assert_eq!(r.transport.bth.opcode, Opcode::RcSendOnly);
-    assert_eq!((r.transport.bth.dest_qp, r.transport.bth.psn), (0x12, 0x100));
+    assert_eq!(
+        (r.transport.bth.dest_qp, r.transport.bth.psn),
+        (0x12, 0x100)
+    );
     assert_eq!(r.transport.bth.pad_count, 3);
     assert_eq!(r.transport.payload, b"hello");
     assert_eq!(r.udp_src_port, 49152);
@@ -69,12 +75,18 @@ fn decoded_fields() {
     assert_eq!(r.transport.bth.psn, 0xFF_FFFF);
     assert!(r.transport.bth.ack_req);
     let reth = r.transport.reth.unwrap();
-    assert_eq!((reth.va, reth.rkey, reth.dma_len), (0x7F00_1234_5000, 0x1234, 16));
+    assert_eq!(
+        (reth.va, reth.rkey, reth.dma_len),
+        (0x7F00_1234_5000, 0x1234, 16)
+    );
 
     let f = frame("v4_rc_ack");
     let r = RoceV2Repr::parse(&f).unwrap();
     let aeth = r.transport.aeth.unwrap();
-    assert_eq!((aeth.syndrome, aeth.msn), (AethSyndrome::Ack { credit_count: 31 }, 1));
+    assert_eq!(
+        (aeth.syndrome, aeth.msn),
+        (AethSyndrome::Ack { credit_count: 31 }, 1)
+    );
 
     let f = frame("v4_cnp");
     let r = RoceV2Repr::parse(&f).unwrap();
@@ -83,8 +95,13 @@ fn decoded_fields() {
 
     let f = frame("v6_ud_send_imm");
     let r = RoceV2Repr::parse(&f).unwrap();
-    let IpRepr::Ipv6(ip) = r.ip else { panic!("not IPv6") };
-    assert_eq!((ip.traffic_class, ip.flow_label, ip.hop_limit), (0x68, 0xABCDE, 5));
+    let IpRepr::Ipv6(ip) = r.ip else {
+        panic!("not IPv6")
+    };
+    assert_eq!(
+        (ip.traffic_class, ip.flow_label, ip.hop_limit),
+        (0x68, 0xABCDE, 5)
+    );
     let deth = r.transport.deth.unwrap();
     assert_eq!((deth.qkey, deth.src_qp), (0x1111_1111, 0x42));
     assert_eq!(r.transport.imm_dt, Some(0xDEAD_BEEF));
@@ -93,7 +110,10 @@ fn decoded_fields() {
     let f = frame("v6_rc_cmp_swap");
     let r = RoceV2Repr::parse(&f).unwrap();
     let a = r.transport.atomic_eth.unwrap();
-    assert_eq!((a.va, a.rkey, a.swap_or_add, a.compare), (0x1000, 0xAABB_CCDD, 1, 2));
+    assert_eq!(
+        (a.va, a.rkey, a.swap_or_add, a.compare),
+        (0x1000, 0xAABB_CCDD, 1, 2)
+    );
 }
 
 #[test]
@@ -104,14 +124,20 @@ fn corruption_is_detected() {
         let n = f.len();
         f[n - 5] ^= 0x01;
         assert!(
-            matches!(RoceV2Repr::parse(&f), Err(Error::BadIcrc | Error::BadChecksum)),
+            matches!(
+                RoceV2Repr::parse(&f),
+                Err(Error::BadIcrc | Error::BadChecksum)
+            ),
             "{name}"
         );
         // The ICRC itself (over IPv6 the UDP checksum, which covers the ICRC, fails first).
         let mut f = bytes.clone();
         f[n - 1] ^= 0x80;
         assert!(
-            matches!(RoceV2Repr::parse(&f), Err(Error::BadIcrc | Error::BadChecksum)),
+            matches!(
+                RoceV2Repr::parse(&f),
+                Err(Error::BadIcrc | Error::BadChecksum)
+            ),
             "{name}"
         );
     }

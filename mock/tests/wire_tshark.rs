@@ -8,8 +8,8 @@ use std::process::Command;
 
 use uhca_mock::wire::pcap::{LinkType, PcapWriter, TSHARK_USER0_INFINIBAND};
 use uhca_mock::wire::{
-    AethSyndrome, BthRepr, EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr,
-    Ipv4Repr, Ipv6Repr, LinkNextHeader, LrhRepr, NakCode, Opcode, RoceV2Repr, VlanTag,
+    AethSyndrome, BthRepr, EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Repr,
+    Ipv6Repr, LinkNextHeader, LrhRepr, NakCode, Opcode, RoceV2Repr, VlanTag,
 };
 
 fn tshark_available() -> bool {
@@ -22,7 +22,9 @@ fn tshark_available() -> bool {
                      apt-get install -y tshark (see ../shared/reference/WIRE.md)"
                 );
             }
-            eprintln!("SKIPPED: tshark is not installed (set UHCA_REQUIRE_TSHARK=1 to fail instead)");
+            eprintln!(
+                "SKIPPED: tshark is not installed (set UHCA_REQUIRE_TSHARK=1 to fail instead)"
+            );
             false
         }
     }
@@ -39,8 +41,14 @@ fn assert_not_malformed(file: &PathBuf, extra: &[&str]) {
         .output()
         .expect("run tshark");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!text.contains("Malformed"), "tshark reports a malformed packet:\n{text}");
-    assert!(text.contains("InfiniBand"), "tshark did not decode InfiniBand:\n{text}");
+    assert!(
+        !text.contains("Malformed"),
+        "tshark reports a malformed packet:\n{text}"
+    );
+    assert!(
+        text.contains("InfiniBand"),
+        "tshark did not decode InfiniBand:\n{text}"
+    );
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -50,12 +58,19 @@ fn tmp(name: &str) -> PathBuf {
 /// `tshark -r file -T fields -e ...`, one Vec of fields per packet.
 fn tshark_fields(file: &PathBuf, extra: &[&str], fields: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = Command::new("tshark");
-    cmd.args(extra).arg("-r").arg(file).args(["-T", "fields", "-E", "separator=|"]);
+    cmd.args(extra)
+        .arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-E", "separator=|"]);
     for f in fields {
         cmd.args(["-e", f]);
     }
     let out = cmd.output().expect("run tshark");
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -66,19 +81,26 @@ fn tshark_fields(file: &PathBuf, extra: &[&str], fields: &[&str]) -> Vec<Vec<Str
 fn transports<'a>() -> Vec<IbTransportRepr<'a>> {
     vec![
         IbTransportRepr::new(BthRepr::new(Opcode::RcSendOnly, 0x12, 100), b"hello"),
-        IbTransportRepr::new(BthRepr::new(Opcode::RcRdmaWriteOnly, 0x13, 0xFF_FFFF), &[0xAB; 64])
-            .with_reth(0x7F00_0000_1000, 0x4321, 64),
+        IbTransportRepr::new(
+            BthRepr::new(Opcode::RcRdmaWriteOnly, 0x13, 0xFF_FFFF),
+            &[0xAB; 64],
+        )
+        .with_reth(0x7F00_0000_1000, 0x4321, 64),
         IbTransportRepr::new(BthRepr::new(Opcode::RcRdmaReadRequest, 0x14, 7), &[])
             .with_reth(0x2000, 0x55, 4096),
         IbTransportRepr::new(BthRepr::new(Opcode::RcAcknowledge, 0x15, 8), &[])
             .with_aeth(AethSyndrome::Nak(NakCode::PsnSequenceError), 3),
-        IbTransportRepr::new(BthRepr::new(Opcode::RcFetchAdd, 0x16, 9), &[]).with_atomic_eth(0x3000, 0x66, 1, 0),
+        IbTransportRepr::new(BthRepr::new(Opcode::RcFetchAdd, 0x16, 9), &[])
+            .with_atomic_eth(0x3000, 0x66, 1, 0),
         IbTransportRepr::new(BthRepr::new(Opcode::RcAtomicAcknowledge, 0x17, 9), &[])
             .with_aeth(AethSyndrome::Ack { credit_count: 31 }, 4)
             .with_atomic_ack_eth(41),
-        IbTransportRepr::new(BthRepr::new(Opcode::UdSendOnlyWithImmediate, 0x18, 10), b"ud!")
-            .with_deth(0x1111_1111, 0x99)
-            .with_imm_dt(0xCAFE),
+        IbTransportRepr::new(
+            BthRepr::new(Opcode::UdSendOnlyWithImmediate, 0x18, 10),
+            b"ud!",
+        )
+        .with_deth(0x1111_1111, 0x99)
+        .with_imm_dt(0xCAFE),
     ]
 }
 
@@ -91,17 +113,29 @@ fn num(s: &str) -> u64 {
 }
 
 fn nums(rows: Vec<Vec<String>>) -> Vec<Vec<u64>> {
-    rows.iter().map(|r| r.iter().map(|s| num(s)).collect()).collect()
+    rows.iter()
+        .map(|r| r.iter().map(|s| num(s)).collect())
+        .collect()
 }
 
 fn expected() -> Vec<Vec<u64>> {
     transports()
         .iter()
-        .map(|t| vec![u64::from(u8::from(t.bth.opcode)), u64::from(t.bth.dest_qp), u64::from(t.bth.psn)])
+        .map(|t| {
+            vec![
+                u64::from(u8::from(t.bth.opcode)),
+                u64::from(t.bth.dest_qp),
+                u64::from(t.bth.psn),
+            ]
+        })
         .collect()
 }
 
-const FIELDS: [&str; 3] = ["infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn"];
+const FIELDS: [&str; 3] = [
+    "infiniband.bth.opcode",
+    "infiniband.bth.destqp",
+    "infiniband.bth.psn",
+];
 
 #[test]
 fn tshark_decodes_roce_v2_pcap() {
@@ -116,9 +150,17 @@ fn tshark_decodes_roce_v2_pcap() {
         } else {
             IpRepr::Ipv6(Ipv6Repr::new([0xfe; 16], [0xfd; 16]))
         };
-        let vlan = (i == 3).then_some(VlanTag { pcp: 3, dei: false, vid: 7 });
+        let vlan = (i == 3).then_some(VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 7,
+        });
         let r = RoceV2Repr {
-            eth: EthernetRepr { dst: [2, 0, 0, 0, 0, 2], src: [2, 0, 0, 0, 0, 1], vlan },
+            eth: EthernetRepr {
+                dst: [2, 0, 0, 0, 0, 2],
+                src: [2, 0, 0, 0, 0, 1],
+                vlan,
+            },
             ip,
             udp_src_port: 49152 + i as u16,
             transport: t,
@@ -133,14 +175,25 @@ fn tshark_decodes_roce_v2_pcap() {
     let got = nums(tshark_fields(&path, &[], &FIELDS));
     assert_eq!(got, expected());
     // Extension headers as tshark reads them.
-    let ext = nums(tshark_fields(
-        &path,
-        &[],
-        &["infiniband.reth.dmalen", "infiniband.aeth.msn", "infiniband.deth.srcqp", "infiniband.atomicacketh.origremdt"],
-    )
-    .into_iter()
-    .map(|r| r.into_iter().map(|s| if s.is_empty() { "0".into() } else { s }).collect())
-    .collect());
+    let ext = nums(
+        tshark_fields(
+            &path,
+            &[],
+            &[
+                "infiniband.reth.dmalen",
+                "infiniband.aeth.msn",
+                "infiniband.deth.srcqp",
+                "infiniband.atomicacketh.origremdt",
+            ],
+        )
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|s| if s.is_empty() { "0".into() } else { s })
+                .collect()
+        })
+        .collect(),
+    );
     assert_eq!(ext[1][0], 64);
     assert_eq!(ext[2][0], 4096);
     assert_eq!(ext[3][1], 3);
@@ -167,7 +220,11 @@ fn tshark_decodes_native_ib_pcap_as_dlt_user0() {
             slid: 1,
         };
         let grh = (i % 2 == 1).then(|| GrhRepr::new([0xfe; 16], [0xfd; 16]));
-        let p = IbPacketRepr { lrh, grh, transport: t };
+        let p = IbPacketRepr {
+            lrh,
+            grh,
+            transport: t,
+        };
         let mut buf = vec![0u8; p.buffer_len()];
         p.emit(&mut buf).unwrap();
         w.write_packet(i as u64 * 1000, &buf).unwrap();
@@ -177,7 +234,15 @@ fn tshark_decodes_native_ib_pcap_as_dlt_user0() {
     let prefs = ["-o", TSHARK_USER0_INFINIBAND];
     assert_not_malformed(&path, &prefs);
     assert_eq!(nums(tshark_fields(&path, &prefs, &FIELDS)), expected());
-    let lrh = tshark_fields(&path, &prefs, &["infiniband.lrh.dlid", "infiniband.lrh.lnh", "infiniband.grh.nxthdr"]);
+    let lrh = tshark_fields(
+        &path,
+        &prefs,
+        &[
+            "infiniband.lrh.dlid",
+            "infiniband.lrh.lnh",
+            "infiniband.grh.nxthdr",
+        ],
+    );
     assert_eq!((num(&lrh[0][0]), num(&lrh[0][1])), (2, 2));
     assert_eq!((num(&lrh[1][1]), num(&lrh[1][2])), (3, 0x1b));
     let _ = std::fs::remove_file(&path);

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use uhca_mock::wire::eth::EthernetFrame;
 use uhca_mock::wire::pcap::{LinkType, PcapReader};
 use uhca_mock::wire::{
-    EtherType, Error, IbPacketRepr, IbTransportRepr, IpProtocol, Ipv4Packet, Ipv6Packet,
+    Error, EtherType, IbPacketRepr, IbTransportRepr, IpProtocol, Ipv4Packet, Ipv6Packet,
     LinkNextHeader, Opcode, ROCEV2_UDP_PORT, RoceV2Repr, UdpPacket, ib::Lrh, roce,
 };
 
@@ -47,7 +47,9 @@ enum Verdict {
 fn is_roce_datagram(d: &[u8]) -> bool {
     let udp = match d.first().map(|b| b >> 4) {
         Some(4) => match Ipv4Packet::new_checked(d) {
-            Ok(p) if p.protocol() == IpProtocol::Udp && p.frag_offset() == 0 => &d[p.header_len()..],
+            Ok(p) if p.protocol() == IpProtocol::Udp && p.frag_offset() == 0 => {
+                &d[p.header_len()..]
+            }
             _ => return false,
         },
         Some(6) => match Ipv6Packet::new_checked(d) {
@@ -56,7 +58,9 @@ fn is_roce_datagram(d: &[u8]) -> bool {
         },
         _ => return false,
     };
-    UdpPacket::new_checked(udp).map(|u| u.dst_port() == ROCEV2_UDP_PORT).unwrap_or(false)
+    UdpPacket::new_checked(udp)
+        .map(|u| u.dst_port() == ROCEV2_UDP_PORT)
+        .unwrap_or(false)
 }
 
 fn opcode(t: &IbTransportRepr<'_>) -> u8 {
@@ -105,11 +109,17 @@ fn run(path: &str, quiet: bool, t: &mut Tally) -> Result<LinkType, String> {
     let file = File::open(path).map_err(|e| format!("{path}: {e}"))?;
     let mut rd = PcapReader::new(BufReader::new(file)).map_err(|e| format!("{path}: {e}"))?;
     let link = rd.link_type();
-    if !matches!(link, LinkType::Ethernet | LinkType::RawIp | LinkType::User0 | LinkType::Infiniband) {
+    if !matches!(
+        link,
+        LinkType::Ethernet | LinkType::RawIp | LinkType::User0 | LinkType::Infiniband
+    ) {
         return Err(format!("{path}: unsupported link type {}", u32::from(link)));
     }
     let mut n = 0u64;
-    while let Some(p) = rd.next_packet().map_err(|e| format!("{path}: packet {}: {e}", n + 1))? {
+    while let Some(p) = rd
+        .next_packet()
+        .map_err(|e| format!("{path}: packet {}: {e}", n + 1))?
+    {
         n += 1;
         t.packets += 1;
         match check(link, &p.data) {
@@ -142,8 +152,12 @@ fn main() -> ExitCode {
             "-q" | "--quiet" => quiet = true,
             "-h" | "--help" => {
                 println!("usage: uhca-wirecheck [-q] FILE.pcap...");
-                println!("Decodes every InfiniBand (DLT 147/247) or RoCEv2 (Ethernet, raw IP) packet,");
-                println!("verifies lengths, checksums, ICRC and VCRC; exits 1 if any packet is bad.");
+                println!(
+                    "Decodes every InfiniBand (DLT 147/247) or RoCEv2 (Ethernet, raw IP) packet,"
+                );
+                println!(
+                    "verifies lengths, checksums, ICRC and VCRC; exits 1 if any packet is bad."
+                );
                 return ExitCode::SUCCESS;
             }
             _ => files.push(a),
@@ -181,5 +195,9 @@ fn main() -> ExitCode {
         }
         any_bad |= t.bad > 0;
     }
-    if any_bad { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    if any_bad {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -19,7 +19,11 @@ const fn crc32_table() -> [u32; 256] {
         let mut c = n as u32;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
             k += 1;
         }
         table[n] = c;
@@ -35,7 +39,11 @@ const fn crc16_table() -> [u16; 256] {
         let mut c = n as u16;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 { 0xD008 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xD008 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
             k += 1;
         }
         table[n] = c;
@@ -188,7 +196,11 @@ mod tests {
         for &b in bytes {
             crc ^= u16::from(b.reverse_bits()) << 8;
             for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x100B } else { crc << 1 };
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x100B
+                } else {
+                    crc << 1
+                };
             }
         }
         crc.reverse_bits() ^ 0xFFFF
@@ -198,7 +210,11 @@ mod tests {
     fn crc16_matches_bit_serial_reference() {
         let all: Vec<u8> = (0..=255u8).collect();
         for n in [0, 1, 2, 9, 31, 256] {
-            assert_eq!(Crc16::checksum(&all[..n]), crc16_reference(&all[..n]), "len {n}");
+            assert_eq!(
+                Crc16::checksum(&all[..n]),
+                crc16_reference(&all[..n]),
+                "len {n}"
+            );
         }
         assert_eq!(Crc16::checksum(b"123456789"), crc16_reference(b"123456789"));
     }

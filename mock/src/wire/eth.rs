@@ -73,7 +73,11 @@ pub struct VlanTag {
 
 impl VlanTag {
     fn from_tci(tci: u16) -> VlanTag {
-        VlanTag { pcp: (tci >> 13) as u8, dei: tci & 0x1000 != 0, vid: tci & 0x0FFF }
+        VlanTag {
+            pcp: (tci >> 13) as u8,
+            dei: tci & 0x1000 != 0,
+            vid: tci & 0x0FFF,
+        }
     }
     fn tci(&self) -> u16 {
         (u16::from(self.pcp & 7) << 13) | (u16::from(self.dei) << 12) | (self.vid & 0x0FFF)
@@ -104,7 +108,11 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         if b.len() < ETHERNET_HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b.len() < self.header_len() { Err(Error::Truncated) } else { Ok(()) }
+        if b.len() < self.header_len() {
+            Err(Error::Truncated)
+        } else {
+            Ok(())
+        }
     }
     /// The underlying buffer.
     pub fn into_inner(self) -> T {
@@ -167,14 +175,22 @@ impl EthernetRepr {
     pub fn parse<T: AsRef<[u8]>>(f: &EthernetFrame<T>) -> Result<(EthernetRepr, EtherType)> {
         f.check_len()?;
         Ok((
-            EthernetRepr { dst: f.dst_addr(), src: f.src_addr(), vlan: f.vlan_tag() },
+            EthernetRepr {
+                dst: f.dst_addr(),
+                src: f.src_addr(),
+                vlan: f.vlan_tag(),
+            },
             f.ethertype(),
         ))
     }
 
     /// 14, or 18 with a VLAN tag.
     pub const fn buffer_len(&self) -> usize {
-        if self.vlan.is_some() { ETHERNET_HEADER_LEN + VLAN_TAG_LEN } else { ETHERNET_HEADER_LEN }
+        if self.vlan.is_some() {
+            ETHERNET_HEADER_LEN + VLAN_TAG_LEN
+        } else {
+            ETHERNET_HEADER_LEN
+        }
     }
 
     /// Write the header with `ethertype` for the payload. `Err(Truncated)` if `buf` is shorter
@@ -205,16 +221,28 @@ mod tests {
     fn golden_tagged() {
         // dst 02:00:00:00:00:02, src 02:00:00:00:00:01, 0x8100, TCI: PCP 3, DEI 0, VID 100
         // = 011 0 0000_0110_0100 = 0x6064, inner 0x86DD.
-        let b = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x81, 0x00, 0x60, 0x64, 0x86, 0xDD, 0xAB];
+        let b = [
+            2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x81, 0x00, 0x60, 0x64, 0x86, 0xDD, 0xAB,
+        ];
         let f = EthernetFrame::new_checked(&b[..]).unwrap();
         let (r, et) = EthernetRepr::parse(&f).unwrap();
         assert_eq!(et, EtherType::Ipv6);
-        assert_eq!(r.vlan, Some(VlanTag { pcp: 3, dei: false, vid: 100 }));
+        assert_eq!(
+            r.vlan,
+            Some(VlanTag {
+                pcp: 3,
+                dei: false,
+                vid: 100
+            })
+        );
         assert_eq!(f.payload(), &[0xAB]);
         let mut out = [0u8; 18];
         r.emit(&mut out, EtherType::Ipv6).unwrap();
         assert_eq!(out, b[..18]);
-        assert_eq!(EthernetFrame::new_checked(&b[..17]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            EthernetFrame::new_checked(&b[..17]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     #[test]

@@ -184,7 +184,14 @@ mod tests {
         p[8 + 40] = 0x04; // RC SEND Only
         p[8 + 40 + 12] = 0x55;
         let base = ib_icrc(&p).unwrap();
-        for (at, v) in [(0, 0xF0), (1, 0xF3), (2, 0x12), (7, 0x99), (9, 0xFF), (11, 0x1F)] {
+        for (at, v) in [
+            (0, 0xF0),
+            (1, 0xF3),
+            (2, 0x12),
+            (7, 0x99),
+            (9, 0xFF),
+            (11, 0x1F),
+        ] {
             let mut q = p;
             q[at] = v;
             assert_eq!(ib_icrc(&q).unwrap(), base, "byte {at}");

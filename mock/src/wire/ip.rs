@@ -264,7 +264,8 @@ impl Ipv4Repr {
         if buf.len() < IPV4_HEADER_LEN {
             return Err(Error::Truncated);
         }
-        let total = u16::try_from(IPV4_HEADER_LEN + self.payload_len).map_err(|_| Error::Malformed)?;
+        let total =
+            u16::try_from(IPV4_HEADER_LEN + self.payload_len).map_err(|_| Error::Malformed)?;
         let b = &mut buf[..IPV4_HEADER_LEN];
         b[0] = 0x45;
         b[1] = (self.dscp << 2) | (self.ecn & 3);
@@ -419,7 +420,8 @@ impl Ipv6Repr {
             return Err(Error::Truncated);
         }
         let len = u16::try_from(self.payload_len).map_err(|_| Error::Malformed)?;
-        let w = (6u32 << 28) | (u32::from(self.traffic_class) << 20) | (self.flow_label & 0x000F_FFFF);
+        let w =
+            (6u32 << 28) | (u32::from(self.traffic_class) << 20) | (self.flow_label & 0x000F_FFFF);
         be::set_u32(buf, 0, w);
         be::set_u16(buf, 4, len);
         buf[6] = self.next_header.into();
@@ -459,8 +461,16 @@ impl IpRepr {
     /// The same header with another protocol and payload length.
     pub const fn with_payload(&self, protocol: IpProtocol, payload_len: usize) -> IpRepr {
         match *self {
-            IpRepr::Ipv4(r) => IpRepr::Ipv4(Ipv4Repr { protocol, payload_len, ..r }),
-            IpRepr::Ipv6(r) => IpRepr::Ipv6(Ipv6Repr { next_header: protocol, payload_len, ..r }),
+            IpRepr::Ipv4(r) => IpRepr::Ipv4(Ipv4Repr {
+                protocol,
+                payload_len,
+                ..r
+            }),
+            IpRepr::Ipv6(r) => IpRepr::Ipv6(Ipv6Repr {
+                next_header: protocol,
+                payload_len,
+                ..r
+            }),
         }
     }
 
@@ -519,16 +529,28 @@ mod tests {
     fn ipv4_errors() {
         let mut b = [0u8; 48];
         b[..20].copy_from_slice(&V4);
-        assert_eq!(Ipv4Packet::new_checked(&b[..47]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..47]).unwrap_err(),
+            Error::Truncated
+        );
         let mut c = b;
         c[11] ^= 1;
-        assert_eq!(Ipv4Repr::parse(&Ipv4Packet::new_unchecked(&c[..])).unwrap_err(), Error::BadChecksum);
+        assert_eq!(
+            Ipv4Repr::parse(&Ipv4Packet::new_unchecked(&c[..])).unwrap_err(),
+            Error::BadChecksum
+        );
         let mut c = b;
         c[0] = 0x44;
-        assert_eq!(Ipv4Packet::new_checked(&c[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv4Packet::new_checked(&c[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut c = b;
         c[3] = 10; // total length below the header length
-        assert_eq!(Ipv4Packet::new_checked(&c[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv4Packet::new_checked(&c[..]).unwrap_err(),
+            Error::Malformed
+        );
     }
 
     #[test]
@@ -539,10 +561,16 @@ mod tests {
         b[23] = 1;
         b[39] = 2;
         let r = Ipv6Repr::parse(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap();
-        assert_eq!((r.traffic_class, r.flow_label, r.payload_len), (2, 0x12345, 8));
+        assert_eq!(
+            (r.traffic_class, r.flow_label, r.payload_len),
+            (2, 0x12345, 8)
+        );
         let mut out = [0u8; 40];
         r.emit(&mut out).unwrap();
         assert_eq!(out, b[..40]);
-        assert_eq!(Ipv6Packet::new_checked(&b[..47]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..47]).unwrap_err(),
+            Error::Truncated
+        );
     }
 }

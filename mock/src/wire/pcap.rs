@@ -26,7 +26,8 @@ use std::io::{self, Read, Write};
 
 /// The tshark preference that maps DLT_USER0 (147) to the InfiniBand dissector; pass it as
 /// `tshark -o '<this>'`.
-pub const TSHARK_USER0_INFINIBAND: &str = r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#;
+pub const TSHARK_USER0_INFINIBAND: &str =
+    r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#;
 
 /// The largest record the reader accepts (a defence against corrupt length fields).
 pub const MAX_RECORD_LEN: u32 = 256 * 1024;
@@ -159,8 +160,17 @@ impl<R: Read> PcapReader<R> {
             _ => return Err(invalid("not a pcap file (pcapng is not supported)")),
         };
         let lt = [h[20], h[21], h[22], h[23]];
-        let lt = if big_endian { u32::from_be_bytes(lt) } else { u32::from_le_bytes(lt) };
-        Ok(PcapReader { r, big_endian, nanos, link_type: LinkType::from(lt & 0x0FFF_FFFF) })
+        let lt = if big_endian {
+            u32::from_be_bytes(lt)
+        } else {
+            u32::from_le_bytes(lt)
+        };
+        Ok(PcapReader {
+            r,
+            big_endian,
+            nanos,
+            link_type: LinkType::from(lt & 0x0FFF_FFFF),
+        })
     }
 
     /// The file's link type.
@@ -170,7 +180,11 @@ impl<R: Read> PcapReader<R> {
 
     fn u32_at(&self, b: &[u8], at: usize) -> u32 {
         let x = [b[at], b[at + 1], b[at + 2], b[at + 3]];
-        if self.big_endian { u32::from_be_bytes(x) } else { u32::from_le_bytes(x) }
+        if self.big_endian {
+            u32::from_be_bytes(x)
+        } else {
+            u32::from_le_bytes(x)
+        }
     }
 
     /// The next record, or `None` at a clean end of file. `InvalidData` for a record longer
@@ -197,7 +211,11 @@ impl<R: Read> PcapReader<R> {
         let mut data = vec![0u8; cap as usize];
         self.r.read_exact(&mut data)?;
         let timestamp_ns = secs * 1_000_000_000 + if self.nanos { frac } else { frac * 1_000 };
-        Ok(Some(PcapPacket { timestamp_ns, orig_len, data }))
+        Ok(Some(PcapPacket {
+            timestamp_ns,
+            orig_len,
+            data,
+        }))
     }
 }
 
@@ -213,15 +231,18 @@ mod tests {
         assert_eq!(
             f,
             [
-                0x4d, 0x3c, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0x93, 0,
-                0, 0
+                0x4d, 0x3c, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0x93, 0, 0,
+                0
             ]
         );
     }
 
     #[test]
     fn reads_big_endian_microseconds() {
-        let mut f = vec![0xa1, 0xb2, 0xc3, 0xd4, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 1];
+        let mut f = vec![
+            0xa1, 0xb2, 0xc3, 0xd4, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0,
+            1,
+        ];
         f.extend_from_slice(&[0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0xAB]);
         let mut r = PcapReader::new(&f[..]).unwrap();
         assert_eq!(r.link_type(), LinkType::Ethernet);
@@ -234,13 +255,23 @@ mod tests {
     fn rejects_garbage() {
         assert!(PcapReader::new(&[0u8; 24][..]).is_err());
         assert!(PcapReader::new(&[0u8; 3][..]).is_err());
-        let mut f = PcapWriter::new(Vec::new(), LinkType::Ethernet).unwrap().into_inner();
+        let mut f = PcapWriter::new(Vec::new(), LinkType::Ethernet)
+            .unwrap()
+            .into_inner();
         f.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
         let mut r = PcapReader::new(&f[..]).unwrap();
-        assert_eq!(r.next_packet().unwrap_err().kind(), io::ErrorKind::InvalidData);
-        let mut f = PcapWriter::new(Vec::new(), LinkType::Ethernet).unwrap().into_inner();
+        assert_eq!(
+            r.next_packet().unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        let mut f = PcapWriter::new(Vec::new(), LinkType::Ethernet)
+            .unwrap()
+            .into_inner();
         f.extend_from_slice(&[0, 0, 0]);
         let mut r = PcapReader::new(&f[..]).unwrap();
-        assert_eq!(r.next_packet().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(
+            r.next_packet().unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
     }
 }

@@ -52,10 +52,18 @@ impl<'a> RoceV2Repr<'a> {
             EtherType::Ipv4 | EtherType::Ipv6 => parse_ip_datagram(datagram)?,
             _ => return Err(Error::Unsupported),
         };
-        if !matches!((ethertype, ip), (EtherType::Ipv4, IpRepr::Ipv4(_)) | (EtherType::Ipv6, IpRepr::Ipv6(_))) {
+        if !matches!(
+            (ethertype, ip),
+            (EtherType::Ipv4, IpRepr::Ipv4(_)) | (EtherType::Ipv6, IpRepr::Ipv6(_))
+        ) {
             return Err(Error::Malformed);
         }
-        Ok(RoceV2Repr { eth, ip, udp_src_port, transport })
+        Ok(RoceV2Repr {
+            eth,
+            ip,
+            udp_src_port,
+            transport,
+        })
     }
 
     /// Write the frame into the first [`buffer_len`](Self::buffer_len) bytes of `frame`,
@@ -74,7 +82,12 @@ impl<'a> RoceV2Repr<'a> {
         };
         self.eth.emit(frame, ethertype)?;
         let at = self.eth.buffer_len();
-        emit_ip_datagram(&self.ip, self.udp_src_port, &self.transport, &mut frame[at..])
+        emit_ip_datagram(
+            &self.ip,
+            self.udp_src_port,
+            &self.transport,
+            &mut frame[at..],
+        )
     }
 }
 
@@ -95,7 +108,11 @@ pub fn parse_ip_datagram(datagram: &[u8]) -> Result<(IpRepr, u16, IbTransportRep
                 return Err(Error::Unsupported);
             }
             let hl = p.header_len();
-            (IpRepr::Ipv4(r), &datagram[..hl], &datagram[hl..usize::from(p.total_len())])
+            (
+                IpRepr::Ipv4(r),
+                &datagram[..hl],
+                &datagram[hl..usize::from(p.total_len())],
+            )
         }
         Some(6) => {
             let p = Ipv6Packet::new_checked(datagram)?;
@@ -103,7 +120,11 @@ pub fn parse_ip_datagram(datagram: &[u8]) -> Result<(IpRepr, u16, IbTransportRep
             if r.next_header != IpProtocol::Udp {
                 return Err(Error::Unsupported);
             }
-            (IpRepr::Ipv6(r), &datagram[..40], &datagram[40..40 + r.payload_len])
+            (
+                IpRepr::Ipv6(r),
+                &datagram[..40],
+                &datagram[40..40 + r.payload_len],
+            )
         }
         Some(_) => return Err(Error::Malformed),
     };
@@ -146,7 +167,10 @@ pub fn emit_ip_datagram(
     let ip = ip.with_payload(IpProtocol::Udp, udp_len);
     ip.emit(buf)?;
     let (ip_header, rest) = buf.split_at_mut(ip_len);
-    let udp = UdpRepr { src_port: udp_src_port, dst_port: ROCEV2_UDP_PORT };
+    let udp = UdpRepr {
+        src_port: udp_src_port,
+        dst_port: ROCEV2_UDP_PORT,
+    };
     udp.emit(rest, udp_len - UDP_HEADER_LEN)?;
     let (udp_header, t) = rest.split_at_mut(UDP_HEADER_LEN);
     let end = t.len() - ICRC_LEN;

@@ -39,7 +39,11 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         if l < UDP_HEADER_LEN {
             return Err(Error::Malformed);
         }
-        if len < l { Err(Error::Truncated) } else { Ok(()) }
+        if len < l {
+            Err(Error::Truncated)
+        } else {
+            Ok(())
+        }
     }
     /// The underlying buffer.
     pub fn into_inner(self) -> T {
@@ -117,7 +121,10 @@ impl UdpRepr {
         if !p.verify_checksum(ip) {
             return Err(Error::BadChecksum);
         }
-        Ok(UdpRepr { src_port: p.src_port(), dst_port: p.dst_port() })
+        Ok(UdpRepr {
+            src_port: p.src_port(),
+            dst_port: p.dst_port(),
+        })
     }
 
     /// 8.

@@ -289,7 +289,11 @@ impl<T: AsRef<[u8]>> Bth<T> {
     }
     /// `Err(Truncated)` if the buffer is shorter than a BTH.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < BTH_LEN { Err(Error::Truncated) } else { Ok(()) }
+        if self.buffer.as_ref().len() < BTH_LEN {
+            Err(Error::Truncated)
+        } else {
+            Ok(())
+        }
     }
     /// The underlying buffer.
     pub fn into_inner(self) -> T {
@@ -492,8 +496,9 @@ mod tests {
 
     // OpCode 0x04 (RC SEND Only) | SE=1 M=0 PadCnt=3 TVer=0 -> 1011_0000 = 0xB0 |
     // P_Key 0xFFFF | FECN=0 BECN=1 -> 0x40 | DestQP 0x000012 | A=1 -> 0x80 | PSN 0xABCDEF.
-    static BYTES: [u8; 12] =
-        [0x04, 0xB0, 0xFF, 0xFF, 0x40, 0x00, 0x00, 0x12, 0x80, 0xAB, 0xCD, 0xEF];
+    static BYTES: [u8; 12] = [
+        0x04, 0xB0, 0xFF, 0xFF, 0x40, 0x00, 0x00, 0x12, 0x80, 0xAB, 0xCD, 0xEF,
+    ];
 
     fn repr() -> BthRepr {
         BthRepr {
@@ -507,7 +512,10 @@ mod tests {
 
     #[test]
     fn golden_parse_and_emit() {
-        assert_eq!(BthRepr::parse(&Bth::new_checked(&BYTES[..]).unwrap()).unwrap(), repr());
+        assert_eq!(
+            BthRepr::parse(&Bth::new_checked(&BYTES[..]).unwrap()).unwrap(),
+            repr()
+        );
         let mut buf = [0xFFu8; 12];
         repr().emit(&mut Bth::new_unchecked(&mut buf[..]));
         assert_eq!(buf, BYTES);
@@ -551,9 +559,15 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(Bth::new_checked(&BYTES[..11]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Bth::new_checked(&BYTES[..11]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = BYTES;
         b[1] |= 1; // TVer 1
-        assert_eq!(BthRepr::parse(&Bth::new_unchecked(&b[..])).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            BthRepr::parse(&Bth::new_unchecked(&b[..])).unwrap_err(),
+            Error::Malformed
+        );
     }
 }

@@ -29,7 +29,11 @@ pub const IMM_DT_LEN: usize = 4;
 pub const IETH_LEN: usize = 4;
 
 fn check(b: &[u8], len: usize) -> Result<()> {
-    if b.len() < len { Err(Error::Truncated) } else { Ok(()) }
+    if b.len() < len {
+        Err(Error::Truncated)
+    } else {
+        Ok(())
+    }
 }
 
 macro_rules! view {
@@ -107,7 +111,11 @@ impl RethRepr {
     /// Parse a RETH.
     pub fn parse<T: AsRef<[u8]>>(p: &Reth<T>) -> Result<RethRepr> {
         check(p.buffer.as_ref(), RETH_LEN)?;
-        Ok(RethRepr { va: p.va(), rkey: p.rkey(), dma_len: p.dma_len() })
+        Ok(RethRepr {
+            va: p.va(),
+            rkey: p.rkey(),
+            dma_len: p.dma_len(),
+        })
     }
     /// 16.
     pub const fn buffer_len(&self) -> usize {
@@ -190,7 +198,9 @@ impl From<u8> for AethSyndrome {
             return AethSyndrome::Reserved(v);
         }
         match (v >> 5) & 3 {
-            0 => AethSyndrome::Ack { credit_count: v & 0x1F },
+            0 => AethSyndrome::Ack {
+                credit_count: v & 0x1F,
+            },
             1 => AethSyndrome::RnrNak { timer: v & 0x1F },
             3 => AethSyndrome::Nak(NakCode::from(v)),
             _ => AethSyndrome::Reserved(v),
@@ -248,7 +258,10 @@ impl AethRepr {
     /// Parse an AETH.
     pub fn parse<T: AsRef<[u8]>>(p: &Aeth<T>) -> Result<AethRepr> {
         check(p.buffer.as_ref(), AETH_LEN)?;
-        Ok(AethRepr { syndrome: p.syndrome(), msn: p.msn() })
+        Ok(AethRepr {
+            syndrome: p.syndrome(),
+            msn: p.msn(),
+        })
     }
     /// 4.
     pub const fn buffer_len(&self) -> usize {
@@ -369,7 +382,9 @@ impl AtomicAckEthRepr {
     /// Parse an AtomicAckETH.
     pub fn parse<T: AsRef<[u8]>>(p: &AtomicAckEth<T>) -> Result<AtomicAckEthRepr> {
         check(p.buffer.as_ref(), ATOMIC_ACK_ETH_LEN)?;
-        Ok(AtomicAckEthRepr { orig_rem_dt: p.orig_rem_dt() })
+        Ok(AtomicAckEthRepr {
+            orig_rem_dt: p.orig_rem_dt(),
+        })
     }
     /// 8.
     pub const fn buffer_len(&self) -> usize {
@@ -421,7 +436,10 @@ impl DethRepr {
     /// Parse a DETH.
     pub fn parse<T: AsRef<[u8]>>(p: &Deth<T>) -> Result<DethRepr> {
         check(p.buffer.as_ref(), DETH_LEN)?;
-        Ok(DethRepr { qkey: p.qkey(), src_qp: p.src_qp() })
+        Ok(DethRepr {
+            qkey: p.qkey(),
+            src_qp: p.src_qp(),
+        })
     }
     /// 8.
     pub const fn buffer_len(&self) -> usize {
@@ -445,8 +463,15 @@ mod tests {
             0x00, 0x00, 0x7F, 0x00, 0x12, 0x34, 0x50, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x00,
             0x10, 0x00,
         ];
-        let r = RethRepr { va: 0x7F00_1234_5000, rkey: 0x1234, dma_len: 4096 };
-        assert_eq!(RethRepr::parse(&Reth::new_checked(&b[..]).unwrap()).unwrap(), r);
+        let r = RethRepr {
+            va: 0x7F00_1234_5000,
+            rkey: 0x1234,
+            dma_len: 4096,
+        };
+        assert_eq!(
+            RethRepr::parse(&Reth::new_checked(&b[..]).unwrap()).unwrap(),
+            r
+        );
         let mut out = [0u8; 16];
         r.emit(&mut Reth::new_unchecked(&mut out[..]));
         assert_eq!(out, b);
@@ -478,8 +503,14 @@ mod tests {
         }
         // Syndrome 0x61 (NAK invalid request), MSN 0x000102.
         let b = [0x61, 0x00, 0x01, 0x02];
-        let r = AethRepr { syndrome: AethSyndrome::Nak(NakCode::InvalidRequest), msn: 0x102 };
-        assert_eq!(AethRepr::parse(&Aeth::new_checked(&b[..]).unwrap()).unwrap(), r);
+        let r = AethRepr {
+            syndrome: AethSyndrome::Nak(NakCode::InvalidRequest),
+            msn: 0x102,
+        };
+        assert_eq!(
+            AethRepr::parse(&Aeth::new_checked(&b[..]).unwrap()).unwrap(),
+            r
+        );
         let mut out = [0u8; 4];
         r.emit(&mut Aeth::new_unchecked(&mut out[..]));
         assert_eq!(out, b);
@@ -498,7 +529,10 @@ mod tests {
             swap_or_add: 0x0102_0304_0506_0708,
             compare: 0x1112_1314_1516_1718,
         };
-        assert_eq!(AtomicEthRepr::parse(&AtomicEth::new_checked(&b[..]).unwrap()).unwrap(), r);
+        assert_eq!(
+            AtomicEthRepr::parse(&AtomicEth::new_checked(&b[..]).unwrap()).unwrap(),
+            r
+        );
         let mut out = [0u8; 28];
         r.emit(&mut AtomicEth::new_unchecked(&mut out[..]));
         assert_eq!(out, b);
@@ -507,12 +541,23 @@ mod tests {
     #[test]
     fn atomic_ack_and_deth_golden() {
         let b = [0xDE, 0xAD, 0xBE, 0xEF, 0, 0, 0, 1];
-        let r = AtomicAckEthRepr { orig_rem_dt: 0xDEAD_BEEF_0000_0001 };
-        assert_eq!(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(&b[..])).unwrap(), r);
+        let r = AtomicAckEthRepr {
+            orig_rem_dt: 0xDEAD_BEEF_0000_0001,
+        };
+        assert_eq!(
+            AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(&b[..])).unwrap(),
+            r
+        );
         // Q_Key 0x80010000 (a "controlled" Q_Key has bit 31 set), reserved 0, SrcQP 0x000042.
         let d = [0x80, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x42];
-        let r = DethRepr { qkey: 0x8001_0000, src_qp: 0x42 };
-        assert_eq!(DethRepr::parse(&Deth::new_checked(&d[..]).unwrap()).unwrap(), r);
+        let r = DethRepr {
+            qkey: 0x8001_0000,
+            src_qp: 0x42,
+        };
+        assert_eq!(
+            DethRepr::parse(&Deth::new_checked(&d[..]).unwrap()).unwrap(),
+            r
+        );
         let mut out = [0xFFu8; 8];
         r.emit(&mut Deth::new_unchecked(&mut out[..]));
         assert_eq!(out, d);

@@ -46,7 +46,11 @@ impl<T: AsRef<[u8]>> Grh<T> {
     }
     /// `Err(Truncated)` if the buffer is shorter than a GRH.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < GRH_LEN { Err(Error::Truncated) } else { Ok(()) }
+        if self.buffer.as_ref().len() < GRH_LEN {
+            Err(Error::Truncated)
+        } else {
+            Ok(())
+        }
     }
     /// The underlying buffer.
     pub fn into_inner(self) -> T {
@@ -229,7 +233,10 @@ mod tests {
 
     #[test]
     fn golden_parse_and_emit() {
-        assert_eq!(GrhRepr::parse(&Grh::new_checked(&BYTES[..]).unwrap()).unwrap(), repr());
+        assert_eq!(
+            GrhRepr::parse(&Grh::new_checked(&BYTES[..]).unwrap()).unwrap(),
+            repr()
+        );
         let mut buf = [0u8; 40];
         repr().emit(&mut Grh::new_unchecked(&mut buf[..]));
         assert_eq!(buf, BYTES);
@@ -240,16 +247,28 @@ mod tests {
         let mut buf = BYTES;
         let mut g = Grh::new_unchecked(&mut buf[..]);
         g.set_traffic_class(0x01);
-        assert_eq!((g.ip_version(), g.traffic_class(), g.flow_label()), (6, 1, 0x12345));
+        assert_eq!(
+            (g.ip_version(), g.traffic_class(), g.flow_label()),
+            (6, 1, 0x12345)
+        );
         g.set_flow_label(0xFFFFF);
-        assert_eq!((g.ip_version(), g.traffic_class(), g.flow_label()), (6, 1, 0xFFFFF));
+        assert_eq!(
+            (g.ip_version(), g.traffic_class(), g.flow_label()),
+            (6, 1, 0xFFFFF)
+        );
     }
 
     #[test]
     fn errors() {
-        assert_eq!(Grh::new_checked(&BYTES[..39]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Grh::new_checked(&BYTES[..39]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = BYTES;
         b[0] = 0x4A;
-        assert_eq!(GrhRepr::parse(&Grh::new_unchecked(&b[..])).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            GrhRepr::parse(&Grh::new_unchecked(&b[..])).unwrap_err(),
+            Error::Malformed
+        );
     }
 }

@@ -265,6 +265,9 @@ mod tests {
         assert_eq!(Lrh::new_checked(&BYTES[..7]).unwrap_err(), Error::Truncated);
         let mut b = BYTES;
         b[0] = 0x01; // LVer 1
-        assert_eq!(LrhRepr::parse(&Lrh::new_unchecked(&b[..])).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            LrhRepr::parse(&Lrh::new_unchecked(&b[..])).unwrap_err(),
+            Error::Malformed
+        );
     }
 }

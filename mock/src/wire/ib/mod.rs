@@ -71,7 +71,10 @@ impl<'a> IbTransportRepr<'a> {
 
     /// With a DETH.
     pub const fn with_deth(mut self, qkey: u32, src_qp: u32) -> Self {
-        self.deth = Some(DethRepr { qkey, src_qp: src_qp & 0x00FF_FFFF });
+        self.deth = Some(DethRepr {
+            qkey,
+            src_qp: src_qp & 0x00FF_FFFF,
+        });
         self
     }
     /// With a RETH.
@@ -80,13 +83,27 @@ impl<'a> IbTransportRepr<'a> {
         self
     }
     /// With an AtomicETH.
-    pub const fn with_atomic_eth(mut self, va: u64, rkey: u32, swap_or_add: u64, compare: u64) -> Self {
-        self.atomic_eth = Some(AtomicEthRepr { va, rkey, swap_or_add, compare });
+    pub const fn with_atomic_eth(
+        mut self,
+        va: u64,
+        rkey: u32,
+        swap_or_add: u64,
+        compare: u64,
+    ) -> Self {
+        self.atomic_eth = Some(AtomicEthRepr {
+            va,
+            rkey,
+            swap_or_add,
+            compare,
+        });
         self
     }
     /// With an AETH.
     pub const fn with_aeth(mut self, syndrome: AethSyndrome, msn: u32) -> Self {
-        self.aeth = Some(AethRepr { syndrome, msn: msn & 0x00FF_FFFF });
+        self.aeth = Some(AethRepr {
+            syndrome,
+            msn: msn & 0x00FF_FFFF,
+        });
         self
     }
     /// With an AtomicAckETH.
@@ -161,14 +178,17 @@ impl<'a> IbTransportRepr<'a> {
             r.reth = Some(RethRepr::parse(&Reth::new_checked(take(RETH_LEN)?)?)?);
         }
         if want.atomic_eth {
-            r.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_checked(take(ATOMIC_ETH_LEN)?)?)?);
+            r.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_checked(take(
+                ATOMIC_ETH_LEN,
+            )?)?)?);
         }
         if want.aeth {
             r.aeth = Some(AethRepr::parse(&Aeth::new_checked(take(AETH_LEN)?)?)?);
         }
         if want.atomic_ack_eth {
-            r.atomic_ack_eth =
-                Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_checked(take(ATOMIC_ACK_ETH_LEN)?)?)?);
+            r.atomic_ack_eth = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_checked(take(
+                ATOMIC_ACK_ETH_LEN,
+            )?)?)?);
         }
         if want.imm_dt {
             r.imm_dt = Some(be::u32(take(IMM_DT_LEN)?, 0));
@@ -199,7 +219,10 @@ impl<'a> IbTransportRepr<'a> {
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         let want = self.bth.opcode.headers().ok_or(Error::Unsupported)?;
         let have = self.present();
-        let same_headers = ExtHeaders { payload: want.payload, ..have } == want;
+        let same_headers = ExtHeaders {
+            payload: want.payload,
+            ..have
+        } == want;
         if !same_headers || (have.payload && !want.payload) {
             return Err(Error::Malformed);
         }
@@ -208,7 +231,10 @@ impl<'a> IbTransportRepr<'a> {
             return Err(Error::Truncated);
         }
         let buf = &mut buf[..len];
-        let bth = BthRepr { pad_count: self.pad_count(), ..self.bth };
+        let bth = BthRepr {
+            pad_count: self.pad_count(),
+            ..self.bth
+        };
         bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
         let mut at = BTH_LEN;
         let mut next = |n: usize| {
@@ -223,13 +249,17 @@ impl<'a> IbTransportRepr<'a> {
             h.emit(&mut Reth::new_unchecked(&mut buf[next(RETH_LEN)]));
         }
         if let Some(h) = &self.atomic_eth {
-            h.emit(&mut AtomicEth::new_unchecked(&mut buf[next(ATOMIC_ETH_LEN)]));
+            h.emit(&mut AtomicEth::new_unchecked(
+                &mut buf[next(ATOMIC_ETH_LEN)],
+            ));
         }
         if let Some(h) = &self.aeth {
             h.emit(&mut Aeth::new_unchecked(&mut buf[next(AETH_LEN)]));
         }
         if let Some(h) = &self.atomic_ack_eth {
-            h.emit(&mut AtomicAckEth::new_unchecked(&mut buf[next(ATOMIC_ACK_ETH_LEN)]));
+            h.emit(&mut AtomicAckEth::new_unchecked(
+                &mut buf[next(ATOMIC_ACK_ETH_LEN)],
+            ));
         }
         if let Some(v) = self.imm_dt {
             buf[next(IMM_DT_LEN)].copy_from_slice(&v.to_be_bytes());
@@ -314,13 +344,18 @@ impl<'a> IbPacketRepr<'a> {
             None
         };
         let end = pkt - ICRC_LEN;
-        let stored_icrc = u32::from_le_bytes([bytes[end], bytes[end + 1], bytes[end + 2], bytes[end + 3]]);
+        let stored_icrc =
+            u32::from_le_bytes([bytes[end], bytes[end + 1], bytes[end + 2], bytes[end + 3]]);
         if ib_icrc(&bytes[..end])? != stored_icrc {
             return Err(Error::BadIcrc);
         }
         let transport = IbTransportRepr::parse(&bytes[hdr..end])?;
         lrh.packet_length = (pkt / 4) as u16;
-        Ok(IbPacketRepr { lrh, grh, transport })
+        Ok(IbPacketRepr {
+            lrh,
+            grh,
+            transport,
+        })
     }
 
     /// Write the whole packet into the first [`buffer_len`](Self::buffer_len) bytes of `buf`,
@@ -340,7 +375,11 @@ impl<'a> IbPacketRepr<'a> {
         }
         let buf = &mut buf[..len];
         let lrh = LrhRepr {
-            lnh: if self.grh.is_some() { LinkNextHeader::IbaGlobal } else { LinkNextHeader::IbaLocal },
+            lnh: if self.grh.is_some() {
+                LinkNextHeader::IbaGlobal
+            } else {
+                LinkNextHeader::IbaLocal
+            },
             packet_length: (pkt / 4) as u16,
             ..self.lrh
         };
