@@ -161,7 +161,7 @@ impl<'a> IbTransportRepr<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
         let bth = BthRepr::parse(&Bth::new_checked(bytes)?)?;
         let want = bth.opcode.headers().ok_or(Error::Unsupported)?;
-        if bytes.len() % 4 != 0 {
+        if !bytes.len().is_multiple_of(4) {
             return Err(Error::Malformed);
         }
         let mut r = IbTransportRepr::new(bth, &[]);
