@@ -3,5 +3,39 @@
 //! Written from the PRM and the `uhca-fwif` layouts, never from the driver: it decodes
 //! commands and WQEs and encodes CQEs, EQEs and packets by itself, so a misreading of the
 //! PRM in the driver shows up as a failing test instead of being mirrored.
+//!
+//! A [`MockHca`] is one PCI function: configuration space ([`pci`]), BAR0 (initialization
+//! segment, health buffer, UAR pages), an IOMMU in front of host memory ([`iommu`]) and
+//! firmware that executes commands ([`firmware`]). A driver talks to it through a
+//! [`MockPlatform`], which implements the HAL's platform traits; doorbells are processed
+//! synchronously inside the `Bar` write. `MOCK.md`-style details are in `MODEL.md`.
+//!
+//! ```
+//! use uhca_mock::{MockConfig, MockHca};
+//! use uhca_hal::{Bar, PciConfig};
+//! let hca = MockHca::new(MockConfig::ethernet());
+//! let platform = hca.platform();
+//! assert_eq!(platform.config_read16(0).unwrap(), 0x15b3);
+//! // cmdif_rev 5 in the initialization segment.
+//! assert_eq!(platform.read_be32(4) >> 16, 5);
+//! ```
 
+pub mod bar;
+pub mod caps;
+pub mod clock;
+pub(crate) mod device;
+pub mod faults;
+pub mod firmware;
+pub mod iommu;
+pub mod log;
+pub(crate) mod model;
+pub mod pci;
 pub mod wire;
+
+pub use caps::PortType;
+pub use clock::ClockMode;
+pub use faults::CommandFault;
+pub use firmware::HcaState;
+pub use iommu::{FaultKind, IommuFault};
+pub use log::{CommandOutcome, CommandRecord, DoorbellRecord, LOG_CAPACITY, Note};
+pub use model::{MockConfig, MockHca, MockPlatform, ObjectCounts, PageCounts};

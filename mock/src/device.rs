@@ -1,0 +1,76 @@
+//! The device behind the lock: PCI function, IOMMU, firmware and the logs.
+
+use crate::MockConfig;
+use crate::faults::Faults;
+use crate::firmware::Firmware;
+use crate::iommu::Iommu;
+use crate::log::{CommandRecord, DoorbellRecord, Note, Ring};
+use crate::pci::PciFunction;
+
+/// The whole model state, guarded by the device mutex.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) config: MockConfig,
+    pub(crate) pci: PciFunction,
+    pub(crate) iommu: Iommu,
+    pub(crate) fw: Firmware,
+    pub(crate) faults: Faults,
+    pub(crate) commands: Ring<CommandRecord>,
+    pub(crate) doorbells: Ring<DoorbellRecord>,
+    pub(crate) notes: Ring<Note>,
+    pub(crate) msix_table: Vec<u8>,
+    pub(crate) interrupts: Vec<u64>,
+    pub(crate) resets: u64,
+}
+
+impl Device {
+    pub(crate) fn new(config: MockConfig, now: u64) -> Self {
+        let infiniband = config.port_type == crate::PortType::InfiniBand;
+        let vectors = crate::caps::MSIX_VECTORS;
+        Device {
+            pci: PciFunction::new(infiniband, vectors),
+            iommu: Iommu::new(),
+            fw: Firmware::new(&config, now),
+            faults: Faults::default(),
+            commands: Ring::new(),
+            doorbells: Ring::new(),
+            notes: Ring::new(),
+            msix_table: msix_power_on(vectors),
+            interrupts: vec![0; vectors as usize],
+            resets: 0,
+            config,
+        }
+    }
+
+    /// Records a note about something the driver probably did wrong.
+    pub(crate) fn note(&mut self, now: u64, text: String) {
+        self.notes.push(Note { time_ns: now, text });
+    }
+
+    /// Function level reset: back to the power-on state, except the host side (IOMMU
+    /// mappings, which belong to the platform) and the injected faults other than the
+    /// fatal health state (the firmware restarts).
+    pub(crate) fn function_level_reset(&mut self, now: u64) {
+        let infiniband = self.config.port_type == crate::PortType::InfiniBand;
+        let vectors = crate::caps::MSIX_VECTORS;
+        self.pci = PciFunction::new(infiniband, vectors);
+        self.iommu.set_bus_master(false);
+        self.fw = Firmware::new(&self.config, now);
+        self.msix_table = msix_power_on(vectors);
+        self.resets += 1;
+    }
+
+    /// Whether the firmware still reports `initializing`.
+    pub(crate) fn initializing(&self, now: u64) -> bool {
+        self.faults.stuck_initializing || now < self.fw.ready_ns
+    }
+}
+
+/// MSI-X table at power-on: every vector masked (vector control bit 0).
+fn msix_power_on(vectors: u16) -> Vec<u8> {
+    let mut t = vec![0u8; vectors as usize * 16];
+    for v in 0..vectors as usize {
+        t[v * 16 + 12] = 1;
+    }
+    t
+}

@@ -1,0 +1,227 @@
+//! HCA life cycle: ENABLE_HCA, DISABLE_HCA, ISSI, capabilities, INIT_HCA, TEARDOWN_HCA,
+//! ACCESS_REGISTER (host endianness) and QUERY_SPECIAL_CONTEXTS.
+
+use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
+use crate::caps::{PortType, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
+use crate::device::Device;
+use uhca_fwif::PrmLayout;
+use uhca_fwif::cmd::*;
+use uhca_fwif::consts::{CmdStatus, HcaCapType};
+use uhca_fwif::ctx::{CmdHcaCap, RegisterHostEndianness, RoceCap};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The reserved lkey QUERY_SPECIAL_CONTEXTS reports.
+pub const RESERVED_LKEY: u32 = 0x0000_0300;
+/// The ISSI values the firmware supports (bit n: ISSI n).
+pub const SUPPORTED_ISSI: u32 = 0b11;
+
+/// TEARDOWN_HCA profile: graceful close.
+pub const TEARDOWN_GRACEFUL: u16 = 0;
+/// TEARDOWN_HCA profile: force close.
+pub const TEARDOWN_FORCE: u16 = 1;
+/// TEARDOWN_HCA profile: prepare fast teardown (then `nic_interface = DISABLED`).
+pub const TEARDOWN_PREPARE_FAST: u16 = 2;
+
+fn own_function(function_id: u16, other: bool) -> Result<(), Fail> {
+    if function_id != 0 || other {
+        return Err(bad_param(syndrome::BAD_FUNCTION));
+    }
+    Ok(())
+}
+
+impl Device {
+    pub(crate) fn cmd_enable_hca(&mut self, _c: &Ctx, i: &EnableHcaIn) -> CmdResult {
+        own_function(i.function_id(), i.embedded_cpu_function())?;
+        self.fw.state = HcaState::Enabled;
+        Ok(out(&EnableHcaOut::default()))
+    }
+
+    pub(crate) fn cmd_disable_hca(&mut self, c: &Ctx, i: &DisableHcaIn) -> CmdResult {
+        own_function(i.function_id(), i.embedded_cpu_function())?;
+        if self.fw.state == HcaState::Disabled {
+            return Err(bad_state(syndrome::HCA_NOT_ENABLED));
+        }
+        if !self.fw.pages.held.is_empty() {
+            let n = self.fw.pages.held.len();
+            self.note(
+                c.now,
+                format!("DISABLE_HCA with {n} firmware pages not reclaimed"),
+            );
+        }
+        self.fw.drop_objects();
+        let p = &mut self.fw.pages;
+        p.held.clear();
+        p.requested = 0;
+        p.to_return = 0;
+        p.released = false;
+        p.refused = false;
+        p.regular = self.config.regular_pages;
+        self.fw.state = HcaState::Disabled;
+        self.fw.issi = 0;
+        self.fw.fast_teardown_prepared = false;
+        Ok(out(&DisableHcaOut::default()))
+    }
+
+    pub(crate) fn cmd_query_issi(&mut self, _c: &Ctx, _i: &QueryIssiIn) -> CmdResult {
+        let mut o = QueryIssiOut::default();
+        o.set_current_issi(self.fw.issi)
+            .set_supported_issi_dw0(SUPPORTED_ISSI);
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_set_issi(&mut self, _c: &Ctx, i: &SetIssiIn) -> CmdResult {
+        let issi = i.current_issi();
+        if issi >= 32 || SUPPORTED_ISSI & (1 << issi) == 0 {
+            return Err(bad_param(syndrome::BAD_ISSI));
+        }
+        self.fw.issi = issi;
+        Ok(out(&SetIssiOut::default()))
+    }
+
+    pub(crate) fn cmd_query_hca_cap(&mut self, c: &Ctx, i: &QueryHcaCapIn) -> CmdResult {
+        let _ = c;
+        own_function(i.function_id(), i.other_function())?;
+        let op_mod = i.op_mod();
+        let cur = op_mod & 1 == 1;
+        let mut o = QueryHcaCapOut::default();
+        let cap = o.capability_mut();
+        match HcaCapType::from_raw(op_mod >> 1) {
+            HcaCapType::General => {
+                let g = if cur {
+                    &self.fw.caps.general_cur
+                } else {
+                    &self.fw.caps.general_max
+                };
+                cap[..CmdHcaCap::SIZE].copy_from_slice(g.as_bytes());
+            }
+            HcaCapType::Roce if self.fw.port_type() == PortType::Ethernet => {
+                let r = if cur {
+                    &self.fw.caps.roce_cur
+                } else {
+                    &self.fw.caps.roce_max
+                };
+                cap[..RoceCap::SIZE].copy_from_slice(r.as_bytes());
+            }
+            _ => return Err(bad_param(syndrome::BAD_CAP_TYPE)),
+        }
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_set_hca_cap(&mut self, _c: &Ctx, i: &SetHcaCapIn) -> CmdResult {
+        own_function(i.function_id(), i.other_function())?;
+        let op_mod = i.op_mod();
+        if op_mod & 1 != 0 {
+            return Err(bad_param(syndrome::BAD_OP_MOD));
+        }
+        let caps = &mut self.fw.caps;
+        let res = match HcaCapType::from_raw(op_mod >> 1) {
+            HcaCapType::General => {
+                let (req, _) = CmdHcaCap::read_from_prefix(i.capability())
+                    .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
+                apply_settable(
+                    &mut caps.general_cur,
+                    &caps.general_max,
+                    &req,
+                    SETTABLE_GENERAL,
+                )
+            }
+            HcaCapType::Roce if caps.port_type() == PortType::Ethernet => {
+                let (req, _) = RoceCap::read_from_prefix(i.capability())
+                    .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
+                apply_settable(&mut caps.roce_cur, &caps.roce_max, &req, SETTABLE_ROCE)
+            }
+            _ => return Err(bad_param(syndrome::BAD_CAP_TYPE)),
+        };
+        res.map_err(|_| bad_param(syndrome::CAP_ABOVE_MAX))?;
+        Ok(out(&SetHcaCapOut::default()))
+    }
+
+    pub(crate) fn cmd_init_hca(&mut self, _c: &Ctx, _i: &InitHcaIn) -> CmdResult {
+        if self.fw.pages.init_outstanding() > 0 {
+            return Err(no_res(syndrome::NO_INIT_PAGES));
+        }
+        self.fw.state = HcaState::Initialized;
+        Ok(out(&InitHcaOut::default()))
+    }
+
+    pub(crate) fn cmd_teardown_hca(&mut self, _c: &Ctx, i: &TeardownHcaIn) -> CmdResult {
+        let profile = i.profile();
+        if !matches!(
+            profile,
+            TEARDOWN_GRACEFUL | TEARDOWN_FORCE | TEARDOWN_PREPARE_FAST
+        ) {
+            return Err(bad_param(syndrome::BAD_TEARDOWN_PROFILE));
+        }
+        if self.fw.state != HcaState::Initialized {
+            let s = if self.fw.state == HcaState::TornDown {
+                syndrome::HCA_TORN_DOWN
+            } else {
+                syndrome::HCA_NOT_INITIALIZED
+            };
+            return Err(bad_state(s));
+        }
+        let mut o = TeardownHcaOut::default();
+        if profile == TEARDOWN_PREPARE_FAST {
+            if !self.fw.caps.general_cur.fast_teardown() {
+                return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
+            }
+            self.fw.fast_teardown_prepared = true;
+            o.set_state(false);
+            return Ok(out(&o));
+        }
+        if profile == TEARDOWN_FORCE && !self.fw.caps.general_cur.force_teardown() {
+            return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
+        }
+        self.fw.drop_objects();
+        self.fw.state = HcaState::TornDown;
+        self.fw.pages.released = true;
+        self.fw.pages.requested = 0;
+        o.set_state(false);
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_access_register(&mut self, c: &Ctx, i: &AccessRegisterIn) -> CmdResult {
+        if i.register_id() != REG_HOST_ENDIANNESS {
+            return Err(bad_param(syndrome::BAD_REGISTER));
+        }
+        let data_off = AccessRegisterIn::SIZE;
+        match i.op_mod() {
+            ACCESS_REGISTER_OP_MOD_WRITE => {
+                let Some(bytes) = c.raw.get(data_off..data_off + RegisterHostEndianness::SIZE)
+                else {
+                    return Err(Fail::Cmd(CmdStatus::BadInpLenErr, syndrome::BAD_INPUT_LEN));
+                };
+                let reg = RegisterHostEndianness::read_from_bytes(bytes)
+                    .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
+                self.fw.host_endianness_he = reg.he();
+                let mut o = out(&AccessRegisterOut::default());
+                o.extend_from_slice(reg.as_bytes());
+                Ok(o)
+            }
+            ACCESS_REGISTER_OP_MOD_READ => {
+                if c.outlen < AccessRegisterOut::SIZE + RegisterHostEndianness::SIZE {
+                    return Err(Fail::Cmd(
+                        CmdStatus::BadOutpLenErr,
+                        syndrome::BAD_OUTPUT_LEN,
+                    ));
+                }
+                let mut reg = RegisterHostEndianness::default();
+                reg.set_he(self.fw.host_endianness_he);
+                let mut o = out(&AccessRegisterOut::default());
+                o.extend_from_slice(reg.as_bytes());
+                Ok(o)
+            }
+            _ => Err(bad_param(syndrome::BAD_OP_MOD)),
+        }
+    }
+
+    pub(crate) fn cmd_query_special_contexts(
+        &mut self,
+        _c: &Ctx,
+        _i: &QuerySpecialContextsIn,
+    ) -> CmdResult {
+        let mut o = QuerySpecialContextsOut::default();
+        o.set_resd_lkey(RESERVED_LKEY);
+        Ok(out(&o))
+    }
+}

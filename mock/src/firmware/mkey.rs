@@ -1,0 +1,130 @@
+//! Memory keys: CREATE_MKEY (PA and MTT access modes), DESTROY_MKEY, QUERY_MKEY.
+
+use super::{CmdResult, Ctx, Mkey, bad_param, bad_res, lim, out, pas_list, syndrome};
+use crate::device::Device;
+use uhca_fwif::PrmLayout;
+use uhca_fwif::cmd::*;
+use uhca_fwif::consts::MkcAccessMode;
+
+/// First memory key index handed out (lower indices are reserved, e.g. the reserved lkey).
+pub const FIRST_MKEY_INDEX: u32 = 0x10;
+/// Most translation entries one memory key may have in the model.
+pub const MAX_MTT: u64 = 1 << 20;
+
+impl Mkey {
+    /// The access mode (`access_mode_4_2 << 2 | access_mode_1_0`).
+    pub(crate) fn access_mode(&self) -> MkcAccessMode {
+        MkcAccessMode::from_raw((self.mkc.access_mode_4_2() << 2) | self.mkc.access_mode_1_0())
+    }
+
+    /// Translates `[va, va + len)` to IOVA pieces, or `None` if the range is outside the
+    /// key. (For the datapath engine.)
+    #[allow(dead_code)]
+    pub(crate) fn translate(&self, va: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+        let m = &self.mkc;
+        let end = va.checked_add(len)?;
+        if !m.length64() && (va < m.start_addr() || end > m.start_addr().checked_add(m.len())?) {
+            return None;
+        }
+        match self.access_mode() {
+            MkcAccessMode::Pa => Some(vec![(va, len)]),
+            MkcAccessMode::Mtt => {
+                let ps = 1u64 << m.log_page_size();
+                let base = m.start_addr() & !(ps - 1);
+                let mut out = Vec::new();
+                let mut cur = va;
+                while cur < end {
+                    let page = ((cur - base) / ps) as usize;
+                    let off = (cur - base) % ps;
+                    let n = (ps - off).min(end - cur);
+                    let entry = *self.mtt.get(page)? & !(ps - 1);
+                    out.push((entry + off, n));
+                    cur += n;
+                }
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Device {
+    pub(crate) fn cmd_create_mkey(&mut self, c: &Ctx, i: &CreateMkeyIn) -> CmdResult {
+        let mkc = *i.memory_key_mkey_entry();
+        if i.pg_access() || i.mkey_umem_valid() {
+            return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
+        }
+        if !self.fw.pds.contains(&mkc.pd()) {
+            return Err(bad_param(syndrome::BAD_PD));
+        }
+        if mkc.qpn() != 0x00ff_ffff {
+            return Err(bad_param(syndrome::BAD_MKEY_QPN));
+        }
+        if (mkc.rw() || mkc.a()) && !mkc.lw() {
+            return Err(bad_param(syndrome::BAD_ACCESS_RIGHTS));
+        }
+        let mode = MkcAccessMode::from_raw((mkc.access_mode_4_2() << 2) | mkc.access_mode_1_0());
+        let mut mtt = Vec::new();
+        match mode {
+            MkcAccessMode::Pa => {
+                if !mkc.length64()
+                    && (mkc.len() == 0 || mkc.start_addr().checked_add(mkc.len()).is_none())
+                {
+                    return Err(bad_param(syndrome::BAD_MKEY_RANGE));
+                }
+            }
+            MkcAccessMode::Mtt => {
+                if mkc.length64() || mkc.len() == 0 {
+                    return Err(bad_param(syndrome::BAD_MKEY_RANGE));
+                }
+                let shift = mkc.log_page_size();
+                if !(12..=30).contains(&shift) {
+                    return Err(bad_param(syndrome::BAD_PAGE_SIZE));
+                }
+                let ps = 1u64 << shift;
+                let Some(span) = (mkc.start_addr() % ps).checked_add(mkc.len()) else {
+                    return Err(bad_param(syndrome::BAD_MKEY_RANGE));
+                };
+                let npages = span.div_ceil(ps);
+                let given = i.translations_octword_actual_size() as u64 * 2;
+                if npages > MAX_MTT || given < npages {
+                    return Err(bad_param(syndrome::BAD_MTT_COUNT));
+                }
+                mtt = pas_list(c.raw, CreateMkeyIn::SIZE, npages as usize)?;
+                // Bits 0 and 1 of an entry are its read/write permissions.
+                if mtt.iter().any(|e| (e & !3) % ps != 0) {
+                    return Err(bad_param(syndrome::BAD_MTT_ENTRY));
+                }
+            }
+            _ => return Err(bad_param(syndrome::BAD_ACCESS_MODE)),
+        }
+        self.need_regular_pages()?;
+        if self.fw.mkeys.len() >= 1 << self.fw.caps.general_cur.log_max_mkey() {
+            return Err(lim(syndrome::TABLE_FULL));
+        }
+        let index = (self.fw.alloc_id() + FIRST_MKEY_INDEX) & 0x00ff_ffff;
+        self.fw.mkeys.insert(index, Mkey { mkc, mtt });
+        let mut o = CreateMkeyOut::default();
+        o.set_mkey_index(index);
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_destroy_mkey(&mut self, _c: &Ctx, i: &DestroyMkeyIn) -> CmdResult {
+        if self.fw.mkeys.remove(&i.mkey_index()).is_none() {
+            return Err(bad_res(syndrome::NO_SUCH_OBJECT));
+        }
+        Ok(out(&DestroyMkeyOut::default()))
+    }
+
+    pub(crate) fn cmd_query_mkey(&mut self, _c: &Ctx, i: &QueryMkeyIn) -> CmdResult {
+        if i.pg_access() {
+            return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
+        }
+        let Some(m) = self.fw.mkeys.get(&i.mkey_index()) else {
+            return Err(bad_res(syndrome::NO_SUCH_OBJECT));
+        };
+        let mut o = QueryMkeyOut::default();
+        *o.memory_key_mkey_entry_mut() = m.mkc;
+        Ok(out(&o))
+    }
+}

@@ -1,0 +1,321 @@
+//! Vport and port commands: NIC and HCA vport contexts, GID and P_Key tables, vport state,
+//! the RoCE address (GID) table, and MAD_IFC for InfiniBand ports.
+
+use super::{CmdResult, Ctx, Fail, bad_param, out, syndrome};
+use crate::caps::{IB_GID_TABLE_ENTRIES, PKEY_TABLE_ENTRIES, PortType};
+use crate::device::Device;
+use uhca_fwif::PrmLayout;
+use uhca_fwif::cmd::*;
+use uhca_fwif::consts::{CmdStatus, PortState};
+use uhca_fwif::ctx::{HcaVportContext, ModifyNicVportFieldSelect, RoceAddrLayout};
+use zerocopy::IntoBytes;
+
+/// The default P_Key (full member of the default partition), entry 0 of the P_Key table.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+/// The link-local GID prefix (fe80::/64).
+pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
+/// "All entries" for QUERY_HCA_VPORT_GID/PKEY.
+pub const ALL_ENTRIES: u16 = 0xffff;
+/// MAD status: unsupported method or attribute.
+pub const MAD_STATUS_UNSUPPORTED: u16 = 0x000c;
+
+fn out_len_err() -> Fail {
+    Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN)
+}
+
+impl Device {
+    fn own_vport(&self, other: bool, vport: u16) -> Result<(), Fail> {
+        if other || vport != 0 {
+            return Err(bad_param(syndrome::BAD_FUNCTION));
+        }
+        Ok(())
+    }
+
+    fn own_port(&self, port: u8) -> Result<(), Fail> {
+        if port > 1 {
+            return Err(bad_param(syndrome::BAD_PORT));
+        }
+        Ok(())
+    }
+
+    fn port_up(&self) -> bool {
+        self.fw.port_state == PortState::Active
+    }
+
+    pub(crate) fn cmd_query_nic_vport(
+        &mut self,
+        _c: &Ctx,
+        i: &QueryNicVportContextIn,
+    ) -> CmdResult {
+        self.own_vport(i.other_vport(), i.vport_number())?;
+        let mut o = QueryNicVportContextOut::default();
+        *o.nic_vport_context_mut() = self.fw.nic_vport;
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_modify_nic_vport(
+        &mut self,
+        _c: &Ctx,
+        i: &ModifyNicVportContextIn,
+    ) -> CmdResult {
+        self.own_vport(i.other_vport(), i.vport_number())?;
+        let sel = *i.field_select();
+        let mut allowed = ModifyNicVportFieldSelect::default();
+        allowed
+            .set_roce_en(true)
+            .set_mtu(true)
+            .set_promisc(true)
+            .set_change_event(true)
+            .set_disable_uc_local_lb(true)
+            .set_disable_mc_local_lb(true)
+            .set_min_inline(true);
+        let extra = sel.0.iter().zip(allowed.0.iter()).any(|(s, a)| s & !a != 0);
+        if extra {
+            return Err(bad_param(syndrome::BAD_FIELD_SELECT));
+        }
+        let req = i.nic_vport_context();
+        if sel.roce_en() && self.fw.port_type() != PortType::Ethernet && req.roce_en() {
+            return Err(bad_param(syndrome::WRONG_PORT_TYPE));
+        }
+        let v = &mut self.fw.nic_vport;
+        if sel.roce_en() {
+            v.set_roce_en(req.roce_en());
+        }
+        if sel.mtu() {
+            v.set_mtu(req.mtu());
+        }
+        if sel.promisc() {
+            v.set_promisc_uc(req.promisc_uc())
+                .set_promisc_mc(req.promisc_mc())
+                .set_promisc_all(req.promisc_all());
+        }
+        if sel.change_event() {
+            v.set_arm_change_event(req.arm_change_event());
+        }
+        if sel.disable_uc_local_lb() {
+            v.set_disable_uc_local_lb(req.disable_uc_local_lb());
+        }
+        if sel.disable_mc_local_lb() {
+            v.set_disable_mc_local_lb(req.disable_mc_local_lb());
+        }
+        if sel.min_inline() {
+            v.set_min_wqe_inline_mode(req.min_wqe_inline_mode());
+        }
+        Ok(out(&ModifyNicVportContextOut::default()))
+    }
+
+    pub(crate) fn cmd_query_hca_vport(
+        &mut self,
+        _c: &Ctx,
+        i: &QueryHcaVportContextIn,
+    ) -> CmdResult {
+        self.own_vport(i.other_vport(), i.vport_number())?;
+        self.own_port(i.port_num())?;
+        let guid = self.config.node_guid();
+        let up = self.port_up();
+        let mut ctx = HcaVportContext::default();
+        ctx.set_has_smi(self.fw.port_type() == PortType::InfiniBand)
+            .set_grh_required(self.fw.port_type() == PortType::Ethernet)
+            .set_port_physical_state(if up { 5 } else { 2 })
+            .set_port_state(self.fw.port_state.raw())
+            .set_vport_state(self.fw.port_state.raw())
+            .set_system_image_guid(guid)
+            .set_port_guid(guid)
+            .set_node_guid(guid);
+        if self.fw.port_type() == PortType::InfiniBand {
+            ctx.set_lid(self.fw.lid)
+                .set_sm_lid(self.fw.sm_lid)
+                .set_lmc(0)
+                .set_subnet_timeout(18);
+        }
+        let mut o = QueryHcaVportContextOut::default();
+        *o.hca_vport_context_mut() = ctx;
+        Ok(out(&o))
+    }
+
+    /// The GID at `index` of this port's table, if the index exists.
+    fn gid(&self, index: usize) -> Option<[u8; 16]> {
+        match self.fw.port_type() {
+            PortType::InfiniBand => {
+                if index >= IB_GID_TABLE_ENTRIES {
+                    return None;
+                }
+                let mut g = [0u8; 16];
+                if index == 0 {
+                    g[..8].copy_from_slice(&GID_PREFIX.to_be_bytes());
+                    g[8..].copy_from_slice(&self.config.node_guid().to_be_bytes());
+                }
+                Some(g)
+            }
+            PortType::Ethernet => {
+                let e = self.fw.roce_addrs.get(index)?;
+                Some(e.map(|a| *a.source_l3_address()).unwrap_or([0; 16]))
+            }
+        }
+    }
+
+    fn gid_table_len(&self) -> usize {
+        match self.fw.port_type() {
+            PortType::InfiniBand => IB_GID_TABLE_ENTRIES,
+            PortType::Ethernet => self.fw.roce_addrs.len(),
+        }
+    }
+
+    pub(crate) fn cmd_query_hca_vport_gid(&mut self, c: &Ctx, i: &QueryHcaVportGidIn) -> CmdResult {
+        self.own_vport(i.other_vport(), i.vport_number())?;
+        self.own_port(i.port_num())?;
+        let indices: Vec<usize> = if i.gid_index() == ALL_ENTRIES {
+            (0..self.gid_table_len()).collect()
+        } else {
+            vec![i.gid_index() as usize]
+        };
+        if c.outlen < QueryHcaVportGidOut::SIZE + 16 * indices.len() {
+            return Err(out_len_err());
+        }
+        let mut o = QueryHcaVportGidOut::default();
+        o.set_gids_num(indices.len() as u16);
+        let mut bytes = out(&o);
+        for idx in indices {
+            let g = self
+                .gid(idx)
+                .ok_or(bad_param(syndrome::BAD_ADDRESS_INDEX))?;
+            bytes.extend_from_slice(&g);
+        }
+        Ok(bytes)
+    }
+
+    pub(crate) fn cmd_query_hca_vport_pkey(
+        &mut self,
+        c: &Ctx,
+        i: &QueryHcaVportPkeyIn,
+    ) -> CmdResult {
+        self.own_vport(i.other_vport(), i.vport_number())?;
+        self.own_port(i.port_num())?;
+        let indices: Vec<usize> = if i.pkey_index() == ALL_ENTRIES {
+            (0..PKEY_TABLE_ENTRIES).collect()
+        } else {
+            vec![i.pkey_index() as usize]
+        };
+        if indices.iter().any(|&x| x >= PKEY_TABLE_ENTRIES) {
+            return Err(bad_param(syndrome::BAD_PKEY_INDEX));
+        }
+        if c.outlen < QueryHcaVportPkeyOut::SIZE + 4 * indices.len() {
+            return Err(out_len_err());
+        }
+        let mut bytes = out(&QueryHcaVportPkeyOut::default());
+        for idx in indices {
+            let pkey: u32 = if idx == 0 { DEFAULT_PKEY as u32 } else { 0 };
+            bytes.extend_from_slice(&pkey.to_be_bytes());
+        }
+        Ok(bytes)
+    }
+
+    pub(crate) fn cmd_query_vport_state(&mut self, _c: &Ctx, i: &QueryVportStateIn) -> CmdResult {
+        if i.op_mod() > 2 {
+            return Err(bad_param(syndrome::BAD_OP_MOD));
+        }
+        self.own_vport(i.other_vport(), i.vport_number())?;
+        let mut o = QueryVportStateOut::default();
+        o.set_admin_state(1)
+            .set_state(self.port_up() as u8)
+            .set_max_tx_speed(1000);
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_set_roce_address(&mut self, _c: &Ctx, i: &SetRoceAddressIn) -> CmdResult {
+        if self.fw.port_type() != PortType::Ethernet {
+            return Err(bad_param(syndrome::WRONG_PORT_TYPE));
+        }
+        self.own_port(i.vhca_port_num())?;
+        let idx = i.roce_address_index() as usize;
+        if idx >= self.fw.roce_addrs.len() {
+            return Err(bad_param(syndrome::BAD_ADDRESS_INDEX));
+        }
+        let a = *i.roce_address();
+        let entry = if a.as_bytes().iter().all(|&b| b == 0) {
+            None
+        } else {
+            if !matches!(a.roce_version(), 0 | 2) || a.roce_l3_type() > 1 {
+                return Err(bad_param(syndrome::BAD_ROCE_VERSION));
+            }
+            Some(a)
+        };
+        self.fw.roce_addrs[idx] = entry;
+        Ok(out(&SetRoceAddressOut::default()))
+    }
+
+    pub(crate) fn cmd_query_roce_address(&mut self, _c: &Ctx, i: &QueryRoceAddressIn) -> CmdResult {
+        if self.fw.port_type() != PortType::Ethernet {
+            return Err(bad_param(syndrome::WRONG_PORT_TYPE));
+        }
+        self.own_port(i.vhca_port_num())?;
+        let Some(e) = self.fw.roce_addrs.get(i.roce_address_index() as usize) else {
+            return Err(bad_param(syndrome::BAD_ADDRESS_INDEX));
+        };
+        let mut o = QueryRoceAddressOut::default();
+        *o.roce_address_mut() = e.unwrap_or(RoceAddrLayout::default());
+        Ok(out(&o))
+    }
+
+    /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeInfo) and
+    /// SubnGet(PortInfo); other MADs get the "unsupported" MAD status.
+    pub(crate) fn cmd_mad_ifc(&mut self, _c: &Ctx, i: &MadIfcIn) -> CmdResult {
+        if self.fw.port_type() != PortType::InfiniBand {
+            return Err(bad_param(syndrome::WRONG_PORT_TYPE));
+        }
+        if i.port() != 1 {
+            return Err(bad_param(syndrome::BAD_PORT));
+        }
+        if i.op_mod() > 3 {
+            return Err(bad_param(syndrome::BAD_OP_MOD));
+        }
+        let mad = i.mad();
+        let class = mad[1];
+        if mad[0] != 1 || !matches!(class, 0x01 | 0x81) {
+            return Err(bad_param(syndrome::BAD_MAD));
+        }
+        let mut resp = *mad;
+        resp[3] = 0x81; // GetResp
+        let mut status: u16 = 0;
+        let attr = u16::from_be_bytes([mad[16], mad[17]]);
+        let data = &mut resp[64..128];
+        let guid = self.config.node_guid();
+        if mad[3] != 0x01 {
+            status = MAD_STATUS_UNSUPPORTED;
+        } else if attr == 0x0011 {
+            // NodeInfo
+            data.fill(0);
+            data[0] = 1;
+            data[1] = 1;
+            data[2] = 1; // channel adapter
+            data[3] = 1; // ports
+            data[4..12].copy_from_slice(&guid.to_be_bytes());
+            data[12..20].copy_from_slice(&guid.to_be_bytes());
+            data[20..28].copy_from_slice(&guid.to_be_bytes());
+            data[28..30].copy_from_slice(&(PKEY_TABLE_ENTRIES as u16).to_be_bytes());
+            data[30..32].copy_from_slice(&crate::pci::DEVICE_ID.to_be_bytes());
+            data[36] = 1;
+            data[37..40].copy_from_slice(&[0x00, 0x02, 0xc9]);
+        } else if attr == 0x0015 {
+            // PortInfo
+            data.fill(0);
+            data[8..16].copy_from_slice(&GID_PREFIX.to_be_bytes());
+            data[16..18].copy_from_slice(&self.fw.lid.to_be_bytes());
+            data[18..20].copy_from_slice(&self.fw.sm_lid.to_be_bytes());
+            data[28] = 1;
+            let phys = if self.port_up() { 5 } else { 2 };
+            data[32] = (1 << 4) | self.fw.port_state.raw();
+            data[33] = phys << 4;
+            data[36] = 5 << 4; // neighbour MTU 4096
+        } else {
+            status = MAD_STATUS_UNSUPPORTED;
+        }
+        if class == 0x81 {
+            status |= 0x8000; // direction: response
+        }
+        resp[4..6].copy_from_slice(&status.to_be_bytes());
+        let mut o = MadIfcOut::default();
+        o.response_mad_packet_mut().copy_from_slice(&resp);
+        Ok(out(&o))
+    }
+}

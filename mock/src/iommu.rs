@@ -1,0 +1,324 @@
+//! The model's IOMMU and memory model.
+//!
+//! The platform's [`Dma`](uhca_hal::Dma) calls end up here: coherent allocations come from the
+//! host allocator and are mapped at an IOVA that is deliberately unrelated to their CPU
+//! address (a driver that hands the device a CPU address faults instead of working by
+//! accident); caller buffers are mapped the same way. Every access the device makes goes
+//! through [`Iommu::dma_read`] or [`Iommu::dma_write`], which translate the IOVA and check
+//! that the whole access lies inside one mapping. An access outside every mapping is
+//! recorded as an [`IommuFault`] and fails; the firmware turns the failure into the error
+//! the hardware reports.
+//!
+//! Bounds are exact: a mapping of 576 bytes allows no access to byte 576, even though a real
+//! IOMMU maps whole pages. Overruns are bugs even when hardware would not notice them.
+//!
+//! This is the one place of the model with `unsafe` code: it reads and writes host memory
+//! through raw pointers. The device side uses volatile byte accesses only, and never creates
+//! references into the memory, because the driver may access it at any time.
+
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use uhca_hal::{DmaError, DmaRegion};
+
+/// First IOVA handed out. Far from where host allocators place memory, so an IOVA is never
+/// equal to a CPU address.
+pub const IOVA_BASE: u64 = 0x0000_00f0_0000_0000;
+/// IOVA granule: allocations and mappings start on a 4 KiB boundary (or their alignment).
+pub const IOVA_PAGE: u64 = 4096;
+/// Largest single allocation or mapping the model accepts (1 GiB).
+pub const MAX_MAPPING: usize = 1 << 30;
+
+/// Why the device touched memory it may not touch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// No mapping covers the whole access.
+    Unmapped,
+    /// The command register's bus-master bit is clear, so the device may not DMA at all.
+    BusMasterDisabled,
+}
+
+/// A device access the IOMMU refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IommuFault {
+    /// Model time, in nanoseconds.
+    pub time_ns: u64,
+    /// First IOVA of the access.
+    pub iova: u64,
+    /// Length of the access in bytes.
+    pub len: usize,
+    /// Whether the device was writing.
+    pub write: bool,
+    /// Why it was refused.
+    pub kind: FaultKind,
+    /// What the device was doing (for example "command entry", "output mailbox", "EQE").
+    pub context: &'static str,
+}
+
+#[derive(Debug)]
+enum MappingKind {
+    /// Memory this IOMMU allocated; freed with this layout.
+    Coherent(Layout),
+    /// A caller's buffer; not ours to free.
+    User,
+}
+
+#[derive(Debug)]
+struct Mapping {
+    cpu: NonNull<u8>,
+    len: usize,
+    kind: MappingKind,
+}
+
+// SAFETY: a Mapping is the address of memory that is either owned by the IOMMU (coherent
+// allocations, freed only by the IOMMU) or lent by the caller for as long as it is mapped
+// (the `Dma::map` contract). The IOMMU only lives inside the device mutex, so the pointer is
+// used from one thread at a time, and all accesses through it are volatile.
+unsafe impl Send for Mapping {}
+
+/// The IOMMU: mappings from IOVA to host memory, and the faults it recorded.
+#[derive(Debug)]
+pub(crate) struct Iommu {
+    maps: BTreeMap<u64, Mapping>,
+    next_iova: u64,
+    faults: Vec<IommuFault>,
+    bus_master: bool,
+}
+
+impl Iommu {
+    pub(crate) fn new() -> Self {
+        Iommu {
+            maps: BTreeMap::new(),
+            next_iova: IOVA_BASE,
+            faults: Vec::new(),
+            bus_master: false,
+        }
+    }
+
+    /// Follows the command register's bus-master bit.
+    pub(crate) fn set_bus_master(&mut self, on: bool) {
+        self.bus_master = on;
+    }
+
+    pub(crate) fn faults(&self) -> &[IommuFault] {
+        &self.faults
+    }
+
+    pub(crate) fn clear_faults(&mut self) {
+        self.faults.clear();
+    }
+
+    /// Picks a free IOVA range for `len` bytes aligned to `align`, leaving an unmapped guard
+    /// page after it so that overruns fault. `page_offset` is added so a mapping can keep
+    /// its CPU address's offset within a page.
+    fn take_iova(&mut self, len: usize, align: u64, page_offset: u64, cpu: usize) -> u64 {
+        let align = align.max(IOVA_PAGE);
+        loop {
+            let base = self.next_iova.next_multiple_of(align);
+            let iova = base + page_offset;
+            let end = (iova + len as u64).next_multiple_of(IOVA_PAGE);
+            self.next_iova = end + IOVA_PAGE;
+            if iova != cpu as u64 {
+                return iova;
+            }
+        }
+    }
+
+    /// Allocates zeroed memory and maps it.
+    pub(crate) fn alloc_coherent(
+        &mut self,
+        len: usize,
+        align: usize,
+    ) -> Result<DmaRegion, DmaError> {
+        if len == 0 || len > MAX_MAPPING || !align.is_power_of_two() || align > MAX_MAPPING {
+            return Err(DmaError::InvalidRequest);
+        }
+        let layout = Layout::from_size_align(len, align.max(IOVA_PAGE as usize))
+            .map_err(|_| DmaError::InvalidRequest)?;
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let cpu = NonNull::new(ptr).ok_or(DmaError::OutOfMemory)?;
+        let iova = self.take_iova(len, align as u64, 0, cpu.as_ptr() as usize);
+        self.maps.insert(
+            iova,
+            Mapping {
+                cpu,
+                len,
+                kind: MappingKind::Coherent(layout),
+            },
+        );
+        Ok(DmaRegion { cpu, iova, len })
+    }
+
+    /// Unmaps and frees a coherent allocation. Returns false (and changes nothing) if the
+    /// region is not a live coherent allocation of this IOMMU.
+    pub(crate) fn free_coherent(&mut self, region: &DmaRegion) -> bool {
+        match self.maps.get(&region.iova) {
+            Some(m) if m.cpu == region.cpu && m.len == region.len => {}
+            _ => return false,
+        }
+        let Some(m) = self.maps.remove(&region.iova) else {
+            return false;
+        };
+        match m.kind {
+            MappingKind::Coherent(layout) => {
+                // SAFETY: the pointer came from `alloc_zeroed` with this layout and was
+                // removed from the table, so it is freed exactly once.
+                unsafe { std::alloc::dealloc(m.cpu.as_ptr(), layout) };
+                true
+            }
+            MappingKind::User => {
+                self.maps.insert(region.iova, m);
+                false
+            }
+        }
+    }
+
+    /// Maps a caller's buffer, keeping its offset within a 4 KiB page.
+    pub(crate) fn map(&mut self, cpu: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
+        if len == 0 || len > MAX_MAPPING {
+            return Err(DmaError::InvalidRequest);
+        }
+        let offset = cpu.as_ptr() as u64 % IOVA_PAGE;
+        let iova = self.take_iova(len, IOVA_PAGE, offset, cpu.as_ptr() as usize);
+        self.maps.insert(
+            iova,
+            Mapping {
+                cpu,
+                len,
+                kind: MappingKind::User,
+            },
+        );
+        Ok(iova)
+    }
+
+    /// Removes a mapping made by [`Iommu::map`].
+    pub(crate) fn unmap(&mut self, iova: u64, len: usize) -> Result<(), DmaError> {
+        match self.maps.get(&iova) {
+            Some(m) if m.len == len && matches!(m.kind, MappingKind::User) => {
+                self.maps.remove(&iova);
+                Ok(())
+            }
+            _ => Err(DmaError::NotMapped),
+        }
+    }
+
+    /// The mapping that holds `[iova, iova + len)` entirely, as (CPU pointer to `iova`).
+    fn translate(&self, iova: u64, len: usize) -> Option<NonNull<u8>> {
+        let (&base, m) = self.maps.range(..=iova).next_back()?;
+        let off = iova - base;
+        let end = off.checked_add(len as u64)?;
+        if end > m.len as u64 {
+            return None;
+        }
+        // SAFETY: `off < m.len` (or `off == m.len` with `len == 0`), so the result stays within
+        // (or one past the end of) the mapped object.
+        Some(unsafe { m.cpu.add(off as usize) })
+    }
+
+    fn check(
+        &mut self,
+        iova: u64,
+        len: usize,
+        write: bool,
+        now: u64,
+        context: &'static str,
+    ) -> Result<NonNull<u8>, IommuFault> {
+        let kind = if !self.bus_master {
+            FaultKind::BusMasterDisabled
+        } else if let Some(p) = self.translate(iova, len) {
+            return Ok(p);
+        } else {
+            FaultKind::Unmapped
+        };
+        let fault = IommuFault {
+            time_ns: now,
+            iova,
+            len,
+            write,
+            kind,
+            context,
+        };
+        if self.faults.len() < crate::log::LOG_CAPACITY {
+            self.faults.push(fault);
+        }
+        Err(fault)
+    }
+
+    /// A device read of `buf.len()` bytes at `iova`.
+    pub(crate) fn dma_read(
+        &mut self,
+        iova: u64,
+        buf: &mut [u8],
+        now: u64,
+        context: &'static str,
+    ) -> Result<(), IommuFault> {
+        let p = self.check(iova, buf.len(), false, now, context)?;
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: `translate` proved `[iova, iova + buf.len())` lies in one live mapping,
+            // whose memory is valid for reads (allocated by us, or lent under the `map`
+            // contract) for as long as it is mapped; the device mutex is held.
+            *b = unsafe { p.add(i).as_ptr().read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// A device write of `data` at `iova`.
+    pub(crate) fn dma_write(
+        &mut self,
+        iova: u64,
+        data: &[u8],
+        now: u64,
+        context: &'static str,
+    ) -> Result<(), IommuFault> {
+        let p = self.check(iova, data.len(), true, now, context)?;
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: as in `dma_read`; the mapping is valid for writes too (coherent memory
+            // and `map`ped buffers are both lent to the device for reading and writing).
+            unsafe { p.add(i).as_ptr().write_volatile(b) };
+        }
+        Ok(())
+    }
+
+    /// Host-side (CPU) read of mapped memory by IOVA, for tests; records no fault and
+    /// ignores bus mastering.
+    pub(crate) fn host_read(&self, iova: u64, buf: &mut [u8]) -> bool {
+        let Some(p) = self.translate(iova, buf.len()) else {
+            return false;
+        };
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: as in `dma_read`: the range lies within one live mapping.
+            *b = unsafe { p.add(i).as_ptr().read_volatile() };
+        }
+        true
+    }
+
+    /// Host-side (CPU) write of mapped memory by IOVA, for tests.
+    pub(crate) fn host_write(&self, iova: u64, data: &[u8]) -> bool {
+        let Some(p) = self.translate(iova, data.len()) else {
+            return false;
+        };
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: as in `dma_write`: the range lies within one live mapping.
+            unsafe { p.add(i).as_ptr().write_volatile(b) };
+        }
+        true
+    }
+
+    /// Whether `[iova, iova + len)` lies within one mapping.
+    pub(crate) fn is_mapped(&self, iova: u64, len: usize) -> bool {
+        self.translate(iova, len).is_some()
+    }
+}
+
+impl Drop for Iommu {
+    fn drop(&mut self) {
+        for (_, m) in std::mem::take(&mut self.maps) {
+            if let MappingKind::Coherent(layout) = m.kind {
+                // SAFETY: allocated by `alloc_zeroed` with this layout and never freed (freed
+                // allocations are removed from the table).
+                unsafe { std::alloc::dealloc(m.cpu.as_ptr(), layout) };
+            }
+        }
+    }
+}

@@ -1,0 +1,633 @@
+//! The public face of the model: [`MockHca`] (the device, for tests and users) and
+//! [`MockPlatform`] (the handle a driver uses, implementing the HAL's platform traits).
+
+use crate::caps::PortType;
+use crate::clock::{ClockMode, ModelClock};
+use crate::device::Device;
+use crate::faults::{ArmedCommandFault, CommandFault};
+use crate::firmware::HcaState;
+use crate::iommu::IommuFault;
+use crate::log::{CommandRecord, DoorbellRecord, Note};
+use crate::pci::{BAR0_SIZE, CONFIG_SPACE_SIZE, PCI_COMMAND, PCI_COMMAND_MASTER};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+use uhca_fwif::consts::{CmdOpcode, CmdStatus, PortChangeSubtype, QpState};
+use uhca_hal::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
+
+/// How to build a mock HCA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MockConfig {
+    /// Port type: InfiniBand or Ethernet (RoCE). Sets the PCI class code and the
+    /// capabilities.
+    pub port_type: PortType,
+    /// Virtual (deterministic) or real-time clock.
+    pub clock: ClockMode,
+    /// How long the firmware reports `initializing` after power-on or reset, in
+    /// microseconds of model time.
+    pub init_delay_us: u64,
+    /// Pages QUERY_PAGES reports as boot pages.
+    pub boot_pages: u32,
+    /// Pages QUERY_PAGES reports as init pages (needed by INIT_HCA).
+    pub init_pages: u32,
+    /// Regular pages the firmware needs after INIT_HCA before it creates CQs, QPs, SRQs and
+    /// memory keys; it asks for them with PAGE_REQUEST events (or they can be given up
+    /// front after QUERY_PAGES).
+    pub regular_pages: u32,
+    /// log2 of the number of command-queue slots (read-only `log_cmdq_size`), at most 5.
+    pub log_cmdq_size: u8,
+    /// Firmware revision (major, minor, subminor).
+    pub fw_rev: (u16, u16, u16),
+    /// The port's MAC address (the node GUID is derived from it).
+    pub mac: [u8; 6],
+    /// InfiniBand: the port's LID.
+    pub lid: u16,
+    /// InfiniBand: the subnet manager's LID.
+    pub sm_lid: u16,
+    /// Whether the port is up (ACTIVE) at power-on.
+    pub port_up: bool,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            port_type: PortType::Ethernet,
+            clock: ClockMode::Virtual,
+            init_delay_us: 1_000,
+            boot_pages: 8,
+            init_pages: 32,
+            regular_pages: 16,
+            log_cmdq_size: 5,
+            fw_rev: (22, 39, 1002),
+            mac: [0x02, 0xc0, 0xff, 0xee, 0x00, 0x01],
+            lid: 1,
+            sm_lid: 1,
+            port_up: true,
+        }
+    }
+}
+
+impl MockConfig {
+    /// An Ethernet (RoCE) function with default settings.
+    pub fn ethernet() -> Self {
+        Self::default()
+    }
+
+    /// An InfiniBand function with default settings.
+    pub fn infiniband() -> Self {
+        MockConfig {
+            port_type: PortType::InfiniBand,
+            ..Self::default()
+        }
+    }
+
+    /// The node (and port) GUID: the MAC address as a modified EUI-64.
+    pub fn node_guid(&self) -> u64 {
+        let m = self.mac;
+        u64::from_be_bytes([m[0] ^ 0x02, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+    }
+}
+
+/// Counts of the firmware's objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// UAR pages.
+    pub uars: usize,
+    /// Protection domains.
+    pub pds: usize,
+    /// Transport domains.
+    pub transport_domains: usize,
+    /// Memory keys.
+    pub mkeys: usize,
+    /// Event queues.
+    pub eqs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Queue counters.
+    pub q_counters: usize,
+}
+
+/// Page accounting as the firmware sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageCounts {
+    /// Pages the driver gave and the firmware holds.
+    pub held: usize,
+    /// Boot pages still missing.
+    pub boot_outstanding: u32,
+    /// Init pages still missing.
+    pub init_outstanding: u32,
+    /// Regular pages still missing.
+    pub regular_outstanding: u32,
+    /// Pages asked for with PAGE_REQUEST events and not given yet.
+    pub requested: u32,
+}
+
+struct Shared {
+    clock: ModelClock,
+    dev: Mutex<Device>,
+}
+
+/// A mock ConnectX HCA: one PCI function with its firmware. Cheap to clone (clones share the
+/// device); several can live in one process.
+#[derive(Clone)]
+pub struct MockHca {
+    shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for MockHca {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MockHca")
+            .field("port_type", &self.config().port_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The platform handle a driver uses for one mock HCA: BAR0, DMA memory behind the model's
+/// IOMMU, PCI configuration space and the model's clock. Implements
+/// [`uhca_hal::Platform`]. Cheap to clone.
+#[derive(Clone)]
+pub struct MockPlatform {
+    shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for MockPlatform {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MockPlatform").finish_non_exhaustive()
+    }
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Device> {
+    shared.dev.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MockHca {
+    /// Powers on a mock HCA.
+    ///
+    /// # Panics
+    ///
+    /// If `config.log_cmdq_size` is above 5 (the command queue must fit one 4 KiB page).
+    pub fn new(mut config: MockConfig) -> Self {
+        assert!(config.log_cmdq_size <= 5, "log_cmdq_size above 5");
+        config.log_cmdq_size = config.log_cmdq_size.min(5);
+        let clock = ModelClock::new(config.clock);
+        let now = clock.now_ns();
+        let dev = Mutex::new(Device::new(config, now));
+        MockHca {
+            shared: Arc::new(Shared { clock, dev }),
+        }
+    }
+
+    /// The platform handle for a driver.
+    pub fn platform(&self) -> MockPlatform {
+        MockPlatform {
+            shared: self.shared.clone(),
+        }
+    }
+
+    fn dev(&self) -> MutexGuard<'_, Device> {
+        lock(&self.shared)
+    }
+
+    fn now(&self) -> u64 {
+        self.shared.clock.now_ns()
+    }
+
+    /// The configuration the HCA was built with.
+    pub fn config(&self) -> MockConfig {
+        self.dev().config.clone()
+    }
+
+    /// Model time in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.now()
+    }
+
+    /// Advances the model's clock (virtual clock) or sleeps (real-time clock).
+    pub fn advance_us(&self, us: u64) {
+        self.shared.clock.advance_ns(us.saturating_mul(1000));
+    }
+
+    /// The clock mode.
+    pub fn clock_mode(&self) -> ClockMode {
+        self.shared.clock.mode()
+    }
+
+    // ---- logs -------------------------------------------------------------------------
+
+    /// Every command the firmware processed (most recent last; the oldest are dropped
+    /// beyond [`crate::LOG_CAPACITY`]).
+    pub fn command_log(&self) -> Vec<CommandRecord> {
+        self.dev().commands.snapshot()
+    }
+
+    /// Empties the command log.
+    pub fn clear_command_log(&self) {
+        self.dev().commands.clear();
+    }
+
+    /// The last command record for `opcode`, if any.
+    pub fn last_command(&self, opcode: CmdOpcode) -> Option<CommandRecord> {
+        self.dev()
+            .commands
+            .snapshot()
+            .into_iter()
+            .rev()
+            .find(|r| r.opcode == opcode)
+    }
+
+    /// Every UAR write (doorbell) so far, in order.
+    pub fn doorbells(&self) -> Vec<DoorbellRecord> {
+        self.dev().doorbells.snapshot()
+    }
+
+    /// Takes the UAR writes recorded so far (the datapath engine consumes them this way).
+    pub fn take_doorbells(&self) -> Vec<DoorbellRecord> {
+        self.dev().doorbells.drain()
+    }
+
+    /// How many UAR writes were ever recorded.
+    pub fn doorbell_count(&self) -> u64 {
+        self.dev().doorbells.total()
+    }
+
+    /// Device accesses the IOMMU refused.
+    pub fn iommu_faults(&self) -> Vec<IommuFault> {
+        self.dev().iommu.faults().to_vec()
+    }
+
+    /// Forgets the recorded IOMMU faults.
+    pub fn clear_iommu_faults(&self) {
+        self.dev().iommu.clear_faults();
+    }
+
+    /// Notes about driver behaviour the model accepted or ignored but that is probably
+    /// wrong.
+    pub fn notes(&self) -> Vec<Note> {
+        self.dev().notes.snapshot()
+    }
+
+    // ---- state ------------------------------------------------------------------------
+
+    /// The HCA's life-cycle state.
+    pub fn hca_state(&self) -> HcaState {
+        self.dev().fw.state
+    }
+
+    /// The ISSI in use.
+    pub fn issi(&self) -> u16 {
+        self.dev().fw.issi
+    }
+
+    /// The host-endianness register's `he` bit as last written.
+    pub fn host_endianness_big(&self) -> bool {
+        self.dev().fw.host_endianness_he
+    }
+
+    /// Page accounting.
+    pub fn pages(&self) -> PageCounts {
+        let d = self.dev();
+        let p = &d.fw.pages;
+        PageCounts {
+            held: p.held.len(),
+            boot_outstanding: p.boot_outstanding(),
+            init_outstanding: p.init_outstanding(),
+            regular_outstanding: p.regular_outstanding(),
+            requested: p.requested,
+        }
+    }
+
+    /// Object counts.
+    pub fn objects(&self) -> ObjectCounts {
+        let d = self.dev();
+        let f = &d.fw;
+        ObjectCounts {
+            uars: f.uars.len(),
+            pds: f.pds.len(),
+            transport_domains: f.tds.len(),
+            mkeys: f.mkeys.len(),
+            eqs: f.eqs.len(),
+            cqs: f.cqs.len(),
+            qps: f.qps.len(),
+            srqs: f.srqs.len(),
+            q_counters: f.q_counters.len(),
+        }
+    }
+
+    /// The state of QP `qpn`, if it exists.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.dev()
+            .fw
+            .qps
+            .get(&qpn)
+            .map(|q| QpState::from_raw(q.qpc.state()))
+    }
+
+    /// The consumer and producer counters of EQ `eqn`, if it exists.
+    pub fn eq_counters(&self, eqn: u8) -> Option<(u32, u32)> {
+        self.dev().fw.eqs.get(&eqn).map(|e| (e.ci, e.pi))
+    }
+
+    /// How many MSI-X interrupts vector `vector` received (an EQE written to an armed EQ).
+    pub fn interrupts(&self, vector: u16) -> u64 {
+        self.dev()
+            .interrupts
+            .get(vector as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The last arm request of CQ `cqn` from the CQ doorbell: (sequence number, solicited
+    /// only, consumer index).
+    pub fn cq_arm(&self, cqn: u32) -> Option<(u8, bool, u32)> {
+        self.dev().fw.cqs.get(&cqn).and_then(|c| c.arm)
+    }
+
+    /// Number of function level resets so far.
+    pub fn reset_count(&self) -> u64 {
+        self.dev().resets
+    }
+
+    /// Whether the NIC vport has RoCE enabled.
+    pub fn roce_enabled(&self) -> bool {
+        self.dev().fw.nic_vport.roce_en()
+    }
+
+    // ---- faults and events ------------------------------------------------------------
+
+    /// Arms a fault for the next `times` commands with `opcode` (`None`: any opcode).
+    pub fn inject_command_fault(&self, opcode: Option<CmdOpcode>, fault: CommandFault, times: u32) {
+        if times > 0 {
+            self.dev().faults.commands.push(ArmedCommandFault {
+                opcode,
+                remaining: times,
+                fault,
+            });
+        }
+    }
+
+    /// The next command with `opcode` completes with `status` and `syndrome`, unexecuted.
+    pub fn fail_next_command(&self, opcode: CmdOpcode, status: CmdStatus, syndrome: u32) {
+        self.inject_command_fault(Some(opcode), CommandFault::Fail { status, syndrome }, 1);
+    }
+
+    /// The next command with `opcode` never completes (until
+    /// [`MockHca::complete_hung_commands`]).
+    pub fn hang_next_command(&self, opcode: CmdOpcode) {
+        self.inject_command_fault(Some(opcode), CommandFault::Hang, 1);
+    }
+
+    /// Disarms every command fault not yet triggered.
+    pub fn clear_command_faults(&self) {
+        self.dev().faults.commands.clear();
+    }
+
+    /// Executes the hung commands now and completes them (a late completion).
+    pub fn complete_hung_commands(&self) {
+        let now = self.now();
+        self.dev().release_hung(now);
+    }
+
+    /// The firmware reports a fatal error in the health buffer (`synd`, `ext_synd`, with
+    /// the "recovery flow required" bit), its health counter stops and it stops taking
+    /// commands. Only a function level reset recovers.
+    pub fn set_fatal_health(&self, synd: u8, ext_synd: u16) {
+        let now = self.now();
+        let mut d = self.dev();
+        let since = now.saturating_sub(d.fw.boot_ns);
+        d.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
+        d.fw.fatal = Some((synd, ext_synd));
+    }
+
+    /// The firmware never finishes initializing (or does again, when `false`).
+    pub fn set_stuck_initializing(&self, stuck: bool) {
+        self.dev().faults.stuck_initializing = stuck;
+    }
+
+    /// Every PCI read (configuration space and BAR) returns all ones and writes are
+    /// dropped, as when the device fell off the bus.
+    pub fn set_pci_all_ones(&self, on: bool) {
+        self.dev().faults.pci_all_ones = on;
+    }
+
+    /// A run-time page request: positive `n`, the firmware wants `n` more pages (it posts a
+    /// PAGE_REQUEST event and holds object creation until it gets them); negative, it gives
+    /// `-n` pages back (a PAGE_REQUEST with a negative count; the driver takes them).
+    pub fn request_pages(&self, n: i32) {
+        let now = self.now();
+        self.dev().request_pages(n, now);
+    }
+
+    /// Changes the port's state and posts a PORT_CHANGE event (ACTIVE or DOWN) to a
+    /// subscribed EQ.
+    pub fn set_port_up(&self, up: bool) {
+        let now = self.now();
+        let mut d = self.dev();
+        d.fw.port_state = if up {
+            uhca_fwif::consts::PortState::Active
+        } else {
+            uhca_fwif::consts::PortState::Down
+        };
+        let sub = if up {
+            PortChangeSubtype::Active
+        } else {
+            PortChangeSubtype::Down
+        };
+        let mut data = [0u8; 28];
+        data[8] = 1 << 4;
+        if d.fw.state == HcaState::Initialized {
+            d.post_event(
+                uhca_fwif::consts::EventType::PortChange.raw(),
+                sub.raw(),
+                data,
+                now,
+                false,
+            );
+        }
+    }
+
+    /// Performs a function level reset, as a write of "initiate FLR" to the PCIe device
+    /// control register does.
+    pub fn function_level_reset(&self) {
+        let now = self.now();
+        self.dev().function_level_reset(now);
+    }
+
+    // ---- host memory, for tests ------------------------------------------------------
+
+    /// Reads host memory that is mapped for the device, by IOVA, as the CPU would (no
+    /// fault is recorded). Returns false if the range is not within one mapping.
+    pub fn host_read(&self, iova: u64, buf: &mut [u8]) -> bool {
+        self.dev().iommu.host_read(iova, buf)
+    }
+
+    /// Writes host memory that is mapped for the device, by IOVA, as the CPU would.
+    /// Returns false if the range is not within one mapping.
+    pub fn host_write(&self, iova: u64, data: &[u8]) -> bool {
+        self.dev().iommu.host_write(iova, data)
+    }
+
+    /// Whether `[iova, iova + len)` is mapped.
+    pub fn is_mapped(&self, iova: u64, len: usize) -> bool {
+        self.dev().iommu.is_mapped(iova, len)
+    }
+}
+
+impl MockPlatform {
+    /// The device behind this handle.
+    pub fn hca(&self) -> MockHca {
+        MockHca {
+            shared: self.shared.clone(),
+        }
+    }
+
+    fn dev(&self) -> MutexGuard<'_, Device> {
+        lock(&self.shared)
+    }
+
+    fn check(offset: usize, width: usize) {
+        assert!(
+            offset % width == 0 && offset.checked_add(width).is_some_and(|e| e <= BAR0_SIZE),
+            "BAR0 access of {width} bytes at {offset:#x} is misaligned or out of bounds"
+        );
+    }
+}
+
+// SAFETY: every access is a call into the model under its mutex (so accesses from several
+// threads are serialised and never torn), no reference to device memory is created (the
+// model returns values), and out-of-bounds or misaligned offsets panic in `check` before any
+// access.
+unsafe impl Bar for MockPlatform {
+    fn bar_len(&self) -> usize {
+        BAR0_SIZE
+    }
+
+    fn read32(&self, offset: usize) -> u32 {
+        Self::check(offset, 4);
+        let now = self.shared.clock.now_ns();
+        let mut b = [0u8; 4];
+        self.dev().bar_read(offset, &mut b, now);
+        u32::from_ne_bytes(b)
+    }
+
+    fn write32(&self, offset: usize, value: u32) {
+        Self::check(offset, 4);
+        let now = self.shared.clock.now_ns();
+        self.dev().bar_write(offset, &value.to_ne_bytes(), now);
+    }
+
+    fn read64(&self, offset: usize) -> u64 {
+        Self::check(offset, 8);
+        let now = self.shared.clock.now_ns();
+        let mut b = [0u8; 8];
+        self.dev().bar_read(offset, &mut b, now);
+        u64::from_ne_bytes(b)
+    }
+
+    fn write64(&self, offset: usize, value: u64) {
+        Self::check(offset, 8);
+        let now = self.shared.clock.now_ns();
+        self.dev().bar_write(offset, &value.to_ne_bytes(), now);
+    }
+}
+
+// SAFETY: allocations come from the host allocator with the requested alignment (at least
+// 4 KiB) and are zeroed; each gets its own IOVA range (never reused while live, with a guard
+// page) so allocations and mappings never alias; the memory stays valid until
+// `free_coherent` or until the last handle of the HCA is dropped; all methods lock the
+// device mutex.
+unsafe impl Dma for MockPlatform {
+    fn alloc_coherent(&self, len: usize, align: usize) -> Result<DmaRegion, DmaError> {
+        self.dev().iommu.alloc_coherent(len, align)
+    }
+
+    unsafe fn free_coherent(&self, region: DmaRegion) {
+        let now = self.shared.clock.now_ns();
+        let mut d = self.dev();
+        if !d.iommu.free_coherent(&region) {
+            d.note(
+                now,
+                format!(
+                    "free_coherent of {:#x}, which is not a live allocation",
+                    region.iova
+                ),
+            );
+        }
+    }
+
+    unsafe fn map(&self, cpu: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
+        self.dev().iommu.map(cpu, len)
+    }
+
+    unsafe fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        self.dev().iommu.unmap(iova, len)
+    }
+}
+
+impl PciConfig for MockPlatform {
+    fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {
+        let [b] = self.config_read::<1>(offset)?;
+        Ok(b)
+    }
+
+    fn config_read16(&self, offset: u16) -> Result<u16, ConfigError> {
+        Ok(u16::from_le_bytes(self.config_read::<2>(offset)?))
+    }
+
+    fn config_read32(&self, offset: u16) -> Result<u32, ConfigError> {
+        Ok(u32::from_le_bytes(self.config_read::<4>(offset)?))
+    }
+
+    fn config_write16(&self, offset: u16, value: u16) -> Result<(), ConfigError> {
+        self.config_write(offset, &value.to_le_bytes())
+    }
+
+    fn config_write32(&self, offset: u16, value: u32) -> Result<(), ConfigError> {
+        self.config_write(offset, &value.to_le_bytes())
+    }
+}
+
+impl MockPlatform {
+    fn config_read<const N: usize>(&self, offset: u16) -> Result<[u8; N], ConfigError> {
+        if offset as usize % N != 0 || offset as usize + N > CONFIG_SPACE_SIZE {
+            return Err(ConfigError::OutOfRange);
+        }
+        let d = self.dev();
+        if d.faults.pci_all_ones {
+            return Ok([0xff; N]);
+        }
+        Ok(d.pci.read::<N>(offset))
+    }
+
+    fn config_write(&self, offset: u16, data: &[u8]) -> Result<(), ConfigError> {
+        let n = data.len();
+        if offset as usize % n != 0 || offset as usize + n > CONFIG_SPACE_SIZE {
+            return Err(ConfigError::OutOfRange);
+        }
+        let now = self.shared.clock.now_ns();
+        let mut d = self.dev();
+        if d.faults.pci_all_ones {
+            return Ok(());
+        }
+        if d.pci.write(offset, data) {
+            d.function_level_reset(now);
+            return Ok(());
+        }
+        let master = d.pci.command() & PCI_COMMAND_MASTER != 0;
+        d.iommu.set_bus_master(master);
+        let _ = PCI_COMMAND;
+        Ok(())
+    }
+}
+
+impl Clock for MockPlatform {
+    fn now_ns(&self) -> u64 {
+        self.shared.clock.now_ns()
+    }
+
+    fn delay_us(&self, us: u32) {
+        self.shared.clock.advance_ns(us as u64 * 1000);
+    }
+}
