@@ -3,7 +3,7 @@
 //! The frames and the script that made them are in `tests/vectors/`.
 
 use uhca_mock::wire::crc::Crc32;
-use uhca_mock::wire::{AethSyndrome, Error, IpRepr, Opcode, RoceV2Repr};
+use uhca_mock::wire::{AethSyndrome, Error, IbTransportRepr, IpRepr, Opcode, RoceV2Repr};
 
 const VECTORS: &str = include_str!("vectors/roce_scapy.txt");
 
@@ -92,6 +92,8 @@ fn decoded_fields() {
     let r = RoceV2Repr::parse(&f).unwrap();
     assert_eq!(r.transport.bth.opcode, Opcode::Cnp);
     assert!(r.transport.bth.becn);
+    // scapy's cnp(0x12) is exactly what IbTransportRepr::cnp builds.
+    assert_eq!(r.transport, IbTransportRepr::cnp(0x12));
 
     let f = frame("v6_ud_send_imm");
     let r = RoceV2Repr::parse(&f).unwrap();

@@ -19,7 +19,7 @@
 //! | [`ib`] | LRH, GRH, BTH with the opcode table, RETH, AETH, AtomicETH, AtomicAckETH, DETH, ImmDt, IETH; [`IbTransportRepr`] (BTH to end of payload); [`IbPacketRepr`] (a whole native IB packet with ICRC and VCRC) |
 //! | [`icrc`] | the ICRC of native IB and RoCEv2 packets, with the IBTA masking |
 //! | [`eth`], [`ip`], [`udp`] | Ethernet II with optional 802.1Q, IPv4, IPv6, UDP |
-//! | [`roce`] | [`RoceV2Repr`]: a whole RoCEv2 frame, Ethernet to ICRC |
+//! | [`roce`] | [`RoceV2Repr`]: a whole RoCEv2 frame, Ethernet to ICRC; the IP datagram alone; the UDP payload alone (BTH to ICRC, for a transport over UDP sockets) |
 //! | [`pcap`] | a pcap writer and reader (link type 1 for RoCEv2, DLT_USER0 = 147 for native IB) |
 //!
 //! # Building and parsing a packet

@@ -182,3 +182,125 @@ pub fn emit_ip_datagram(
     }
     Ok(())
 }
+
+/// The length of a RoCEv2 UDP payload (BTH to ICRC) carrying `transport`.
+pub fn udp_payload_len(transport: &IbTransportRepr<'_>) -> usize {
+    transport.buffer_len() + ICRC_LEN
+}
+
+/// The ICRC of a UDP payload (`transport`: BTH to the last pad byte, ICRC excluded) that
+/// travels in an IP datagram described by `ip` (its lengths and protocol are filled in here)
+/// from `udp_src_port` to port 4791.
+///
+/// This is for a transport over kernel UDP sockets, which never sees the IP and UDP headers.
+/// The ICRC covers the invariant IPv4 fields, including the Identification: Linux sends a
+/// datagram from an unconnected UDP socket with DF set (`IP_MTU_DISCOVER` =
+/// `IP_PMTUDISC_DO`) with Identification 0, which is what [`Ipv4Repr::new`] says. A received
+/// IPv4 datagram's Identification is not visible through a socket, so a receiver can verify
+/// the ICRC only if the sender is known to use 0.
+pub fn udp_payload_icrc(ip: &IpRepr, udp_src_port: u16, transport: &[u8]) -> Result<u32> {
+    let udp_len = UDP_HEADER_LEN + transport.len() + ICRC_LEN;
+    let ip = ip.with_payload(IpProtocol::Udp, udp_len);
+    let mut ip_header = [0u8; 40];
+    let ip_header = &mut ip_header[..ip.buffer_len()];
+    ip.emit(ip_header)?;
+    let mut udp_header = [0u8; UDP_HEADER_LEN];
+    UdpRepr {
+        src_port: udp_src_port,
+        dst_port: ROCEV2_UDP_PORT,
+    }
+    .emit(&mut udp_header, udp_len - UDP_HEADER_LEN)?;
+    roce_v2_icrc_parts(ip_header, &udp_header, transport)
+}
+
+/// Write a RoCEv2 UDP payload (BTH to ICRC) into the first [`udp_payload_len`] bytes of
+/// `buf`, with the ICRC of [`udp_payload_icrc`].
+pub fn emit_udp_payload(
+    ip: &IpRepr,
+    udp_src_port: u16,
+    transport: &IbTransportRepr<'_>,
+    buf: &mut [u8],
+) -> Result<()> {
+    let len = udp_payload_len(transport);
+    if buf.len() < len {
+        return Err(Error::Truncated);
+    }
+    let end = len - ICRC_LEN;
+    transport.emit(&mut buf[..end])?;
+    let icrc = udp_payload_icrc(ip, udp_src_port, &buf[..end])?;
+    buf[end..len].copy_from_slice(&icrc.to_le_bytes());
+    Ok(())
+}
+
+/// Parse a RoCEv2 UDP payload (BTH to ICRC) and verify its ICRC against `ip` and
+/// `udp_src_port` (see [`udp_payload_icrc`]). Errors as [`IbTransportRepr::parse`], plus
+/// `BadIcrc`.
+pub fn parse_udp_payload<'a>(
+    ip: &IpRepr,
+    udp_src_port: u16,
+    payload: &'a [u8],
+) -> Result<IbTransportRepr<'a>> {
+    let end = payload
+        .len()
+        .checked_sub(ICRC_LEN)
+        .ok_or(Error::Truncated)?;
+    let t = &payload[end..];
+    let stored = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+    if udp_payload_icrc(ip, udp_src_port, &payload[..end])? != stored {
+        return Err(Error::BadIcrc);
+    }
+    IbTransportRepr::parse(&payload[..end])
+}
+
+/// Parse a RoCEv2 UDP payload (BTH to ICRC) without checking the ICRC, for a receiver that
+/// cannot know the sender's IPv4 Identification (see [`udp_payload_icrc`]).
+pub fn parse_udp_payload_unverified(payload: &[u8]) -> Result<IbTransportRepr<'_>> {
+    let end = payload
+        .len()
+        .checked_sub(ICRC_LEN)
+        .ok_or(Error::Truncated)?;
+    IbTransportRepr::parse(&payload[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ib::{BthRepr, Opcode};
+
+    #[test]
+    fn udp_payload_matches_the_frame() {
+        let t = IbTransportRepr::new(BthRepr::new(Opcode::RcSendOnly, 5, 6), b"abcdef");
+        for ip in [
+            IpRepr::Ipv4(Ipv4Repr::new([192, 168, 1, 1], [192, 168, 1, 2])),
+            IpRepr::Ipv6(Ipv6Repr::new([7; 16], [8; 16])),
+        ] {
+            let r = RoceV2Repr {
+                eth: EthernetRepr {
+                    dst: [0; 6],
+                    src: [0; 6],
+                    vlan: None,
+                },
+                ip,
+                udp_src_port: 50001,
+                transport: t,
+            };
+            let mut frame = vec![0u8; r.buffer_len()];
+            r.emit(&mut frame).unwrap();
+            let mut p = vec![0u8; udp_payload_len(&t)];
+            emit_udp_payload(&ip, 50001, &t, &mut p).unwrap();
+            assert_eq!(&frame[frame.len() - p.len()..], &p[..]);
+            let mut expect = t;
+            expect.bth.pad_count = 2;
+            assert_eq!(parse_udp_payload(&ip, 50001, &p).unwrap(), expect);
+            assert_eq!(
+                parse_udp_payload(&ip, 50002, &p).unwrap_err(),
+                Error::BadIcrc
+            );
+            assert_eq!(parse_udp_payload_unverified(&p).unwrap(), expect);
+            assert_eq!(
+                parse_udp_payload(&ip, 1, &p[..3]).unwrap_err(),
+                Error::Truncated
+            );
+        }
+    }
+}

@@ -69,6 +69,14 @@ impl<'a> IbTransportRepr<'a> {
         }
     }
 
+    /// A RoCEv2 congestion notification packet (IBTA Annex A17): opcode 0x81, BECN set,
+    /// P_Key 0xFFFF, PSN 0, 16 reserved bytes, to `dest_qp`.
+    pub const fn cnp(dest_qp: u32) -> Self {
+        let mut bth = BthRepr::new(Opcode::Cnp, dest_qp, 0);
+        bth.becn = true;
+        IbTransportRepr::new(bth, &[])
+    }
+
     /// With a DETH.
     pub const fn with_deth(mut self, qkey: u32, src_qp: u32) -> Self {
         self.deth = Some(DethRepr {
