@@ -220,9 +220,9 @@ impl fmt::Display for VfioError {
             }
             VfioError::GroupBusy { group } => write!(
                 f,
-                "IOMMU group {group} is already in use by another process or virtual machine \
-                 (/dev/vfio/{group} can be opened once); stop it \
-                 (`fuser -v /dev/vfio/{group}` shows who holds it)"
+                "IOMMU group {group} is already open, in this process or another one \
+                 (a virtual machine, another driver instance): /dev/vfio/{group} can be \
+                 opened once; close the other user (`fuser -v /dev/vfio/{group}` shows it)"
             ),
             VfioError::PermissionDenied { path } => write!(
                 f,

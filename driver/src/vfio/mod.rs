@@ -925,7 +925,10 @@ mod tests {
         let e = map_open_error(E::OpenGroup(os(libc::EBUSY), "42".into()), &c);
         assert!(matches!(e, VfioError::GroupBusy { group: 42 }));
         let m = e.to_string();
-        assert!(m.contains("already in use by another process"), "{m}");
+        assert!(
+            m.contains("already open, in this process or another one"),
+            "{m}"
+        );
         assert!(m.contains("fuser -v /dev/vfio/42"), "{m}");
 
         let m = map_open_error(E::OpenContainer(os(libc::ENOENT)), &c).to_string();
