@@ -13,8 +13,11 @@
 //! | RoCEv2 over IPv6 | 8 bytes of ones for the LRH; IPv6 traffic class, flow label, hop limit; UDP checksum; BTH byte 4 |
 //!
 //! The RoCEv2 rule is checked against scapy-built frames (`mock/tests/vectors/`). The native
-//! IB rule follows the IBTA's list of variant fields and is not checked against an independent
-//! implementation (see the module docs of [`crate::wire`]).
+//! IB rule follows the IBTA's list of variant fields (as given in Shanley, *InfiniBand Network
+//! Architecture*, ch. 25: a local packet's ICRC includes "the LRH except for the VL field"; a
+//! global packet's includes only GRH:IPVer, PayLen, NxtHdr, SGID and DGID of the routing
+//! headers, and excluded fields "are replaced with 1s") and is not checked against an
+//! independent implementation (see the module docs of [`crate::wire`]).
 //!
 //! The VCRC ([`Crc16`]) covers a native IB packet from the first byte of the LRH through the
 //! ICRC and is stored after it, low byte first.

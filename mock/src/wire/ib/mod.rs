@@ -6,6 +6,27 @@
 //! * [`IbTransportRepr`]: the BTH, the extension headers the opcode calls for and the
 //!   payload (pad removed) — the part shared by native IB and RoCEv2.
 //! * [`IbPacketRepr`]: a whole native IB packet, LRH to VCRC.
+//!
+//! ```
+//! use uhca_mock::wire::{
+//!     AethSyndrome, BthRepr, IbPacketRepr, IbTransportRepr, LinkNextHeader, LrhRepr, Opcode,
+//! };
+//!
+//! // An RC ACK from LID 2 to LID 1: LRH, BTH, AETH, ICRC, VCRC.
+//! let ack = IbTransportRepr::new(BthRepr::new(Opcode::RcAcknowledge, 0x11, 41), &[])
+//!     .with_aeth(AethSyndrome::Ack { credit_count: 31 }, 7);
+//! let lrh = LrhRepr {
+//!     vl: 0, lver: 0, sl: 0, lnh: LinkNextHeader::IbaLocal, dlid: 1, packet_length: 0, slid: 2,
+//! };
+//! let packet = IbPacketRepr { lrh, grh: None, transport: ack };
+//! let mut buf = [0u8; 64];
+//! let len = packet.buffer_len(); // 8 + 12 + 4 + 4 + 2
+//! packet.emit(&mut buf).unwrap(); // fills PktLen, PadCnt, ICRC and VCRC
+//!
+//! let parsed = IbPacketRepr::parse(&buf[..len]).unwrap(); // checks VCRC, ICRC, lengths
+//! assert_eq!(parsed.transport.aeth.unwrap().msn, 7);
+//! assert_eq!(parsed.lrh.packet_length, 7); // 28 bytes up to and including the ICRC
+//! ```
 
 mod bth;
 pub mod ext;
