@@ -241,6 +241,13 @@ impl Drop for BarMapping {
     }
 }
 
+/// Whether an access of `size` bytes (a power of two) at `offset` is naturally aligned and
+/// inside a region of `len` bytes.
+#[inline(always)]
+fn access_in_bounds(offset: usize, size: usize, len: usize) -> bool {
+    offset.is_multiple_of(size) && offset.checked_add(size).is_some_and(|end| end <= len)
+}
+
 /// What identifies the failing open, for error mapping.
 struct OpenContext<'a> {
     address: PciAddress,
@@ -678,6 +685,17 @@ impl VfioPlatform {
         Ok(())
     }
 
+    /// Unmasks legacy INTx after it fired (VFIO masks a level-triggered INTx each time it
+    /// signals the eventfd; MSI and MSI-X need no unmasking).
+    pub fn unmask_intx(&self) -> Result<(), VfioError> {
+        self.device
+            .unmask_irq(IrqKind::Intx.vfio_index())
+            .map_err(|e| VfioError::Interrupts {
+                kind: IrqKind::Intx,
+                reason: format!("unmask failed ({e})"),
+            })
+    }
+
     /// Signals `vector` of `kind` from software (VFIO's loopback), to test the eventfd path
     /// without the device.
     pub fn trigger_interrupt(&self, kind: IrqKind, vector: u32) -> Result<(), VfioError> {
@@ -693,8 +711,7 @@ impl VfioPlatform {
     fn bar_ptr<T>(&self, offset: usize) -> *mut T {
         let size = core::mem::size_of::<T>();
         assert!(
-            offset.is_multiple_of(size)
-                && offset.checked_add(size).is_some_and(|e| e <= self.bar.len),
+            access_in_bounds(offset, size, self.bar.len),
             "BAR0 access of {size} bytes at {offset:#x} is misaligned or outside the \
              {:#x}-byte BAR",
             self.bar.len
@@ -703,11 +720,10 @@ impl VfioPlatform {
     }
 
     fn config_access<const N: usize>(&self, offset: u16) -> Result<u64, ConfigError> {
-        let off = u64::from(offset);
-        if off % N as u64 != 0 || off + N as u64 > self.config_len {
+        if !access_in_bounds(usize::from(offset), N, self.config_len as usize) {
             return Err(ConfigError::OutOfRange);
         }
-        Ok(self.config_offset + off)
+        Ok(self.config_offset + u64::from(offset))
     }
 
     fn config_read<const N: usize>(&self, offset: u16) -> Result<[u8; N], ConfigError> {
@@ -850,8 +866,34 @@ mod tests {
     fn assert_send_sync<T: Send + Sync>() {}
 
     #[test]
-    fn platform_is_send_and_sync() {
+    fn platform_and_errors_are_send_and_sync() {
         assert_send_sync::<VfioPlatform>();
+        assert_send_sync::<VfioError>();
+        assert_send_sync::<InterruptFd>();
+        // `?` into the usual boxed error works.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = VfioError::NoIommu {
+            address: PciAddress::parse("0000:00:02.0").unwrap(),
+        }
+        .into();
+        assert!(boxed.to_string().contains("no IOMMU group"));
+    }
+
+    #[test]
+    fn bounds_of_bar_and_config_accesses() {
+        // BAR0 of 1 MiB.
+        let len = 1 << 20;
+        assert!(access_in_bounds(0, 4, len));
+        assert!(access_in_bounds(len - 4, 4, len));
+        assert!(access_in_bounds(len - 8, 8, len));
+        assert!(!access_in_bounds(len - 4, 8, len), "straddles the end");
+        assert!(!access_in_bounds(len, 4, len));
+        assert!(!access_in_bounds(2, 4, len), "misaligned");
+        assert!(!access_in_bounds(4, 8, len), "misaligned 64-bit");
+        assert!(!access_in_bounds(usize::MAX - 3, 4, usize::MAX), "overflow");
+        // Configuration space of 256 bytes.
+        assert!(access_in_bounds(0xff, 1, 256));
+        assert!(!access_in_bounds(0x100, 1, 256));
+        assert!(!access_in_bounds(0xfe, 4, 256));
     }
 
     #[test]
@@ -989,5 +1031,16 @@ mod tests {
         );
         let m = VfioError::Unsupported { what: "x".into() }.to_string();
         assert_eq!(m, "VFIO cannot be used: x");
+        let e = VfioError::from(ConfigError::Io(libc::EIO));
+        assert_eq!(e.to_string(), "PCI config access failed (errno 5)");
+        assert_eq!(e.errno(), Some(libc::EIO));
+        let m = VfioError::Vfio(vfio_ioctls::VfioError::GroupSetContainer).to_string();
+        assert_eq!(m, "VFIO: failed to add vfio group into vfio container");
+        let m =
+            VfioError::io("mmap of BAR0", io::Error::from_raw_os_error(libc::EINVAL)).to_string();
+        assert!(
+            m.starts_with("mmap of BAR0 failed: Invalid argument"),
+            "{m}"
+        );
     }
 }

@@ -170,6 +170,16 @@ pub(crate) fn probe(
     }
     let node = paths.group_node(group);
     if !node.exists() {
+        if paths.dev_vfio.join(format!("noiommu-{group}")).exists() {
+            return Err(VfioError::Unsupported {
+                what: format!(
+                    "{address} is in VFIO's no-IOMMU mode (/dev/vfio/noiommu-{group}): \
+                     it has no DMA isolation and no IOVA translation, which this platform \
+                     needs; enable the IOMMU (intel_iommu=on or amd_iommu=on) and turn \
+                     vfio.enable_unsafe_noiommu_mode off"
+                ),
+            });
+        }
         return Err(VfioError::VfioUnavailable { path: node });
     }
     Ok(SysfsDevice {
@@ -414,6 +424,11 @@ mod tests {
         f.add_group_node(7);
         let m = msg(probe(&f.paths(), &addr(CX6), true).unwrap_err());
         assert!(m.contains("dev/vfio/42 does not exist"), "{m}");
+        // No-IOMMU mode is recognised and refused with the reason.
+        fs::write(f.paths().dev_vfio.join("noiommu-42"), b"").unwrap();
+        let m = msg(probe(&f.paths(), &addr(CX6), true).unwrap_err());
+        assert!(m.contains("no-IOMMU mode"), "{m}");
+        assert!(m.contains("enable_unsafe_noiommu_mode"), "{m}");
     }
 
     #[test]

@@ -237,6 +237,29 @@ mod tests {
         assert!(page_size().is_power_of_two());
     }
 
+    /// The ioctl wrappers report the kernel's errno (a regular file is not a VFIO fd).
+    #[test]
+    fn ioctls_on_a_non_vfio_fd_fail_with_the_errno() {
+        let f = vmm_sys_util::tempfile::TempFile::new().unwrap();
+        let file = f.as_file();
+        assert_eq!(
+            device_info(file).unwrap_err().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+        assert_eq!(
+            region_info(file, 0).unwrap_err().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+        assert_eq!(
+            device_reset(file).unwrap_err().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+        assert_eq!(
+            iommu_info_bytes(file).unwrap_err().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+    }
+
     #[test]
     fn pread_pwrite_on_a_file() {
         let f = vmm_sys_util::tempfile::TempFile::new().unwrap();
