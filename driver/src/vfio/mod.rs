@@ -37,6 +37,28 @@
 //! a device that was not disabled from reaching memory that is about to be freed, but the
 //! device sees its DMA fail rather than a clean shutdown.
 //!
+//! # What vfio-ioctls does and what this module does itself
+//!
+//! vfio-ioctls (0.10, no KVM) opens the container and the group, checks viability, selects
+//! the type1v2 IOMMU, gets the device fd, maps and unmaps DMA and sets interrupts up. This
+//! module issues `VFIO_DEVICE_GET_INFO`, `VFIO_DEVICE_GET_REGION_INFO`, `VFIO_DEVICE_RESET`
+//! and `VFIO_IOMMU_GET_INFO` itself (vfio-ioctls hides the first two's results, swallows the
+//! reset's error and has no IOMMU info), with request numbers computed like the kernel's
+//! `_IO(VFIO_TYPE, VFIO_BASE + n)`, and reads and writes the configuration space with
+//! `pread`/`pwrite` so that failures come back as errors.
+//!
+//! # Limitations
+//!
+//! * One platform per IOMMU group and process: each opens its own container, and a group can
+//!   be opened once, so two functions that share a group (a dual-port card without ACS)
+//!   cannot both be opened; the second gets [`VfioError::GroupBusy`].
+//! * BAR0 is mapped whole, which needs a kernel that allows mapping the MSI-X table
+//!   (Linux 4.16 and later); the mapping is uncached (no write combining, so no BlueFlame).
+//! * The legacy container/group interface only (no iommufd character devices), and no
+//!   VFIO no-IOMMU mode.
+//! * DMA blocks are returned to the system when the platform is dropped, not when their
+//!   last allocation is freed.
+//!
 //! # Setting a machine up
 //!
 //! ```text
