@@ -18,6 +18,18 @@ mod resources;
 mod srq;
 mod vport;
 
+pub use cmdq::MAX_CMD_LEN;
+pub use cq::{CQ_MODIFY_COUNT, CQ_MODIFY_OVERRUN, CQ_MODIFY_PERIOD, CQ_OP_MOD_MODIFY, CQ_OP_MOD_RESIZE};
+pub use eq::EQE_SIZE;
+pub use hca::{
+    RESERVED_LKEY, SUPPORTED_ISSI, TEARDOWN_FORCE, TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
+};
+pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
+pub use pages::FW_PAGE_FILL;
+pub use qp::optpar;
+pub use srq::ARM_RQ_OP_MOD_SRQ;
+pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED};
+
 use crate::caps::{Caps, PortType};
 use crate::device::Device;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,0 +1,247 @@
+//! HCA life cycle: enable, ISSI, capabilities, registers, INIT_HCA, teardown, disable.
+
+mod common;
+
+use common::Harness;
+use uhca_fwif::cmd::*;
+use uhca_fwif::consts::*;
+use uhca_fwif::ctx::RoceCap;
+use uhca_hal::Bar;
+use uhca_mock::firmware::syndrome;
+use uhca_mock::{HcaState, MockConfig};
+use zerocopy::IntoBytes;
+
+fn cap_query(cap: HcaCapType, mode: HcaCapMode) -> QueryHcaCapIn {
+    let mut q = QueryHcaCapIn::new_cmd();
+    q.set_op_mod(query_hca_cap_op_mod(cap, mode));
+    q
+}
+
+#[test]
+fn enable_hca() {
+    let mut h = Harness::started(MockConfig::default());
+    // Nothing but ENABLE_HCA before ENABLE_HCA.
+    assert_eq!(h.err(&QueryIssiIn::new_cmd(), &[]), (CmdStatus::BadSysStateErr, syndrome::HCA_NOT_ENABLED));
+    let mut e = EnableHcaIn::new_cmd();
+    e.set_function_id(3);
+    assert_eq!(h.err(&e, &[]), (CmdStatus::BadParamErr, syndrome::BAD_FUNCTION));
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    assert_eq!(h.hca.hca_state(), HcaState::Enabled);
+    assert_eq!(h.err(&EnableHcaIn::new_cmd(), &[]).1, syndrome::HCA_ALREADY_ENABLED);
+}
+
+#[test]
+fn issi() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    let o = h.ok(&QueryIssiIn::new_cmd(), &[]);
+    assert_eq!(o.current_issi(), 0);
+    assert_eq!(o.supported_issi_dw0() & 0b11, 0b11, "ISSI 0 and 1");
+    let mut s = SetIssiIn::new_cmd();
+    s.set_current_issi(2);
+    assert_eq!(h.err(&s, &[]), (CmdStatus::BadParamErr, syndrome::BAD_ISSI));
+    s.set_current_issi(1);
+    h.ok(&s, &[]);
+    assert_eq!(h.ok(&QueryIssiIn::new_cmd(), &[]).current_issi(), 1);
+    assert_eq!(h.hca.issi(), 1);
+}
+
+#[test]
+fn boot_pages_gate_capabilities_and_registers() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    let q = cap_query(HcaCapType::General, HcaCapMode::GetCur);
+    assert_eq!(h.err(&q, &[]), (CmdStatus::NoResErr, syndrome::NO_BOOT_PAGES));
+    h.give_outstanding(QueryPagesOpMod::BootPages);
+    h.ok(&q, &[]);
+}
+
+#[test]
+fn query_hca_cap_max_and_current() {
+    let mut h = Harness::initialized(MockConfig::default());
+    let max = h.ok(&cap_query(HcaCapType::General, HcaCapMode::GetMax), &[]);
+    let cur = h.ok(&cap_query(HcaCapType::General, HcaCapMode::GetCur), &[]);
+    let (m, c) = (max.cmd_hca_cap(), cur.cmd_hca_cap());
+    assert_eq!(m.port_type(), PortTypeCap::Eth.raw());
+    assert!(m.roce() && m.rc() && m.ud() && m.uc() && m.uar_4k());
+    assert!(m.release_all_pages() && !c.release_all_pages(), "driver turns it on");
+    assert_eq!(c.log_max_qp(), m.log_max_qp());
+    assert_eq!(c.log_uar_page_sz(), 0);
+    assert_eq!(c.cmdif_checksum(), 0);
+    let r = h.ok(&cap_query(HcaCapType::Roce, HcaCapMode::GetMax), &[]);
+    let rc: &RoceCap = r.roce_cap();
+    assert!(rc.sw_r_roce_src_udp_port());
+    assert_eq!(rc.r_roce_dest_udp_port(), 4791);
+    assert_eq!(rc.roce_address_table_size(), 256);
+    let r = h.ok(&cap_query(HcaCapType::Roce, HcaCapMode::GetCur), &[]);
+    assert!(!r.roce_cap().sw_r_roce_src_udp_port());
+    let bad = h.err(&cap_query(HcaCapType::Odp, HcaCapMode::GetCur), &[]);
+    assert_eq!(bad, (CmdStatus::BadParamErr, syndrome::BAD_CAP_TYPE));
+    let mut other = cap_query(HcaCapType::General, HcaCapMode::GetCur);
+    other.set_other_function(true).set_function_id(1);
+    assert_eq!(h.err(&other, &[]).1, syndrome::BAD_FUNCTION);
+}
+
+#[test]
+fn set_hca_cap_honours_settable_fields() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    h.give_outstanding(QueryPagesOpMod::BootPages);
+    let cur = h.ok(&cap_query(HcaCapType::General, HcaCapMode::GetCur), &[]);
+    let mut s = SetHcaCapIn::new_cmd();
+    s.set_op_mod(set_hca_cap_op_mod(HcaCapType::General));
+    s.capability_mut().copy_from_slice(cur.capability());
+    s.cmd_hca_cap_mut().set_release_all_pages(true).set_log_max_qp(10).set_log_max_cq(3);
+    h.ok(&s, &[]);
+    let now = h.ok(&cap_query(HcaCapType::General, HcaCapMode::GetCur), &[]);
+    assert!(now.cmd_hca_cap().release_all_pages());
+    assert_eq!(now.cmd_hca_cap().log_max_qp(), 10);
+    assert_eq!(now.cmd_hca_cap().log_max_cq(), 16, "not settable: ignored");
+    // Above the maximum.
+    s.cmd_hca_cap_mut().set_log_max_qp(31);
+    assert_eq!(h.err(&s, &[]), (CmdStatus::BadParamErr, syndrome::CAP_ABOVE_MAX));
+    s.cmd_hca_cap_mut().set_log_max_qp(10).set_cmdif_checksum(3);
+    assert_eq!(h.err(&s, &[]).1, syndrome::CAP_ABOVE_MAX);
+    s.cmd_hca_cap_mut().set_cmdif_checksum(0).set_log_uar_page_sz(1);
+    assert_eq!(h.err(&s, &[]).1, syndrome::CAP_ABOVE_MAX);
+    // RoCE caps.
+    let mut r = SetHcaCapIn::new_cmd();
+    r.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
+    let mut rc = RoceCap::default();
+    rc.set_sw_r_roce_src_udp_port(true);
+    r.capability_mut()[..RoceCap::SIZE_BYTES].copy_from_slice(rc.as_bytes());
+    h.ok(&r, &[]);
+    let got = h.ok(&cap_query(HcaCapType::Roce, HcaCapMode::GetCur), &[]);
+    assert!(got.roce_cap().sw_r_roce_src_udp_port());
+    // Op_mod with the "current" bit is not a SET_HCA_CAP op_mod.
+    r.set_op_mod(1);
+    assert_eq!(h.err(&r, &[]).1, syndrome::BAD_OP_MOD);
+    // Not after INIT_HCA.
+    h.give_outstanding(QueryPagesOpMod::InitPages);
+    h.ok(&InitHcaIn::new_cmd(), &[]);
+    s.cmd_hca_cap_mut().set_log_uar_page_sz(0);
+    assert_eq!(h.err(&s, &[]), (CmdStatus::BadSysStateErr, syndrome::HCA_ALREADY_INITIALIZED));
+}
+
+trait SizeBytes {
+    const SIZE_BYTES: usize;
+}
+impl SizeBytes for RoceCap {
+    const SIZE_BYTES: usize = <RoceCap as uhca_fwif::PrmLayout>::SIZE;
+}
+
+#[test]
+fn init_hca_needs_init_pages() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    h.give_outstanding(QueryPagesOpMod::BootPages);
+    assert_eq!(h.err(&InitHcaIn::new_cmd(), &[]), (CmdStatus::NoResErr, syndrome::NO_INIT_PAGES));
+    assert_eq!(h.err(&AllocPdIn::new_cmd(), &[]).1, syndrome::HCA_NOT_INITIALIZED);
+    h.give_outstanding(QueryPagesOpMod::InitPages);
+    h.ok(&InitHcaIn::new_cmd(), &[]);
+    assert_eq!(h.hca.hca_state(), HcaState::Initialized);
+    assert_eq!(h.err(&InitHcaIn::new_cmd(), &[]).1, syndrome::HCA_ALREADY_INITIALIZED);
+}
+
+#[test]
+fn host_endianness_register() {
+    let mut h = Harness::initialized(MockConfig::default());
+    let mut w = AccessRegisterIn::new_cmd();
+    w.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE).set_register_id(REG_HOST_ENDIANNESS);
+    let mut data = [0u8; 16];
+    data[0] = 0x80;
+    h.exec_ext(&w, &data, 16);
+    assert!(h.hca.host_endianness_big());
+    let mut r = AccessRegisterIn::new_cmd();
+    r.set_op_mod(ACCESS_REGISTER_OP_MOD_READ).set_register_id(REG_HOST_ENDIANNESS);
+    let raw = h.exec_ext(&r, &[0u8; 16], 16);
+    assert_eq!(raw.status(), CmdStatus::Ok);
+    assert_eq!(raw.out[16], 0x80);
+    // Without room for the register data.
+    assert_eq!(h.exec(&r, &[0u8; 16]).status(), CmdStatus::BadOutpLenErr);
+    r.set_register_id(0x5003);
+    assert_eq!(h.err(&r, &[0u8; 16]), (CmdStatus::BadParamErr, syndrome::BAD_REGISTER));
+    w.set_op_mod(7).set_register_id(REG_HOST_ENDIANNESS);
+    assert_eq!(h.err(&w, &data).1, syndrome::BAD_OP_MOD);
+    // Write without data.
+    w.set_op_mod(0);
+    assert_eq!(h.exec(&w, &[]).status(), CmdStatus::BadInpLenErr);
+}
+
+#[test]
+fn special_contexts() {
+    let mut h = Harness::initialized(MockConfig::default());
+    let o = h.ok(&QuerySpecialContextsIn::new_cmd(), &[]);
+    assert_eq!(o.resd_lkey(), uhca_mock::firmware::RESERVED_LKEY);
+    let mut q = QuerySpecialContextsIn::new_cmd();
+    q.set_op_mod(1);
+    assert_eq!(h.err(&q, &[]).1, syndrome::BAD_OP_MOD);
+}
+
+fn reclaim_all(h: &mut Harness) -> usize {
+    let mut total = 0;
+    loop {
+        let mut t = ManagePagesIn::new_cmd();
+        t.set_op_mod(ManagePagesOpMod::Take.raw()).set_input_num_entries(16);
+        let r = h.exec_ext(&t, &[], 16 * 8);
+        assert_eq!(r.status(), CmdStatus::Ok);
+        let o: ManagePagesOut = r.as_out();
+        let n = o.output_num_entries() as usize;
+        for i in 0..n {
+            let a = u64::from_be_bytes(r.out[16 + i * 8..24 + i * 8].try_into().unwrap());
+            assert_eq!(a % 4096, 0);
+        }
+        if n == 0 {
+            return total;
+        }
+        total += n;
+    }
+}
+
+#[test]
+fn graceful_teardown_reclaims_every_page() {
+    let mut h = Harness::ready(MockConfig::default());
+    let held = h.hca.pages().held;
+    assert_eq!(held, 8 + 32 + 16);
+    h.alloc_pd();
+    // Before teardown the firmware keeps the pages it needs.
+    assert_eq!(reclaim_all(&mut h), 0);
+    let mut t = TeardownHcaIn::new_cmd();
+    t.set_profile(7);
+    assert_eq!(h.err(&t, &[]).1, syndrome::BAD_TEARDOWN_PROFILE);
+    t.set_profile(0);
+    let o = h.ok(&t, &[]);
+    assert!(!o.state(), "FORCE_STATE_SUCCESS");
+    assert_eq!(h.hca.hca_state(), HcaState::TornDown);
+    assert_eq!(h.hca.objects().pds, 0);
+    assert_eq!(h.err(&AllocPdIn::new_cmd(), &[]).1, syndrome::HCA_TORN_DOWN);
+    assert_eq!(h.err(&t, &[]).1, syndrome::HCA_TORN_DOWN);
+    assert_eq!(reclaim_all(&mut h), held);
+    h.ok(&DisableHcaIn::new_cmd(), &[]);
+    assert_eq!(h.hca.hca_state(), HcaState::Disabled);
+    assert!(h.hca.notes().is_empty(), "{:?}", h.hca.notes());
+    assert_eq!(h.err(&DisableHcaIn::new_cmd(), &[]).1, syndrome::HCA_NOT_ENABLED);
+}
+
+#[test]
+fn fast_teardown_through_nic_interface() {
+    let mut h = Harness::ready(MockConfig::default());
+    let mut t = TeardownHcaIn::new_cmd();
+    t.set_profile(2);
+    assert!(!h.ok(&t, &[]).state());
+    assert_eq!(h.hca.hca_state(), HcaState::Initialized, "only prepared");
+    // nic_interface = DISABLED (bits 9:8 of 0x14), keeping the queue address.
+    let lo = h.p.read_be32(0x14) & 0xffff_f000;
+    h.p.write_be32(0x14, lo | (1 << 8));
+    assert_eq!((h.p.read_be32(0x14) >> 8) & 3, 1);
+    assert_eq!(h.hca.hca_state(), HcaState::TornDown);
+    assert_eq!(reclaim_all(&mut h), 8 + 32 + 16);
+}
+
+#[test]
+fn disable_without_reclaim_is_noted() {
+    let mut h = Harness::ready(MockConfig::default());
+    h.ok(&DisableHcaIn::new_cmd(), &[]);
+    assert!(h.hca.notes().iter().any(|n| n.text.contains("not reclaimed")));
+    assert_eq!(h.hca.pages().held, 0);
+}
