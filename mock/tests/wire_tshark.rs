@@ -247,3 +247,61 @@ fn tshark_decodes_native_ib_pcap_as_dlt_user0() {
     assert_eq!((num(&lrh[1][1]), num(&lrh[1][2])), (3, 0x1b));
     let _ = std::fs::remove_file(&path);
 }
+
+/// editcap (from the same Wireshark package) rewrites our pcap as pcapng; the reader gets the
+/// same packets back, and uhca-wirecheck accepts the pcapng.
+#[test]
+fn reader_takes_editcap_pcapng() {
+    use uhca_mock::wire::pcap::PcapReader;
+    if !tshark_available() {
+        return;
+    }
+    let pcap = tmp("conv.pcap");
+    let ng = tmp("conv.pcapng");
+    let mut frames = Vec::new();
+    let mut w = PcapWriter::new(std::fs::File::create(&pcap).unwrap(), LinkType::Ethernet).unwrap();
+    for (i, t) in transports().into_iter().enumerate() {
+        let r = RoceV2Repr {
+            eth: EthernetRepr {
+                dst: [2, 0, 0, 0, 0, 2],
+                src: [2, 0, 0, 0, 0, 1],
+                vlan: None,
+            },
+            ip: IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
+            udp_src_port: 49152,
+            transport: t,
+        };
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut buf).unwrap();
+        w.write_packet(1_000_000_007 * (i as u64 + 1), &buf)
+            .unwrap();
+        frames.push(buf);
+    }
+    drop(w);
+    let st = Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(&pcap)
+        .arg(&ng)
+        .status()
+        .expect("run editcap");
+    assert!(st.success());
+    let mut r = PcapReader::new(std::fs::File::open(&ng).unwrap()).unwrap();
+    assert_eq!(r.link_type(), LinkType::Ethernet);
+    for (i, f) in frames.iter().enumerate() {
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(&p.data, f);
+        assert_eq!(p.timestamp_ns, 1_000_000_007 * (i as u64 + 1));
+    }
+    assert!(r.next_packet().unwrap().is_none());
+    let out = Command::new(env!("CARGO_BIN_EXE_uhca-wirecheck"))
+        .arg(&ng)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_file(&pcap);
+    let _ = std::fs::remove_file(&ng);
+}

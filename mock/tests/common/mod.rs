@@ -57,6 +57,9 @@ pub struct Harness {
     pub cmdq: DmaRegion,
     pub inbox: DmaRegion,
     pub outbox: DmaRegion,
+    /// Mailboxes of every slot but 0 (so two commands can be in flight).
+    pub inbox2: DmaRegion,
+    pub outbox2: DmaRegion,
     pub token: u8,
     pub pages: Vec<DmaRegion>,
 }
@@ -69,7 +72,9 @@ impl Harness {
         let cmdq = p.alloc_coherent(4096, 4096).unwrap();
         let inbox = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
         let outbox = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
-        Harness { hca, p, cmdq, inbox, outbox, token: 0, pages: Vec::new() }
+        let inbox2 = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
+        let outbox2 = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
+        Harness { hca, p, cmdq, inbox, outbox, inbox2, outbox2, token: 0, pages: Vec::new() }
     }
 
     /// Waits for `initializing` to clear, with a timeout on the platform clock.
@@ -135,6 +140,7 @@ impl Harness {
         self.token = self.token.wrapping_add(1).max(1);
         let tok = self.token;
         let inlen = input.len();
+        let (inbox, outbox) = self.boxes(slot);
         let nin = mailbox_blocks(inlen);
         let nout = mailbox_blocks(outlen);
         assert!(nin <= CHAIN_BLOCKS && nout <= CHAIN_BLOCKS, "test chain too short");
@@ -143,23 +149,23 @@ impl Harness {
             let s = 16 + k * 512;
             let e = (s + 512).min(inlen);
             b.data[..e - s].copy_from_slice(&input[s..e]);
-            b.next = if k + 1 < nin { self.inbox.iova + (k as u64 + 1) * BLOCK_STRIDE } else { 0 }.into();
+            b.next = if k + 1 < nin { inbox + (k as u64 + 1) * BLOCK_STRIDE } else { 0 }.into();
             b.block_num = (k as u32).into();
             b.token = tok;
-            assert!(self.hca.host_write(self.inbox.iova + k as u64 * BLOCK_STRIDE, b.as_bytes()));
+            assert!(self.hca.host_write(inbox + k as u64 * BLOCK_STRIDE, b.as_bytes()));
         }
         for k in 0..nout {
             let mut b = CmdProtBlock::default();
-            b.next = if k + 1 < nout { self.outbox.iova + (k as u64 + 1) * BLOCK_STRIDE } else { 0 }.into();
+            b.next = if k + 1 < nout { outbox + (k as u64 + 1) * BLOCK_STRIDE } else { 0 }.into();
             b.block_num = (k as u32).into();
             b.token = tok;
-            assert!(self.hca.host_write(self.outbox.iova + k as u64 * BLOCK_STRIDE, b.as_bytes()));
+            assert!(self.hca.host_write(outbox + k as u64 * BLOCK_STRIDE, b.as_bytes()));
         }
         let mut e = CmdLayout { r#type: PCI_CMD_XPORT, ..Default::default() };
         e.inlen = (inlen as u32).into();
         e.outlen = (outlen as u32).into();
-        e.in_ptr = if nin > 0 { self.inbox.iova } else { 0 }.into();
-        e.out_ptr = if nout > 0 { self.outbox.iova } else { 0 }.into();
+        e.in_ptr = if nin > 0 { inbox } else { 0 }.into();
+        e.out_ptr = if nout > 0 { outbox } else { 0 }.into();
         let mut first = [0u8; 16];
         let n = inlen.min(16);
         first[..n].copy_from_slice(&input[..n]);
@@ -168,6 +174,15 @@ impl Harness {
         e.status_own = CMD_OWNER_HW;
         self.write_entry(slot, &e);
         e
+    }
+
+    /// The IOVAs of the input and output mailbox chains of `slot`.
+    pub fn boxes(&self, slot: u8) -> (u64, u64) {
+        if slot == 0 {
+            (self.inbox.iova, self.outbox.iova)
+        } else {
+            (self.inbox2.iova, self.outbox2.iova)
+        }
     }
 
     pub fn write_entry(&self, slot: u8, e: &CmdLayout) {
@@ -187,12 +202,13 @@ impl Harness {
     /// Reads the result in `slot` (after the doorbell).
     pub fn result(&self, slot: u8, outlen: usize) -> Raw {
         let e = self.read_entry(slot);
+        let (_, outbox) = self.boxes(slot);
         let mut out = Vec::with_capacity(outlen);
         out.extend_from_slice(e.out.as_bytes());
         let mut k = 0u64;
         while out.len() < outlen {
             let mut b = [0u8; 576];
-            assert!(self.hca.host_read(self.outbox.iova + k * BLOCK_STRIDE, &mut b));
+            assert!(self.hca.host_read(outbox + k * BLOCK_STRIDE, &mut b));
             out.extend_from_slice(&b[..512]);
             k += 1;
         }
