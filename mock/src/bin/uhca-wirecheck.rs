@@ -4,6 +4,8 @@
 //! uhca-wirecheck [-q] FILE.pcap...
 //! ```
 //!
+//! Files may be pcap or pcapng.
+//!
 //! Link types: Ethernet (1) and raw IP (101) carry RoCEv2 (UDP destination port 4791; other
 //! traffic is counted and skipped); DLT_USER0 (147) and LINKTYPE_INFINIBAND (247) carry
 //! native IB packets, LRH to VCRC. Each packet is decoded with `uhca_mock::wire`, which checks
@@ -77,6 +79,7 @@ fn verdict<T>(r: Result<T, Error>, op: impl Fn(&T) -> u8) -> Verdict {
 
 fn check(link: LinkType, data: &[u8]) -> Verdict {
     match link {
+        LinkType::Unknown(_) => Verdict::Other,
         LinkType::Ethernet => {
             let Ok(f) = EthernetFrame::new_checked(data) else {
                 return Verdict::Bad(Error::Truncated);
@@ -122,7 +125,7 @@ fn run(path: &str, quiet: bool, t: &mut Tally) -> Result<LinkType, String> {
     {
         n += 1;
         t.packets += 1;
-        match check(link, &p.data) {
+        match check(p.link_type, &p.data) {
             Verdict::Good(op) => {
                 t.good += 1;
                 *t.by_opcode.entry(op).or_default() += 1;
