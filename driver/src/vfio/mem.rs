@@ -246,23 +246,55 @@ struct Block {
     mem: HostMapping,
     iova: u64,
     used: [u64; PAGES_PER_BLOCK / 64],
+    /// Free pages, so that full blocks are skipped in O(1) (a driver holds thousands of
+    /// firmware pages).
+    free: usize,
 }
 
 impl Block {
+    fn new(mem: HostMapping, iova: u64) -> Self {
+        Block {
+            mem,
+            iova,
+            used: [0; PAGES_PER_BLOCK / 64],
+            free: PAGES_PER_BLOCK,
+        }
+    }
     fn is_used(&self, page: usize) -> bool {
         self.used[page / 64] & (1 << (page % 64)) != 0
     }
     fn set(&mut self, first: usize, n: usize, used: bool) {
         for p in first..first + n {
-            if used {
-                self.used[p / 64] |= 1 << (p % 64);
-            } else {
-                self.used[p / 64] &= !(1 << (p % 64));
+            let bit = 1u64 << (p % 64);
+            let w = &mut self.used[p / 64];
+            if used && *w & bit == 0 {
+                *w |= bit;
+                self.free -= 1;
+            } else if !used && *w & bit != 0 {
+                *w &= !bit;
+                self.free += 1;
             }
         }
     }
     /// First run of `n` free pages starting at a multiple of `align` pages.
     fn find_run(&self, n: usize, align: usize) -> Option<usize> {
+        if self.free < n {
+            return None;
+        }
+        if n == 1 {
+            // The common case (one firmware page): the first clear bit, word by word.
+            for (i, w) in self.used.iter().enumerate() {
+                let mut free = !*w;
+                while free != 0 {
+                    let p = i * 64 + free.trailing_zeros() as usize;
+                    if p.is_multiple_of(align) {
+                        return Some(p);
+                    }
+                    free &= free - 1;
+                }
+            }
+            return None;
+        }
         let mut start = 0;
         while start + n <= PAGES_PER_BLOCK {
             match (start..start + n).find(|&p| self.is_used(p)) {
@@ -298,7 +330,8 @@ pub struct DmaStats {
 
 struct State {
     iova: IovaAllocator,
-    blocks: Vec<Block>,
+    /// Keyed by IOVA, so `free` finds a region's block in O(log n).
+    blocks: BTreeMap<u64, Block>,
     dedicated: BTreeMap<u64, HostMapping>,
     user: BTreeMap<u64, UserMapping>,
     notice: Option<String>,
@@ -329,7 +362,7 @@ impl<M: IommuMap> DmaPool<M> {
             mapper,
             state: Mutex::new(State {
                 iova,
-                blocks: Vec::new(),
+                blocks: BTreeMap::new(),
                 dedicated: BTreeMap::new(),
                 user: BTreeMap::new(),
                 notice: None,
@@ -359,20 +392,11 @@ impl<M: IommuMap> DmaPool<M> {
         let st = self.lock();
         DmaStats {
             blocks: st.blocks.len(),
-            huge_mappings: st.blocks.iter().filter(|b| b.mem.huge).count()
+            huge_mappings: st.blocks.values().filter(|b| b.mem.huge).count()
                 + st.dedicated.values().filter(|m| m.huge).count(),
             dedicated: st.dedicated.len(),
             user_mappings: st.user.len(),
-            pages_in_use: st
-                .blocks
-                .iter()
-                .map(|b| {
-                    b.used
-                        .iter()
-                        .map(|w| w.count_ones() as usize)
-                        .sum::<usize>()
-                })
-                .sum(),
+            pages_in_use: st.blocks.values().map(|b| PAGES_PER_BLOCK - b.free).sum(),
         }
     }
 
@@ -448,22 +472,19 @@ impl<M: IommuMap> DmaPool<M> {
             let found = st
                 .blocks
                 .iter()
-                .enumerate()
-                .find_map(|(i, b)| b.find_run(pages, align_pages).map(|p| (i, p)));
-            let (i, first) = match found {
+                .find_map(|(&k, b)| b.find_run(pages, align_pages).map(|p| (k, p)));
+            let (key, first) = match found {
                 Some(f) => f,
                 None => {
                     let mem = self.host_memory(&mut st, BLOCK_SIZE, BLOCK_SIZE)?;
                     let iova = self.map_host(&mut st, &mem, BLOCK_SIZE)?;
-                    st.blocks.push(Block {
-                        mem,
-                        iova,
-                        used: [0; PAGES_PER_BLOCK / 64],
-                    });
-                    (st.blocks.len() - 1, 0)
+                    st.blocks.insert(iova, Block::new(mem, iova));
+                    (iova, 0)
                 }
             };
-            let b = &mut st.blocks[i];
+            let Some(b) = st.blocks.get_mut(&key) else {
+                return Err(DmaError::OutOfMemory); // unreachable: the key was just found
+            };
             b.set(first, pages, true);
             let cpu = b.mem.ptr().as_ptr().wrapping_add(first * PAGE_SIZE);
             // SAFETY: the pages lie inside the block, are now ours, and no device access to
@@ -489,10 +510,11 @@ impl<M: IommuMap> DmaPool<M> {
 
     pub(crate) fn free(&self, region: DmaRegion) {
         let mut st = self.lock();
-        if let Some(b) = st
+        if let Some((_, b)) = st
             .blocks
-            .iter_mut()
-            .find(|b| region.iova >= b.iova && region.iova < b.iova + BLOCK_SIZE as u64)
+            .range_mut(..=region.iova)
+            .next_back()
+            .filter(|(_, b)| region.iova < b.iova + BLOCK_SIZE as u64)
         {
             let first = ((region.iova - b.iova) as usize) / PAGE_SIZE;
             let pages = region.len.div_ceil(PAGE_SIZE);
@@ -595,7 +617,7 @@ impl<M: IommuMap> Drop for DmaPool<M> {
                 std::mem::forget(mem);
             }
         }
-        for b in std::mem::take(&mut st.blocks) {
+        for (_, b) in std::mem::take(&mut st.blocks) {
             if self.mapper.unmap(b.iova, b.mem.len()).is_err() {
                 std::mem::forget(b.mem);
             }
@@ -864,11 +886,7 @@ pub(crate) mod tests {
 
     #[test]
     fn block_run_search() {
-        let mut b = Block {
-            mem: HostMapping::new(BLOCK_SIZE, BLOCK_SIZE, false).unwrap(),
-            iova: 0,
-            used: [0; 8],
-        };
+        let mut b = Block::new(HostMapping::new(BLOCK_SIZE, BLOCK_SIZE, false).unwrap(), 0);
         assert_eq!(b.find_run(512, 1), Some(0));
         assert_eq!(b.find_run(513, 1), None);
         b.set(0, 1, true);
@@ -878,8 +896,66 @@ pub(crate) mod tests {
         assert_eq!(b.find_run(4, 4), Some(8));
         b.set(0, 512, true);
         assert_eq!(b.find_run(1, 1), None);
+        assert_eq!(b.free, 0);
         b.set(511, 1, false);
+        assert_eq!(b.free, 1);
         assert_eq!(b.find_run(1, 1), Some(511));
         assert_eq!(b.find_run(1, 2), None);
+        b.set(0, 512, false);
+        assert_eq!(b.free, 512);
+        b.set(0, 3, true);
+        b.set(0, 3, true); // idempotent: the count follows the bits
+        assert_eq!(b.free, 509);
+        assert_eq!(b.find_run(1, 1), Some(3));
+        assert_eq!(b.find_run(1, 2), Some(4));
+        assert_eq!(b.find_run(1, 8), Some(8));
+    }
+
+    /// Thousands of single pages (a driver's firmware pages) across many blocks, freed in a
+    /// scrambled order and taken again: no page is handed out twice, counts stay exact, and
+    /// freed pages are reused before new blocks are made.
+    #[test]
+    fn many_pages_across_blocks() {
+        let (p, rec, _f) = pool(HugePages::Never, None);
+        let n = 3 * PAGES_PER_BLOCK + 17;
+        let mut regions: Vec<DmaRegion> = (0..n).map(|_| p.alloc(4096, 4096).unwrap()).collect();
+        assert_eq!(p.stats().blocks, 4);
+        assert_eq!(p.stats().pages_in_use, n);
+        let mut iovas: Vec<u64> = regions.iter().map(|r| r.iova).collect();
+        iovas.sort_unstable();
+        iovas.dedup();
+        assert_eq!(iovas.len(), n, "an IOVA handed out twice");
+        let mut cpus: Vec<usize> = regions.iter().map(|r| r.cpu.as_ptr() as usize).collect();
+        cpus.sort_unstable();
+        cpus.dedup();
+        assert_eq!(cpus.len(), n, "a CPU page handed out twice");
+        // Free every third region, in reverse.
+        let mut kept = Vec::new();
+        for (i, r) in regions
+            .drain(..)
+            .enumerate()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            if i % 3 == 0 {
+                p.free(r);
+            } else {
+                kept.push(r);
+            }
+        }
+        let freed = n.div_ceil(3);
+        assert_eq!(p.stats().pages_in_use, n - freed);
+        let again: Vec<DmaRegion> = (0..freed).map(|_| p.alloc(4096, 4096).unwrap()).collect();
+        assert_eq!(p.stats().blocks, 4, "freed pages are reused");
+        assert_eq!(
+            rec.log.lock().unwrap().len(),
+            4,
+            "one IOMMU mapping per block"
+        );
+        for r in kept.into_iter().chain(again) {
+            p.free(r);
+        }
+        assert_eq!(p.stats().pages_in_use, 0);
     }
 }
