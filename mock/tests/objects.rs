@@ -194,7 +194,8 @@ fn eq_create_query_doorbell_destroy() {
     h.p.write_be32(other as usize * 4096 + 0x48, uhca_fwif::doorbell::eq_doorbell(eq.eqn, 0));
     assert!(h.hca.notes().iter().any(|n| n.text.contains("its UAR is")));
     // Errors.
-    let (mut c, buf) = h.create_eq_in(uar, 30, &[]);
+    let (mut c, buf) = h.create_eq_in(uar, 3, &[]);
+    c.eq_context_entry_mut().set_log_eq_size(23);
     assert_eq!(h.err(&c, &[]), (CmdStatus::BadParamErr, syndrome::BAD_QUEUE_SIZE));
     c.eq_context_entry_mut().set_log_eq_size(3).set_uar_page(4000);
     assert_eq!(h.err(&c, &pas_bytes(&pages_of(&buf, 512))).1, syndrome::BAD_UAR);
