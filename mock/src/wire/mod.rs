@@ -105,8 +105,8 @@ use core::fmt;
 pub use eth::{EtherType, EthernetFrame, EthernetRepr, VlanTag};
 pub use ib::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders,
-    GrhRepr, IbPacketRepr, IbTransportRepr, LinkNextHeader, LrhRepr, NakCode, Opcode, RethRepr,
-    TransportService,
+    GrhRepr, IbPacketRepr, IbTransportRepr, LinkNextHeader, LrhRepr, MessagePosition, NakCode,
+    Opcode, RethRepr, TransportService,
 };
 pub use ip::{IpProtocol, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 pub use roce::{ROCEV2_UDP_PORT, RoceV2Repr};

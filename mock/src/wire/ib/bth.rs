@@ -255,7 +255,63 @@ opcodes! {
     Cnp = 0x81, "CNP", "C";
 }
 
+/// Where a packet sits in its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessagePosition {
+    /// The first packet of a multi-packet message.
+    First,
+    /// A packet between the first and the last.
+    Middle,
+    /// The last packet of a multi-packet message.
+    Last,
+    /// The only packet of a message (including requests and acknowledgements).
+    Only,
+}
+
 impl Opcode {
+    /// Where a packet with this opcode sits in its message; `None` for `Unknown`.
+    pub fn position(self) -> Option<MessagePosition> {
+        use Opcode::*;
+        Some(match self {
+            RcSendFirst
+            | RcRdmaWriteFirst
+            | RcRdmaReadResponseFirst
+            | UcSendFirst
+            | UcRdmaWriteFirst => MessagePosition::First,
+            RcSendMiddle
+            | RcRdmaWriteMiddle
+            | RcRdmaReadResponseMiddle
+            | UcSendMiddle
+            | UcRdmaWriteMiddle => MessagePosition::Middle,
+            RcSendLast
+            | RcSendLastWithImmediate
+            | RcSendLastWithInvalidate
+            | RcRdmaWriteLast
+            | RcRdmaWriteLastWithImmediate
+            | RcRdmaReadResponseLast
+            | UcSendLast
+            | UcSendLastWithImmediate
+            | UcRdmaWriteLast
+            | UcRdmaWriteLastWithImmediate => MessagePosition::Last,
+            Unknown(_) => return None,
+            _ => MessagePosition::Only,
+        })
+    }
+
+    /// Whether the opcode is sent by a responder (acknowledgements and RDMA READ responses)
+    /// rather than a requester.
+    pub fn is_response(self) -> bool {
+        matches!(
+            self,
+            Opcode::RcAcknowledge
+                | Opcode::RcAtomicAcknowledge
+                | Opcode::RcRdmaReadResponseFirst
+                | Opcode::RcRdmaReadResponseMiddle
+                | Opcode::RcRdmaReadResponseLast
+                | Opcode::RcRdmaReadResponseOnly
+        )
+    }
+
     /// OpCode bits 7:5.
     pub fn transport(self) -> TransportService {
         match u8::from(self) >> 5 {
@@ -546,6 +602,49 @@ mod tests {
         assert!(!Opcode::RcRdmaReadRequest.headers().unwrap().payload);
         assert_eq!(Opcode::UdSendOnly.transport(), TransportService::Ud);
         assert_eq!(Opcode::Cnp.transport(), TransportService::Cnp);
+    }
+
+    #[test]
+    fn positions() {
+        assert_eq!(Opcode::RcSendFirst.position(), Some(MessagePosition::First));
+        assert_eq!(
+            Opcode::UcRdmaWriteMiddle.position(),
+            Some(MessagePosition::Middle)
+        );
+        assert_eq!(
+            Opcode::RcSendLastWithInvalidate.position(),
+            Some(MessagePosition::Last)
+        );
+        assert_eq!(
+            Opcode::RcAcknowledge.position(),
+            Some(MessagePosition::Only)
+        );
+        assert_eq!(Opcode::Unknown(0x15).position(), None);
+        // The names say the same as the table.
+        for &op in Opcode::ALL {
+            let name = op.name().unwrap();
+            let pos = op.position().unwrap();
+            assert_eq!(
+                name.contains("First"),
+                pos == MessagePosition::First,
+                "{name}"
+            );
+            assert_eq!(
+                name.contains("Middle"),
+                pos == MessagePosition::Middle,
+                "{name}"
+            );
+            assert_eq!(
+                name.contains("Last"),
+                pos == MessagePosition::Last,
+                "{name}"
+            );
+            assert_eq!(
+                op.is_response(),
+                name.contains("Acknowledge") || name.contains("response"),
+                "{name}"
+            );
+        }
     }
 
     #[test]

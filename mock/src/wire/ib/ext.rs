@@ -219,6 +219,43 @@ impl From<AethSyndrome> for u8 {
     }
 }
 
+/// The RNR NAK timer field's encoding in microseconds, indexed by the 5-bit code
+/// (IBTA Vol 1, "Encoding for RNR NAK Timer Field": code 0 is 655.36 ms, code 1 is 0.01 ms,
+/// ..., code 31 is 491.52 ms).
+pub const RNR_TIMER_MICROS: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
+    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+    245_760, 327_680, 491_520,
+];
+
+/// The end-to-end credit count field's encoding in credits (receive WQEs), indexed by the
+/// 5-bit code 0-30 (IBTA Vol 1, "Encoding for End-to-End Credit Count"); code 31 means the
+/// count is invalid (no end-to-end flow control information).
+pub const CREDIT_COUNT_CREDITS: [u32; 31] = [
+    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1_024, 1_536,
+    2_048, 3_072, 4_096, 6_144, 8_192, 12_288, 16_384, 24_576, 32_768,
+];
+
+/// The credit count code for an ACK: the largest code whose credits do not exceed `credits`.
+pub fn credit_count_for(credits: u32) -> u8 {
+    CREDIT_COUNT_CREDITS
+        .iter()
+        .rposition(|&c| c <= credits)
+        .unwrap_or(0) as u8
+}
+
+/// The number of credits a credit count code grants; `None` for code 31 (invalid).
+pub fn credits_of(credit_count: u8) -> Option<u32> {
+    CREDIT_COUNT_CREDITS
+        .get(usize::from(credit_count & 0x1F))
+        .copied()
+}
+
+/// The RNR delay in microseconds of a 5-bit RNR NAK timer code.
+pub fn rnr_timer_micros(timer: u8) -> u32 {
+    RNR_TIMER_MICROS[usize::from(timer & 0x1F)]
+}
+
 view!(
     /// A view of an ACK Extended Transport Header.
     Aeth, AETH_LEN
@@ -514,6 +551,22 @@ mod tests {
         let mut out = [0u8; 4];
         r.emit(&mut Aeth::new_unchecked(&mut out[..]));
         assert_eq!(out, b);
+    }
+
+    #[test]
+    fn aeth_tables() {
+        assert_eq!(rnr_timer_micros(0), 655_360);
+        assert_eq!(rnr_timer_micros(1), 10);
+        assert_eq!(rnr_timer_micros(14), 1_280);
+        assert_eq!(rnr_timer_micros(31), 491_520);
+        assert_eq!(credits_of(31), None);
+        assert_eq!(credits_of(5), Some(6));
+        assert_eq!(credits_of(30), Some(32_768));
+        assert_eq!(credit_count_for(0), 0);
+        assert_eq!(credit_count_for(5), 4); // 4 credits: 5 cannot be said exactly
+        assert_eq!(credit_count_for(100), 13); // 96
+        assert_eq!(credit_count_for(u32::MAX), 30);
+        assert!(CREDIT_COUNT_CREDITS.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]

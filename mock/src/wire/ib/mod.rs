@@ -6,6 +6,8 @@
 //! * [`IbTransportRepr`]: the BTH, the extension headers the opcode calls for and the
 //!   payload (pad removed) — the part shared by native IB and RoCEv2.
 //! * [`IbPacketRepr`]: a whole native IB packet, LRH to VCRC.
+//! * [`psn`]: 24-bit PSN arithmetic; [`ext::rnr_timer_micros`] and [`ext::credits_of`]: the
+//!   AETH field encodings.
 //!
 //! ```
 //! use uhca_mock::wire::{
@@ -32,8 +34,9 @@ mod bth;
 pub mod ext;
 mod grh;
 mod lrh;
+pub mod psn;
 
-pub use bth::{BTH_LEN, Bth, BthRepr, ExtHeaders, Opcode, TransportService};
+pub use bth::{BTH_LEN, Bth, BthRepr, ExtHeaders, MessagePosition, Opcode, TransportService};
 pub use ext::{
     AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, Aeth, AethRepr, AethSyndrome, AtomicAckEth,
     AtomicAckEthRepr, AtomicEth, AtomicEthRepr, DETH_LEN, Deth, DethRepr, IETH_LEN, IMM_DT_LEN,
