@@ -325,6 +325,19 @@ impl MockHca {
             .map(|q| QpState::from_raw(q.qpc.state()))
     }
 
+    /// Puts QP `qpn` into `state` as the datapath would (for example SQER after a send
+    /// error), for tests of the recovery transitions. Returns false if the QP does not
+    /// exist.
+    pub fn force_qp_state(&self, qpn: u32, state: QpState) -> bool {
+        match self.dev().fw.qps.get_mut(&qpn) {
+            Some(q) => {
+                q.qpc.set_state(state.raw());
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The consumer and producer counters of EQ `eqn`, if it exists.
     pub fn eq_counters(&self, eqn: u8) -> Option<(u32, u32)> {
         self.dev().fw.eqs.get(&eqn).map(|e| (e.ci, e.pi))

@@ -337,3 +337,23 @@ fn objects_before_init_are_refused() {
     h.ok(&EnableHcaIn::new_cmd(), &[]);
     assert_eq!(h.err(&AllocUarIn::new_cmd(), &[]), (CmdStatus::BadSysStateErr, syndrome::HCA_NOT_INITIALIZED));
 }
+
+#[test]
+fn more_error_paths() {
+    let mut h = ready();
+    let mut t = AllocTransportDomainIn::new_cmd();
+    t.set_op_mod(2);
+    assert_eq!(h.err(&t, &[]), (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD));
+    let mut c = AllocQCounterIn::new_cmd();
+    c.set_uid(1);
+    assert_eq!(h.err(&c, &[]).1, syndrome::BAD_UID);
+    let mut q = QuerySrqIn::new_cmd();
+    q.set_srqn(0x4444);
+    assert_eq!(h.err(&q, &[]), (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT));
+    let mut a = ArmRqIn::new_cmd();
+    a.set_op_mod(1).set_srq_number(0x4444);
+    assert_eq!(h.err(&a, &[]).0, CmdStatus::BadResErr);
+    let mut m = ModifyCqIn::new_cmd();
+    m.set_cqn(0x4444);
+    assert_eq!(h.err(&m, &[]).0, CmdStatus::BadResErr);
+}

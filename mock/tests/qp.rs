@@ -258,3 +258,34 @@ fn infiniband_qp_needs_no_gid() {
     h.ok(&rst2init(qpn), &[]);
     assert_eq!(h.err(&g, &[]).1, syndrome::BAD_GID_INDEX);
 }
+
+#[test]
+fn send_queue_error_recovery() {
+    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    h.enable_roce();
+    h.set_gid(0);
+    let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    h.ok(&rst2init(qpn), &[]);
+    h.ok(&init2rtr(qpn), &[]);
+    h.ok(&rtr2rts(qpn), &[]);
+    let mut s = Sqerr2rtsQpIn::new_cmd();
+    s.set_qpn(qpn);
+    assert_eq!(h.err(&s, &[]).0, CmdStatus::BadQpStateErr, "RTS is not SQER");
+    assert!(h.hca.force_qp_state(qpn, QpState::Sqer));
+    h.ok(&s, &[]);
+    assert_eq!(h.hca.qp_state(qpn), Some(QpState::Rts));
+}
+
+#[test]
+fn unknown_qp_numbers() {
+    let Setup { mut h, .. } = setup(MockConfig::default());
+    let mut q = QueryQpIn::new_cmd();
+    q.set_qpn(0x999);
+    assert_eq!(h.err(&q, &[]), (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT));
+    let mut e = Qp2errIn::new_cmd();
+    e.set_qpn(0x999);
+    assert_eq!(h.err(&e, &[]).0, CmdStatus::BadResErr);
+    let mut r = Qp2rstIn::new_cmd();
+    r.set_qpn(0x999);
+    assert_eq!(h.err(&r, &[]).0, CmdStatus::BadResErr);
+}
