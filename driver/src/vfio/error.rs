@@ -77,6 +77,13 @@ pub enum VfioError {
         /// pcieport). Empty when they could not be determined.
         blockers: Vec<GroupMember>,
     },
+    /// This process has the device open already (through another [`VfioPlatform`]).
+    ///
+    /// [`VfioPlatform`]: super::VfioPlatform
+    AlreadyOpen {
+        /// The address.
+        address: PciAddress,
+    },
     /// Another process (or a virtual machine) already holds the IOMMU group.
     GroupBusy {
         /// The IOMMU group number.
@@ -218,11 +225,16 @@ impl fmt::Display for VfioError {
                 }
                 Ok(())
             }
+            VfioError::AlreadyOpen { address } => write!(
+                f,
+                "{address} is already open in this process; a device has one driver at a \
+                 time: drop the other VfioPlatform first"
+            ),
             VfioError::GroupBusy { group } => write!(
                 f,
-                "IOMMU group {group} is already open, in this process or another one \
-                 (a virtual machine, another driver instance): /dev/vfio/{group} can be \
-                 opened once; close the other user (`fuser -v /dev/vfio/{group}` shows it)"
+                "IOMMU group {group} is already in use by another process or a virtual \
+                 machine (/dev/vfio/{group} can be opened once); stop it \
+                 (`fuser -v /dev/vfio/{group}` shows who holds it)"
             ),
             VfioError::PermissionDenied { path } => write!(
                 f,

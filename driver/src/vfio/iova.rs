@@ -105,18 +105,28 @@ impl IovaAllocator {
     /// Allocates `size` bytes aligned to `align` (a power of two); `None` when `size` is zero,
     /// `align` is not a power of two, or no free range can hold it.
     pub fn alloc(&mut self, size: u64, align: u64) -> Option<u64> {
+        self.alloc_in(size, align, 0, u64::MAX)
+    }
+
+    /// Like [`alloc`](Self::alloc), but only inside `lo..=hi` (for a device that reaches
+    /// fewer address bits than the others sharing the IOVA space).
+    pub fn alloc_in(&mut self, size: u64, align: u64, lo: u64, hi: u64) -> Option<u64> {
         if size == 0 || !align.is_power_of_two() {
             return None;
         }
         for i in 0..self.free.len() {
             let r = self.free[i];
-            let Some(start) = align_up(r.start, align) else {
+            let (from, to) = (r.start.max(lo), r.last.min(hi));
+            if from > to {
+                continue;
+            }
+            let Some(start) = align_up(from, align) else {
                 continue;
             };
             let Some(last) = start.checked_add(size - 1) else {
                 continue;
             };
-            if start < r.start || last > r.last {
+            if start < from || last > to {
                 continue;
             }
             // Carve start..=last out of r: up to two pieces remain.
@@ -241,6 +251,26 @@ mod tests {
         assert_eq!(a.free(u64::MAX, 2), Err(IovaFreeError::Invalid));
         a.free(y, 0x2000).unwrap();
         assert_eq!(a.free_ranges(), [IovaRange::new(0x1000, 0xffff)]);
+    }
+
+    #[test]
+    fn allocation_inside_a_window() {
+        let mut a = IovaAllocator::new(&[IovaRange::new(0x1_0000, 0xffff_ffff)]);
+        // Someone with 64 address bits took the low space first.
+        assert_eq!(a.alloc(0x20_0000, 0x20_0000), Some(0x20_0000));
+        // A 28-bit device gets the next space below 256 MiB.
+        assert_eq!(a.alloc_in(0x1000, 0x1000, 0, (1 << 28) - 1), Some(0x1_0000));
+        // A window above some address.
+        let hi = a.alloc_in(0x1000, 0x1000, 0x8000_0000, u64::MAX).unwrap();
+        assert_eq!(hi, 0x8000_0000);
+        // Nothing fits in a window that is too small or outside the space.
+        assert_eq!(a.alloc_in(0x2000, 0x1000, 0x1_0000, 0x1_1fff), None);
+        assert_eq!(a.alloc_in(0x1000, 0x1000, 0x1_0000_0000, u64::MAX), None);
+        // Everything returns to one range.
+        a.free(0x20_0000, 0x20_0000).unwrap();
+        a.free(0x1_0000, 0x1000).unwrap();
+        a.free(hi, 0x1000).unwrap();
+        assert_eq!(a.free_ranges(), [IovaRange::new(0x1_0000, 0xffff_ffff)]);
     }
 
     #[test]

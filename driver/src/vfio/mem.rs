@@ -16,12 +16,12 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use uhca_hal::platform::{DmaError, DmaRegion};
 
 use super::error::VfioError;
-use super::iova::IovaAllocator;
+use super::iova::{IovaAllocator, IovaRange};
 use super::paths::{VfioPaths, free_hugepages_2m};
 
 /// Size of a DMA block and of a hugepage.
@@ -329,7 +329,6 @@ pub struct DmaStats {
 }
 
 struct State {
-    iova: IovaAllocator,
     /// Keyed by IOVA, so `free` finds a region's block in O(log n).
     blocks: BTreeMap<u64, Block>,
     dedicated: BTreeMap<u64, HostMapping>,
@@ -341,6 +340,11 @@ struct State {
 pub(crate) struct DmaPool<M: IommuMap> {
     mapper: M,
     state: Mutex<State>,
+    /// The IOVA space of the IOMMU domain, shared with the other devices of the container;
+    /// locked after `state`, never before.
+    iova: Arc<Mutex<IovaAllocator>>,
+    /// The part of it this device can reach.
+    window: (u64, u64),
     policy: HugePages,
     paths: VfioPaths,
     /// IOMMU/CPU page granule for caller buffers.
@@ -352,7 +356,8 @@ pub(crate) struct DmaPool<M: IommuMap> {
 impl<M: IommuMap> DmaPool<M> {
     pub(crate) fn new(
         mapper: M,
-        iova: IovaAllocator,
+        iova: Arc<Mutex<IovaAllocator>>,
+        window: (u64, u64),
         policy: HugePages,
         paths: VfioPaths,
         granule: usize,
@@ -361,12 +366,13 @@ impl<M: IommuMap> DmaPool<M> {
         DmaPool {
             mapper,
             state: Mutex::new(State {
-                iova,
                 blocks: BTreeMap::new(),
                 dedicated: BTreeMap::new(),
                 user: BTreeMap::new(),
                 notice: None,
             }),
+            iova,
+            window,
             policy,
             paths,
             granule: granule.max(PAGE_SIZE),
@@ -380,8 +386,29 @@ impl<M: IommuMap> DmaPool<M> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn free_iova_ranges(&self) -> Vec<super::iova::IovaRange> {
-        self.lock().iova.free_ranges().to_vec()
+    fn iova_space(&self) -> std::sync::MutexGuard<'_, IovaAllocator> {
+        self.iova.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn iova_alloc(&self, size: u64, align: u64) -> Option<u64> {
+        self.iova_space()
+            .alloc_in(size, align, self.window.0, self.window.1)
+    }
+
+    fn iova_free(&self, start: u64, size: u64) {
+        let r = self.iova_space().free(start, size);
+        debug_assert!(r.is_ok(), "IOVA {start:#x}+{size:#x} freed twice");
+    }
+
+    /// The free IOVA ranges this device can still allocate from.
+    pub(crate) fn free_iova_ranges(&self) -> Vec<IovaRange> {
+        let (lo, hi) = self.window;
+        self.iova_space()
+            .free_ranges()
+            .iter()
+            .filter(|r| r.last >= lo && r.start <= hi)
+            .map(|r| IovaRange::new(r.start.max(lo), r.last.min(hi)))
+            .collect()
     }
 
     pub(crate) fn notice(&self) -> Option<String> {
@@ -444,10 +471,9 @@ impl<M: IommuMap> DmaPool<M> {
     }
 
     /// Maps `mem` into the IOMMU at a fresh IOVA aligned to `align`.
-    fn map_host(&self, st: &mut State, mem: &HostMapping, align: usize) -> Result<u64, DmaError> {
-        let iova = st
-            .iova
-            .alloc(mem.len() as u64, align.max(self.granule) as u64)
+    fn map_host(&self, mem: &HostMapping, align: usize) -> Result<u64, DmaError> {
+        let iova = self
+            .iova_alloc(mem.len() as u64, align.max(self.granule) as u64)
             .ok_or(DmaError::OutOfMemory)?;
         // SAFETY: `mem` is our own mapping; it stays mapped until the pool unmaps this IOVA
         // (on drop or on free of a dedicated mapping) and is only reached through raw
@@ -455,7 +481,7 @@ impl<M: IommuMap> DmaPool<M> {
         match unsafe { self.mapper.map(iova, mem.len(), mem.ptr().as_ptr()) } {
             Ok(()) => Ok(iova),
             Err(errno) => {
-                let _ = st.iova.free(iova, mem.len() as u64);
+                self.iova_free(iova, mem.len() as u64);
                 Err(DmaError::MappingFailed(errno))
             }
         }
@@ -477,7 +503,7 @@ impl<M: IommuMap> DmaPool<M> {
                 Some(f) => f,
                 None => {
                     let mem = self.host_memory(&mut st, BLOCK_SIZE, BLOCK_SIZE)?;
-                    let iova = self.map_host(&mut st, &mem, BLOCK_SIZE)?;
+                    let iova = self.map_host(&mem, BLOCK_SIZE)?;
                     st.blocks.insert(iova, Block::new(mem, iova));
                     (iova, 0)
                 }
@@ -502,7 +528,7 @@ impl<M: IommuMap> DmaPool<M> {
             .ok_or(DmaError::InvalidRequest)?;
         let align = align.max(BLOCK_SIZE);
         let mem = self.host_memory(&mut st, size, align)?;
-        let iova = self.map_host(&mut st, &mem, align)?;
+        let iova = self.map_host(&mem, align)?;
         let cpu = mem.ptr();
         st.dedicated.insert(iova, mem);
         Ok(DmaRegion { cpu, iova, len })
@@ -526,7 +552,7 @@ impl<M: IommuMap> DmaPool<M> {
         if let Some(mem) = st.dedicated.remove(&region.iova) {
             match self.mapper.unmap(region.iova, mem.len()) {
                 Ok(()) => {
-                    let _ = st.iova.free(region.iova, mem.len() as u64);
+                    self.iova_free(region.iova, mem.len() as u64);
                     drop(mem);
                 }
                 Err(e) => {
@@ -565,9 +591,8 @@ impl<M: IommuMap> DmaPool<M> {
             .ok_or(DmaError::InvalidRequest)?;
         let map_len = end - base;
         let mut st = self.lock();
-        let map_iova = st
-            .iova
-            .alloc(map_len as u64, g as u64)
+        let map_iova = self
+            .iova_alloc(map_len as u64, g as u64)
             .ok_or(DmaError::OutOfMemory)?;
         // `base` is derived from `cpu`'s address; keep its provenance.
         let vaddr = cpu.as_ptr().wrapping_sub(addr - base);
@@ -575,7 +600,7 @@ impl<M: IommuMap> DmaPool<M> {
         // memory until `unmap`; the pages around it belong to the same allocation or to
         // memory the caller accepted to expose (documented on `Dma::map` for this platform).
         if let Err(e) = unsafe { self.mapper.map(map_iova, map_len, vaddr) } {
-            let _ = st.iova.free(map_iova, map_len as u64);
+            self.iova_free(map_iova, map_len as u64);
             return Err(DmaError::MappingFailed(e));
         }
         let iova = map_iova + (addr - base) as u64;
@@ -601,7 +626,7 @@ impl<M: IommuMap> DmaPool<M> {
             .unmap(map_iova, map_len)
             .map_err(DmaError::MappingFailed)?;
         st.user.remove(&iova);
-        let _ = st.iova.free(map_iova, map_len as u64);
+        self.iova_free(map_iova, map_len as u64);
         Ok(())
     }
 }
@@ -609,16 +634,28 @@ impl<M: IommuMap> DmaPool<M> {
 impl<M: IommuMap> Drop for DmaPool<M> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        for (_, m) in std::mem::take(&mut st.user) {
-            let _ = self.mapper.unmap(m.map_iova, m.map_len);
+        let user = std::mem::take(&mut st.user);
+        let dedicated = std::mem::take(&mut st.dedicated);
+        let blocks = std::mem::take(&mut st.blocks);
+        // The IOVA space may outlive this pool (another device of the container keeps it):
+        // return each range once the IOMMU no longer maps it. What cannot be unmapped stays
+        // reserved, and its memory is leaked rather than reused.
+        for (_, m) in user {
+            if self.mapper.unmap(m.map_iova, m.map_len).is_ok() {
+                self.iova_free(m.map_iova, m.map_len as u64);
+            }
         }
-        for (iova, mem) in std::mem::take(&mut st.dedicated) {
-            if self.mapper.unmap(iova, mem.len()).is_err() {
+        for (iova, mem) in dedicated {
+            if self.mapper.unmap(iova, mem.len()).is_ok() {
+                self.iova_free(iova, mem.len() as u64);
+            } else {
                 std::mem::forget(mem);
             }
         }
-        for (_, b) in std::mem::take(&mut st.blocks) {
-            if self.mapper.unmap(b.iova, b.mem.len()).is_err() {
+        for (iova, b) in blocks {
+            if self.mapper.unmap(iova, b.mem.len()).is_ok() {
+                self.iova_free(iova, b.mem.len() as u64);
+            } else {
                 std::mem::forget(b.mem);
             }
         }
@@ -674,7 +711,15 @@ pub(crate) mod tests {
         }
         let rec = Recorder::default();
         let iova = IovaAllocator::new(&[IovaRange::new(0x1_0000, (1 << 32) - 1)]);
-        let p = DmaPool::new(rec.clone(), iova, policy, fake.paths(), 4096, false);
+        let p = DmaPool::new(
+            rec.clone(),
+            Arc::new(Mutex::new(iova)),
+            (0, u64::MAX),
+            policy,
+            fake.paths(),
+            4096,
+            false,
+        );
         (p, rec, fake)
     }
 
@@ -804,12 +849,15 @@ pub(crate) mod tests {
             DmaError::MappingFailed(libc::ENOMEM)
         );
         // The IOVA of the failed mapping went back.
-        assert_eq!(p.lock().iova.free_bytes(), (1u128 << 32) - 0x1_0000);
+        assert_eq!(p.iova_space().free_bytes(), (1u128 << 32) - 0x1_0000);
         *rec.fail_with.lock().unwrap() = None;
         // Exhausted IOVA space.
         let tiny = DmaPool::new(
             rec.clone(),
-            IovaAllocator::new(&[IovaRange::new(0x20_0000, 0x3f_ffff)]),
+            Arc::new(Mutex::new(IovaAllocator::new(&[IovaRange::new(
+                0x20_0000, 0x3f_ffff,
+            )]))),
+            (0, u64::MAX),
             HugePages::Never,
             VfioPaths::default(),
             4096,
@@ -844,6 +892,47 @@ pub(crate) mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { p.map_user(cpu, 0) }, Err(DmaError::InvalidRequest));
         drop(buf);
+    }
+
+    /// Two pools sharing one IOVA space (two functions of one IOMMU group): no IOVA is
+    /// handed out twice, each pool stays in its window, and dropping one returns its IOVAs.
+    #[test]
+    fn pools_sharing_an_iova_space() {
+        let rec = Recorder::default();
+        let space = Arc::new(Mutex::new(IovaAllocator::new(&[IovaRange::new(
+            0x1_0000,
+            (1 << 32) - 1,
+        )])));
+        let total = space.lock().unwrap().free_bytes();
+        let mk = |window| {
+            DmaPool::new(
+                rec.clone(),
+                space.clone(),
+                window,
+                HugePages::Never,
+                VfioPaths::default(),
+                4096,
+                false,
+            )
+        };
+        let wide = mk((0, u64::MAX));
+        let narrow = mk((0, (1 << 28) - 1));
+        let a = wide.alloc(4096, 4096).unwrap();
+        let b = narrow.alloc(4096, 4096).unwrap();
+        let c = wide.alloc(3 << 20, 4096).unwrap();
+        assert_ne!(a.iova >> 21, b.iova >> 21, "each pool maps its own blocks");
+        assert!(b.iova < 1 << 28);
+        assert!(narrow.free_iova_ranges().iter().all(|r| r.last < 1 << 28));
+        assert!(c.iova + (3 << 20) <= a.iova || a.iova + 4096 <= c.iova);
+        drop(wide);
+        // Only the narrow pool's block is still taken.
+        assert_eq!(
+            space.lock().unwrap().free_bytes(),
+            total - BLOCK_SIZE as u128
+        );
+        narrow.free(b);
+        drop(narrow);
+        assert_eq!(space.lock().unwrap().free_bytes(), total);
     }
 
     #[test]

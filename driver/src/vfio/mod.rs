@@ -49,9 +49,10 @@
 //!
 //! # Limitations
 //!
-//! * One platform per IOMMU group and process: each opens its own container, and a group can
-//!   be opened once, so two functions that share a group (a dual-port card without ACS)
-//!   cannot both be opened; the second gets [`VfioError::GroupBusy`].
+//! * The functions of one IOMMU group (a dual-port card without ACS) share one container
+//!   and one IOVA space in this process, so they can be opened side by side; a group held
+//!   by another process gets [`VfioError::GroupBusy`], a device opened twice
+//!   [`VfioError::AlreadyOpen`].
 //! * BAR0 is mapped whole, which needs a kernel that allows mapping the MSI-X table
 //!   (Linux 4.16 and later); the mapping is uncached (no write combining, so no BlueFlame).
 //! * The legacy container/group interface only (no iommufd character devices), and no
@@ -125,7 +126,7 @@ use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use uhca_hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
@@ -242,6 +243,59 @@ impl IommuMap for ContainerMapper {
     }
 }
 
+/// A VFIO container with one IOMMU group in it, shared by the platforms of that group's
+/// functions in this process, with the IOVA space of its IOMMU domain.
+struct SharedContainer {
+    container: Arc<VfioContainer>,
+    group: u32,
+    iommu: IommuInfo,
+    /// Shared by the DMA pools of the group's devices: they map into one IOMMU domain.
+    iova: Arc<Mutex<IovaAllocator>>,
+    /// The functions open on it.
+    open: Mutex<Vec<PciAddress>>,
+}
+
+/// The containers of this process, one per IOMMU group in use.
+static CONTAINERS: Mutex<Vec<Weak<SharedContainer>>> = Mutex::new(Vec::new());
+
+impl SharedContainer {
+    /// Queries the IOMMU of `container` (its group added, so its IOMMU set).
+    fn new(container: Arc<VfioContainer>, group: u32) -> Result<Self, VfioError> {
+        let raw = sys::iommu_info_bytes(&*container)
+            .map_err(|e| VfioError::io("VFIO_IOMMU_GET_INFO", e))?;
+        let iommu = parse_iommu_info(&raw).map_err(|m| {
+            VfioError::io(
+                "VFIO_IOMMU_GET_INFO",
+                io::Error::new(io::ErrorKind::InvalidData, m),
+            )
+        })?;
+        let mut iova = IovaAllocator::new(&iommu.iova_ranges);
+        iova.clamp(MIN_IOVA, u64::MAX);
+        Ok(SharedContainer {
+            container,
+            group,
+            iommu,
+            iova: Arc::new(Mutex::new(iova)),
+            open: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn is_open(&self, address: &PciAddress) -> bool {
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(address)
+    }
+
+    fn set_open(&self, address: PciAddress, open: bool) {
+        let mut v = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|a| *a != address);
+        if open {
+            v.push(address);
+        }
+    }
+}
+
 /// The `mmap` of BAR0.
 struct BarMapping {
     ptr: NonNull<u8>,
@@ -351,15 +405,15 @@ pub struct VfioPlatform {
     device_flags: u32,
     config_offset: u64,
     config_len: u64,
-    iommu: IommuInfo,
     memlock: Option<u64>,
     irqs: Mutex<Option<IrqKind>>,
     // Released by Drop, in this order: pool (unmap + free DMA), bar (munmap), device (close
-    // the fd, group out of the container); the container Arc goes last.
+    // the fd, group out of the container); the container goes last, with the last platform
+    // of its group.
     pool: ManuallyDrop<DmaPool<ContainerMapper>>,
     bar: ManuallyDrop<BarMapping>,
     device: ManuallyDrop<VfioDevice>,
-    _container: Arc<VfioContainer>,
+    shared: Arc<SharedContainer>,
 }
 
 impl std::fmt::Debug for VfioPlatform {
@@ -372,7 +426,7 @@ impl std::fmt::Debug for VfioPlatform {
             )
             .field("group", &self.group)
             .field("bar0_len", &self.bar.len)
-            .field("iova_ranges", &self.iommu.iova_ranges)
+            .field("iova_ranges", &self.shared.iommu.iova_ranges)
             .finish_non_exhaustive()
     }
 }
@@ -407,12 +461,36 @@ impl VfioPlatform {
             group: found.group,
             paths: &options.paths,
         };
-        let container = Arc::new(VfioContainer::new(None).map_err(|e| map_open_error(e, &ctx))?);
+        // Opens are serialised in this process: the functions of one IOMMU group share one
+        // container (the group node can be opened only once), created by the first of them.
+        let mut registry = CONTAINERS.lock().unwrap_or_else(|p| p.into_inner());
+        registry.retain(|w| w.strong_count() > 0);
+        let existing = registry
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|s| s.group == found.group);
+        if existing.as_ref().is_some_and(|s| s.is_open(&address)) {
+            return Err(VfioError::AlreadyOpen { address });
+        }
+        let container = match &existing {
+            Some(s) => s.container.clone(),
+            None => Arc::new(VfioContainer::new(None).map_err(|e| map_open_error(e, &ctx))?),
+        };
         let ops: Arc<dyn VfioOps> = container.clone();
         // On any early return below, `device` drops before `container` (reverse order of
         // declaration): device fd closed, then the group leaves the container.
         let device =
             VfioDevice::new(&found.dir, ops, false).map_err(|e| map_open_error(e, &ctx))?;
+        let shared = match existing {
+            Some(s) => s,
+            None => {
+                // The IOMMU is set now (the group is in the container): ask it for its ranges.
+                let s = Arc::new(SharedContainer::new(container.clone(), found.group)?);
+                registry.push(Arc::downgrade(&s));
+                s
+            }
+        };
+        drop(registry);
 
         let info =
             sys::device_info(&device).map_err(|e| VfioError::io("VFIO_DEVICE_GET_INFO", e))?;
@@ -463,31 +541,33 @@ impl VfioPlatform {
             len: bar_len,
         };
 
-        let raw = sys::iommu_info_bytes(&*container)
-            .map_err(|e| VfioError::io("VFIO_IOMMU_GET_INFO", e))?;
-        let iommu = parse_iommu_info(&raw).map_err(|m| {
-            VfioError::io(
-                "VFIO_IOMMU_GET_INFO",
-                io::Error::new(io::ErrorKind::InvalidData, m),
-            )
-        })?;
-        let mut iovas = IovaAllocator::new(&iommu.iova_ranges);
-        let max = match options.dma_address_bits {
-            0 => 0,
-            b if b >= 64 => u64::MAX,
-            b => (1u64 << b) - 1,
-        };
-        iovas.clamp(MIN_IOVA, max);
-        if iovas.free_bytes() < BLOCK_SIZE as u128 {
+        let window = (
+            MIN_IOVA,
+            match options.dma_address_bits {
+                0 => 0,
+                b if b >= 64 => u64::MAX,
+                b => (1u64 << b) - 1,
+            },
+        );
+        let reachable: u128 = shared
+            .iova
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .free_ranges()
+            .iter()
+            .filter(|r| r.last >= window.0 && r.start <= window.1)
+            .map(|r| u128::from(r.last.min(window.1) - r.start.max(window.0)) + 1)
+            .sum();
+        if reachable < BLOCK_SIZE as u128 {
             return Err(VfioError::Unsupported {
                 what: format!(
                     "no usable IOVA space: the IOMMU offers {:?}, the device reaches \
                      {} bits",
-                    iommu.iova_ranges, options.dma_address_bits
+                    shared.iommu.iova_ranges, options.dma_address_bits
                 ),
             });
         }
-        let granule = usize::try_from(iommu.min_page_size())
+        let granule = usize::try_from(shared.iommu.min_page_size())
             .unwrap_or(usize::MAX)
             .max(sys::page_size());
         if granule > BLOCK_SIZE {
@@ -496,8 +576,9 @@ impl VfioPlatform {
             });
         }
         let pool = DmaPool::new(
-            ContainerMapper(container.clone()),
-            iovas,
+            ContainerMapper(container),
+            shared.iova.clone(),
+            window,
             options.hugepages,
             options.paths.clone(),
             granule,
@@ -512,14 +593,14 @@ impl VfioPlatform {
             device_flags: info.flags,
             config_offset: cfg.offset,
             config_len: cfg.size,
-            iommu,
             memlock: sys::memlock_limit(),
             irqs: Mutex::new(None),
             pool: ManuallyDrop::new(pool),
             bar: ManuallyDrop::new(bar_map),
             device: ManuallyDrop::new(device),
-            _container: container,
+            shared,
         };
+        platform.shared.set_open(address, true);
         // The device as VFIO sees it must be the one sysfs described.
         let vendor = platform.config_read16(pci::VENDOR_ID)?;
         if require_connectx && vendor != MELLANOX_VENDOR_ID {
@@ -562,7 +643,7 @@ impl VfioPlatform {
 
     /// What the IOMMU reported: page sizes, IOVA ranges, mapping budget.
     pub fn iommu_info(&self) -> &IommuInfo {
-        &self.iommu
+        &self.shared.iommu
     }
 
     /// The IOVA ranges DMA memory is allocated from (after [`MIN_IOVA`] and
@@ -774,6 +855,7 @@ impl Drop for VfioPlatform {
             ManuallyDrop::drop(&mut self.bar);
             ManuallyDrop::drop(&mut self.device);
         }
+        self.shared.set_open(self.address, false);
     }
 }
 
@@ -989,11 +1071,13 @@ mod tests {
         let e = map_open_error(E::OpenGroup(os(libc::EBUSY), "42".into()), &c);
         assert!(matches!(e, VfioError::GroupBusy { group: 42 }));
         let m = e.to_string();
+        assert!(m.contains("already in use by another process"), "{m}");
+        assert!(m.contains("fuser -v /dev/vfio/42"), "{m}");
+        let m = VfioError::AlreadyOpen { address }.to_string();
         assert!(
-            m.contains("already open, in this process or another one"),
+            m.contains("0000:3b:00.0 is already open in this process"),
             "{m}"
         );
-        assert!(m.contains("fuser -v /dev/vfio/42"), "{m}");
 
         let m = map_open_error(E::OpenContainer(os(libc::ENOENT)), &c).to_string();
         assert!(m.contains("does not exist: VFIO is not available"), "{m}");
