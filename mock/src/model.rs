@@ -502,7 +502,8 @@ impl MockPlatform {
 
     fn check(offset: usize, width: usize) {
         assert!(
-            offset % width == 0 && offset.checked_add(width).is_some_and(|e| e <= BAR0_SIZE),
+            offset.is_multiple_of(width)
+                && offset.checked_add(width).is_some_and(|e| e <= BAR0_SIZE),
             "BAR0 access of {width} bytes at {offset:#x} is misaligned or out of bounds"
         );
     }
@@ -604,7 +605,7 @@ impl PciConfig for MockPlatform {
 
 impl MockPlatform {
     fn config_read<const N: usize>(&self, offset: u16) -> Result<[u8; N], ConfigError> {
-        if offset as usize % N != 0 || offset as usize + N > CONFIG_SPACE_SIZE {
+        if !(offset as usize).is_multiple_of(N) || offset as usize + N > CONFIG_SPACE_SIZE {
             return Err(ConfigError::OutOfRange);
         }
         let d = self.dev();
@@ -616,7 +617,7 @@ impl MockPlatform {
 
     fn config_write(&self, offset: u16, data: &[u8]) -> Result<(), ConfigError> {
         let n = data.len();
-        if offset as usize % n != 0 || offset as usize + n > CONFIG_SPACE_SIZE {
+        if !(offset as usize).is_multiple_of(n) || offset as usize + n > CONFIG_SPACE_SIZE {
             return Err(ConfigError::OutOfRange);
         }
         let now = self.shared.clock.now_ns();

@@ -4,11 +4,11 @@
 mod common;
 
 use common::{BLOCK_STRIDE, Harness};
+use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::cmdq::CmdProtBlock;
 use uhca_fwif::consts::*;
 use uhca_fwif::eqe::EqeCmd;
-use uhca_fwif::PrmLayout;
 use uhca_hal::{Bar, Clock, Dma};
 use uhca_mock::firmware::syndrome;
 use uhca_mock::{CommandOutcome, FaultKind, MockConfig};
@@ -16,7 +16,10 @@ use zerocopy::IntoBytes;
 
 fn query_cap_input() -> Vec<u8> {
     let mut q = QueryHcaCapIn::new_cmd();
-    q.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, HcaCapMode::GetMax));
+    q.set_op_mod(query_hca_cap_op_mod(
+        HcaCapType::General,
+        HcaCapMode::GetMax,
+    ));
     q.as_bytes().to_vec()
 }
 
@@ -46,8 +49,15 @@ fn bad_type_is_a_descriptor_error() {
     let r = h.result(0, 16);
     assert!(r.completed);
     assert_eq!(r.delivery, DeliveryStatus::CmdDescrErr);
-    assert_eq!(h.hca.hca_state(), uhca_mock::HcaState::Disabled, "not executed");
-    assert_eq!(h.hca.command_log()[0].outcome, CommandOutcome::DeliveryError);
+    assert_eq!(
+        h.hca.hca_state(),
+        uhca_mock::HcaState::Disabled,
+        "not executed"
+    );
+    assert_eq!(
+        h.hca.command_log()[0].outcome,
+        CommandOutcome::DeliveryError
+    );
 }
 
 #[test]
@@ -90,7 +100,10 @@ fn misaligned_and_unmapped_mailboxes() {
     // A chain that ends too early.
     h.post(0, &query_cap_input(), QueryHcaCapOut::SIZE);
     let mut b = CmdProtBlock::default();
-    assert!(h.hca.host_read(h.outbox.iova + BLOCK_STRIDE, b.as_mut_bytes()));
+    assert!(
+        h.hca
+            .host_read(h.outbox.iova + BLOCK_STRIDE, b.as_mut_bytes())
+    );
     b.next = 0.into();
     assert!(h.hca.host_write(h.outbox.iova + BLOCK_STRIDE, b.as_bytes()));
     h.ring(0);
@@ -98,7 +111,8 @@ fn misaligned_and_unmapped_mailboxes() {
 
     // An input mailbox pointer that no mapping covers: an IOMMU fault, FW error.
     let mut m = ManagePagesIn::new_cmd();
-    m.set_op_mod(ManagePagesOpMod::Give.raw()).set_input_num_entries(1);
+    m.set_op_mod(ManagePagesOpMod::Give.raw())
+        .set_input_num_entries(1);
     let mut input = m.as_bytes().to_vec();
     input.extend_from_slice(&[0u8; 8]);
     let mut e = h.post(0, &input, 16);
@@ -154,21 +168,28 @@ fn unknown_opcode_and_uid() {
     assert_eq!(h.err(&a, &[]), (CmdStatus::BadParamErr, syndrome::BAD_UID));
     let mut a = AllocPdIn::new_cmd();
     a.set_op_mod(1);
-    assert_eq!(h.err(&a, &[]), (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD));
-    let r = h.exec(&NopIn::new(), &[]);
+    assert_eq!(
+        h.err(&a, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD)
+    );
+    let r = h.exec(&nop_cmd(), &[]);
     assert_eq!(r.status(), CmdStatus::Ok);
 }
 
 /// NOP has no layout in `uhca-fwif`; its input is the bare header.
-struct NopIn;
-impl NopIn {
-    fn new() -> MboxInCmd {
-        let mut m = MboxIn::default();
-        m.set_opcode(CmdOpcode::Nop.raw());
-        MboxInCmd(m)
-    }
+fn nop_cmd() -> MboxInCmd {
+    let mut m = MboxIn::default();
+    m.set_opcode(CmdOpcode::Nop.raw());
+    MboxInCmd(m)
 }
-#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
+#[derive(
+    Clone,
+    Copy,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::KnownLayout,
+    zerocopy::Immutable,
+)]
 #[repr(transparent)]
 struct MboxInCmd(MboxIn);
 impl uhca_fwif::PrmLayout for MboxInCmd {
@@ -188,7 +209,12 @@ fn software_owned_slot_is_ignored() {
     h.write_entry(0, &e);
     h.ring(0);
     assert!(h.hca.command_log().is_empty());
-    assert!(h.hca.notes().iter().any(|n| n.text.contains("software owns")));
+    assert!(
+        h.hca
+            .notes()
+            .iter()
+            .any(|n| n.text.contains("software owns"))
+    );
 }
 
 #[test]
@@ -205,7 +231,10 @@ fn completion_event_carries_the_slot_vector() {
     let mut h = Harness::ready(MockConfig::default());
     let uar = h.alloc_uar();
     let mut eq = h.create_eq(uar, 4, &[EventType::Cmd]);
-    assert!(h.poll_eq(&mut eq).is_empty(), "CREATE_EQ itself is not reported");
+    assert!(
+        h.poll_eq(&mut eq).is_empty(),
+        "CREATE_EQ itself is not reported"
+    );
     h.post(3, AllocPdIn::new_cmd().as_bytes(), 16);
     h.ring(3);
     assert!(h.result(3, 16).completed);
@@ -223,10 +252,17 @@ fn completion_event_carries_the_slot_vector() {
 #[test]
 fn injected_failure_and_hang() {
     let mut h = Harness::ready(MockConfig::default());
-    h.hca.fail_next_command(CmdOpcode::AllocPd, CmdStatus::NoResErr, 0xabcd);
-    assert_eq!(h.err(&AllocPdIn::new_cmd(), &[]), (CmdStatus::NoResErr, 0xabcd));
+    h.hca
+        .fail_next_command(CmdOpcode::AllocPd, CmdStatus::NoResErr, 0xabcd);
+    assert_eq!(
+        h.err(&AllocPdIn::new_cmd(), &[]),
+        (CmdStatus::NoResErr, 0xabcd)
+    );
     assert_eq!(h.hca.objects().pds, 0, "not executed");
-    assert_eq!(h.hca.last_command(CmdOpcode::AllocPd).unwrap().outcome, CommandOutcome::Injected);
+    assert_eq!(
+        h.hca.last_command(CmdOpcode::AllocPd).unwrap().outcome,
+        CommandOutcome::Injected
+    );
     h.alloc_pd();
 
     h.hca.hang_next_command(CmdOpcode::AllocPd);

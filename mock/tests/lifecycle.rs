@@ -21,13 +21,22 @@ fn cap_query(cap: HcaCapType, mode: HcaCapMode) -> QueryHcaCapIn {
 fn enable_hca() {
     let mut h = Harness::started(MockConfig::default());
     // Nothing but ENABLE_HCA before ENABLE_HCA.
-    assert_eq!(h.err(&QueryIssiIn::new_cmd(), &[]), (CmdStatus::BadSysStateErr, syndrome::HCA_NOT_ENABLED));
+    assert_eq!(
+        h.err(&QueryIssiIn::new_cmd(), &[]),
+        (CmdStatus::BadSysStateErr, syndrome::HCA_NOT_ENABLED)
+    );
     let mut e = EnableHcaIn::new_cmd();
     e.set_function_id(3);
-    assert_eq!(h.err(&e, &[]), (CmdStatus::BadParamErr, syndrome::BAD_FUNCTION));
+    assert_eq!(
+        h.err(&e, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_FUNCTION)
+    );
     h.ok(&EnableHcaIn::new_cmd(), &[]);
     assert_eq!(h.hca.hca_state(), HcaState::Enabled);
-    assert_eq!(h.err(&EnableHcaIn::new_cmd(), &[]).1, syndrome::HCA_ALREADY_ENABLED);
+    assert_eq!(
+        h.err(&EnableHcaIn::new_cmd(), &[]).1,
+        syndrome::HCA_ALREADY_ENABLED
+    );
 }
 
 #[test]
@@ -51,7 +60,10 @@ fn boot_pages_gate_capabilities_and_registers() {
     let mut h = Harness::started(MockConfig::default());
     h.ok(&EnableHcaIn::new_cmd(), &[]);
     let q = cap_query(HcaCapType::General, HcaCapMode::GetCur);
-    assert_eq!(h.err(&q, &[]), (CmdStatus::NoResErr, syndrome::NO_BOOT_PAGES));
+    assert_eq!(
+        h.err(&q, &[]),
+        (CmdStatus::NoResErr, syndrome::NO_BOOT_PAGES)
+    );
     h.give_outstanding(QueryPagesOpMod::BootPages);
     h.ok(&q, &[]);
 }
@@ -64,7 +76,10 @@ fn query_hca_cap_max_and_current() {
     let (m, c) = (max.cmd_hca_cap(), cur.cmd_hca_cap());
     assert_eq!(m.port_type(), PortTypeCap::Eth.raw());
     assert!(m.roce() && m.rc() && m.ud() && m.uc() && m.uar_4k());
-    assert!(m.release_all_pages() && !c.release_all_pages(), "driver turns it on");
+    assert!(
+        m.release_all_pages() && !c.release_all_pages(),
+        "driver turns it on"
+    );
     assert_eq!(c.log_max_qp(), m.log_max_qp());
     assert_eq!(c.log_uar_page_sz(), 0);
     assert_eq!(c.cmdif_checksum(), 0);
@@ -91,7 +106,10 @@ fn set_hca_cap_honours_settable_fields() {
     let mut s = SetHcaCapIn::new_cmd();
     s.set_op_mod(set_hca_cap_op_mod(HcaCapType::General));
     s.capability_mut().copy_from_slice(cur.capability());
-    s.cmd_hca_cap_mut().set_release_all_pages(true).set_log_max_qp(10).set_log_max_cq(3);
+    s.cmd_hca_cap_mut()
+        .set_release_all_pages(true)
+        .set_log_max_qp(10)
+        .set_log_max_cq(3);
     h.ok(&s, &[]);
     let now = h.ok(&cap_query(HcaCapType::General, HcaCapMode::GetCur), &[]);
     assert!(now.cmd_hca_cap().release_all_pages());
@@ -99,10 +117,15 @@ fn set_hca_cap_honours_settable_fields() {
     assert_eq!(now.cmd_hca_cap().log_max_cq(), 16, "not settable: ignored");
     // Above the maximum.
     s.cmd_hca_cap_mut().set_log_max_qp(31);
-    assert_eq!(h.err(&s, &[]), (CmdStatus::BadParamErr, syndrome::CAP_ABOVE_MAX));
+    assert_eq!(
+        h.err(&s, &[]),
+        (CmdStatus::BadParamErr, syndrome::CAP_ABOVE_MAX)
+    );
     s.cmd_hca_cap_mut().set_log_max_qp(10).set_cmdif_checksum(3);
     assert_eq!(h.err(&s, &[]).1, syndrome::CAP_ABOVE_MAX);
-    s.cmd_hca_cap_mut().set_cmdif_checksum(0).set_log_uar_page_sz(1);
+    s.cmd_hca_cap_mut()
+        .set_cmdif_checksum(0)
+        .set_log_uar_page_sz(1);
     assert_eq!(h.err(&s, &[]).1, syndrome::CAP_ABOVE_MAX);
     // RoCE caps.
     let mut r = SetHcaCapIn::new_cmd();
@@ -120,7 +143,10 @@ fn set_hca_cap_honours_settable_fields() {
     h.give_outstanding(QueryPagesOpMod::InitPages);
     h.ok(&InitHcaIn::new_cmd(), &[]);
     s.cmd_hca_cap_mut().set_log_uar_page_sz(0);
-    assert_eq!(h.err(&s, &[]), (CmdStatus::BadSysStateErr, syndrome::HCA_ALREADY_INITIALIZED));
+    assert_eq!(
+        h.err(&s, &[]),
+        (CmdStatus::BadSysStateErr, syndrome::HCA_ALREADY_INITIALIZED)
+    );
 }
 
 trait SizeBytes {
@@ -135,32 +161,46 @@ fn init_hca_needs_init_pages() {
     let mut h = Harness::started(MockConfig::default());
     h.ok(&EnableHcaIn::new_cmd(), &[]);
     h.give_outstanding(QueryPagesOpMod::BootPages);
-    assert_eq!(h.err(&InitHcaIn::new_cmd(), &[]), (CmdStatus::NoResErr, syndrome::NO_INIT_PAGES));
-    assert_eq!(h.err(&AllocPdIn::new_cmd(), &[]).1, syndrome::HCA_NOT_INITIALIZED);
+    assert_eq!(
+        h.err(&InitHcaIn::new_cmd(), &[]),
+        (CmdStatus::NoResErr, syndrome::NO_INIT_PAGES)
+    );
+    assert_eq!(
+        h.err(&AllocPdIn::new_cmd(), &[]).1,
+        syndrome::HCA_NOT_INITIALIZED
+    );
     h.give_outstanding(QueryPagesOpMod::InitPages);
     h.ok(&InitHcaIn::new_cmd(), &[]);
     assert_eq!(h.hca.hca_state(), HcaState::Initialized);
-    assert_eq!(h.err(&InitHcaIn::new_cmd(), &[]).1, syndrome::HCA_ALREADY_INITIALIZED);
+    assert_eq!(
+        h.err(&InitHcaIn::new_cmd(), &[]).1,
+        syndrome::HCA_ALREADY_INITIALIZED
+    );
 }
 
 #[test]
 fn host_endianness_register() {
     let mut h = Harness::initialized(MockConfig::default());
     let mut w = AccessRegisterIn::new_cmd();
-    w.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE).set_register_id(REG_HOST_ENDIANNESS);
+    w.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
+        .set_register_id(REG_HOST_ENDIANNESS);
     let mut data = [0u8; 16];
     data[0] = 0x80;
     h.exec_ext(&w, &data, 16);
     assert!(h.hca.host_endianness_big());
     let mut r = AccessRegisterIn::new_cmd();
-    r.set_op_mod(ACCESS_REGISTER_OP_MOD_READ).set_register_id(REG_HOST_ENDIANNESS);
+    r.set_op_mod(ACCESS_REGISTER_OP_MOD_READ)
+        .set_register_id(REG_HOST_ENDIANNESS);
     let raw = h.exec_ext(&r, &[0u8; 16], 16);
     assert_eq!(raw.status(), CmdStatus::Ok);
     assert_eq!(raw.out[16], 0x80);
     // Without room for the register data.
     assert_eq!(h.exec(&r, &[0u8; 16]).status(), CmdStatus::BadOutpLenErr);
     r.set_register_id(0x5003);
-    assert_eq!(h.err(&r, &[0u8; 16]), (CmdStatus::BadParamErr, syndrome::BAD_REGISTER));
+    assert_eq!(
+        h.err(&r, &[0u8; 16]),
+        (CmdStatus::BadParamErr, syndrome::BAD_REGISTER)
+    );
     w.set_op_mod(7).set_register_id(REG_HOST_ENDIANNESS);
     assert_eq!(h.err(&w, &data).1, syndrome::BAD_OP_MOD);
     // Write without data.
@@ -182,7 +222,8 @@ fn reclaim_all(h: &mut Harness) -> usize {
     let mut total = 0;
     loop {
         let mut t = ManagePagesIn::new_cmd();
-        t.set_op_mod(ManagePagesOpMod::Take.raw()).set_input_num_entries(16);
+        t.set_op_mod(ManagePagesOpMod::Take.raw())
+            .set_input_num_entries(16);
         let r = h.exec_ext(&t, &[], 16 * 8);
         assert_eq!(r.status(), CmdStatus::Ok);
         let o: ManagePagesOut = r.as_out();
@@ -220,7 +261,10 @@ fn graceful_teardown_reclaims_every_page() {
     h.ok(&DisableHcaIn::new_cmd(), &[]);
     assert_eq!(h.hca.hca_state(), HcaState::Disabled);
     assert!(h.hca.notes().is_empty(), "{:?}", h.hca.notes());
-    assert_eq!(h.err(&DisableHcaIn::new_cmd(), &[]).1, syndrome::HCA_NOT_ENABLED);
+    assert_eq!(
+        h.err(&DisableHcaIn::new_cmd(), &[]).1,
+        syndrome::HCA_NOT_ENABLED
+    );
 }
 
 #[test]
@@ -242,6 +286,11 @@ fn fast_teardown_through_nic_interface() {
 fn disable_without_reclaim_is_noted() {
     let mut h = Harness::ready(MockConfig::default());
     h.ok(&DisableHcaIn::new_cmd(), &[]);
-    assert!(h.hca.notes().iter().any(|n| n.text.contains("not reclaimed")));
+    assert!(
+        h.hca
+            .notes()
+            .iter()
+            .any(|n| n.text.contains("not reclaimed"))
+    );
     assert_eq!(h.hca.pages().held, 0);
 }

@@ -6,8 +6,8 @@ use common::{Harness, pages_of, pas_bytes};
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_hal::{Bar, Dma};
-use uhca_mock::firmware::{CQ_MODIFY_COUNT, CQ_MODIFY_PERIOD, syndrome};
 use uhca_mock::MockConfig;
+use uhca_mock::firmware::{CQ_MODIFY_COUNT, CQ_MODIFY_PERIOD, syndrome};
 
 fn ready() -> Harness {
     Harness::ready(MockConfig::default())
@@ -22,11 +22,17 @@ fn uar_alloc_dealloc() {
     let mut d = DeallocUarIn::new_cmd();
     d.set_uar(a);
     h.ok(&d, &[]);
-    assert_eq!(h.err(&d, &[]), (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT));
+    assert_eq!(
+        h.err(&d, &[]),
+        (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT)
+    );
     // In use by an EQ.
     let eq = h.create_eq(b, 3, &[]);
     d.set_uar(b);
-    assert_eq!(h.err(&d, &[]), (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE));
+    assert_eq!(
+        h.err(&d, &[]),
+        (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE)
+    );
     let mut de = DestroyEqIn::new_cmd();
     de.set_eq_number(eq.eqn);
     h.ok(&de, &[]);
@@ -38,7 +44,9 @@ fn uar_alloc_dealloc() {
 fn pd_and_transport_domain() {
     let mut h = ready();
     let pd = h.alloc_pd();
-    let td = h.ok(&AllocTransportDomainIn::new_cmd(), &[]).transport_domain();
+    let td = h
+        .ok(&AllocTransportDomainIn::new_cmd(), &[])
+        .transport_domain();
     assert_eq!(h.hca.objects().pds, 1);
     assert_eq!(h.hca.objects().transport_domains, 1);
     let mut dt = DeallocTransportDomainIn::new_cmd();
@@ -47,11 +55,18 @@ fn pd_and_transport_domain() {
     assert_eq!(h.err(&dt, &[]).0, CmdStatus::BadResErr);
     // A PD in use by a memory key cannot go.
     let mut mk = CreateMkeyIn::new_cmd();
-    mk.memory_key_mkey_entry_mut().set_pd(pd).set_qpn(0xffffff).set_length64(true).set_lr(true);
+    mk.memory_key_mkey_entry_mut()
+        .set_pd(pd)
+        .set_qpn(0xffffff)
+        .set_length64(true)
+        .set_lr(true);
     let idx = h.ok(&mk, &[]).mkey_index();
     let mut dp = DeallocPdIn::new_cmd();
     dp.set_pd(pd);
-    assert_eq!(h.err(&dp, &[]), (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE));
+    assert_eq!(
+        h.err(&dp, &[]),
+        (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE)
+    );
     let mut dm = DestroyMkeyIn::new_cmd();
     dm.set_mkey_index(idx);
     h.ok(&dm, &[]);
@@ -69,7 +84,10 @@ fn q_counters() {
     let o = h.ok(&q, &[]);
     assert_eq!(o.rx_write_requests(), 0);
     q.set_counter_set_id(id + 1);
-    assert_eq!(h.err(&q, &[]), (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT));
+    assert_eq!(
+        h.err(&q, &[]),
+        (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT)
+    );
     q.set_counter_set_id(id).set_other_vport(true);
     assert_eq!(h.err(&q, &[]).1, syndrome::BAD_FUNCTION);
 }
@@ -103,7 +121,11 @@ fn mkey_pa_and_mtt() {
     let cpu = std::ptr::NonNull::new(buf.as_ptr() as *mut u8).unwrap();
     // SAFETY: `buf` outlives the mapping (unmapped below before it is dropped).
     let iova = unsafe { h.p.map(cpu, buf.len()) }.unwrap();
-    assert_ne!(iova, cpu.as_ptr() as u64, "IOVA differs from the CPU address");
+    assert_ne!(
+        iova,
+        cpu.as_ptr() as u64,
+        "IOVA differs from the CPU address"
+    );
     assert_eq!(iova % 4096, cpu.as_ptr() as u64 % 4096, "page offset kept");
     let start = iova & !0xfff;
     let len = (iova + buf.len() as u64) - start;
@@ -130,7 +152,10 @@ fn mkey_pa_and_mtt() {
     // Errors.
     let mut bad = mt;
     bad.set_translations_octword_actual_size(0);
-    assert_eq!(h.err(&bad, &pas), (CmdStatus::BadParamErr, syndrome::BAD_MTT_COUNT));
+    assert_eq!(
+        h.err(&bad, &pas),
+        (CmdStatus::BadParamErr, syndrome::BAD_MTT_COUNT)
+    );
     let mut bad_e = pas.clone();
     bad_e[7] |= 0x80;
     assert_eq!(h.err(&mt, &bad_e).1, syndrome::BAD_MTT_ENTRY);
@@ -138,7 +163,8 @@ fn mkey_pa_and_mtt() {
     bad.memory_key_mkey_entry_mut().set_lw(false);
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_ACCESS_RIGHTS);
     let mut bad = mk;
-    bad.memory_key_mkey_entry_mut().set_access_mode_1_0(MkcAccessMode::Klms.raw());
+    bad.memory_key_mkey_entry_mut()
+        .set_access_mode_1_0(MkcAccessMode::Klms.raw());
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_ACCESS_MODE);
     let mut bad = mk;
     bad.memory_key_mkey_entry_mut().set_pd(pd + 100);
@@ -147,7 +173,9 @@ fn mkey_pa_and_mtt() {
     bad.memory_key_mkey_entry_mut().set_qpn(5);
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_MKEY_QPN);
     let mut bad = mk;
-    bad.memory_key_mkey_entry_mut().set_length64(false).set_len(0);
+    bad.memory_key_mkey_entry_mut()
+        .set_length64(false)
+        .set_len(0);
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_MKEY_RANGE);
     let mut bad = mk;
     bad.set_pg_access(true);
@@ -181,33 +209,64 @@ fn eq_create_query_doorbell_destroy() {
     h.eq_doorbell(&eq, false);
     let o = h.ok(&q, &[]);
     assert_eq!(o.eq_context_entry().consumer_counter(), 4);
-    assert_eq!(o.eq_context_entry().producer_counter(), 4, "its own EQE comes after");
+    assert_eq!(
+        o.eq_context_entry().producer_counter(),
+        4,
+        "its own EQE comes after"
+    );
     // Port change events.
     h.hca.set_port_up(false);
     let e = h.poll_eq(&mut eq);
-    let pc: Vec<_> = e.iter().filter(|e| e.event_type() == EventType::PortChange).collect();
+    let pc: Vec<_> = e
+        .iter()
+        .filter(|e| e.event_type() == EventType::PortChange)
+        .collect();
     assert_eq!(pc.len(), 1);
     assert_eq!(pc[0].sub_type, PortChangeSubtype::Down.raw());
-    assert_eq!(pc[0].data_as::<uhca_fwif::eqe::EqePortState>().port_num(), 1);
+    assert_eq!(
+        pc[0].data_as::<uhca_fwif::eqe::EqePortState>().port_num(),
+        1
+    );
     // Doorbell on a UAR that is not the EQ's is ignored and noted.
     let other = h.alloc_uar();
-    h.p.write_be32(other as usize * 4096 + 0x48, uhca_fwif::doorbell::eq_doorbell(eq.eqn, 0));
+    h.p.write_be32(
+        other as usize * 4096 + 0x48,
+        uhca_fwif::doorbell::eq_doorbell(eq.eqn, 0),
+    );
     assert!(h.hca.notes().iter().any(|n| n.text.contains("its UAR is")));
     // Errors.
     let (mut c, buf) = h.create_eq_in(uar, 3, &[]);
     c.eq_context_entry_mut().set_log_eq_size(23);
-    assert_eq!(h.err(&c, &[]), (CmdStatus::BadParamErr, syndrome::BAD_QUEUE_SIZE));
-    c.eq_context_entry_mut().set_log_eq_size(3).set_uar_page(4000);
-    assert_eq!(h.err(&c, &pas_bytes(&pages_of(&buf, 512))).1, syndrome::BAD_UAR);
+    assert_eq!(
+        h.err(&c, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_QUEUE_SIZE)
+    );
+    c.eq_context_entry_mut()
+        .set_log_eq_size(3)
+        .set_uar_page(4000);
+    assert_eq!(
+        h.err(&c, &pas_bytes(&pages_of(&buf, 512))).1,
+        syndrome::BAD_UAR
+    );
     c.eq_context_entry_mut().set_uar_page(uar).set_intr(64);
-    assert_eq!(h.err(&c, &pas_bytes(&pages_of(&buf, 512))).1, syndrome::BAD_VECTOR);
+    assert_eq!(
+        h.err(&c, &pas_bytes(&pages_of(&buf, 512))).1,
+        syndrome::BAD_VECTOR
+    );
     c.eq_context_entry_mut().set_intr(0);
-    assert_eq!(h.exec(&c, &[]).status(), CmdStatus::BadInpLenErr, "pas missing");
+    assert_eq!(
+        h.exec(&c, &[]).status(),
+        CmdStatus::BadInpLenErr,
+        "pas missing"
+    );
     // In use by a CQ.
     let cqn = h.create_cq(uar, eq.eqn, 4);
     let mut d = DestroyEqIn::new_cmd();
     d.set_eq_number(eq.eqn);
-    assert_eq!(h.err(&d, &[]), (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE));
+    assert_eq!(
+        h.err(&d, &[]),
+        (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE)
+    );
     let mut dc = DestroyCqIn::new_cmd();
     dc.set_cqn(cqn);
     h.ok(&dc, &[]);
@@ -224,7 +283,11 @@ fn eq_overrun_is_recorded() {
     for _ in 0..3 {
         h.alloc_pd();
     }
-    assert_eq!(h.poll_eq(&mut eq).len(), 2, "two entries, the third is lost");
+    assert_eq!(
+        h.poll_eq(&mut eq).len(),
+        2,
+        "two entries, the third is lost"
+    );
     assert!(h.hca.notes().iter().any(|n| n.text.contains("overrun")));
 }
 
@@ -259,27 +322,45 @@ fn cq_create_query_modify_arm_destroy() {
     assert_eq!(o.cq_context().c_eqn_or_apu_element(), eq.eqn as u32);
     // Moderation.
     let mut m = ModifyCqIn::new_cmd();
-    m.set_cqn(cqn).set_modify_field_select_resize_field_select(CQ_MODIFY_PERIOD | CQ_MODIFY_COUNT);
+    m.set_cqn(cqn)
+        .set_modify_field_select_resize_field_select(CQ_MODIFY_PERIOD | CQ_MODIFY_COUNT);
     m.cq_context_mut().set_cq_period(16).set_cq_max_count(8);
     h.ok(&m, &[]);
     let o = h.ok(&q, &[]);
-    assert_eq!((o.cq_context().cq_period(), o.cq_context().cq_max_count()), (16, 8));
+    assert_eq!(
+        (o.cq_context().cq_period(), o.cq_context().cq_max_count()),
+        (16, 8)
+    );
     m.set_op_mod(1);
     assert_eq!(h.err(&m, &[]).1, syndrome::UNSUPPORTED_FEATURE, "no resize");
-    m.set_op_mod(0).set_modify_field_select_resize_field_select(1 << 9);
+    m.set_op_mod(0)
+        .set_modify_field_select_resize_field_select(1 << 9);
     assert_eq!(h.err(&m, &[]).1, syndrome::BAD_FIELD_SELECT);
     // Arm through the UAR.
     let arm = uhca_fwif::doorbell::cq_arm_word(1, true, 5);
-    h.p.write_be64(uar as usize * 4096 + 0x20, uhca_fwif::doorbell::cq_uar_doorbell(arm, cqn));
+    h.p.write_be64(
+        uar as usize * 4096 + 0x20,
+        uhca_fwif::doorbell::cq_uar_doorbell(arm, cqn),
+    );
     assert_eq!(h.hca.cq_arm(cqn), Some((1, true, 5)));
     // Errors.
     let (mut c, pages) = h.create_cq_in(uar, eq.eqn + 1, 4);
-    assert_eq!(h.err(&c, &pas_bytes(&pages)), (CmdStatus::BadParamErr, syndrome::BAD_EQ));
-    c.cq_context_mut().set_c_eqn_or_apu_element(eq.eqn as u32).set_cqe_sz(3);
+    assert_eq!(
+        h.err(&c, &pas_bytes(&pages)),
+        (CmdStatus::BadParamErr, syndrome::BAD_EQ)
+    );
+    c.cq_context_mut()
+        .set_c_eqn_or_apu_element(eq.eqn as u32)
+        .set_cqe_sz(3);
     assert_eq!(h.err(&c, &pas_bytes(&pages)).1, syndrome::BAD_CQE_SIZE);
     c.cq_context_mut().set_cqe_sz(0).set_cqe_comp_en(true);
-    assert_eq!(h.err(&c, &pas_bytes(&pages)).1, syndrome::UNSUPPORTED_FEATURE);
-    c.cq_context_mut().set_cqe_comp_en(false).set_dbr_addr(0x1004);
+    assert_eq!(
+        h.err(&c, &pas_bytes(&pages)).1,
+        syndrome::UNSUPPORTED_FEATURE
+    );
+    c.cq_context_mut()
+        .set_cqe_comp_en(false)
+        .set_dbr_addr(0x1004);
     assert_eq!(h.err(&c, &pas_bytes(&pages)).1, syndrome::BAD_DBR_ADDR);
     c.cq_context_mut().set_dbr_addr(0).set_log_cq_size(23);
     assert_eq!(h.err(&c, &pas_bytes(&pages)).1, syndrome::BAD_QUEUE_SIZE);
@@ -298,7 +379,11 @@ fn srq_create_query_arm_destroy() {
     let buf = h.p.alloc_coherent(64 * 64, 4096).unwrap();
     let dbr = h.p.alloc_coherent(64, 64).unwrap();
     let mut c = CreateSrqIn::new_cmd();
-    c.srq_context_entry_mut().set_log_srq_size(6).set_log_rq_stride(2).set_pd(pd).set_dbr_addr(dbr.iova);
+    c.srq_context_entry_mut()
+        .set_log_srq_size(6)
+        .set_log_rq_stride(2)
+        .set_pd(pd)
+        .set_dbr_addr(dbr.iova);
     let pages = pas_bytes(&pages_of(&buf, 64 * 64));
     let srqn = h.ok(&c, &pages).srqn();
     let mut a = ArmRqIn::new_cmd();
@@ -321,11 +406,17 @@ fn srq_create_query_arm_destroy() {
     h.ok(&qc, &pas_bytes(&qp_pages));
     let mut d = DestroySrqIn::new_cmd();
     d.set_srqn(srqn);
-    assert_eq!(h.err(&d, &[]), (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE));
+    assert_eq!(
+        h.err(&d, &[]),
+        (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE)
+    );
     // Errors.
     c.srq_context_entry_mut().set_pd(pd + 50);
     assert_eq!(h.err(&c, &pages).1, syndrome::BAD_PD);
-    c.srq_context_entry_mut().set_pd(pd).set_log_srq_size(15).set_lwm(0);
+    c.srq_context_entry_mut()
+        .set_pd(pd)
+        .set_log_srq_size(15)
+        .set_lwm(0);
     assert_eq!(h.exec(&c, &pages).status(), CmdStatus::BadInpLenErr);
     d.set_srqn(srqn + 99);
     assert_eq!(h.err(&d, &[]).0, CmdStatus::BadResErr);
@@ -335,7 +426,10 @@ fn srq_create_query_arm_destroy() {
 fn objects_before_init_are_refused() {
     let mut h = Harness::started(MockConfig::default());
     h.ok(&EnableHcaIn::new_cmd(), &[]);
-    assert_eq!(h.err(&AllocUarIn::new_cmd(), &[]), (CmdStatus::BadSysStateErr, syndrome::HCA_NOT_INITIALIZED));
+    assert_eq!(
+        h.err(&AllocUarIn::new_cmd(), &[]),
+        (CmdStatus::BadSysStateErr, syndrome::HCA_NOT_INITIALIZED)
+    );
 }
 
 #[test]
@@ -343,13 +437,19 @@ fn more_error_paths() {
     let mut h = ready();
     let mut t = AllocTransportDomainIn::new_cmd();
     t.set_op_mod(2);
-    assert_eq!(h.err(&t, &[]), (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD));
+    assert_eq!(
+        h.err(&t, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD)
+    );
     let mut c = AllocQCounterIn::new_cmd();
     c.set_uid(1);
     assert_eq!(h.err(&c, &[]).1, syndrome::BAD_UID);
     let mut q = QuerySrqIn::new_cmd();
     q.set_srqn(0x4444);
-    assert_eq!(h.err(&q, &[]), (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT));
+    assert_eq!(
+        h.err(&q, &[]),
+        (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT)
+    );
     let mut a = ArmRqIn::new_cmd();
     a.set_op_mod(1).set_srq_number(0x4444);
     assert_eq!(h.err(&a, &[]).0, CmdStatus::BadResErr);

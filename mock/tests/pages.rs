@@ -12,7 +12,12 @@ use uhca_mock::{CommandOutcome, FaultKind, MockConfig};
 
 #[test]
 fn query_pages_reports_each_kind() {
-    let mut h = Harness::started(MockConfig { boot_pages: 3, init_pages: 5, regular_pages: 7, ..Default::default() });
+    let mut h = Harness::started(MockConfig {
+        boot_pages: 3,
+        init_pages: 5,
+        regular_pages: 7,
+        ..Default::default()
+    });
     h.ok(&EnableHcaIn::new_cmd(), &[]);
     assert_eq!(h.query_pages(QueryPagesOpMod::BootPages), 3);
     assert_eq!(h.query_pages(QueryPagesOpMod::InitPages), 5);
@@ -22,7 +27,10 @@ fn query_pages_reports_each_kind() {
     assert_eq!(h.query_pages(QueryPagesOpMod::InitPages), 5);
     let mut q = QueryPagesIn::new_cmd();
     q.set_op_mod(4);
-    assert_eq!(h.err(&q, &[]), (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD));
+    assert_eq!(
+        h.err(&q, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_OP_MOD)
+    );
     q.set_op_mod(1).set_function_id(2);
     assert_eq!(h.err(&q, &[]).1, syndrome::BAD_FUNCTION);
 }
@@ -40,21 +48,28 @@ fn given_pages_are_read_through_the_iommu() {
     assert_eq!(h.hca.pages().held, 2);
     // Given twice.
     let r = h.give(&pages[..1]);
-    assert_eq!((r.status(), r.syndrome()), (CmdStatus::BadParamErr, syndrome::PAGE_DUPLICATE));
+    assert_eq!(
+        (r.status(), r.syndrome()),
+        (CmdStatus::BadParamErr, syndrome::PAGE_DUPLICATE)
+    );
     // Not 4 KiB aligned.
     let r = h.give(&[pages[0] + 8]);
     assert_eq!(r.syndrome(), syndrome::PAGE_NOT_ALIGNED);
     // Not mapped: an IOMMU fault, and the command fails.
     h.hca.clear_iommu_faults();
     let r = h.give(&[0x7000_0000]);
-    assert_eq!((r.status(), r.syndrome()), (CmdStatus::IntErr, syndrome::PAGE_NOT_MAPPED));
+    assert_eq!(
+        (r.status(), r.syndrome()),
+        (CmdStatus::IntErr, syndrome::PAGE_NOT_MAPPED)
+    );
     let f = h.hca.iommu_faults();
     assert_eq!(f[0].iova, 0x7000_0000);
     assert_eq!(f[0].kind, FaultKind::Unmapped);
     assert_eq!(h.hca.pages().held, 2, "nothing taken from a failed command");
     // More entries announced than given.
     let mut m = ManagePagesIn::new_cmd();
-    m.set_op_mod(ManagePagesOpMod::Give.raw()).set_input_num_entries(3);
+    m.set_op_mod(ManagePagesOpMod::Give.raw())
+        .set_input_num_entries(3);
     let two = h.alloc_pages(2);
     let r = h.exec(&m, &pas_bytes(&two));
     assert_eq!(r.status(), CmdStatus::BadInpLenErr);
@@ -64,7 +79,10 @@ fn given_pages_are_read_through_the_iommu() {
 
 #[test]
 fn objects_wait_for_regular_pages_asked_with_page_request() {
-    let mut h = Harness::initialized(MockConfig { regular_pages: 4, ..Default::default() });
+    let mut h = Harness::initialized(MockConfig {
+        regular_pages: 4,
+        ..Default::default()
+    });
     let uar = h.alloc_uar();
     let pd = h.alloc_pd();
     // The async EQ: the firmware asks for its regular pages as soon as it exists.
@@ -84,12 +102,16 @@ fn objects_wait_for_regular_pages_asked_with_page_request() {
     h.post(0, &input, 16);
     h.ring(0);
     assert!(!h.result(0, 16).completed);
-    assert_eq!(h.hca.last_command(CmdOpcode::CreateCq).unwrap().outcome, CommandOutcome::Deferred);
+    assert_eq!(
+        h.hca.last_command(CmdOpcode::CreateCq).unwrap().outcome,
+        CommandOutcome::Deferred
+    );
 
     // The driver answers from another slot; the CQ then completes, with its event.
     let pages = h.alloc_pages(4);
     let mut m = ManagePagesIn::new_cmd();
-    m.set_op_mod(ManagePagesOpMod::Give.raw()).set_input_num_entries(4);
+    m.set_op_mod(ManagePagesOpMod::Give.raw())
+        .set_input_num_entries(4);
     let mut give = zerocopy::IntoBytes::as_bytes(&m).to_vec();
     give.extend_from_slice(&pas_bytes(&pages));
     let r = h.exec_raw_slot(31, &give, 16);
@@ -112,12 +134,19 @@ fn objects_wait_for_regular_pages_asked_with_page_request() {
 
 #[test]
 fn cant_give_fails_the_waiting_command() {
-    let mut h = Harness::initialized(MockConfig { regular_pages: 2, ..Default::default() });
+    let mut h = Harness::initialized(MockConfig {
+        regular_pages: 2,
+        ..Default::default()
+    });
     let uar = h.alloc_uar();
     let pd = h.alloc_pd();
     h.create_eq(uar, 4, &[EventType::PageRequest]);
     let mut mk = CreateMkeyIn::new_cmd();
-    mk.memory_key_mkey_entry_mut().set_pd(pd).set_qpn(0xffffff).set_length64(true).set_lr(true);
+    mk.memory_key_mkey_entry_mut()
+        .set_pd(pd)
+        .set_qpn(0xffffff)
+        .set_length64(true)
+        .set_lr(true);
     h.post(2, zerocopy::IntoBytes::as_bytes(&mk), 16);
     h.ring(2);
     assert!(!h.result(2, 16).completed);
@@ -127,17 +156,26 @@ fn cant_give_fails_the_waiting_command() {
     assert_eq!(r.status(), CmdStatus::Ok);
     let r = h.result(2, 16);
     assert!(r.completed);
-    assert_eq!((r.status(), r.syndrome()), (CmdStatus::NoResErr, syndrome::PAGES_REFUSED));
+    assert_eq!(
+        (r.status(), r.syndrome()),
+        (CmdStatus::NoResErr, syndrome::PAGES_REFUSED)
+    );
     assert_eq!(h.hca.objects().mkeys, 0);
 }
 
 #[test]
 fn without_a_page_request_queue_creation_fails() {
-    let mut h = Harness::initialized(MockConfig { regular_pages: 2, ..Default::default() });
+    let mut h = Harness::initialized(MockConfig {
+        regular_pages: 2,
+        ..Default::default()
+    });
     let uar = h.alloc_uar();
     let eq = h.create_eq(uar, 4, &[EventType::Cmd]);
     let (c, pages) = h.create_cq_in(uar, eq.eqn, 2);
-    assert_eq!(h.err(&c, &pas_bytes(&pages)), (CmdStatus::NoResErr, syndrome::NO_REGULAR_PAGES));
+    assert_eq!(
+        h.err(&c, &pas_bytes(&pages)),
+        (CmdStatus::NoResErr, syndrome::NO_REGULAR_PAGES)
+    );
     // Given up front, as Snabb and Theseus do.
     assert_eq!(h.give_outstanding(QueryPagesOpMod::RegularPages), 2);
     h.ok(&c, &pas_bytes(&pages));
@@ -159,7 +197,8 @@ fn run_time_page_requests_both_ways() {
     let e = h.poll_eq(&mut eq);
     assert_eq!(e[0].data_as::<EqePageReq>().num_pages_signed(), -5);
     let mut t = ManagePagesIn::new_cmd();
-    t.set_op_mod(ManagePagesOpMod::Take.raw()).set_input_num_entries(10);
+    t.set_op_mod(ManagePagesOpMod::Take.raw())
+        .set_input_num_entries(10);
     let r = h.exec_ext(&t, &[], 10 * 8);
     let o: ManagePagesOut = r.as_out();
     assert_eq!(o.output_num_entries(), 5);

@@ -22,7 +22,11 @@ fn identity_and_class_follow_the_port_type() {
     assert_eq!(eth.config_read8(0x0e).unwrap(), 0, "header type 0");
     assert_eq!(eth.config_read16(0x1000 - 2), Ok(0));
     assert_eq!(eth.config_read32(0x1000), Err(ConfigError::OutOfRange));
-    assert_eq!(eth.config_read16(0x03), Err(ConfigError::OutOfRange), "misaligned");
+    assert_eq!(
+        eth.config_read16(0x03),
+        Err(ConfigError::OutOfRange),
+        "misaligned"
+    );
 }
 
 #[test]
@@ -47,7 +51,11 @@ fn bar0_is_64bit_prefetchable_32mib_with_size_probe() {
 #[test]
 fn capability_list() {
     let p = MockHca::new(MockConfig::default()).platform();
-    assert_ne!(p.config_read16(0x06).unwrap() & 0x10, 0, "status: capability list");
+    assert_ne!(
+        p.config_read16(0x06).unwrap() & 0x10,
+        0,
+        "status: capability list"
+    );
     let mut ptr = p.config_read8(0x34).unwrap();
     let mut found = Vec::new();
     while ptr != 0 {
@@ -58,23 +66,38 @@ fn capability_list() {
     let ids: Vec<u8> = found.iter().map(|f| f.0).collect();
     assert_eq!(ids, vec![0x01, 0x10, 0x11, 0x09]);
     let pcie = found[1].1 as u16;
-    assert_ne!(p.config_read32(pcie + 4).unwrap() & (1 << 28), 0, "FLR supported");
+    assert_ne!(
+        p.config_read32(pcie + 4).unwrap() & (1 << 28),
+        0,
+        "FLR supported"
+    );
     let msix = found[2].1 as u16;
     assert_eq!(p.config_read16(msix + 2).unwrap() & 0x7ff, 63, "64 vectors");
-    assert_eq!(p.config_read32(msix + 4).unwrap(), 0x2000, "table in BAR0 at 0x2000");
+    assert_eq!(
+        p.config_read32(msix + 4).unwrap(),
+        0x2000,
+        "table in BAR0 at 0x2000"
+    );
 }
 
 #[test]
 fn command_register_bus_master_gates_dma() {
     let mut h = Harness::new(MockConfig::default());
     assert!(h.wait_ready());
-    assert_eq!(h.p.config_read16(4).unwrap() & 0x4, 0, "bus master off at power-on");
+    assert_eq!(
+        h.p.config_read16(4).unwrap() & 0x4,
+        0,
+        "bus master off at power-on"
+    );
     h.set_cmdq_address();
     h.post(0, EnableHcaIn::new_cmd().0.as_slice(), 16);
     h.ring(0);
     assert!(!h.result(0, 16).completed, "no DMA without bus mastering");
     let faults = h.hca.iommu_faults();
-    assert_eq!(faults.last().unwrap().kind, uhca_mock::FaultKind::BusMasterDisabled);
+    assert_eq!(
+        faults.last().unwrap().kind,
+        uhca_mock::FaultKind::BusMasterDisabled
+    );
     h.set_bus_master(true);
     assert_eq!(h.p.config_read16(4).unwrap() & 0x6, 0x6);
     let r = h.exec_raw(EnableHcaIn::new_cmd().0.as_slice(), 16);
@@ -92,7 +115,11 @@ fn function_level_reset_returns_to_power_on() {
     let devctl = 0x60 + 8;
     let v = h.p.config_read16(devctl).unwrap();
     h.p.config_write16(devctl, v | 0x8000).unwrap();
-    assert_eq!(h.p.config_read16(devctl).unwrap() & 0x8000, 0, "FLR bit reads 0");
+    assert_eq!(
+        h.p.config_read16(devctl).unwrap() & 0x8000,
+        0,
+        "FLR bit reads 0"
+    );
     assert_eq!(h.hca.reset_count(), 1);
     assert_eq!(h.hca.hca_state(), HcaState::Disabled);
     assert_eq!(h.hca.objects(), Default::default());
@@ -109,13 +136,20 @@ fn function_level_reset_returns_to_power_on() {
 
 #[test]
 fn initialization_segment() {
-    let h = Harness::new(MockConfig { fw_rev: (22, 39, 1002), init_delay_us: 5_000, ..Default::default() });
+    let h = Harness::new(MockConfig {
+        fw_rev: (22, 39, 1002),
+        init_delay_us: 5_000,
+        ..Default::default()
+    });
     let p = &h.p;
     let d0 = p.read_be32(0);
     assert_eq!(initial_seg::fw_rev_major.from_dword(d0), 22);
     assert_eq!(initial_seg::fw_rev_minor.from_dword(d0), 39);
     let d1 = p.read_be32(4);
-    assert_eq!(initial_seg::cmd_interface_rev.from_dword(d1), CMD_IF_REV as u32);
+    assert_eq!(
+        initial_seg::cmd_interface_rev.from_dword(d1),
+        CMD_IF_REV as u32
+    );
     assert_eq!(initial_seg::fw_rev_subminor.from_dword(d1), 1002);
     // initializing clears after the configured delay of model time.
     assert_ne!(p.read_be32(0x1fc) & 0x8000_0000, 0);
@@ -148,7 +182,11 @@ fn fatal_health_freezes_the_counter_and_stops_commands() {
     let mut h = Harness::ready(MockConfig::default());
     h.hca.set_fatal_health(0x8, 0x1234);
     let hb = 0x200;
-    assert_eq!(h.p.read_be32(hb + 0x3c) & 0xff_ffff, (0x08 << 16) | 0x1234, "synd, ext_synd");
+    assert_eq!(
+        h.p.read_be32(hb + 0x3c) & 0xff_ffff,
+        (0x08 << 16) | 0x1234,
+        "synd, ext_synd"
+    );
     assert_ne!(h.p.read_be32(hb + 0x38) & 0x8000_0000, 0, "rfr");
     assert_eq!(h.p.read_be32(0x1010) >> 24, 0x8, "health syndrome");
     let c = h.p.read_be32(0x1010) & 0xff_ffff;
@@ -175,7 +213,11 @@ fn stuck_initializing_and_all_ones() {
     h.hca.set_pci_all_ones(true);
     assert_eq!(h.p.config_read32(0).unwrap(), 0xffff_ffff);
     assert_eq!(h.p.read32(0), 0xffff_ffff);
-    assert_eq!(h.p.read_be32(0x200 + 0x30), 0xffff_ffff, "health fw_ver reads all ones");
+    assert_eq!(
+        h.p.read_be32(0x200 + 0x30),
+        0xffff_ffff,
+        "health fw_ver reads all ones"
+    );
     h.p.config_write16(4, 0x6).unwrap();
     h.hca.set_pci_all_ones(false);
     assert_eq!(h.p.config_read16(4).unwrap() & 0x4, 0, "write was dropped");
@@ -194,13 +236,19 @@ fn memory_decoding_off_reads_all_ones() {
 fn uar_doorbells_are_logged() {
     let mut h = Harness::ready(MockConfig::default());
     let uar = h.alloc_uar();
-    assert!(uar >= 8, "UARs do not overlap the init segment, clocks or MSI-X table");
+    assert!(
+        uar >= 8,
+        "UARs do not overlap the init segment, clocks or MSI-X table"
+    );
     let base = uar as usize * 4096;
     h.p.write_be64(base + 0x800, 0x0000_0a01_0001_0002);
     h.p.write_be64(base + 0x900, 0x0000_0b01_0001_0002);
     let dbs = h.hca.take_doorbells();
     assert_eq!(dbs.len(), 2);
-    assert!(dbs.iter().all(|d| d.uar == uar && d.allocated && d.is_send_doorbell()));
+    assert!(
+        dbs.iter()
+            .all(|d| d.uar == uar && d.allocated && d.is_send_doorbell())
+    );
     assert_eq!(dbs[0].offset, 0x800);
     assert_eq!(dbs[0].value_be(), 0x0000_0a01_0001_0002);
     assert_eq!(dbs[1].offset, 0x900);
@@ -208,7 +256,12 @@ fn uar_doorbells_are_logged() {
     // A doorbell on a page nobody allocated is recorded and noted.
     h.p.write_be64((uar as usize + 1) * 4096 + 0x800, 1);
     assert!(!h.hca.doorbells()[0].allocated);
-    assert!(h.hca.notes().iter().any(|n| n.text.contains("not allocated")));
+    assert!(
+        h.hca
+            .notes()
+            .iter()
+            .any(|n| n.text.contains("not allocated"))
+    );
 }
 
 #[test]
@@ -220,9 +273,15 @@ fn out_of_bounds_bar_access_panics() {
 
 #[test]
 fn port_type_configures_capabilities() {
-    let mut h = Harness::initialized(MockConfig { port_type: PortType::InfiniBand, ..Default::default() });
+    let mut h = Harness::initialized(MockConfig {
+        port_type: PortType::InfiniBand,
+        ..Default::default()
+    });
     let mut q = QueryHcaCapIn::new_cmd();
-    q.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, HcaCapMode::GetCur));
+    q.set_op_mod(query_hca_cap_op_mod(
+        HcaCapType::General,
+        HcaCapMode::GetCur,
+    ));
     let o = h.ok(&q, &[]);
     assert_eq!(o.cmd_hca_cap().port_type(), PortTypeCap::Ib.raw());
     assert!(!o.cmd_hca_cap().roce());
@@ -234,7 +293,11 @@ fn virtual_clock_is_deterministic() {
     assert_eq!(a.now_ns(), 0);
     a.platform().delay_us(7);
     assert_eq!(a.now_ns(), 7_000);
-    let b = MockHca::new(MockConfig { clock: uhca_mock::ClockMode::RealTime, init_delay_us: 0, ..Default::default() });
+    let b = MockHca::new(MockConfig {
+        clock: uhca_mock::ClockMode::RealTime,
+        init_delay_us: 0,
+        ..Default::default()
+    });
     let p = b.platform();
     let t0 = p.now_ns();
     p.delay_us(200);

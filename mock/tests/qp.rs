@@ -27,7 +27,11 @@ fn setup(cfg: MockConfig) -> Setup {
 fn rst2init(qpn: u32) -> Rst2initQpIn {
     let mut m = Rst2initQpIn::new_cmd();
     m.set_qpn(qpn);
-    m.qpc_mut().set_rre(true).set_rwe(true).primary_address_path_mut().set_vhca_port_num(1);
+    m.qpc_mut()
+        .set_rre(true)
+        .set_rwe(true)
+        .primary_address_path_mut()
+        .set_vhca_port_num(1);
     m
 }
 
@@ -54,7 +58,11 @@ fn init2rtr(qpn: u32) -> Init2rtrQpIn {
 fn rtr2rts(qpn: u32) -> Rtr2rtsQpIn {
     let mut m = Rtr2rtsQpIn::new_cmd();
     m.set_qpn(qpn);
-    m.qpc_mut().set_next_send_psn(0x200).set_retry_count(7).set_rnr_retry(7).set_log_sra_max(2);
+    m.qpc_mut()
+        .set_next_send_psn(0x200)
+        .set_retry_count(7)
+        .set_rnr_retry(7)
+        .set_log_sra_max(2);
     m.qpc_mut().primary_address_path_mut().set_ack_timeout(14);
     m
 }
@@ -67,7 +75,12 @@ fn query(h: &mut Harness, qpn: u32) -> QueryQpOut {
 
 #[test]
 fn rc_qp_to_rts_and_back() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     h.enable_roce();
     h.set_gid(0);
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
@@ -89,8 +102,12 @@ fn rc_qp_to_rts_and_back() {
     assert!(c.rre() && c.rwe() && !c.rae());
     // RTS2RTS changes only what the optional-parameter mask selects.
     let mut m = Rts2rtsQpIn::new_cmd();
-    m.set_qpn(qpn).set_opt_param_mask(optpar::RAE | optpar::RNR_TIMEOUT);
-    m.qpc_mut().set_rae(true).set_min_rnr_nak(3).set_retry_count(1);
+    m.set_qpn(qpn)
+        .set_opt_param_mask(optpar::RAE | optpar::RNR_TIMEOUT);
+    m.qpc_mut()
+        .set_rae(true)
+        .set_min_rnr_nak(3)
+        .set_retry_count(1);
     h.ok(&m, &[]);
     let c = *query(&mut h, qpn).qpc();
     assert!(c.rae());
@@ -109,7 +126,10 @@ fn rc_qp_to_rts_and_back() {
     // A CQ in use by a QP cannot be destroyed; the QP can.
     let mut dc = DestroyCqIn::new_cmd();
     dc.set_cqn(cqn);
-    assert_eq!(h.err(&dc, &[]), (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE));
+    assert_eq!(
+        h.err(&dc, &[]),
+        (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE)
+    );
     let mut d = DestroyQpIn::new_cmd();
     d.set_qpn(qpn);
     h.ok(&d, &[]);
@@ -119,12 +139,20 @@ fn rc_qp_to_rts_and_back() {
 
 #[test]
 fn transitions_from_the_wrong_state() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     h.enable_roce();
     h.set_gid(0);
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
     // INIT2RTR on a RESET QP.
-    assert_eq!(h.err(&init2rtr(qpn), &[]), (CmdStatus::BadQpStateErr, syndrome::BAD_QP_TRANSITION));
+    assert_eq!(
+        h.err(&init2rtr(qpn), &[]),
+        (CmdStatus::BadQpStateErr, syndrome::BAD_QP_TRANSITION)
+    );
     assert_eq!(h.err(&rtr2rts(qpn), &[]).0, CmdStatus::BadQpStateErr);
     let mut m = Rts2rtsQpIn::new_cmd();
     m.set_qpn(qpn);
@@ -134,19 +162,36 @@ fn transitions_from_the_wrong_state() {
     assert_eq!(h.err(&s, &[]).0, CmdStatus::BadQpStateErr);
     h.ok(&rst2init(qpn), &[]);
     assert_eq!(h.err(&rst2init(qpn), &[]).0, CmdStatus::BadQpStateErr);
-    assert_eq!(h.hca.qp_state(qpn), Some(QpState::Init), "unchanged by a failed transition");
+    assert_eq!(
+        h.hca.qp_state(qpn),
+        Some(QpState::Init),
+        "unchanged by a failed transition"
+    );
     // Unknown QP.
     assert_eq!(h.err(&rst2init(qpn + 77), &[]).0, CmdStatus::BadResErr);
 }
 
 #[test]
 fn transition_parameters_are_checked() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
     let mut bad = rst2init(qpn);
-    bad.qpc_mut().primary_address_path_mut().set_vhca_port_num(2);
-    assert_eq!(h.err(&bad, &[]), (CmdStatus::BadParamErr, syndrome::BAD_PORT));
-    bad.qpc_mut().primary_address_path_mut().set_vhca_port_num(1).set_pkey_index(128);
+    bad.qpc_mut()
+        .primary_address_path_mut()
+        .set_vhca_port_num(2);
+    assert_eq!(
+        h.err(&bad, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_PORT)
+    );
+    bad.qpc_mut()
+        .primary_address_path_mut()
+        .set_vhca_port_num(1)
+        .set_pkey_index(128);
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_PKEY_INDEX);
     h.ok(&rst2init(qpn), &[]);
     // RoCE is not enabled on the NIC vport yet.
@@ -173,7 +218,12 @@ fn transition_parameters_are_checked() {
 
 #[test]
 fn force_loopback_without_roce() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
     h.ok(&rst2init(qpn), &[]);
     let mut m = init2rtr(qpn);
@@ -184,11 +234,20 @@ fn force_loopback_without_roce() {
 
 #[test]
 fn ud_qp() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     let qpn = h.create_qp(QpServiceType::Ud, pd, cqn, uar);
     let mut m = Rst2initQpIn::new_cmd();
     m.set_qpn(qpn);
-    m.qpc_mut().set_q_key(0x1111_0000).primary_address_path_mut().set_vhca_port_num(1).set_pkey_index(0);
+    m.qpc_mut()
+        .set_q_key(0x1111_0000)
+        .primary_address_path_mut()
+        .set_vhca_port_num(1)
+        .set_pkey_index(0);
     h.ok(&m, &[]);
     let mut r = Init2rtrQpIn::new_cmd();
     r.set_qpn(qpn);
@@ -205,12 +264,20 @@ fn ud_qp() {
 
 #[test]
 fn create_qp_checks() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     let (base, pages) = h.create_qp_in(QpServiceType::Rc, pd, cqn, uar);
     let pas = pas_bytes(&pages);
     let mut c = base;
     c.qpc_mut().set_st(QpServiceType::Xrc.raw());
-    assert_eq!(h.err(&c, &pas), (CmdStatus::BadParamErr, syndrome::BAD_QP_TYPE));
+    assert_eq!(
+        h.err(&c, &pas),
+        (CmdStatus::BadParamErr, syndrome::BAD_QP_TYPE)
+    );
     let mut c = base;
     c.qpc_mut().set_pd(pd + 9);
     assert_eq!(h.err(&c, &pas).1, syndrome::BAD_PD);
@@ -219,7 +286,11 @@ fn create_qp_checks() {
     assert_eq!(h.err(&c, &pas).1, syndrome::BAD_CQ);
     let mut c = base;
     c.qpc_mut().set_log_sq_size(15).set_log_rq_size(14);
-    assert_eq!(h.exec(&c, &pas).status(), CmdStatus::BadInpLenErr, "buffer needs more pages");
+    assert_eq!(
+        h.exec(&c, &pas).status(),
+        CmdStatus::BadInpLenErr,
+        "buffer needs more pages"
+    );
     let mut c = base;
     c.qpc_mut().set_ts_format(2);
     assert_eq!(h.err(&c, &pas).1, syndrome::BAD_TS_FORMAT);
@@ -244,14 +315,25 @@ fn create_qp_checks() {
 
 #[test]
 fn infiniband_qp_needs_no_gid() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig { port_type: PortType::InfiniBand, ..Default::default() });
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig {
+        port_type: PortType::InfiniBand,
+        ..Default::default()
+    });
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
     h.ok(&rst2init(qpn), &[]);
     let mut m = init2rtr(qpn);
     m.qpc_mut().primary_address_path_mut().set_rlid(7).set_sl(0);
     h.ok(&m, &[]);
     let mut g = init2rtr(qpn);
-    g.qpc_mut().primary_address_path_mut().set_grh(true).set_src_addr_index(9);
+    g.qpc_mut()
+        .primary_address_path_mut()
+        .set_grh(true)
+        .set_src_addr_index(9);
     let mut q = Qp2rstIn::new_cmd();
     q.set_qpn(qpn);
     h.ok(&q, &[]);
@@ -261,7 +343,12 @@ fn infiniband_qp_needs_no_gid() {
 
 #[test]
 fn send_queue_error_recovery() {
-    let Setup { mut h, pd, uar, cqn } = setup(MockConfig::default());
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
     h.enable_roce();
     h.set_gid(0);
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
@@ -270,7 +357,11 @@ fn send_queue_error_recovery() {
     h.ok(&rtr2rts(qpn), &[]);
     let mut s = Sqerr2rtsQpIn::new_cmd();
     s.set_qpn(qpn);
-    assert_eq!(h.err(&s, &[]).0, CmdStatus::BadQpStateErr, "RTS is not SQER");
+    assert_eq!(
+        h.err(&s, &[]).0,
+        CmdStatus::BadQpStateErr,
+        "RTS is not SQER"
+    );
     assert!(h.hca.force_qp_state(qpn, QpState::Sqer));
     h.ok(&s, &[]);
     assert_eq!(h.hca.qp_state(qpn), Some(QpState::Rts));
@@ -281,7 +372,10 @@ fn unknown_qp_numbers() {
     let Setup { mut h, .. } = setup(MockConfig::default());
     let mut q = QueryQpIn::new_cmd();
     q.set_qpn(0x999);
-    assert_eq!(h.err(&q, &[]), (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT));
+    assert_eq!(
+        h.err(&q, &[]),
+        (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT)
+    );
     let mut e = Qp2errIn::new_cmd();
     e.set_qpn(0x999);
     assert_eq!(h.err(&e, &[]).0, CmdStatus::BadResErr);

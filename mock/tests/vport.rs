@@ -5,8 +5,8 @@ mod common;
 use common::Harness;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
-use uhca_mock::firmware::{DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED, syndrome};
 use uhca_mock::MockConfig;
+use uhca_mock::firmware::{DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED, syndrome};
 
 #[test]
 fn nic_vport_context() {
@@ -30,7 +30,10 @@ fn nic_vport_context() {
     // Fields this function may not change.
     let mut m = ModifyNicVportContextIn::new_cmd();
     m.field_select_mut().set_permanent_address(true);
-    assert_eq!(h.err(&m, &[]), (CmdStatus::BadParamErr, syndrome::BAD_FIELD_SELECT));
+    assert_eq!(
+        h.err(&m, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_FIELD_SELECT)
+    );
     let mut q = QueryNicVportContextIn::new_cmd();
     q.set_other_vport(true).set_vport_number(1);
     assert_eq!(h.err(&q, &[]).1, syndrome::BAD_FUNCTION);
@@ -61,7 +64,10 @@ fn roce_address_table() {
     // Errors.
     s.set_roce_address_index(256);
     s.roce_address_mut().set_roce_version(2);
-    assert_eq!(h.err(&s, &[]), (CmdStatus::BadParamErr, syndrome::BAD_ADDRESS_INDEX));
+    assert_eq!(
+        h.err(&s, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_ADDRESS_INDEX)
+    );
     s.set_roce_address_index(1);
     s.roce_address_mut().set_roce_version(3);
     assert_eq!(h.err(&s, &[]).1, syndrome::BAD_ROCE_VERSION);
@@ -75,7 +81,11 @@ fn roce_address_table() {
 
 #[test]
 fn hca_vport_context_and_tables_infiniband() {
-    let cfg = MockConfig { lid: 0x12, sm_lid: 0x3, ..MockConfig::infiniband() };
+    let cfg = MockConfig {
+        lid: 0x12,
+        sm_lid: 0x3,
+        ..MockConfig::infiniband()
+    };
     let mut h = Harness::ready(cfg.clone());
     let o = h.ok(&QueryHcaVportContextIn::new_cmd(), &[]);
     let c = o.hca_vport_context();
@@ -101,12 +111,18 @@ fn hca_vport_context_and_tables_infiniband() {
     assert_eq!(r.as_out::<QueryHcaVportGidOut>().gids_num(), 8);
     let mut bad = QueryHcaVportGidIn::new_cmd();
     bad.set_gid_index(8);
-    assert_eq!(h.exec_ext(&bad, &[], 16).syndrome(), syndrome::BAD_ADDRESS_INDEX);
+    assert_eq!(
+        h.exec_ext(&bad, &[], 16).syndrome(),
+        syndrome::BAD_ADDRESS_INDEX
+    );
     // P_Key table: entry 0 is the default P_Key.
     let p = QueryHcaVportPkeyIn::new_cmd();
     let r = h.exec_ext(&p, &[], 4);
     assert_eq!(r.status(), CmdStatus::Ok);
-    assert_eq!(u32::from_be_bytes(r.out[16..20].try_into().unwrap()), DEFAULT_PKEY as u32);
+    assert_eq!(
+        u32::from_be_bytes(r.out[16..20].try_into().unwrap()),
+        DEFAULT_PKEY as u32
+    );
     let mut p = QueryHcaVportPkeyIn::new_cmd();
     p.set_pkey_index(128);
     assert_eq!(h.exec_ext(&p, &[], 4).syndrome(), syndrome::BAD_PKEY_INDEX);
@@ -147,13 +163,20 @@ fn smp_get(attr: u16) -> MadIfcIn {
 
 #[test]
 fn mad_ifc_node_and_port_info() {
-    let cfg = MockConfig { lid: 0x21, ..MockConfig::infiniband() };
+    let cfg = MockConfig {
+        lid: 0x21,
+        ..MockConfig::infiniband()
+    };
     let mut h = Harness::ready(cfg.clone());
     let o = h.ok(&smp_get(0x0011), &[]);
     let r = o.response_mad_packet();
     assert_eq!(r[3], 0x81, "GetResp");
     assert_eq!(&r[4..6], &[0, 0], "status");
-    assert_eq!(&r[8..16], &0x1122_3344_5566_7788u64.to_be_bytes(), "transaction id echoed");
+    assert_eq!(
+        &r[8..16],
+        &0x1122_3344_5566_7788u64.to_be_bytes(),
+        "transaction id echoed"
+    );
     assert_eq!(r[64 + 2], 1, "channel adapter");
     assert_eq!(&r[64 + 12..64 + 20], &cfg.node_guid().to_be_bytes());
     let o = h.ok(&smp_get(0x0015), &[]);
@@ -161,7 +184,10 @@ fn mad_ifc_node_and_port_info() {
     assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), 0x21, "LID");
     assert_eq!(r[64 + 32] & 0xf, PortState::Active.raw());
     let o = h.ok(&smp_get(0x0020), &[]);
-    assert_eq!(u16::from_be_bytes([o.response_mad_packet()[4], o.response_mad_packet()[5]]), MAD_STATUS_UNSUPPORTED);
+    assert_eq!(
+        u16::from_be_bytes([o.response_mad_packet()[4], o.response_mad_packet()[5]]),
+        MAD_STATUS_UNSUPPORTED
+    );
     let mut bad = smp_get(0x0011);
     bad.set_port(2);
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_PORT);

@@ -256,10 +256,10 @@ impl Device {
         let out_blocks = uhca_fwif::cmdq::mailbox_blocks(outlen);
         let in_ptr = e.in_ptr.get();
         let out_ptr = e.out_ptr.get();
-        if in_blocks > 0 && in_ptr % MBOX_PTR_ALIGN != 0 {
+        if in_blocks > 0 && !in_ptr.is_multiple_of(MBOX_PTR_ALIGN) {
             return Err(DeliveryStatus::InPtrAlignErr);
         }
-        if out_blocks > 0 && out_ptr % MBOX_PTR_ALIGN != 0 {
+        if out_blocks > 0 && !out_ptr.is_multiple_of(MBOX_PTR_ALIGN) {
             return Err(DeliveryStatus::OutPtrAlignErr);
         }
         let input_chain = self.walk(in_ptr, in_blocks, e.token, true, now)?;
@@ -304,7 +304,7 @@ impl Device {
                 if ptr == 0 {
                     return Err(len_err);
                 }
-                if ptr % MBOX_NEXT_ALIGN != 0 {
+                if !ptr.is_multiple_of(MBOX_NEXT_ALIGN) {
                     return Err(align_err);
                 }
             }

@@ -44,7 +44,7 @@ impl Device {
         if eqn > u8::MAX as u32 || !self.fw.eqs.contains_key(&(eqn as u8)) {
             return Err(bad_param(syndrome::BAD_EQ));
         }
-        if cqc.dbr_addr() % 8 != 0 {
+        if !cqc.dbr_addr().is_multiple_of(8) {
             return Err(bad_param(syndrome::BAD_DBR_ADDR));
         }
         let page_size = (ADAPTER_PAGE_SIZE as u64) << cqc.log_page_size().min(20);

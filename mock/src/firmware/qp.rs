@@ -134,7 +134,7 @@ enum Transition {
 }
 
 impl Transition {
-    fn from_ok(self, s: QpState) -> bool {
+    fn allowed_from(self, s: QpState) -> bool {
         match self {
             Transition::Rst2Init => s == QpState::Rst,
             Transition::Init2Rtr => s == QpState::Init,
@@ -201,7 +201,7 @@ impl Device {
         if !self.fw.uars.contains(&q.uar_page()) {
             return Err(bad_param(syndrome::BAD_UAR));
         }
-        if q.dbr_addr() % 8 != 0 {
+        if !q.dbr_addr().is_multiple_of(8) {
             return Err(bad_param(syndrome::BAD_DBR_ADDR));
         }
         // Timestamp formats: free-running (0) and default (1); real time (2) needs the
@@ -298,7 +298,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let cur = QpState::from_raw(qp.qpc.state());
-        if !t.from_ok(cur) {
+        if !t.allowed_from(cur) {
             return Err(qp_state_err());
         }
         let st = QpServiceType::from_raw(qp.qpc.st());

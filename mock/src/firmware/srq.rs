@@ -27,7 +27,7 @@ impl Device {
         if s.page_offset() != 0 {
             return Err(bad_param(syndrome::BAD_PAGE_SIZE));
         }
-        if s.dbr_addr() % 8 != 0 {
+        if !s.dbr_addr().is_multiple_of(8) {
             return Err(bad_param(syndrome::BAD_DBR_ADDR));
         }
         if s.lwm() as u64 >= 1u64 << s.log_srq_size() {

@@ -38,7 +38,9 @@ impl Raw {
         u32::from_be_bytes([self.out[4], self.out[5], self.out[6], self.out[7]])
     }
     pub fn as_out<T: PrmLayout>(&self) -> T {
-        T::read_from_prefix(&self.out).expect("output long enough").0
+        T::read_from_prefix(&self.out)
+            .expect("output long enough")
+            .0
     }
 }
 
@@ -70,11 +72,29 @@ impl Harness {
         let hca = MockHca::new(cfg);
         let p = hca.platform();
         let cmdq = p.alloc_coherent(4096, 4096).unwrap();
-        let inbox = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
-        let outbox = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
-        let inbox2 = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
-        let outbox2 = p.alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096).unwrap();
-        Harness { hca, p, cmdq, inbox, outbox, inbox2, outbox2, token: 0, pages: Vec::new() }
+        let inbox = p
+            .alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096)
+            .unwrap();
+        let outbox = p
+            .alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096)
+            .unwrap();
+        let inbox2 = p
+            .alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096)
+            .unwrap();
+        let outbox2 = p
+            .alloc_coherent(CHAIN_BLOCKS * BLOCK_STRIDE as usize, 4096)
+            .unwrap();
+        Harness {
+            hca,
+            p,
+            cmdq,
+            inbox,
+            outbox,
+            inbox2,
+            outbox2,
+            token: 0,
+            pages: Vec::new(),
+        }
     }
 
     /// Waits for `initializing` to clear, with a timeout on the platform clock.
@@ -121,7 +141,8 @@ impl Harness {
         h.ok(&s, &[]);
         h.give_outstanding(QueryPagesOpMod::BootPages);
         let mut a = AccessRegisterIn::new_cmd();
-        a.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE).set_register_id(REG_HOST_ENDIANNESS);
+        a.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
+            .set_register_id(REG_HOST_ENDIANNESS);
         h.ok(&a, &[0u8; 16]);
         h.give_outstanding(QueryPagesOpMod::InitPages);
         h.ok(&InitHcaIn::new_cmd(), &[]);
@@ -143,25 +164,49 @@ impl Harness {
         let (inbox, outbox) = self.boxes(slot);
         let nin = mailbox_blocks(inlen);
         let nout = mailbox_blocks(outlen);
-        assert!(nin <= CHAIN_BLOCKS && nout <= CHAIN_BLOCKS, "test chain too short");
+        assert!(
+            nin <= CHAIN_BLOCKS && nout <= CHAIN_BLOCKS,
+            "test chain too short"
+        );
         for k in 0..nin {
             let mut b = CmdProtBlock::default();
             let s = 16 + k * 512;
             let e = (s + 512).min(inlen);
             b.data[..e - s].copy_from_slice(&input[s..e]);
-            b.next = if k + 1 < nin { inbox + (k as u64 + 1) * BLOCK_STRIDE } else { 0 }.into();
+            b.next = if k + 1 < nin {
+                inbox + (k as u64 + 1) * BLOCK_STRIDE
+            } else {
+                0
+            }
+            .into();
             b.block_num = (k as u32).into();
             b.token = tok;
-            assert!(self.hca.host_write(inbox + k as u64 * BLOCK_STRIDE, b.as_bytes()));
+            assert!(
+                self.hca
+                    .host_write(inbox + k as u64 * BLOCK_STRIDE, b.as_bytes())
+            );
         }
         for k in 0..nout {
-            let mut b = CmdProtBlock::default();
-            b.next = if k + 1 < nout { outbox + (k as u64 + 1) * BLOCK_STRIDE } else { 0 }.into();
-            b.block_num = (k as u32).into();
-            b.token = tok;
-            assert!(self.hca.host_write(outbox + k as u64 * BLOCK_STRIDE, b.as_bytes()));
+            let next = if k + 1 < nout {
+                outbox + (k as u64 + 1) * BLOCK_STRIDE
+            } else {
+                0
+            };
+            let b = CmdProtBlock {
+                next: next.into(),
+                block_num: (k as u32).into(),
+                token: tok,
+                ..Default::default()
+            };
+            assert!(
+                self.hca
+                    .host_write(outbox + k as u64 * BLOCK_STRIDE, b.as_bytes())
+            );
         }
-        let mut e = CmdLayout { r#type: PCI_CMD_XPORT, ..Default::default() };
+        let mut e = CmdLayout {
+            r#type: PCI_CMD_XPORT,
+            ..Default::default()
+        };
         e.inlen = (inlen as u32).into();
         e.outlen = (outlen as u32).into();
         e.in_ptr = if nin > 0 { inbox } else { 0 }.into();
@@ -186,12 +231,18 @@ impl Harness {
     }
 
     pub fn write_entry(&self, slot: u8, e: &CmdLayout) {
-        assert!(self.hca.host_write(self.cmdq.iova + slot as u64 * 64, e.as_bytes()));
+        assert!(
+            self.hca
+                .host_write(self.cmdq.iova + slot as u64 * 64, e.as_bytes())
+        );
     }
 
     pub fn read_entry(&self, slot: u8) -> CmdLayout {
         let mut b = [0u8; 64];
-        assert!(self.hca.host_read(self.cmdq.iova + slot as u64 * 64, &mut b));
+        assert!(
+            self.hca
+                .host_read(self.cmdq.iova + slot as u64 * 64, &mut b)
+        );
         CmdLayout::read_from_bytes(&b).unwrap()
     }
 
@@ -213,7 +264,11 @@ impl Harness {
             k += 1;
         }
         out.truncate(outlen);
-        Raw { completed: e.owner() == CMD_OWNER_SW, delivery: e.delivery_status(), out }
+        Raw {
+            completed: e.owner() == CMD_OWNER_SW,
+            delivery: e.delivery_status(),
+            out,
+        }
     }
 
     pub fn exec_raw_slot(&mut self, slot: u8, input: &[u8], outlen: usize) -> Raw {
@@ -232,7 +287,11 @@ impl Harness {
         let mut input = inp.as_bytes().to_vec();
         input.extend_from_slice(extra);
         let r = self.exec_raw(&input, <C::Out as PrmLayout>::SIZE + extra_out);
-        assert!(r.completed, "command {:#x} did not complete", inp.get(mbox_in::opcode));
+        assert!(
+            r.completed,
+            "command {:#x} did not complete",
+            inp.get(mbox_in::opcode)
+        );
         assert_eq!(r.delivery, DeliveryStatus::Ok);
         r
     }
@@ -257,7 +316,12 @@ impl Harness {
     /// Runs a command that must fail; returns (status, syndrome).
     pub fn err<C: Command>(&mut self, inp: &C, extra: &[u8]) -> (CmdStatus, u32) {
         let r = self.exec(inp, extra);
-        assert_ne!(r.status(), CmdStatus::Ok, "command {:#x} succeeded", inp.get(mbox_in::opcode));
+        assert_ne!(
+            r.status(),
+            CmdStatus::Ok,
+            "command {:#x} succeeded",
+            inp.get(mbox_in::opcode)
+        );
         (r.status(), r.syndrome())
     }
 
@@ -281,7 +345,8 @@ impl Harness {
 
     pub fn give(&mut self, pages: &[u64]) -> Raw {
         let mut m = ManagePagesIn::new_cmd();
-        m.set_op_mod(ManagePagesOpMod::Give.raw()).set_input_num_entries(pages.len() as u32);
+        m.set_op_mod(ManagePagesOpMod::Give.raw())
+            .set_input_num_entries(pages.len() as u32);
         self.exec(&m, &pas_bytes(pages))
     }
 
@@ -290,7 +355,12 @@ impl Harness {
         if n > 0 {
             let pages = self.alloc_pages(n);
             let r = self.give(&pages);
-            assert_eq!(r.status(), CmdStatus::Ok, "give: syndrome {:#x}", r.syndrome());
+            assert_eq!(
+                r.status(),
+                CmdStatus::Ok,
+                "give: syndrome {:#x}",
+                r.syndrome()
+            );
         }
         n
     }
@@ -304,7 +374,12 @@ impl Harness {
     }
 
     /// CREATE_EQ input for an EQ of 2^log_size entries subscribed to `events`.
-    pub fn create_eq_in(&mut self, uar: u32, log_size: u8, events: &[EventType]) -> (CreateEqIn, DmaRegion) {
+    pub fn create_eq_in(
+        &mut self,
+        uar: u32,
+        log_size: u8,
+        events: &[EventType],
+    ) -> (CreateEqIn, DmaRegion) {
         let bytes = 64usize << log_size;
         let buf = self.p.alloc_coherent(bytes.max(4096), 4096).unwrap();
         // Every EQE starts owned by hardware (owner bit 1).
@@ -314,7 +389,10 @@ impl Harness {
         }
         assert!(self.hca.host_write(buf.iova, &init));
         let mut c = CreateEqIn::new_cmd();
-        c.eq_context_entry_mut().set_log_eq_size(log_size).set_uar_page(uar).set_intr(0);
+        c.eq_context_entry_mut()
+            .set_log_eq_size(log_size)
+            .set_uar_page(uar)
+            .set_intr(0);
         let mask: u64 = events.iter().fold(0, |m, e| m | 1u64 << e.raw());
         c.event_bitmask_mut()[..8].copy_from_slice(&mask.to_be_bytes());
         (c, buf)
@@ -324,7 +402,13 @@ impl Harness {
         let (c, buf) = self.create_eq_in(uar, log_size, events);
         let pages = pages_of(&buf, 64 << log_size);
         let eqn = self.ok(&c, &pas_bytes(&pages)).eq_number();
-        TestEq { eqn, buf, log_size, ci: 0, uar }
+        TestEq {
+            eqn,
+            buf,
+            log_size,
+            ci: 0,
+            uar,
+        }
     }
 
     /// Reads the valid EQEs of `eq` (owner-bit protocol) and advances its consumer index
@@ -347,8 +431,15 @@ impl Harness {
 
     /// Writes the EQ doorbell (update CI and arm).
     pub fn eq_doorbell(&self, eq: &TestEq, arm: bool) {
-        let off = if arm { EQ_DOORBELL_OFFSET } else { EQ_DOORBELL_UPDATE_CI_OFFSET };
-        self.p.write_be32(eq.uar as usize * 4096 + off, uhca_fwif::doorbell::eq_doorbell(eq.eqn, eq.ci));
+        let off = if arm {
+            EQ_DOORBELL_OFFSET
+        } else {
+            EQ_DOORBELL_UPDATE_CI_OFFSET
+        };
+        self.p.write_be32(
+            eq.uar as usize * 4096 + off,
+            uhca_fwif::doorbell::eq_doorbell(eq.eqn, eq.ci),
+        );
     }
 
     /// A CQ of 2^log_size 64-byte CQEs bound to `eqn`.
@@ -374,7 +465,13 @@ impl Harness {
     }
 
     /// CREATE_QP input for a QP of type `st` with 2^4 SQ and RQ entries.
-    pub fn create_qp_in(&mut self, st: QpServiceType, pd: u32, cqn: u32, uar: u32) -> (CreateQpIn, Vec<u64>) {
+    pub fn create_qp_in(
+        &mut self,
+        st: QpServiceType,
+        pd: u32,
+        cqn: u32,
+        uar: u32,
+    ) -> (CreateQpIn, Vec<u64>) {
         let rq = 16 * 64;
         let sq = 16 * 64;
         let buf = self.p.alloc_coherent(rq + sq, 4096).unwrap();
@@ -408,7 +505,10 @@ impl Harness {
         s.set_roce_address_index(idx);
         let a = s.roce_address_mut();
         a.source_l3_address_mut()[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 0, 1]);
-        a.set_roce_version(2).set_roce_l3_type(0).set_source_mac_47_32(0x02c0).set_source_mac_31_0(0xffee0001);
+        a.set_roce_version(2)
+            .set_roce_l3_type(0)
+            .set_source_mac_47_32(0x02c0)
+            .set_source_mac_31_0(0xffee0001);
         self.ok(&s, &[]);
     }
 
@@ -422,7 +522,9 @@ impl Harness {
 
 /// The 4 KiB page IOVAs covering `len` bytes of `r`.
 pub fn pages_of(r: &DmaRegion, len: usize) -> Vec<u64> {
-    (0..len.div_ceil(4096)).map(|i| r.iova + i as u64 * 4096).collect()
+    (0..len.div_ceil(4096))
+        .map(|i| r.iova + i as u64 * 4096)
+        .collect()
 }
 
 /// A `pas` array as bytes.
