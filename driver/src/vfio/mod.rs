@@ -8,7 +8,8 @@
 //!   present, ConnectX vendor, IOMMU group, bound to vfio-pci, `/dev/vfio/<group>` present),
 //!   so each way of getting the setup wrong gets its own [`VfioError`] with the fix in its
 //!   message. Then vfio-ioctls opens the container (`/dev/vfio/vfio`), adds the group after
-//!   checking it is viable, selects the type1v2 IOMMU and gets the device fd. BAR0 is
+//!   checking it is viable, selects the type1v2 IOMMU and gets the device fd (a second
+//!   function of a group already open in this process joins its container). BAR0 is
 //!   `mmap`ed whole; the configuration space is read and written through the VFIO config
 //!   region; memory space and bus mastering are turned on.
 //! * **BAR0** ([`Bar`]): volatile loads and stores of the stated width through a raw pointer
@@ -32,7 +33,8 @@
 //! Dropping the platform releases everything in this order: interrupts disabled, bus
 //! mastering cleared, every DMA mapping unmapped from the IOMMU and its memory freed, BAR0
 //! unmapped, the device fd closed (vfio-pci then resets the function), the group taken out
-//! of the container, the container closed. **The driver must disable the device first**
+//! of the container and the container closed (with the last function of the group open in
+//! this process). **The driver must disable the device first**
 //! (for an mlx5 HCA: TEARDOWN_HCA, page reclaim, DISABLE_HCA): clearing bus mastering stops
 //! a device that was not disabled from reaching memory that is about to be freed, but the
 //! device sees its DMA fail rather than a clean shutdown.
