@@ -8,7 +8,7 @@
 //! segment, health buffer, UAR pages), an IOMMU in front of host memory ([`iommu`]) and
 //! firmware that executes commands ([`firmware`]). A driver talks to it through a
 //! [`MockPlatform`], which implements the HAL's platform traits; doorbells are processed
-//! synchronously inside the `Bar` write. `MOCK.md`-style details are in `MODEL.md`.
+//! synchronously inside the `Bar` write. `MODEL.md` lists what the model implements.
 //!
 //! ```
 //! use uhca_mock::{MockConfig, MockHca};

@@ -312,3 +312,40 @@ fn entry_unreachable_queue_faults() {
     unsafe { h.p.free_coherent(r) };
     assert!(!h.hca.is_mapped(iova, 1));
 }
+
+#[test]
+fn doorbells_from_several_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<uhca_mock::MockPlatform>();
+    assert_send_sync::<uhca_mock::MockHca>();
+    let mut h = Harness::ready(MockConfig::default());
+    for slot in 1..=8u8 {
+        h.post(slot, AllocPdIn::new_cmd().as_bytes(), 16);
+    }
+    let threads: Vec<_> = (1..=8u8)
+        .map(|slot| {
+            let p = h.p.clone();
+            std::thread::spawn(move || p.write_be32(common::CMD_DBELL, 1 << slot))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut pds = std::collections::BTreeSet::new();
+    for slot in 1..=8u8 {
+        let r = h.result(slot, 16);
+        assert!(r.completed);
+        pds.insert(r.as_out::<AllocPdOut>().pd());
+    }
+    assert_eq!(pds.len(), 8, "eight distinct PDs");
+}
+
+#[test]
+fn several_hcas_are_independent() {
+    let mut a = Harness::ready(MockConfig::default());
+    let b = Harness::ready(MockConfig::infiniband());
+    a.alloc_pd();
+    assert_eq!(a.hca.objects().pds, 1);
+    assert_eq!(b.hca.objects().pds, 0);
+    assert!(!b.hca.is_mapped(a.cmdq.iova + 4096 * 1000, 1));
+}
