@@ -4,7 +4,7 @@
 //! host allocator and are mapped at an IOVA that is deliberately unrelated to their CPU
 //! address (a driver that hands the device a CPU address faults instead of working by
 //! accident); caller buffers are mapped the same way. Every access the device makes goes
-//! through [`Iommu::dma_read`] or [`Iommu::dma_write`], which translate the IOVA and check
+//! through the IOMMU's `dma_read` or `dma_write`, which translate the IOVA and check
 //! that the whole access lies inside one mapping. An access outside every mapping is
 //! recorded as an [`IommuFault`] and fails; the firmware turns the failure into the error
 //! the hardware reports.
