@@ -8,7 +8,7 @@ use crate::faults::{ArmedCommandFault, CommandFault};
 use crate::firmware::HcaState;
 use crate::iommu::IommuFault;
 use crate::log::{CommandRecord, DoorbellRecord, Note};
-use crate::pci::{BAR0_SIZE, CONFIG_SPACE_SIZE, PCI_COMMAND, PCI_COMMAND_MASTER};
+use crate::pci::{BAR0_SIZE, CONFIG_SPACE_SIZE, PCI_COMMAND_MASTER};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 use uhca_fwif::consts::{CmdOpcode, CmdStatus, PortChangeSubtype, QpState};
@@ -631,7 +631,6 @@ impl MockPlatform {
         }
         let master = d.pci.command() & PCI_COMMAND_MASTER != 0;
         d.iommu.set_bus_master(master);
-        let _ = PCI_COMMAND;
         Ok(())
     }
 }

@@ -349,3 +349,23 @@ fn several_hcas_are_independent() {
     assert_eq!(b.hca.objects().pds, 0);
     assert!(!b.hca.is_mapped(a.cmdq.iova + 4096 * 1000, 1));
 }
+
+#[test]
+fn bounds_are_exact() {
+    let mut h = Harness::initialized(MockConfig::default());
+    // A 575-byte "mailbox": the device reads 576 bytes, one past the mapping.
+    let short = h.p.alloc_coherent(575, 4096).unwrap();
+    let mut m = ManagePagesIn::new_cmd();
+    m.set_op_mod(ManagePagesOpMod::Give.raw())
+        .set_input_num_entries(1);
+    let mut input = m.as_bytes().to_vec();
+    input.extend_from_slice(&[0u8; 8]);
+    let mut e = h.post(0, &input, 16);
+    e.in_ptr = short.iova.into();
+    h.write_entry(0, &e);
+    h.hca.clear_iommu_faults();
+    h.ring(0);
+    assert_eq!(h.result(0, 16).delivery, DeliveryStatus::FwErr);
+    let f = h.hca.iommu_faults();
+    assert_eq!((f[0].iova, f[0].len, f[0].write), (short.iova, 576, false));
+}

@@ -427,14 +427,13 @@ impl Device {
     fn check_state(&self, op: CmdOpcode) -> Result<(), Fail> {
         let st = self.fw.state;
         let boot_ok = self.fw.pages.boot_outstanding() == 0;
-        let torn = |_| bad_state(syndrome::HCA_TORN_DOWN);
         match (need_of(op), st) {
             (Need::Any, _) => Ok(()),
             (Need::Disabled, HcaState::Disabled) => Ok(()),
             (Need::Disabled, _) => Err(bad_state(syndrome::HCA_ALREADY_ENABLED)),
             (_, HcaState::Disabled) => Err(bad_state(syndrome::HCA_NOT_ENABLED)),
             (Need::Enabled, _) => Ok(()),
-            (_, HcaState::TornDown) => Err(torn(())),
+            (_, HcaState::TornDown) => Err(bad_state(syndrome::HCA_TORN_DOWN)),
             (Need::BeforeInit, HcaState::Initialized) => {
                 Err(bad_state(syndrome::HCA_ALREADY_INITIALIZED))
             }
