@@ -219,3 +219,32 @@ fn page_requests_wait_for_an_event_queue() {
     assert_eq!(e.len(), 1);
     assert_eq!(e[0].data_as::<EqePageReq>().num_pages_signed(), 2);
 }
+
+#[test]
+fn teardown_ends_commands_waiting_for_pages() {
+    let mut h = Harness::initialized(MockConfig {
+        regular_pages: 2,
+        ..Default::default()
+    });
+    let uar = h.alloc_uar();
+    let pd = h.alloc_pd();
+    h.create_eq(uar, 4, &[EventType::PageRequest]);
+    let mut mk = CreateMkeyIn::new_cmd();
+    mk.memory_key_mkey_entry_mut()
+        .set_pd(pd)
+        .set_qpn(0xffffff)
+        .set_length64(true)
+        .set_lr(true);
+    h.post(2, zerocopy::IntoBytes::as_bytes(&mk), 16);
+    h.ring(2);
+    assert!(!h.result(2, 16).completed);
+    let t = TeardownHcaIn::new_cmd();
+    let r = h.exec_raw_slot(31, zerocopy::IntoBytes::as_bytes(&t), 16);
+    assert_eq!(r.status(), CmdStatus::Ok);
+    let r = h.result(2, 16);
+    assert!(r.completed);
+    assert_eq!(
+        (r.status(), r.syndrome()),
+        (CmdStatus::BadSysStateErr, syndrome::HCA_TORN_DOWN)
+    );
+}

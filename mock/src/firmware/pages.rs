@@ -129,7 +129,12 @@ impl Device {
                 self.fw.pages.to_return = 0;
             }
         }
-        if !self.fw.deferred.is_empty() && self.fw.pages.regular_outstanding() == 0 {
+        // Waiting commands run again once the pages are there, or when the HCA left the
+        // initialized state (they then fail with the state's error).
+        let waiting = !self.fw.deferred.is_empty();
+        if waiting
+            && (self.fw.pages.regular_outstanding() == 0 || self.fw.state != HcaState::Initialized)
+        {
             self.retry_deferred(now);
         }
     }
