@@ -163,6 +163,13 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Device> {
     shared.dev.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl Default for MockHca {
+    /// An Ethernet (RoCE) HCA with the default configuration.
+    fn default() -> Self {
+        MockHca::new(MockConfig::default())
+    }
+}
+
 impl MockHca {
     /// Powers on a mock HCA.
     ///
