@@ -28,7 +28,10 @@ fn main() {
     show("ENABLE_HCA", &EnableHcaIn::new_cmd());
     show("QUERY_ISSI", &QueryIssiIn::new_cmd());
     let mut caps = QueryHcaCapIn::new_cmd();
-    caps.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, HcaCapMode::GetCur));
+    caps.set_op_mod(query_hca_cap_op_mod(
+        HcaCapType::General,
+        HcaCapMode::GetCur,
+    ));
     show("QUERY_HCA_CAP", &caps);
     println!();
     println!("Bring-up on the mock and the two-HCA RoCEv2 exchange are not implemented yet.");
