@@ -201,3 +201,83 @@ pub trait Clock {
 pub trait Platform: Bar + Dma + PciConfig + Clock {}
 
 impl<T: Bar + Dma + PciConfig + Clock> Platform for T {}
+
+// A shared reference to a platform is a platform handle: the HAL's owners (DMA buffers,
+// the command queue) keep a handle so they can free memory and reach the device, and
+// `&P` is the simplest one.
+
+// SAFETY: every method forwards to `T`, which upholds the obligations.
+unsafe impl<T: Bar + ?Sized> Bar for &T {
+    #[inline(always)]
+    fn bar_len(&self) -> usize {
+        (**self).bar_len()
+    }
+    #[inline(always)]
+    fn read32(&self, offset: usize) -> u32 {
+        (**self).read32(offset)
+    }
+    #[inline(always)]
+    fn write32(&self, offset: usize, value: u32) {
+        (**self).write32(offset, value)
+    }
+    #[inline(always)]
+    fn read64(&self, offset: usize) -> u64 {
+        (**self).read64(offset)
+    }
+    #[inline(always)]
+    fn write64(&self, offset: usize, value: u64) {
+        (**self).write64(offset, value)
+    }
+}
+
+// SAFETY: every method forwards to `T`, which upholds the obligations.
+unsafe impl<T: Dma + ?Sized> Dma for &T {
+    #[inline]
+    fn alloc_coherent(&self, len: usize, align: usize) -> Result<DmaRegion, DmaError> {
+        (**self).alloc_coherent(len, align)
+    }
+    #[inline]
+    unsafe fn free_coherent(&self, region: DmaRegion) {
+        // SAFETY: the caller's obligations are exactly those of `T::free_coherent`.
+        unsafe { (**self).free_coherent(region) }
+    }
+    #[inline]
+    unsafe fn map(&self, cpu: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
+        // SAFETY: the caller's obligations are exactly those of `T::map`.
+        unsafe { (**self).map(cpu, len) }
+    }
+    #[inline]
+    unsafe fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
+        // SAFETY: the caller's obligations are exactly those of `T::unmap`.
+        unsafe { (**self).unmap(iova, len) }
+    }
+}
+
+impl<T: PciConfig + ?Sized> PciConfig for &T {
+    fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {
+        (**self).config_read8(offset)
+    }
+    fn config_read16(&self, offset: u16) -> Result<u16, ConfigError> {
+        (**self).config_read16(offset)
+    }
+    fn config_read32(&self, offset: u16) -> Result<u32, ConfigError> {
+        (**self).config_read32(offset)
+    }
+    fn config_write16(&self, offset: u16, value: u16) -> Result<(), ConfigError> {
+        (**self).config_write16(offset, value)
+    }
+    fn config_write32(&self, offset: u16, value: u32) -> Result<(), ConfigError> {
+        (**self).config_write32(offset, value)
+    }
+}
+
+impl<T: Clock + ?Sized> Clock for &T {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+    #[inline]
+    fn delay_us(&self, us: u32) {
+        (**self).delay_us(us)
+    }
+}

@@ -1,0 +1,466 @@
+//! The completion-queue poller.
+//!
+//! A CQE belongs to software when its opcode is not [`CqeOpcode::Invalid`] and its owner
+//! bit equals the parity of the number of times the consumer index has wrapped the queue
+//! (`(ci >> log_cqe_cnt) & 1`). A new queue is filled with invalid-opcode CQEs whose owner
+//! bit is 1, so nothing is valid before the device writes. After the owner check a read
+//! barrier comes before the rest of the CQE is read; the consumed entries are handed back
+//! through the CQ doorbell record (`SET_CI`). Arming writes the arm word to the record and
+//! rings the CQ doorbell in the UAR.
+//!
+//! ```
+//! # use uhca_hal::testing::FakePlatform;
+//! use uhca_hal::cq::{CqLayout, CqRing};
+//! use uhca_hal::DmaBuf;
+//! let p = FakePlatform::new();
+//! let layout = CqLayout::new(7, 6);
+//! let buf = DmaBuf::alloc(&p, layout.buffer_len(), 4096).unwrap();
+//! let mut cq = CqRing::new(buf, layout).unwrap();
+//! assert!(cq.poll_one().is_none());
+//! ```
+
+use crate::barriers;
+use crate::dma::DmaMem;
+use crate::platform::Bar;
+use uhca_fwif::consts::{CQ_DOORBELL, CQE_OWNER_MASK, CqeOpcode, CqeSyndrome, WqeOpcode};
+use uhca_fwif::cqe::{CQE_FLAGS_GRH, Cqe64, ErrCqe, op_own_of};
+use uhca_fwif::doorbell::{CqDoorbellRecord, cq_arm_word, cq_uar_doorbell};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+const SET_CI_OFF: usize = core::mem::offset_of!(CqDoorbellRecord, set_ci);
+const ARM_DB_OFF: usize = core::mem::offset_of!(CqDoorbellRecord, arm_db);
+const CQE64: usize = core::mem::size_of::<Cqe64>();
+const OP_OWN_OFF: usize = core::mem::offset_of!(Cqe64, op_own);
+
+/// Where a CQ's entries and doorbell record sit in its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqLayout {
+    /// The CQ number (for the arm doorbell).
+    pub cqn: u32,
+    /// log2 of the number of CQEs.
+    pub log_cqe_cnt: u8,
+    /// log2 of the CQE stride: 6 (64-byte CQEs) or 7 (128-byte CQEs, whose 64-byte CQE is
+    /// the second half).
+    pub log_stride: u8,
+    /// Byte offset of the CQEs.
+    pub cqe_offset: usize,
+    /// Byte offset of the 8-byte doorbell record (8-byte aligned).
+    pub dbr_offset: usize,
+}
+
+impl CqLayout {
+    /// 64-byte CQEs at offset 0, doorbell record after them.
+    pub const fn new(cqn: u32, log_cqe_cnt: u8) -> Self {
+        CqLayout {
+            cqn,
+            log_cqe_cnt,
+            log_stride: 6,
+            cqe_offset: 0,
+            dbr_offset: CQE64 << log_cqe_cnt,
+        }
+    }
+
+    /// Bytes of the CQEs (what CREATE_CQ's `pas` describes).
+    pub const fn cqe_bytes(&self) -> usize {
+        1usize << (self.log_cqe_cnt + self.log_stride)
+    }
+
+    /// The buffer length this layout needs.
+    pub const fn buffer_len(&self) -> usize {
+        let a = self.cqe_offset + self.cqe_bytes();
+        let b = self.dbr_offset + 8;
+        if a > b { a } else { b }
+    }
+}
+
+/// A successful completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqeSuccess {
+    /// The CQE opcode ([`CqeOpcode::Req`] for the requester; `Resp*` for the responder).
+    pub opcode: CqeOpcode,
+    /// For a requester CQE, the opcode of the completed WQE (`sop_drop_qpn[31:24]`).
+    pub wqe_opcode: WqeOpcode,
+    /// The QP (`sop_drop_qpn[23:0]`).
+    pub qpn: u32,
+    /// The WQE counter: SQ WQE index (requester) or receive WQE index.
+    pub wqe_counter: u16,
+    /// Bytes received, or read by an RDMA READ or atomic.
+    pub byte_count: u32,
+    /// Immediate data, invalidated rkey or P_Key index (`immediate`).
+    pub immediate: u32,
+    /// The SRQ number or user index (`srqn`).
+    pub srqn: u32,
+    /// For UD receives, the remote QPN (`flags_rqpn[23:0]`).
+    pub remote_qpn: u32,
+    /// The received packet had a GRH.
+    pub grh: bool,
+    /// Source LID (InfiniBand receive).
+    pub slid: u16,
+    /// RoCE L3 header type (`l4_l3_hdr_type[3:2]`).
+    pub roce_l3_hdr_type: u8,
+    /// The timestamp.
+    pub timestamp: u64,
+}
+
+/// An error completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqeError {
+    /// [`CqeOpcode::ReqErr`] or [`CqeOpcode::RespErr`].
+    pub opcode: CqeOpcode,
+    /// The syndrome.
+    pub syndrome: CqeSyndrome,
+    /// The vendor syndrome (firmware-specific).
+    pub vendor_syndrome: u8,
+    /// The QP.
+    pub qpn: u32,
+    /// The counter of the failed WQE.
+    pub wqe_counter: u16,
+    /// The opcode of the failed WQE (`s_wqe_opcode_qpn[31:24]`).
+    pub wqe_opcode: u8,
+    /// The SRQ number.
+    pub srqn: u32,
+}
+
+impl core::fmt::Display for CqeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} on QP {:#x}, WQE {}: {} (vendor syndrome {:#x})",
+            self.opcode, self.qpn, self.wqe_counter, self.syndrome, self.vendor_syndrome
+        )
+    }
+}
+
+/// A completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// The work request succeeded.
+    Success(CqeSuccess),
+    /// The work request failed.
+    Error(CqeError),
+}
+
+impl Completion {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        match self {
+            Completion::Success(s) => s.qpn,
+            Completion::Error(e) => e.qpn,
+        }
+    }
+
+    /// The WQE counter.
+    pub fn wqe_counter(&self) -> u16 {
+        match self {
+            Completion::Success(s) => s.wqe_counter,
+            Completion::Error(e) => e.wqe_counter,
+        }
+    }
+
+    /// Decodes a 64-byte CQE.
+    pub fn decode(cqe: &Cqe64) -> Self {
+        let opcode = cqe.opcode();
+        if matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
+            let e = match ErrCqe::ref_from_bytes(cqe.as_bytes()) {
+                Ok(e) => e,
+                Err(_) => unreachable!("ErrCqe and Cqe64 are both 64 bytes"),
+            };
+            return Completion::Error(CqeError {
+                opcode,
+                syndrome: e.syndrome(),
+                vendor_syndrome: e.vendor_err_synd,
+                qpn: e.qpn(),
+                wqe_counter: e.wqe_counter.get(),
+                wqe_opcode: e.wqe_opcode(),
+                srqn: e.srqn.get() & 0x00ff_ffff,
+            });
+        }
+        Completion::Success(CqeSuccess {
+            opcode,
+            wqe_opcode: WqeOpcode::from_raw((cqe.sop_drop_qpn.get() >> 24) as u8),
+            qpn: cqe.qpn(),
+            wqe_counter: cqe.wqe_counter.get(),
+            byte_count: cqe.byte_cnt.get(),
+            immediate: cqe.immediate.get(),
+            srqn: cqe.srqn.get() & 0x00ff_ffff,
+            remote_qpn: cqe.remote_qpn(),
+            grh: cqe.flags_rqpn.get() & CQE_FLAGS_GRH != 0,
+            slid: cqe.slid.get(),
+            roce_l3_hdr_type: cqe.roce_l3_hdr_type(),
+            timestamp: cqe.timestamp(),
+        })
+    }
+}
+
+/// Why a CQ could not be set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CqLayoutError {
+    /// Entries or record outside the buffer, overlapping, misaligned, or a bad stride.
+    BadLayout(&'static str),
+}
+
+impl core::fmt::Display for CqLayoutError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CqLayoutError::BadLayout(w) => write!(f, "bad CQ layout: {w}"),
+        }
+    }
+}
+
+/// A completion queue's entries and doorbell record, and its consumer state.
+#[derive(Debug)]
+pub struct CqRing<M: DmaMem> {
+    mem: M,
+    cqn: u32,
+    log_cnt: u8,
+    log_stride: u8,
+    cqe_off: usize,
+    dbr: usize,
+    ci: u32,
+    arm_sn: u32,
+}
+
+impl<M: DmaMem> CqRing<M> {
+    /// Takes over `mem`, initialises every CQE as invalid with owner 1, zeroes the doorbell
+    /// record.
+    ///
+    /// # Errors
+    ///
+    /// [`CqLayoutError::BadLayout`] if the layout does not fit `mem`, overlaps, is
+    /// misaligned, or the stride is not 64 or 128 bytes.
+    pub fn new(mut mem: M, layout: CqLayout) -> Result<Self, CqLayoutError> {
+        if !(6..=7).contains(&layout.log_stride) {
+            return Err(CqLayoutError::BadLayout("CQE stride must be 64 or 128 bytes"));
+        }
+        if layout.log_cqe_cnt > 24 || layout.cqe_offset % 64 != 0 || layout.dbr_offset % 8 != 0 {
+            return Err(CqLayoutError::BadLayout("size or alignment"));
+        }
+        let cqe_end = layout.cqe_offset.saturating_add(layout.cqe_bytes());
+        if cqe_end > mem.len() || layout.dbr_offset.saturating_add(8) > mem.len() {
+            return Err(CqLayoutError::BadLayout("outside the buffer"));
+        }
+        if layout.dbr_offset < cqe_end && layout.cqe_offset < layout.dbr_offset + 8 {
+            return Err(CqLayoutError::BadLayout("doorbell record overlaps the CQEs"));
+        }
+        let invalid = op_own_of(CqeOpcode::Invalid, 1);
+        let stride = 1usize << layout.log_stride;
+        for i in 0..1usize << layout.log_cqe_cnt {
+            mem.write_u8(layout.cqe_offset + i * stride + stride - CQE64 + OP_OWN_OFF, invalid);
+        }
+        mem.write_be64(layout.dbr_offset, 0);
+        Ok(CqRing {
+            mem,
+            cqn: layout.cqn,
+            log_cnt: layout.log_cqe_cnt,
+            log_stride: layout.log_stride,
+            cqe_off: layout.cqe_offset,
+            dbr: layout.dbr_offset,
+            ci: 0,
+            arm_sn: 0,
+        })
+    }
+
+    /// The memory.
+    pub fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    /// The IOVA of the doorbell record (CREATE_CQ's `dbr_addr`).
+    pub fn dbr_iova(&self) -> u64 {
+        self.mem.iova() + self.dbr as u64
+    }
+
+    /// The consumer index (wrapping; the device sees its low 24 bits).
+    pub fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+
+    /// Byte offset of the 64-byte CQE for consumer index `ci`.
+    #[inline(always)]
+    fn cqe_at(&self, ci: u32) -> usize {
+        let idx = (ci & ((1u32 << self.log_cnt) - 1)) as usize;
+        self.cqe_off + (idx << self.log_stride) + (1usize << self.log_stride) - CQE64
+    }
+
+    /// Whether software owns the CQE at the consumer index.
+    #[inline(always)]
+    fn sw_owned(&self, op_own: u8) -> bool {
+        let owner = ((self.ci >> self.log_cnt) & 1) as u8;
+        (op_own >> 4) != CqeOpcode::Invalid.raw() && (op_own & CQE_OWNER_MASK) == owner
+    }
+
+    /// Takes the next CQE if software owns it, advancing the consumer index (not yet
+    /// published: see [`CqRing::update_consumer_index`]).
+    #[inline]
+    pub fn poll_raw(&mut self) -> Option<Cqe64> {
+        let off = self.cqe_at(self.ci);
+        if !self.sw_owned(self.mem.read_u8(off + OP_OWN_OFF)) {
+            return None;
+        }
+        // The owner bit said the CQE is ours: read the rest only after it.
+        barriers::cqe_owner_before_cqe_read();
+        let mut cqe = Cqe64::new_zeroed();
+        self.mem.read_bytes(off, cqe.as_mut_bytes());
+        self.ci = self.ci.wrapping_add(1);
+        Some(cqe)
+    }
+
+    /// Takes and decodes the next CQE if software owns it. The consumer index is not yet
+    /// published: call [`CqRing::update_consumer_index`] after a batch.
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<Completion> {
+        self.poll_raw().map(|c| Completion::decode(&c))
+    }
+
+    /// Fills `out` with completions and publishes the consumer index if any was taken.
+    /// Returns how many.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.poll_one() {
+                Some(c) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n != 0 {
+            self.update_consumer_index();
+        }
+        n
+    }
+
+    /// Publishes the consumer index in the doorbell record (`SET_CI`), handing the consumed
+    /// CQEs back to the device.
+    #[inline]
+    pub fn update_consumer_index(&mut self) {
+        // The consumed CQEs must be read before the device may overwrite them.
+        barriers::cqe_read_before_consumer_index();
+        self.mem.write_be32(self.dbr + SET_CI_OFF, self.ci & 0x00ff_ffff);
+    }
+
+    /// Notes that a completion event for this CQ arrived (the arm sequence number moves on).
+    pub fn event_received(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+
+    /// Arms the CQ for the next (or the next solicited) completion: the arm word to the
+    /// doorbell record, then the 64-bit CQ doorbell at UAR + [`CQ_DOORBELL`].
+    pub fn arm<B: Bar + ?Sized>(&mut self, bar: &B, uar_page: usize, solicited_only: bool) {
+        let word = cq_arm_word(self.arm_sn, solicited_only, self.ci);
+        self.mem.write_be32(self.dbr + ARM_DB_OFF, word);
+        // The arm word in the record must be visible before the doorbell.
+        barriers::doorbell_record_before_mmio();
+        bar.write_be64(uar_page + CQ_DOORBELL, cq_uar_doorbell(word, self.cqn));
+        // Push the doorbell out of a write-combining buffer.
+        barriers::mmio_flush_writes();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::dma::DmaBuf;
+    use crate::testing::{FAKE_UAR, FakePlatform};
+    use uhca_fwif::consts::CQ_DB_REQ_NOT_SOL;
+
+    /// Writes a CQE as the device would: body first, `op_own` last.
+    fn device_write_cqe(p: &FakePlatform, iova: u64, mut cqe: Cqe64, opcode: CqeOpcode, owner: u8) {
+        cqe.op_own = op_own_of(opcode, owner);
+        p.dma.device_write(iova, &cqe.as_bytes()[..63]);
+        p.dma.device_write(iova + 63, &[cqe.op_own]);
+    }
+
+    fn req_cqe(qpn: u32, wqe_counter: u16, byte_cnt: u32) -> Cqe64 {
+        let mut c = Cqe64::new_zeroed();
+        c.sop_drop_qpn.set((WqeOpcode::RdmaWrite.raw() as u32) << 24 | qpn);
+        c.wqe_counter.set(wqe_counter);
+        c.byte_cnt.set(byte_cnt);
+        c.immediate.set(0xfeed);
+        c
+    }
+
+    #[test]
+    fn owner_bit_follows_the_wrap_count() {
+        let p = FakePlatform::new();
+        let l = CqLayout::new(9, 2); // 4 CQEs
+        let mut cq = CqRing::new(DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap(), l).unwrap();
+        assert_eq!(cq.mem().read_u8(63), 0xf1, "initialised invalid with owner 1");
+        assert!(cq.poll_one().is_none());
+        for lap in 0..3u32 {
+            let owner = (lap & 1) as u8;
+            for i in 0..4u32 {
+                let n = lap * 4 + i;
+                // A CQE with the previous lap's owner is stale.
+                let at = cq.mem().iova() + i as u64 * 64;
+                device_write_cqe(&p, at, req_cqe(0x11, n as u16, n), CqeOpcode::Req, owner ^ 1);
+                assert!(cq.poll_one().is_none(), "stale owner at lap {lap}");
+                device_write_cqe(&p, at, req_cqe(0x11, n as u16, n), CqeOpcode::Req, owner);
+                let c = cq.poll_one().expect("a fresh CQE");
+                let Completion::Success(s) = c else { panic!("{c:?}") };
+                assert_eq!((s.qpn, s.wqe_counter, s.byte_count), (0x11, n as u16, n));
+                assert_eq!((s.opcode, s.wqe_opcode, s.immediate), (CqeOpcode::Req, WqeOpcode::RdmaWrite, 0xfeed));
+            }
+        }
+        assert_eq!(cq.consumer_index(), 12);
+        let dbr = l.dbr_offset;
+        assert_eq!(cq.mem().read_be32(dbr), 0, "consumer index published only when asked");
+        cq.update_consumer_index();
+        assert_eq!(cq.mem().read_be32(dbr), 12);
+    }
+
+    #[test]
+    fn error_cqes_decode_syndromes() {
+        let p = FakePlatform::new();
+        let l = CqLayout::new(9, 3);
+        let buf = DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap();
+        let mut e = ErrCqe::new_zeroed();
+        e.syndrome = CqeSyndrome::RemoteAccessErr.raw();
+        e.vendor_err_synd = 0x88;
+        e.s_wqe_opcode_qpn.set(0x0a00_0123);
+        e.wqe_counter.set(7);
+        let mut cqe = Cqe64::new_zeroed();
+        cqe.as_mut_bytes().copy_from_slice(e.as_bytes());
+        let mut cq = CqRing::new(buf, l).unwrap();
+        device_write_cqe(&p, cq.mem().iova(), cqe, CqeOpcode::ReqErr, 0);
+        let mut out = [Completion::Error(CqeError {
+            opcode: CqeOpcode::Invalid,
+            syndrome: CqeSyndrome::Unknown(0),
+            vendor_syndrome: 0,
+            qpn: 0,
+            wqe_counter: 0,
+            wqe_opcode: 0,
+            srqn: 0,
+        }); 4];
+        assert_eq!(cq.poll(&mut out), 1);
+        let Completion::Error(err) = out[0] else { panic!() };
+        assert_eq!(err.syndrome, CqeSyndrome::RemoteAccessErr);
+        assert_eq!((err.vendor_syndrome, err.qpn, err.wqe_counter, err.wqe_opcode), (0x88, 0x123, 7, 0x0a));
+        assert_eq!(
+            std::format!("{err}"),
+            "MLX5_CQE_REQ_ERR on QP 0x123, WQE 7: MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR (vendor syndrome 0x88)"
+        );
+        assert_eq!(cq.mem().read_be32(l.dbr_offset), 1, "poll() publishes the consumer index");
+    }
+
+    #[test]
+    fn arm_writes_record_then_doorbell_with_sequence_number() {
+        let p = FakePlatform::new();
+        let l = CqLayout::new(0x42, 3);
+        let mut cq = CqRing::new(DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap(), l).unwrap();
+        cq.arm(&p, FAKE_UAR, false);
+        cq.event_received();
+        cq.arm(&p, FAKE_UAR, true);
+        let w0 = cq_arm_word(0, false, 0);
+        let w1 = (1 << 28) | CQ_DB_REQ_NOT_SOL;
+        assert_eq!(cq_arm_word(1, true, 0), w1);
+        assert_eq!(cq.mem().read_be32(l.dbr_offset + 4), w1);
+        assert_eq!(
+            p.bar.write_log(),
+            [(FAKE_UAR + 0x20, (w0 as u64) << 32 | 0x42), (FAKE_UAR + 0x20, (w1 as u64) << 32 | 0x42)]
+        );
+    }
+}

@@ -1,0 +1,371 @@
+//! DMA memory the driver shares with the device.
+//!
+//! [`DmaBuf`] owns one coherent allocation made through the platform's [`Dma`] and frees it
+//! when dropped. Its memory is reached only through volatile accesses at byte offsets
+//! ([`DmaMem`]): no `&` or `&mut` reference into the memory is ever created, because the
+//! device may write it at any moment. Multi-byte accessors convert from and to the
+//! big-endian order of every mlx5 structure.
+//!
+//! Offsets are checked on every access. An access outside the buffer, or a misaligned
+//! one, is a driver bug and **panics**; it never touches memory outside the allocation.
+//!
+//! The rings and the command queue are generic over [`DmaMem`], so the same code runs on a
+//! real [`DmaBuf`] and, in this crate's loom models, on memory whose every access loom
+//! sees.
+
+use crate::platform::{Dma, DmaError, DmaRegion};
+
+/// Memory shared with the device, accessed by offset.
+///
+/// Reads take `&self`, writes `&mut self`: the owner of the memory is the only writer on
+/// the CPU side, which keeps the accesses free of data races between CPU threads.
+///
+/// # Panics
+///
+/// Every method panics if the access is not entirely inside `0..len()`, and the 16-, 32-
+/// and 64-bit accessors panic if `off` is not a multiple of the access width.
+pub trait DmaMem {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// Whether the memory is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The address the device uses for offset 0.
+    fn iova(&self) -> u64;
+    /// Reads one byte.
+    fn read_u8(&self, off: usize) -> u8;
+    /// Reads a big-endian 16-bit value.
+    fn read_be16(&self, off: usize) -> u16;
+    /// Reads a big-endian 32-bit value.
+    fn read_be32(&self, off: usize) -> u32;
+    /// Reads a big-endian 64-bit value.
+    fn read_be64(&self, off: usize) -> u64;
+    /// Writes one byte.
+    fn write_u8(&mut self, off: usize, v: u8);
+    /// Writes a big-endian 32-bit value.
+    fn write_be32(&mut self, off: usize, v: u32);
+    /// Writes a big-endian 64-bit value.
+    fn write_be64(&mut self, off: usize, v: u64);
+    /// Copies `src` into the memory at `off`.
+    fn write_bytes(&mut self, off: usize, src: &[u8]);
+    /// Copies the memory at `off` into `dst`.
+    fn read_bytes(&self, off: usize, dst: &mut [u8]);
+    /// Sets `len` bytes at `off` to `byte`.
+    fn fill(&mut self, off: usize, len: usize, byte: u8);
+}
+
+/// An owned, coherent DMA allocation, freed when dropped.
+///
+/// `D` is a handle to the platform's DMA allocator (for example `&P`), kept so the buffer
+/// can free itself.
+///
+/// # Freeing
+///
+/// Dropping a `DmaBuf` returns the memory to the platform. The device must no longer use it
+/// by then: destroy the object that points at it (queue, mailbox chain, firmware page) or
+/// disable the device first. Dropping a buffer the device still writes is a driver bug the
+/// type system cannot catch (as on every DMA-capable platform); if in doubt, leak the buffer
+/// with [`core::mem::forget`] instead.
+pub struct DmaBuf<D: Dma> {
+    dma: D,
+    // Invariant: `region` came from `dma.alloc_coherent`, is not freed until drop, is
+    // aligned to at least 8 bytes, and no reference into it exists.
+    region: Option<DmaRegion>,
+}
+
+// SAFETY: a DmaBuf owns its allocation exclusively (like a Box<[u8]>); moving it to
+// another thread moves that ownership. D is sent along with it.
+unsafe impl<D: Dma + Send> Send for DmaBuf<D> {}
+// SAFETY: shared access only allows reads (`&self` methods); writes need `&mut self`.
+// Volatile reads from several threads do not race with each other.
+unsafe impl<D: Dma + Sync> Sync for DmaBuf<D> {}
+
+impl<D: Dma> core::fmt::Debug for DmaBuf<D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DmaBuf")
+            .field("iova", &format_args!("{:#x}", self.iova()))
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<D: Dma> DmaBuf<D> {
+    /// Allocates `len` zeroed bytes aligned to `align` (at least 8) through `dma`.
+    ///
+    /// # Errors
+    ///
+    /// [`DmaError::InvalidRequest`] for a zero length or an alignment that is not a power of
+    /// two; otherwise whatever the platform reports.
+    pub fn alloc(dma: D, len: usize, align: usize) -> Result<Self, DmaError> {
+        if len == 0 || !align.is_power_of_two() {
+            return Err(DmaError::InvalidRequest);
+        }
+        let align = align.max(8);
+        let region = dma.alloc_coherent(len, align)?;
+        if region.len < len
+            || region.cpu.as_ptr() as usize % align != 0
+            || region.iova % align as u64 != 0
+        {
+            // The platform broke its contract; give the region back and refuse it.
+            // SAFETY: the region came from this allocator and nothing used it yet.
+            unsafe { dma.free_coherent(region) };
+            return Err(DmaError::InvalidRequest);
+        }
+        Ok(DmaBuf { dma, region: Some(region) })
+    }
+
+    #[inline(always)]
+    fn region(&self) -> &DmaRegion {
+        match &self.region {
+            Some(r) => r,
+            // The region is only taken in `drop`.
+            None => unreachable!(),
+        }
+    }
+
+    /// The CPU address (for diagnostics; never dereference it outside this module).
+    pub fn cpu_addr(&self) -> usize {
+        self.region().cpu.as_ptr() as usize
+    }
+
+    /// The allocator handle.
+    pub fn allocator(&self) -> &D {
+        &self.dma
+    }
+
+    /// Checks that `off..off + width` is inside the buffer and `off` is a multiple of
+    /// `align`, and returns the CPU pointer to `off`.
+    #[inline(always)]
+    fn ptr(&self, off: usize, width: usize, align: usize) -> *mut u8 {
+        let r = self.region();
+        assert!(
+            off <= r.len && width <= r.len - off && off % align == 0,
+            "DMA access out of bounds or misaligned: offset {off:#x}, width {width}, buffer {:#x}",
+            r.len
+        );
+        // The offset is in bounds, so the result stays inside the allocation.
+        r.cpu.as_ptr().wrapping_add(off)
+    }
+}
+
+impl<D: Dma> Drop for DmaBuf<D> {
+    fn drop(&mut self) {
+        if let Some(region) = self.region.take() {
+            // SAFETY: the region came from `self.dma.alloc_coherent` and is freed once here;
+            // the type's documented contract is that the device no longer uses it when the
+            // buffer is dropped, and no pointer into it outlives `self`.
+            unsafe { self.dma.free_coherent(region) };
+        }
+    }
+}
+
+impl<D: Dma> DmaMem for DmaBuf<D> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.region().len
+    }
+
+    #[inline(always)]
+    fn iova(&self) -> u64 {
+        self.region().iova
+    }
+
+    #[inline(always)]
+    fn read_u8(&self, off: usize) -> u8 {
+        let p = self.ptr(off, 1, 1);
+        // SAFETY: `ptr` checked that the byte is inside the live allocation, which is valid
+        // for volatile reads (Dma contract).
+        unsafe { p.read_volatile() }
+    }
+
+    #[inline(always)]
+    fn read_be16(&self, off: usize) -> u16 {
+        let p = self.ptr(off, 2, 2).cast::<u16>();
+        // SAFETY: in bounds and 2-aligned (the base is 8-aligned and `off` is even).
+        u16::from_be(unsafe { p.read_volatile() })
+    }
+
+    #[inline(always)]
+    fn read_be32(&self, off: usize) -> u32 {
+        let p = self.ptr(off, 4, 4).cast::<u32>();
+        // SAFETY: in bounds and 4-aligned (the base is 8-aligned).
+        u32::from_be(unsafe { p.read_volatile() })
+    }
+
+    #[inline(always)]
+    fn read_be64(&self, off: usize) -> u64 {
+        let p = self.ptr(off, 8, 8).cast::<u64>();
+        // SAFETY: in bounds and 8-aligned.
+        u64::from_be(unsafe { p.read_volatile() })
+    }
+
+    #[inline(always)]
+    fn write_u8(&mut self, off: usize, v: u8) {
+        let p = self.ptr(off, 1, 1);
+        // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
+        // makes this the only CPU-side writer.
+        unsafe { p.write_volatile(v) }
+    }
+
+    #[inline(always)]
+    fn write_be32(&mut self, off: usize, v: u32) {
+        let p = self.ptr(off, 4, 4).cast::<u32>();
+        // SAFETY: in bounds and 4-aligned; exclusive CPU-side writer.
+        unsafe { p.write_volatile(v.to_be()) }
+    }
+
+    #[inline(always)]
+    fn write_be64(&mut self, off: usize, v: u64) {
+        let p = self.ptr(off, 8, 8).cast::<u64>();
+        // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
+        unsafe { p.write_volatile(v.to_be()) }
+    }
+
+    #[inline]
+    fn write_bytes(&mut self, off: usize, src: &[u8]) {
+        let p = self.ptr(off, src.len(), 1);
+        let mut i = 0;
+        // Head bytes up to 8-byte alignment, then 8-byte words, then the tail.
+        while i < src.len() && (off + i) % 8 != 0 {
+            // SAFETY: `p + i` is inside the range `ptr` checked.
+            unsafe { p.add(i).write_volatile(src[i]) };
+            i += 1;
+        }
+        while i + 8 <= src.len() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&src[i..i + 8]);
+            // SAFETY: inside the checked range and 8-aligned (the base is 8-aligned and
+            // `off + i` is a multiple of 8).
+            unsafe { p.add(i).cast::<u64>().write_volatile(u64::from_ne_bytes(w)) };
+            i += 8;
+        }
+        while i < src.len() {
+            // SAFETY: inside the checked range.
+            unsafe { p.add(i).write_volatile(src[i]) };
+            i += 1;
+        }
+    }
+
+    #[inline]
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        let p = self.ptr(off, dst.len(), 1);
+        let mut i = 0;
+        while i < dst.len() && (off + i) % 8 != 0 {
+            // SAFETY: inside the checked range.
+            dst[i] = unsafe { p.add(i).read_volatile() };
+            i += 1;
+        }
+        while i + 8 <= dst.len() {
+            // SAFETY: inside the checked range and 8-aligned.
+            let w = unsafe { p.add(i).cast::<u64>().read_volatile() };
+            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        }
+        while i < dst.len() {
+            // SAFETY: inside the checked range.
+            dst[i] = unsafe { p.add(i).read_volatile() };
+            i += 1;
+        }
+    }
+
+    #[inline]
+    fn fill(&mut self, off: usize, len: usize, byte: u8) {
+        let p = self.ptr(off, len, 1);
+        let word = u64::from_ne_bytes([byte; 8]);
+        let mut i = 0;
+        while i < len && (off + i) % 8 != 0 {
+            // SAFETY: inside the checked range.
+            unsafe { p.add(i).write_volatile(byte) };
+            i += 1;
+        }
+        while i + 8 <= len {
+            // SAFETY: inside the checked range and 8-aligned.
+            unsafe { p.add(i).cast::<u64>().write_volatile(word) };
+            i += 8;
+        }
+        while i < len {
+            // SAFETY: inside the checked range.
+            unsafe { p.add(i).write_volatile(byte) };
+            i += 1;
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::testing::FakePlatform;
+
+    #[test]
+    fn accessors_are_big_endian_and_round_trip() {
+        let p = FakePlatform::new();
+        let mut b = DmaBuf::alloc(&p, 64, 64).unwrap();
+        b.write_be32(4, 0x1122_3344);
+        let mut raw = [0u8; 8];
+        b.read_bytes(0, &mut raw);
+        assert_eq!(raw, [0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44]);
+        b.write_be64(8, 0x0102_0304_0506_0708);
+        assert_eq!(b.read_u8(8), 1);
+        assert_eq!(b.read_u8(15), 8);
+        assert_eq!(b.read_be16(14), 0x0708);
+        assert_eq!(b.read_be64(8), 0x0102_0304_0506_0708);
+        // Unaligned byte copies of every length and offset round-trip.
+        let src: [u8; 29] = core::array::from_fn(|i| i as u8 + 1);
+        for off in 0..8 {
+            b.fill(0, 64, 0);
+            b.write_bytes(16 + off, &src);
+            let mut back = [0u8; 29];
+            b.read_bytes(16 + off, &mut back);
+            assert_eq!(back, src);
+            assert_eq!(b.read_u8(15 + off), 0, "byte before the copy untouched");
+            assert_eq!(b.read_u8(16 + off + 29), 0, "byte after the copy untouched");
+        }
+        b.fill(3, 10, 0xab);
+        assert_eq!(b.read_u8(2), 0);
+        assert_eq!(b.read_u8(3), 0xab);
+        assert_eq!(b.read_u8(12), 0xab);
+        assert_eq!(b.read_u8(13), 0);
+    }
+
+    #[test]
+    fn allocation_is_zeroed_aligned_and_freed_on_drop() {
+        let p = FakePlatform::new();
+        {
+            let b = DmaBuf::alloc(&p, 4096, 4096).unwrap();
+            assert_eq!(b.iova() % 4096, 0);
+            assert_ne!(b.iova() as usize, b.cpu_addr(), "the fake IOVA differs from the CPU address");
+            let mut z = [0xffu8; 64];
+            b.read_bytes(4000, &mut z);
+            assert_eq!(z, [0; 64]);
+            assert_eq!(p.dma.live_allocations(), 1);
+        }
+        assert_eq!(p.dma.live_allocations(), 0);
+        assert_eq!(DmaBuf::alloc(&p, 0, 8).unwrap_err(), DmaError::InvalidRequest);
+        assert_eq!(DmaBuf::alloc(&p, 8, 3).unwrap_err(), DmaError::InvalidRequest);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn out_of_bounds_read_panics() {
+        let p = FakePlatform::new();
+        let b = DmaBuf::alloc(&p, 64, 8).unwrap();
+        b.read_be32(64);
+    }
+
+    #[test]
+    #[should_panic(expected = "misaligned")]
+    fn misaligned_read_panics() {
+        let p = FakePlatform::new();
+        let b = DmaBuf::alloc(&p, 64, 8).unwrap();
+        b.read_be64(4);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn copy_past_the_end_panics() {
+        let p = FakePlatform::new();
+        let mut b = DmaBuf::alloc(&p, 64, 8).unwrap();
+        b.write_bytes(60, &[0; 8]);
+    }
+}
