@@ -131,7 +131,10 @@ fn flush_writes() {
 #[inline(always)]
 pub fn wqe_before_doorbell_record() {
     #[cfg(loom)]
-    loom_fence(Barrier::WqeBeforeDoorbellRecord, core::sync::atomic::Ordering::Release);
+    loom_fence(
+        Barrier::WqeBeforeDoorbellRecord,
+        core::sync::atomic::Ordering::Release,
+    );
     #[cfg(not(loom))]
     to_device();
 }
@@ -141,7 +144,10 @@ pub fn wqe_before_doorbell_record() {
 #[inline(always)]
 pub fn cmd_entry_before_doorbell() {
     #[cfg(loom)]
-    loom_fence(Barrier::WqeBeforeDoorbellRecord, core::sync::atomic::Ordering::Release);
+    loom_fence(
+        Barrier::WqeBeforeDoorbellRecord,
+        core::sync::atomic::Ordering::Release,
+    );
     #[cfg(not(loom))]
     to_device();
 }
@@ -151,7 +157,10 @@ pub fn cmd_entry_before_doorbell() {
 #[inline(always)]
 pub fn doorbell_record_before_mmio() {
     #[cfg(loom)]
-    loom_fence(Barrier::DoorbellRecordBeforeMmio, core::sync::atomic::Ordering::Release);
+    loom_fence(
+        Barrier::DoorbellRecordBeforeMmio,
+        core::sync::atomic::Ordering::Release,
+    );
     #[cfg(not(loom))]
     flush_writes();
 }
@@ -161,7 +170,10 @@ pub fn doorbell_record_before_mmio() {
 #[inline(always)]
 pub fn mmio_flush_writes() {
     #[cfg(loom)]
-    loom_fence(Barrier::MmioFlushWrites, core::sync::atomic::Ordering::SeqCst);
+    loom_fence(
+        Barrier::MmioFlushWrites,
+        core::sync::atomic::Ordering::SeqCst,
+    );
     #[cfg(not(loom))]
     flush_writes();
 }
@@ -171,7 +183,10 @@ pub fn mmio_flush_writes() {
 #[inline(always)]
 pub fn cqe_owner_before_cqe_read() {
     #[cfg(loom)]
-    loom_fence(Barrier::CqeOwnerBeforeCqeRead, core::sync::atomic::Ordering::Acquire);
+    loom_fence(
+        Barrier::CqeOwnerBeforeCqeRead,
+        core::sync::atomic::Ordering::Acquire,
+    );
     #[cfg(not(loom))]
     from_device();
 }
@@ -181,7 +196,10 @@ pub fn cqe_owner_before_cqe_read() {
 #[inline(always)]
 pub fn eqe_owner_before_eqe_read() {
     #[cfg(loom)]
-    loom_fence(Barrier::CqeOwnerBeforeCqeRead, core::sync::atomic::Ordering::Acquire);
+    loom_fence(
+        Barrier::CqeOwnerBeforeCqeRead,
+        core::sync::atomic::Ordering::Acquire,
+    );
     #[cfg(not(loom))]
     from_device();
 }
@@ -191,7 +209,10 @@ pub fn eqe_owner_before_eqe_read() {
 #[inline(always)]
 pub fn cmd_owner_before_output_read() {
     #[cfg(loom)]
-    loom_fence(Barrier::CqeOwnerBeforeCqeRead, core::sync::atomic::Ordering::Acquire);
+    loom_fence(
+        Barrier::CqeOwnerBeforeCqeRead,
+        core::sync::atomic::Ordering::Acquire,
+    );
     #[cfg(not(loom))]
     from_device();
 }
@@ -201,7 +222,10 @@ pub fn cmd_owner_before_output_read() {
 #[inline(always)]
 pub fn cqe_read_before_consumer_index() {
     #[cfg(loom)]
-    loom_fence(Barrier::CqeReadBeforeConsumerIndex, core::sync::atomic::Ordering::AcqRel);
+    loom_fence(
+        Barrier::CqeReadBeforeConsumerIndex,
+        core::sync::atomic::Ordering::AcqRel,
+    );
     #[cfg(not(loom))]
     from_device();
 }
@@ -211,7 +235,10 @@ pub fn cqe_read_before_consumer_index() {
 #[inline(always)]
 pub fn eqe_read_before_consumer_index() {
     #[cfg(loom)]
-    loom_fence(Barrier::CqeReadBeforeConsumerIndex, core::sync::atomic::Ordering::AcqRel);
+    loom_fence(
+        Barrier::CqeReadBeforeConsumerIndex,
+        core::sync::atomic::Ordering::AcqRel,
+    );
     #[cfg(not(loom))]
     from_device();
 }

@@ -37,7 +37,10 @@ use crate::dma::{DmaBuf, DmaMem};
 use crate::init_seg::{InitSeg, InitSegError};
 use crate::platform::{Bar, Clock, Dma, DmaError};
 use uhca_fwif::cmd::{Command, ManagePagesIn, ManagePagesOut, mbox_out};
-use uhca_fwif::cmdq::{CMD_INLINE_IN_BYTES, CMD_INLINE_OUT_BYTES, CmdLayout, CmdProtBlock, MAILBOX_ALIGN, mailbox_blocks};
+use uhca_fwif::cmdq::{
+    CMD_INLINE_IN_BYTES, CMD_INLINE_OUT_BYTES, CmdLayout, CmdProtBlock, MAILBOX_ALIGN,
+    mailbox_blocks,
+};
 use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, CMD_DATA_BLOCK_SIZE, CMD_OWNER_HW, CMD_OWNER_SW, CmdOpcode, CmdStatus,
     DeliveryStatus, MAX_COMMANDS, PCI_CMD_XPORT,
@@ -77,7 +80,11 @@ pub struct CmdQueueConfig {
 
 impl Default for CmdQueueConfig {
     fn default() -> Self {
-        CmdQueueConfig { timeout_ns: CMD_TIMEOUT_NS, poll_us: 10, completion: CompletionMode::Polling }
+        CmdQueueConfig {
+            timeout_ns: CMD_TIMEOUT_NS,
+            poll_us: 10,
+            completion: CompletionMode::Polling,
+        }
     }
 }
 
@@ -164,22 +171,32 @@ impl core::fmt::Display for CmdError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let op = Op(self.opcode());
         match *self {
-            CmdError::Status { status, syndrome, .. } => {
+            CmdError::Status {
+                status, syndrome, ..
+            } => {
                 let name = short(status.prm_name(), "MLX5_CMD_STAT_").unwrap_or("UNKNOWN_STATUS");
-                write!(f, "{op} failed: {name} ({:#x}), syndrome {syndrome:#x}", status.raw())
+                write!(
+                    f,
+                    "{op} failed: {name} ({:#x}), syndrome {syndrome:#x}",
+                    status.raw()
+                )
             }
             CmdError::Delivery { status, .. } => {
                 let name = short(status.prm_name(), "MLX5_CMD_DELIVERY_STAT_").unwrap_or("UNKNOWN");
                 write!(f, "{op} not delivered: {name} ({:#x})", status.raw())
             }
-            CmdError::Timeout { slot, waited_ns, .. } => write!(
+            CmdError::Timeout {
+                slot, waited_ns, ..
+            } => write!(
                 f,
                 "{op} timed out after {} ms; slot {slot} quarantined until the device returns it",
                 waited_ns / 1_000_000
             ),
             CmdError::NoFreeSlot { .. } => write!(f, "{op}: no free command slot"),
             CmdError::Dma { error, .. } => write!(f, "{op}: mailbox allocation failed: {error}"),
-            CmdError::Reentered { .. } => write!(f, "{op}: page command issued while one is outstanding"),
+            CmdError::Reentered { .. } => {
+                write!(f, "{op}: page command issued while one is outstanding")
+            }
         }
     }
 }
@@ -279,9 +296,14 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
     ///
     /// [`CmdInitError::InitSeg`] or [`CmdInitError::Dma`].
     pub fn new(h: H, cfg: CmdQueueConfig) -> Result<Self, CmdInitError> {
-        let (log_size, log_stride) = InitSeg::new(&h).check_cmd_interface().map_err(CmdInitError::InitSeg)?;
-        let page = DmaBuf::alloc(h.clone(), ADAPTER_PAGE_SIZE, ADAPTER_PAGE_SIZE).map_err(CmdInitError::Dma)?;
-        InitSeg::new(&h).set_cmdq_address(page.iova()).map_err(CmdInitError::InitSeg)?;
+        let (log_size, log_stride) = InitSeg::new(&h)
+            .check_cmd_interface()
+            .map_err(CmdInitError::InitSeg)?;
+        let page = DmaBuf::alloc(h.clone(), ADAPTER_PAGE_SIZE, ADAPTER_PAGE_SIZE)
+            .map_err(CmdInitError::Dma)?;
+        InitSeg::new(&h)
+            .set_cmdq_address(page.iova())
+            .map_err(CmdInitError::InitSeg)?;
         Ok(CmdQueue {
             page: Some(page),
             log_stride,
@@ -335,13 +357,20 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
     }
 
     fn owner_is_sw(&self, slot: usize) -> bool {
-        self.page().read_u8((slot << self.log_stride) + STATUS_OWN_OFF) & 1 == CMD_OWNER_SW
+        self.page()
+            .read_u8((slot << self.log_stride) + STATUS_OWN_OFF)
+            & 1
+            == CMD_OWNER_SW
     }
 
     /// Reports slots completed according to a command-completion EQE's `vector`;
     /// quarantined slots among them whose owner bit is back are released.
     pub fn report_completions(&mut self, vector: u32) {
-        let mask = if self.nslots >= 32 { u32::MAX } else { (1u32 << self.nslots) - 1 };
+        let mask = if self.nslots >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.nslots) - 1
+        };
         self.reported |= vector & mask;
         self.reclaim();
     }
@@ -421,7 +450,14 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         }
         let mut out = ManagePagesOut::new_zeroed();
         self.in_page_cmd = true;
-        let r = self.run(slot, opcode, [input.as_bytes(), pas], [out.as_mut_bytes(), out_pas], None, true);
+        let r = self.run(
+            slot,
+            opcode,
+            [input.as_bytes(), pas],
+            [out.as_mut_bytes(), out_pas],
+            None,
+            true,
+        );
         self.in_page_cmd = false;
         r.map(|()| out)
     }
@@ -435,16 +471,39 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
     ) -> Result<C::Out, CmdError> {
         let opcode = C::OPCODE;
         self.reclaim();
-        let usable = if self.nslots > 1 { self.nslots as usize - 1 } else { 1 };
-        let slot = (0..usable).find(|&s| self.state[s] == Slot::Free).ok_or(CmdError::NoFreeSlot { opcode })?;
+        let usable = if self.nslots > 1 {
+            self.nslots as usize - 1
+        } else {
+            1
+        };
+        let slot = (0..usable)
+            .find(|&s| self.state[s] == Slot::Free)
+            .ok_or(CmdError::NoFreeSlot { opcode })?;
         let mut out = <C::Out as FromZeros>::new_zeroed();
-        self.run(slot, opcode, [input.as_bytes(), extra_in], [out.as_mut_bytes(), out_extra], hook, false)?;
+        self.run(
+            slot,
+            opcode,
+            [input.as_bytes(), extra_in],
+            [out.as_mut_bytes(), out_extra],
+            hook,
+            false,
+        )?;
         Ok(out)
     }
 
     /// Makes sure slot `slot` has a mailbox chain of at least `blocks` blocks.
-    fn ensure_mailbox(&mut self, slot: usize, blocks: usize, output: bool, opcode: CmdOpcode) -> Result<(), CmdError> {
-        let cur = if output { &mut self.mbox_out[slot] } else { &mut self.mbox_in[slot] };
+    fn ensure_mailbox(
+        &mut self,
+        slot: usize,
+        blocks: usize,
+        output: bool,
+        opcode: CmdOpcode,
+    ) -> Result<(), CmdError> {
+        let cur = if output {
+            &mut self.mbox_out[slot]
+        } else {
+            &mut self.mbox_in[slot]
+        };
         let have = cur.as_ref().map_or(0, |b| b.len() / MAILBOX_ALIGN);
         if blocks > have {
             // The slot is free, so the device no longer reads its old mailboxes.
@@ -482,7 +541,11 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
             let base = mb.iova();
             for i in 0..in_blocks {
                 block.data.fill(0);
-                gather(inp, CMD_INLINE_IN_BYTES + i * CMD_DATA_BLOCK_SIZE, &mut block.data);
+                gather(
+                    inp,
+                    CMD_INLINE_IN_BYTES + i * CMD_DATA_BLOCK_SIZE,
+                    &mut block.data,
+                );
                 fill_trailer(&mut block, base, i, in_blocks, token);
                 mb.write_bytes(i * MAILBOX_ALIGN, block.as_bytes());
             }
@@ -506,13 +569,19 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         e.r#type = PCI_CMD_XPORT;
         e.inlen.set(inlen as u32);
         e.in_ptr.set(in_ptr);
-        gather(inp, 0, &mut e.as_mut_bytes()[IN_OFF..IN_OFF + CMD_INLINE_IN_BYTES]);
+        gather(
+            inp,
+            0,
+            &mut e.as_mut_bytes()[IN_OFF..IN_OFF + CMD_INLINE_IN_BYTES],
+        );
         e.out_ptr.set(out_ptr);
         e.outlen.set(outlen as u32);
         e.token = token;
         e.status_own = CMD_OWNER_HW;
         let entry_off = slot << self.log_stride;
-        let Some(page) = self.page.as_mut() else { unreachable!() };
+        let Some(page) = self.page.as_mut() else {
+            unreachable!()
+        };
         page.write_bytes(entry_off, e.as_bytes());
         self.state[slot] = Slot::Busy;
         self.reported &= !(1 << slot);
@@ -535,7 +604,11 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
             let waited_ns = self.h.now_ns().saturating_sub(start);
             if waited_ns >= self.cfg.timeout_ns {
                 self.state[slot] = Slot::Quarantined;
-                return Err(CmdError::Timeout { opcode, slot: slot as u8, waited_ns });
+                return Err(CmdError::Timeout {
+                    opcode,
+                    slot: slot as u8,
+                    waited_ns,
+                });
             }
             self.h.delay_us(self.cfg.poll_us.max(1));
         }
@@ -548,25 +621,48 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         self.reported &= !(1 << slot);
         let delivery = e.delivery_status();
         if delivery != DeliveryStatus::Ok {
-            return Err(CmdError::Delivery { opcode, status: delivery });
+            return Err(CmdError::Delivery {
+                opcode,
+                status: delivery,
+            });
         }
         let [o0, o1] = out;
         let mut outs = [o0, o1];
-        scatter(&mut outs, 0, &e.as_bytes()[OUT_OFF..OUT_OFF + CMD_INLINE_OUT_BYTES]);
+        scatter(
+            &mut outs,
+            0,
+            &e.as_bytes()[OUT_OFF..OUT_OFF + CMD_INLINE_OUT_BYTES],
+        );
         if let Some(mb) = self.mbox_out[slot].as_ref() {
             for i in 0..mailbox_blocks(outlen) {
                 let mut data = [0u8; CMD_DATA_BLOCK_SIZE];
                 mb.read_bytes(i * MAILBOX_ALIGN, &mut data);
-                scatter(&mut outs, CMD_INLINE_OUT_BYTES + i * CMD_DATA_BLOCK_SIZE, &data);
+                scatter(
+                    &mut outs,
+                    CMD_INLINE_OUT_BYTES + i * CMD_DATA_BLOCK_SIZE,
+                    &data,
+                );
             }
         }
         // Status and syndrome are the generic output header (`mbox_out`).
         let mut hdr = [0u8; 8];
         gather([&*outs[0], &*outs[1]], 0, &mut hdr);
-        let status = uhca_fwif::field::get_bits(&hdr, mbox_out::status.bit_offset as usize, mbox_out::status.bit_width as usize) as u8;
-        let syndrome = uhca_fwif::field::get_bits(&hdr, mbox_out::syndrome.bit_offset as usize, mbox_out::syndrome.bit_width as usize) as u32;
+        let status = uhca_fwif::field::get_bits(
+            &hdr,
+            mbox_out::status.bit_offset as usize,
+            mbox_out::status.bit_width as usize,
+        ) as u8;
+        let syndrome = uhca_fwif::field::get_bits(
+            &hdr,
+            mbox_out::syndrome.bit_offset as usize,
+            mbox_out::syndrome.bit_width as usize,
+        ) as u32;
         if status != CmdStatus::Ok.raw() {
-            return Err(CmdError::Status { opcode, status: CmdStatus::from_raw(status), syndrome });
+            return Err(CmdError::Status {
+                opcode,
+                status: CmdStatus::from_raw(status),
+                syndrome,
+            });
         }
         Ok(())
     }
@@ -610,7 +706,11 @@ fn scatter(dst: &mut [&mut [u8]; 2], at: usize, src: &[u8]) {
 }
 
 fn fill_trailer(block: &mut CmdProtBlock, base: u64, i: usize, n: usize, token: u8) {
-    block.next.set(if i + 1 < n { base + ((i + 1) * MAILBOX_ALIGN) as u64 } else { 0 });
+    block.next.set(if i + 1 < n {
+        base + ((i + 1) * MAILBOX_ALIGN) as u64
+    } else {
+        0
+    });
     block.block_num.set(i as u32);
     block.token = token;
 }

@@ -231,7 +231,9 @@ impl<M: DmaMem> CqRing<M> {
     /// misaligned, or the stride is not 64 or 128 bytes.
     pub fn new(mut mem: M, layout: CqLayout) -> Result<Self, CqLayoutError> {
         if !(6..=7).contains(&layout.log_stride) {
-            return Err(CqLayoutError::BadLayout("CQE stride must be 64 or 128 bytes"));
+            return Err(CqLayoutError::BadLayout(
+                "CQE stride must be 64 or 128 bytes",
+            ));
         }
         if layout.log_cqe_cnt > 24 || layout.cqe_offset % 64 != 0 || layout.dbr_offset % 8 != 0 {
             return Err(CqLayoutError::BadLayout("size or alignment"));
@@ -241,12 +243,17 @@ impl<M: DmaMem> CqRing<M> {
             return Err(CqLayoutError::BadLayout("outside the buffer"));
         }
         if layout.dbr_offset < cqe_end && layout.cqe_offset < layout.dbr_offset + 8 {
-            return Err(CqLayoutError::BadLayout("doorbell record overlaps the CQEs"));
+            return Err(CqLayoutError::BadLayout(
+                "doorbell record overlaps the CQEs",
+            ));
         }
         let invalid = op_own_of(CqeOpcode::Invalid, 1);
         let stride = 1usize << layout.log_stride;
         for i in 0..1usize << layout.log_cqe_cnt {
-            mem.write_u8(layout.cqe_offset + i * stride + stride - CQE64 + OP_OWN_OFF, invalid);
+            mem.write_u8(
+                layout.cqe_offset + i * stride + stride - CQE64 + OP_OWN_OFF,
+                invalid,
+            );
         }
         mem.write_be64(layout.dbr_offset, 0);
         Ok(CqRing {
@@ -339,7 +346,8 @@ impl<M: DmaMem> CqRing<M> {
     pub fn update_consumer_index(&mut self) {
         // The consumed CQEs must be read before the device may overwrite them.
         barriers::cqe_read_before_consumer_index();
-        self.mem.write_be32(self.dbr + SET_CI_OFF, self.ci & 0x00ff_ffff);
+        self.mem
+            .write_be32(self.dbr + SET_CI_OFF, self.ci & 0x00ff_ffff);
     }
 
     /// Notes that a completion event for this CQ arrived (the arm sequence number moves on).
@@ -376,7 +384,8 @@ mod tests {
 
     fn req_cqe(qpn: u32, wqe_counter: u16, byte_cnt: u32) -> Cqe64 {
         let mut c = Cqe64::new_zeroed();
-        c.sop_drop_qpn.set((WqeOpcode::RdmaWrite.raw() as u32) << 24 | qpn);
+        c.sop_drop_qpn
+            .set((WqeOpcode::RdmaWrite.raw() as u32) << 24 | qpn);
         c.wqe_counter.set(wqe_counter);
         c.byte_cnt.set(byte_cnt);
         c.immediate.set(0xfeed);
@@ -388,7 +397,11 @@ mod tests {
         let p = FakePlatform::new();
         let l = CqLayout::new(9, 2); // 4 CQEs
         let mut cq = CqRing::new(DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap(), l).unwrap();
-        assert_eq!(cq.mem().read_u8(63), 0xf1, "initialised invalid with owner 1");
+        assert_eq!(
+            cq.mem().read_u8(63),
+            0xf1,
+            "initialised invalid with owner 1"
+        );
         assert!(cq.poll_one().is_none());
         for lap in 0..3u32 {
             let owner = (lap & 1) as u8;
@@ -396,18 +409,33 @@ mod tests {
                 let n = lap * 4 + i;
                 // A CQE with the previous lap's owner is stale.
                 let at = cq.mem().iova() + i as u64 * 64;
-                device_write_cqe(&p, at, req_cqe(0x11, n as u16, n), CqeOpcode::Req, owner ^ 1);
+                device_write_cqe(
+                    &p,
+                    at,
+                    req_cqe(0x11, n as u16, n),
+                    CqeOpcode::Req,
+                    owner ^ 1,
+                );
                 assert!(cq.poll_one().is_none(), "stale owner at lap {lap}");
                 device_write_cqe(&p, at, req_cqe(0x11, n as u16, n), CqeOpcode::Req, owner);
                 let c = cq.poll_one().expect("a fresh CQE");
-                let Completion::Success(s) = c else { panic!("{c:?}") };
+                let Completion::Success(s) = c else {
+                    panic!("{c:?}")
+                };
                 assert_eq!((s.qpn, s.wqe_counter, s.byte_count), (0x11, n as u16, n));
-                assert_eq!((s.opcode, s.wqe_opcode, s.immediate), (CqeOpcode::Req, WqeOpcode::RdmaWrite, 0xfeed));
+                assert_eq!(
+                    (s.opcode, s.wqe_opcode, s.immediate),
+                    (CqeOpcode::Req, WqeOpcode::RdmaWrite, 0xfeed)
+                );
             }
         }
         assert_eq!(cq.consumer_index(), 12);
         let dbr = l.dbr_offset;
-        assert_eq!(cq.mem().read_be32(dbr), 0, "consumer index published only when asked");
+        assert_eq!(
+            cq.mem().read_be32(dbr),
+            0,
+            "consumer index published only when asked"
+        );
         cq.update_consumer_index();
         assert_eq!(cq.mem().read_be32(dbr), 12);
     }
@@ -436,14 +464,28 @@ mod tests {
             srqn: 0,
         }); 4];
         assert_eq!(cq.poll(&mut out), 1);
-        let Completion::Error(err) = out[0] else { panic!() };
+        let Completion::Error(err) = out[0] else {
+            panic!()
+        };
         assert_eq!(err.syndrome, CqeSyndrome::RemoteAccessErr);
-        assert_eq!((err.vendor_syndrome, err.qpn, err.wqe_counter, err.wqe_opcode), (0x88, 0x123, 7, 0x0a));
+        assert_eq!(
+            (
+                err.vendor_syndrome,
+                err.qpn,
+                err.wqe_counter,
+                err.wqe_opcode
+            ),
+            (0x88, 0x123, 7, 0x0a)
+        );
         assert_eq!(
             std::format!("{err}"),
             "MLX5_CQE_REQ_ERR on QP 0x123, WQE 7: MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR (vendor syndrome 0x88)"
         );
-        assert_eq!(cq.mem().read_be32(l.dbr_offset), 1, "poll() publishes the consumer index");
+        assert_eq!(
+            cq.mem().read_be32(l.dbr_offset),
+            1,
+            "poll() publishes the consumer index"
+        );
     }
 
     #[test]
@@ -460,7 +502,10 @@ mod tests {
         assert_eq!(cq.mem().read_be32(l.dbr_offset + 4), w1);
         assert_eq!(
             p.bar.write_log(),
-            [(FAKE_UAR + 0x20, (w0 as u64) << 32 | 0x42), (FAKE_UAR + 0x20, (w1 as u64) << 32 | 0x42)]
+            [
+                (FAKE_UAR + 0x20, (w0 as u64) << 32 | 0x42),
+                (FAKE_UAR + 0x20, (w1 as u64) << 32 | 0x42)
+            ]
         );
     }
 }

@@ -112,7 +112,10 @@ impl<D: Dma> DmaBuf<D> {
             unsafe { dma.free_coherent(region) };
             return Err(DmaError::InvalidRequest);
         }
-        Ok(DmaBuf { dma, region: Some(region) })
+        Ok(DmaBuf {
+            dma,
+            region: Some(region),
+        })
     }
 
     #[inline(always)]
@@ -334,15 +337,25 @@ mod tests {
         {
             let b = DmaBuf::alloc(&p, 4096, 4096).unwrap();
             assert_eq!(b.iova() % 4096, 0);
-            assert_ne!(b.iova() as usize, b.cpu_addr(), "the fake IOVA differs from the CPU address");
+            assert_ne!(
+                b.iova() as usize,
+                b.cpu_addr(),
+                "the fake IOVA differs from the CPU address"
+            );
             let mut z = [0xffu8; 64];
             b.read_bytes(4000, &mut z);
             assert_eq!(z, [0; 64]);
             assert_eq!(p.dma.live_allocations(), 1);
         }
         assert_eq!(p.dma.live_allocations(), 0);
-        assert_eq!(DmaBuf::alloc(&p, 0, 8).unwrap_err(), DmaError::InvalidRequest);
-        assert_eq!(DmaBuf::alloc(&p, 8, 3).unwrap_err(), DmaError::InvalidRequest);
+        assert_eq!(
+            DmaBuf::alloc(&p, 0, 8).unwrap_err(),
+            DmaError::InvalidRequest
+        );
+        assert_eq!(
+            DmaBuf::alloc(&p, 8, 3).unwrap_err(),
+            DmaError::InvalidRequest
+        );
     }
 
     #[test]

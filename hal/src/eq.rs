@@ -64,7 +64,12 @@ impl<M: DmaMem> EqRing<M> {
         for i in 0..1usize << log_eqe_cnt {
             mem.write_u8(i * EQE + OWNER_OFF, 1);
         }
-        Ok(EqRing { mem, eqn, log_cnt: log_eqe_cnt, ci: 0 })
+        Ok(EqRing {
+            mem,
+            eqn,
+            log_cnt: log_eqe_cnt,
+            ci: 0,
+        })
     }
 
     /// The memory.
@@ -139,12 +144,21 @@ mod tests {
         let mut eq = EqRing::new(DmaBuf::alloc(&p, 64 * 2, 4096).unwrap(), 5, 1).unwrap();
         assert_eq!(eq.mem().read_u8(63), 1);
         assert_eq!(eq.mem().read_u8(127), 1);
-        assert!(eq.poll_one().is_none(), "owner 1 is hardware's on the first lap");
+        assert!(
+            eq.poll_one().is_none(),
+            "owner 1 is hardware's on the first lap"
+        );
         let base = eq.mem().iova();
         for n in 0..6u32 {
             let owner = ((n >> 1) & 1) as u8;
             let at = base + (n as u64 & 1) * 64;
-            device_write_eqe(&p, at, EventType::Cmd, &(1u32 << n).to_be_bytes(), owner ^ 1);
+            device_write_eqe(
+                &p,
+                at,
+                EventType::Cmd,
+                &(1u32 << n).to_be_bytes(),
+                owner ^ 1,
+            );
             assert!(eq.poll_one().is_none(), "stale EQE taken at {n}");
             device_write_eqe(&p, at, EventType::Cmd, &(1u32 << n).to_be_bytes(), owner);
             let e = eq.poll_one().expect("fresh EQE");
@@ -168,6 +182,12 @@ mod tests {
         eq.poll_one().unwrap();
         eq.update_ci(&p, FAKE_UAR);
         eq.arm(&p, FAKE_UAR);
-        assert_eq!(p.bar.write_log(), [(FAKE_UAR + 0x48, 0x0700_0001), (FAKE_UAR + 0x40, 0x0700_0001)]);
+        assert_eq!(
+            p.bar.write_log(),
+            [
+                (FAKE_UAR + 0x48, 0x0700_0001),
+                (FAKE_UAR + 0x40, 0x0700_0001)
+            ]
+        );
     }
 }

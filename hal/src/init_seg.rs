@@ -78,7 +78,10 @@ impl core::fmt::Display for InitSegError {
                 "command interface revision {r} not supported (expected {})",
                 uhca_fwif::consts::CMD_IF_REV
             ),
-            InitSegError::BadCmdqGeometry { log_size, log_stride } => write!(
+            InitSegError::BadCmdqGeometry {
+                log_size,
+                log_stride,
+            } => write!(
                 f,
                 "unusable command queue: log_cmdq_size {log_size}, log_cmdq_stride {log_stride}"
             ),
@@ -219,7 +222,9 @@ pub enum FatalHealth {
 impl core::fmt::Display for FatalHealth {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            FatalHealth::PciNotResponding => f.write_str("device not responding on PCI (fw_version all ones)"),
+            FatalHealth::PciNotResponding => {
+                f.write_str("device not responding on PCI (fw_version all ones)")
+            }
             FatalHealth::NicInterface(s) => write!(f, "NIC interface is {s:?}"),
             FatalHealth::RecoveryRequired { synd, ext_synd } => {
                 write!(f, "recovery flow required: {synd}, ext_synd {ext_synd:#x}")
@@ -374,7 +379,10 @@ impl<'a, B: Bar + ?Sized> InitSeg<'a, B> {
             || log_size as u32 + log_stride as u32 > uhca_fwif::consts::ADAPTER_PAGE_SHIFT
             || log_stride < uhca_fwif::cmdq::CMD_ENTRY_LOG_STRIDE
         {
-            return Err(InitSegError::BadCmdqGeometry { log_size, log_stride });
+            return Err(InitSegError::BadCmdqGeometry {
+                log_size,
+                log_stride,
+            });
         }
         Ok((log_size, log_stride))
     }
@@ -392,7 +400,10 @@ impl<'a, B: Bar + ?Sized> InitSeg<'a, B> {
         }
         let hi = initial_seg::cmdq_phy_addr_63_32;
         let lo = initial_seg::cmdq_phy_addr_31_12;
-        self.bar.write_be32(hi.dword_byte_offset(), hi.into_dword(0, (iova >> 32) as u32));
+        self.bar.write_be32(
+            hi.dword_byte_offset(),
+            hi.into_dword(0, (iova >> 32) as u32),
+        );
         self.bar.write_be32(
             lo.dword_byte_offset(),
             lo.into_dword(0, (iova as u32) >> lo.dword_shift()),
@@ -406,13 +417,17 @@ impl<'a, B: Bar + ?Sized> InitSeg<'a, B> {
         let lo = initial_seg::cmdq_phy_addr_31_12;
         let off = lo.dword_byte_offset();
         let addr_bits = lo.into_dword(0, lo.from_dword(self.bar.read_be32(off)));
-        self.bar.write_be32(off, NIC_INTERFACE_LINUX.into_dword(addr_bits, state.raw() as u32));
+        self.bar.write_be32(
+            off,
+            NIC_INTERFACE_LINUX.into_dword(addr_bits, state.raw() as u32),
+        );
     }
 
     /// Rings the command doorbell for the slots set in `vector`.
     pub fn ring_cmd_doorbell(&self, vector: u32) {
         let f = initial_seg::command_doorbell_vector;
-        self.bar.write_be32(f.dword_byte_offset(), f.into_dword(0, vector));
+        self.bar
+            .write_be32(f.dword_byte_offset(), f.into_dword(0, vector));
     }
 }
 
@@ -429,7 +444,11 @@ pub struct HealthMonitor {
 impl HealthMonitor {
     /// A monitor that has not polled yet.
     pub const fn new() -> Self {
-        HealthMonitor { prev_counter: None, misses: 0, prev_synd: 0 }
+        HealthMonitor {
+            prev_counter: None,
+            misses: 0,
+            prev_synd: 0,
+        }
     }
 
     /// Polls once. The first poll only records the health counter; the counter is stuck
@@ -439,7 +458,10 @@ impl HealthMonitor {
     ///
     /// A [`FatalHealth`] when the device is dead: `fw_version` all ones, `nic_interface`
     /// DISABLED or SW_RESET, RFR set with a non-zero syndrome, or the counter stuck.
-    pub fn poll<B: Bar + ?Sized>(&mut self, iseg: &InitSeg<'_, B>) -> Result<HealthStatus, FatalHealth> {
+    pub fn poll<B: Bar + ?Sized>(
+        &mut self,
+        iseg: &InitSeg<'_, B>,
+    ) -> Result<HealthStatus, FatalHealth> {
         let h = iseg.health();
         if h.fw_version == u32::MAX {
             return Err(FatalHealth::PciNotResponding);
@@ -451,7 +473,10 @@ impl HealthMonitor {
             _ => {}
         }
         if h.rfr && h.synd.0 != 0 {
-            return Err(FatalHealth::RecoveryRequired { synd: h.synd, ext_synd: h.ext_synd });
+            return Err(FatalHealth::RecoveryRequired {
+                synd: h.synd,
+                ext_synd: h.ext_synd,
+            });
         }
         match self.prev_counter {
             Some(prev) if prev == h.health_counter => self.misses += 1,
@@ -459,11 +484,17 @@ impl HealthMonitor {
         }
         self.prev_counter = Some(h.health_counter);
         if self.misses >= HEALTH_MAX_MISSES {
-            return Err(FatalHealth::HealthCounterStuck { counter: h.health_counter });
+            return Err(FatalHealth::HealthCounterStuck {
+                counter: h.health_counter,
+            });
         }
         let new_synd = h.synd.0 != 0 && h.synd.0 != self.prev_synd;
         self.prev_synd = h.synd.0;
-        Ok(if new_synd { HealthStatus::Syndrome(h.synd) } else { HealthStatus::Ok })
+        Ok(if new_synd {
+            HealthStatus::Syndrome(h.synd)
+        } else {
+            HealthStatus::Ok
+        })
     }
 }
 
@@ -495,18 +526,30 @@ mod tests {
         let p = FakePlatform::new();
         let iseg = InitSeg::new(&p);
         p.bar.set_field(initial_seg::cmd_interface_rev, 4);
-        assert_eq!(iseg.check_cmd_interface(), Err(InitSegError::UnsupportedCmdifRev(4)));
+        assert_eq!(
+            iseg.check_cmd_interface(),
+            Err(InitSegError::UnsupportedCmdifRev(4))
+        );
         p.bar.set_field(initial_seg::cmd_interface_rev, 5);
         p.bar.set_field(initial_seg::log_cmdq_size, 5);
         p.bar.set_field(initial_seg::log_cmdq_stride, 6);
         assert_eq!(iseg.check_cmd_interface(), Ok((5, 6)));
         p.bar.set_field(initial_seg::log_cmdq_size, 6);
-        assert!(matches!(iseg.check_cmd_interface(), Err(InitSegError::BadCmdqGeometry { .. })));
+        assert!(matches!(
+            iseg.check_cmd_interface(),
+            Err(InitSegError::BadCmdqGeometry { .. })
+        ));
         p.bar.set_field(initial_seg::log_cmdq_size, 4);
         p.bar.set_field(initial_seg::log_cmdq_stride, 9);
-        assert!(matches!(iseg.check_cmd_interface(), Err(InitSegError::BadCmdqGeometry { .. })));
+        assert!(matches!(
+            iseg.check_cmd_interface(),
+            Err(InitSegError::BadCmdqGeometry { .. })
+        ));
         p.bar.set_field(initial_seg::log_cmdq_stride, 5);
-        assert!(matches!(iseg.check_cmd_interface(), Err(InitSegError::BadCmdqGeometry { .. })));
+        assert!(matches!(
+            iseg.check_cmd_interface(),
+            Err(InitSegError::BadCmdqGeometry { .. })
+        ));
     }
 
     #[test]
@@ -516,8 +559,13 @@ mod tests {
         let iseg = InitSeg::new(&p);
         let t0 = p.clock.now_ns();
         let e = iseg.wait_ready(&p, 10_000_000, 2_000).unwrap_err();
-        assert!(matches!(e, InitSegError::FirmwareNotReady { waited_ns } if waited_ns >= 10_000_000));
-        assert!(p.clock.now_ns() - t0 < 13_000_000, "no wait much past the timeout");
+        assert!(
+            matches!(e, InitSegError::FirmwareNotReady { waited_ns } if waited_ns >= 10_000_000)
+        );
+        assert!(
+            p.clock.now_ns() - t0 < 13_000_000,
+            "no wait much past the timeout"
+        );
         // Firmware that becomes ready after 5 ms of (virtual) time.
         let p = FakePlatform::new();
         p.bar.set_field(initial_seg::initializing, 1);
@@ -531,7 +579,8 @@ mod tests {
     }
 
     fn healthy(p: &FakePlatform) {
-        p.bar.set_health_field(health_buffer::fw_version, 0x0016_0010);
+        p.bar
+            .set_health_field(health_buffer::fw_version, 0x0016_0010);
     }
 
     #[test]
@@ -540,7 +589,10 @@ mod tests {
         let p = FakePlatform::new();
         p.bar.set_health_field(health_buffer::fw_version, u32::MAX);
         let mut m = HealthMonitor::new();
-        assert_eq!(m.poll(&InitSeg::new(&p)), Err(FatalHealth::PciNotResponding));
+        assert_eq!(
+            m.poll(&InitSeg::new(&p)),
+            Err(FatalHealth::PciNotResponding)
+        );
 
         // nic_interface DISABLED and SW_RESET (the 3-bit value 7).
         for (raw, state) in [(1, NicInterface::Disabled), (7, NicInterface::SwReset)] {
@@ -557,20 +609,36 @@ mod tests {
         let p = FakePlatform::new();
         healthy(&p);
         p.bar.set_health_field(health_buffer::rfr, 1);
-        assert_eq!(HealthMonitor::new().poll(&InitSeg::new(&p)), Ok(HealthStatus::Ok));
+        assert_eq!(
+            HealthMonitor::new().poll(&InitSeg::new(&p)),
+            Ok(HealthStatus::Ok)
+        );
         p.bar.set_health_field(health_buffer::synd, 0x10);
         p.bar.set_health_field(health_buffer::ext_synd, 0xbeef);
         let e = HealthMonitor::new().poll(&InitSeg::new(&p)).unwrap_err();
-        assert_eq!(e, FatalHealth::RecoveryRequired { synd: HealthSyndrome(0x10), ext_synd: 0xbeef });
+        assert_eq!(
+            e,
+            FatalHealth::RecoveryRequired {
+                synd: HealthSyndrome(0x10),
+                ext_synd: 0xbeef
+            }
+        );
         assert_eq!(
             std::format!("{e}"),
             "recovery flow required: high temperature (0x10), ext_synd 0xbeef"
         );
         p.bar.set_health_field(health_buffer::rfr, 0);
         let mut m = HealthMonitor::new();
-        assert_eq!(m.poll(&InitSeg::new(&p)), Ok(HealthStatus::Syndrome(HealthSyndrome(0x10))));
+        assert_eq!(
+            m.poll(&InitSeg::new(&p)),
+            Ok(HealthStatus::Syndrome(HealthSyndrome(0x10)))
+        );
         p.bar.set_field(initial_seg::health_counter, 1);
-        assert_eq!(m.poll(&InitSeg::new(&p)), Ok(HealthStatus::Ok), "same syndrome reported once");
+        assert_eq!(
+            m.poll(&InitSeg::new(&p)),
+            Ok(HealthStatus::Ok),
+            "same syndrome reported once"
+        );
     }
 
     #[test]
@@ -587,7 +655,10 @@ mod tests {
         // Baseline 9, then two misses: still alive; the third miss is fatal.
         assert_eq!(m.poll(&iseg), Ok(HealthStatus::Ok));
         assert_eq!(m.poll(&iseg), Ok(HealthStatus::Ok));
-        assert_eq!(m.poll(&iseg), Err(FatalHealth::HealthCounterStuck { counter: 9 }));
+        assert_eq!(
+            m.poll(&iseg),
+            Err(FatalHealth::HealthCounterStuck { counter: 9 })
+        );
         // It recovers as soon as the counter moves.
         p.bar.set_field(initial_seg::health_counter, 10);
         assert_eq!(m.poll(&iseg), Ok(HealthStatus::Ok));
@@ -598,11 +669,12 @@ mod tests {
 
     #[test]
     fn health_syndrome_names() {
-        let names: std::vec::Vec<std::string::String> =
-            [0x1, 0x7, 0x8, 0x9, 0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 0x10, 0x12, 0x13, 0x42]
-                .iter()
-                .map(|&s| std::format!("{}", HealthSyndrome(s)))
-                .collect();
+        let names: std::vec::Vec<std::string::String> = [
+            0x1, 0x7, 0x8, 0x9, 0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 0x10, 0x12, 0x13, 0x42,
+        ]
+        .iter()
+        .map(|&s| std::format!("{}", HealthSyndrome(s)))
+        .collect();
         assert_eq!(
             names,
             [

@@ -14,7 +14,11 @@
 //! `no_std`, and no allocator needed. The `testing` feature adds a memory-backed fake
 //! platform ([`testing`], needs `std`).
 #![no_std]
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, missing_docs)]
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    missing_docs
+)]
 
 #[cfg(any(test, loom, feature = "testing"))]
 extern crate std;

@@ -91,7 +91,10 @@ impl FakeBar {
     }
 
     fn check(off: usize, w: usize) {
-        assert!(off % w == 0 && off + w <= FAKE_BAR_LEN, "BAR access out of bounds or misaligned");
+        assert!(
+            off % w == 0 && off + w <= FAKE_BAR_LEN,
+            "BAR access out of bounds or misaligned"
+        );
     }
 }
 
@@ -152,7 +155,10 @@ unsafe impl Send for Alloc {}
 
 impl FakeDma {
     fn new() -> Self {
-        FakeDma { allocs: Mutex::new(Vec::new()), next_iova: AtomicU64::new(0x10_0000_0000) }
+        FakeDma {
+            allocs: Mutex::new(Vec::new()),
+            next_iova: AtomicU64::new(0x10_0000_0000),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Alloc>> {
@@ -165,7 +171,12 @@ impl FakeDma {
         let mut cur = self.next_iova.load(Ordering::Relaxed);
         loop {
             let iova = cur.div_ceil(align) * align;
-            match self.next_iova.compare_exchange(cur, iova + span, Ordering::Relaxed, Ordering::Relaxed) {
+            match self.next_iova.compare_exchange(
+                cur,
+                iova + span,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return iova,
                 Err(v) => cur = v,
             }
@@ -192,7 +203,9 @@ impl FakeDma {
     ///
     /// If the range is not mapped.
     pub fn device_read(&self, iova: u64, dst: &mut [u8]) {
-        let p = self.translate(iova, dst.len()).expect("device read of unmapped IOVA");
+        let p = self
+            .translate(iova, dst.len())
+            .expect("device read of unmapped IOVA");
         // SAFETY: the range lies inside a live allocation (checked by `translate`); the
         // callers only do this while the driver is not accessing the memory (the fake
         // device runs inside `delay_us` or between driver calls).
@@ -205,7 +218,9 @@ impl FakeDma {
     ///
     /// If the range is not mapped.
     pub fn device_write(&self, iova: u64, src: &[u8]) {
-        let p = self.translate(iova, src.len()).expect("device write of unmapped IOVA");
+        let p = self
+            .translate(iova, src.len())
+            .expect("device write of unmapped IOVA");
         // SAFETY: as in `device_read`.
         unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
     }
@@ -230,15 +245,22 @@ impl Drop for FakeDma {
 // allocator with guard pages); the mutex makes the methods thread-safe.
 unsafe impl Dma for FakeDma {
     fn alloc_coherent(&self, len: usize, align: usize) -> Result<DmaRegion, DmaError> {
-        let layout =
-            std::alloc::Layout::from_size_align(len, align).map_err(|_| DmaError::InvalidRequest)?;
+        let layout = std::alloc::Layout::from_size_align(len, align)
+            .map_err(|_| DmaError::InvalidRequest)?;
         if len == 0 {
             return Err(DmaError::InvalidRequest);
         }
         // SAFETY: the layout has a non-zero size.
-        let cpu = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(DmaError::OutOfMemory)?;
+        let cpu = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+            .ok_or(DmaError::OutOfMemory)?;
         let iova = self.take_iova(len, align);
-        self.lock().push(Alloc { cpu, iova, len, align, coherent: true });
+        self.lock().push(Alloc {
+            cpu,
+            iova,
+            len,
+            align,
+            coherent: true,
+        });
         Ok(DmaRegion { cpu, iova, len })
     }
 
@@ -260,7 +282,13 @@ unsafe impl Dma for FakeDma {
             return Err(DmaError::InvalidRequest);
         }
         let iova = self.take_iova(len, 4096) + (cpu.as_ptr() as u64 % 4096);
-        self.lock().push(Alloc { cpu, iova, len, align: 1, coherent: false });
+        self.lock().push(Alloc {
+            cpu,
+            iova,
+            len,
+            align: 1,
+            coherent: false,
+        });
         Ok(iova)
     }
 
@@ -313,7 +341,10 @@ impl FakePlatform {
         FakePlatform {
             bar: FakeBar::new(),
             dma: FakeDma::new(),
-            clock: FakeClock { now: AtomicU64::new(0), hook: Mutex::new(None) },
+            clock: FakeClock {
+                now: AtomicU64::new(0),
+                hook: Mutex::new(None),
+            },
         }
     }
 
@@ -368,19 +399,39 @@ unsafe impl Dma for FakePlatform {
 
 impl PciConfig for FakePlatform {
     fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {
-        if offset < 256 { Ok(0) } else { Err(ConfigError::OutOfRange) }
+        if offset < 256 {
+            Ok(0)
+        } else {
+            Err(ConfigError::OutOfRange)
+        }
     }
     fn config_read16(&self, offset: u16) -> Result<u16, ConfigError> {
-        if offset < 255 && offset % 2 == 0 { Ok(0) } else { Err(ConfigError::OutOfRange) }
+        if offset < 255 && offset % 2 == 0 {
+            Ok(0)
+        } else {
+            Err(ConfigError::OutOfRange)
+        }
     }
     fn config_read32(&self, offset: u16) -> Result<u32, ConfigError> {
-        if offset < 253 && offset % 4 == 0 { Ok(0) } else { Err(ConfigError::OutOfRange) }
+        if offset < 253 && offset % 4 == 0 {
+            Ok(0)
+        } else {
+            Err(ConfigError::OutOfRange)
+        }
     }
     fn config_write16(&self, offset: u16, _value: u16) -> Result<(), ConfigError> {
-        if offset < 255 && offset % 2 == 0 { Ok(()) } else { Err(ConfigError::OutOfRange) }
+        if offset < 255 && offset % 2 == 0 {
+            Ok(())
+        } else {
+            Err(ConfigError::OutOfRange)
+        }
     }
     fn config_write32(&self, offset: u16, _value: u32) -> Result<(), ConfigError> {
-        if offset < 253 && offset % 4 == 0 { Ok(()) } else { Err(ConfigError::OutOfRange) }
+        if offset < 253 && offset % 4 == 0 {
+            Ok(())
+        } else {
+            Err(ConfigError::OutOfRange)
+        }
     }
 }
 
@@ -392,7 +443,12 @@ impl Clock for FakePlatform {
         let now = self.clock.now.fetch_add(us as u64 * 1000, Ordering::SeqCst) + us as u64 * 1000;
         // Take the hook out while it runs, so it may use the platform (but not re-enter
         // delay_us with a hook of its own).
-        let hook = self.clock.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let hook = self
+            .clock
+            .hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(mut h) = hook {
             h(self, now);
             let mut slot = self.clock.hook.lock().unwrap_or_else(|e| e.into_inner());

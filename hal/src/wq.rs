@@ -31,8 +31,8 @@ use crate::barriers;
 use crate::dma::DmaMem;
 use crate::platform::Bar;
 use uhca_fwif::consts::{
-    BF_OFFSET, INLINE_SEG, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS,
-    WQE_INLINE_SEG_BYTE_COUNT_MASK, WQE_CTRL_DS_MASK, WqeCtrlFlags, WqeOpcode,
+    BF_OFFSET, INLINE_SEG, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS, WQE_CTRL_DS_MASK,
+    WQE_INLINE_SEG_BYTE_COUNT_MASK, WqeCtrlFlags, WqeOpcode,
 };
 use uhca_fwif::doorbell::{BF_BUFFER_STRIDE, QpDoorbellRecord};
 use uhca_fwif::wqe::{Av, INVALID_LKEY, WqeCtrlSeg, WqeInlineSeg};
@@ -197,7 +197,11 @@ impl SqDoorbell {
     /// 8-byte doorbells to the first register of the UAR page at BAR offset `uar_page`,
     /// alternating buffers, no BlueFlame.
     pub const fn new(uar_page: usize) -> Self {
-        SqDoorbell { bf_reg: uar_page + BF_OFFSET, alternate: true, blueflame: false }
+        SqDoorbell {
+            bf_reg: uar_page + BF_OFFSET,
+            alternate: true,
+            blueflame: false,
+        }
     }
 
     /// The same, with BlueFlame for single WQEs of at most 256 bytes.
@@ -284,7 +288,13 @@ impl<M: DmaMem> QpRings<M> {
                     return Err(WqError::BadLayout("RQ stride, size or offset"));
                 }
                 ranges[1] = (off, off.saturating_add(1 << (log_cnt + log_stride)));
-                Some(RqState { off, log_cnt, log_stride, head: 0, tail: 0 })
+                Some(RqState {
+                    off,
+                    log_cnt,
+                    log_stride,
+                    head: 0,
+                    tail: 0,
+                })
             }
             None => None,
         };
@@ -315,7 +325,9 @@ impl<M: DmaMem> QpRings<M> {
         };
         for (i, a) in ranges.iter().enumerate() {
             if a.1 > len {
-                return Err(WqError::BadLayout("queue or doorbell record outside the buffer"));
+                return Err(WqError::BadLayout(
+                    "queue or doorbell record outside the buffer",
+                ));
             }
             for b in &ranges[i + 1..] {
                 if a.0 < b.1 && b.0 < a.1 {
@@ -325,7 +337,13 @@ impl<M: DmaMem> QpRings<M> {
         }
         // A stale record would let the device read garbage counters (UCX PR #5034).
         mem.write_be64(layout.dbr_offset, 0);
-        Ok(QpRings { mem, qpn: layout.qpn, dbr: layout.dbr_offset, sq, rq })
+        Ok(QpRings {
+            mem,
+            qpn: layout.qpn,
+            dbr: layout.dbr_offset,
+            sq,
+            rq,
+        })
     }
 
     /// The memory (for diagnostics and tests).
@@ -361,7 +379,11 @@ impl<M: DmaMem> QpRings<M> {
     ///
     /// [`WqError::NoSq`]; [`WqError::SqFull`] if not even one WQEBB is free.
     #[inline]
-    pub fn sq_wqe(&mut self, opcode: WqeOpcode, flags: WqeCtrlFlags) -> Result<WqeBuilder<'_, M>, WqError> {
+    pub fn sq_wqe(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: WqeCtrlFlags,
+    ) -> Result<WqeBuilder<'_, M>, WqError> {
         let sq = self.sq.as_mut().ok_or(WqError::NoSq)?;
         let free = sq.free();
         if free == 0 {
@@ -417,12 +439,18 @@ impl<M: DmaMem> QpRings<M> {
         // The doorbell record must be visible before the doorbell makes the device look.
         barriers::doorbell_record_before_mmio();
         let reg = sq.db.bf_reg + sq.toggle;
-        if sq.db.blueflame && sq.batch == 1 && sq.last_bbs as usize * SEND_WQE_BB <= BF_BUFFER_STRIDE {
+        if sq.db.blueflame
+            && sq.batch == 1
+            && sq.last_bbs as usize * SEND_WQE_BB <= BF_BUFFER_STRIDE
+        {
             let mask = sq.ring_mask();
             for bb in 0..sq.last_bbs as usize {
                 let src = sq.off + (((sq.last_start as usize + bb) * SEND_WQE_BB) & mask);
                 for w in 0..SEND_WQE_BB / 8 {
-                    bar.write_be64(reg + bb * SEND_WQE_BB + w * 8, self.mem.read_be64(src + w * 8));
+                    bar.write_be64(
+                        reg + bb * SEND_WQE_BB + w * 8,
+                        self.mem.read_be64(src + w * 8),
+                    );
                 }
             }
         } else {
@@ -438,7 +466,8 @@ impl<M: DmaMem> QpRings<M> {
 
     /// Receive WQEs that can still be posted.
     pub fn rq_free(&self) -> u32 {
-        self.rq.map_or(0, |r| (1u32 << r.log_cnt) - r.head.wrapping_sub(r.tail))
+        self.rq
+            .map_or(0, |r| (1u32 << r.log_cnt) - r.head.wrapping_sub(r.tail))
     }
 
     /// The RQ producer counter (wrapping).
@@ -463,7 +492,10 @@ impl<M: DmaMem> QpRings<M> {
         }
         let max = 1usize << (rq.log_stride - 4);
         if sges.len() > max {
-            return Err(WqError::TooManySges { given: sges.len(), max });
+            return Err(WqError::TooManySges {
+                given: sges.len(),
+                max,
+            });
         }
         if let Some(s) = sges.iter().find(|s| s.len & INLINE_SEG != 0) {
             return Err(WqError::ByteCountTooLarge(s.len));
@@ -471,7 +503,8 @@ impl<M: DmaMem> QpRings<M> {
         let base = rq.off + (((rq.head & (cnt - 1)) as usize) << rq.log_stride);
         for (i, s) in sges.iter().enumerate() {
             let o = base + i * SEND_WQE_DS;
-            self.mem.write_be64(o, ((s.len as u64) << 32) | s.lkey as u64);
+            self.mem
+                .write_be64(o, ((s.len as u64) << 32) | s.lkey as u64);
             self.mem.write_be64(o + 8, s.addr);
         }
         if sges.len() < max {
@@ -491,7 +524,8 @@ impl<M: DmaMem> QpRings<M> {
         let Some(rq) = self.rq.as_ref() else { return };
         // The receive WQEs must be visible before the device sees the new counter.
         barriers::wqe_before_doorbell_record();
-        self.mem.write_be32(self.dbr + RCV_DBR_OFF, rq.head & 0xffff);
+        self.mem
+            .write_be32(self.dbr + RCV_DBR_OFF, rq.head & 0xffff);
     }
 
     /// Retires `n` receive WQEs (responder completions consume the RQ in order).
@@ -536,7 +570,10 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
             return Err(if ds > self.limit {
                 WqError::WqeTooLarge { ds }
             } else {
-                WqError::SqFull { needed: ds.div_ceil(4), free: self.room / 4 }
+                WqError::SqFull {
+                    needed: ds.div_ceil(4),
+                    free: self.room / 4,
+                }
             });
         }
         let at = self.ds;
@@ -548,7 +585,8 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     #[inline(always)]
     fn unit(&self, ds: u32) -> usize {
         self.sq.off
-            + ((((self.start as usize) * SEND_WQE_BB) + (ds as usize) * SEND_WQE_DS) & self.sq.ring_mask())
+            + ((((self.start as usize) * SEND_WQE_BB) + (ds as usize) * SEND_WQE_DS)
+                & self.sq.ring_mask())
     }
 
     /// Sets the opcode modifier (`opmod`).
@@ -619,7 +657,8 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
         }
         let at = self.reserve((4 + len).div_ceil(SEND_WQE_DS) as u32)?;
         let o = self.unit(at);
-        self.mem.write_be32(o, WqeInlineSeg::byte_count_of(len as u32));
+        self.mem
+            .write_be32(o, WqeInlineSeg::byte_count_of(len as u32));
         // Ring position of the first data byte, and bytes left before the ring's end.
         let pos = o - self.sq.off + 4;
         let first = len.min(self.sq.ring_mask() + 1 - pos);
@@ -644,7 +683,10 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     /// If `bytes.len()` is not a multiple of 16.
     #[inline]
     pub fn segment(&mut self, bytes: &[u8]) -> Result<&mut Self, WqError> {
-        assert!(bytes.len() % SEND_WQE_DS == 0, "segment length must be a multiple of 16");
+        assert!(
+            bytes.len() % SEND_WQE_DS == 0,
+            "segment length must be a multiple of 16"
+        );
         let n = (bytes.len() / SEND_WQE_DS) as u32;
         let at = self.reserve(n)?;
         for (i, chunk) in bytes.chunks_exact(SEND_WQE_DS).enumerate() {
@@ -664,7 +706,9 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     #[inline]
     pub fn finish(self) -> PostedWqe {
         let bbs = self.ds.div_ceil(4);
-        let w0 = ((WqeCtrlSeg::opmod_idx_opcode_of(self.opmod, self.start as u16, self.opcode) as u64) << 32)
+        let w0 = ((WqeCtrlSeg::opmod_idx_opcode_of(self.opmod, self.start as u16, self.opcode)
+            as u64)
+            << 32)
             | WqeCtrlSeg::qpn_ds_of(self.qpn, self.ds as u8) as u64;
         // signature 0, reserved 0, fm_ce_se, imm.
         let w1 = ((self.flags as u64) << 32) | self.imm as u64;
@@ -677,7 +721,10 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
         sq.last_start = self.start;
         sq.last_bbs = bbs;
         sq.batch += 1;
-        PostedWqe { wqe_index: self.start as u16, wqebbs: bbs as u8 }
+        PostedWqe {
+            wqe_index: self.start as u16,
+            wqebbs: bbs as u8,
+        }
     }
 }
 
@@ -686,7 +733,7 @@ mod tests {
     use super::*;
     use crate::dma::DmaBuf;
     use crate::testing::{FAKE_UAR, FakePlatform};
-    use uhca_fwif::wqe::{WqeDataSeg, WqeRaddrSeg, WqeAtomicSeg};
+    use uhca_fwif::wqe::{WqeAtomicSeg, WqeDataSeg, WqeRaddrSeg};
     use zerocopy::FromBytes;
 
     fn qp(p: &FakePlatform, log_sq: u8, db: SqDoorbell) -> QpRings<DmaBuf<&FakePlatform>> {
@@ -706,11 +753,25 @@ mod tests {
         let p = FakePlatform::new();
         let mut q = qp(&p, 4, SqDoorbell::new(FAKE_UAR));
         let sq_off = QpLayout::new(0xabc, Some((3, 5)), Some(4)).sq.unwrap().0;
-        let mut w = q.sq_wqe(WqeOpcode::RdmaWriteImm, WqeCtrlFlags::CQ_UPDATE | WqeCtrlFlags::FENCE).unwrap();
+        let mut w = q
+            .sq_wqe(
+                WqeOpcode::RdmaWriteImm,
+                WqeCtrlFlags::CQ_UPDATE | WqeCtrlFlags::FENCE,
+            )
+            .unwrap();
         w.imm(0x1234_5678).opmod(0);
-        w.raddr(0xdead_beef_0000, 0x77).unwrap().data(0x5000, 300, 0x99).unwrap();
+        w.raddr(0xdead_beef_0000, 0x77)
+            .unwrap()
+            .data(0x5000, 300, 0x99)
+            .unwrap();
         let posted = w.finish();
-        assert_eq!(posted, PostedWqe { wqe_index: 0, wqebbs: 1 });
+        assert_eq!(
+            posted,
+            PostedWqe {
+                wqe_index: 0,
+                wqebbs: 1
+            }
+        );
         let b = bytes(q.mem(), sq_off, 64);
         let (ctrl, rest) = WqeCtrlSeg::read_from_prefix(&b).unwrap();
         assert_eq!(ctrl.opcode(), WqeOpcode::RdmaWriteImm);
@@ -721,13 +782,32 @@ mod tests {
         assert_eq!(ctrl.imm.get(), 0x1234_5678);
         assert_eq!(ctrl.signature, 0);
         let (raddr, rest) = WqeRaddrSeg::read_from_prefix(rest).unwrap();
-        assert_eq!((raddr.raddr.get(), raddr.rkey.get(), raddr.reserved.get()), (0xdead_beef_0000, 0x77, 0));
+        assert_eq!(
+            (raddr.raddr.get(), raddr.rkey.get(), raddr.reserved.get()),
+            (0xdead_beef_0000, 0x77, 0)
+        );
         let (data, _) = WqeDataSeg::read_from_prefix(rest).unwrap();
-        assert_eq!((data.byte_count.get(), data.lkey.get(), data.addr.get()), (300, 0x99, 0x5000));
+        assert_eq!(
+            (data.byte_count.get(), data.lkey.get(), data.addr.get()),
+            (300, 0x99, 0x5000)
+        );
         // The second WQE gets index 1.
-        let mut w = q.sq_wqe(WqeOpcode::AtomicCs, WqeCtrlFlags::empty()).unwrap();
-        w.raddr(0x10, 1).unwrap().atomic(5, 6).unwrap().data(0x20, 8, 2).unwrap();
-        assert_eq!(w.finish(), PostedWqe { wqe_index: 1, wqebbs: 1 });
+        let mut w = q
+            .sq_wqe(WqeOpcode::AtomicCs, WqeCtrlFlags::empty())
+            .unwrap();
+        w.raddr(0x10, 1)
+            .unwrap()
+            .atomic(5, 6)
+            .unwrap()
+            .data(0x20, 8, 2)
+            .unwrap();
+        assert_eq!(
+            w.finish(),
+            PostedWqe {
+                wqe_index: 1,
+                wqebbs: 1
+            }
+        );
         let b = bytes(q.mem(), sq_off + 64, 64);
         let at = WqeAtomicSeg::read_from_bytes(&b[32..48]).unwrap();
         assert_eq!((at.swap_add.get(), at.compare.get()), (5, 6));
@@ -745,7 +825,11 @@ mod tests {
                 w.data(0, 4, 0).unwrap();
                 w.finish();
             }
-            assert_eq!(q.mem().read_be32(dbr + 4), [0, 1, 3][i as usize], "record not written before the doorbell");
+            assert_eq!(
+                q.mem().read_be32(dbr + 4),
+                [0, 1, 3][i as usize],
+                "record not written before the doorbell"
+            );
             q.ring_sq_doorbell(&p);
         }
         // No WQE pending: no doorbell.
@@ -784,14 +868,28 @@ mod tests {
         w.inline(&data).unwrap();
         // ctrl 1 DS + (4 + 100 → 112 bytes) 7 DS = 8 DS = 2 WQEBBs.
         assert_eq!(w.ds(), 8);
-        assert_eq!(w.finish(), PostedWqe { wqe_index: 3, wqebbs: 2 });
+        assert_eq!(
+            w.finish(),
+            PostedWqe {
+                wqe_index: 3,
+                wqebbs: 2
+            }
+        );
         // WQE at WQEBB 3 (ring position 192 of 256): ctrl at 192, inline header at 208,
         // data at 212..256 (44 bytes) then 0..56.
         let ring = bytes(q.mem(), sq_off, 256);
-        assert_eq!(u32::from_be_bytes(ring[208..212].try_into().unwrap()), 0x8000_0000 | 100);
+        assert_eq!(
+            u32::from_be_bytes(ring[208..212].try_into().unwrap()),
+            0x8000_0000 | 100
+        );
         assert_eq!(&ring[212..256], &data[..44]);
         assert_eq!(&ring[..56], &data[44..]);
-        assert_eq!(WqeCtrlSeg::read_from_bytes(&ring[192..208]).unwrap().wqe_index(), 3);
+        assert_eq!(
+            WqeCtrlSeg::read_from_bytes(&ring[192..208])
+                .unwrap()
+                .wqe_index(),
+            3
+        );
         // Too long for any inline segment.
         let big = [0u8; 1024];
         let mut w = q.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::empty()).unwrap();
@@ -808,7 +906,10 @@ mod tests {
             w.finish();
         }
         assert_eq!(q.sq_free(), 0);
-        assert!(matches!(q.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::empty()), Err(WqError::SqFull { .. })));
+        assert!(matches!(
+            q.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::empty()),
+            Err(WqError::SqFull { .. })
+        ));
         q.sq_complete(1, 1).unwrap(); // the first two WQEs are done
         assert_eq!(q.sq_free(), 2);
         let mut w = q.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::empty()).unwrap();
@@ -816,7 +917,10 @@ mod tests {
         for _ in 0..7 {
             w.data(0, 1, 0).unwrap();
         }
-        assert_eq!(w.data(0, 1, 0).err(), Some(WqError::SqFull { needed: 3, free: 2 }));
+        assert_eq!(
+            w.data(0, 1, 0).err(),
+            Some(WqError::SqFull { needed: 3, free: 2 })
+        );
         drop(w);
         assert_eq!(q.sq_producer(), 4, "an abandoned WQE takes nothing");
         // More than 63 DS is too large whatever the free space.
@@ -827,7 +931,10 @@ mod tests {
             w.data(0, 1, 0).unwrap();
         }
         assert_eq!(w.data(0, 1, 0).err(), Some(WqError::WqeTooLarge { ds: 64 }));
-        assert_eq!(w.data(0, 0x8000_0000, 0).err(), Some(WqError::ByteCountTooLarge(0x8000_0000)));
+        assert_eq!(
+            w.data(0, 0x8000_0000, 0).err(),
+            Some(WqError::ByteCountTooLarge(0x8000_0000))
+        );
         // Retiring what is not outstanding is refused.
         assert_eq!(q.sq_complete(9, 1), Err(WqError::NotOutstanding));
     }
@@ -864,9 +971,29 @@ mod tests {
         let p = FakePlatform::new();
         let mut q = qp(&p, 4, SqDoorbell::new(FAKE_UAR)); // RQ: 8 WQEs of 32 bytes
         let dbr = QpLayout::new(0xabc, Some((3, 5)), Some(4)).dbr_offset;
-        assert_eq!(q.post_recv(&[Sge { addr: 0x1000, len: 256, lkey: 5 }]).unwrap(), 0);
         assert_eq!(
-            q.post_recv(&[Sge { addr: 1, len: 2, lkey: 3 }, Sge { addr: 4, len: 5, lkey: 6 }]).unwrap(),
+            q.post_recv(&[Sge {
+                addr: 0x1000,
+                len: 256,
+                lkey: 5
+            }])
+            .unwrap(),
+            0
+        );
+        assert_eq!(
+            q.post_recv(&[
+                Sge {
+                    addr: 1,
+                    len: 2,
+                    lkey: 3
+                },
+                Sge {
+                    addr: 4,
+                    len: 5,
+                    lkey: 6
+                }
+            ])
+            .unwrap(),
             1
         );
         assert_eq!(
@@ -876,11 +1003,21 @@ mod tests {
         let b = bytes(q.mem(), 0, 64);
         let s0 = WqeDataSeg::read_from_bytes(&b[0..16]).unwrap();
         let t0 = WqeDataSeg::read_from_bytes(&b[16..32]).unwrap();
-        assert_eq!((s0.byte_count.get(), s0.lkey.get(), s0.addr.get()), (256, 5, 0x1000));
-        assert_eq!((t0.byte_count.get(), t0.lkey.get(), t0.addr.get()), (0, INVALID_LKEY, 0));
+        assert_eq!(
+            (s0.byte_count.get(), s0.lkey.get(), s0.addr.get()),
+            (256, 5, 0x1000)
+        );
+        assert_eq!(
+            (t0.byte_count.get(), t0.lkey.get(), t0.addr.get()),
+            (0, INVALID_LKEY, 0)
+        );
         let s1 = WqeDataSeg::read_from_bytes(&b[48..64]).unwrap();
         assert_eq!((s1.byte_count.get(), s1.lkey.get()), (5, 6));
-        assert_eq!(q.mem().read_be32(dbr), 0, "not published before the doorbell");
+        assert_eq!(
+            q.mem().read_be32(dbr),
+            0,
+            "not published before the doorbell"
+        );
         q.ring_rq_doorbell();
         assert_eq!(q.mem().read_be32(dbr), 2);
         assert!(p.bar.write_log().is_empty(), "the RQ has no MMIO doorbell");
@@ -898,10 +1035,16 @@ mod tests {
         let p = FakePlatform::new();
         let l = QpLayout::new(1, Some((3, 5)), Some(4));
         let small = DmaBuf::alloc(&p, l.buffer_len() - 8, 4096).unwrap();
-        assert!(matches!(QpRings::new(small, l, SqDoorbell::new(0)), Err(WqError::BadLayout(_))));
+        assert!(matches!(
+            QpRings::new(small, l, SqDoorbell::new(0)),
+            Err(WqError::BadLayout(_))
+        ));
         let mut overlap = l;
         overlap.dbr_offset = 64;
         let buf = DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap();
-        assert!(matches!(QpRings::new(buf, overlap, SqDoorbell::new(0)), Err(WqError::BadLayout(_))));
+        assert!(matches!(
+            QpRings::new(buf, overlap, SqDoorbell::new(0)),
+            Err(WqError::BadLayout(_))
+        ));
     }
 }
