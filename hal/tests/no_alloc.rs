@@ -1,0 +1,128 @@
+//! Posting and polling allocate nothing: a counting global allocator watches every post,
+//! doorbell, poll and consumer-index update.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use uhca_fwif::consts::{CqeOpcode, WqeCtrlFlags, WqeOpcode};
+use uhca_fwif::cqe::{Cqe64, op_own_of};
+use uhca_hal::cq::{Completion, CqLayout, CqRing};
+use uhca_hal::testing::FakePlatform;
+use uhca_hal::wq::{QpLayout, QpRings, Sge, SqDoorbell};
+use uhca_hal::{Bar, DmaBuf, DmaMem};
+use zerocopy::{FromZeros, IntoBytes};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::SeqCst) {
+            ALLOCS.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: the caller's contract is forwarded unchanged.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::SeqCst) {
+            ALLOCS.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// A doorbell register that is one word of memory (the fake BAR keeps a log, which
+/// allocates).
+struct RegBar(AtomicU64);
+
+// SAFETY: no memory is touched besides the atomic.
+unsafe impl Bar for RegBar {
+    fn bar_len(&self) -> usize {
+        0x10000
+    }
+    fn read32(&self, _: usize) -> u32 {
+        0
+    }
+    fn write32(&self, _: usize, v: u32) {
+        self.0.store(v as u64, Ordering::Relaxed)
+    }
+    fn read64(&self, _: usize) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn write64(&self, _: usize, v: u64) {
+        self.0.store(v, Ordering::Relaxed)
+    }
+}
+
+fn counted<R>(f: impl FnOnce() -> R) -> R {
+    COUNTING.store(true, Ordering::SeqCst);
+    let r = f();
+    COUNTING.store(false, Ordering::SeqCst);
+    r
+}
+
+#[test]
+fn post_doorbell_and_poll_allocate_nothing() {
+    let p = FakePlatform::new();
+    let bar = RegBar(AtomicU64::new(0));
+    let ql = QpLayout::new(9, Some((6, 5)), Some(7));
+    let mut qp = QpRings::new(DmaBuf::alloc(&p, ql.buffer_len(), 4096).unwrap(), ql, SqDoorbell::new(0x4000)).unwrap();
+    let cl = CqLayout::new(3, 6);
+    let mut cq = CqRing::new(DmaBuf::alloc(&p, cl.buffer_len(), 4096).unwrap(), cl).unwrap();
+    let cq_base = cq.mem().iova();
+    let inline = [0x5au8; 64];
+    let mut out = [Completion::Success(blank_success()); 16];
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    ALLOCS.store(0, Ordering::SeqCst);
+    for round in 0..rounds {
+        counted(|| {
+            for i in 0..32u32 {
+                let mut w = qp.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::CQ_UPDATE).unwrap();
+                if i % 2 == 0 {
+                    w.data(0x1000, 64, 1).unwrap();
+                } else {
+                    w.inline(&inline).unwrap();
+                }
+                w.finish();
+                if i % 8 == 0 {
+                    qp.ring_sq_doorbell(&bar);
+                }
+            }
+            qp.ring_sq_doorbell(&bar);
+            let pi = qp.sq_producer();
+            qp.sq_complete((pi - 2) as u16, 2).unwrap();
+            qp.post_recv(&[Sge { addr: 1, len: 2, lkey: 3 }]).unwrap();
+            qp.ring_rq_doorbell();
+            qp.rq_complete(1).unwrap();
+        });
+        // The device writes 32 CQEs (not counted: it is the test's device).
+        for k in 0..32u32 {
+            let n = round * 32 + k;
+            let mut c = Cqe64::new_zeroed();
+            c.byte_cnt.set(n);
+            c.op_own = op_own_of(CqeOpcode::Req, ((n >> 6) & 1) as u8);
+            p.dma.device_write(cq_base + (n as u64 % 64) * 64, c.as_bytes());
+        }
+        let got = counted(|| cq.poll(&mut out) + cq.poll(&mut out));
+        assert_eq!(got, 32);
+    }
+    assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "the datapath allocated");
+    assert!(bar.read64(0) != 0, "doorbells were rung");
+}
+
+fn blank_success() -> uhca_hal::cq::CqeSuccess {
+    match Completion::decode(&Cqe64::new_zeroed()) {
+        Completion::Success(s) => s,
+        Completion::Error(_) => unreachable!(),
+    }
+}
