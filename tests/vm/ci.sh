@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# What CI runs for the VM rig: builds the project's programs the guest tests use, builds the
+# rig (Debian packages, kernel, initramfs), boots it and runs the tests. Prints how long each
+# phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
+#
+#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio)
+#
+# Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
+# target/vm caches the kernel and the base initramfs for the next run.
+set -uo pipefail
+VM=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$VM/../.." && pwd)
+TESTS=${1:-vfio}
+cd "$REPO"
+
+names=() secs=() results=()
+failed=""
+phase() {
+  local name=$1; shift
+  echo
+  echo "=== vm-rig: $name ($(date -u +%H:%M:%S))"
+  local t0; t0=$(date +%s.%N)
+  "$@"
+  local rc=$?
+  names+=("$name")
+  secs+=("$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')")
+  if [ $rc -eq 0 ]; then results+=(ok); else results+=("FAILED ($rc)"); failed=$name; fi
+  return $rc
+}
+
+build_programs() {
+  local t
+  for t in ${TESTS//,/ }; do
+    [ -f "$VM/conf/$t.conf" ] || { echo "no test '$t' (no tests/vm/conf/$t.conf)"; return 1; }
+    CARGO_BUILD=""
+    # shellcheck source=/dev/null
+    . "$VM/conf/$t.conf"
+    if [ -n "$CARGO_BUILD" ]; then
+      echo "+ cargo build $CARGO_BUILD"
+      # shellcheck disable=SC2086
+      cargo build $CARGO_BUILD || return 1
+    fi
+  done
+}
+
+start=$(date +%s.%N)
+phase "build the test programs" build_programs &&
+  phase "build the rig" bash "$VM/build-rig.sh" "$TESTS" &&
+  phase "boot and run: $TESTS" bash "$VM/run-vm.sh" "$TESTS"
+
+echo
+echo "=== vm-rig: timings"
+for i in "${!names[@]}"; do
+  printf '  %-32s %7s s  %s\n' "${names[$i]}" "${secs[$i]}" "${results[$i]}"
+done
+printf '  %-32s %7s s\n' total "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
+if [ -n "$failed" ]; then
+  echo "vm-rig: FAILED in: $failed"
+  exit 1
+fi
+echo "vm-rig: passed"
