@@ -78,8 +78,9 @@ impl CqLayout {
 pub struct CqeSuccess {
     /// The CQE opcode ([`CqeOpcode::Req`] for the requester; `Resp*` for the responder).
     pub opcode: CqeOpcode,
-    /// For a requester CQE, the opcode of the completed WQE (`sop_drop_qpn[31:24]`).
-    pub wqe_opcode: WqeOpcode,
+    /// For a requester CQE, the raw opcode of the completed WQE (`sop_drop_qpn[31:24]`);
+    /// see [`CqeSuccess::wqe_opcode`].
+    pub sop: u8,
     /// The QP (`sop_drop_qpn[23:0]`).
     pub qpn: u32,
     /// The WQE counter: SQ WQE index (requester) or receive WQE index.
@@ -100,6 +101,13 @@ pub struct CqeSuccess {
     pub roce_l3_hdr_type: u8,
     /// The timestamp.
     pub timestamp: u64,
+}
+
+impl CqeSuccess {
+    /// For a requester CQE, the opcode of the completed WQE.
+    pub fn wqe_opcode(&self) -> WqeOpcode {
+        WqeOpcode::from_raw(self.sop)
+    }
 }
 
 /// An error completion.
@@ -158,6 +166,7 @@ impl Completion {
     }
 
     /// Decodes a 64-byte CQE.
+    #[inline(always)]
     pub fn decode(cqe: &Cqe64) -> Self {
         let opcode = cqe.opcode();
         if matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
@@ -177,7 +186,7 @@ impl Completion {
         }
         Completion::Success(CqeSuccess {
             opcode,
-            wqe_opcode: WqeOpcode::from_raw((cqe.sop_drop_qpn.get() >> 24) as u8),
+            sop: (cqe.sop_drop_qpn.get() >> 24) as u8,
             qpn: cqe.qpn(),
             wqe_counter: cqe.wqe_counter.get(),
             byte_count: cqe.byte_cnt.get(),
@@ -299,7 +308,7 @@ impl<M: DmaMem> CqRing<M> {
 
     /// Takes the next CQE if software owns it, advancing the consumer index (not yet
     /// published: see [`CqRing::update_consumer_index`]).
-    #[inline]
+    #[inline(always)]
     pub fn poll_raw(&mut self) -> Option<Cqe64> {
         let off = self.cqe_at(self.ci);
         if !self.sw_owned(self.mem.read_u8(off + OP_OWN_OFF)) {
@@ -315,14 +324,14 @@ impl<M: DmaMem> CqRing<M> {
 
     /// Takes and decodes the next CQE if software owns it. The consumer index is not yet
     /// published: call [`CqRing::update_consumer_index`] after a batch.
-    #[inline]
+    #[inline(always)]
     pub fn poll_one(&mut self) -> Option<Completion> {
         self.poll_raw().map(|c| Completion::decode(&c))
     }
 
     /// Fills `out` with completions and publishes the consumer index if any was taken.
     /// Returns how many.
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, out: &mut [Completion]) -> usize {
         let mut n = 0;
         while n < out.len() {
@@ -342,7 +351,7 @@ impl<M: DmaMem> CqRing<M> {
 
     /// Publishes the consumer index in the doorbell record (`SET_CI`), handing the consumed
     /// CQEs back to the device.
-    #[inline]
+    #[inline(always)]
     pub fn update_consumer_index(&mut self) {
         // The consumed CQEs must be read before the device may overwrite them.
         barriers::cqe_read_before_consumer_index();
@@ -424,7 +433,7 @@ mod tests {
                 };
                 assert_eq!((s.qpn, s.wqe_counter, s.byte_count), (0x11, n as u16, n));
                 assert_eq!(
-                    (s.opcode, s.wqe_opcode, s.immediate),
+                    (s.opcode, s.wqe_opcode(), s.immediate),
                     (CqeOpcode::Req, WqeOpcode::RdmaWrite, 0xfeed)
                 );
             }

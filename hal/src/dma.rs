@@ -53,6 +53,15 @@ pub trait DmaMem {
     fn read_bytes(&self, off: usize, dst: &mut [u8]);
     /// Sets `len` bytes at `off` to `byte`.
     fn fill(&mut self, off: usize, len: usize, byte: u8);
+
+    /// Writes `n` big-endian 64-bit words at `off`, word `i` being `word(i)` (one bounds
+    /// check for the run where the implementation can).
+    #[inline(always)]
+    fn write_be64_run(&mut self, off: usize, n: usize, mut word: impl FnMut(usize) -> u64) {
+        for i in 0..n {
+            self.write_be64(off + 8 * i, word(i));
+        }
+    }
 }
 
 /// An owned, coherent DMA allocation, freed when dropped.
@@ -223,6 +232,16 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let p = self.ptr(off, 8, 8).cast::<u64>();
         // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
         unsafe { p.write_volatile(v.to_be()) }
+    }
+
+    #[inline(always)]
+    fn write_be64_run(&mut self, off: usize, n: usize, mut word: impl FnMut(usize) -> u64) {
+        let p = self.ptr(off, n * 8, 8).cast::<u64>();
+        for i in 0..n {
+            // SAFETY: `ptr` checked that all `n` words are inside the allocation and that
+            // the first is 8-aligned; exclusive CPU-side writer.
+            unsafe { p.add(i).write_volatile(word(i).to_be()) };
+        }
     }
 
     #[inline]

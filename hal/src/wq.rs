@@ -32,6 +32,7 @@ use crate::dma::DmaMem;
 use crate::platform::Bar;
 use uhca_fwif::consts::{
     BF_OFFSET, INLINE_SEG, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS, WQE_CTRL_DS_MASK,
+    WQE_CTRL_OPCODE_MASK, WQE_CTRL_WQE_INDEX_MASK, WQE_CTRL_WQE_INDEX_SHIFT,
     WQE_INLINE_SEG_BYTE_COUNT_MASK, WqeCtrlFlags, WqeOpcode,
 };
 use uhca_fwif::doorbell::{BF_BUFFER_STRIDE, QpDoorbellRecord};
@@ -261,7 +262,8 @@ pub struct PostedWqe {
 #[derive(Debug)]
 pub struct QpRings<M: DmaMem> {
     mem: M,
-    qpn: u32,
+    /// `qpn_ds` with the DS count 0.
+    qpn_bits: u32,
     dbr: usize,
     sq: Option<SqState>,
     rq: Option<RqState>,
@@ -339,7 +341,7 @@ impl<M: DmaMem> QpRings<M> {
         mem.write_be64(layout.dbr_offset, 0);
         Ok(QpRings {
             mem,
-            qpn: layout.qpn,
+            qpn_bits: WqeCtrlSeg::qpn_ds_of(layout.qpn, 0),
             dbr: layout.dbr_offset,
             sq,
             rq,
@@ -378,7 +380,7 @@ impl<M: DmaMem> QpRings<M> {
     /// # Errors
     ///
     /// [`WqError::NoSq`]; [`WqError::SqFull`] if not even one WQEBB is free.
-    #[inline]
+    #[inline(always)]
     pub fn sq_wqe(
         &mut self,
         opcode: WqeOpcode,
@@ -396,10 +398,10 @@ impl<M: DmaMem> QpRings<M> {
             room: (free * 4).min(limit),
             limit,
             opmod: 0,
-            opcode,
+            opcode: opcode.raw(),
             flags: flags.bits(),
             imm: 0,
-            qpn: self.qpn,
+            qpn_bits: self.qpn_bits,
             mem: &mut self.mem,
             sq,
         })
@@ -427,7 +429,7 @@ impl<M: DmaMem> QpRings<M> {
     /// the doorbell record, then the UAR doorbell (the first 8 bytes of the last control
     /// segment, or the whole WQE through BlueFlame when enabled and exactly one WQE of at
     /// most 256 bytes is pending). Does nothing when no WQE is pending.
-    #[inline]
+    #[inline(always)]
     pub fn ring_sq_doorbell<B: Bar + ?Sized>(&mut self, bar: &B) {
         let Some(sq) = self.sq.as_mut() else { return };
         if sq.batch == 0 {
@@ -483,7 +485,7 @@ impl<M: DmaMem> QpRings<M> {
     ///
     /// [`WqError::NoRq`], [`WqError::RqFull`], [`WqError::TooManySges`],
     /// [`WqError::ByteCountTooLarge`].
-    #[inline]
+    #[inline(always)]
     pub fn post_recv(&mut self, sges: &[Sge]) -> Result<u16, WqError> {
         let rq = self.rq.as_mut().ok_or(WqError::NoRq)?;
         let cnt = 1u32 << rq.log_cnt;
@@ -519,7 +521,7 @@ impl<M: DmaMem> QpRings<M> {
 
     /// Publishes posted receive WQEs: store barrier, then the receive counter in the
     /// doorbell record (the RQ has no MMIO doorbell).
-    #[inline]
+    #[inline(always)]
     pub fn ring_rq_doorbell(&mut self) {
         let Some(rq) = self.rq.as_ref() else { return };
         // The receive WQEs must be visible before the device sees the new counter.
@@ -551,15 +553,25 @@ impl<M: DmaMem> QpRings<M> {
 pub struct WqeBuilder<'a, M: DmaMem> {
     mem: &'a mut M,
     sq: &'a mut SqState,
-    qpn: u32,
+    qpn_bits: u32,
     start: u32,
     ds: u32,
     room: u32,
     limit: u32,
     opmod: u8,
-    opcode: WqeOpcode,
+    opcode: u8,
     flags: u8,
     imm: u32,
+}
+
+/// `opmod_idx_opcode` of a control segment; the same as
+/// [`WqeCtrlSeg::opmod_idx_opcode_of`], composed here from the fwif masks so the hot path
+/// makes no cross-crate call (a test checks they agree).
+#[inline(always)]
+fn ctrl_opmod_idx_opcode(opmod: u8, wqe_index: u32, opcode: u8) -> u32 {
+    ((opmod as u32) << 24)
+        | ((wqe_index << WQE_CTRL_WQE_INDEX_SHIFT) & WQE_CTRL_WQE_INDEX_MASK)
+        | (opcode as u32 & WQE_CTRL_OPCODE_MASK)
 }
 
 impl<M: DmaMem> WqeBuilder<'_, M> {
@@ -590,7 +602,7 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     }
 
     /// Sets the opcode modifier (`opmod`).
-    #[inline]
+    #[inline(always)]
     pub fn opmod(&mut self, opmod: u8) -> &mut Self {
         self.opmod = opmod;
         self
@@ -599,14 +611,14 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     /// Sets the immediate (`imm`): immediate data for the `*_IMM` opcodes, the rkey to
     /// invalidate for SEND_INVAL. Written big-endian, so `imm` is the value a receiver
     /// reads back from its CQE's `immediate`.
-    #[inline]
+    #[inline(always)]
     pub fn imm(&mut self, imm: u32) -> &mut Self {
         self.imm = imm;
         self
     }
 
     /// Appends a remote-address segment (RDMA READ, WRITE, atomics).
-    #[inline]
+    #[inline(always)]
     pub fn raddr(&mut self, raddr: u64, rkey: u32) -> Result<&mut Self, WqError> {
         let at = self.reserve(1)?;
         let o = self.unit(at);
@@ -616,7 +628,7 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     }
 
     /// Appends an atomic segment (swap or add, compare).
-    #[inline]
+    #[inline(always)]
     pub fn atomic(&mut self, swap_add: u64, compare: u64) -> Result<&mut Self, WqError> {
         let at = self.reserve(1)?;
         let o = self.unit(at);
@@ -626,7 +638,7 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     }
 
     /// Appends a data (gather) segment. A length of 0 means 2 GiB to the device.
-    #[inline]
+    #[inline(always)]
     pub fn data(&mut self, addr: u64, len: u32, lkey: u32) -> Result<&mut Self, WqError> {
         if len & INLINE_SEG != 0 {
             return Err(WqError::ByteCountTooLarge(len));
@@ -639,7 +651,7 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     }
 
     /// Appends a data segment for each entry of `sges`.
-    #[inline]
+    #[inline(always)]
     pub fn sges(&mut self, sges: &[Sge]) -> Result<&mut Self, WqError> {
         for s in sges {
             self.data(s.addr, s.len, s.lkey)?;
@@ -649,28 +661,54 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
 
     /// Appends an inline-data segment: a 4-byte byte count with [`INLINE_SEG`] set, the
     /// bytes, padding to 16 bytes. Data reaching the end of the ring continues at its start.
-    #[inline]
+    #[inline(always)]
     pub fn inline(&mut self, data: &[u8]) -> Result<&mut Self, WqError> {
         let len = data.len();
         if len > WQE_INLINE_SEG_BYTE_COUNT_MASK as usize {
             return Err(WqError::InlineTooLong(len));
         }
-        let at = self.reserve((4 + len).div_ceil(SEND_WQE_DS) as u32)?;
-        let o = self.unit(at);
-        self.mem
-            .write_be32(o, WqeInlineSeg::byte_count_of(len as u32));
-        // Ring position of the first data byte, and bytes left before the ring's end.
-        let pos = o - self.sq.off + 4;
-        let first = len.min(self.sq.ring_mask() + 1 - pos);
-        self.mem.write_bytes(o + 4, &data[..first]);
-        if first < len {
-            self.mem.write_bytes(self.sq.off, &data[first..]);
+        let n = (4 + len).div_ceil(SEND_WQE_DS);
+        let at = self.reserve(n as u32)?;
+        // The segment is the 4-byte header, the data and zero padding, written in 8-byte
+        // words; a 16-byte unit is never split by the ring's end, so it wraps unit by unit.
+        let hdr = WqeInlineSeg::byte_count_of(len as u32).to_be_bytes();
+        let word = |w: usize| {
+            let k = w * 8; // byte offset in the segment
+            let mut b = [0u8; 8];
+            if k == 0 {
+                b[..4].copy_from_slice(&hdr);
+                let m = len.min(4);
+                b[4..4 + m].copy_from_slice(&data[..m]);
+            } else if k + 4 <= len {
+                // Eight data bytes: data[k - 4..k + 4].
+                b.copy_from_slice(&data[k - 4..k + 4]);
+            } else if k - 4 < len {
+                // The last data bytes, then zero padding.
+                let m = len - (k - 4);
+                b[..m].copy_from_slice(&data[k - 4..]);
+            }
+            u64::from_be_bytes(b)
+        };
+        let first = self.unit(at);
+        if first - self.sq.off + n * SEND_WQE_DS <= self.sq.ring_mask() + 1 {
+            // Contiguous: the header with the first four data bytes as one word, then the
+            // rest of the data (the padding is left as it was; the device reads
+            // `byte_count` bytes).
+            self.mem.write_be64(first, word(0));
+            if len > 4 {
+                self.mem.write_bytes(first + 8, &data[4..]);
+            }
+        } else {
+            for u in 0..n {
+                let o = self.unit(at + u as u32);
+                self.mem.write_be64_run(o, 2, |i| word(u * 2 + i));
+            }
         }
         Ok(self)
     }
 
     /// Appends a datagram segment (the address vector of a UD send).
-    #[inline]
+    #[inline(always)]
     pub fn datagram(&mut self, av: &Av) -> Result<&mut Self, WqError> {
         self.segment(zerocopy::IntoBytes::as_bytes(av))
     }
@@ -681,7 +719,7 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     /// # Panics
     ///
     /// If `bytes.len()` is not a multiple of 16.
-    #[inline]
+    #[inline(always)]
     pub fn segment(&mut self, bytes: &[u8]) -> Result<&mut Self, WqError> {
         assert!(
             bytes.len() % SEND_WQE_DS == 0,
@@ -703,13 +741,11 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
 
     /// Writes the control segment and takes the WQE's WQEBBs. The WQE is visible to the
     /// device only after the next doorbell.
-    #[inline]
+    #[inline(always)]
     pub fn finish(self) -> PostedWqe {
         let bbs = self.ds.div_ceil(4);
-        let w0 = ((WqeCtrlSeg::opmod_idx_opcode_of(self.opmod, self.start as u16, self.opcode)
-            as u64)
-            << 32)
-            | WqeCtrlSeg::qpn_ds_of(self.qpn, self.ds as u8) as u64;
+        let w0 = ((ctrl_opmod_idx_opcode(self.opmod, self.start, self.opcode) as u64) << 32)
+            | (self.qpn_bits | (self.ds & WQE_CTRL_DS_MASK)) as u64;
         // signature 0, reserved 0, fm_ce_se, imm.
         let w1 = ((self.flags as u64) << 32) | self.imm as u64;
         let o = self.unit(0);
@@ -1028,6 +1064,20 @@ mod tests {
         q.rq_complete(3).unwrap();
         assert_eq!(q.rq_free(), 3);
         assert_eq!(q.rq_complete(6), Err(WqError::NotOutstanding));
+    }
+
+    #[test]
+    fn control_word_matches_fwif() {
+        for (opmod, idx, op) in [
+            (0u8, 0u32, WqeOpcode::Send),
+            (0xff, 0xffff, WqeOpcode::Umr),
+            (3, 0x1_2345, WqeOpcode::RdmaRead),
+        ] {
+            assert_eq!(
+                ctrl_opmod_idx_opcode(opmod, idx, op.raw()),
+                WqeCtrlSeg::opmod_idx_opcode_of(opmod, idx as u16, op)
+            );
+        }
     }
 
     #[test]

@@ -76,7 +76,12 @@ fn post_doorbell_and_poll_allocate_nothing() {
     let p = FakePlatform::new();
     let bar = RegBar(AtomicU64::new(0));
     let ql = QpLayout::new(9, Some((6, 5)), Some(7));
-    let mut qp = QpRings::new(DmaBuf::alloc(&p, ql.buffer_len(), 4096).unwrap(), ql, SqDoorbell::new(0x4000)).unwrap();
+    let mut qp = QpRings::new(
+        DmaBuf::alloc(&p, ql.buffer_len(), 4096).unwrap(),
+        ql,
+        SqDoorbell::new(0x4000),
+    )
+    .unwrap();
     let cl = CqLayout::new(3, 6);
     let mut cq = CqRing::new(DmaBuf::alloc(&p, cl.buffer_len(), 4096).unwrap(), cl).unwrap();
     let cq_base = cq.mem().iova();
@@ -101,7 +106,12 @@ fn post_doorbell_and_poll_allocate_nothing() {
             qp.ring_sq_doorbell(&bar);
             let pi = qp.sq_producer();
             qp.sq_complete((pi - 2) as u16, 2).unwrap();
-            qp.post_recv(&[Sge { addr: 1, len: 2, lkey: 3 }]).unwrap();
+            qp.post_recv(&[Sge {
+                addr: 1,
+                len: 2,
+                lkey: 3,
+            }])
+            .unwrap();
             qp.ring_rq_doorbell();
             qp.rq_complete(1).unwrap();
         });
@@ -111,7 +121,8 @@ fn post_doorbell_and_poll_allocate_nothing() {
             let mut c = Cqe64::new_zeroed();
             c.byte_cnt.set(n);
             c.op_own = op_own_of(CqeOpcode::Req, ((n >> 6) & 1) as u8);
-            p.dma.device_write(cq_base + (n as u64 % 64) * 64, c.as_bytes());
+            p.dma
+                .device_write(cq_base + (n as u64 % 64) * 64, c.as_bytes());
         }
         let got = counted(|| cq.poll(&mut out) + cq.poll(&mut out));
         assert_eq!(got, 32);

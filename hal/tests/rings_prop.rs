@@ -71,7 +71,12 @@ fn av(dqpn: u32) -> Av {
 }
 
 /// Builds the WQE for `shape`; returns the opcode and the DS count it should have.
-fn post<M: DmaMem>(qp: &mut QpRings<M>, shape: &Shape, flags: u8, imm: u32) -> Result<(u16, u8, WqeOpcode), WqError> {
+fn post<M: DmaMem>(
+    qp: &mut QpRings<M>,
+    shape: &Shape,
+    flags: u8,
+    imm: u32,
+) -> Result<(u16, u8, WqeOpcode), WqError> {
     let (opcode, flags) = (
         match shape {
             Shape::Send(_) | Shape::Inline(_) | Shape::Ud(..) => WqeOpcode::SendImm,
@@ -123,19 +128,37 @@ fn expected_ds(shape: &Shape) -> usize {
 
 /// Reads a WQE's bytes out of the ring (following the wrap) and checks every field.
 #[allow(clippy::too_many_arguments)]
-fn check_wqe<M: DmaMem>(mem: &M, sq_off: usize, ring: usize, start: u32, bbs: u8, shape: &Shape, flags: u8, imm: u32, opcode: WqeOpcode) {
+fn check_wqe<M: DmaMem>(
+    mem: &M,
+    sq_off: usize,
+    ring: usize,
+    start: u32,
+    bbs: u8,
+    shape: &Shape,
+    flags: u8,
+    imm: u32,
+    opcode: WqeOpcode,
+) {
     let mut b = vec![0u8; bbs as usize * 64];
     for (i, byte) in b.iter_mut().enumerate() {
         *byte = mem.read_u8(sq_off + ((start as usize * 64 + i) % ring));
     }
     let ctrl = WqeCtrlSeg::read_from_bytes(&b[..16]).unwrap();
     assert_eq!(ctrl.opcode(), opcode);
-    assert_eq!(ctrl.wqe_index(), start as u16, "WQE index is the producer counter");
+    assert_eq!(
+        ctrl.wqe_index(),
+        start as u16,
+        "WQE index is the producer counter"
+    );
     assert_eq!(ctrl.qpn(), QPN);
     assert_eq!(ctrl.ds() as usize, expected_ds(shape));
     assert_eq!(ctrl.fm_ce_se, flags);
     assert_eq!(ctrl.imm.get(), imm);
-    assert_eq!(bbs as usize, expected_ds(shape).div_ceil(4), "WQEBB accounting");
+    assert_eq!(
+        bbs as usize,
+        expected_ds(shape).div_ceil(4),
+        "WQEBB accounting"
+    );
     let seg = |i: usize| &b[16 * i..16 * i + 16];
     let check_data = |first: usize, s: &[(u64, u32, u32)]| {
         for (i, &(a, l, k)) in s.iter().enumerate() {
