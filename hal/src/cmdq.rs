@@ -252,6 +252,9 @@ impl<H: Bar + Dma + Clock + Clone> core::fmt::Debug for CmdQueue<H> {
     }
 }
 
+/// The hook [`CmdQueue::exec_with`] runs while a command is outstanding.
+pub type WaitHook<'a, H> = dyn FnMut(&mut WaitContext<'_, H>) + 'a;
+
 /// What the wait hook can do while a command is outstanding.
 pub struct WaitContext<'a, H: Bar + Dma + Clock + Clone> {
     q: &'a mut CmdQueue<H>,
@@ -423,7 +426,7 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         input: &C,
         extra_in: &[u8],
         out_extra: &mut [u8],
-        hook: &mut dyn FnMut(&mut WaitContext<'_, H>),
+        hook: &mut WaitHook<'_, H>,
     ) -> Result<C::Out, CmdError> {
         self.exec_inner(input, extra_in, out_extra, Some(hook))
     }
@@ -467,7 +470,7 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         input: &C,
         extra_in: &[u8],
         out_extra: &mut [u8],
-        hook: Option<&mut dyn FnMut(&mut WaitContext<'_, H>)>,
+        hook: Option<&mut WaitHook<'_, H>>,
     ) -> Result<C::Out, CmdError> {
         let opcode = C::OPCODE;
         self.reclaim();
@@ -524,7 +527,7 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         opcode: CmdOpcode,
         inp: [&[u8]; 2],
         out: [&mut [u8]; 2],
-        mut hook: Option<&mut dyn FnMut(&mut WaitContext<'_, H>)>,
+        mut hook: Option<&mut WaitHook<'_, H>>,
         page_cmd: bool,
     ) -> Result<(), CmdError> {
         let inlen = inp[0].len() + inp[1].len();

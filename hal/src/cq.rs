@@ -244,7 +244,10 @@ impl<M: DmaMem> CqRing<M> {
                 "CQE stride must be 64 or 128 bytes",
             ));
         }
-        if layout.log_cqe_cnt > 24 || layout.cqe_offset % 64 != 0 || layout.dbr_offset % 8 != 0 {
+        if layout.log_cqe_cnt > 24
+            || !layout.cqe_offset.is_multiple_of(64)
+            || !layout.dbr_offset.is_multiple_of(8)
+        {
             return Err(CqLayoutError::BadLayout("size or alignment"));
         }
         let cqe_end = layout.cqe_offset.saturating_add(layout.cqe_bytes());

@@ -113,7 +113,7 @@ impl<D: Dma> DmaBuf<D> {
         let align = align.max(8);
         let region = dma.alloc_coherent(len, align)?;
         if region.len < len
-            || region.cpu.as_ptr() as usize % align != 0
+            || !(region.cpu.as_ptr() as usize).is_multiple_of(align)
             || region.iova % align as u64 != 0
         {
             // The platform broke its contract; give the region back and refuse it.
@@ -152,7 +152,7 @@ impl<D: Dma> DmaBuf<D> {
     fn ptr(&self, off: usize, width: usize, align: usize) -> *mut u8 {
         let r = self.region();
         assert!(
-            off <= r.len && width <= r.len - off && off % align == 0,
+            off <= r.len && width <= r.len - off && off.is_multiple_of(align),
             "DMA access out of bounds or misaligned: offset {off:#x}, width {width}, buffer {:#x}",
             r.len
         );
@@ -249,7 +249,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let p = self.ptr(off, src.len(), 1);
         let mut i = 0;
         // Head bytes up to 8-byte alignment, then 8-byte words, then the tail.
-        while i < src.len() && (off + i) % 8 != 0 {
+        while i < src.len() && !(off + i).is_multiple_of(8) {
             // SAFETY: `p + i` is inside the range `ptr` checked.
             unsafe { p.add(i).write_volatile(src[i]) };
             i += 1;
@@ -273,7 +273,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
     fn read_bytes(&self, off: usize, dst: &mut [u8]) {
         let p = self.ptr(off, dst.len(), 1);
         let mut i = 0;
-        while i < dst.len() && (off + i) % 8 != 0 {
+        while i < dst.len() && !(off + i).is_multiple_of(8) {
             // SAFETY: inside the checked range.
             dst[i] = unsafe { p.add(i).read_volatile() };
             i += 1;
@@ -296,7 +296,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let p = self.ptr(off, len, 1);
         let word = u64::from_ne_bytes([byte; 8]);
         let mut i = 0;
-        while i < len && (off + i) % 8 != 0 {
+        while i < len && !(off + i).is_multiple_of(8) {
             // SAFETY: inside the checked range.
             unsafe { p.add(i).write_volatile(byte) };
             i += 1;

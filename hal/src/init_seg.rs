@@ -395,7 +395,7 @@ impl<'a, B: Bar + ?Sized> InitSeg<'a, B> {
     ///
     /// [`InitSegError::UnalignedCmdqAddress`] unless `iova` is 4 KiB aligned.
     pub fn set_cmdq_address(&self, iova: u64) -> Result<(), InitSegError> {
-        if iova % uhca_fwif::consts::ADAPTER_PAGE_SIZE as u64 != 0 {
+        if !iova.is_multiple_of(uhca_fwif::consts::ADAPTER_PAGE_SIZE as u64) {
             return Err(InitSegError::UnalignedCmdqAddress(iova));
         }
         let hi = initial_seg::cmdq_phy_addr_63_32;
@@ -466,11 +466,8 @@ impl HealthMonitor {
         if h.fw_version == u32::MAX {
             return Err(FatalHealth::PciNotResponding);
         }
-        match iseg.nic_interface() {
-            s @ (NicInterface::Disabled | NicInterface::SwReset) => {
-                return Err(FatalHealth::NicInterface(s));
-            }
-            _ => {}
+        if let s @ (NicInterface::Disabled | NicInterface::SwReset) = iseg.nic_interface() {
+            return Err(FatalHealth::NicInterface(s));
         }
         if h.rfr && h.synd.0 != 0 {
             return Err(FatalHealth::RecoveryRequired {

@@ -92,7 +92,7 @@ impl FakeBar {
 
     fn check(off: usize, w: usize) {
         assert!(
-            off % w == 0 && off + w <= FAKE_BAR_LEN,
+            off.is_multiple_of(w) && off + w <= FAKE_BAR_LEN,
             "BAR access out of bounds or misaligned"
         );
     }
@@ -230,11 +230,11 @@ impl Drop for FakeDma {
     fn drop(&mut self) {
         // Free what tests leaked on purpose, so leak checkers stay quiet.
         for a in self.lock().drain(..) {
-            if a.coherent {
-                if let Ok(layout) = std::alloc::Layout::from_size_align(a.len, a.align) {
-                    // SAFETY: allocated with this layout in `alloc_coherent`, not freed yet.
-                    unsafe { std::alloc::dealloc(a.cpu.as_ptr(), layout) };
-                }
+            if a.coherent
+                && let Ok(layout) = std::alloc::Layout::from_size_align(a.len, a.align)
+            {
+                // SAFETY: allocated with this layout in `alloc_coherent`, not freed yet.
+                unsafe { std::alloc::dealloc(a.cpu.as_ptr(), layout) };
             }
         }
     }
@@ -406,28 +406,28 @@ impl PciConfig for FakePlatform {
         }
     }
     fn config_read16(&self, offset: u16) -> Result<u16, ConfigError> {
-        if offset < 255 && offset % 2 == 0 {
+        if offset < 255 && offset.is_multiple_of(2) {
             Ok(0)
         } else {
             Err(ConfigError::OutOfRange)
         }
     }
     fn config_read32(&self, offset: u16) -> Result<u32, ConfigError> {
-        if offset < 253 && offset % 4 == 0 {
+        if offset < 253 && offset.is_multiple_of(4) {
             Ok(0)
         } else {
             Err(ConfigError::OutOfRange)
         }
     }
     fn config_write16(&self, offset: u16, _value: u16) -> Result<(), ConfigError> {
-        if offset < 255 && offset % 2 == 0 {
+        if offset < 255 && offset.is_multiple_of(2) {
             Ok(())
         } else {
             Err(ConfigError::OutOfRange)
         }
     }
     fn config_write32(&self, offset: u16, _value: u32) -> Result<(), ConfigError> {
-        if offset < 253 && offset % 4 == 0 {
+        if offset < 253 && offset.is_multiple_of(4) {
             Ok(())
         } else {
             Err(ConfigError::OutOfRange)

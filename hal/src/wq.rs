@@ -280,7 +280,7 @@ impl<M: DmaMem> QpRings<M> {
     pub fn new(mut mem: M, layout: QpLayout, doorbell: SqDoorbell) -> Result<Self, WqError> {
         let len = mem.len();
         let mut ranges: [(usize, usize); 3] = [(0, 0); 3];
-        if layout.dbr_offset % 8 != 0 {
+        if !layout.dbr_offset.is_multiple_of(8) {
             return Err(WqError::BadLayout("doorbell record not 8-byte aligned"));
         }
         ranges[0] = (layout.dbr_offset, layout.dbr_offset.saturating_add(8));
@@ -722,7 +722,7 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     #[inline(always)]
     pub fn segment(&mut self, bytes: &[u8]) -> Result<&mut Self, WqError> {
         assert!(
-            bytes.len() % SEND_WQE_DS == 0,
+            bytes.len().is_multiple_of(SEND_WQE_DS),
             "segment length must be a multiple of 16"
         );
         let n = (bytes.len() / SEND_WQE_DS) as u32;
@@ -957,7 +957,7 @@ mod tests {
             w.data(0, 1, 0).err(),
             Some(WqError::SqFull { needed: 3, free: 2 })
         );
-        drop(w);
+        let _ = w; // abandoned
         assert_eq!(q.sq_producer(), 4, "an abandoned WQE takes nothing");
         // More than 63 DS is too large whatever the free space.
         let p2 = FakePlatform::new();

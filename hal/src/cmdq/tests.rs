@@ -68,7 +68,7 @@ fn read_chain(
     let mut v = Vec::new();
     let mut n = 0u32;
     while v.len() < len {
-        if ptr == 0 || ptr % MAILBOX_ALIGN as u64 != 0 {
+        if ptr == 0 || !ptr.is_multiple_of(MAILBOX_ALIGN as u64) {
             return Err(DeliveryStatus::InPtrAlignErr);
         }
         let mut b = CmdProtBlock::new_zeroed();
@@ -189,10 +189,10 @@ fn complete(p: &FakePlatform, pd: Pending) {
     if delivery == DeliveryStatus::Ok {
         let n = out.len().min(16);
         e.as_mut_bytes()[OUT_OFF..OUT_OFF + n].copy_from_slice(&out[..n]);
-        if out.len() > 16 {
-            if let Err(d) = write_chain(p, pd.out_ptr, &out[16..], pd.seen.token) {
-                delivery = d;
-            }
+        if out.len() > 16
+            && let Err(d) = write_chain(p, pd.out_ptr, &out[16..], pd.seen.token)
+        {
+            delivery = d;
         }
     }
     p.dma.device_write(pd.entry, &e.as_bytes()[..63]);
