@@ -1,7 +1,9 @@
 //! Datapath benchmark: ns per posted WQE and per polled CQE on memory-backed rings, each
 //! beside a plain copy of the same bytes measured in the same run.
 //!
-//! Run: `cargo bench -p uhca-hal` (about 20 s). Single thread; the SQ and CQ are real
+//! Run: `cargo bench -p uhca-hal` (about 20 s). `UHCA_BENCH_N` sets the WQEs per run,
+//! `UHCA_BENCH_RUNS` the runs, `UHCA_BENCH_CASE` picks cases by a substring of their name
+//! (for instruction counts under callgrind). Single thread; the SQ and CQ are real
 //! `DmaBuf`s (volatile accesses, bounds checks, the real barriers); the UAR doorbell
 //! register is one word of ordinary memory. Median of 5 runs per case.
 
@@ -17,10 +19,21 @@ use uhca_hal::{Bar, DmaBuf, DmaMem};
 use zerocopy::{FromZeros, IntoBytes};
 
 const RUNS: usize = 5;
-const POSTS: u64 = 2_000_000;
 const LOG_SQ: u8 = 10;
 const LOG_CQ: u8 = 12;
-const CQ_LAPS: u64 = 100;
+
+/// WQEs per run (`UHCA_BENCH_N` overrides, e.g. for callgrind).
+fn posts() -> u64 {
+    std::env::var("UHCA_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000)
+}
+
+/// CQ laps per run (a lap is 4096 CQEs).
+fn cq_laps() -> u64 {
+    (posts() / 20_000).max(1)
+}
 
 /// The UAR doorbell as one word of memory.
 struct RegBar(AtomicU64);
@@ -49,7 +62,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// ns per WQE posting `POSTS` WQEs with a doorbell every `batch`.
+/// ns per WQE posting `posts()` WQEs with a doorbell every `batch`.
 fn post(p: &FakePlatform, inline: bool, batch: u64) -> f64 {
     let bar = RegBar(AtomicU64::new(0));
     let l = QpLayout::new(0x99, None, Some(LOG_SQ));
@@ -62,7 +75,7 @@ fn post(p: &FakePlatform, inline: bool, batch: u64) -> f64 {
     let data = [0xa5u8; 64];
     let t = Instant::now();
     let mut last;
-    for i in 0..POSTS {
+    for i in 0..posts() {
         let mut w = qp.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::CQ_UPDATE).unwrap();
         if inline {
             w.inline(black_box(&data)).unwrap();
@@ -79,7 +92,7 @@ fn post(p: &FakePlatform, inline: bool, batch: u64) -> f64 {
             qp.sq_complete(w.wqe_index, w.wqebbs).unwrap();
         }
     }
-    let ns = t.elapsed().as_nanos() as f64 / POSTS as f64;
+    let ns = t.elapsed().as_nanos() as f64 / posts() as f64;
     black_box(bar.read64(0));
     ns
 }
@@ -94,7 +107,7 @@ fn post_copy(wqe: &[u8], batch: u64) -> f64 {
     let reg = AtomicU64::new(0);
     let t = Instant::now();
     let mut pi = 0usize;
-    for i in 0..POSTS {
+    for i in 0..posts() {
         let off = (pi & mask) * 64;
         ring[off..off + wqe.len()].copy_from_slice(black_box(wqe));
         pi += bbs;
@@ -106,7 +119,7 @@ fn post_copy(wqe: &[u8], batch: u64) -> f64 {
             );
         }
     }
-    let ns = t.elapsed().as_nanos() as f64 / POSTS as f64;
+    let ns = t.elapsed().as_nanos() as f64 / posts() as f64;
     black_box((&ring, dbr, reg.load(Ordering::Relaxed)));
     ns
 }
@@ -135,7 +148,7 @@ fn poll(p: &FakePlatform, images: &[Vec<u8>; 2]) -> f64 {
     let mut out = [Completion::decode(&Cqe64::new_zeroed()); 16];
     let mut total = 0u128;
     let mut sum = 0u64;
-    for lap in 0..CQ_LAPS {
+    for lap in 0..cq_laps() {
         // The device fills the whole ring (not timed).
         p.dma.device_write(base, &images[(lap & 1) as usize]);
         let t = Instant::now();
@@ -148,7 +161,7 @@ fn poll(p: &FakePlatform, images: &[Vec<u8>; 2]) -> f64 {
         total += t.elapsed().as_nanos();
     }
     black_box(sum);
-    total as f64 / (CQ_LAPS * n) as f64
+    total as f64 / (cq_laps() * n) as f64
 }
 
 /// ns per CQE for a plain copy of 64 bytes out of a ring.
@@ -156,7 +169,7 @@ fn poll_copy(img: &[u8]) -> f64 {
     let n = 1usize << LOG_CQ;
     let mut total = 0u128;
     let mut sum = 0u64;
-    for _ in 0..CQ_LAPS {
+    for _ in 0..cq_laps() {
         let t = Instant::now();
         for i in 0..n {
             let mut c = [0u8; 64];
@@ -166,13 +179,21 @@ fn poll_copy(img: &[u8]) -> f64 {
         total += t.elapsed().as_nanos();
     }
     black_box(sum);
-    total as f64 / (CQ_LAPS * n as u64) as f64
+    total as f64 / (cq_laps() * n as u64) as f64
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs a quick smoke pass.
     let quick = !std::env::args().any(|a| a == "--bench");
-    let runs = if quick { 1 } else { RUNS };
+    let runs = if quick {
+        1
+    } else {
+        std::env::var("UHCA_BENCH_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(RUNS)
+    };
+    let only = std::env::var("UHCA_BENCH_CASE").unwrap_or_default();
     let p = FakePlatform::new();
 
     // The WQE bytes each case posts, for the plain-copy reference.
@@ -221,6 +242,9 @@ fn main() {
         "case", "uhca ns/op", "plain copy ns/op", "ratio"
     );
     let row = |name: &str, ours: &mut dyn FnMut() -> f64, copy: &mut dyn FnMut() -> f64| {
+        if !name.contains(only.as_str()) {
+            return;
+        }
         let mut a = Vec::new();
         let mut b = Vec::new();
         for _ in 0..runs {

@@ -255,11 +255,13 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
             i += 1;
         }
         while i + 8 <= src.len() {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&src[i..i + 8]);
-            // SAFETY: inside the checked range and 8-aligned (the base is 8-aligned and
-            // `off + i` is a multiple of 8).
-            unsafe { p.add(i).cast::<u64>().write_volatile(u64::from_ne_bytes(w)) };
+            // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
+            // inside the checked range and 8-aligned (the base is 8-aligned and `off + i`
+            // is a multiple of 8).
+            unsafe {
+                let w = src.as_ptr().add(i).cast::<u64>().read_unaligned();
+                p.add(i).cast::<u64>().write_volatile(w);
+            }
             i += 8;
         }
         while i < src.len() {
@@ -279,9 +281,12 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
             i += 1;
         }
         while i + 8 <= dst.len() {
-            // SAFETY: inside the checked range and 8-aligned.
-            let w = unsafe { p.add(i).cast::<u64>().read_volatile() };
-            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            // SAFETY: the source is inside the checked range and 8-aligned; `dst[i..i + 8]`
+            // is in bounds (loop condition).
+            unsafe {
+                let w = p.add(i).cast::<u64>().read_volatile();
+                dst.as_mut_ptr().add(i).cast::<u64>().write_unaligned(w);
+            }
             i += 8;
         }
         while i < dst.len() {

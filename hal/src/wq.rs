@@ -216,7 +216,10 @@ impl SqDoorbell {
 struct SqState {
     off: usize,
     log_cnt: u8,
-    max_wqebbs: u32,
+    /// Largest WQE in 16-byte units: min(63, 4 × max_wqebbs).
+    limit_ds: u32,
+    /// Ring bytes − 1.
+    mask: usize,
     pi: u32,
     ci: u32,
     last_ctrl: u64,
@@ -230,7 +233,7 @@ struct SqState {
 impl SqState {
     #[inline(always)]
     fn ring_mask(&self) -> usize {
-        (SEND_WQE_BB << self.log_cnt) - 1
+        self.mask
     }
     #[inline(always)]
     fn free(&self) -> u32 {
@@ -312,7 +315,8 @@ impl<M: DmaMem> QpRings<M> {
                 Some(SqState {
                     off,
                     log_cnt,
-                    max_wqebbs: (layout.max_sq_wqebbs as u32).min(1 << log_cnt),
+                    limit_ds: ((layout.max_sq_wqebbs as u32).min(1 << log_cnt) * 4).min(MAX_DS),
+                    mask: (SEND_WQE_BB << log_cnt) - 1,
                     pi: 0,
                     ci: 0,
                     last_ctrl: 0,
@@ -391,7 +395,7 @@ impl<M: DmaMem> QpRings<M> {
         if free == 0 {
             return Err(WqError::SqFull { needed: 1, free: 0 });
         }
-        let limit = (sq.max_wqebbs * 4).min(MAX_DS);
+        let limit = sq.limit_ds;
         Ok(WqeBuilder {
             start: sq.pi,
             ds: 1,
@@ -622,8 +626,8 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     pub fn raddr(&mut self, raddr: u64, rkey: u32) -> Result<&mut Self, WqError> {
         let at = self.reserve(1)?;
         let o = self.unit(at);
-        self.mem.write_be64(o, raddr);
-        self.mem.write_be64(o + 8, (rkey as u64) << 32);
+        let unit = [raddr, (rkey as u64) << 32];
+        self.mem.write_be64_run(o, 2, |i| unit[i]);
         Ok(self)
     }
 
@@ -632,8 +636,8 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
     pub fn atomic(&mut self, swap_add: u64, compare: u64) -> Result<&mut Self, WqError> {
         let at = self.reserve(1)?;
         let o = self.unit(at);
-        self.mem.write_be64(o, swap_add);
-        self.mem.write_be64(o + 8, compare);
+        let unit = [swap_add, compare];
+        self.mem.write_be64_run(o, 2, |i| unit[i]);
         Ok(self)
     }
 
@@ -645,8 +649,8 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
         }
         let at = self.reserve(1)?;
         let o = self.unit(at);
-        self.mem.write_be64(o, ((len as u64) << 32) | lkey as u64);
-        self.mem.write_be64(o + 8, addr);
+        let unit = [((len as u64) << 32) | lkey as u64, addr];
+        self.mem.write_be64_run(o, 2, |i| unit[i]);
         Ok(self)
     }
 
@@ -749,8 +753,8 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
         // signature 0, reserved 0, fm_ce_se, imm.
         let w1 = ((self.flags as u64) << 32) | self.imm as u64;
         let o = self.unit(0);
-        self.mem.write_be64(o, w0);
-        self.mem.write_be64(o + 8, w1);
+        let unit = [w0, w1];
+        self.mem.write_be64_run(o, 2, |i| unit[i]);
         let sq = self.sq;
         sq.pi = sq.pi.wrapping_add(bbs);
         sq.last_ctrl = w0;
