@@ -10,7 +10,7 @@
 //! ```text
 //! cargo run --example vfio_edu --features vfio -- 0000:00:02.0 \
 //!     [--not-bound BDF]...        a device bound to another driver or to none
-//!     [--reset-device BDF]        a PCIe device with MSI-X and a VFIO reset (QEMU's e1000e)
+//!     [--reset-device BDF]...     a PCIe device with MSI-X and a reset (QEMU's e1000e, NVMe)
 //!     [--pair BDF,BDF]            two edu functions of one IOMMU group
 //! ```
 //!
@@ -72,12 +72,45 @@ mod edu {
     pub const MAX_DMA: usize = 2048;
 }
 
-/// QEMU's e1000e (82574L): two registers.
-mod e1000e {
-    /// Receive descriptor base address, low half (read-write, resets to 0).
-    pub const RDBAL0: usize = 0x2800;
-    /// Device status (read-only; never all ones on a live device).
-    pub const STATUS: usize = 0x0008;
+/// A PCIe device the rig resets, and what the checks expect of it.
+struct ResetDevice {
+    name: &'static str,
+    /// Extended capabilities it has.
+    ext_caps: &'static [u16],
+    /// Whether it advertises function-level reset.
+    flr: bool,
+    /// Whether the reset VFIO does clears its MSI-X table (in BAR0).
+    reset_clears_msix_table: bool,
+}
+
+/// The devices of the rig, by PCI ID.
+fn known_reset_device(vendor: u16, device: u16) -> Option<ResetDevice> {
+    match (vendor, device) {
+        // QEMU's e1000e (82574L) has no FLR: the kernel resets it through power management
+        // (D3hot and back), which QEMU 7.2 does not act on. Its MSI-X table is in BAR3.
+        (0x8086, 0x10d3) => Some(ResetDevice {
+            name: "e1000e",
+            ext_caps: &[pci::ext_cap_id::AER, pci::ext_cap_id::SERIAL_NUMBER],
+            flr: false,
+            reset_clears_msix_table: false,
+        }),
+        // QEMU's NVMe controller has FLR; its MSI-X table is in BAR0 and the reset clears
+        // it (QEMU leaves the NVMe registers themselves alone).
+        (0x1b36, 0x0010) => Some(ResetDevice {
+            name: "NVMe",
+            ext_caps: &[],
+            flr: true,
+            reset_clears_msix_table: true,
+        }),
+        _ => None,
+    }
+}
+
+/// Where the MSI-X table is in BAR0, if it is there.
+fn msix_table_in_bar0(p: &VfioPlatform) -> Option<usize> {
+    let cap = p.find_capability(pci::cap_id::MSI_X).ok()??;
+    let table = p.config_read32(cap + 4).ok()?;
+    (table & 0x7 == 0).then_some((table & !0x7) as usize)
 }
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -1021,8 +1054,8 @@ fn edu_session(r: &mut Report, bdf: &str) {
     base.check_released(r, bdf);
 }
 
-/// A PCIe device with MSI-X and a reset method (QEMU's e1000e): capability walks, MSI-X
-/// vectors, reset.
+/// A PCIe device with MSI-X and a reset method (QEMU's e1000e or NVMe): capability walks,
+/// MSI-X vectors, reset.
 fn reset_device(r: &mut Report, bdf: &str) {
     println!("--- MSI-X and reset on {bdf}");
     let base = Baseline::now();
@@ -1033,27 +1066,40 @@ fn reset_device(r: &mut Report, bdf: &str) {
         return;
     };
     note(format_args!("{p:?}"));
+    let known = known_reset_device(p.vendor_id(), p.device_id());
+    let name = known.as_ref().map_or("device", |k| k.name);
     r.check_eq(
-        "region info: PCIe configuration space is 4 KiB",
+        format_args!("region info: {name} has a 4 KiB (PCIe) configuration space"),
         p.config_space_len(),
         4096,
     );
     let caps = p.capabilities().unwrap_or_default();
-    let ext = p.extended_capabilities().unwrap_or_default();
     note(format_args!("capabilities {caps:x?}"));
-    note(format_args!("extended capabilities {ext:x?}"));
     r.check(
         [pci::cap_id::PCI_EXPRESS, pci::cap_id::MSI_X]
             .iter()
             .all(|id| caps.iter().any(|c| c.id == *id)),
         "PCI Express and MSI-X capabilities",
     );
-    r.check(!ext.is_empty(), "extended capabilities found");
+    let ext = p.extended_capabilities();
+    note(format_args!("extended capabilities {ext:x?}"));
+    let ext = ext.unwrap_or_default();
+    let flr = pci::supports_flr(&p).ok();
     note(format_args!(
-        "FLR: {:?}; VFIO reset: {}",
-        pci::supports_flr(&p),
+        "FLR: {flr:?}; VFIO reset: {}",
         p.supports_reset()
     ));
+    if let Some(k) = &known {
+        r.check(
+            k.ext_caps.iter().all(|id| ext.iter().any(|c| c.id == *id)),
+            format_args!("extended capabilities of the {name}: {:x?}", k.ext_caps),
+        );
+        r.check_eq(
+            format_args!("FLR advertised by the {name}"),
+            flr,
+            Some(k.flr),
+        );
+    }
 
     let n = p.interrupt_count(IrqKind::MsiX);
     note(format_args!("MSI-X vectors: {n}"));
@@ -1083,18 +1129,33 @@ fn reset_device(r: &mut Report, bdf: &str) {
     r.check(p.disable_interrupts().is_ok(), "interrupts disabled");
 
     r.check(p.supports_reset(), "the device offers a reset");
-    p.write32(e1000e::RDBAL0, 0x1234_5000);
+    // A mark in the message data of the last (unused) MSI-X table entry, to see the reset.
+    let mark = msix_table_in_bar0(&p)
+        .filter(|_| n > 3)
+        .map(|table| table + (n as usize - 1) * 16 + 8);
+    if let Some(at) = mark {
+        p.write32(at, 0x5a5a_1234);
+        r.check_eq(
+            format_args!("MSI-X table entry {} written through BAR0", n - 1),
+            p.read32(at),
+            0x5a5a_1234,
+        );
+    }
     let reset = p.reset();
     note(format_args!("reset: {reset:?}"));
     r.check(reset.is_ok(), "VFIO_DEVICE_RESET");
-    // QEMU 7.2's e1000e has no FLR, so the kernel resets it through power management
-    // (D3hot and back), which QEMU does not act on: its registers may survive.
-    note(format_args!(
-        "RDBAL0 after the reset: {:#x} (0x12345000 before)",
-        p.read32(e1000e::RDBAL0)
-    ));
+    match (mark, &known) {
+        (Some(at), Some(k)) if k.reset_clears_msix_table => {
+            r.check_eq("the reset cleared the MSI-X table", p.read32(at), 0);
+        }
+        (Some(at), _) => note(format_args!(
+            "MSI-X table mark after the reset: {:#x}",
+            p.read32(at)
+        )),
+        (None, _) => note("MSI-X table not in BAR0: the reset's effect is not checked"),
+    }
     r.check(
-        p.read32(e1000e::STATUS) != u32::MAX,
+        p.read32(0) != u32::MAX,
         "the device answers after the reset",
     );
     r.check_eq(
@@ -1189,7 +1250,7 @@ fn group_pair(r: &mut Report, x: &str, y: &str) {
     base.check_released(r, y);
 }
 
-const USAGE: &str = "usage: vfio_edu EDU_BDF [--not-bound BDF]... [--reset-device BDF] \
+const USAGE: &str = "usage: vfio_edu EDU_BDF [--not-bound BDF]... [--reset-device BDF]... \
                      [--pair BDF,BDF]";
 
 fn main() -> ExitCode {
@@ -1201,13 +1262,13 @@ fn main() -> ExitCode {
     }
     let mut edu_bdf = None;
     let mut not_bound = Vec::new();
-    let mut reset_bdf = None;
+    let mut reset_bdfs = Vec::new();
     let mut pair = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match (a.as_str(), it.clone().next()) {
             ("--not-bound", Some(v)) => not_bound.push(v.clone()),
-            ("--reset-device", Some(v)) => reset_bdf = Some(v.clone()),
+            ("--reset-device", Some(v)) => reset_bdfs.push(v.clone()),
             ("--pair", Some(v)) => match v.split_once(',') {
                 Some((x, y)) => pair = Some((x.to_string(), y.to_string())),
                 None => {
@@ -1235,7 +1296,7 @@ fn main() -> ExitCode {
     let mut r = Report::default();
     open_errors(&mut r, &bdf, &not_bound);
     edu_session(&mut r, &bdf);
-    if let Some(dev) = &reset_bdf {
+    for dev in &reset_bdfs {
         reset_device(&mut r, dev);
     }
     if let Some((x, y)) = &pair {

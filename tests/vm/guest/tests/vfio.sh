@@ -14,12 +14,13 @@ for b in $(pci_find 0x1234 0x11e8); do
     *) pair="$pair${pair:+,}$b" ;;          # behind the PCIe-to-PCI bridge: one group
   esac
 done
-nic=$(pci_find 0x8086 0x10d3 | head -1)
+# PCIe devices with MSI-X and a reset: QEMU's e1000e and NVMe controller.
+resettable="$(pci_find 0x8086 0x10d3 | head -1) $(pci_find 0x1b36 0x0010 | head -1)"
 [ -n "$edu" ] || { echo "no edu device on bus 0"; exit 3; }
-echo "edu $edu; edu pair ${pair:-none}; e1000e ${nic:-none}"
+echo "edu $edu; edu pair ${pair:-none}; to reset:" $resettable
 
 fail=0
-for b in $edu $(echo "$pair" | tr ',' ' ') $nic; do bind_vfio "$b" || fail=1; done
+for b in $edu $(echo "$pair" | tr ',' ' ') $resettable; do bind_vfio "$b" || fail=1; done
 [ $fail -eq 0 ] || exit 4
 
 # Devices the program must refuse because they are not bound to vfio-pci: one bound to
@@ -36,7 +37,7 @@ done
 [ -n "$other" ] && [ -n "$unbound" ] || { echo "no device bound elsewhere or unbound"; exit 5; }
 
 args="$edu --not-bound $other --not-bound $unbound"
-[ -n "$nic" ] && args="$args --reset-device $nic"
+for b in $resettable; do args="$args --reset-device $b"; done
 [ -n "$pair" ] && args="$args --pair $pair"
 t1=$(up)
 echo "+ vfio_edu $args"
