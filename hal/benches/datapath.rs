@@ -1,7 +1,7 @@
 //! Datapath benchmark: ns per posted WQE and per polled CQE on memory-backed rings, each
 //! beside a plain copy of the same bytes measured in the same run.
 //!
-//! Run: `cargo bench -p uhca-hal` (about 20 s). `UHCA_BENCH_N` sets the WQEs per run,
+//! Run: `cargo bench -p uhca-hal` (about 10 s). `UHCA_BENCH_N` sets the WQEs per run,
 //! `UHCA_BENCH_RUNS` the runs, `UHCA_BENCH_CASE` picks cases by a substring of their name
 //! (for instruction counts under callgrind). Single thread; the SQ and CQ are real
 //! `DmaBuf`s (volatile accesses, bounds checks, the real barriers); the UAR doorbell
@@ -27,12 +27,12 @@ fn posts() -> u64 {
     std::env::var("UHCA_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000_000)
+        .unwrap_or(10_000_000)
 }
 
 /// CQ laps per run (a lap is 4096 CQEs).
 fn cq_laps() -> u64 {
-    (posts() / 20_000).max(1)
+    (posts() / 40_000).max(1)
 }
 
 /// The UAR doorbell as one word of memory.
@@ -63,6 +63,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// ns per WQE posting `posts()` WQEs with a doorbell every `batch`.
+#[inline(never)]
 fn post(p: &FakePlatform, inline: bool, batch: u64) -> f64 {
     let bar = RegBar(AtomicU64::new(0));
     let l = QpLayout::new(0x99, None, Some(LOG_SQ));
@@ -99,6 +100,7 @@ fn post(p: &FakePlatform, inline: bool, batch: u64) -> f64 {
 
 /// ns per WQE for a plain copy of the same WQE bytes into a ring, plus the 4-byte
 /// doorbell record and the 8-byte doorbell store every `batch`.
+#[inline(never)]
 fn post_copy(wqe: &[u8], batch: u64) -> f64 {
     let mut ring = vec![0u8; 64 << LOG_SQ];
     let bbs = wqe.len().div_ceil(64);
@@ -140,6 +142,7 @@ fn lap_image(lap: u64) -> Vec<u8> {
 }
 
 /// ns per CQE polling in batches of 16, consumer index published per batch.
+#[inline(never)]
 fn poll(p: &FakePlatform, images: &[Vec<u8>; 2]) -> f64 {
     let l = CqLayout::new(3, LOG_CQ);
     let mut cq = CqRing::new(DmaBuf::alloc(p, l.buffer_len(), 4096).unwrap(), l).unwrap();
@@ -165,6 +168,7 @@ fn poll(p: &FakePlatform, images: &[Vec<u8>; 2]) -> f64 {
 }
 
 /// ns per CQE for a plain copy of 64 bytes out of a ring.
+#[inline(never)]
 fn poll_copy(img: &[u8]) -> f64 {
     let n = 1usize << LOG_CQ;
     let mut total = 0u128;

@@ -329,7 +329,21 @@ impl<M: DmaMem> CqRing<M> {
     /// published: call [`CqRing::update_consumer_index`] after a batch.
     #[inline(always)]
     pub fn poll_one(&mut self) -> Option<Completion> {
-        self.poll_raw().map(|c| Completion::decode(&c))
+        let off = self.cqe_at(self.ci);
+        if !self.sw_owned(self.mem.read_u8(off + OP_OWN_OFF)) {
+            return None;
+        }
+        // The owner bit said the CQE is ours: read the rest only after it.
+        barriers::cqe_owner_before_cqe_read();
+        // Read into aligned words and decode in place (no copy of the CQE).
+        let mut raw = [0u64; CQE64 / 8];
+        self.mem.read_bytes(off, raw.as_mut_bytes());
+        self.ci = self.ci.wrapping_add(1);
+        let cqe = match Cqe64::ref_from_bytes(raw.as_bytes()) {
+            Ok(c) => c,
+            Err(_) => unreachable!("64 bytes are a Cqe64"),
+        };
+        Some(Completion::decode(cqe))
     }
 
     /// Fills `out` with completions and publishes the consumer index if any was taken.

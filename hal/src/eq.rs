@@ -82,6 +82,13 @@ impl<M: DmaMem> EqRing<M> {
         self.eqn
     }
 
+    /// Sets the EQ number once the firmware has assigned it (CREATE_EQ's output). The ring
+    /// must exist, with its owner bits initialised, before CREATE_EQ hands the memory to the
+    /// device, which is before the number is known.
+    pub fn set_eqn(&mut self, eqn: u8) {
+        self.eqn = eqn;
+    }
+
     /// The consumer index (wrapping; the device sees its low 24 bits).
     pub fn consumer_index(&self) -> u32 {
         self.ci
