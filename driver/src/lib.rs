@@ -5,7 +5,6 @@
 //! [`uhca_hal::platform`]. The core is `no_std`; the `std` feature adds a health-monitor
 //! thread and `std::error::Error`, the `vfio` feature the VFIO platform.
 //!
-//! Bring-up is not implemented yet.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(
     unsafe_op_in_unsafe_fn,
@@ -18,3 +17,9 @@ pub mod vfio;
 
 pub mod addr;
 pub mod caps;
+pub mod error;
+pub mod hca;
+pub mod pages;
+
+pub use error::{Error, Result};
+pub use hca::{AsyncEvent, Hca, HcaConfig, TeardownMode};

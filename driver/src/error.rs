@@ -1,0 +1,115 @@
+//! The driver's error type.
+
+use uhca_hal::cmdq::{CmdError, CmdInitError};
+use uhca_hal::init_seg::{FatalHealth, InitSegError};
+use uhca_hal::{ConfigError, DmaError};
+
+/// Everything that can go wrong in the driver. Each variant keeps its context: the command
+/// and its status and syndrome, the health state, the platform's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A firmware command failed (status, delivery or timeout); it names the opcode.
+    Command(CmdError),
+    /// The command queue could not be set up.
+    CommandQueue(CmdInitError),
+    /// The initialization segment refused: firmware never ready, unsupported revision.
+    InitSeg(InitSegError),
+    /// The device is dead; every call fails with this until the device is torn down.
+    Fatal(FatalHealth),
+    /// DMA memory or a mapping could not be had.
+    Dma(DmaError),
+    /// A PCI configuration-space access failed.
+    Config(ConfigError),
+    /// The PCI function is not a ConnectX (mlx5) device.
+    NotAConnectX {
+        /// The vendor id read from configuration space.
+        vendor: u16,
+        /// The device id.
+        device: u16,
+    },
+    /// The device lacks something the driver needs (named).
+    Unsupported(&'static str),
+    /// A caller's argument is invalid (named).
+    InvalidArgument(&'static str),
+    /// The firmware asked for more pages than the driver's page pool can hold.
+    OutOfPages,
+    /// The device broke the PRM's contract (named); the driver refused to believe it.
+    DeviceMisbehaved(&'static str),
+    /// The HCA was already torn down.
+    TornDown,
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Command(e) => e.fmt(f),
+            Error::CommandQueue(e) => write!(f, "command queue: {e}"),
+            Error::InitSeg(e) => e.fmt(f),
+            Error::Fatal(e) => write!(f, "device is in a fatal state: {e}"),
+            Error::Dma(e) => write!(f, "DMA: {e}"),
+            Error::Config(e) => e.fmt(f),
+            Error::NotAConnectX { vendor, device } => write!(
+                f,
+                "PCI function {vendor:04x}:{device:04x} is not a ConnectX (vendor 15b3)"
+            ),
+            Error::Unsupported(what) => write!(f, "not supported by this device: {what}"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::OutOfPages => f.write_str("firmware page pool exhausted"),
+            Error::DeviceMisbehaved(what) => write!(f, "device misbehaved: {what}"),
+            Error::TornDown => f.write_str("the HCA was torn down"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Error {}
+
+impl From<CmdError> for Error {
+    fn from(e: CmdError) -> Self {
+        Error::Command(e)
+    }
+}
+
+impl From<CmdInitError> for Error {
+    fn from(e: CmdInitError) -> Self {
+        Error::CommandQueue(e)
+    }
+}
+
+impl From<InitSegError> for Error {
+    fn from(e: InitSegError) -> Self {
+        Error::InitSeg(e)
+    }
+}
+
+impl From<DmaError> for Error {
+    fn from(e: DmaError) -> Self {
+        Error::Dma(e)
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::Config(e)
+    }
+}
+
+impl From<FatalHealth> for Error {
+    fn from(e: FatalHealth) -> Self {
+        Error::Fatal(e)
+    }
+}
+
+impl Error {
+    /// The command status, if this is a command that the firmware executed and failed.
+    pub fn command_status(&self) -> Option<uhca_fwif::consts::CmdStatus> {
+        match self {
+            Error::Command(CmdError::Status { status, .. }) => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The driver's result type.
+pub type Result<T> = core::result::Result<T, Error>;

@@ -1,0 +1,903 @@
+//! One HCA: bring-up, command execution while serving events, health, teardown.
+//!
+//! [`Hca::open`] brings a device up in the order rdma-core's VFIO provider uses (Linux's
+//! `mlx5_core` is the same apart from where the EQ comes): enable the PCI function, wait
+//! for the firmware, set up the command queue, ENABLE_HCA, QUERY_ISSI/SET_ISSI, boot pages,
+//! the host-endianness register, QUERY_HCA_CAP/SET_HCA_CAP (general and RoCE), init pages,
+//! INIT_HCA, RoCE enable on Ethernet ports, ALLOC_UAR, and an EQ for command completions,
+//! page requests, port changes, CQ and QP errors and internal errors. From then on every
+//! command completes through that EQ, and page requests are answered while commands wait.
+//!
+//! [`Hca::close`] (or dropping the [`Hca`]) tears down in the opposite order: DESTROY_EQ,
+//! DEALLOC_UAR, TEARDOWN_HCA (fast when the device supports it), page reclaim,
+//! DISABLE_HCA, bus mastering off, and only then is DMA memory freed.
+
+use heapless::Deque;
+use uhca_fwif::cmd::{
+    ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocUarIn,
+    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ManagePagesIn, ManagePagesOut,
+    ModifyNicVportContextIn, QueryHcaCapIn, QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS,
+    SetHcaCapIn, SetIssiIn, TeardownHcaIn, query_hca_cap_op_mod, set_hca_cap_op_mod,
+};
+use uhca_fwif::consts::{
+    ADAPTER_PAGE_SIZE, CmdStatus, EventType, HcaCapMode, HcaCapType, ManagePagesOpMod,
+    PortChangeSubtype, QueryPagesOpMod,
+};
+use uhca_fwif::ctx::{CmdHcaCap, RegisterHostEndianness, RoceCap};
+use uhca_fwif::eqe::{Eqe, EqeCmd, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
+use uhca_fwif::zerocopy::IntoBytes;
+use uhca_hal::Platform;
+use uhca_hal::cmdq::{CmdError, CmdQueue, CmdQueueConfig, CompletionMode, WaitContext};
+use uhca_hal::dma::{DmaBuf, DmaMem};
+use uhca_hal::eq::EqRing;
+use uhca_hal::init_seg::{
+    FW_INIT_TIMEOUT_NS, FW_PRE_INIT_TIMEOUT_NS, FatalHealth, HealthMonitor, HealthStatus, InitSeg,
+    NicInterface,
+};
+
+use crate::caps::{DeviceCaps, LinkLayer, RoceCaps, general_caps_to_set, roce_caps_to_set};
+use crate::error::{Error, Result};
+use crate::pages::{PageError, PagePool};
+
+/// PCI vendor id of Mellanox/NVIDIA networking.
+pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
+/// PCI configuration-space offset of the command register.
+const PCI_COMMAND: u16 = 0x04;
+/// Command register: memory space enable.
+const PCI_COMMAND_MEMORY: u16 = 1 << 1;
+/// Command register: bus master enable.
+const PCI_COMMAND_MASTER: u16 = 1 << 2;
+
+/// Most page addresses in one MANAGE_PAGES (4 KiB of `pas`, as Linux and mlx5st batch).
+const PAGES_PER_COMMAND: usize = 512;
+/// TEARDOWN_HCA profiles.
+const TEARDOWN_GRACEFUL: u16 = 0;
+const TEARDOWN_PREPARE_FAST: u16 = 2;
+/// How long a fast teardown may take to disable the NIC interface (Linux: 3 s).
+const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
+/// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
+pub const MAX_PENDING_EVENTS: usize = 64;
+
+/// The event types the driver's EQ subscribes to.
+const EQ_EVENTS: [EventType; 13] = [
+    EventType::Cmd,
+    EventType::PageRequest,
+    EventType::PortChange,
+    EventType::CqError,
+    EventType::WqCatasError,
+    EventType::WqInvalReqError,
+    EventType::WqAccessError,
+    EventType::PathMigFailed,
+    EventType::SrqCatasError,
+    EventType::SrqLastWqe,
+    EventType::SrqRqLimit,
+    EventType::CommEst,
+    EventType::InternalError,
+];
+
+/// How to tear the HCA down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TeardownMode {
+    /// Fast teardown when the device supports it, graceful otherwise (the default).
+    #[default]
+    Auto,
+    /// Always graceful: the firmware returns its pages one by one.
+    Graceful,
+}
+
+/// Settings for bring-up and command execution. The defaults are Linux's timeouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HcaConfig {
+    /// How long to wait for the firmware before the command queue exists (120 s).
+    pub fw_pre_init_timeout_ns: u64,
+    /// How long to wait for the firmware after the command queue address is set (2 s).
+    pub fw_init_timeout_ns: u64,
+    /// How long one command may take (60 s).
+    pub cmd_timeout_ns: u64,
+    /// Delay between checks while waiting, microseconds.
+    pub poll_us: u32,
+    /// log2 of the number of EQEs in the driver's event queue.
+    pub log_eq_size: u8,
+    /// How to tear down.
+    pub teardown: TeardownMode,
+}
+
+impl Default for HcaConfig {
+    fn default() -> Self {
+        HcaConfig {
+            fw_pre_init_timeout_ns: FW_PRE_INIT_TIMEOUT_NS,
+            fw_init_timeout_ns: FW_INIT_TIMEOUT_NS,
+            cmd_timeout_ns: uhca_hal::cmdq::CMD_TIMEOUT_NS,
+            poll_us: 10,
+            log_eq_size: 7,
+            teardown: TeardownMode::Auto,
+        }
+    }
+}
+
+/// An asynchronous event the device reported, for the user to read with
+/// [`Hca::next_event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A port changed state.
+    PortChange {
+        /// The port (from 1).
+        port: u8,
+        /// What changed.
+        subtype: PortChangeSubtype,
+    },
+    /// A CQ overran or suffered an access error.
+    CqError {
+        /// The CQ.
+        cqn: u32,
+        /// The syndrome (1: overrun, 2: access violation).
+        syndrome: u8,
+    },
+    /// A QP or SRQ event (communication established, last WQE reached, catastrophic,
+    /// invalid request or access error, SRQ limit).
+    QpSrq {
+        /// The event.
+        event: EventType,
+        /// The QP or SRQ number.
+        number: u32,
+        /// Whether `number` is an SRQ.
+        srq: bool,
+    },
+    /// The device reported an internal error; it is fatal.
+    InternalError,
+}
+
+/// Bring-up facts worth showing a user (`devinfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BringUpInfo {
+    /// Firmware version (major, minor, subminor).
+    pub fw_version: (u16, u16, u16),
+    /// The interface step in use (ISSI).
+    pub issi: u16,
+    /// Boot pages given.
+    pub boot_pages: u32,
+    /// Init pages given.
+    pub init_pages: u32,
+    /// Command-queue slots.
+    pub cmdq_slots: usize,
+}
+
+struct EventQueue<P: Platform + Clone> {
+    ring: EqRing<DmaBuf<P>>,
+    /// Byte offset of the UAR page whose EQ doorbells this queue uses.
+    uar_offset: usize,
+}
+
+/// Where asynchronous events wait for the user.
+#[derive(Debug, Default)]
+struct EventLog {
+    pending: Deque<AsyncEvent, MAX_PENDING_EVENTS>,
+    dropped: u64,
+}
+
+impl EventLog {
+    fn push(&mut self, ev: AsyncEvent) {
+        if self.pending.is_full() {
+            self.pending.pop_front();
+            self.dropped += 1;
+        }
+        // Room was made above.
+        let _ = self.pending.push_back(ev);
+    }
+}
+
+/// Sends one MANAGE_PAGES (through the page slot, from wherever the driver is).
+type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) -> core::result::Result<ManagePagesOut, CmdError>
+    + 'a;
+
+/// One HCA, brought up and ready for verbs objects.
+pub struct Hca<P: Platform + Clone> {
+    p: P,
+    cfg: HcaConfig,
+    // Field order matters for drop: the command queue and the EQ memory are freed before
+    // the page pool, and all after `close` has disabled the device.
+    cmdq: Option<CmdQueue<P>>,
+    eq: Option<EventQueue<P>>,
+    pages: PagePool<P>,
+    events: EventLog,
+    health: HealthMonitor,
+    fatal: Option<FatalHealth>,
+    caps: DeviceCaps,
+    hca_cap: CmdHcaCap,
+    roce_cap: Option<RoceCap>,
+    uar: Option<u32>,
+    info: BringUpInfo,
+    hca_enabled: bool,
+    hca_initialized: bool,
+}
+
+impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Hca")
+            .field("info", &self.info)
+            .field("uar", &self.uar)
+            .field("pages", &self.pages)
+            .field("fatal", &self.fatal)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves the EQ: reports command completions to the command queue, answers page requests
+/// through `manage_pages`, and queues everything else for the user.
+fn drain_eq<P: Platform + Clone>(
+    p: &P,
+    eq: &mut EventQueue<P>,
+    pages: &mut PagePool<P>,
+    log: &mut EventLog,
+    report: &mut dyn FnMut(u32),
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> Result<()> {
+    let mut seen = false;
+    let mut result = Ok(());
+    while let Some(eqe) = eq.ring.poll_one() {
+        seen = true;
+        if let Err(e) = handle_eqe(&eqe, pages, log, report, manage_pages) {
+            result = Err(e);
+        }
+    }
+    if seen {
+        eq.ring.arm(p, eq.uar_offset);
+    }
+    result
+}
+
+fn handle_eqe<P: Platform + Clone>(
+    eqe: &Eqe,
+    pages: &mut PagePool<P>,
+    log: &mut EventLog,
+    report: &mut dyn FnMut(u32),
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> Result<()> {
+    match eqe.event_type() {
+        EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
+        EventType::PageRequest => {
+            let req = eqe.data_as::<EqePageReq>();
+            let n = req.num_pages_signed();
+            if n > 0 {
+                give_pages(pages, n as u32, manage_pages)?;
+            } else if n < 0 {
+                take_pages(pages, n.unsigned_abs(), manage_pages)?;
+            }
+        }
+        EventType::PortChange => {
+            let port = eqe.data_as::<EqePortState>().port_num();
+            let subtype = PortChangeSubtype::from_raw(eqe.sub_type);
+            log.push(AsyncEvent::PortChange { port, subtype });
+        }
+        EventType::CqError => {
+            let e = eqe.data_as::<EqeCqErr>();
+            let ev = AsyncEvent::CqError {
+                cqn: e.cqn.get() & 0x00ff_ffff,
+                syndrome: e.syndrome,
+            };
+            log.push(ev);
+        }
+        EventType::InternalError => log.push(AsyncEvent::InternalError),
+        event => {
+            let e = eqe.data_as::<EqeQpSrq>();
+            let ev = AsyncEvent::QpSrq {
+                event,
+                number: e.qp_srq_n.get() & 0x00ff_ffff,
+                srq: e.r#type == 1,
+            };
+            log.push(ev);
+        }
+    }
+    Ok(())
+}
+
+/// Gives `n` pages to the firmware in batches; if the pool runs dry, tells the firmware
+/// (MANAGE_PAGES "can't give", as Linux does) and reports the error.
+fn give_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    mut n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> Result<()> {
+    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
+    while n > 0 {
+        let batch = (n as usize).min(PAGES_PER_COMMAND);
+        let mut got = 0;
+        let mut failure = None;
+        while got < batch {
+            match pages.give_one() {
+                Ok(iova) => {
+                    pas[got * 8..got * 8 + 8].copy_from_slice(&iova.to_be_bytes());
+                    got += 1;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if got > 0 {
+            let mut input = ManagePagesIn::new_cmd();
+            input
+                .set_op_mod(ManagePagesOpMod::Give.raw())
+                .set_input_num_entries(got as u32);
+            if let Err(e) = manage_pages(&input, &pas[..got * 8], &mut []) {
+                // The firmware did not take them: they are ours again.
+                for chunk in pas[..got * 8].chunks_exact(8) {
+                    let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
+                    let _ = pages.take_back(iova);
+                }
+                return Err(e.into());
+            }
+        }
+        if let Some(e) = failure {
+            let mut input = ManagePagesIn::new_cmd();
+            input.set_op_mod(ManagePagesOpMod::CantGive.raw());
+            manage_pages(&input, &[], &mut [])?;
+            return Err(match e {
+                PageError::Dma(d) => Error::Dma(d),
+                _ => Error::OutOfPages,
+            });
+        }
+        n -= got as u32;
+    }
+    Ok(())
+}
+
+/// Takes up to `n` pages back from the firmware; returns how many it gave.
+fn take_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    mut n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> Result<u32> {
+    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
+    let mut total = 0;
+    while n > 0 {
+        let batch = (n as usize).min(PAGES_PER_COMMAND);
+        let mut input = ManagePagesIn::new_cmd();
+        input
+            .set_op_mod(ManagePagesOpMod::Take.raw())
+            .set_input_num_entries(batch as u32);
+        let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
+        let returned = out.output_num_entries() as usize;
+        if returned > batch {
+            return Err(Error::DeviceMisbehaved(
+                "MANAGE_PAGES returned more pages than asked",
+            ));
+        }
+        for chunk in pas[..returned * 8].chunks_exact(8) {
+            let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
+            pages.take_back(iova).map_err(|_| {
+                Error::DeviceMisbehaved("firmware returned a page it was not given")
+            })?;
+        }
+        total += returned as u32;
+        if returned == 0 {
+            break;
+        }
+        n -= returned as u32;
+    }
+    Ok(total)
+}
+
+impl<P: Platform + Clone> Hca<P> {
+    /// Brings the device behind `p` up with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// Any [`Error`]; on error, whatever was set up is torn down again.
+    pub fn open(p: P) -> Result<Self> {
+        Self::open_with(p, HcaConfig::default())
+    }
+
+    /// Brings the device behind `p` up.
+    ///
+    /// # Errors
+    ///
+    /// Any [`Error`]; on error, whatever was set up is torn down again (the returned error
+    /// is the first one).
+    pub fn open_with(p: P, cfg: HcaConfig) -> Result<Self> {
+        let vendor = p.config_read16(0x00)?;
+        let device = p.config_read16(0x02)?;
+        if vendor != MELLANOX_VENDOR_ID {
+            return Err(Error::NotAConnectX { vendor, device });
+        }
+        let cmd = p.config_read16(PCI_COMMAND)?;
+        p.config_write16(PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER)?;
+
+        let iseg = InitSeg::new(&p);
+        iseg.wait_ready(&p, cfg.fw_pre_init_timeout_ns, cfg.poll_us.max(1))?;
+        let cmdq = CmdQueue::new(
+            p.clone(),
+            CmdQueueConfig {
+                timeout_ns: cfg.cmd_timeout_ns,
+                poll_us: cfg.poll_us,
+                completion: CompletionMode::Polling,
+            },
+        )?;
+        let mut hca = Hca {
+            pages: PagePool::new(p.clone()),
+            cmdq: Some(cmdq),
+            eq: None,
+            events: EventLog::default(),
+            health: HealthMonitor::new(),
+            fatal: None,
+            caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
+            hca_cap: CmdHcaCap::default(),
+            roce_cap: None,
+            uar: None,
+            info: BringUpInfo {
+                fw_version: iseg.fw_rev(),
+                issi: 0,
+                boot_pages: 0,
+                init_pages: 0,
+                cmdq_slots: 0,
+            },
+            hca_enabled: false,
+            hca_initialized: false,
+            p,
+            cfg,
+        };
+        hca.info.cmdq_slots = hca.cmdq.as_ref().map_or(0, |q| q.slots());
+        match hca.bring_up() {
+            Ok(()) => Ok(hca),
+            Err(e) => {
+                let _ = hca.teardown();
+                Err(e)
+            }
+        }
+    }
+
+    fn bring_up(&mut self) -> Result<()> {
+        InitSeg::new(&self.p).wait_ready(
+            &self.p,
+            self.cfg.fw_init_timeout_ns,
+            self.cfg.poll_us.max(1),
+        )?;
+        self.exec(&EnableHcaIn::new_cmd(), &[], &mut [])?;
+        self.hca_enabled = true;
+
+        // ISSI 1 is what every current driver speaks; firmware that does not know
+        // QUERY_ISSI (BAD_OP) only speaks ISSI 0, which this driver does not support.
+        let issi = match self.exec(&QueryIssiIn::new_cmd(), &[], &mut []) {
+            Ok(out) => out,
+            Err(e) if e.command_status() == Some(CmdStatus::BadOpErr) => {
+                return Err(Error::Unsupported(
+                    "ISSI 1 (firmware does not know QUERY_ISSI)",
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        if issi.supported_issi_dw0() & (1 << 1) == 0 {
+            return Err(Error::Unsupported("ISSI 1"));
+        }
+        let mut set_issi = SetIssiIn::new_cmd();
+        set_issi.set_current_issi(1);
+        self.exec(&set_issi, &[], &mut [])?;
+        self.info.issi = 1;
+
+        self.info.boot_pages = self.give_startup_pages(QueryPagesOpMod::BootPages)?;
+
+        // The host-endianness register: 0 for a little-endian host, 1 (bit 7) for big.
+        let mut reg = AccessRegisterIn::new_cmd();
+        reg.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
+            .set_register_id(REG_HOST_ENDIANNESS);
+        let mut he = RegisterHostEndianness::default();
+        he.set_he(cfg!(target_endian = "big"));
+        let mut he_out = [0u8; 16];
+        self.exec(&reg, he.as_bytes(), &mut he_out)?;
+
+        let cur = self.query_general_caps(HcaCapMode::GetCur)?;
+        let max = self.query_general_caps(HcaCapMode::GetMax)?;
+        let mut set = SetHcaCapIn::new_cmd();
+        set.set_op_mod(set_hca_cap_op_mod(HcaCapType::General));
+        *set.cmd_hca_cap_mut() = general_caps_to_set(&cur, &max);
+        self.exec(&set, &[], &mut [])?;
+        self.hca_cap = self.query_general_caps(HcaCapMode::GetCur)?;
+        self.caps = DeviceCaps::from_hca_cap(&self.hca_cap);
+        if self.hca_cap.roce() {
+            let cur = self.query_roce_caps(HcaCapMode::GetCur)?;
+            let max = self.query_roce_caps(HcaCapMode::GetMax)?;
+            if let Some(roce) = roce_caps_to_set(&cur, &max) {
+                let mut set = SetHcaCapIn::new_cmd();
+                set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
+                set.capability_mut()[..RoceCap::default().as_bytes().len()]
+                    .copy_from_slice(roce.as_bytes());
+                self.exec(&set, &[], &mut [])?;
+            }
+            self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
+        }
+
+        self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
+        self.exec(&InitHcaIn::new_cmd(), &[], &mut [])?;
+        self.hca_initialized = true;
+
+        if self.caps.link_layer == LinkLayer::Ethernet && self.hca_cap.roce() {
+            let mut m = ModifyNicVportContextIn::new_cmd();
+            m.field_select_mut().set_roce_en(true);
+            m.nic_vport_context_mut().set_roce_en(true);
+            self.exec(&m, &[], &mut [])?;
+        }
+
+        let uar = self.exec(&AllocUarIn::new_cmd(), &[], &mut [])?.uar();
+        self.uar = Some(uar);
+        self.create_eq(uar)?;
+        if let Some(q) = self.cmdq.as_mut() {
+            q.set_completion_mode(CompletionMode::Events);
+        }
+        Ok(())
+    }
+
+    fn query_general_caps(&mut self, mode: HcaCapMode) -> Result<CmdHcaCap> {
+        let mut q = QueryHcaCapIn::new_cmd();
+        q.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, mode));
+        Ok(*self.exec(&q, &[], &mut [])?.cmd_hca_cap())
+    }
+
+    fn query_roce_caps(&mut self, mode: HcaCapMode) -> Result<RoceCap> {
+        let mut q = QueryHcaCapIn::new_cmd();
+        q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Roce, mode));
+        Ok(*self.exec(&q, &[], &mut [])?.roce_cap())
+    }
+
+    /// QUERY_PAGES for boot or init pages, then MANAGE_PAGES to give them.
+    fn give_startup_pages(&mut self, which: QueryPagesOpMod) -> Result<u32> {
+        let mut q = QueryPagesIn::new_cmd();
+        q.set_op_mod(which.raw());
+        let n = self.exec(&q, &[], &mut [])?.num_pages() as i32;
+        if n < 0 {
+            return Err(Error::DeviceMisbehaved(
+                "QUERY_PAGES asked to return startup pages",
+            ));
+        }
+        let Hca { cmdq, pages, .. } = self;
+        let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
+        give_pages(pages, n as u32, &mut |i, pas, out| {
+            cmdq.manage_pages(i, pas, out)
+        })?;
+        Ok(n as u32)
+    }
+
+    fn create_eq(&mut self, uar: u32) -> Result<()> {
+        let log = self.cfg.log_eq_size;
+        let bytes = (64usize << log).next_multiple_of(ADAPTER_PAGE_SIZE);
+        let buf = DmaBuf::alloc(self.p.clone(), bytes, ADAPTER_PAGE_SIZE)?;
+        let iova = buf.iova();
+        // EQ number 0 until the firmware names it; the ring only uses it for doorbells.
+        let ring = EqRing::new(buf, 0, log).map_err(|_| Error::InvalidArgument("log_eq_size"))?;
+        let mut c = CreateEqIn::new_cmd();
+        c.eq_context_entry_mut()
+            .set_log_eq_size(log)
+            .set_uar_page(uar)
+            .set_intr(0)
+            .set_log_page_size(0);
+        let mask: u64 = EQ_EVENTS.iter().fold(0, |m, e| m | 1u64 << e.raw());
+        c.event_bitmask_mut()[..8].copy_from_slice(&mask.to_be_bytes());
+        let npages = bytes / ADAPTER_PAGE_SIZE;
+        let mut pas = [0u8; 64 * 8];
+        if npages > 64 {
+            return Err(Error::InvalidArgument("log_eq_size too large"));
+        }
+        for i in 0..npages {
+            let a = iova + (i * ADAPTER_PAGE_SIZE) as u64;
+            pas[i * 8..i * 8 + 8].copy_from_slice(&a.to_be_bytes());
+        }
+        let out = self.exec(&c, &pas[..npages * 8], &mut [])?;
+        let mut ring = ring;
+        ring.set_eqn(out.eq_number());
+        let uar_offset = uar as usize * ADAPTER_PAGE_SIZE;
+        ring.arm(&self.p, uar_offset);
+        self.eq = Some(EventQueue { ring, uar_offset });
+        Ok(())
+    }
+
+    /// Executes a firmware command, serving events (command completions, page requests,
+    /// asynchronous events) while it is outstanding. `extra_in` is appended to the input
+    /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
+    /// `C::Out` (for outputs with a flexible array).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fatal`] if the device is dead (checked before sending),
+    /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
+    pub fn exec<C: Command>(
+        &mut self,
+        input: &C,
+        extra_in: &[u8],
+        out_extra: &mut [u8],
+    ) -> Result<C::Out> {
+        self.check_fatal()?;
+        let Hca {
+            p,
+            cmdq,
+            eq,
+            pages,
+            events,
+            ..
+        } = self;
+        let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
+        let mut hook_error = None;
+        let result = match eq.as_mut() {
+            Some(eq) => {
+                let mut serve = |ctx: &mut WaitContext<'_, P>| {
+                    let mut completed = 0u32;
+                    let r = drain_eq(
+                        p,
+                        eq,
+                        pages,
+                        events,
+                        &mut |v| completed |= v,
+                        &mut |i, pas, out| ctx.manage_pages(i, pas, out),
+                    );
+                    if completed != 0 {
+                        ctx.report_completions(completed);
+                    }
+                    if let Err(e) = r {
+                        hook_error.get_or_insert(e);
+                    }
+                };
+                cmdq.exec_with(input, extra_in, out_extra, &mut serve)
+            }
+            None => cmdq.exec(input, extra_in, out_extra),
+        };
+        let out = result.map_err(|e| self.classify(e))?;
+        if let Some(e) = hook_error {
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    /// A command error after which the device turned out to be dead is reported as fatal.
+    fn classify(&mut self, e: CmdError) -> Error {
+        match self.check_fatal() {
+            Err(fatal) => fatal,
+            Ok(()) => Error::Command(e),
+        }
+    }
+
+    /// Checks the fatal health sensors now (no history needed): firmware version all ones,
+    /// NIC interface disabled or in reset, recovery flow required.
+    fn check_fatal(&mut self) -> Result<()> {
+        if let Some(f) = self.fatal {
+            return Err(Error::Fatal(f));
+        }
+        if let Err(f) = HealthMonitor::new().poll(&InitSeg::new(&self.p)) {
+            self.fatal = Some(f);
+            return Err(Error::Fatal(f));
+        }
+        Ok(())
+    }
+
+    /// Polls the device's health, including the health counter's liveness (call it at a
+    /// steady interval, about once a second; three polls without the counter moving mean
+    /// the firmware is dead). A fatal state is remembered: every later call fails with
+    /// [`Error::Fatal`] instead of waiting on a dead device.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fatal`].
+    pub fn poll_health(&mut self) -> Result<HealthStatus> {
+        if let Some(f) = self.fatal {
+            return Err(Error::Fatal(f));
+        }
+        match self.health.poll(&InitSeg::new(&self.p)) {
+            Ok(s) => Ok(s),
+            Err(f) => {
+                self.fatal = Some(f);
+                Err(Error::Fatal(f))
+            }
+        }
+    }
+
+    /// Serves the event queue outside a command: answers page requests and collects
+    /// asynchronous events. Call it from the application's loop (rdma-core's VFIO provider
+    /// asks the same of its users).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fatal`], or the error of a page command.
+    pub fn process_events(&mut self) -> Result<()> {
+        self.check_fatal()?;
+        let Hca {
+            p,
+            cmdq,
+            eq,
+            pages,
+            events,
+            ..
+        } = self;
+        let (Some(cmdq), Some(eq)) = (cmdq.as_mut(), eq.as_mut()) else {
+            return Err(Error::TornDown);
+        };
+        let mut completed = 0u32;
+        let r = drain_eq(
+            p,
+            eq,
+            pages,
+            events,
+            &mut |v| completed |= v,
+            &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
+        );
+        if completed != 0 {
+            cmdq.report_completions(completed);
+        }
+        r
+    }
+
+    /// The next asynchronous event, oldest first.
+    pub fn next_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pending.pop_front()
+    }
+
+    /// Events dropped because the user did not read them fast enough.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.dropped
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        &self.p
+    }
+
+    /// The decoded general capabilities (current, after SET_HCA_CAP).
+    pub fn caps(&self) -> &DeviceCaps {
+        &self.caps
+    }
+
+    /// The raw general capabilities (current).
+    pub fn hca_cap(&self) -> &CmdHcaCap {
+        &self.hca_cap
+    }
+
+    /// The decoded RoCE capabilities, on a RoCE-capable device.
+    pub fn roce_caps(&self) -> Option<RoceCaps> {
+        self.roce_cap.as_ref().map(RoceCaps::from_roce_cap)
+    }
+
+    /// Bring-up facts.
+    pub fn info(&self) -> &BringUpInfo {
+        &self.info
+    }
+
+    /// Pages the firmware holds now.
+    pub fn firmware_pages(&self) -> usize {
+        self.pages.given()
+    }
+
+    /// The UAR page the driver allocated (its doorbells are at `uar * 4096` in BAR0).
+    pub fn uar(&self) -> u32 {
+        self.uar.unwrap_or(0)
+    }
+
+    /// The EQ number of the driver's event queue (completion events of CQs go there).
+    pub fn eqn(&self) -> u8 {
+        self.eq.as_ref().map_or(0, |e| e.ring.eqn())
+    }
+
+    /// The fatal health state, if the device died.
+    pub fn fatal(&self) -> Option<FatalHealth> {
+        self.fatal
+    }
+
+    /// Allocates coherent DMA memory for a queue or doorbell record.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Dma`].
+    pub fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaBuf<P>> {
+        Ok(DmaBuf::alloc(self.p.clone(), len, align)?)
+    }
+
+    /// Tears the HCA down and reports what happened.
+    ///
+    /// # Errors
+    ///
+    /// The first error met; teardown goes on past errors and always disables bus mastering
+    /// before freeing DMA memory.
+    pub fn close(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let mut first: Result<()> = Ok(());
+        let mut note = |r: Result<()>| {
+            if let (Ok(()), Err(e)) = (&first, r) {
+                first = Err(e);
+            }
+        };
+        let alive = self.cmdq.is_some() && self.check_fatal().is_ok();
+        if alive {
+            if let Some(eq) = self.eq.as_ref() {
+                let mut d = DestroyEqIn::new_cmd();
+                d.set_eq_number(eq.ring.eqn());
+                // The EQ is going away: commands complete by polling from here on.
+                if let Some(q) = self.cmdq.as_mut() {
+                    q.set_completion_mode(CompletionMode::Polling);
+                }
+                let eq = self.eq.take();
+                note(self.exec(&d, &[], &mut []).map(drop));
+                drop(eq);
+            }
+            if let Some(uar) = self.uar.take() {
+                let mut d = DeallocUarIn::new_cmd();
+                d.set_uar(uar);
+                note(self.exec(&d, &[], &mut []).map(drop));
+            }
+            if self.hca_initialized {
+                note(self.teardown_hca());
+            }
+            if self.hca_enabled && self.pages.given() > 0 {
+                note(self.reclaim_pages());
+            }
+            if self.hca_enabled {
+                note(self.exec(&DisableHcaIn::new_cmd(), &[], &mut []).map(drop));
+                self.hca_enabled = false;
+            }
+        } else if let Some(f) = self.fatal {
+            note(Err(Error::Fatal(f)));
+        }
+        // No more DMA from the device, then free everything it could have touched.
+        if let Ok(cmd) = self.p.config_read16(PCI_COMMAND) {
+            note(
+                self.p
+                    .config_write16(PCI_COMMAND, cmd & !PCI_COMMAND_MASTER)
+                    .map_err(Error::from),
+            );
+        }
+        self.eq = None;
+        self.cmdq = None;
+        self.pages.forget_all();
+        self.pages.shrink();
+        first
+    }
+
+    fn teardown_hca(&mut self) -> Result<()> {
+        self.hca_initialized = false;
+        if self.cfg.teardown == TeardownMode::Auto && self.caps.fast_teardown {
+            let mut t = TeardownHcaIn::new_cmd();
+            t.set_profile(TEARDOWN_PREPARE_FAST);
+            // `state` 0 is FORCE_STATE_SUCCESS: the firmware is ready for the NIC
+            // interface to be disabled.
+            if !self.exec(&t, &[], &mut [])?.state() {
+                let iseg = InitSeg::new(&self.p);
+                iseg.set_nic_interface(NicInterface::Disabled);
+                let start = self.p.now_ns();
+                while iseg.nic_interface() != NicInterface::Disabled {
+                    if self.p.now_ns().saturating_sub(start) > FAST_TEARDOWN_TIMEOUT_NS {
+                        return Err(Error::DeviceMisbehaved("NIC interface did not disable"));
+                    }
+                    self.p.delay_us(self.cfg.poll_us.max(1));
+                }
+                // The firmware let go of its pages and the function is disabled.
+                self.pages.forget_all();
+                self.hca_enabled = false;
+                return Ok(());
+            }
+        }
+        let mut t = TeardownHcaIn::new_cmd();
+        t.set_profile(TEARDOWN_GRACEFUL);
+        self.exec(&t, &[], &mut [])?;
+        Ok(())
+    }
+
+    fn reclaim_pages(&mut self) -> Result<()> {
+        let Hca { cmdq, pages, .. } = self;
+        let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
+        let n = pages.given() as u32;
+        take_pages(pages, n, &mut |i, pas, out| cmdq.manage_pages(i, pas, out))?;
+        if pages.given() > 0 {
+            return Err(Error::DeviceMisbehaved(
+                "firmware kept pages after teardown",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<P: Platform + Clone> Drop for Hca<P> {
+    fn drop(&mut self) {
+        if self.cmdq.is_some() {
+            let _ = self.teardown();
+        }
+    }
+}
