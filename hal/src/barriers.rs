@@ -25,7 +25,7 @@
 //!
 //! Under `cfg(loom)` every barrier is a loom fence of the corresponding strength, so the
 //! loom models in this crate see them and fail when one is weakened. The loom build also
-//! has [`loom_weaken`], which turns one barrier into a no-op for the current test thread so
+//! has `loom_weaken`, which turns one barrier into a no-op for the current test thread so
 //! a model can prove that the barrier is needed.
 
 /// Which barrier; used by [`loom_weaken`] to turn one off in a loom model.

@@ -12,7 +12,7 @@
 //!   doorbells, the completion-queue poller, the event-queue poller.
 //!
 //! `no_std`, and no allocator needed. The `testing` feature adds a memory-backed fake
-//! platform ([`testing`], needs `std`).
+//! platform (`uhca_hal::testing`, needs `std`).
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,
