@@ -229,6 +229,10 @@ enum Slot {
 
 /// The command queue of one device. `H` is a handle to the platform (for example `&P`),
 /// used for the doorbell, the clock and mailbox allocation.
+///
+/// Dropping it frees the queue page and the mailboxes (except those of quarantined slots,
+/// which are leaked because the device may still write them): drop it only after the
+/// device is disabled or no longer has a command outstanding.
 pub struct CmdQueue<H: Bar + Dma + Clock + Clone> {
     h: H,
     page: Option<DmaBuf<H>>,

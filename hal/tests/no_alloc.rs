@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use uhca_fwif::consts::{CqeOpcode, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, op_own_of};
 use uhca_hal::cq::{Completion, CqLayout, CqRing};
+use uhca_hal::eq::EqRing;
 use uhca_hal::testing::FakePlatform;
 use uhca_hal::wq::{QpLayout, QpRings, Sge, SqDoorbell};
 use uhca_hal::{Bar, DmaBuf, DmaMem};
@@ -85,6 +86,8 @@ fn post_doorbell_and_poll_allocate_nothing() {
     let cl = CqLayout::new(3, 6);
     let mut cq = CqRing::new(DmaBuf::alloc(&p, cl.buffer_len(), 4096).unwrap(), cl).unwrap();
     let cq_base = cq.mem().iova();
+    let mut eq = EqRing::new(DmaBuf::alloc(&p, 64 * 64, 4096).unwrap(), 1, 6).unwrap();
+    let eq_base = eq.mem().iova();
     let inline = [0x5au8; 64];
     let mut out = [Completion::Success(blank_success()); 16];
     let rounds = if cfg!(miri) { 3 } else { 200 };
@@ -124,8 +127,18 @@ fn post_doorbell_and_poll_allocate_nothing() {
             p.dma
                 .device_write(cq_base + (n as u64 % 64) * 64, c.as_bytes());
         }
-        let got = counted(|| cq.poll(&mut out) + cq.poll(&mut out));
-        assert_eq!(got, 32);
+        // And one EQE.
+        let mut e = [0u8; 64];
+        e[63] = ((round >> 6) & 1) as u8;
+        p.dma.device_write(eq_base + (round as u64 % 64) * 64, &e);
+        let got = counted(|| {
+            let n = cq.poll(&mut out) + cq.poll(&mut out);
+            let ev = eq.poll_one().is_some();
+            eq.arm(&bar, 0x4000);
+            cq.arm(&bar, 0x4000, false);
+            (n, ev)
+        });
+        assert_eq!(got, (32, true));
     }
     assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "the datapath allocated");
     assert!(bar.read64(0) != 0, "doorbells were rung");
