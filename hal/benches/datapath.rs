@@ -22,12 +22,12 @@ const RUNS: usize = 5;
 const LOG_SQ: u8 = 10;
 const LOG_CQ: u8 = 12;
 
-/// WQEs per run (`UHCA_BENCH_N` overrides, e.g. for callgrind).
+/// WQEs per run: 10 M, 100 k in the quick pass of `cargo test --benches`;
+/// `UHCA_BENCH_N` overrides (e.g. for callgrind).
+static POSTS: AtomicU64 = AtomicU64::new(10_000_000);
+
 fn posts() -> u64 {
-    std::env::var("UHCA_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000_000)
+    POSTS.load(Ordering::Relaxed)
 }
 
 /// CQ laps per run (a lap is 4096 CQEs).
@@ -198,6 +198,13 @@ fn main() {
             .unwrap_or(RUNS)
     };
     let only = std::env::var("UHCA_BENCH_CASE").unwrap_or_default();
+    let n = std::env::var("UHCA_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    POSTS.store(
+        n.unwrap_or(if quick { 100_000 } else { 10_000_000 }),
+        Ordering::Relaxed,
+    );
     let p = FakePlatform::new();
 
     // The WQE bytes each case posts, for the plain-copy reference.

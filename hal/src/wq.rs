@@ -673,8 +673,9 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
         }
         let n = (4 + len).div_ceil(SEND_WQE_DS);
         let at = self.reserve(n as u32)?;
-        // The segment is the 4-byte header, the data and zero padding, written in 8-byte
-        // words; a 16-byte unit is never split by the ring's end, so it wraps unit by unit.
+        // The segment is the 4-byte header, the data and padding to 16 bytes. `word(w)` is
+        // its 8-byte word `w` (padding zeroed); a 16-byte unit is never split by the ring's
+        // end, so a segment that wraps is written unit by unit.
         let hdr = WqeInlineSeg::byte_count_of(len as u32).to_be_bytes();
         let word = |w: usize| {
             let k = w * 8; // byte offset in the segment
