@@ -72,17 +72,20 @@ crate::dp_struct! {
 
 impl CmdLayout {
     /// The ownership bit of `status_own`.
+    #[inline]
     pub const fn owner(&self) -> u8 {
         self.status_own & 1
     }
 
     /// The delivery status (`status_own >> 1`).
+    #[inline]
     pub const fn delivery_status(&self) -> crate::consts::DeliveryStatus {
         crate::consts::DeliveryStatus::from_raw(self.status_own >> 1)
     }
 }
 
 /// Number of mailbox blocks needed for a message of `len` bytes (inline part included).
+#[inline]
 pub const fn mailbox_blocks(len: usize) -> usize {
     if len <= CMD_INLINE_IN_BYTES {
         0

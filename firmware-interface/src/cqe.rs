@@ -89,31 +89,37 @@ pub const CQE_FLAGS_GRH: u32 = 1 << 28;
 
 impl Cqe64 {
     /// The opcode (`op_own >> 4`).
+    #[inline]
     pub const fn opcode(&self) -> CqeOpcode {
         CqeOpcode::from_raw(self.op_own >> 4)
     }
 
     /// The owner bit.
+    #[inline]
     pub const fn owner(&self) -> u8 {
         self.op_own & CQE_OWNER_MASK
     }
 
     /// The QPN (`sop_drop_qpn[23:0]`).
+    #[inline]
     pub fn qpn(&self) -> u32 {
         self.sop_drop_qpn.get() & 0x00ff_ffff
     }
 
     /// The remote QPN of a UD receive (`flags_rqpn[23:0]`).
+    #[inline]
     pub fn remote_qpn(&self) -> u32 {
         self.flags_rqpn.get() & 0x00ff_ffff
     }
 
     /// The RoCE L3 header type (`l4_l3_hdr_type[3:2]`).
+    #[inline]
     pub const fn roce_l3_hdr_type(&self) -> u8 {
         (self.l4_l3_hdr_type >> 2) & 0x3
     }
 
     /// The timestamp.
+    #[inline]
     pub fn timestamp(&self) -> u64 {
         ((self.timestamp_h.get() as u64) << 32) | self.timestamp_l.get() as u64
     }
@@ -121,22 +127,26 @@ impl Cqe64 {
 
 impl ErrCqe {
     /// The syndrome.
+    #[inline]
     pub const fn syndrome(&self) -> CqeSyndrome {
         CqeSyndrome::from_raw(self.syndrome)
     }
 
     /// The QPN.
+    #[inline]
     pub fn qpn(&self) -> u32 {
         self.s_wqe_opcode_qpn.get() & 0x00ff_ffff
     }
 
     /// The opcode of the failed WQE.
+    #[inline]
     pub fn wqe_opcode(&self) -> u8 {
         (self.s_wqe_opcode_qpn.get() >> 24) as u8
     }
 }
 
 /// Composes `op_own` from an opcode and an owner bit (as the device writes it).
+#[inline]
 pub const fn op_own_of(opcode: CqeOpcode, owner: u8) -> u8 {
     (opcode.raw() << 4) | (owner & CQE_OWNER_MASK)
 }

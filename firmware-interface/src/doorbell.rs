@@ -64,6 +64,7 @@ pub struct CqDoorbellRecord {
 pub const BF_BUFFER_STRIDE: usize = DB_BLUEFLAME_BUFFER_SIZE;
 
 /// Composes a CQ arm word: `sn` (2 bits), command and consumer index.
+#[inline]
 pub const fn cq_arm_word(sn: u32, solicited_only: bool, ci: u32) -> u32 {
     let cmd = if solicited_only {
         CQ_DB_REQ_NOT_SOL
@@ -75,11 +76,13 @@ pub const fn cq_arm_word(sn: u32, solicited_only: bool, ci: u32) -> u32 {
 
 /// Composes the 64-bit CQ doorbell written to the UAR: arm word in the high half, CQN in
 /// the low half.
+#[inline]
 pub const fn cq_uar_doorbell(arm_word: u32, cqn: u32) -> u64 {
     ((arm_word as u64) << 32) | (cqn & 0x00ff_ffff) as u64
 }
 
 /// Composes the 32-bit EQ doorbell: EQN in bits 31:24, consumer index in 23:0.
+#[inline]
 pub const fn eq_doorbell(eqn: u8, ci: u32) -> u32 {
     ((eqn as u32) << 24) | (ci & 0x00ff_ffff)
 }

@@ -89,16 +89,19 @@ crate::dp_struct! {
 
 impl Eqe {
     /// The event type.
+    #[inline]
     pub const fn event_type(&self) -> EventType {
         EventType::from_raw(self.r#type)
     }
 
     /// The owner bit.
+    #[inline]
     pub const fn owner_bit(&self) -> u8 {
         self.owner & 1
     }
 
     /// Reads the event data as `T` (one of this module's event data types).
+    #[inline]
     pub fn data_as<T: zerocopy::FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
         &self,
     ) -> &T {
@@ -111,6 +114,7 @@ impl Eqe {
 
 impl EqePortState {
     /// The port number (`port >> 4`).
+    #[inline]
     pub const fn port_num(&self) -> u8 {
         self.port >> 4
     }
@@ -119,6 +123,7 @@ impl EqePortState {
 impl EqePageReq {
     /// The signed page count: positive when the firmware wants pages, negative when it
     /// returns them.
+    #[inline]
     pub fn num_pages_signed(&self) -> i32 {
         self.num_pages.get() as i32
     }

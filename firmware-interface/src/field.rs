@@ -438,6 +438,7 @@ macro_rules! prm_enum {
             pub const PRM_GROUP: &'static str = $group;
 
             /// The raw value.
+            #[inline]
             pub const fn raw(self) -> $repr {
                 match self {
                     $( Self::$variant => $value, )*
@@ -446,6 +447,7 @@ macro_rules! prm_enum {
             }
 
             /// Decodes a raw value; never fails.
+            #[inline]
             pub const fn from_raw(v: $repr) -> Self {
                 match v {
                     $( $value => Self::$variant, )*

@@ -153,6 +153,7 @@ pub const ETH_SEG_FIELD_ALIASES: &[(&str, &str)] = &[
 
 impl WqeCtrlSeg {
     /// Composes `opmod_idx_opcode`.
+    #[inline]
     pub const fn opmod_idx_opcode_of(opmod: u8, wqe_index: u16, opcode: WqeOpcode) -> u32 {
         ((opmod as u32) << 24)
             | (((wqe_index as u32) << WQE_CTRL_WQE_INDEX_SHIFT) & WQE_CTRL_WQE_INDEX_MASK)
@@ -160,36 +161,43 @@ impl WqeCtrlSeg {
     }
 
     /// Composes `qpn_ds`.
+    #[inline]
     pub const fn qpn_ds_of(qpn: u32, ds: u8) -> u32 {
         ((qpn << WQE_CTRL_QPN_SHIFT) & WQE_CTRL_QPN_MASK) | (ds as u32 & WQE_CTRL_DS_MASK)
     }
 
     /// The opcode.
+    #[inline]
     pub fn opcode(&self) -> WqeOpcode {
         WqeOpcode::from_raw((self.opmod_idx_opcode.get() & WQE_CTRL_OPCODE_MASK) as u8)
     }
 
     /// The opcode modifier.
+    #[inline]
     pub fn opmod(&self) -> u8 {
         (self.opmod_idx_opcode.get() >> 24) as u8
     }
 
     /// The WQE index (low 16 bits of the producer counter).
+    #[inline]
     pub fn wqe_index(&self) -> u16 {
         ((self.opmod_idx_opcode.get() & WQE_CTRL_WQE_INDEX_MASK) >> WQE_CTRL_WQE_INDEX_SHIFT) as u16
     }
 
     /// The QP number.
+    #[inline]
     pub fn qpn(&self) -> u32 {
         (self.qpn_ds.get() & WQE_CTRL_QPN_MASK) >> WQE_CTRL_QPN_SHIFT
     }
 
     /// WQE size in 16-byte units.
+    #[inline]
     pub fn ds(&self) -> u8 {
         (self.qpn_ds.get() & WQE_CTRL_DS_MASK) as u8
     }
 
     /// The fence, completion and solicited flags (unknown bits kept).
+    #[inline]
     pub fn flags(&self) -> WqeCtrlFlags {
         WqeCtrlFlags::from_bits_retain(self.fm_ce_se)
     }
@@ -197,11 +205,13 @@ impl WqeCtrlSeg {
 
 impl WqeInlineSeg {
     /// Composes the `byte_count` of an inline segment holding `len` bytes.
+    #[inline]
     pub const fn byte_count_of(len: u32) -> u32 {
         INLINE_SEG | len
     }
 
     /// Whether the segment is an inline segment, and its data length.
+    #[inline]
     pub fn inline_len(&self) -> Option<u32> {
         let v = self.byte_count.get();
         (v & INLINE_SEG != 0).then_some(v & !INLINE_SEG)
@@ -224,22 +234,26 @@ impl Av {
     pub const GRH_GID_FL_FLOW_LABEL_MASK: u32 = 0x000f_ffff;
 
     /// The destination QPN.
+    #[inline]
     pub fn dqpn(&self) -> u32 {
         self.dqp_dct.get() & 0x00ff_ffff
     }
 
     /// The service level as InfiniBand carries it (`stat_rate_sl` bits 3:0; on RoCE the
     /// priority is in bits 3:1).
+    #[inline]
     pub fn sl(&self) -> u8 {
         self.stat_rate_sl & 0xf
     }
 
     /// The source GID index (`grh_gid_fl` bits 27:20).
+    #[inline]
     pub fn sgid_index(&self) -> u8 {
         (self.grh_gid_fl.get() >> Self::GRH_GID_FL_SGID_INDEX_SHIFT) as u8
     }
 
     /// The flow label (`grh_gid_fl` bits 19:0).
+    #[inline]
     pub fn flow_label(&self) -> u32 {
         self.grh_gid_fl.get() & Self::GRH_GID_FL_FLOW_LABEL_MASK
     }
