@@ -38,6 +38,19 @@ pub enum Error {
     DeviceMisbehaved(&'static str),
     /// The HCA was already torn down.
     TornDown,
+    /// The device refused a QP state transition because the QP is not in the state the
+    /// transition starts from (BAD_QP_STATE): the device moved it on its own, for example
+    /// to ERR after an error completion, or to SQER.
+    BadQpState {
+        /// The QP.
+        qpn: u32,
+        /// The modify command that was refused.
+        command: uhca_fwif::consts::CmdOpcode,
+        /// The state the device reports for the QP now, if it could be queried.
+        device_state: Option<uhca_fwif::consts::QpState>,
+        /// The command error as the device reported it.
+        cause: CmdError,
+    },
 }
 
 impl core::fmt::Display for Error {
@@ -58,6 +71,21 @@ impl core::fmt::Display for Error {
             Error::OutOfPages => f.write_str("firmware page pool exhausted"),
             Error::DeviceMisbehaved(what) => write!(f, "device misbehaved: {what}"),
             Error::TornDown => f.write_str("the HCA was torn down"),
+            Error::BadQpState {
+                qpn,
+                command,
+                device_state,
+                cause,
+            } => {
+                write!(
+                    f,
+                    "QP {qpn:#x}: {command} refused, the QP is not in its source state"
+                )?;
+                if let Some(s) = device_state {
+                    write!(f, " (the device has it in {s})")?;
+                }
+                write!(f, ": {cause}")
+            }
         }
     }
 }
@@ -105,7 +133,11 @@ impl Error {
     /// The command status, if this is a command that the firmware executed and failed.
     pub fn command_status(&self) -> Option<uhca_fwif::consts::CmdStatus> {
         match self {
-            Error::Command(CmdError::Status { status, .. }) => Some(*status),
+            Error::Command(CmdError::Status { status, .. })
+            | Error::BadQpState {
+                cause: CmdError::Status { status, .. },
+                ..
+            } => Some(*status),
             _ => None,
         }
     }

@@ -20,6 +20,8 @@ pub mod caps;
 pub mod error;
 pub mod hca;
 pub mod pages;
+pub mod verbs;
 
 pub use error::{Error, Result};
 pub use hca::{AsyncEvent, Hca, HcaConfig, TeardownMode};
+pub use verbs::Failed;

@@ -1,0 +1,104 @@
+//! Address handles for UD sends.
+//!
+//! mlx5 address handles live in software (rdma-core builds them without a command): an
+//! [`Ah`] checks its [`AddressHandle`] against the port once and keeps the prepared
+//! address vector (`mlx5_av`) that every UD send to that destination copies into its
+//! datagram segment, with the destination QPN and Q_Key of the work request.
+
+use uhca_fwif::wqe::Av;
+use uhca_hal::Platform;
+
+use crate::addr::AddressHandle;
+use crate::caps::LinkLayer;
+use crate::error::{Error, Result};
+use crate::hca::Hca;
+
+/// Mask of a 24-bit QPN.
+const MASK24: u32 = 0x00ff_ffff;
+
+/// A UD address handle: a destination path, checked and encoded once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ah {
+    attr: AddressHandle,
+    port: u8,
+    av: Av,
+}
+
+impl Ah {
+    /// The path it was created with (`ibv_query_ah`).
+    pub fn attr(&self) -> &AddressHandle {
+        &self.attr
+    }
+
+    /// The port it sends from.
+    pub fn port(&self) -> u8 {
+        self.port
+    }
+
+    /// The address vector for a send to QP `dqpn` with Q_Key `qkey`, ready for
+    /// [`uhca_hal::wq::WqeBuilder::datagram`].
+    pub fn av(&self, dqpn: u32, qkey: u32) -> Av {
+        let mut av = self.av;
+        av.qkey = qkey.into();
+        let ext = av.dqp_dct.get() & Av::EXTENDED_UD_AV;
+        av.dqp_dct = (ext | (dqpn & MASK24)).into();
+        av
+    }
+}
+
+impl<P: Platform + Clone> Hca<P> {
+    /// Creates an address handle (`ibv_create_ah`): no command, the path is checked
+    /// against the port and encoded.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a port the HCA does not have, a path of the other
+    /// link layer (InfiniBand LIDs on an Ethernet port or the reverse), a service level
+    /// or source GID index out of range, or a zero destination LID.
+    pub fn create_ah(&self, port: u8, attr: AddressHandle) -> Result<Ah> {
+        let caps = self.caps();
+        if port == 0 || port > caps.num_ports.max(1) {
+            return Err(Error::InvalidArgument("no such port"));
+        }
+        match (attr, caps.link_layer) {
+            (AddressHandle::Ib { dlid, sl, grh, .. }, LinkLayer::InfiniBand) => {
+                if dlid == 0 {
+                    return Err(Error::InvalidArgument("destination LID 0"));
+                }
+                if sl > 15 {
+                    return Err(Error::InvalidArgument("service level is 4 bits"));
+                }
+                if let Some(g) = grh
+                    && g.sgid_index as u32 >= caps.gid_table_len.max(1)
+                {
+                    return Err(Error::InvalidArgument(
+                        "source GID index outside the GID table",
+                    ));
+                }
+            }
+            (AddressHandle::RoceV2 { sgid_index, sl, .. }, LinkLayer::Ethernet) => {
+                let table = self
+                    .roce_caps()
+                    .map_or(caps.gid_table_len, |r| r.address_table_len as u32);
+                if sgid_index as u32 >= table {
+                    return Err(Error::InvalidArgument(
+                        "source GID index outside the GID table",
+                    ));
+                }
+                if sl > 7 {
+                    return Err(Error::InvalidArgument(
+                        "RoCE service level (Ethernet priority) is 3 bits",
+                    ));
+                }
+            }
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "the address handle's kind does not match the port's link layer",
+                ));
+            }
+        }
+        let mut av = Av::default();
+        attr.write_av(&mut av, 0, 0);
+        Ok(Ah { attr, port, av })
+    }
+}

@@ -1,0 +1,177 @@
+//! The verbs objects: protection domains, transport domains, memory regions, completion
+//! queues, queue pairs (with their state machine in the types), shared receive queues,
+//! address handles, and the port and GID-table queries.
+//!
+//! Every object is created through the [`Hca`](crate::Hca) that owns the device
+//! (`hca.alloc_pd()`, `hca.create_cq(..)`, `hca.create_qp::<Rc>(..)` ...) and every later
+//! operation takes that `Hca` again (`cq.query(&mut hca)`, `qp.to_init(&mut hca, ..)`,
+//! `mr.destroy(&mut hca)`). Objects do not borrow the `Hca`, so the application keeps
+//! `&mut Hca` for commands and event processing; it must pass the `Hca` that created the
+//! object (an object handed to another `Hca` would name a different device's object).
+//!
+//! # Destroying, and what dropping does
+//!
+//! `destroy` sends the firmware's destroy command and only then frees the object's DMA
+//! memory. If the device refuses (an object still in use, a dead device), `destroy` gives
+//! the object back inside [`Failed`], so it can be retried; `?` turns a [`Failed`] into its
+//! [`Error`] (dropping the object).
+//!
+//! Dropping an object that was not destroyed **leaks** it: the firmware keeps the object
+//! until the HCA is torn down, and its DMA memory (queues, doorbell records, registered
+//! buffers) is never given back to the platform, because the device may still write it.
+//! That is safe, never a use-after-free; destroy objects to get the memory back.
+//!
+//! # The datapath
+//!
+//! A [`Cq`] owns a HAL [`CqRing`](uhca_hal::cq::CqRing) (CQEs initialised invalid with
+//! owner 1, doorbell record zeroed) and a [`Qp`] a HAL [`QpRings`](uhca_hal::wq::QpRings)
+//! (RQ then SQ in one buffer, doorbell record after them, send doorbell on the HCA's UAR);
+//! `cq.ring_mut()` and `qp.rings_mut()` hand them to the datapath (post, doorbell, poll).
+
+// A failed transition hands the QP back by value inside `Failed`, so the error variant is
+// as large as the object (a few hundred bytes); without an allocator there is nothing to
+// box it in, and the success variant is the same size anyway.
+#![allow(clippy::result_large_err)]
+
+use uhca_fwif::consts::ADAPTER_PAGE_SIZE;
+
+use crate::error::Error;
+
+mod ah;
+mod cq;
+mod mr;
+mod pd;
+mod port;
+mod qp;
+mod srq;
+
+pub use ah::Ah;
+pub use cq::{Cq, CqAttr, CqModeration};
+pub use mr::{Mr, MrAttr};
+pub use pd::{Pd, TransportDomain};
+pub use port::{GidEntry, GidType, PhysPortState, PortAttr};
+pub use qp::{
+    InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpStateKind, QpTransport, Rc, RtrAttr, RtsAttr, Uc,
+    Ud, state,
+};
+pub use srq::{Srq, SrqAttr, SrqInitAttr};
+
+/// A verbs operation failed; the object it consumed is given back.
+///
+/// `?` converts it into its [`Error`] (the object is then dropped, which leaks it: see the
+/// [module documentation](self)). Match on it to keep the object, for example to move a
+/// QP to RESET after a refused transition, or to retry a destroy.
+#[derive(Debug)]
+pub struct Failed<T> {
+    /// The object, unchanged (in the state it was in before the call).
+    pub object: T,
+    /// What went wrong.
+    pub error: Error,
+}
+
+impl<T> Failed<T> {
+    /// Splits into the object and the error.
+    pub fn into_parts(self) -> (T, Error) {
+        (self.object, self.error)
+    }
+}
+
+impl<T> From<Failed<T>> for Error {
+    fn from(f: Failed<T>) -> Error {
+        f.error
+    }
+}
+
+impl<T> core::fmt::Display for Failed<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+#[cfg(feature = "std")]
+impl<T: core::fmt::Debug> std::error::Error for Failed<T> {}
+
+/// Most `pas` or MTT entries the driver puts in one command: 4 KiB on the stack. Larger
+/// buffers are described with larger pages (every buffer is one contiguous IOVA range).
+pub(crate) const MAX_PAS: usize = 512;
+
+/// How a contiguous DMA buffer is described to the device in pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PagePlan {
+    /// log2 of the page size relative to 4 KiB (the queue contexts' `log_page_size`).
+    pub(crate) log_page_size: u8,
+    /// Number of pages.
+    pub(crate) npages: usize,
+}
+
+impl PagePlan {
+    /// The smallest page size (4 KiB and up) that describes `bytes` in at most
+    /// [`MAX_PAS`] pages.
+    pub(crate) fn for_bytes(bytes: usize) -> PagePlan {
+        let mut log = 0u8;
+        while bytes.div_ceil(ADAPTER_PAGE_SIZE << log) > MAX_PAS {
+            log += 1;
+        }
+        PagePlan {
+            log_page_size: log,
+            npages: bytes.div_ceil(ADAPTER_PAGE_SIZE << log),
+        }
+    }
+
+    /// Page size in bytes (also the alignment the buffer needs).
+    pub(crate) fn page_bytes(&self) -> usize {
+        ADAPTER_PAGE_SIZE << self.log_page_size
+    }
+
+    /// Writes the big-endian page addresses of a buffer at `iova` into `out` and returns
+    /// the bytes written.
+    pub(crate) fn write_pas<'a>(&self, iova: u64, out: &'a mut [u8; MAX_PAS * 8]) -> &'a [u8] {
+        let ps = self.page_bytes() as u64;
+        for i in 0..self.npages {
+            let a = iova + i as u64 * ps;
+            out[i * 8..i * 8 + 8].copy_from_slice(&a.to_be_bytes());
+        }
+        &out[..self.npages * 8]
+    }
+}
+
+/// `ceil(log2(n))` for `n >= 1`.
+pub(crate) const fn log2_ceil(n: u64) -> u8 {
+    if n <= 1 {
+        0
+    } else {
+        (64 - (n - 1).leading_zeros()) as u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_plans_stay_within_one_stack_buffer() {
+        assert_eq!(
+            PagePlan::for_bytes(64),
+            PagePlan {
+                log_page_size: 0,
+                npages: 1
+            }
+        );
+        assert_eq!(PagePlan::for_bytes(2 << 20).npages, 512);
+        let big = PagePlan::for_bytes(256 << 20);
+        assert_eq!((big.log_page_size, big.npages), (7, 512));
+        let mut out = [0u8; MAX_PAS * 8];
+        let p = PagePlan::for_bytes(3 * 4096);
+        let pas = p.write_pas(0x10_0000, &mut out);
+        assert_eq!(pas.len(), 24);
+        assert_eq!(&pas[16..24], &(0x10_2000u64).to_be_bytes());
+    }
+
+    #[test]
+    fn log2_ceil_rounds_up() {
+        assert_eq!(
+            [1, 2, 3, 4, 5, 1024, 1025].map(log2_ceil),
+            [0, 1, 2, 2, 3, 10, 11]
+        );
+    }
+}

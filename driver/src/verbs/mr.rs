@@ -1,0 +1,337 @@
+//! Memory regions: one MTT memory key per registration (CREATE_MKEY, QUERY_MKEY,
+//! DESTROY_MKEY).
+//!
+//! # What can be registered, and why
+//!
+//! rdma-core's `ibv_reg_mr` registers any user buffer: the kernel (or, under VFIO,
+//! rdma-core itself) pins and maps it for the device. Mapping a caller's buffer is an
+//! `unsafe` promise (the memory must stay valid and unmoved while the device may touch it,
+//! and the caller accepts that the device writes it), and a key that names a range makes
+//! the device, and through it every remote peer with the rkey, read and write that range.
+//! So a memory region here **owns** the memory it registers: a [`DmaBuf`] (coherent,
+//! device-mapped memory of the platform, hugepage-backed under VFIO), as rust-ibverbs'
+//! `ProtectionDomain::allocate` owns its buffer. The key can never outlive the memory: the
+//! buffer comes back only from [`Mr::destroy`], after DESTROY_MKEY succeeded. The
+//! application reads and writes the memory through [`Mr::mem`]/[`Mr::mem_mut`] (volatile
+//! accesses by offset: the device may write it at any time), and puts
+//! [`Mr::iova`]` + offset` with [`Mr::lkey`]/[`Mr::rkey`] in its work requests.
+//!
+//! Registering memory the application mapped itself with the platform's `unsafe`
+//! `Dma::map` is not offered: it would need an `unsafe` constructor in this crate, which
+//! keeps all `unsafe` in the HAL and the VFIO platform. Allocate the buffer with
+//! [`Hca::alloc_dma`] (or [`Hca::alloc_mr`]) and build the data in it instead.
+//!
+//! The MR's memory is one contiguous IOVA range, so the driver describes it with as few
+//! translation entries as it can: 4 KiB pages while that takes at most 512 entries, larger
+//! pages beyond (the key's `start_addr` and `len` still bound every access exactly).
+
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use uhca_fwif::cmd::{Command, CreateMkeyIn, DestroyMkeyIn, QueryMkeyIn};
+use uhca_fwif::consts::{ADAPTER_PAGE_SHIFT, AccessFlags, MkcAccessMode};
+use uhca_fwif::ctx::Mkc;
+use uhca_hal::Platform;
+use uhca_hal::dma::{DmaBuf, DmaMem};
+
+use super::{Failed, MAX_PAS, Pd};
+use crate::error::{Error, Result};
+use crate::hca::Hca;
+
+/// `mkc.qpn` of a key not bound to a QP.
+const MKEY_QPN_UNBOUND: u32 = 0x00ff_ffff;
+/// MTT entry bits: the page may be read and written (`MLX5_MTT_READ | MLX5_MTT_WRITE`).
+const MTT_READ_WRITE: u64 = 0x3;
+/// Largest MTT page size the driver uses (1 GiB).
+const MAX_MTT_PAGE_SHIFT: u32 = 30;
+
+/// The variant byte of the next key (`mkey_7_0`), so a key index that is reused gets a
+/// different key. Races between threads only repeat a variant, which is harmless.
+static NEXT_KEY_VARIANT: AtomicU8 = AtomicU8::new(0x5a);
+
+/// A registered memory region: an MTT memory key over memory it owns.
+#[derive(Debug)]
+pub struct Mr<P: Platform + Clone> {
+    buf: Option<DmaBuf<P>>,
+    offset: usize,
+    len: usize,
+    mkey_index: u32,
+    key: u32,
+    pdn: u32,
+    access: AccessFlags,
+}
+
+/// What QUERY_MKEY reports about a memory region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrAttr {
+    /// The PD.
+    pub pdn: u32,
+    /// First address the key covers (the IOVA).
+    pub start_addr: u64,
+    /// Bytes the key covers.
+    pub len: u64,
+    /// The access rights (`lw`, `rr`, `rw`, `a`; `lr` is always set).
+    pub access: AccessFlags,
+    /// The key variant byte (`mkey_7_0`).
+    pub mkey_7_0: u8,
+    /// log2 of the translation page size.
+    pub log_page_size: u8,
+    /// The access mode (MTT).
+    pub access_mode: MkcAccessMode,
+}
+
+impl<P: Platform + Clone> Mr<P> {
+    /// The local key (`(mkey_index << 8) | mkey_7_0`), for scatter/gather entries.
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+
+    /// The remote key (the same value), for peers' RDMA and atomic requests.
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+
+    /// The memory key index.
+    pub fn mkey_index(&self) -> u32 {
+        self.mkey_index
+    }
+
+    /// The address of the region's first byte as the device and the peers use it (an
+    /// IOVA); work requests name `iova() + offset`.
+    pub fn iova(&self) -> u64 {
+        self.buf.as_ref().map_or(0, |b| b.iova()) + self.offset as u64
+    }
+
+    /// The region's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never: registrations are at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The access rights it was registered with.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The PD number.
+    pub fn pdn(&self) -> u32 {
+        self.pdn
+    }
+
+    /// The whole buffer behind the region (the region is `offset..offset + len()` of it,
+    /// see [`Mr::buffer_offset`]).
+    pub fn mem(&self) -> &DmaBuf<P> {
+        match &self.buf {
+            Some(b) => b,
+            None => unreachable!("the buffer is only taken by destroy and drop"),
+        }
+    }
+
+    /// The buffer, for writing (the device may read it at any time).
+    pub fn mem_mut(&mut self) -> &mut DmaBuf<P> {
+        match &mut self.buf {
+            Some(b) => b,
+            None => unreachable!("the buffer is only taken by destroy and drop"),
+        }
+    }
+
+    /// Where the region starts in its buffer.
+    pub fn buffer_offset(&self) -> usize {
+        self.offset
+    }
+
+    /// QUERY_MKEY.
+    ///
+    /// # Errors
+    ///
+    /// The command's error.
+    pub fn query(&self, hca: &mut Hca<P>) -> Result<MrAttr> {
+        let mut q = QueryMkeyIn::new_cmd();
+        q.set_mkey_index(self.mkey_index);
+        let out = hca.exec(&q, &[], &mut [])?;
+        let m = out.memory_key_mkey_entry();
+        let mut access = AccessFlags::empty();
+        access.set(AccessFlags::LOCAL_WRITE, m.lw());
+        access.set(AccessFlags::REMOTE_READ, m.rr());
+        access.set(AccessFlags::REMOTE_WRITE, m.rw());
+        access.set(AccessFlags::REMOTE_ATOMIC, m.a());
+        Ok(MrAttr {
+            pdn: m.pd(),
+            start_addr: m.start_addr(),
+            len: m.len(),
+            access,
+            mkey_7_0: m.mkey_7_0(),
+            log_page_size: m.log_page_size(),
+            access_mode: MkcAccessMode::from_raw((m.access_mode_4_2() << 2) | m.access_mode_1_0()),
+        })
+    }
+
+    /// DESTROY_MKEY, then gives the buffer back (the device can no longer reach it through
+    /// this key).
+    ///
+    /// # Errors
+    ///
+    /// The region back with the error; its buffer stays registered.
+    pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<DmaBuf<P>, Failed<Self>> {
+        let mut d = DestroyMkeyIn::new_cmd();
+        d.set_mkey_index(self.mkey_index);
+        match hca.exec(&d, &[], &mut []) {
+            Ok(_) => match self.buf.take() {
+                Some(b) => Ok(b),
+                None => unreachable!("the buffer is only taken by destroy and drop"),
+            },
+            Err(error) => Err(Failed {
+                object: self,
+                error,
+            }),
+        }
+    }
+}
+
+impl<P: Platform + Clone> Drop for Mr<P> {
+    fn drop(&mut self) {
+        // Not destroyed: the key may still let the device (and remote peers) reach the
+        // memory, so it must never return to the allocator.
+        if let Some(b) = self.buf.take() {
+            core::mem::forget(b);
+        }
+    }
+}
+
+impl<P: Platform + Clone> Hca<P> {
+    /// Allocates `len` bytes of zeroed DMA memory and registers them (like rust-ibverbs'
+    /// `pd.allocate`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a zero length or bad access flags (no command is
+    /// sent); [`Error::Dma`]; the command's error.
+    pub fn alloc_mr(&mut self, pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr<P>> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("memory region length 0"));
+        }
+        check_access(access)?;
+        let buf = self.alloc_dma(len, 1 << ADAPTER_PAGE_SHIFT)?;
+        self.reg_mr(pd, buf, 0, len, access).map_err(|f| f.error)
+    }
+
+    /// Registers `len` bytes at `offset` of `buf` (CREATE_MKEY, MTT access mode,
+    /// `ibv_reg_mr`). The region owns the buffer until [`Mr::destroy`] gives it back.
+    /// `lr` is always set; `access` adds local write, remote read, remote write and remote
+    /// atomic.
+    ///
+    /// # Errors
+    ///
+    /// The buffer back with the error: [`Error::InvalidArgument`] for an empty or
+    /// out-of-bounds range, remote write or atomic without local write, or a region larger
+    /// than the device allows (no command is sent); the command's error.
+    pub fn reg_mr(
+        &mut self,
+        pd: &Pd,
+        buf: DmaBuf<P>,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> core::result::Result<Mr<P>, Failed<DmaBuf<P>>> {
+        match self.create_mtt_mkey(pd, &buf, offset, len, access) {
+            Ok((mkey_index, key)) => Ok(Mr {
+                buf: Some(buf),
+                offset,
+                len,
+                mkey_index,
+                key,
+                pdn: pd.pdn(),
+                access,
+            }),
+            Err(error) => Err(Failed { object: buf, error }),
+        }
+    }
+
+    fn create_mtt_mkey(
+        &mut self,
+        pd: &Pd,
+        buf: &DmaBuf<P>,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<(u32, u32)> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("memory region length 0"));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
+            return Err(Error::InvalidArgument("memory region outside its buffer"));
+        }
+        check_access(access)?;
+        let log_max = self.hca_cap().log_max_mrw_sz();
+        if log_max < 64 && len as u64 > (1u64 << log_max) {
+            return Err(Error::InvalidArgument(
+                "memory region larger than the device allows (log_max_mrw_sz)",
+            ));
+        }
+        let start = buf.iova() + offset as u64;
+        let end = start + len as u64;
+        // The smallest page size that needs at most MAX_PAS entries.
+        let mut shift = ADAPTER_PAGE_SHIFT;
+        let npages = loop {
+            let ps = 1u64 << shift;
+            let n = (end.div_ceil(ps) - start / ps) as usize;
+            if n <= MAX_PAS {
+                break n;
+            }
+            if shift >= MAX_MTT_PAGE_SHIFT {
+                return Err(Error::InvalidArgument(
+                    "memory region needs more than 512 translation entries of 1 GiB",
+                ));
+            }
+            shift += 1;
+        };
+        // Octwords hold two entries; pad to an even count.
+        let octwords = npages.div_ceil(2);
+        let base = start & !((1u64 << shift) - 1);
+        let mut mtt = [0u8; MAX_PAS * 8];
+        for i in 0..npages {
+            let e = (base + ((i as u64) << shift)) | MTT_READ_WRITE;
+            mtt[i * 8..i * 8 + 8].copy_from_slice(&e.to_be_bytes());
+        }
+        let variant = NEXT_KEY_VARIANT.load(Ordering::Relaxed);
+        NEXT_KEY_VARIANT.store(variant.wrapping_add(1), Ordering::Relaxed);
+
+        let mut c = CreateMkeyIn::new_cmd();
+        c.set_translations_octword_actual_size(octwords as u32);
+        let m: &mut Mkc = c.memory_key_mkey_entry_mut();
+        let mode = MkcAccessMode::Mtt.raw();
+        m.set_access_mode_1_0(mode & 3)
+            .set_access_mode_4_2(mode >> 2)
+            .set_lr(true)
+            .set_lw(access.contains(AccessFlags::LOCAL_WRITE))
+            .set_rr(access.contains(AccessFlags::REMOTE_READ))
+            .set_rw(access.contains(AccessFlags::REMOTE_WRITE))
+            .set_a(access.contains(AccessFlags::REMOTE_ATOMIC))
+            .set_qpn(MKEY_QPN_UNBOUND)
+            .set_mkey_7_0(variant)
+            .set_pd(pd.pdn())
+            .set_start_addr(start)
+            .set_len(len as u64)
+            .set_translations_octword_size(octwords as u32)
+            .set_log_page_size(shift as u8);
+        let out = self.exec(&c, &mtt[..octwords * 16], &mut [])?;
+        let index = out.mkey_index();
+        Ok((index, (index << 8) | variant as u32))
+    }
+}
+
+/// The IB rule every verbs provider checks: remote write and remote atomic need local
+/// write.
+fn check_access(access: AccessFlags) -> Result<()> {
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(Error::InvalidArgument(
+            "remote write or remote atomic access needs local write",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! Protection domains (ALLOC_PD/DEALLOC_PD) and transport domains
+//! (ALLOC_TRANSPORT_DOMAIN/DEALLOC_TRANSPORT_DOMAIN).
+
+use uhca_fwif::cmd::Command;
+use uhca_fwif::cmd::{AllocPdIn, AllocTransportDomainIn, DeallocPdIn, DeallocTransportDomainIn};
+use uhca_hal::Platform;
+
+use super::Failed;
+use crate::error::Result;
+use crate::hca::Hca;
+
+/// A protection domain: memory regions, QPs and SRQs of one PD may work together.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pd {
+    pdn: u32,
+}
+
+impl Pd {
+    /// The PD number (`pd` in the contexts).
+    pub fn pdn(&self) -> u32 {
+        self.pdn
+    }
+
+    /// DEALLOC_PD.
+    ///
+    /// # Errors
+    ///
+    /// The PD back with the error, e.g. RES_BUSY while a memory region, QP or SRQ uses it.
+    pub fn destroy<P: Platform + Clone>(
+        self,
+        hca: &mut Hca<P>,
+    ) -> core::result::Result<(), Failed<Pd>> {
+        let mut d = DeallocPdIn::new_cmd();
+        d.set_pd(self.pdn);
+        match hca.exec(&d, &[], &mut []) {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Failed {
+                object: self,
+                error,
+            }),
+        }
+    }
+}
+
+/// A transport domain (`transport_domain`), the scope of Ethernet transport objects
+/// (TIRs and TISes) and of local loopback between them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TransportDomain {
+    tdn: u32,
+}
+
+impl TransportDomain {
+    /// The transport domain number.
+    pub fn tdn(&self) -> u32 {
+        self.tdn
+    }
+
+    /// DEALLOC_TRANSPORT_DOMAIN.
+    ///
+    /// # Errors
+    ///
+    /// The domain back with the error.
+    pub fn destroy<P: Platform + Clone>(
+        self,
+        hca: &mut Hca<P>,
+    ) -> core::result::Result<(), Failed<TransportDomain>> {
+        let mut d = DeallocTransportDomainIn::new_cmd();
+        d.set_transport_domain(self.tdn);
+        match hca.exec(&d, &[], &mut []) {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Failed {
+                object: self,
+                error,
+            }),
+        }
+    }
+}
+
+impl<P: Platform + Clone> Hca<P> {
+    /// Allocates a protection domain (ALLOC_PD, `ibv_alloc_pd`).
+    ///
+    /// # Errors
+    ///
+    /// The command's error (LIM when the device has no more PDs).
+    pub fn alloc_pd(&mut self) -> Result<Pd> {
+        let out = self.exec(&AllocPdIn::new_cmd(), &[], &mut [])?;
+        Ok(Pd { pdn: out.pd() })
+    }
+
+    /// Allocates a transport domain (ALLOC_TRANSPORT_DOMAIN).
+    ///
+    /// # Errors
+    ///
+    /// The command's error.
+    pub fn alloc_transport_domain(&mut self) -> Result<TransportDomain> {
+        let out = self.exec(&AllocTransportDomainIn::new_cmd(), &[], &mut [])?;
+        Ok(TransportDomain {
+            tdn: out.transport_domain(),
+        })
+    }
+}

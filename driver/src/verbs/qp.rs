@@ -1,0 +1,1147 @@
+//! Queue pairs: CREATE_QP, QUERY_QP, DESTROY_QP, and the state machine in the types.
+//!
+//! A [`Qp<P, T, S>`](Qp) is a QP of transport `T` ([`Rc`], [`Uc`], [`Ud`]) that the driver
+//! last moved to state `S` ([`state::Reset`], [`state::Init`], [`state::Rtr`],
+//! [`state::Rts`], [`state::Err`]). Each transition is a method that exists only on the
+//! state it starts from and takes the attributes that transition needs, so an illegal
+//! transition does not compile:
+//!
+//! ```compile_fail
+//! # use uhca_driver::verbs::{Qp, Rc, RtsAttr, state};
+//! # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Rc, state::Reset>) {
+//! // RESET -> RTS skips INIT and RTR: there is no `to_rts` on a QP in RESET.
+//! let _ = qp.to_rts(hca, RtsAttr::default());
+//! # }
+//! ```
+//!
+//! ```compile_fail
+//! # use uhca_driver::verbs::{Qp, Ud, state};
+//! # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Ud, state::Init>) {
+//! // A UD QP has no path: its INIT2RTR takes no address handle.
+//! let _ = qp.to_rtr(hca, uhca_driver::verbs::RtrAttr::default());
+//! # }
+//! ```
+//!
+//! What only the device knows (it moved the QP to ERR after an error completion, or to
+//! SQER) surfaces at run time as [`Error::BadQpState`] naming the state the device reports,
+//! with the QP given back unchanged in [`Failed`]. [`Qp::to_err`] and [`Qp::to_reset`] are
+//! allowed from every state.
+//!
+//! The sizes follow rdma-core's mlx5 provider: a send WQE holds the transport's fixed
+//! segments (RC: control, remote address, atomic; UC: control, remote address; UD:
+//! control, datagram) plus `max_send_sge` data segments or `max_inline_data` inline bytes,
+//! rounded up to 64-byte basic blocks; the SQ holds `max_send_wr` of them rounded up to a
+//! power of two; a receive WQE holds `max_recv_sge` data segments rounded up to a power of
+//! two. The RQ sits at offset 0 of the QP buffer, the SQ after it, the doorbell record
+//! after both.
+
+use core::marker::PhantomData;
+
+use uhca_fwif::cmd::{
+    Command, CreateQpIn, DestroyQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn,
+    Rtr2rtsQpIn, Sqerr2rtsQpIn,
+};
+use uhca_fwif::consts::{
+    ADAPTER_PAGE_SIZE, AccessFlags, CmdStatus, IbMtu, QpServiceType, QpState, SEND_WQE_BB,
+    SEND_WQE_DS,
+};
+use uhca_fwif::ctx::{CmdHcaCap, Qpc};
+use uhca_hal::Platform;
+use uhca_hal::cmdq::CmdError;
+use uhca_hal::dma::{DmaBuf, DmaMem};
+use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
+
+use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil};
+use crate::addr::AddressHandle;
+use crate::caps::LinkLayer;
+use crate::error::{Error, Result};
+use crate::hca::Hca;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The states a QP can be in as far as the driver moved it.
+pub mod state {
+    /// RESET: created, or moved back with [`Qp::to_reset`](super::Qp::to_reset).
+    #[derive(Debug)]
+    pub struct Reset;
+    /// INIT: port, P_Key and access (or Q_Key) set; receives may be posted.
+    #[derive(Debug)]
+    pub struct Init;
+    /// RTR (ready to receive): connected to the remote QP (RC, UC).
+    #[derive(Debug)]
+    pub struct Rtr;
+    /// RTS (ready to send).
+    #[derive(Debug)]
+    pub struct Rts;
+    /// ERR: every outstanding and new work request completes with a flush error.
+    #[derive(Debug)]
+    pub struct Err;
+}
+
+/// A QP state the types track.
+pub trait QpStateKind: sealed::Sealed {
+    /// The PRM state.
+    const STATE: QpState;
+}
+
+macro_rules! states {
+    ($($s:ident => $v:ident),*) => {$(
+        impl sealed::Sealed for state::$s {}
+        impl QpStateKind for state::$s {
+            const STATE: QpState = QpState::$v;
+        }
+    )*};
+}
+states!(Reset => Rst, Init => Init, Rtr => Rtr, Rts => Rts, Err => Err);
+
+/// A QP transport.
+pub trait QpTransport: sealed::Sealed {
+    /// The PRM service type (`qpc.st`).
+    const ST: QpServiceType;
+    /// Bytes of a send WQE before its data segments: the control segment and the
+    /// largest fixed segments the transport's opcodes use.
+    const SQ_OVERHEAD: usize;
+}
+
+/// Reliable connected.
+#[derive(Debug)]
+pub struct Rc;
+/// Unreliable connected.
+#[derive(Debug)]
+pub struct Uc;
+/// Unreliable datagram.
+#[derive(Debug)]
+pub struct Ud;
+
+impl sealed::Sealed for Rc {}
+impl sealed::Sealed for Uc {}
+impl sealed::Sealed for Ud {}
+impl QpTransport for Rc {
+    const ST: QpServiceType = QpServiceType::Rc;
+    // Control, remote address, atomic.
+    const SQ_OVERHEAD: usize = 48;
+}
+impl QpTransport for Uc {
+    const ST: QpServiceType = QpServiceType::Uc;
+    // Control, remote address.
+    const SQ_OVERHEAD: usize = 32;
+}
+impl QpTransport for Ud {
+    const ST: QpServiceType = QpServiceType::Ud;
+    // Control, datagram (address vector).
+    const SQ_OVERHEAD: usize = 64;
+}
+
+/// Work-queue capabilities (`ibv_qp_cap`): asked for at creation, and the actual values
+/// after rounding ([`Qp::caps`]), which are at least what was asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send work requests outstanding at once (0: no send queue).
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding at once (0 with no SRQ: no receive queue).
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send work request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive work request.
+    pub max_recv_sge: u32,
+    /// Inline data bytes per send work request.
+    pub max_inline_data: u32,
+}
+
+/// What a QP is created with.
+#[derive(Debug)]
+pub struct QpInitAttr<'a, P: Platform + Clone> {
+    /// The CQ for send completions.
+    pub send_cq: &'a Cq<P>,
+    /// The CQ for receive completions.
+    pub recv_cq: &'a Cq<P>,
+    /// Receive from this SRQ instead of an own receive queue.
+    pub srq: Option<&'a Srq<P>>,
+    /// Work-queue capabilities.
+    pub cap: QpCaps,
+}
+
+/// RESET → INIT attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitAttr {
+    /// The HCA port (from 1).
+    pub port: u8,
+    /// Index of the P_Key in the port's P_Key table.
+    pub pkey_index: u16,
+    /// What remote peers may do (RC: read, write, atomic; UC: write only; ignored for UD).
+    pub access: AccessFlags,
+    /// The Q_Key (UD only).
+    pub qkey: u32,
+}
+
+impl Default for InitAttr {
+    fn default() -> Self {
+        InitAttr {
+            port: 1,
+            pkey_index: 0,
+            access: AccessFlags::empty(),
+            qkey: 0,
+        }
+    }
+}
+
+/// INIT → RTR attributes of a connected QP (RC, UC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtrAttr {
+    /// The path MTU.
+    pub path_mtu: IbMtu,
+    /// The remote QP number.
+    pub dest_qpn: u32,
+    /// The first PSN expected from the remote QP (24 bits).
+    pub rq_psn: u32,
+    /// RDMA READ and atomic requests the QP answers at once (RC; rounded up to a power
+    /// of two).
+    pub max_dest_rd_atomic: u8,
+    /// The RNR NAK timer code (RC, 5 bits; IB spec table: 12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// The path to the remote QP.
+    pub ah: AddressHandle,
+}
+
+impl Default for RtrAttr {
+    fn default() -> Self {
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: 0,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah: AddressHandle::Ib {
+                dlid: 0,
+                sl: 0,
+                src_path_bits: 0,
+                static_rate: 0,
+                grh: None,
+            },
+        }
+    }
+}
+
+/// RTR → RTS attributes of an RC QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtsAttr {
+    /// The first PSN to send (24 bits).
+    pub sq_psn: u32,
+    /// The local ACK timeout code (5 bits: 4.096 µs × 2^timeout; 14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Retries after a timeout or NAK (0..=7).
+    pub retry_cnt: u8,
+    /// Retries after an RNR NAK (0..=7; 7 = forever).
+    pub rnr_retry: u8,
+    /// RDMA READ and atomic requests the QP issues at once (rounded up to a power of two).
+    pub max_rd_atomic: u8,
+}
+
+impl Default for RtsAttr {
+    fn default() -> Self {
+        RtsAttr {
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+        }
+    }
+}
+
+/// What QUERY_QP reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAttr {
+    /// The state the device has the QP in (it may differ from the type's: the device
+    /// moves QPs to ERR or SQER on its own).
+    pub state: QpState,
+    /// The service type.
+    pub service_type: QpServiceType,
+    /// The PD.
+    pub pdn: u32,
+    /// The port.
+    pub port: u8,
+    /// The P_Key index.
+    pub pkey_index: u16,
+    /// The path MTU (connected QPs, after RTR).
+    pub path_mtu: IbMtu,
+    /// The remote QP (connected QPs, after RTR).
+    pub dest_qpn: u32,
+    /// Next PSN to send.
+    pub sq_psn: u32,
+    /// Next PSN expected.
+    pub rq_psn: u32,
+    /// The Q_Key (UD).
+    pub qkey: u32,
+    /// The raw context, for everything else.
+    pub qpc: Qpc,
+}
+
+/// Sizes of the work queues, computed from the capabilities asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueSizes {
+    /// RQ: (log2 WQE count, log2 stride in bytes).
+    pub(crate) rq: Option<(u8, u8)>,
+    /// SQ: (log2 WQEBB count, WQE size in WQEBBs).
+    pub(crate) sq: Option<(u8, u8)>,
+    /// The capabilities the QP really has.
+    pub(crate) actual: QpCaps,
+}
+
+/// Largest send WQE the rings build: 63 16-byte units (`qpn_ds[5:0]`).
+const MAX_SEND_WQE_BYTES: usize = 63 * SEND_WQE_DS;
+/// Inline segment header bytes.
+const INLINE_HDR_BYTES: usize = 4;
+/// `qpc.pm_state` MIGRATED, as every driver creates QPs.
+const PM_STATE_MIGRATED: u8 = 3;
+/// `qpc.user_index` for QPs without one (Linux `MLX5_IB_DEFAULT_UIDX`).
+const DEFAULT_USER_INDEX: u32 = 0x00ff_ffff;
+/// `qpc.rq_type`: regular RQ, SRQ, zero-length RQ.
+const RQ_TYPE_REGULAR: u8 = 0;
+const RQ_TYPE_SRQ: u8 = 1;
+const RQ_TYPE_ZERO: u8 = 3;
+/// `qpc.atomic_mode` IB-compatible atomics (Linux `MLX5_ATOMIC_MODE_IB_COMP`).
+const ATOMIC_MODE_IB_COMP: u8 = 1;
+/// UD QPs: path MTU 4096 and 4 KiB messages, as Linux's mlx5 sets them.
+const UD_LOG_MSG_MAX: u8 = 12;
+/// Mask of a 24-bit QPN or PSN.
+const MASK24: u32 = 0x00ff_ffff;
+
+/// Computes the queue sizes for transport overhead `overhead` (see [`QpTransport`]).
+pub(crate) fn queue_sizes(
+    overhead: usize,
+    cap: &QpCaps,
+    hca: &CmdHcaCap,
+    srq: bool,
+) -> Result<QueueSizes> {
+    let log_max = hca.log_max_qp_sz().min(15);
+    let max_wr = 1u64 << log_max;
+    let mut actual = QpCaps::default();
+
+    let sq = if cap.max_send_wr == 0 {
+        None
+    } else {
+        if cap.max_send_wr as u64 > max_wr {
+            return Err(Error::InvalidArgument(
+                "max_send_wr above the device's largest queue",
+            ));
+        }
+        let desc_max = (hca.max_wqe_sz_sq() as usize).min(MAX_SEND_WQE_BYTES);
+        if overhead + SEND_WQE_DS > desc_max {
+            return Err(Error::Unsupported("send WQEs of this transport"));
+        }
+        if cap.max_send_sge as usize > (desc_max - overhead) / SEND_WQE_DS {
+            return Err(Error::InvalidArgument(
+                "max_send_sge: more scatter/gather entries than a send WQE holds",
+            ));
+        }
+        let sge_bytes = overhead + cap.max_send_sge as usize * SEND_WQE_DS;
+        let inline_bytes = if cap.max_inline_data > 0 {
+            overhead + (INLINE_HDR_BYTES + cap.max_inline_data as usize).next_multiple_of(16)
+        } else {
+            0
+        };
+        let tot = sge_bytes.max(inline_bytes).max(overhead + SEND_WQE_DS);
+        if tot > desc_max {
+            return Err(Error::InvalidArgument(
+                "max_inline_data: more inline data than a send WQE holds",
+            ));
+        }
+        let wqe = tot.next_multiple_of(SEND_WQE_BB);
+        let bytes = (cap.max_send_wr as u64 * wqe as u64).next_power_of_two();
+        let wqebbs = bytes / SEND_WQE_BB as u64;
+        let log = log2_ceil(wqebbs);
+        if log > log_max {
+            return Err(Error::InvalidArgument(
+                "max_send_wr: the send queue would exceed the device's largest queue",
+            ));
+        }
+        let usable = wqe.min(desc_max);
+        actual.max_send_wr = (bytes / wqe as u64) as u32;
+        actual.max_send_sge = ((usable - overhead) / SEND_WQE_DS) as u32;
+        actual.max_inline_data = (usable - overhead - INLINE_HDR_BYTES) as u32;
+        Some((log, (wqe / SEND_WQE_BB) as u8))
+    };
+
+    let rq = if srq {
+        if cap.max_recv_wr != 0 || cap.max_recv_sge != 0 {
+            return Err(Error::InvalidArgument(
+                "max_recv_wr and max_recv_sge must be 0 with an SRQ",
+            ));
+        }
+        None
+    } else if cap.max_recv_wr == 0 {
+        None
+    } else {
+        if cap.max_recv_wr as u64 > max_wr {
+            return Err(Error::InvalidArgument(
+                "max_recv_wr above the device's largest queue",
+            ));
+        }
+        let stride = (SEND_WQE_DS * cap.max_recv_sge.max(1) as usize).next_power_of_two();
+        if stride > hca.max_wqe_sz_rq() as usize {
+            return Err(Error::InvalidArgument(
+                "max_recv_sge: more scatter/gather entries than a receive WQE holds",
+            ));
+        }
+        // At least one 64-byte basic block of receive queue.
+        let cnt = (cap.max_recv_wr as u64)
+            .next_power_of_two()
+            .max((SEND_WQE_BB / stride).max(1) as u64);
+        let log = log2_ceil(cnt);
+        if log > log_max {
+            return Err(Error::InvalidArgument(
+                "max_recv_wr above the device's largest queue",
+            ));
+        }
+        actual.max_recv_wr = cnt as u32;
+        actual.max_recv_sge = (stride / SEND_WQE_DS) as u32;
+        Some((log, log2_ceil(stride as u64)))
+    };
+    Ok(QueueSizes { rq, sq, actual })
+}
+
+struct QpInner<P: Platform + Clone> {
+    rings: QpRings<DmaBuf<P>>,
+    layout: QpLayout,
+    doorbell: SqDoorbell,
+    qpn: u32,
+    pdn: u32,
+    port: u8,
+    pkey_index: u16,
+    caps: QpCaps,
+    send_cqn: u32,
+    recv_cqn: u32,
+    srqn: Option<u32>,
+}
+
+/// A queue pair of transport `T` in state `S`, with its work-queue rings.
+pub struct Qp<P: Platform + Clone, T: QpTransport, S: QpStateKind> {
+    inner: Option<QpInner<P>>,
+    _marker: PhantomData<fn() -> (T, S)>,
+}
+
+impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> core::fmt::Debug for Qp<P, T, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn())
+            .field("type", &T::ST)
+            .field("state", &S::STATE)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
+    fn drop(&mut self) {
+        // Not destroyed: the device may still use the queues and the doorbell record.
+        if let Some(i) = self.inner.take() {
+            core::mem::forget(i.rings);
+        }
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+    fn inner(&self) -> &QpInner<P> {
+        match &self.inner {
+            Some(i) => i,
+            None => unreachable!("the QP's parts are only taken by transitions and drop"),
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut QpInner<P> {
+        match &mut self.inner {
+            Some(i) => i,
+            None => unreachable!("the QP's parts are only taken by transitions and drop"),
+        }
+    }
+
+    /// Moves the parts into a QP of another state.
+    fn into_state<S2: QpStateKind>(mut self) -> Qp<P, T, S2> {
+        Qp {
+            inner: self.inner.take(),
+            _marker: PhantomData,
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.inner().qpn
+    }
+
+    /// The state the driver moved the QP to (the device may have moved it on since: see
+    /// [`Qp::query`]).
+    pub fn state(&self) -> QpState {
+        S::STATE
+    }
+
+    /// The work-queue capabilities the QP really has.
+    pub fn caps(&self) -> QpCaps {
+        self.inner().caps
+    }
+
+    /// The PD.
+    pub fn pdn(&self) -> u32 {
+        self.inner().pdn
+    }
+
+    /// The send and receive CQs.
+    pub fn cqns(&self) -> (u32, u32) {
+        (self.inner().send_cqn, self.inner().recv_cqn)
+    }
+
+    /// The SRQ it receives from, if any.
+    pub fn srqn(&self) -> Option<u32> {
+        self.inner().srqn
+    }
+
+    /// The port (set at INIT; 0 before).
+    pub fn port(&self) -> u8 {
+        self.inner().port
+    }
+
+    /// The work-queue rings: post send and receive WQEs, ring doorbells.
+    pub fn rings(&self) -> &QpRings<DmaBuf<P>> {
+        &self.inner().rings
+    }
+
+    /// The work-queue rings, for posting.
+    pub fn rings_mut(&mut self) -> &mut QpRings<DmaBuf<P>> {
+        &mut self.inner_mut().rings
+    }
+
+    /// QUERY_QP.
+    ///
+    /// # Errors
+    ///
+    /// The command's error.
+    pub fn query(&self, hca: &mut Hca<P>) -> Result<QpAttr> {
+        query_qp(hca, self.qpn())
+    }
+
+    /// Sends a modify command; a BAD_QP_STATE refusal becomes [`Error::BadQpState`] with
+    /// the state the device reports.
+    fn modify<C: Command>(&self, hca: &mut Hca<P>, cmd: &C) -> Result<()> {
+        match hca.exec(cmd, &[], &mut []) {
+            Ok(_) => Ok(()),
+            Err(Error::Command(
+                cause @ CmdError::Status {
+                    status: CmdStatus::BadQpStateErr,
+                    ..
+                },
+            )) => {
+                let device_state = query_qp(hca, self.qpn()).ok().map(|a| a.state);
+                Err(Error::BadQpState {
+                    qpn: self.qpn(),
+                    command: C::OPCODE,
+                    device_state,
+                    cause,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn transition<S2: QpStateKind, C: Command>(
+        self,
+        hca: &mut Hca<P>,
+        cmd: &C,
+    ) -> core::result::Result<Qp<P, T, S2>, Failed<Self>> {
+        match self.modify(hca, cmd) {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(Failed {
+                object: self,
+                error,
+            }),
+        }
+    }
+
+    /// Moves the QP to ERR (2ERR_QP): outstanding work requests complete with flush errors.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error.
+    pub fn to_err(
+        self,
+        hca: &mut Hca<P>,
+    ) -> core::result::Result<Qp<P, T, state::Err>, Failed<Self>> {
+        let mut c = Qp2errIn::new_cmd();
+        c.set_qpn(self.qpn());
+        self.transition(hca, &c)
+    }
+
+    /// Moves the QP to RESET (2RST_QP) and resets its rings (counters and doorbell record
+    /// zero, as the device's are).
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error.
+    pub fn to_reset(
+        self,
+        hca: &mut Hca<P>,
+    ) -> core::result::Result<Qp<P, T, state::Reset>, Failed<Self>> {
+        let mut c = Qp2rstIn::new_cmd();
+        c.set_qpn(self.qpn());
+        let mut qp: Qp<P, T, state::Reset> = self.transition(hca, &c)?;
+        let inner = qp.inner_mut();
+        let layout = inner.layout;
+        let doorbell = inner.doorbell;
+        // The device no longer uses the queues: start them over.
+        let taken = qp.inner.take();
+        if let Some(mut i) = taken {
+            let mem = i.rings.into_mem();
+            match QpRings::new(mem, layout, doorbell) {
+                Ok(r) => {
+                    i.rings = r;
+                    qp.inner = Some(i);
+                }
+                Err(_) => unreachable!("the layout was accepted at creation"),
+            }
+        }
+        Ok(qp)
+    }
+
+    /// DESTROY_QP, then frees the rings.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error.
+    pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<(), Failed<Self>> {
+        let mut d = DestroyQpIn::new_cmd();
+        d.set_qpn(self.qpn());
+        match hca.exec(&d, &[], &mut []) {
+            Ok(_) => {
+                drop(self.inner.take());
+                Ok(())
+            }
+            Err(error) => Err(Failed {
+                object: self,
+                error,
+            }),
+        }
+    }
+}
+
+fn query_qp<P: Platform + Clone>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
+    let mut q = QueryQpIn::new_cmd();
+    q.set_qpn(qpn);
+    let out = hca.exec(&q, &[], &mut [])?;
+    let c = *out.qpc();
+    let path = c.primary_address_path();
+    Ok(QpAttr {
+        state: QpState::from_raw(c.state()),
+        service_type: QpServiceType::from_raw(c.st()),
+        pdn: c.pd(),
+        port: path.vhca_port_num(),
+        pkey_index: path.pkey_index(),
+        path_mtu: IbMtu::from_raw(c.mtu()),
+        dest_qpn: c.remote_qpn(),
+        sq_psn: c.next_send_psn(),
+        rq_psn: c.next_rcv_psn(),
+        qkey: c.q_key(),
+        qpc: c,
+    })
+}
+
+impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
+    /// RESET → INIT (RST2INIT_QP): port, P_Key index, and the remote access rights (RC,
+    /// UC) or the Q_Key (UD).
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error: [`Error::InvalidArgument`] for a port the HCA does not
+    /// have, a P_Key index outside the table, or access a UC QP cannot give (no command
+    /// is sent); [`Error::Unsupported`] for remote atomics on a device without them; the
+    /// command's error.
+    pub fn to_init(
+        self,
+        hca: &mut Hca<P>,
+        attr: InitAttr,
+    ) -> core::result::Result<Qp<P, T, state::Init>, Failed<Self>> {
+        let mut c = Rst2initQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        if let Err(error) = fill_init(hca, T::ST, &attr, c.qpc_mut()) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
+        let mut qp: Qp<P, T, state::Init> = self.transition(hca, &c)?;
+        let i = qp.inner_mut();
+        i.port = attr.port;
+        i.pkey_index = attr.pkey_index;
+        Ok(qp)
+    }
+}
+
+fn fill_init<P: Platform + Clone>(
+    hca: &Hca<P>,
+    st: QpServiceType,
+    attr: &InitAttr,
+    q: &mut Qpc,
+) -> Result<()> {
+    check_port(hca, attr.port)?;
+    if attr.pkey_index as u32 >= hca.caps().pkey_table_len.max(1) {
+        return Err(Error::InvalidArgument(
+            "P_Key index outside the P_Key table",
+        ));
+    }
+    q.primary_address_path_mut()
+        .set_vhca_port_num(attr.port)
+        .set_pkey_index(attr.pkey_index);
+    match st {
+        QpServiceType::Ud => {
+            q.set_q_key(attr.qkey);
+        }
+        _ => {
+            let a = attr.access;
+            if st == QpServiceType::Uc
+                && a.intersects(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+            {
+                return Err(Error::InvalidArgument(
+                    "UC QPs allow remote write only (no remote read or atomic)",
+                ));
+            }
+            if a.contains(AccessFlags::REMOTE_ATOMIC) {
+                if !hca.caps().atomic {
+                    return Err(Error::Unsupported("remote atomics"));
+                }
+                q.set_rae(true).set_atomic_mode(ATOMIC_MODE_IB_COMP);
+            }
+            q.set_rre(a.contains(AccessFlags::REMOTE_READ))
+                .set_rwe(a.contains(AccessFlags::REMOTE_WRITE));
+        }
+    }
+    Ok(())
+}
+
+fn check_port<P: Platform + Clone>(hca: &Hca<P>, port: u8) -> Result<()> {
+    if port == 0 || port > hca.caps().num_ports.max(1) {
+        return Err(Error::InvalidArgument("no such port"));
+    }
+    Ok(())
+}
+
+/// INIT2RTR context of a connected QP.
+fn fill_rtr<P: Platform + Clone>(
+    hca: &Hca<P>,
+    rc: bool,
+    port: u8,
+    pkey_index: u16,
+    attr: &RtrAttr,
+    q: &mut Qpc,
+) -> Result<()> {
+    if attr.path_mtu.bytes().is_none() {
+        return Err(Error::InvalidArgument("path MTU"));
+    }
+    if attr.dest_qpn > MASK24 || attr.rq_psn > MASK24 {
+        return Err(Error::InvalidArgument(
+            "dest_qpn and rq_psn are 24-bit numbers",
+        ));
+    }
+    if attr.min_rnr_timer > 31 {
+        return Err(Error::InvalidArgument("min_rnr_timer is a 5-bit code"));
+    }
+    let max_res = 1u32 << hca.hca_cap().log_max_ra_res_qp();
+    if rc && attr.max_dest_rd_atomic as u32 > max_res {
+        return Err(Error::InvalidArgument(
+            "max_dest_rd_atomic above the device's limit (log_max_ra_res_qp)",
+        ));
+    }
+    match (attr.ah, hca.caps().link_layer) {
+        (AddressHandle::Ib { .. }, LinkLayer::InfiniBand)
+        | (AddressHandle::RoceV2 { .. }, LinkLayer::Ethernet) => {}
+        _ => {
+            return Err(Error::InvalidArgument(
+                "the address handle's kind does not match the port's link layer",
+            ));
+        }
+    }
+    q.set_mtu(attr.path_mtu.raw())
+        .set_log_msg_max(hca.hca_cap().log_max_msg())
+        .set_remote_qpn(attr.dest_qpn)
+        .set_next_rcv_psn(attr.rq_psn);
+    if rc {
+        q.set_min_rnr_nak(attr.min_rnr_timer);
+        if attr.max_dest_rd_atomic > 0 {
+            q.set_log_rra_max(log2_ceil(attr.max_dest_rd_atomic as u64));
+        }
+    }
+    let path = q.primary_address_path_mut();
+    attr.ah.write_ads(path, port);
+    path.set_pkey_index(pkey_index);
+    Ok(())
+}
+
+impl<P: Platform + Clone> Qp<P, Rc, state::Init> {
+    /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN, responder depth, RNR
+    /// timer and the path.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error: [`Error::InvalidArgument`] for out-of-range numbers or
+    /// an address handle of the wrong link layer (no command is sent);
+    /// [`Error::BadQpState`]; the command's error.
+    pub fn to_rtr(
+        self,
+        hca: &mut Hca<P>,
+        attr: RtrAttr,
+    ) -> core::result::Result<Qp<P, Rc, state::Rtr>, Failed<Self>> {
+        self.connected_to_rtr(hca, true, &attr)
+    }
+}
+
+impl<P: Platform + Clone> Qp<P, Uc, state::Init> {
+    /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN and the path
+    /// (`max_dest_rd_atomic` and `min_rnr_timer` do not apply to UC and are ignored).
+    ///
+    /// # Errors
+    ///
+    /// As for RC.
+    pub fn to_rtr(
+        self,
+        hca: &mut Hca<P>,
+        attr: RtrAttr,
+    ) -> core::result::Result<Qp<P, Uc, state::Rtr>, Failed<Self>> {
+        self.connected_to_rtr(hca, false, &attr)
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Init> {
+    fn connected_to_rtr(
+        self,
+        hca: &mut Hca<P>,
+        rc: bool,
+        attr: &RtrAttr,
+    ) -> core::result::Result<Qp<P, T, state::Rtr>, Failed<Self>> {
+        let mut c = Init2rtrQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        let (port, pkey) = (self.inner().port, self.inner().pkey_index);
+        if let Err(error) = fill_rtr(hca, rc, port, pkey, attr, c.qpc_mut()) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
+        self.transition(hca, &c)
+    }
+}
+
+impl<P: Platform + Clone> Qp<P, Ud, state::Init> {
+    /// INIT → RTR (INIT2RTR_QP). A UD QP has no path: destinations come with each send.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error ([`Error::BadQpState`], the command's error).
+    pub fn to_rtr(
+        self,
+        hca: &mut Hca<P>,
+    ) -> core::result::Result<Qp<P, Ud, state::Rtr>, Failed<Self>> {
+        let mut c = Init2rtrQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        c.qpc_mut()
+            .set_mtu(IbMtu::Mtu4096.raw())
+            .set_log_msg_max(UD_LOG_MSG_MAX);
+        self.transition(hca, &c)
+    }
+}
+
+impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
+    /// RTR → RTS (RTR2RTS_QP): send PSN, ACK timeout, retry counts and requester depth.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error: [`Error::InvalidArgument`] for out-of-range values (no
+    /// command is sent); [`Error::BadQpState`]; the command's error.
+    pub fn to_rts(
+        self,
+        hca: &mut Hca<P>,
+        attr: RtsAttr,
+    ) -> core::result::Result<Qp<P, Rc, state::Rts>, Failed<Self>> {
+        let check = || -> Result<()> {
+            if attr.sq_psn > MASK24 {
+                return Err(Error::InvalidArgument("sq_psn is a 24-bit number"));
+            }
+            if attr.timeout > 31 || attr.retry_cnt > 7 || attr.rnr_retry > 7 {
+                return Err(Error::InvalidArgument(
+                    "timeout is 5 bits, retry_cnt and rnr_retry 3 bits",
+                ));
+            }
+            if attr.max_rd_atomic as u32 > 1u32 << hca.hca_cap().log_max_ra_req_qp() {
+                return Err(Error::InvalidArgument(
+                    "max_rd_atomic above the device's limit (log_max_ra_req_qp)",
+                ));
+            }
+            Ok(())
+        };
+        if let Err(error) = check() {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
+        let mut c = Rtr2rtsQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        let q = c.qpc_mut();
+        q.set_next_send_psn(attr.sq_psn)
+            .set_retry_count(attr.retry_cnt)
+            .set_rnr_retry(attr.rnr_retry);
+        if attr.max_rd_atomic > 0 {
+            q.set_log_sra_max(log2_ceil(attr.max_rd_atomic as u64));
+        }
+        q.primary_address_path_mut().set_ack_timeout(attr.timeout);
+        self.transition(hca, &c)
+    }
+}
+
+impl<P: Platform + Clone> Qp<P, Uc, state::Rtr> {
+    /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error.
+    pub fn to_rts(
+        self,
+        hca: &mut Hca<P>,
+        sq_psn: u32,
+    ) -> core::result::Result<Qp<P, Uc, state::Rts>, Failed<Self>> {
+        self.psn_to_rts(hca, sq_psn)
+    }
+}
+
+impl<P: Platform + Clone> Qp<P, Ud, state::Rtr> {
+    /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error.
+    pub fn to_rts(
+        self,
+        hca: &mut Hca<P>,
+        sq_psn: u32,
+    ) -> core::result::Result<Qp<P, Ud, state::Rts>, Failed<Self>> {
+        self.psn_to_rts(hca, sq_psn)
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
+    fn psn_to_rts(
+        self,
+        hca: &mut Hca<P>,
+        sq_psn: u32,
+    ) -> core::result::Result<Qp<P, T, state::Rts>, Failed<Self>> {
+        if sq_psn > MASK24 {
+            return Err(Failed {
+                object: self,
+                error: Error::InvalidArgument("sq_psn is a 24-bit number"),
+            });
+        }
+        let mut c = Rtr2rtsQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        c.qpc_mut().set_next_send_psn(sq_psn);
+        self.transition(hca, &c)
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
+    /// SQER → RTS (SQERR2RTS_QP): resumes a send queue the device stopped after a send
+    /// error on an unreliable QP. Only the device knows whether the QP is in SQER: if it
+    /// is not, this is [`Error::BadQpState`] and the QP comes back unchanged.
+    ///
+    /// # Errors
+    ///
+    /// The QP back with the error.
+    pub fn recover_sq(self, hca: &mut Hca<P>) -> core::result::Result<Self, Failed<Self>> {
+        let mut c = Sqerr2rtsQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        self.transition(hca, &c)
+    }
+}
+
+impl<P: Platform + Clone> Hca<P> {
+    /// Creates a QP of transport `T` in RESET (`ibv_create_qp`): the work queues sized
+    /// from `attr.cap` (see [`Qp::caps`] for what it got), one DMA buffer for the RQ, the
+    /// SQ and the doorbell record, the HCA's UAR for send doorbells.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for capabilities the device cannot give (too many work
+    /// requests, scatter/gather entries or inline bytes; no command is sent);
+    /// [`Error::Unsupported`] for a transport the device lacks; [`Error::Dma`]; the
+    /// command's error.
+    pub fn create_qp<T: QpTransport>(
+        &mut self,
+        pd: &Pd,
+        attr: &QpInitAttr<'_, P>,
+    ) -> Result<Qp<P, T, state::Reset>> {
+        let caps = self.caps();
+        let supported = match T::ST {
+            QpServiceType::Rc => caps.rc,
+            QpServiceType::Uc => caps.uc,
+            QpServiceType::Ud => caps.ud,
+            _ => false,
+        };
+        if !supported {
+            return Err(Error::Unsupported("this QP transport"));
+        }
+        let sizes = queue_sizes(
+            T::SQ_OVERHEAD,
+            &attr.cap,
+            self.hca_cap(),
+            attr.srq.is_some(),
+        )?;
+        let mut layout = QpLayout::new(0, sizes.rq, sizes.sq.map(|s| s.0));
+        if let Some((_, bbs)) = sizes.sq {
+            layout.max_sq_wqebbs = bbs;
+        }
+        let plan = PagePlan::for_bytes(layout.wq_len());
+        let mut buf = self.alloc_dma(layout.buffer_len(), plan.page_bytes())?;
+        // The doorbell record must read zero when the device first looks (the memory
+        // comes zeroed; say it anyway).
+        buf.write_be64(layout.dbr_offset, 0);
+
+        let uar = self.uar();
+        let mut c = CreateQpIn::new_cmd();
+        let q = c.qpc_mut();
+        q.set_st(T::ST.raw())
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_pd(pd.pdn())
+            .set_uar_page(uar)
+            .set_user_index(DEFAULT_USER_INDEX)
+            .set_log_page_size(plan.log_page_size)
+            .set_cqn_snd(attr.send_cq.cqn())
+            .set_cqn_rcv(attr.recv_cq.cqn())
+            .set_dbr_addr(buf.iova() + layout.dbr_offset as u64)
+            .set_ts_format(default_ts_format(self.hca_cap()));
+        match sizes.sq {
+            Some((log, _)) => {
+                q.set_log_sq_size(log);
+            }
+            None => {
+                q.set_no_sq(true);
+            }
+        }
+        match (attr.srq, sizes.rq) {
+            (Some(srq), _) => {
+                q.set_rq_type(RQ_TYPE_SRQ).set_srqn_rmpn_xrqn(srq.srqn());
+            }
+            (None, Some((log, log_stride))) => {
+                q.set_rq_type(RQ_TYPE_REGULAR)
+                    .set_log_rq_size(log)
+                    .set_log_rq_stride(log_stride - 4);
+            }
+            (None, None) => {
+                q.set_rq_type(RQ_TYPE_ZERO);
+            }
+        }
+        let mut pas = [0u8; MAX_PAS * 8];
+        let pas = plan.write_pas(buf.iova(), &mut pas);
+        let qpn = self.exec(&c, pas, &mut [])?.qpn();
+        layout.qpn = qpn;
+        let doorbell = SqDoorbell::new(uar as usize * ADAPTER_PAGE_SIZE);
+        let rings = match QpRings::new(buf, layout, doorbell) {
+            Ok(r) => r,
+            Err(_) => unreachable!("QpLayout::new with sizes the HAL accepts"),
+        };
+        Ok(Qp {
+            inner: Some(QpInner {
+                rings,
+                layout,
+                doorbell,
+                qpn,
+                pdn: pd.pdn(),
+                port: 0,
+                pkey_index: 0,
+                caps: sizes.actual,
+                send_cqn: attr.send_cq.cqn(),
+                recv_cqn: attr.recv_cq.cqn(),
+                srqn: attr.srq.map(|s| s.srqn()),
+            }),
+            _marker: PhantomData,
+        })
+    }
+}
+
+/// `qpc.ts_format` the device accepts: free-running when it offers it (`sq_ts_format` 0 or
+/// 2), the default format otherwise, as Linux chooses.
+fn default_ts_format(cap: &CmdHcaCap) -> u8 {
+    match cap.sq_ts_format() {
+        0 | 2 => 0,
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap() -> CmdHcaCap {
+        let mut c = CmdHcaCap::default();
+        c.set_log_max_qp_sz(15)
+            .set_max_wqe_sz_sq(1024)
+            .set_max_wqe_sz_rq(512);
+        c
+    }
+
+    #[test]
+    fn rc_sizes_follow_the_mlx5_provider() {
+        let s = queue_sizes(
+            Rc::SQ_OVERHEAD,
+            &QpCaps {
+                max_send_wr: 100,
+                max_recv_wr: 100,
+                max_send_sge: 2,
+                max_recv_sge: 3,
+                max_inline_data: 64,
+            },
+            &cap(),
+            false,
+        )
+        .unwrap();
+        // Send WQE: 48 + max(2 × 16, 4 + 64 → 80) = 128 bytes = 2 WQEBBs; 100 × 128
+        // rounded up to 16 KiB = 256 WQEBBs.
+        assert_eq!(s.sq, Some((8, 2)));
+        assert_eq!(s.actual.max_send_wr, 128);
+        assert_eq!(s.actual.max_inline_data, 128 - 48 - 4);
+        assert_eq!(s.actual.max_send_sge, 5);
+        // Receive WQE: 3 entries → 64-byte stride; 128 WQEs.
+        assert_eq!(s.rq, Some((7, 6)));
+        assert_eq!((s.actual.max_recv_wr, s.actual.max_recv_sge), (128, 4));
+    }
+
+    #[test]
+    fn ud_and_limits() {
+        let s = queue_sizes(
+            Ud::SQ_OVERHEAD,
+            &QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                ..QpCaps::default()
+            },
+            &cap(),
+            false,
+        )
+        .unwrap();
+        // 64 + 16 = 80 → 128 bytes = 2 WQEBBs; one 16-byte receive WQE padded to 4.
+        assert_eq!(s.sq, Some((1, 2)));
+        assert_eq!(s.rq, Some((2, 4)));
+        let too_many = QpCaps {
+            max_send_wr: 1,
+            max_send_sge: 61,
+            ..QpCaps::default()
+        };
+        assert!(matches!(
+            queue_sizes(Rc::SQ_OVERHEAD, &too_many, &cap(), false),
+            Err(Error::InvalidArgument(_))
+        ));
+        let srq_and_rq = QpCaps {
+            max_recv_wr: 4,
+            ..QpCaps::default()
+        };
+        assert!(queue_sizes(Rc::SQ_OVERHEAD, &srq_and_rq, &cap(), true).is_err());
+        let none = queue_sizes(Uc::SQ_OVERHEAD, &QpCaps::default(), &cap(), false).unwrap();
+        assert_eq!((none.sq, none.rq), (None, None));
+    }
+}
