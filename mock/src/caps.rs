@@ -31,6 +31,9 @@ impl PortType {
 pub const PKEY_TABLE_ENTRIES: usize = 128;
 /// Entries of the GID table of an InfiniBand port.
 pub const IB_GID_TABLE_ENTRIES: usize = 8;
+/// `gid_table_size` is an encoding, `8 << n` entries (Linux `mlx5_get_gid_table_len`): 0
+/// encodes [`IB_GID_TABLE_ENTRIES`].
+pub const GID_TABLE_SIZE_ENCODED: u16 = 0;
 /// Entries of the RoCE address (GID) table of an Ethernet port.
 pub const ROCE_ADDRESS_TABLE_ENTRIES: usize = 256;
 /// Number of MSI-X vectors, as reported by the MSI-X capability.
@@ -94,7 +97,7 @@ impl Caps {
             .set_log_max_ra_res_qp(4)
             .set_release_all_pages(true)
             .set_cache_line_128byte(false)
-            .set_gid_table_size(IB_GID_TABLE_ENTRIES as u16)
+            .set_gid_table_size(GID_TABLE_SIZE_ENCODED)
             .set_max_qp_cnt(128)
             .set_pkey_table_size(0)
             .set_local_ca_ack_delay(16)

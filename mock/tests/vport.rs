@@ -198,3 +198,29 @@ fn mad_ifc_node_and_port_info() {
     let mut e = Harness::ready(MockConfig::default());
     assert_eq!(e.err(&smp_get(0x0011), &[]).1, syndrome::WRONG_PORT_TYPE);
 }
+
+#[test]
+fn gid_table_size_capability_is_the_prm_encoding_of_the_served_table() {
+    // `gid_table_size` encodes 8 << n entries (Linux `mlx5_get_gid_table_len`); the
+    // capability must say as many GIDs as QUERY_HCA_VPORT_GID serves.
+    let mut h = Harness::ready(MockConfig::infiniband());
+    let mut q = QueryHcaCapIn::new_cmd();
+    q.set_op_mod(query_hca_cap_op_mod(
+        HcaCapType::General,
+        HcaCapMode::GetCur,
+    ));
+    let enc = h.ok(&q, &[]).cmd_hca_cap().gid_table_size();
+    assert!(
+        enc <= 4,
+        "encoding {enc} is invalid (readers take it as 0 entries)"
+    );
+    let entries = 8usize << enc;
+    let mut all = QueryHcaVportGidIn::new_cmd();
+    all.set_gid_index(0xffff);
+    let r = h.exec_ext(&all, &[], 16 * entries);
+    assert_eq!(r.status(), CmdStatus::Ok);
+    assert_eq!(
+        r.as_out::<QueryHcaVportGidOut>().gids_num() as usize,
+        entries
+    );
+}

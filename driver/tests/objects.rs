@@ -1,0 +1,793 @@
+//! Verbs objects on the mock ConnectX: create, query and destroy of every object, the QP
+//! state machine as the device sees it, input the driver refuses before sending anything,
+//! port queries on InfiniBand and Ethernet, and the RoCE GID table.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::caps::LinkLayer;
+use uhca_driver::verbs::{
+    CqModeration, GidType, InitAttr, PhysPortState, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
+    SrqInitAttr, Uc, Ud,
+};
+use uhca_driver::{Error, Hca, HcaConfig};
+use uhca_fwif::consts::{
+    AccessFlags, CmdOpcode, CmdStatus, IbMtu, MkcAccessMode, PortState, QpState,
+};
+use uhca_hal::DmaMem;
+use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, ObjectCounts, PortType};
+
+type TestHca = Hca<MockPlatform>;
+
+fn cfg() -> HcaConfig {
+    HcaConfig {
+        fw_pre_init_timeout_ns: 2_000_000_000,
+        fw_init_timeout_ns: 200_000_000,
+        cmd_timeout_ns: 200_000_000,
+        poll_us: 100,
+        ..HcaConfig::default()
+    }
+}
+
+fn open(port_type: PortType) -> (MockHca, TestHca) {
+    let dev = MockHca::new(MockConfig {
+        port_type,
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    let hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    (dev, hca)
+}
+
+/// Objects the driver itself holds after bring-up (one UAR, one EQ).
+fn baseline() -> ObjectCounts {
+    ObjectCounts {
+        uars: 1,
+        eqs: 1,
+        ..ObjectCounts::default()
+    }
+}
+
+fn commands(dev: &MockHca) -> usize {
+    dev.command_log().len()
+}
+
+const MAC: Mac = Mac([0x02, 0xc0, 0xff, 0xee, 0x00, 0x01]);
+
+fn roce_path(dgid: Gid) -> AddressHandle {
+    AddressHandle::RoceV2 {
+        sgid_index: 0,
+        dgid,
+        dmac: Mac([0x02, 0, 0, 0, 0, 0x22]),
+        udp_sport: 0xc123,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        sl: 0,
+    }
+}
+
+fn ib_path(dlid: u16) -> AddressHandle {
+    AddressHandle::Ib {
+        dlid,
+        sl: 0,
+        src_path_bits: 0,
+        static_rate: 0,
+        grh: None,
+    }
+}
+
+#[test]
+fn pd_and_transport_domain_round_trip() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let pd = hca.alloc_pd().unwrap();
+    let pd2 = hca.alloc_pd().unwrap();
+    let td = hca.alloc_transport_domain().unwrap();
+    assert_ne!(pd.pdn(), pd2.pdn());
+    let o = dev.objects();
+    assert_eq!((o.pds, o.transport_domains), (2, 1));
+    pd.destroy(&mut hca).unwrap();
+    pd2.destroy(&mut hca).unwrap();
+    td.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    hca.close().unwrap();
+}
+
+#[test]
+fn memory_region_keys_cover_the_buffer_and_query_back() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let pd = hca.alloc_pd().unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+    let mut mr = hca.alloc_mr(&pd, 3 * 4096 + 100, access).unwrap();
+    assert_eq!(mr.lkey(), (mr.mkey_index() << 8) | (mr.lkey() & 0xff));
+    assert_eq!(mr.lkey(), mr.rkey());
+    let a = mr.query(&mut hca).unwrap();
+    assert_eq!(a.start_addr, mr.iova());
+    assert_eq!(a.len, 3 * 4096 + 100);
+    assert_eq!(a.access, access);
+    assert_eq!(a.pdn, pd.pdn());
+    assert_eq!(a.mkey_7_0 as u32, mr.lkey() & 0xff);
+    assert_eq!(a.access_mode, MkcAccessMode::Mtt);
+    assert_eq!(a.log_page_size, 12);
+    // The MTT went out with one entry per 4 KiB page, read and write bits set.
+    let create = dev.last_command(CmdOpcode::CreateMkey).unwrap();
+    assert_eq!(create.status, CmdStatus::Ok);
+
+    // The application's data is where the key says.
+    mr.mem_mut().write_bytes(16, b"hello, device");
+    let mut got = [0u8; 13];
+    assert!(dev.host_read(mr.iova() + 16, &mut got));
+    assert_eq!(&got, b"hello, device");
+
+    // A second key over part of a buffer of the application's own.
+    let buf = hca.alloc_dma(8192, 4096).unwrap();
+    let part = hca
+        .reg_mr(&pd, buf, 4096, 512, AccessFlags::empty())
+        .unwrap();
+    assert_eq!(part.iova(), part.mem().iova() + 4096);
+    assert_eq!(part.query(&mut hca).unwrap().access, AccessFlags::empty());
+    assert_ne!(part.lkey(), mr.lkey());
+    assert_eq!(dev.objects().mkeys, 2);
+
+    // The PD is busy while keys use it.
+    let pd = pd.destroy(&mut hca).unwrap_err().object;
+    let buf = mr.destroy(&mut hca).unwrap();
+    assert_eq!(buf.len(), 3 * 4096 + 100);
+    part.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    assert!(dev.iommu_faults().is_empty());
+    hca.close().unwrap();
+}
+
+#[test]
+fn bad_memory_registrations_are_refused_before_any_command() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let pd = hca.alloc_pd().unwrap();
+    let before = commands(&dev);
+    let e = hca.alloc_mr(&pd, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = hca
+        .alloc_mr(&pd, 4096, AccessFlags::REMOTE_WRITE)
+        .unwrap_err();
+    assert!(e.to_string().contains("local write"), "{e}");
+    let buf = hca.alloc_dma(4096, 4096).unwrap();
+    let f = hca
+        .reg_mr(&pd, buf, 4000, 200, AccessFlags::LOCAL_WRITE)
+        .unwrap_err();
+    assert!(matches!(f.error, Error::InvalidArgument(_)));
+    let f = hca
+        .reg_mr(&pd, f.object, 0, 0, AccessFlags::LOCAL_WRITE)
+        .unwrap_err();
+    assert!(matches!(f.error, Error::InvalidArgument(_)));
+    assert_eq!(commands(&dev), before, "no command was sent");
+    pd.destroy(&mut hca).unwrap();
+}
+
+#[test]
+fn cq_create_query_moderate_destroy() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let mut cq = hca.create_cq(100).unwrap();
+    assert_eq!(cq.cqe(), 127, "100 + 1 rounded up to 128 entries");
+    let a = cq.query(&mut hca).unwrap();
+    assert_eq!(a.log_cq_size, 7);
+    assert_eq!(a.uar_page, hca.uar());
+    assert_eq!(a.eqn, hca.eqn() as u32);
+    assert_eq!(a.dbr_addr, cq.ring().dbr_iova());
+    assert_eq!((a.producer_counter, a.consumer_counter), (0, 0));
+    // Every CQE is invalid (opcode 0xf) with owner 1: nothing to poll.
+    let mut op_own = [0u8; 1];
+    for i in [0u64, 1, 127] {
+        assert!(dev.host_read(cq.ring().mem().iova() + i * 64 + 63, &mut op_own));
+        assert_eq!(op_own[0], 0xf1);
+    }
+    assert!(cq.ring_mut().poll_one().is_none());
+
+    cq.modify_moderation(
+        &mut hca,
+        CqModeration {
+            period_us: 16,
+            max_count: 32,
+        },
+    )
+    .unwrap();
+    let m = cq.query(&mut hca).unwrap().moderation;
+    assert_eq!((m.period_us, m.max_count), (16, 32));
+
+    // Arming rings the CQ doorbell on the HCA's UAR.
+    cq.arm(&hca, false);
+    assert_eq!(dev.cq_arm(cq.cqn()), Some((0, false, 0)));
+
+    cq.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    hca.close().unwrap();
+}
+
+#[test]
+fn a_cq_too_large_is_refused_before_any_command() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let max = hca.caps().max_cqe;
+    let before = commands(&dev);
+    let e = hca.create_cq(max).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(matches!(hca.create_cq(0), Err(Error::InvalidArgument(_))));
+    assert_eq!(commands(&dev), before);
+    // The largest that fits is accepted.
+    let cq = hca.create_cq(max - 1).unwrap();
+    assert_eq!(cq.cqe(), max - 1);
+    cq.destroy(&mut hca).unwrap();
+}
+
+fn caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
+}
+
+#[test]
+fn rc_qp_walks_the_state_machine_on_roce() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let gid = hca
+        .add_roce_gid(1, 0, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), MAC, None)
+        .unwrap();
+    let pd = hca.alloc_pd().unwrap();
+    let scq = hca.create_cq(64).unwrap();
+    let rcq = hca.create_cq(64).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &scq,
+        recv_cq: &rcq,
+        srq: None,
+        cap: caps(),
+    };
+    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let qpn = qp.qpn();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Rst));
+    assert!(qp.caps().max_send_wr >= 64 && qp.caps().max_inline_data >= 64);
+    assert_eq!(qp.cqns(), (scq.cqn(), rcq.cqn()));
+    // The rings are ready for the datapath: doorbell record zero, queues empty.
+    // 64 WRs of 128 bytes (48 fixed + 64 inline bytes and their header, rounded up).
+    assert_eq!(qp.rings().sq_free(), 128);
+    assert_eq!(qp.rings().rq_free(), 64);
+    let q = qp.query(&mut hca).unwrap();
+    assert_eq!(q.qpc.dbr_addr(), qp.rings().dbr_iova());
+    assert_eq!(q.qpc.log_rq_size(), 6);
+    assert_eq!(q.qpc.uar_page(), hca.uar());
+
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let qp = qp
+        .to_init(
+            &mut hca,
+            InitAttr {
+                access,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Init));
+    let q = qp.query(&mut hca).unwrap();
+    assert_eq!((q.state, q.port), (QpState::Init, 1));
+    assert!(q.qpc.rre() && q.qpc.rwe() && !q.qpc.rae());
+
+    let qp = qp
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                path_mtu: IbMtu::Mtu1024,
+                dest_qpn: 0x1234,
+                rq_psn: 0x100,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 12,
+                ah: roce_path(gid),
+            },
+        )
+        .unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Rtr));
+    let q = qp.query(&mut hca).unwrap();
+    assert_eq!(
+        (q.dest_qpn, q.rq_psn, q.path_mtu),
+        (0x1234, 0x100, IbMtu::Mtu1024)
+    );
+    assert_eq!(q.qpc.primary_address_path().udp_sport(), 0xc123);
+    assert_eq!(q.qpc.log_rra_max(), 2);
+
+    let qp = qp
+        .to_rts(
+            &mut hca,
+            RtsAttr {
+                sq_psn: 0x200,
+                ..RtsAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Rts));
+    let q = qp.query(&mut hca).unwrap();
+    assert_eq!((q.state, q.sq_psn), (QpState::Rts, 0x200));
+    assert_eq!(q.qpc.retry_count(), 7);
+    assert_eq!(q.qpc.primary_address_path().ack_timeout(), 14);
+
+    let qp = qp.to_err(&mut hca).unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Err));
+    let qp = qp.to_reset(&mut hca).unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Rst));
+    assert_eq!(qp.state(), QpState::Rst);
+
+    // A CQ in use cannot go; it comes back and goes after the QP.
+    let scq = scq.destroy(&mut hca).unwrap_err().object;
+    qp.destroy(&mut hca).unwrap();
+    scq.destroy(&mut hca).unwrap();
+    rcq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
+    hca.close().unwrap();
+}
+
+#[test]
+fn uc_and_ud_qps_on_infiniband() {
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(16).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let uc = hca.create_qp::<Uc>(&pd, &attr).unwrap();
+    let ucn = uc.qpn();
+    let uc = uc
+        .to_init(
+            &mut hca,
+            InitAttr {
+                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap();
+    let uc = uc
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                dest_qpn: 0x99,
+                ah: ib_path(7),
+                ..RtrAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        uc.query(&mut hca)
+            .unwrap()
+            .qpc
+            .primary_address_path()
+            .rlid(),
+        7
+    );
+    let uc = uc.to_rts(&mut hca, 5).unwrap();
+    assert_eq!(dev.qp_state(ucn), Some(QpState::Rts));
+    assert_eq!(uc.query(&mut hca).unwrap().sq_psn, 5);
+
+    let ud = hca.create_qp::<Ud>(&pd, &attr).unwrap();
+    let udn = ud.qpn();
+    let ud = ud
+        .to_init(
+            &mut hca,
+            InitAttr {
+                qkey: 0x1111_1111,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(ud.query(&mut hca).unwrap().qkey, 0x1111_1111);
+    let ud = ud.to_rtr(&mut hca).unwrap();
+    let ud = ud.to_rts(&mut hca, 0).unwrap();
+    assert_eq!(dev.qp_state(udn), Some(QpState::Rts));
+
+    // A UD destination: an address handle with its prepared address vector.
+    let ah = hca.create_ah(1, ib_path(3)).unwrap();
+    let av = ah.av(0x77, 0x1111_1111);
+    assert_eq!(
+        (av.dqpn(), av.rlid.get(), av.qkey.get()),
+        (0x77, 3, 0x1111_1111)
+    );
+    assert_eq!(ah.attr(), &ib_path(3));
+    let e = hca.create_ah(1, roce_path(Gid::ZERO)).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(_)),
+        "RoCE path on an IB port: {e}"
+    );
+    assert!(matches!(
+        hca.create_ah(2, ib_path(3)),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // A RoCE path on an InfiniBand port is refused before the command.
+    let n = commands(&dev);
+    let uc2 = hca.create_qp::<Uc>(&pd, &attr).unwrap();
+    let uc2 = uc2.to_init(&mut hca, InitAttr::default()).unwrap();
+    let f2 = uc2
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                ah: roce_path(Gid::ZERO),
+                ..RtrAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(f2.error, Error::InvalidArgument(_)));
+    assert_eq!(commands(&dev), n + 2, "CREATE_QP and RST2INIT only");
+    // UC gives remote write only.
+    let uc3 = hca.create_qp::<Uc>(&pd, &attr).unwrap();
+    let f = uc3
+        .to_init(
+            &mut hca,
+            InitAttr {
+                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(f.error, Error::InvalidArgument(_)));
+
+    f.object.destroy(&mut hca).unwrap();
+    f2.object.destroy(&mut hca).unwrap();
+    uc.destroy(&mut hca).unwrap();
+    ud.destroy(&mut hca).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    hca.close().unwrap();
+}
+
+#[test]
+fn a_transition_the_device_refuses_is_a_typed_error_and_the_qp_comes_back() {
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(16).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let qpn = qp.qpn();
+    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    let qp = qp
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                ah: ib_path(2),
+                ..RtrAttr::default()
+            },
+        )
+        .unwrap();
+    // The datapath moved the QP to ERR behind the driver's back.
+    assert!(dev.force_qp_state(qpn, QpState::Err));
+    let failed = qp.to_rts(&mut hca, RtsAttr::default()).unwrap_err();
+    match failed.error {
+        Error::BadQpState {
+            qpn: n,
+            command,
+            device_state,
+            ..
+        } => {
+            assert_eq!(n, qpn);
+            assert_eq!(command, CmdOpcode::Rtr2rtsQp);
+            assert_eq!(device_state, Some(QpState::Err));
+        }
+        ref e => panic!("not a BadQpState: {e}"),
+    }
+    assert_eq!(
+        failed.error.command_status(),
+        Some(CmdStatus::BadQpStateErr)
+    );
+    assert!(failed.to_string().contains("ERR"), "{failed}");
+    // The QP came back in its old type; RESET works from anywhere.
+    let qp = failed.object;
+    assert_eq!(qp.state(), QpState::Rtr);
+    let qp = qp.to_reset(&mut hca).unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Rst));
+
+    // SQER → RTS only when the device has the QP in SQER.
+    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    let qp = qp
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                ah: ib_path(2),
+                ..RtrAttr::default()
+            },
+        )
+        .unwrap();
+    let qp = qp.to_rts(&mut hca, RtsAttr::default()).unwrap();
+    let f = qp.recover_sq(&mut hca).unwrap_err();
+    assert!(matches!(
+        f.error,
+        Error::BadQpState {
+            device_state: Some(QpState::Rts),
+            ..
+        }
+    ));
+    let qp = f.object;
+    dev.force_qp_state(qpn, QpState::Sqer);
+    let qp = qp.recover_sq(&mut hca).unwrap();
+    assert_eq!(dev.qp_state(qpn), Some(QpState::Rts));
+
+    // `?` turns a failed transition into its error.
+    fn via_question_mark(
+        hca: &mut TestHca,
+        qp: uhca_driver::verbs::Qp<MockPlatform, Rc, uhca_driver::verbs::state::Rts>,
+    ) -> Result<(), Error> {
+        qp.destroy(hca)?;
+        Ok(())
+    }
+    via_question_mark(&mut hca, qp).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+}
+
+#[test]
+fn bad_qp_capabilities_are_refused_before_any_command() {
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(16).unwrap();
+    let before = commands(&dev);
+    let with = |cap: QpCaps| QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap,
+    };
+    for (name, cap) in [
+        (
+            "send SGEs",
+            QpCaps {
+                max_send_wr: 1,
+                max_send_sge: 64,
+                ..QpCaps::default()
+            },
+        ),
+        (
+            "receive SGEs",
+            QpCaps {
+                max_recv_wr: 1,
+                max_recv_sge: 64,
+                ..QpCaps::default()
+            },
+        ),
+        (
+            "inline",
+            QpCaps {
+                max_send_wr: 1,
+                max_inline_data: 2000,
+                ..QpCaps::default()
+            },
+        ),
+        (
+            "send WRs",
+            QpCaps {
+                max_send_wr: 1 << 20,
+                ..QpCaps::default()
+            },
+        ),
+    ] {
+        let e = hca.create_qp::<Rc>(&pd, &with(cap)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{name}: {e}");
+    }
+    let qp = hca.create_qp::<Rc>(&pd, &with(caps())).unwrap();
+    let n = commands(&dev);
+    let f = qp
+        .to_init(
+            &mut hca,
+            InitAttr {
+                port: 2,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(f.error, Error::InvalidArgument(_)));
+    let f = f
+        .object
+        .to_init(
+            &mut hca,
+            InitAttr {
+                access: AccessFlags::REMOTE_ATOMIC | AccessFlags::LOCAL_WRITE,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(f.error, Error::Unsupported(_)),
+        "the mock has no atomics"
+    );
+    assert_eq!(commands(&dev), n);
+    assert_eq!(
+        commands(&dev),
+        before + 1,
+        "only the good CREATE_QP went out"
+    );
+    f.object.destroy(&mut hca).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+}
+
+#[test]
+fn srq_create_query_arm_destroy_and_a_qp_on_it() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(16).unwrap();
+    let mut srq = hca
+        .create_srq(
+            &pd,
+            SrqInitAttr {
+                max_wr: 100,
+                max_sge: 3,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    assert_eq!((srq.max_wr(), srq.max_sge()), (127, 3));
+    let a = srq.query(&mut hca).unwrap();
+    assert_eq!((a.log_srq_size, a.log_rq_stride, a.pdn), (7, 2, pd.pdn()));
+    assert_eq!(a.dbr_addr, srq.mem().iova() + srq.dbr_offset() as u64);
+    // The free list links each WQE to the next.
+    assert_eq!(srq.mem().read_be16(2), 1);
+    assert_eq!(srq.mem().read_be16((127 << srq.log_stride()) + 2), 0);
+    srq.arm_limit(&mut hca, 10).unwrap();
+    assert_eq!(srq.query(&mut hca).unwrap().limit, 10);
+    let n = commands(&dev);
+    assert!(matches!(
+        srq.arm_limit(&mut hca, 128),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(commands(&dev), n);
+
+    let qp = hca
+        .create_qp::<Rc>(
+            &pd,
+            &QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: Some(&srq),
+                cap: QpCaps {
+                    max_send_wr: 8,
+                    max_send_sge: 1,
+                    ..QpCaps::default()
+                },
+            },
+        )
+        .unwrap();
+    let q = qp.query(&mut hca).unwrap().qpc;
+    assert_eq!((q.rq_type(), q.srqn_rmpn_xrqn()), (1, srq.srqn()));
+    assert_eq!(qp.srqn(), Some(srq.srqn()));
+    let srq = srq.destroy(&mut hca).unwrap_err().object;
+    qp.destroy(&mut hca).unwrap();
+    srq.destroy(&mut hca).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    hca.close().unwrap();
+}
+
+#[test]
+fn infiniband_port_query() {
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    let p = hca.query_port(1).unwrap();
+    assert_eq!(p.link_layer, LinkLayer::InfiniBand);
+    assert_eq!(p.state, PortState::Active);
+    assert_eq!(p.phys_state, PhysPortState::LinkUp);
+    let cfg = dev.config();
+    assert_eq!((p.lid, p.sm_lid), (cfg.lid, cfg.sm_lid));
+    assert_eq!(p.active_mtu, IbMtu::Mtu4096);
+    assert_eq!(p.node_guid, cfg.node_guid());
+    assert_eq!(p.pkey_table_len, 128);
+    assert_eq!(p.gid_table_len, 8);
+    // GID 0 is the link-local prefix and the port GUID.
+    let g = hca.query_gid(1, 0).unwrap();
+    assert_eq!(g.kind, GidType::Ib);
+    assert_eq!(g.gid, Gid::from_parts(0xfe80 << 48, cfg.node_guid()));
+    assert!(matches!(hca.query_port(0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(hca.query_port(2), Err(Error::InvalidArgument(_))));
+    // RoCE GIDs do not exist on InfiniBand.
+    let e = hca
+        .add_roce_gid(1, 0, IpAddr::V4(Ipv4Addr::LOCALHOST), MAC, None)
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+
+    dev.set_port_up(false);
+    hca.process_events().unwrap();
+    let p = hca.query_port(1).unwrap();
+    assert_eq!(p.state, PortState::Down);
+    assert_ne!(p.phys_state, PhysPortState::LinkUp);
+}
+
+#[test]
+fn ethernet_port_query() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let p = hca.query_port(1).unwrap();
+    assert_eq!(p.link_layer, LinkLayer::Ethernet);
+    assert_eq!(p.state, PortState::Active);
+    assert_eq!(p.phys_state, PhysPortState::LinkUp);
+    assert_eq!(p.mac, Some(Mac(dev.config().mac)));
+    assert_eq!(p.eth_mtu, Some(1500));
+    assert_eq!(
+        p.active_mtu,
+        IbMtu::Mtu1024,
+        "1500-byte Ethernet carries 1024-byte RoCE"
+    );
+    assert_eq!(p.max_mtu, IbMtu::Mtu4096);
+    assert_eq!(p.gid_table_len, 256);
+    assert_eq!(p.lid, 0);
+    dev.set_port_up(false);
+    let p = hca.query_port(1).unwrap();
+    assert_eq!(
+        (p.state, p.phys_state),
+        (PortState::Down, PhysPortState::Disabled)
+    );
+}
+
+#[test]
+fn roce_gids_install_query_and_clear() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    assert_eq!(hca.query_gid(1, 3).unwrap().kind, GidType::Empty);
+    let g4 = hca
+        .add_roce_gid(1, 3, IpAddr::V4(Ipv4Addr::new(192, 168, 7, 9)), MAC, None)
+        .unwrap();
+    assert_eq!(g4, Gid::from_ipv4([192, 168, 7, 9]));
+    let e = hca.query_gid(1, 3).unwrap();
+    assert_eq!(e.gid, g4);
+    assert_eq!(e.kind, GidType::RoceV2Ipv4);
+    assert_eq!(e.mac, Some(MAC));
+    assert_eq!(e.vlan, None);
+    let last = dev.last_command(CmdOpcode::SetRoceAddress).unwrap();
+    assert_eq!(last.status, CmdStatus::Ok);
+
+    let v6 = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x42);
+    let g6 = hca
+        .add_roce_gid(1, 4, IpAddr::V6(v6), MAC, Some(100))
+        .unwrap();
+    let e = hca.query_gid(1, 4).unwrap();
+    assert_eq!(
+        (e.gid, e.kind, e.vlan),
+        (g6, GidType::RoceV2Ipv6, Some(100))
+    );
+    assert_eq!(e.gid.0, v6.octets());
+
+    let n = commands(&dev);
+    for (idx, ip, vlan) in [
+        (256u16, IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)), None),
+        (5, IpAddr::V4(Ipv4Addr::UNSPECIFIED), None),
+        (5, IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)), Some(4096)),
+    ] {
+        let e = hca.add_roce_gid(1, idx, ip, MAC, vlan).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    }
+    assert_eq!(commands(&dev), n);
+
+    hca.del_roce_gid(1, 3).unwrap();
+    assert_eq!(hca.query_gid(1, 3).unwrap().kind, GidType::Empty);
+    assert_eq!(hca.query_gid(1, 4).unwrap().gid, g6);
+    hca.close().unwrap();
+}
+
+#[test]
+fn objects_dropped_without_destroy_leak_safely() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    let pd = hca.alloc_pd().unwrap();
+    let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let iova = mr.iova();
+    drop(mr);
+    // The key still names the memory, so the memory stays mapped (never reused).
+    assert!(dev.is_mapped(iova, 4096));
+    assert_eq!(dev.objects().mkeys, 1);
+    // Teardown takes the firmware objects with it.
+    hca.close().unwrap();
+    assert_eq!(dev.hca_state(), uhca_mock::HcaState::TornDown);
+    assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
+}
