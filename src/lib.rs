@@ -7,8 +7,9 @@
 //! * [`fwif`]: the firmware interface (layouts and constants);
 //! * [`hal`]: typed hardware access (platform traits, command queue, rings);
 //! * [`driver`]: bring-up, verbs objects and the datapath;
-//! * `mock` (feature `mock`): the device model.
-#![cfg_attr(not(feature = "mock"), no_std)]
+//! * `mock` (feature `mock`): the device model;
+//! * [`oob`] (feature `std`): the out-of-band exchange of rdma-core's pingpong examples.
+#![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 
 pub use uhca_driver as driver;
@@ -16,6 +17,9 @@ pub use uhca_fwif as fwif;
 pub use uhca_hal as hal;
 #[cfg(feature = "mock")]
 pub use uhca_mock as mock;
+
+#[cfg(feature = "std")]
+pub mod oob;
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

@@ -1,0 +1,295 @@
+//! The out-of-band exchange of rdma-core's pingpong examples (`ibv_rc_pingpong`,
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong`), so that either side of uhca's pingpong examples
+//! can be the rdma-core tool.
+//!
+//! Each side describes its queue pair as the text `LID:QPN:PSN:GID` — `%04x:%06x:%06x:`
+//! then the GID as 32 hex digits, its bytes in order — in a fixed 52-byte message that
+//! includes the terminating NUL. The client connects over TCP (port 18515 by default),
+//! sends its message, reads the server's, and sends `"done"` with its NUL; the server
+//! accepts, reads the client's message, connects its QP, answers with its own and waits
+//! for `"done"`. Every read and write here has a timeout.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use uhca_driver::addr::Gid;
+
+/// The TCP port rdma-core's pingpong examples use by default.
+pub const DEFAULT_PORT: u16 = 18515;
+/// Length of one address message, NUL included.
+pub const MSG_LEN: usize = "0000:000000:000000:00000000000000000000000000000000".len() + 1;
+/// The closing message, NUL included.
+const DONE: &[u8; 5] = b"done\0";
+
+/// One side's queue pair, as the pingpong examples exchange it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    /// Port LID (0 on RoCE).
+    pub lid: u16,
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// First packet sequence number (24 bits).
+    pub psn: u32,
+    /// GID (all zeros when the sender uses no GID).
+    pub gid: Gid,
+}
+
+/// Why the exchange failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OobError {
+    /// A socket operation failed (connect, accept, read, write, or a timeout).
+    Io(std::io::Error),
+    /// The peer's message is not `LID:QPN:PSN:GID` as rdma-core writes it.
+    Malformed(String),
+    /// The peer closed the connection before the exchange finished.
+    Closed,
+    /// The caller's hook (connecting the QP) failed.
+    Connect(String),
+}
+
+impl std::fmt::Display for OobError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OobError::Io(e) => write!(f, "out-of-band exchange: {e}"),
+            OobError::Malformed(m) => write!(f, "out-of-band exchange: malformed address {m:?}"),
+            OobError::Closed => f.write_str("out-of-band exchange: peer closed the connection"),
+            OobError::Connect(e) => write!(f, "could not connect the QP: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OobError {}
+
+impl From<std::io::Error> for OobError {
+    fn from(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            OobError::Closed
+        } else {
+            OobError::Io(e)
+        }
+    }
+}
+
+impl Dest {
+    /// The 52-byte message, NUL-terminated, exactly as rdma-core's `sprintf` makes it.
+    pub fn to_wire(&self) -> [u8; MSG_LEN] {
+        let mut text = format!(
+            "{:04x}:{:06x}:{:06x}:",
+            self.lid,
+            self.qpn & 0xff_ffff,
+            self.psn & 0xff_ffff
+        );
+        for b in self.gid.0 {
+            text.push_str(&format!("{b:02x}"));
+        }
+        let mut msg = [0u8; MSG_LEN];
+        msg[..text.len()].copy_from_slice(text.as_bytes());
+        msg
+    }
+
+    /// Parses a message the way rdma-core's `sscanf("%x:%x:%x:%s")` reads it.
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Malformed`] for anything else.
+    pub fn parse(msg: &[u8]) -> Result<Dest, OobError> {
+        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+        let text = std::str::from_utf8(&msg[..end])
+            .map_err(|_| OobError::Malformed(String::from_utf8_lossy(msg).into()))?;
+        let bad = || OobError::Malformed(text.to_string());
+        let mut parts = text.splitn(4, ':');
+        let mut field = |max: u32| -> Result<u32, OobError> {
+            let p = parts.next().ok_or_else(bad)?;
+            let v = u32::from_str_radix(p, 16).map_err(|_| bad())?;
+            if v > max { Err(bad()) } else { Ok(v) }
+        };
+        let lid = field(0xffff)? as u16;
+        let qpn = field(0xff_ffff)?;
+        let psn = field(0xff_ffff)?;
+        let gid_text = parts.next().ok_or_else(bad)?;
+        if gid_text.len() != 32 || !gid_text.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let mut gid = [0u8; 16];
+        for (i, byte) in gid.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&gid_text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Dest {
+            lid,
+            qpn,
+            psn,
+            gid: Gid(gid),
+        })
+    }
+}
+
+fn configure(stream: &TcpStream, timeout: Duration) -> Result<(), OobError> {
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    Ok(())
+}
+
+/// The client side: connects to `server:port`, sends `mine`, returns the server's.
+///
+/// # Errors
+///
+/// [`OobError`]; every step is bounded by `timeout`.
+pub fn client_exchange(
+    server: &str,
+    port: u16,
+    mine: &Dest,
+    timeout: Duration,
+) -> Result<Dest, OobError> {
+    let mut last = None;
+    let mut stream = None;
+    for addr in (server, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let mut stream = match (stream, last) {
+        (Some(s), _) => s,
+        (None, Some(e)) => return Err(e.into()),
+        (None, None) => return Err(OobError::Malformed(format!("no address for {server}"))),
+    };
+    configure(&stream, timeout)?;
+    stream.write_all(&mine.to_wire())?;
+    let mut msg = [0u8; MSG_LEN];
+    stream.read_exact(&mut msg)?;
+    let theirs = Dest::parse(&msg)?;
+    stream.write_all(DONE)?;
+    Ok(theirs)
+}
+
+/// The server side: waits (at most `timeout`) for one client on `port`, reads its
+/// address, calls `connect` with it (to bring the QP to RTR/RTS before answering, as
+/// rdma-core does), sends `mine` and waits for `"done"`.
+///
+/// # Errors
+///
+/// [`OobError`]; [`OobError::Connect`] if `connect` fails.
+pub fn server_exchange(
+    listener: &TcpListener,
+    mine: &Dest,
+    timeout: Duration,
+    connect: impl FnOnce(&Dest) -> Result<(), String>,
+) -> Result<Dest, OobError> {
+    listener.set_nonblocking(true)?;
+    let start = std::time::Instant::now();
+    let mut stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if start.elapsed() > timeout {
+                    return Err(OobError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no client connected",
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.set_nonblocking(false)?;
+    configure(&stream, timeout)?;
+    let mut msg = [0u8; MSG_LEN];
+    stream.read_exact(&mut msg)?;
+    let theirs = Dest::parse(&msg)?;
+    connect(&theirs).map_err(OobError::Connect)?;
+    stream.write_all(&mine.to_wire())?;
+    let mut done = [0u8; DONE.len()];
+    stream.read_exact(&mut done)?;
+    Ok(theirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_is_byte_for_byte_what_rdma_core_writes() {
+        let d = Dest {
+            lid: 0x1,
+            qpn: 0x12,
+            psn: 0xab_cdef,
+            gid: Gid::from_ipv4([10, 0, 0, 1]),
+        };
+        let msg = d.to_wire();
+        assert_eq!(msg.len(), 52);
+        assert_eq!(
+            &msg[..51],
+            b"0001:000012:abcdef:00000000000000000000ffff0a000001"
+        );
+        assert_eq!(msg[51], 0);
+        assert_eq!(Dest::parse(&msg).unwrap(), d);
+    }
+
+    #[test]
+    fn malformed_messages_are_errors() {
+        for bad in [
+            &b"0001:000012:abcdef"[..],
+            b"zzzz:000012:abcdef:00000000000000000000ffff0a000001",
+            b"0001:1000000:000000:00000000000000000000ffff0a000001",
+            b"0001:000012:abcdef:00ff",
+            b"\xff\xfe",
+        ] {
+            assert!(
+                matches!(Dest::parse(bad), Err(OobError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn client_and_server_exchange_over_loopback() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = Dest {
+            lid: 2,
+            qpn: 0x99,
+            psn: 0x42,
+            gid: Gid::ZERO,
+        };
+        let client = Dest {
+            lid: 3,
+            qpn: 0x77,
+            psn: 0x24,
+            gid: Gid::from_ipv4([127, 0, 0, 1]),
+        };
+        let t = std::thread::spawn(move || {
+            let mut seen = None;
+            let got = server_exchange(&listener, &server, Duration::from_secs(5), |d| {
+                seen = Some(*d);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen, Some(got));
+            got
+        });
+        let got = client_exchange("127.0.0.1", port, &client, Duration::from_secs(5)).unwrap();
+        assert_eq!(got, server);
+        assert_eq!(t.join().unwrap(), client);
+    }
+
+    #[test]
+    fn a_server_with_no_client_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let me = Dest {
+            lid: 0,
+            qpn: 1,
+            psn: 1,
+            gid: Gid::ZERO,
+        };
+        let err =
+            server_exchange(&listener, &me, Duration::from_millis(50), |_| Ok(())).unwrap_err();
+        assert!(matches!(err, OobError::Io(_)), "{err}");
+    }
+}
