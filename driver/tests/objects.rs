@@ -791,3 +791,85 @@ fn objects_dropped_without_destroy_leak_safely() {
     assert_eq!(dev.hca_state(), uhca_mock::HcaState::TornDown);
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
 }
+
+#[test]
+fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
+    use uhca_fwif::consts::{WqeCtrlFlags, WqeOpcode};
+    use uhca_hal::wq::Sge;
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(16).unwrap();
+    let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    let mut qp = qp
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                ah: ib_path(2),
+                ..RtrAttr::default()
+            },
+        )
+        .unwrap()
+        .to_rts(&mut hca, RtsAttr::default())
+        .unwrap();
+    let qpn = qp.qpn();
+
+    // A receive: the WQE lands at the start of the QP buffer (RQ first) and the receive
+    // counter in the doorbell record moves.
+    let idx = qp
+        .rings_mut()
+        .post_recv(&[Sge {
+            addr: mr.iova(),
+            len: 4096,
+            lkey: mr.lkey(),
+        }])
+        .unwrap();
+    qp.rings_mut().ring_rq_doorbell();
+    assert_eq!(idx, 0);
+    let mut seg = [0u8; 16];
+    assert!(dev.host_read(qp.rings().mem().iova(), &mut seg));
+    assert_eq!(&seg[4..8], &mr.lkey().to_be_bytes());
+    assert_eq!(&seg[8..16], &mr.iova().to_be_bytes());
+    let mut dbr = [0u8; 8];
+    assert!(dev.host_read(qp.rings().dbr_iova(), &mut dbr));
+    assert_eq!(u32::from_be_bytes(dbr[0..4].try_into().unwrap()), 1);
+
+    // A send: the doorbell goes to the HCA's UAR, naming this QP.
+    dev.take_doorbells();
+    let mut w = qp
+        .rings_mut()
+        .sq_wqe(WqeOpcode::Send, WqeCtrlFlags::CQ_UPDATE)
+        .unwrap();
+    w.data(mr.iova(), 64, mr.lkey()).unwrap();
+    let posted = w.finish();
+    qp.rings_mut().ring_sq_doorbell(hca.platform());
+    assert_eq!(posted.wqe_index, 0);
+    let db = dev.take_doorbells();
+    let send = db
+        .iter()
+        .find(|d| d.offset >= 0x800)
+        .expect("a send doorbell");
+    assert_eq!(send.uar, hca.uar());
+    assert!(send.allocated);
+    assert_eq!((send.value_be() >> 8) as u32 & 0x00ff_ffff, qpn, "qpn_ds");
+    assert!(dev.host_read(qp.rings().dbr_iova(), &mut dbr));
+    assert_eq!(
+        u32::from_be_bytes(dbr[4..8].try_into().unwrap()),
+        1,
+        "send counter"
+    );
+
+    qp.destroy(&mut hca).unwrap();
+    mr.destroy(&mut hca).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    assert_eq!(dev.objects(), baseline());
+    assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
+}
