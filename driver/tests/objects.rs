@@ -158,7 +158,7 @@ fn bad_memory_registrations_are_refused_before_any_command() {
         .unwrap_err();
     assert!(matches!(f.error, Error::InvalidArgument(_)));
     let f = hca
-        .reg_mr(&pd, f.object, 0, 0, AccessFlags::LOCAL_WRITE)
+        .reg_mr(&pd, f.object.unwrap(), 0, 0, AccessFlags::LOCAL_WRITE)
         .unwrap_err();
     assert!(matches!(f.error, Error::InvalidArgument(_)));
     assert_eq!(commands(&dev), before, "no command was sent");
@@ -871,5 +871,31 @@ fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
     cq.destroy(&mut hca).unwrap();
     pd.destroy(&mut hca).unwrap();
     assert_eq!(dev.objects(), baseline());
+    assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
+}
+
+#[test]
+fn a_creation_that_times_out_is_a_typed_error_and_the_hca_stays_usable() {
+    let (dev, mut hca) = open(PortType::Ethernet);
+    dev.hang_next_command(CmdOpcode::CreateCq);
+    let e = hca.create_cq(8).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Command(uhca_hal::cmdq::CmdError::Timeout {
+                opcode: CmdOpcode::CreateCq,
+                ..
+            })
+        ),
+        "{e}"
+    );
+    // The device finishes the command late: the CQ it made points at memory the driver
+    // kept (leaked) rather than freed, so nothing faults.
+    dev.complete_hung_commands();
+    assert_eq!(dev.objects().cqs, 1);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(8).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
 }

@@ -7,7 +7,7 @@ use uhca_hal::Platform;
 use uhca_hal::cq::{CqLayout, CqRing};
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
-use super::{Failed, MAX_PAS, PagePlan, log2_ceil};
+use super::{Failed, MAX_PAS, PagePlan, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
 
@@ -226,7 +226,13 @@ impl<P: Platform + Clone> Hca<P> {
             .set_dbr_addr(buf.iova() + layout.dbr_offset as u64);
         let mut pas = [0u8; MAX_PAS * 8];
         let pas = plan.write_pas(buf.iova(), &mut pas);
-        let out = self.exec(&c, pas, &mut [])?;
+        let out = match self.exec(&c, pas, &mut []) {
+            Ok(o) => o,
+            Err(e) => {
+                release_unless_held(&e, buf);
+                return Err(e);
+            }
+        };
         let cqn = out.cqn();
         let ring = match CqRing::new(buf, CqLayout::new(cqn, log)) {
             Ok(r) => r,

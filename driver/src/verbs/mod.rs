@@ -91,6 +91,26 @@ impl<T> core::fmt::Display for Failed<T> {
 #[cfg(feature = "std")]
 impl<T: core::fmt::Debug> std::error::Error for Failed<T> {}
 
+/// Whether, after `e`, the device may hold an object made from the memory the failed
+/// command named (and so may still write that memory): a command that timed out may yet
+/// complete, and what a dead device did with its last command is unknown.
+pub(crate) fn device_may_hold(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Command(uhca_hal::cmdq::CmdError::Timeout { .. }) | Error::Fatal(_)
+    )
+}
+
+/// Frees `mem` after a failed creation command, unless the device may hold it (then it is
+/// leaked: never given back to the allocator while the device might write it).
+pub(crate) fn release_unless_held<T>(e: &Error, mem: T) {
+    if device_may_hold(e) {
+        core::mem::forget(mem);
+    } else {
+        drop(mem);
+    }
+}
+
 /// Most `pas` or MTT entries the driver puts in one command: 4 KiB on the stack. Larger
 /// buffers are described with larger pages (every buffer is one contiguous IOVA range).
 pub(crate) const MAX_PAS: usize = 512;

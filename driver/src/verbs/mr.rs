@@ -33,7 +33,7 @@ use uhca_fwif::ctx::Mkc;
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
-use super::{Failed, MAX_PAS, Pd};
+use super::{Failed, MAX_PAS, Pd, device_may_hold};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
 
@@ -227,7 +227,9 @@ impl<P: Platform + Clone> Hca<P> {
     ///
     /// The buffer back with the error: [`Error::InvalidArgument`] for an empty or
     /// out-of-bounds range, remote write or atomic without local write, or a region larger
-    /// than the device allows (no command is sent); the command's error.
+    /// than the device allows (no command is sent); the command's error. The buffer is
+    /// `None` (leaked, never freed) when the device may have made the key anyway: the
+    /// command timed out or the device died.
     pub fn reg_mr(
         &mut self,
         pd: &Pd,
@@ -235,7 +237,7 @@ impl<P: Platform + Clone> Hca<P> {
         offset: usize,
         len: usize,
         access: AccessFlags,
-    ) -> core::result::Result<Mr<P>, Failed<DmaBuf<P>>> {
+    ) -> core::result::Result<Mr<P>, Failed<Option<DmaBuf<P>>>> {
         match self.create_mtt_mkey(pd, &buf, offset, len, access) {
             Ok((mkey_index, key)) => Ok(Mr {
                 buf: Some(buf),
@@ -246,7 +248,15 @@ impl<P: Platform + Clone> Hca<P> {
                 pdn: pd.pdn(),
                 access,
             }),
-            Err(error) => Err(Failed { object: buf, error }),
+            Err(error) => {
+                let object = if device_may_hold(&error) {
+                    core::mem::forget(buf);
+                    None
+                } else {
+                    Some(buf)
+                };
+                Err(Failed { object, error })
+            }
         }
     }
 

@@ -51,7 +51,7 @@ use uhca_hal::cmdq::CmdError;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
 
-use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil};
+use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil, release_unless_held};
 use crate::addr::AddressHandle;
 use crate::caps::LinkLayer;
 use crate::error::{Error, Result};
@@ -1037,7 +1037,13 @@ impl<P: Platform + Clone> Hca<P> {
         }
         let mut pas = [0u8; MAX_PAS * 8];
         let pas = plan.write_pas(buf.iova(), &mut pas);
-        let qpn = self.exec(&c, pas, &mut [])?.qpn();
+        let qpn = match self.exec(&c, pas, &mut []) {
+            Ok(o) => o.qpn(),
+            Err(e) => {
+                release_unless_held(&e, buf);
+                return Err(e);
+            }
+        };
         layout.qpn = qpn;
         let doorbell = SqDoorbell::new(uar as usize * ADAPTER_PAGE_SIZE);
         let rings = match QpRings::new(buf, layout, doorbell) {

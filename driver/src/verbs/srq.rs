@@ -11,7 +11,7 @@ use uhca_fwif::consts::SEND_WQE_DS;
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
-use super::{Failed, MAX_PAS, PagePlan, Pd, log2_ceil};
+use super::{Failed, MAX_PAS, PagePlan, Pd, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
 
@@ -237,7 +237,13 @@ impl<P: Platform + Clone> Hca<P> {
             .set_dbr_addr(buf.iova() + dbr_offset as u64);
         let mut pas = [0u8; MAX_PAS * 8];
         let pas = plan.write_pas(buf.iova(), &mut pas);
-        let out = self.exec(&c, pas, &mut [])?;
+        let out = match self.exec(&c, pas, &mut []) {
+            Ok(o) => o,
+            Err(e) => {
+                release_unless_held(&e, buf);
+                return Err(e);
+            }
+        };
         Ok(Srq {
             buf: Some(buf),
             srqn: out.srqn(),
