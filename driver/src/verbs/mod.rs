@@ -21,6 +21,10 @@
 //! buffers) is never given back to the platform, because the device may still write it.
 //! That is safe, never a use-after-free; destroy objects to get the memory back.
 //!
+//! Destroy every object before [`Hca::close`](crate::Hca::close): TEARDOWN_HCA removes
+//! whatever is left, but a CQ still attached to the driver's EQ makes DESTROY_EQ fail, and
+//! `close` reports that error (after finishing the teardown).
+//!
 //! # The datapath
 //!
 //! A [`Cq`] owns a HAL [`CqRing`](uhca_hal::cq::CqRing) (CQEs initialised invalid with
