@@ -54,9 +54,11 @@ pub struct DeviceCaps {
     pub max_send_wqe_bytes: u16,
     /// Largest receive WQE in bytes.
     pub max_recv_wqe_bytes: u16,
-    /// Most outstanding RDMA READ/atomic requests a QP may issue (`1 << log_max_ra_req_qp`).
+    /// Most outstanding RDMA READ/atomic requests a QP may answer as the responder
+    /// (`1 << log_max_ra_res_qp`, verbs' `max_qp_rd_atom`).
     pub max_qp_rd_atom: u32,
-    /// Most outstanding RDMA READ/atomic requests a QP may answer.
+    /// Most outstanding RDMA READ/atomic requests a QP may issue as the requester
+    /// (`1 << log_max_ra_req_qp`, verbs' `max_qp_init_rd_atom`).
     pub max_qp_init_rd_atom: u32,
     /// GID table entries per port (decoded from the PRM's encoding).
     pub gid_table_len: u32,
@@ -120,8 +122,8 @@ impl DeviceCaps {
             max_msg_sz: 1u64 << cap.log_max_msg().min(63),
             max_send_wqe_bytes: cap.max_wqe_sz_sq(),
             max_recv_wqe_bytes: cap.max_wqe_sz_rq(),
-            max_qp_rd_atom: pow2(cap.log_max_ra_req_qp()),
-            max_qp_init_rd_atom: pow2(cap.log_max_ra_res_qp()),
+            max_qp_rd_atom: pow2(cap.log_max_ra_res_qp()),
+            max_qp_init_rd_atom: pow2(cap.log_max_ra_req_qp()),
             gid_table_len: gid_table_len(cap.gid_table_size()),
             pkey_table_len: pkey_table_len(cap.pkey_table_size()),
             roce: cap.roce(),

@@ -806,17 +806,19 @@ impl<P: Platform + Clone> Hca<P> {
             }
         };
         let alive = self.cmdq.is_some() && self.check_fatal().is_ok();
+        // The EQ's memory stays allocated until the device can no longer write it: if
+        // DESTROY_EQ fails (objects still use it), the device keeps posting events there.
+        let mut retired_eq = None;
         if alive {
-            if let Some(eq) = self.eq.as_ref() {
+            if let Some(eq) = self.eq.take() {
                 let mut d = DestroyEqIn::new_cmd();
                 d.set_eq_number(eq.ring.eqn());
                 // The EQ is going away: commands complete by polling from here on.
                 if let Some(q) = self.cmdq.as_mut() {
                     q.set_completion_mode(CompletionMode::Polling);
                 }
-                let eq = self.eq.take();
+                retired_eq = Some(eq);
                 note(self.exec(&d, &[], &mut []).map(drop));
-                drop(eq);
             }
             if let Some(uar) = self.uar.take() {
                 let mut d = DeallocUarIn::new_cmd();
@@ -836,18 +838,30 @@ impl<P: Platform + Clone> Hca<P> {
         } else if let Some(f) = self.fatal {
             note(Err(Error::Fatal(f)));
         }
-        // No more DMA from the device, then free everything it could have touched.
-        if let Ok(cmd) = self.p.config_read16(PCI_COMMAND) {
-            note(
-                self.p
-                    .config_write16(PCI_COMMAND, cmd & !PCI_COMMAND_MASTER)
-                    .map_err(Error::from),
-            );
+        // No more DMA from the device, then free everything it could have touched. If bus
+        // mastering cannot be turned off, the memory is leaked instead: the device might
+        // still write it.
+        let quiet = self.p.config_read16(PCI_COMMAND).and_then(|cmd| {
+            self.p
+                .config_write16(PCI_COMMAND, cmd & !PCI_COMMAND_MASTER)
+        });
+        match quiet {
+            Ok(()) => {
+                drop(retired_eq);
+                self.eq = None;
+                self.cmdq = None;
+                self.pages.forget_all();
+                self.pages.shrink();
+            }
+            Err(e) => {
+                note(Err(Error::from(e)));
+                core::mem::forget(retired_eq);
+                core::mem::forget(self.eq.take());
+                core::mem::forget(self.cmdq.take());
+                let pages = core::mem::replace(&mut self.pages, PagePool::new(self.p.clone()));
+                core::mem::forget(pages);
+            }
         }
-        self.eq = None;
-        self.cmdq = None;
-        self.pages.forget_all();
-        self.pages.shrink();
         first
     }
 

@@ -221,3 +221,16 @@ fn not_a_connectx() {
         "{err}"
     );
 }
+
+#[test]
+fn closing_with_a_cq_still_alive_keeps_the_eq_memory_until_the_device_is_quiet() {
+    let dev = mock(PortType::Ethernet);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    let cq = hca.create_cq(16).expect("cq");
+    // The CQ still uses the EQ: DESTROY_EQ is refused, and the teardown goes on.
+    let err = hca.close().unwrap_err();
+    assert!(err.to_string().contains("DESTROY_EQ"), "{err}");
+    assert!(dev.iommu_faults().is_empty(), "device wrote freed memory: {:?}", dev.iommu_faults());
+    // The CQ's memory is leaked on purpose (the device may still use it).
+    core::mem::forget(cq);
+}
