@@ -24,7 +24,7 @@ use uhca_fwif::consts::{
     PortChangeSubtype, QueryPagesOpMod,
 };
 use uhca_fwif::ctx::{CmdHcaCap, RegisterHostEndianness, RoceCap};
-use uhca_fwif::eqe::{Eqe, EqeCmd, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
+use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_fwif::zerocopy::IntoBytes;
 use uhca_hal::Platform;
 use uhca_hal::cmdq::{CmdError, CmdQueue, CmdQueueConfig, CompletionMode, WaitContext};
@@ -38,6 +38,7 @@ use uhca_hal::init_seg::{
 use crate::caps::{DeviceCaps, LinkLayer, RoceCaps, general_caps_to_set, roce_caps_to_set};
 use crate::error::{Error, Result};
 use crate::pages::{PageError, PagePool};
+use crate::verbs::dp::{CompletionEvents, Datapath};
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -174,6 +175,8 @@ struct EventQueue<P: Platform + Clone> {
 struct EventLog {
     pending: Deque<AsyncEvent, MAX_PENDING_EVENTS>,
     dropped: u64,
+    /// Completion events (EQE type COMP), per CQ.
+    completions: CompletionEvents,
 }
 
 impl EventLog {
@@ -201,6 +204,8 @@ pub struct Hca<P: Platform + Clone> {
     eq: Option<EventQueue<P>>,
     pages: PagePool<P>,
     events: EventLog,
+    /// The datapath's shadow of every QP and SRQ (see `verbs::dp`).
+    dp: Datapath<P>,
     health: HealthMonitor,
     fatal: Option<FatalHealth>,
     caps: DeviceCaps,
@@ -255,6 +260,10 @@ fn handle_eqe<P: Platform + Clone>(
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<()> {
     match eqe.event_type() {
+        // A CQ armed with `Cq::req_notify` got a completion: note it for the user.
+        EventType::Comp => log
+            .completions
+            .push(eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff),
         EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
         EventType::PageRequest => {
             let req = eqe.data_as::<EqePageReq>();
@@ -420,6 +429,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
+            dp: Datapath::default(),
             health: HealthMonitor::new(),
             fatal: None,
             caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
@@ -732,6 +742,35 @@ impl<P: Platform + Clone> Hca<P> {
     /// Events dropped because the user did not read them fast enough.
     pub fn events_dropped(&self) -> u64 {
         self.events.dropped
+    }
+
+    /// The CQ of the next completion event (`ibv_get_cq_event`), oldest first. Events
+    /// arrive when [`Hca::process_events`] (or a command) serves the event queue; the CQ
+    /// must have been armed ([`Cq::req_notify`](crate::verbs::Cq::req_notify)). Tell the
+    /// CQ with [`Cq::ack_event`](crate::verbs::Cq::ack_event) before arming it again.
+    pub fn next_completion_event(&mut self) -> Option<u32> {
+        self.events.completions.pop()
+    }
+
+    /// Takes one completion event of CQ `cqn`, if one is waiting.
+    pub fn take_completion_event(&mut self, cqn: u32) -> bool {
+        self.events.completions.take(cqn)
+    }
+
+    /// Completion events dropped because events of too many CQs were waiting
+    /// ([`MAX_PENDING_CQ_EVENTS`](crate::verbs::MAX_PENDING_CQ_EVENTS)).
+    pub fn completion_events_dropped(&self) -> u64 {
+        self.events.completions.dropped
+    }
+
+    /// The datapath table.
+    pub(crate) fn datapath(&self) -> &Datapath<P> {
+        &self.dp
+    }
+
+    /// The platform (for doorbells) and the datapath table, together.
+    pub(crate) fn datapath_mut(&mut self) -> (&P, &mut Datapath<P>) {
+        (&self.p, &mut self.dp)
     }
 
     /// The platform.

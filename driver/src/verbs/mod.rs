@@ -43,11 +43,15 @@ use crate::error::Error;
 
 mod ah;
 mod cq;
+pub(crate) mod dp;
 mod mr;
 mod pd;
+mod poll;
 mod port;
+mod post;
 mod qp;
 mod srq;
+mod wr;
 
 pub use ah::Ah;
 pub use cq::{Cq, CqAttr, CqModeration};
@@ -59,6 +63,14 @@ pub use qp::{
     Ud, state,
 };
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
+
+pub use dp::{MAX_DATAPATH_QPS, MAX_DATAPATH_SRQS, MAX_PENDING_CQ_EVENTS};
+pub use poll::{BadCqe, PollError};
+pub use post::RecvReady;
+pub use wr::{
+    BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrError,
+};
 
 /// A verbs operation failed; the object it consumed is given back.
 ///

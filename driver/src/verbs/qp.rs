@@ -584,6 +584,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         let mut c = Qp2rstIn::new_cmd();
         c.set_qpn(self.qpn());
         let mut qp: Qp<P, T, state::Reset> = self.transition(hca, &c)?;
+        hca.datapath_mut().1.reset_qp(qp.qpn());
         let inner = qp.inner_mut();
         let layout = inner.layout;
         let doorbell = inner.doorbell;
@@ -612,6 +613,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         d.set_qpn(self.qpn());
         match hca.exec(&d, &[], &mut []) {
             Ok(_) => {
+                hca.datapath_mut().1.remove_qp(self.qpn());
                 drop(self.inner.take());
                 Ok(())
             }
@@ -995,6 +997,15 @@ impl<P: Platform + Clone> Hca<P> {
         if let Some((_, bbs)) = sizes.sq {
             layout.max_sq_wqebbs = bbs;
         }
+        // The datapath's shadow of the queues (`verbs::dp`).
+        let shadow = super::dp::QpShadow::new(
+            self,
+            T::ST,
+            sizes.sq.map(|s| s.0),
+            sizes.rq.map(|r| r.0),
+            (attr.send_cq.cqn(), attr.recv_cq.cqn()),
+            attr.srq.map(|s| s.srqn()),
+        )?;
         let plan = PagePlan::for_bytes(layout.wq_len());
         let mut buf = self.alloc_dma(layout.buffer_len(), plan.page_bytes())?;
         // The doorbell record must read zero when the device first looks (the memory
@@ -1045,6 +1056,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
         };
         layout.qpn = qpn;
+        self.datapath_mut().1.insert_qp(qpn, shadow);
         let doorbell = SqDoorbell::new(uar as usize * ADAPTER_PAGE_SIZE);
         let rings = match QpRings::new(buf, layout, doorbell) {
             Ok(r) => r,

@@ -161,6 +161,7 @@ impl<P: Platform + Clone> Srq<P> {
         d.set_srqn(self.srqn);
         match hca.exec(&d, &[], &mut []) {
             Ok(_) => {
+                hca.datapath_mut().1.remove_srq(self.srqn);
                 drop(self.buf.take());
                 Ok(())
             }
@@ -216,6 +217,8 @@ impl<P: Platform + Clone> Hca<P> {
         let wq_bytes = (cnt as usize) << log_stride;
         let dbr_offset = wq_bytes.next_multiple_of(64);
         let plan = PagePlan::for_bytes(wq_bytes);
+        // The datapath's shadow of the WQEs (`verbs::dp`).
+        let shadow = super::dp::SrqShadow::new(self, log_size)?;
         let mut buf = self.alloc_dma(dbr_offset + 64, plan.page_bytes())?;
         // Link every WQE to the next one; the record starts at zero.
         for i in 0..cnt as usize {
@@ -244,6 +247,7 @@ impl<P: Platform + Clone> Hca<P> {
                 return Err(e);
             }
         };
+        self.datapath_mut().1.insert_srq(out.srqn(), shadow);
         Ok(Srq {
             buf: Some(buf),
             srqn: out.srqn(),

@@ -1,0 +1,338 @@
+//! Polling completions (`ibv_poll_cq`), arming a CQ (`ibv_req_notify_cq`) and taking
+//! completion events.
+//!
+//! [`Cq::poll`] takes CQEs the device wrote (owner bit, then a read barrier — the HAL's
+//! [`CqRing`](uhca_hal::cq::CqRing)), checks each against the driver's shadow of the QP
+//! it names, and fills the caller's [`WorkCompletion`]s:
+//!
+//! - a requester CQE at WQE counter N retires every send WQE up to N (earlier unsignalled
+//!   ones complete silently, as on every verbs provider) and reports N's `wr_id`;
+//! - a responder CQE takes the oldest receive WQE of the QP (its counter must name it) or
+//!   the SRQ WQE the counter names;
+//! - an error CQE is decoded to a [`WcStatus`] with the vendor syndrome, and the QP is
+//!   marked as in error: the device moved it to ERR, so `post_send` and `post_recv` refuse
+//!   with [`WrError::QpInError`](super::WrError::QpInError) until the QP is moved to RESET,
+//!   and the device flushes the rest of its WQEs with [`WcStatus::WrFlushed`].
+//!
+//! A CQE that names a QP the driver does not know, a QP that does not use this CQ, a WQE
+//! that is not outstanding, or that contradicts what was posted is consumed and reported
+//! as a [`PollError`]; the shadow state stays as it was. Polling allocates nothing.
+
+use uhca_fwif::consts::{CqeOpcode, WqeOpcode};
+use uhca_hal::Platform;
+use uhca_hal::cq::Completion;
+
+use super::Cq;
+use super::dp::Datapath;
+use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::error::Error;
+use crate::hca::Hca;
+
+/// `flags_rqpn[27:24]`: the sender's service level.
+const FLAGS_RQPN_SL_SHIFT: u32 = 24;
+
+/// A CQE the driver refused to believe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BadCqe {
+    /// It names a QP the driver has no shadow for.
+    UnknownQp {
+        /// The QPN in the CQE.
+        qpn: u32,
+    },
+    /// It names a QP whose send (requester CQE) or receive (responder CQE) queue does not
+    /// complete to this CQ, or that has no such queue.
+    WrongCq {
+        /// The QP.
+        qpn: u32,
+        /// This CQ.
+        cqn: u32,
+    },
+    /// Its WQE counter names no outstanding WQE of the QP (or SRQ).
+    NotOutstanding {
+        /// The QP.
+        qpn: u32,
+        /// The counter.
+        wqe_counter: u16,
+    },
+    /// A successful requester CQE whose WQE opcode is not the one posted there.
+    OpcodeMismatch {
+        /// The QP.
+        qpn: u32,
+        /// The counter.
+        wqe_counter: u16,
+        /// The raw WQE opcode the CQE reports.
+        reported: u8,
+    },
+    /// A CQE opcode the driver does not expect on a verbs CQ (resize, signature error, no
+    /// packet, reserved values).
+    UnexpectedOpcode {
+        /// The QP.
+        qpn: u32,
+        /// The CQE opcode.
+        opcode: CqeOpcode,
+    },
+    /// A responder CQE of a QP attached to an SRQ the driver has no shadow for.
+    UnknownSrq {
+        /// The SRQ.
+        srqn: u32,
+    },
+}
+
+impl core::fmt::Display for BadCqe {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BadCqe::UnknownQp { qpn } => write!(f, "CQE for unknown QP {qpn:#x}"),
+            BadCqe::WrongCq { qpn, cqn } => {
+                write!(
+                    f,
+                    "CQE for QP {qpn:#x}, which does not complete to CQ {cqn:#x}"
+                )
+            }
+            BadCqe::NotOutstanding { qpn, wqe_counter } => write!(
+                f,
+                "CQE for QP {qpn:#x} names WQE {wqe_counter}, which is not outstanding"
+            ),
+            BadCqe::OpcodeMismatch {
+                qpn,
+                wqe_counter,
+                reported,
+            } => write!(
+                f,
+                "CQE for QP {qpn:#x} WQE {wqe_counter} reports WQE opcode {reported:#x}, not the one posted"
+            ),
+            BadCqe::UnexpectedOpcode { qpn, opcode } => {
+                write!(f, "unexpected {opcode} for QP {qpn:#x}")
+            }
+            BadCqe::UnknownSrq { srqn } => write!(f, "CQE for unknown SRQ {srqn:#x}"),
+        }
+    }
+}
+
+/// [`Cq::poll`] met a CQE it refused (it is consumed); the `polled` completions before it
+/// are valid and in the caller's slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollError {
+    /// Completions written to the slice before the bad CQE.
+    pub polled: usize,
+    /// What was wrong with it.
+    pub cqe: BadCqe,
+}
+
+impl core::fmt::Display for PollError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "device wrote a bad CQE (after {} good ones): {}",
+            self.polled, self.cqe
+        )
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for PollError {}
+
+impl From<PollError> for Error {
+    fn from(_: PollError) -> Error {
+        Error::DeviceMisbehaved("a CQE that does not match what was posted")
+    }
+}
+
+/// The completion opcode of a requester CQE's WQE opcode.
+fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
+    Some(match op {
+        WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::SendInval => WcOpcode::Send,
+        WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
+        WqeOpcode::RdmaRead => WcOpcode::RdmaRead,
+        WqeOpcode::AtomicCs | WqeOpcode::AtomicMaskedCs => WcOpcode::CompSwap,
+        WqeOpcode::AtomicFa | WqeOpcode::AtomicMaskedFa => WcOpcode::FetchAdd,
+        _ => return None,
+    })
+}
+
+impl<P: Platform + Clone> Datapath<P> {
+    /// Checks one CQE of CQ `cqn` against the shadow and turns it into a completion.
+    fn complete(&mut self, cqn: u32, c: &Completion, sl: u8) -> Result<WorkCompletion, BadCqe> {
+        let (qpn, counter) = (c.qpn(), c.wqe_counter());
+        let opcode = match c {
+            Completion::Success(s) => s.opcode,
+            Completion::Error(e) => e.opcode,
+        };
+        let Datapath { qps, srqs } = self;
+        let qp = qps.get_mut(&qpn).ok_or(BadCqe::UnknownQp { qpn })?;
+        let mut wc = WorkCompletion {
+            qp_num: qpn,
+            wqe_counter: counter,
+            ..WorkCompletion::default()
+        };
+        match opcode {
+            CqeOpcode::Req | CqeOpcode::ReqErr => {
+                if qp.send_cqn != cqn || qp.sq_log.is_none() {
+                    return Err(BadCqe::WrongCq { qpn, cqn });
+                }
+                let slot = qp.outstanding_send(counter).ok_or(BadCqe::NotOutstanding {
+                    qpn,
+                    wqe_counter: counter,
+                })?;
+                wc.wr_id = slot.wr_id;
+                wc.opcode = slot.opcode;
+                match c {
+                    Completion::Success(s) => {
+                        if wc_opcode_of_wqe(s.wqe_opcode()) != Some(slot.opcode) {
+                            return Err(BadCqe::OpcodeMismatch {
+                                qpn,
+                                wqe_counter: counter,
+                                reported: s.sop,
+                            });
+                        }
+                        wc.byte_len = match slot.opcode {
+                            WcOpcode::RdmaRead => s.byte_count,
+                            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                            _ => 0,
+                        };
+                    }
+                    Completion::Error(e) => {
+                        wc.status = WcStatus::from_syndrome(e.syndrome);
+                        wc.vendor_err = e.vendor_syndrome;
+                        qp.error = true;
+                    }
+                }
+                qp.retire_send(&slot);
+            }
+            CqeOpcode::RespSend
+            | CqeOpcode::RespSendImm
+            | CqeOpcode::RespSendInv
+            | CqeOpcode::RespWrImm
+            | CqeOpcode::RespErr => {
+                if qp.recv_cqn != cqn {
+                    return Err(BadCqe::WrongCq { qpn, cqn });
+                }
+                let not_outstanding = BadCqe::NotOutstanding {
+                    qpn,
+                    wqe_counter: counter,
+                };
+                wc.wr_id = match qp.srqn {
+                    Some(srqn) => srqs
+                        .get_mut(&srqn)
+                        .ok_or(BadCqe::UnknownSrq { srqn })?
+                        .complete(counter)
+                        .ok_or(not_outstanding)?,
+                    None => {
+                        if qp.rq_log.is_none() {
+                            return Err(BadCqe::WrongCq { qpn, cqn });
+                        }
+                        qp.take_recv(counter).ok_or(not_outstanding)?
+                    }
+                };
+                match c {
+                    Completion::Success(s) => {
+                        wc.opcode = if opcode == CqeOpcode::RespWrImm {
+                            WcOpcode::RecvRdmaWithImm
+                        } else {
+                            WcOpcode::Recv
+                        };
+                        wc.byte_len = s.byte_count;
+                        if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+                            wc.imm_data = s.immediate;
+                            wc.wc_flags |= WcFlags::WITH_IMM;
+                        }
+                        if s.grh {
+                            wc.wc_flags |= WcFlags::GRH;
+                        }
+                        if qp.st == uhca_fwif::consts::QpServiceType::Ud {
+                            wc.src_qp = s.remote_qpn;
+                            wc.sl = sl;
+                        }
+                        wc.slid = s.slid;
+                    }
+                    Completion::Error(e) => {
+                        wc.opcode = WcOpcode::Recv;
+                        wc.status = WcStatus::from_syndrome(e.syndrome);
+                        wc.vendor_err = e.vendor_syndrome;
+                        qp.error = true;
+                    }
+                }
+            }
+            other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
+        }
+        Ok(wc)
+    }
+}
+
+impl<P: Platform + Clone> Cq<P> {
+    /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`) and returns how many;
+    /// the consumed CQEs are handed back to the device (consumer index in the doorbell
+    /// record) before it returns.
+    ///
+    /// ```no_run
+    /// # use uhca_driver::verbs::{Cq, WorkCompletion, WcStatus};
+    /// # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, cq: &mut Cq<P>) {
+    /// let mut wc = [WorkCompletion::default(); 16];
+    /// let n = cq.poll(hca, &mut wc).unwrap();
+    /// for c in &wc[..n] {
+    ///     assert_eq!(c.status, WcStatus::Success, "wr {} failed", c.wr_id);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PollError`] for a CQE that does not match what was posted; the completions before
+    /// it are in `wc[..polled]`, and the next call continues after the bad CQE.
+    pub fn poll(
+        &mut self,
+        hca: &mut Hca<P>,
+        wc: &mut [WorkCompletion],
+    ) -> Result<usize, PollError> {
+        let cqn = self.cqn();
+        let (_, dp) = hca.datapath_mut();
+        let ring = self.ring_mut();
+        let start = ring.consumer_index();
+        let mut n = 0;
+        let mut result = Ok(());
+        while n < wc.len() {
+            let Some(raw) = ring.poll_raw() else { break };
+            let c = Completion::decode(&raw);
+            let sl = ((raw.flags_rqpn.get() >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
+            match dp.complete(cqn, &c, sl) {
+                Ok(w) => {
+                    wc[n] = w;
+                    n += 1;
+                }
+                Err(cqe) => {
+                    result = Err(PollError { polled: n, cqe });
+                    break;
+                }
+            }
+        }
+        if ring.consumer_index() != start {
+            ring.update_consumer_index();
+        }
+        result.map(|()| n)
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): the device raises one completion event at the
+    /// next completion (or, with `solicited_only`, the next solicited or error completion);
+    /// read it with [`Hca::next_completion_event`] after [`Hca::process_events`], then
+    /// [`Cq::ack_event`], poll, and arm again.
+    pub fn req_notify(&mut self, hca: &Hca<P>, solicited_only: bool) {
+        self.arm(hca, solicited_only);
+    }
+
+    /// Notes that a completion event of this CQ was taken (the arm sequence number moves
+    /// on, as the device expects for the next arm).
+    pub fn ack_event(&mut self) {
+        self.ring_mut().event_received();
+    }
+
+    /// Takes a waiting completion event of this CQ from `hca` and acknowledges it;
+    /// returns whether there was one.
+    pub fn take_event(&mut self, hca: &mut Hca<P>) -> bool {
+        if hca.take_completion_event(self.cqn()) {
+            self.ack_event();
+            true
+        } else {
+            false
+        }
+    }
+}

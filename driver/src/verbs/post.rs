@@ -1,0 +1,471 @@
+//! Posting work requests: `post_send` on QPs in RTS, `post_recv` on QPs in INIT, RTR or
+//! RTS and on SRQs.
+//!
+//! A post builds one WQE per work request in the queue's DMA memory, records the
+//! request's `wr_id` in the QP's shadow slots, and publishes the whole batch with one
+//! doorbell: for the SQ a store barrier, the send counter in the doorbell record and one
+//! 8-byte doorbell in the UAR (BlueFlame stays off); for the RQ and SRQ a store barrier
+//! and the counter in the doorbell record. A bad request stops the batch: the requests
+//! before it are posted and published, and its index and reason come back in [`BadWr`]
+//! (nothing is lost, as with `ibv_post_send`'s `bad_wr`).
+//!
+//! Posting allocates nothing and takes no lock; it takes the [`Hca`] because the shadow
+//! table of every QP lives there (the CQ poller reads it).
+
+use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, WqeOpcode};
+use uhca_fwif::wqe::INVALID_LKEY;
+use uhca_hal::Platform;
+use uhca_hal::barriers;
+use uhca_hal::dma::{DmaBuf, DmaMem};
+use uhca_hal::wq::{QpRings, WqError};
+
+use super::dp::{QpShadow, SendSlot};
+use super::qp::{QpStateKind, QpTransport, state};
+use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, WrError};
+use super::{Qp, Srq};
+use crate::hca::Hca;
+
+/// Byte offset of `next_wqe_index` in an SRQ WQE's "next" segment.
+const SRQ_NEXT_WQE_INDEX_OFF: usize = 0;
+
+/// QP states in which receives may be posted (INIT, RTR, RTS).
+pub trait RecvReady: QpStateKind {}
+impl RecvReady for state::Init {}
+impl RecvReady for state::Rtr {}
+impl RecvReady for state::Rts {}
+
+/// Brings the rings' consumer counters up to what the poller retired.
+fn sync_rings<M: DmaMem, P: Platform + Clone>(rings: &mut QpRings<M>, sh: &QpShadow<P>) {
+    if let Some(log) = sh.sq_log {
+        let ring_ci = rings
+            .sq_producer()
+            .wrapping_sub((1u32 << log) - rings.sq_free());
+        if ring_ci != sh.sq_ci {
+            // `sq_complete` retires up to the end of the WQEBB it is given.
+            let _ = rings.sq_complete(sh.sq_ci.wrapping_sub(1) as u16, 1);
+        }
+    }
+    if let Some(log) = sh.rq_log {
+        let ring_tail = rings
+            .rq_head()
+            .wrapping_sub((1u32 << log) - rings.rq_free());
+        let n = sh.rq_tail.wrapping_sub(ring_tail);
+        if n != 0 {
+            let _ = rings.rq_complete(n);
+        }
+    }
+}
+
+fn wq_error(e: WqError, wr: &SendWr<'_>, max_sge: u32) -> WrError {
+    match e {
+        WqError::SqFull { .. } | WqError::RqFull => WrError::QueueFull,
+        WqError::WqeTooLarge { .. } | WqError::TooManySges { .. } => match wr.data {
+            SendData::Sge(s) => WrError::TooManySges {
+                given: s.len(),
+                max: max_sge,
+            },
+            SendData::Inline(b) => WrError::InlineTooLong {
+                given: b.len(),
+                max: 0,
+            },
+        },
+        WqError::InlineTooLong(n) => WrError::InlineTooLong { given: n, max: 0 },
+        WqError::ByteCountTooLarge(_) => WrError::SgeTooLong,
+        WqError::NoSq | WqError::NoRq => WrError::NoQueue,
+        _ => WrError::QueueFull,
+    }
+}
+
+/// Checks one send request against the QP and returns its WQE opcode and control flags.
+fn check_send(
+    st: QpServiceType,
+    caps: &super::QpCaps,
+    sig_all: bool,
+    atomics: bool,
+    wr: &SendWr<'_>,
+) -> Result<(WqeOpcode, WqeCtrlFlags), WrError> {
+    let (opcode, reads_local) = match wr.op {
+        SendOp::Send => (WqeOpcode::Send, false),
+        SendOp::SendWithImm { .. } => (WqeOpcode::SendImm, false),
+        SendOp::RdmaWrite { .. } => (WqeOpcode::RdmaWrite, false),
+        SendOp::RdmaWriteWithImm { .. } => (WqeOpcode::RdmaWriteImm, false),
+        SendOp::RdmaRead { .. } => (WqeOpcode::RdmaRead, true),
+        SendOp::AtomicCmpSwap { .. } => (WqeOpcode::AtomicCs, true),
+        SendOp::AtomicFetchAdd { .. } => (WqeOpcode::AtomicFa, true),
+    };
+    let allowed = match st {
+        QpServiceType::Rc => true,
+        QpServiceType::Uc => matches!(
+            wr.op,
+            SendOp::Send
+                | SendOp::SendWithImm { .. }
+                | SendOp::RdmaWrite { .. }
+                | SendOp::RdmaWriteWithImm { .. }
+        ),
+        QpServiceType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
+        _ => false,
+    };
+    if !allowed {
+        return Err(WrError::OpNotSupported);
+    }
+    if (st == QpServiceType::Ud) != wr.ud.is_some() {
+        return Err(WrError::Destination);
+    }
+    match wr.data {
+        SendData::Sge(s) => {
+            if s.len() > caps.max_send_sge as usize {
+                return Err(WrError::TooManySges {
+                    given: s.len(),
+                    max: caps.max_send_sge,
+                });
+            }
+            if s.iter().any(|s| s.len & INLINE_SEG != 0) {
+                return Err(WrError::SgeTooLong);
+            }
+        }
+        SendData::Inline(b) => {
+            if reads_local {
+                return Err(WrError::InlineNotAllowed);
+            }
+            if b.len() > caps.max_inline_data as usize {
+                return Err(WrError::InlineTooLong {
+                    given: b.len(),
+                    max: caps.max_inline_data,
+                });
+            }
+        }
+    }
+    if let SendOp::AtomicCmpSwap { remote_addr, .. } | SendOp::AtomicFetchAdd { remote_addr, .. } =
+        wr.op
+    {
+        if !atomics {
+            return Err(WrError::AtomicsUnsupported);
+        }
+        match wr.data {
+            SendData::Sge([s]) if s.len == 8 => {}
+            _ => return Err(WrError::AtomicLocalBuffer),
+        }
+        if remote_addr % 8 != 0 {
+            return Err(WrError::AtomicAlignment);
+        }
+    }
+    let mut flags = WqeCtrlFlags::empty();
+    if sig_all || wr.flags.contains(SendFlags::SIGNALED) {
+        flags |= WqeCtrlFlags::CQ_UPDATE;
+    }
+    if wr.flags.contains(SendFlags::SOLICITED) {
+        flags |= WqeCtrlFlags::SOLICITED;
+    }
+    if wr.flags.contains(SendFlags::FENCE) {
+        // rdma-core's `MLX5_WQE_CTRL_FENCE`: wait for earlier READs and atomics.
+        flags |= WqeCtrlFlags::FENCE_SMALL_AND_FENCE;
+    }
+    Ok((opcode, flags))
+}
+
+/// Builds the WQE of one checked send request.
+fn build_send<M: DmaMem>(
+    rings: &mut QpRings<M>,
+    opcode: WqeOpcode,
+    flags: WqeCtrlFlags,
+    wr: &SendWr<'_>,
+) -> Result<uhca_hal::wq::PostedWqe, WqError> {
+    let mut w = rings.sq_wqe(opcode, flags)?;
+    match wr.op {
+        SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } => {
+            w.imm(imm);
+        }
+        _ => {}
+    }
+    if let Some(d) = &wr.ud {
+        w.datagram(&d.ah.av(d.remote_qpn, d.remote_qkey))?;
+    }
+    match wr.op {
+        SendOp::Send | SendOp::SendWithImm { .. } => {}
+        SendOp::RdmaWrite { remote_addr, rkey }
+        | SendOp::RdmaWriteWithImm {
+            remote_addr, rkey, ..
+        }
+        | SendOp::RdmaRead { remote_addr, rkey } => {
+            w.raddr(remote_addr, rkey)?;
+        }
+        SendOp::AtomicCmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            w.raddr(remote_addr, rkey)?.atomic(swap, compare)?;
+        }
+        SendOp::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            w.raddr(remote_addr, rkey)?.atomic(add, 0)?;
+        }
+    }
+    match wr.data {
+        SendData::Sge(s) => {
+            w.sges(s)?;
+        }
+        SendData::Inline(b) => {
+            if !b.is_empty() {
+                w.inline(b)?;
+            }
+        }
+    }
+    Ok(w.finish())
+}
+
+impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
+    /// Posts send work requests (`ibv_post_send`) and rings the send doorbell once.
+    ///
+    /// `wrs` is anything that iterates over `&SendWr` (a slice, an array, an iterator).
+    /// Each request becomes one WQE; the whole batch is published with one 8-byte
+    /// doorbell. On the first request that cannot be posted, the ones before it are
+    /// published and [`BadWr`] names it and why; nothing after it is posted.
+    ///
+    /// ```no_run
+    /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, SendFlags, Sge};
+    /// # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: &mut Qp<P, Rc, state::Rts>, lkey: u32, rkey: u32) {
+    /// let sge = [Sge { addr: 0x10_0000, len: 64, lkey }];
+    /// let wrs = [
+    ///     SendWr::new(1, SendOp::RdmaWrite { remote_addr: 0x20_0000, rkey }, &sge)
+    ///         .with_flags(SendFlags::empty()),
+    ///     SendWr::new(2, SendOp::Send, &sge),
+    /// ];
+    /// qp.post_send(hca, &wrs).unwrap();
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`BadWr`] with the index of the first refused request: [`WrError::QpInError`]
+    /// after an error completion (the device moved the QP to ERR), [`WrError::QueueFull`],
+    /// or the request's own fault (see [`WrError`]).
+    pub fn post_send<'w, 'd: 'w, I>(&mut self, hca: &mut Hca<P>, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w SendWr<'d>>,
+    {
+        let qpn = self.qpn();
+        let caps = self.caps();
+        let atomics = hca.caps().atomic;
+        let (bar, dp) = hca.datapath_mut();
+        let bad = |index, error| BadWr { index, error };
+        let Some(sh) = dp.qps.get_mut(&qpn) else {
+            return Err(bad(0, WrError::UnknownQueue));
+        };
+        if sh.error {
+            return Err(bad(0, WrError::QpInError { qpn }));
+        }
+        if sh.sq_log.is_none() {
+            return Err(bad(0, WrError::NoQueue));
+        }
+        let rings = self.rings_mut();
+        sync_rings(rings, sh);
+        let mut result = Ok(());
+        for (i, wr) in wrs.into_iter().enumerate() {
+            let (opcode, flags) = match check_send(T::ST, &caps, sh.sq_sig_all, atomics, wr) {
+                Ok(x) => x,
+                Err(e) => {
+                    result = Err(bad(i, e));
+                    break;
+                }
+            };
+            match build_send(rings, opcode, flags, wr) {
+                Ok(posted) => sh.record_send(&SendSlot {
+                    wr_id: wr.wr_id,
+                    wqe_index: posted.wqe_index,
+                    wqebbs: posted.wqebbs,
+                    opcode: wr.op.wc_opcode(),
+                    signaled: flags.contains(WqeCtrlFlags::CQ_UPDATE),
+                }),
+                Err(e) => {
+                    result = Err(bad(i, wq_error(e, wr, caps.max_send_sge)));
+                    break;
+                }
+            }
+        }
+        sh.sq_pi = rings.sq_producer();
+        rings.ring_sq_doorbell(bar);
+        result
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
+    /// Posts receive work requests (`ibv_post_recv`) and publishes them with one
+    /// doorbell-record update. Receives may be posted from INIT on, as verbs allows.
+    ///
+    /// # Errors
+    ///
+    /// [`BadWr`] with the index of the first refused request (the ones before it are
+    /// posted): [`WrError::NoQueue`] for a QP that receives from an SRQ,
+    /// [`WrError::QpInError`], [`WrError::QueueFull`], [`WrError::TooManySges`],
+    /// [`WrError::SgeTooLong`].
+    pub fn post_recv<'w, 'd: 'w, I>(&mut self, hca: &mut Hca<P>, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w RecvWr<'d>>,
+    {
+        let qpn = self.qpn();
+        let max_sge = self.caps().max_recv_sge;
+        let (_, dp) = hca.datapath_mut();
+        let bad = |index, error| BadWr { index, error };
+        let Some(sh) = dp.qps.get_mut(&qpn) else {
+            return Err(bad(0, WrError::UnknownQueue));
+        };
+        if sh.error {
+            return Err(bad(0, WrError::QpInError { qpn }));
+        }
+        if sh.rq_log.is_none() {
+            return Err(bad(0, WrError::NoQueue));
+        }
+        let rings = self.rings_mut();
+        sync_rings(rings, sh);
+        let mut result = Ok(());
+        for (i, wr) in wrs.into_iter().enumerate() {
+            if wr.sg_list.len() > max_sge as usize {
+                result = Err(bad(
+                    i,
+                    WrError::TooManySges {
+                        given: wr.sg_list.len(),
+                        max: max_sge,
+                    },
+                ));
+                break;
+            }
+            match rings.post_recv(wr.sg_list) {
+                Ok(_) => {
+                    sh.record_recv(sh.rq_head, wr.wr_id);
+                    sh.rq_head = sh.rq_head.wrapping_add(1);
+                }
+                Err(e) => {
+                    let error = match e {
+                        WqError::RqFull => WrError::QueueFull,
+                        WqError::ByteCountTooLarge(_) => WrError::SgeTooLong,
+                        WqError::TooManySges { given, .. } => WrError::TooManySges {
+                            given,
+                            max: max_sge,
+                        },
+                        _ => WrError::NoQueue,
+                    };
+                    result = Err(bad(i, error));
+                    break;
+                }
+            }
+        }
+        rings.ring_rq_doorbell();
+        result
+    }
+}
+
+impl<P: Platform + Clone> Srq<P> {
+    /// Posts receive work requests to the SRQ (`ibv_post_srq_recv`) and publishes them
+    /// with one doorbell-record update.
+    ///
+    /// # Errors
+    ///
+    /// [`BadWr`] with the index of the first refused request (the ones before it are
+    /// posted): [`WrError::QueueFull`], [`WrError::TooManySges`], [`WrError::SgeTooLong`],
+    /// [`WrError::UnknownQueue`].
+    pub fn post_recv<'w, 'd: 'w, I>(&mut self, hca: &mut Hca<P>, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w RecvWr<'d>>,
+    {
+        let srqn = self.srqn();
+        let max_sge = self.max_sge();
+        let log_stride = self.log_stride();
+        let dbr = self.dbr_offset();
+        let (_, dp) = hca.datapath_mut();
+        let bad = |index, error| BadWr { index, error };
+        let Some(sh) = dp.srqs.get_mut(&srqn) else {
+            return Err(bad(0, WrError::UnknownQueue));
+        };
+        let mem = self.mem_mut();
+        // WQEs the poller gave back are linked into the device's free list first.
+        sh.flush_links(|wqe, next| link_srq_wqe(mem, log_stride, wqe, next));
+        let mut result = Ok(());
+        let mut posted = 0u32;
+        for (i, wr) in wrs.into_iter().enumerate() {
+            if wr.sg_list.len() > max_sge as usize {
+                result = Err(bad(
+                    i,
+                    WrError::TooManySges {
+                        given: wr.sg_list.len(),
+                        max: max_sge,
+                    },
+                ));
+                break;
+            }
+            if wr.sg_list.iter().any(|s| s.len & INLINE_SEG != 0) {
+                result = Err(bad(i, WrError::SgeTooLong));
+                break;
+            }
+            let Some(ind) = sh.take_free(wr.wr_id) else {
+                result = Err(bad(i, WrError::QueueFull));
+                break;
+            };
+            write_srq_wqe(mem, (ind as usize) << log_stride, max_sge, wr);
+            posted += 1;
+        }
+        if posted > 0 {
+            sh.counter = sh.counter.wrapping_add(posted);
+            // The WQEs must be visible before the device sees the new counter.
+            barriers::wqe_before_doorbell_record();
+            mem.write_be32(dbr, sh.counter & 0xffff);
+        }
+        result
+    }
+}
+
+/// Writes the data segments of an SRQ WQE at `base` (after its "next" segment, which the
+/// free list owns), ended by an invalid-lkey segment when shorter than the WQE.
+fn write_srq_wqe<P: Platform + Clone>(
+    mem: &mut DmaBuf<P>,
+    base: usize,
+    max_sge: u32,
+    wr: &RecvWr<'_>,
+) {
+    for (i, s) in wr.sg_list.iter().enumerate() {
+        let o = base + SEND_WQE_DS * (1 + i);
+        mem.write_be64(o, ((s.len as u64) << 32) | s.lkey as u64);
+        mem.write_be64(o + 8, s.addr);
+    }
+    if wr.sg_list.len() < max_sge as usize {
+        let o = base + SEND_WQE_DS * (1 + wr.sg_list.len());
+        mem.write_be64(o, INVALID_LKEY as u64);
+        mem.write_be64(o + 8, 0);
+    }
+}
+
+/// Points the "next" segment of SRQ WQE `wqe` at `next` (the device follows these links
+/// to find free WQEs).
+fn link_srq_wqe<P: Platform + Clone>(mem: &mut DmaBuf<P>, log_stride: u8, wqe: u32, next: u32) {
+    // `next_wqe_index` is the low half of the segment's first big-endian dword; the high
+    // half is reserved (zero).
+    mem.write_be32(
+        ((wqe as usize) << log_stride) + SRQ_NEXT_WQE_INDEX_OFF,
+        next & 0xffff,
+    );
+}
+
+impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
+    /// Makes every send work request signalled (`sq_sig_all` of `ibv_qp_init_attr`), or
+    /// back to per-request signalling. Set it before the QP is brought up.
+    pub fn set_sq_sig_all(&mut self, hca: &mut Hca<P>, on: bool) {
+        if let Some(sh) = hca.datapath_mut().1.qps.get_mut(&self.qpn()) {
+            sh.sq_sig_all = on;
+        }
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+    /// Whether the driver saw an error completion for this QP, after which the device has
+    /// it in ERR (posting is refused until the QP is moved to RESET).
+    pub fn in_error(&self, hca: &Hca<P>) -> bool {
+        hca.datapath()
+            .qps
+            .get(&self.qpn())
+            .is_some_and(|sh| sh.error)
+    }
+}

@@ -1,0 +1,454 @@
+//! Work requests and work completions: what [`Qp::post_send`](super::Qp::post_send),
+//! [`Qp::post_recv`](super::Qp::post_recv), [`Srq::post_recv`](super::Srq::post_recv) take
+//! and what [`Cq::poll`](super::Cq::poll) fills in, shaped like ibverbs' `ibv_send_wr`,
+//! `ibv_recv_wr` and `ibv_wc`.
+
+use uhca_fwif::consts::CqeSyndrome;
+pub use uhca_hal::wq::Sge;
+
+use super::Ah;
+
+/// What a send work request does (`ibv_wr_opcode` with its operands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND (RC, UC, UD).
+    Send,
+    /// SEND with immediate data (RC, UC, UD): the receiver's completion carries `imm`.
+    SendWithImm {
+        /// The immediate data, as the receiver reads it back.
+        imm: u32,
+    },
+    /// RDMA WRITE (RC, UC).
+    RdmaWrite {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA WRITE with immediate data (RC, UC): consumes a receive WQE at the responder.
+    RdmaWriteWithImm {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// The immediate data.
+        imm: u32,
+    },
+    /// RDMA READ (RC): the scatter list receives the remote data.
+    RdmaRead {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Atomic compare-and-swap of the 8 bytes at `remote_addr` (RC): if they equal
+    /// `compare` they become `swap`; the original value lands in the one 8-byte entry of the
+    /// scatter list.
+    AtomicCmpSwap {
+        /// Remote address, 8-byte aligned.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// The value compared.
+        compare: u64,
+        /// The value stored on a match.
+        swap: u64,
+    },
+    /// Atomic fetch-and-add on the 8 bytes at `remote_addr` (RC); the original value lands
+    /// in the one 8-byte entry of the scatter list.
+    AtomicFetchAdd {
+        /// Remote address, 8-byte aligned.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// The addend.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The completion opcode a successful request reports.
+    pub const fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
+            SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// Where the data of a send comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendData<'a> {
+    /// A gather list of registered memory (at most the QP's `max_send_sge` entries; for
+    /// RDMA READ and atomics, the scatter list of the result).
+    Sge(&'a [Sge]),
+    /// Bytes copied into the WQE (`IBV_SEND_INLINE`; at most the QP's
+    /// `max_inline_data`; SEND and RDMA WRITE only). No memory key is needed and the
+    /// slice may be reused as soon as the post returns.
+    Inline(&'a [u8]),
+}
+
+bitflags::bitflags! {
+    /// Send flags (`ibv_send_flags`; inline data is [`SendData::Inline`]).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct SendFlags: u8 {
+        /// Generate a completion for this request (`IBV_SEND_SIGNALED`). Unsignalled
+        /// requests complete silently when a later signalled one does.
+        const SIGNALED = 1 << 0;
+        /// Wait for earlier RDMA READ and atomic requests before starting
+        /// (`IBV_SEND_FENCE`).
+        const FENCE = 1 << 1;
+        /// Raise a solicited event at the responder (`IBV_SEND_SOLICITED`).
+        const SOLICITED = 1 << 2;
+    }
+}
+
+/// The destination of a UD send: address handle, remote QPN, Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest<'a> {
+    /// The path.
+    pub ah: &'a Ah,
+    /// The remote QP number (24 bits).
+    pub remote_qpn: u32,
+    /// The remote Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A send work request (`ibv_send_wr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// The data.
+    pub data: SendData<'a>,
+    /// Signalled, fence, solicited.
+    pub flags: SendFlags,
+    /// The destination, for UD QPs (and only for them).
+    pub ud: Option<UdDest<'a>>,
+}
+
+impl<'a> SendWr<'a> {
+    /// A signalled request of `op` over `sges`, with no destination (RC, UC).
+    pub const fn new(wr_id: u64, op: SendOp, sges: &'a [Sge]) -> Self {
+        SendWr {
+            wr_id,
+            op,
+            data: SendData::Sge(sges),
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }
+    }
+
+    /// The same request with these flags.
+    pub const fn with_flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// The same request with inline data instead of a gather list.
+    pub const fn with_inline(mut self, bytes: &'a [u8]) -> Self {
+        self.data = SendData::Inline(bytes);
+        self
+    }
+
+    /// The same request to a UD destination.
+    pub const fn with_ud(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Where received data goes (at most `max_recv_sge` entries).
+    pub sg_list: &'a [Sge],
+}
+
+/// Why one work request was refused (nothing of it was posted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WrError {
+    /// The QP got an error completion, so the device moved it to ERR: every outstanding
+    /// request completes with [`WcStatus::WrFlushed`]. Move it to RESET
+    /// ([`Qp::to_reset`](super::Qp::to_reset)) and bring it up again.
+    QpInError {
+        /// The QP.
+        qpn: u32,
+    },
+    /// The queue has no room (completions must be polled first; unsignalled requests are
+    /// retired only by a later signalled one).
+    QueueFull,
+    /// More scatter/gather entries than the queue's limit.
+    TooManySges {
+        /// Entries given.
+        given: usize,
+        /// The limit (`max_send_sge`, `max_recv_sge`).
+        max: u32,
+    },
+    /// More inline bytes than the QP's `max_inline_data`.
+    InlineTooLong {
+        /// Bytes given.
+        given: usize,
+        /// The limit.
+        max: u32,
+    },
+    /// Inline data with an operation that reads into local memory (RDMA READ, atomics).
+    InlineNotAllowed,
+    /// The operation does not exist on this transport (UC: no READ or atomics; UD:
+    /// SEND only).
+    OpNotSupported,
+    /// A UD send without a destination, or a connected QP's send with one.
+    Destination,
+    /// An atomic needs exactly one 8-byte scatter entry for the original value.
+    AtomicLocalBuffer,
+    /// An atomic's remote address is not 8-byte aligned.
+    AtomicAlignment,
+    /// The device's atomics are not supported or not enabled.
+    AtomicsUnsupported,
+    /// A scatter entry's length does not fit the 31-bit byte count.
+    SgeTooLong,
+    /// The QP has no such queue (no send queue; or it receives from an SRQ).
+    NoQueue,
+    /// The driver has no shadow state for this QP or SRQ (it was created by another
+    /// `Hca`, or destroyed).
+    UnknownQueue,
+}
+
+impl core::fmt::Display for WrError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WrError::QpInError { qpn } => write!(
+                f,
+                "QP {qpn:#x} is in the error state after an error completion; move it to RESET"
+            ),
+            WrError::QueueFull => f.write_str("work queue full: poll completions first"),
+            WrError::TooManySges { given, max } => {
+                write!(f, "{given} scatter/gather entries, the queue takes {max}")
+            }
+            WrError::InlineTooLong { given, max } => {
+                write!(f, "{given} bytes of inline data, the QP takes {max}")
+            }
+            WrError::InlineNotAllowed => f.write_str("inline data only with SEND and RDMA WRITE"),
+            WrError::OpNotSupported => f.write_str("operation not supported on this transport"),
+            WrError::Destination => f.write_str(
+                "UD sends need a destination (address handle, QPN, Q_Key); connected QPs take none",
+            ),
+            WrError::AtomicLocalBuffer => {
+                f.write_str("atomics need exactly one 8-byte scatter entry")
+            }
+            WrError::AtomicAlignment => f.write_str("atomic remote address not 8-byte aligned"),
+            WrError::AtomicsUnsupported => f.write_str("the device does not do atomics"),
+            WrError::SgeTooLong => f.write_str("scatter/gather entry longer than 2 GiB - 1"),
+            WrError::NoQueue => f.write_str("the QP has no such work queue"),
+            WrError::UnknownQueue => f.write_str("no datapath state for this QP or SRQ"),
+        }
+    }
+}
+
+/// A post stopped at a bad work request (`bad_wr`): the requests before `index` were
+/// posted (and the doorbell rung), the one at `index` and those after it were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadWr {
+    /// Index of the refused request in what was given.
+    pub index: usize,
+    /// Why.
+    pub error: WrError,
+}
+
+impl core::fmt::Display for BadWr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "work request {}: {}", self.index, self.error)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BadWr {}
+
+/// The status of a work completion (`ibv_wc_status`), from the CQE syndrome.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// Success.
+    #[default]
+    Success,
+    /// Local length error (`LOCAL_LENGTH_ERR`): a receive buffer too small, or a message
+    /// longer than the QP allows.
+    LocalLength,
+    /// Local QP operation error (`LOCAL_QP_OP_ERR`).
+    LocalQpOp,
+    /// Local protection error (`LOCAL_PROT_ERR`): an lkey that does not cover the buffer
+    /// or lacks the access.
+    LocalProtection,
+    /// Flushed (`WR_FLUSH_ERR`): the QP was in the error state.
+    WrFlushed,
+    /// Memory window bind error (`MW_BIND_ERR`).
+    MwBind,
+    /// Bad response (`BAD_RESP_ERR`).
+    BadResponse,
+    /// Local access error (`LOCAL_ACCESS_ERR`).
+    LocalAccess,
+    /// Remote invalid request (`REMOTE_INVAL_REQ_ERR`): for example an operation the
+    /// responder does not allow, or a message too long for its receive buffer.
+    RemoteInvalidRequest,
+    /// Remote access error (`REMOTE_ACCESS_ERR`): bad rkey, bounds or rights.
+    RemoteAccess,
+    /// Remote operation error (`REMOTE_OP_ERR`).
+    RemoteOperation,
+    /// Transport retry counter exceeded (`TRANSPORT_RETRY_EXC_ERR`).
+    RetryExceeded,
+    /// RNR retry counter exceeded (`RNR_RETRY_EXC_ERR`).
+    RnrRetryExceeded,
+    /// Remote aborted (`REMOTE_ABORTED_ERR`).
+    RemoteAborted,
+    /// A syndrome this driver does not know (kept).
+    Unknown(u8),
+}
+
+impl WcStatus {
+    /// The status of an error CQE with `syndrome`.
+    pub const fn from_syndrome(syndrome: CqeSyndrome) -> Self {
+        match syndrome {
+            CqeSyndrome::LocalLengthErr => WcStatus::LocalLength,
+            CqeSyndrome::LocalQpOpErr => WcStatus::LocalQpOp,
+            CqeSyndrome::LocalProtErr => WcStatus::LocalProtection,
+            CqeSyndrome::WrFlushErr => WcStatus::WrFlushed,
+            CqeSyndrome::MwBindErr => WcStatus::MwBind,
+            CqeSyndrome::BadRespErr => WcStatus::BadResponse,
+            CqeSyndrome::LocalAccessErr => WcStatus::LocalAccess,
+            CqeSyndrome::RemoteInvalReqErr => WcStatus::RemoteInvalidRequest,
+            CqeSyndrome::RemoteAccessErr => WcStatus::RemoteAccess,
+            CqeSyndrome::RemoteOpErr => WcStatus::RemoteOperation,
+            CqeSyndrome::TransportRetryExcErr => WcStatus::RetryExceeded,
+            CqeSyndrome::RnrRetryExcErr => WcStatus::RnrRetryExceeded,
+            CqeSyndrome::RemoteAbortedErr => WcStatus::RemoteAborted,
+            other => WcStatus::Unknown(other.raw()),
+        }
+    }
+
+    /// Whether the request succeeded.
+    pub const fn is_success(&self) -> bool {
+        matches!(self, WcStatus::Success)
+    }
+}
+
+impl core::fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let s = match self {
+            WcStatus::Success => "success",
+            WcStatus::LocalLength => "local length error",
+            WcStatus::LocalQpOp => "local QP operation error",
+            WcStatus::LocalProtection => "local protection error",
+            WcStatus::WrFlushed => "work request flushed",
+            WcStatus::MwBind => "memory window bind error",
+            WcStatus::BadResponse => "bad response",
+            WcStatus::LocalAccess => "local access error",
+            WcStatus::RemoteInvalidRequest => "remote invalid request",
+            WcStatus::RemoteAccess => "remote access error",
+            WcStatus::RemoteOperation => "remote operation error",
+            WcStatus::RetryExceeded => "transport retry counter exceeded",
+            WcStatus::RnrRetryExceeded => "RNR retry counter exceeded",
+            WcStatus::RemoteAborted => "remote aborted",
+            WcStatus::Unknown(s) => return write!(f, "unknown syndrome {s:#x}"),
+        };
+        f.write_str(s)
+    }
+}
+
+/// What a completion completed (`ibv_wc_opcode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// SEND or SEND with immediate.
+    #[default]
+    Send,
+    /// RDMA WRITE or RDMA WRITE with immediate.
+    RdmaWrite,
+    /// RDMA READ.
+    RdmaRead,
+    /// Atomic compare-and-swap.
+    CompSwap,
+    /// Atomic fetch-and-add.
+    FetchAdd,
+    /// A receive (of a SEND).
+    Recv,
+    /// A receive consumed by an RDMA WRITE with immediate.
+    RecvRdmaWithImm,
+}
+
+impl WcOpcode {
+    /// Whether this completes a receive work request.
+    pub const fn is_recv(&self) -> bool {
+        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    }
+
+    pub(crate) const fn raw(self) -> u8 {
+        match self {
+            WcOpcode::Send => 0,
+            WcOpcode::RdmaWrite => 1,
+            WcOpcode::RdmaRead => 2,
+            WcOpcode::CompSwap => 3,
+            WcOpcode::FetchAdd => 4,
+            WcOpcode::Recv => 5,
+            WcOpcode::RecvRdmaWithImm => 6,
+        }
+    }
+
+    pub(crate) const fn from_raw(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => WcOpcode::Send,
+            1 => WcOpcode::RdmaWrite,
+            2 => WcOpcode::RdmaRead,
+            3 => WcOpcode::CompSwap,
+            4 => WcOpcode::FetchAdd,
+            5 => WcOpcode::Recv,
+            6 => WcOpcode::RecvRdmaWithImm,
+            _ => return None,
+        })
+    }
+}
+
+bitflags::bitflags! {
+    /// Completion flags (`ibv_wc_flags`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct WcFlags: u8 {
+        /// The received message carried a GRH (UD: the first 40 bytes of the buffer hold it).
+        const GRH = 1 << 0;
+        /// `imm_data` is valid.
+        const WITH_IMM = 1 << 1;
+    }
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// Success or why not.
+    pub status: WcStatus,
+    /// What completed (for error completions, what the work request asked for).
+    pub opcode: WcOpcode,
+    /// The vendor syndrome of an error completion (firmware-specific; 0 on success).
+    pub vendor_err: u8,
+    /// Bytes received (receives), read (RDMA READ) or 8 (atomics); 0 otherwise.
+    pub byte_len: u32,
+    /// Immediate data, when `wc_flags` has [`WcFlags::WITH_IMM`].
+    pub imm_data: u32,
+    /// The local QP.
+    pub qp_num: u32,
+    /// The sender's QP (UD receives).
+    pub src_qp: u32,
+    /// The sender's LID (InfiniBand receives).
+    pub slid: u16,
+    /// The sender's service level (UD receives on InfiniBand).
+    pub sl: u8,
+    /// GRH present, immediate present.
+    pub wc_flags: WcFlags,
+    /// The WQE counter the device reported (SQ WQE index, RQ or SRQ WQE index).
+    pub wqe_counter: u16,
+}
