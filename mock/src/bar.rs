@@ -10,7 +10,10 @@ use crate::firmware::FIRST_UAR;
 use crate::log::DoorbellRecord;
 use crate::pci::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, PCI_COMMAND_MEMORY};
 use uhca_fwif::Field;
-use uhca_fwif::consts::{CMD_IF_REV, EQ_DOORBELL_OFFSET, EQ_DOORBELL_UPDATE_CI_OFFSET};
+use uhca_fwif::consts::{
+    BF_OFFSET, CMD_IF_REV, DB_BLUEFLAME_BUFFER_SIZE, EQ_DOORBELL_OFFSET,
+    EQ_DOORBELL_UPDATE_CI_OFFSET,
+};
 use uhca_fwif::init_seg::{health_buffer, initial_seg};
 
 /// Nanoseconds per health-counter tick while the firmware is alive.
@@ -166,6 +169,12 @@ impl Device {
                     bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
                 ]);
                 self.cq_doorbell(uar, v, now);
+                self.engine_arm_cq((v as u32) & 0x00ff_ffff, now);
+            }
+            (o, 8) if o >= BF_OFFSET && (o - BF_OFFSET) % DB_BLUEFLAME_BUFFER_SIZE == 0 => {
+                // A send doorbell: the first 8 bytes of a control segment (a BlueFlame copy
+                // writes the rest of the WQE after them, which the engine reads from memory).
+                self.send_doorbell(uar, bytes, now);
             }
             _ => {}
         }

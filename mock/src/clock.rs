@@ -45,6 +45,13 @@ impl ModelClock {
         }
     }
 
+    /// Moves the virtual clock forward to `ns` if it is behind (nothing in real-time mode).
+    pub(crate) fn advance_to(&self, ns: u64) {
+        if self.mode == ClockMode::Virtual {
+            self.virtual_ns.fetch_max(ns, Ordering::AcqRel);
+        }
+    }
+
     /// Advances the virtual clock by `ns` (sleeps in real-time mode).
     pub(crate) fn advance_ns(&self, ns: u64) {
         match self.mode {

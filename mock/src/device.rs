@@ -21,6 +21,8 @@ pub(crate) struct Device {
     pub(crate) msix_table: Vec<u8>,
     pub(crate) interrupts: Vec<u64>,
     pub(crate) resets: u64,
+    /// The datapath engine's state.
+    pub(crate) engine: crate::engine::Engine,
 }
 
 impl Device {
@@ -38,6 +40,7 @@ impl Device {
             msix_table: msix_power_on(vectors),
             interrupts: vec![0; vectors as usize],
             resets: 0,
+            engine: crate::engine::Engine::default(),
             config,
         }
     }
@@ -57,6 +60,7 @@ impl Device {
         self.iommu.set_bus_master(false);
         self.fw = Firmware::new(&self.config, now);
         self.msix_table = msix_power_on(vectors);
+        self.engine = crate::engine::Engine::default();
         self.resets += 1;
     }
 

@@ -24,6 +24,8 @@ pub mod bar;
 pub mod caps;
 pub mod clock;
 pub(crate) mod device;
+pub mod engine;
+pub mod fabric;
 pub mod faults;
 pub mod firmware;
 pub mod iommu;
@@ -34,6 +36,8 @@ pub mod wire;
 
 pub use caps::PortType;
 pub use clock::ClockMode;
+pub use engine::DatapathCounters;
+pub use fabric::{Fabric, FabricCounters, FaultConfig, LinkLayer};
 pub use faults::CommandFault;
 pub use firmware::HcaState;
 pub use iommu::{FaultKind, IommuFault};

@@ -475,6 +475,80 @@ impl MockHca {
         self.dev().function_level_reset(now);
     }
 
+    // ---- datapath and wire -------------------------------------------------------------
+
+    /// Takes the frames the HCA sent since the last call, oldest first: whole RoCEv2
+    /// Ethernet frames (Ethernet port) or native InfiniBand packets, LRH to VCRC
+    /// (InfiniBand port). Frames emitted inside a doorbell write wait here until taken; a
+    /// [`crate::Fabric`] takes them when it is pumped.
+    pub fn take_tx_frames(&self) -> Vec<Vec<u8>> {
+        self.dev().engine.tx.drain(..).collect()
+    }
+
+    /// How many frames wait to be taken.
+    pub fn tx_pending(&self) -> usize {
+        self.dev().engine.tx.len()
+    }
+
+    /// Delivers frames from the wire to the port, in order, as one burst: the engine
+    /// processes each (malformed ones are dropped and counted), then sends the ACKs it owes
+    /// (coalesced). Replies are queued for [`MockHca::take_tx_frames`].
+    pub fn receive_frames(&self, frames: &[Vec<u8>]) {
+        let now = self.now();
+        self.dev().receive_frames(frames, now);
+    }
+
+    /// Runs the engine's timers that are due at the model's current time (retransmission,
+    /// RNR retry), flushes QPs in the error state and sends owed ACKs.
+    pub fn service(&self) {
+        let now = self.now();
+        self.dev().engine_service(now);
+    }
+
+    /// The model time of the engine's next timer, if any is running.
+    pub fn next_deadline_ns(&self) -> Option<u64> {
+        self.dev().next_deadline()
+    }
+
+    /// The datapath counters (packets, drops, ACKs, NAKs, retransmissions, CQEs).
+    pub fn datapath_counters(&self) -> crate::DatapathCounters {
+        self.dev().engine.counters
+    }
+
+    /// InfiniBand: the subnet manager configures the port (its LID and the SM's LID).
+    pub fn set_lid(&self, lid: u16, sm_lid: u16) {
+        let mut d = self.dev();
+        d.fw.lid = lid;
+        d.fw.sm_lid = sm_lid;
+    }
+
+    /// The port's LID (InfiniBand).
+    pub fn lid(&self) -> u16 {
+        self.dev().fw.lid
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.dev().config.mac
+    }
+
+    /// The GIDs (IPv6 or IPv4-mapped addresses) installed in the RoCE address table.
+    pub fn roce_gids(&self) -> Vec<[u8; 16]> {
+        self.dev()
+            .fw
+            .roce_addrs
+            .iter()
+            .flatten()
+            .map(|a| *a.source_l3_address())
+            .collect()
+    }
+
+    /// Moves a virtual clock forward to `ns` if it is behind (a fabric keeps the clocks of
+    /// its HCAs together this way); nothing for a real-time clock.
+    pub fn advance_clock_to(&self, ns: u64) {
+        self.shared.clock.advance_to(ns);
+    }
+
     // ---- host memory, for tests ------------------------------------------------------
 
     /// Reads host memory that is mapped for the device, by IOVA, as the CPU would (no

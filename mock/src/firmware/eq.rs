@@ -173,7 +173,7 @@ impl Device {
         }
     }
 
-    fn write_eqe(
+    pub(crate) fn write_eqe(
         &mut self,
         eqn: u8,
         event_type: u8,

@@ -19,7 +19,6 @@ impl Mkey {
 
     /// Translates `[va, va + len)` to IOVA pieces, or `None` if the range is outside the
     /// key. (For the datapath engine.)
-    #[allow(dead_code)]
     pub(crate) fn translate(&self, va: u64, len: u64) -> Option<Vec<(u64, u64)>> {
         let m = &self.mkc;
         let end = va.checked_add(len)?;

@@ -237,6 +237,7 @@ impl Device {
         if self.fw.qps.remove(&i.qpn()).is_none() {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
+        self.engine_qp_destroyed(i.qpn());
         Ok(out(&DestroyQpOut::default()))
     }
 
@@ -396,6 +397,7 @@ impl Device {
         if let Some(qp) = self.fw.qps.get_mut(&qpn) {
             qp.qpc = next;
         }
+        self.engine_qp_modified(qpn, cur, t.to());
         Ok(())
     }
 

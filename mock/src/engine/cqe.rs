@@ -1,0 +1,218 @@
+//! CQEs and the events they raise: the CQE at the producer index with the owner bit the
+//! device writes (`(pi >> log_cq_size) & 1`), error CQEs, CQ overrun (a CQ error event),
+//! completion events for armed CQs, and the flush of a QP in the error state.
+
+use crate::device::Device;
+use uhca_fwif::consts::{
+    ADAPTER_PAGE_SIZE, CQ_SET_CI, CqeOpcode, CqeSyndrome, EventType, QpState, RCV_DBR, SND_DBR,
+};
+use uhca_fwif::cqe::{Cqe64, ErrCqe, op_own_of};
+use zerocopy::IntoBytes;
+
+/// `op_own` bit 1: the completion is solicited.
+pub const CQE_SOLICITED: u8 = 0x2;
+/// CQ error event syndrome: CQ overrun.
+pub const CQ_ERROR_OVERRUN: u8 = 1;
+
+impl Device {
+    /// Writes a CQE (its `op_own` is set here) to CQ `cqn`. Returns whether it was written.
+    pub(crate) fn post_cqe(
+        &mut self,
+        cqn: u32,
+        mut c: Cqe64,
+        opcode: CqeOpcode,
+        solicited: bool,
+        now: u64,
+    ) -> bool {
+        let Some(cq) = self.fw.cqs.get(&cqn) else {
+            return false;
+        };
+        let cqc = cq.cqc;
+        let log = cqc.log_cq_size().min(24);
+        let size = 1u32 << log;
+        let cqe_size: u64 = if cqc.cqe_sz() == 1 { 128 } else { 64 };
+        let page = (ADAPTER_PAGE_SIZE as u64) << cqc.log_page_size().min(20);
+        let pas = cq.pas.clone();
+        let pi = cq.pi;
+        let ci = self
+            .dbr_dword(cqc.dbr_addr(), CQ_SET_CI as u64, now)
+            .unwrap_or(0)
+            & 0x00ff_ffff;
+        if (pi.wrapping_sub(ci) & 0x00ff_ffff) >= size && !cqc.oi() {
+            self.engine.counters.cq_overruns += 1;
+            let mut data = [0u8; 28];
+            data[..4].copy_from_slice(&cqn.to_be_bytes());
+            data[11] = CQ_ERROR_OVERRUN;
+            self.post_event(EventType::CqError.raw(), 0, data, now, false);
+            self.note(now, format!("CQ {cqn:#x} overrun: a CQE was lost"));
+            return false;
+        }
+        let owner = ((pi >> log) & 1) as u8;
+        c.op_own = op_own_of(opcode, owner) | if solicited { CQE_SOLICITED } else { 0 };
+        let bytes = c.as_bytes();
+        let off = (pi & (size - 1)) as u64 * cqe_size + (cqe_size - 64);
+        // The body first, then the byte with the owner bit.
+        if !self.queue_write(&pas, page, off, &bytes[..63], now, "CQE")
+            || !self.queue_write(&pas, page, off + 63, &bytes[63..], now, "CQE")
+        {
+            return false;
+        }
+        if let Some(cq) = self.fw.cqs.get_mut(&cqn) {
+            cq.pi = pi.wrapping_add(1);
+        }
+        self.engine.counters.cqes += 1;
+        let error = matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr);
+        if let Some(&sol_only) = self.engine.cq_armed.get(&cqn)
+            && (!sol_only || solicited || error)
+        {
+            self.completion_event(cqn, now);
+        }
+        true
+    }
+
+    /// Posts a completion event (type COMP) for `cqn` to its EQ and disarms the CQ.
+    fn completion_event(&mut self, cqn: u32, now: u64) {
+        self.engine.cq_armed.remove(&cqn);
+        let Some(eqn) = self.fw.cqs.get(&cqn).map(|c| c.cqc.c_eqn_or_apu_element()) else {
+            return;
+        };
+        let Ok(eqn) = u8::try_from(eqn) else {
+            return;
+        };
+        let mut data = [0u8; 28];
+        data[24..28].copy_from_slice(&(cqn & 0x00ff_ffff).to_be_bytes());
+        if self.write_eqe(eqn, EventType::Comp.raw(), 0, data, now) {
+            self.engine.counters.completion_events += 1;
+        }
+    }
+
+    /// Hook of the CQ doorbell: an arm request. CQEs the consumer has not seen yet (per the
+    /// arm word's consumer index) raise the event at once.
+    pub(crate) fn engine_arm_cq(&mut self, cqn: u32, now: u64) {
+        let Some(cq) = self.fw.cqs.get(&cqn) else {
+            return;
+        };
+        let Some((_, sol, ci)) = cq.arm else {
+            return;
+        };
+        let pending = (cq.pi & 0x00ff_ffff) != (ci & 0x00ff_ffff);
+        self.engine.cq_armed.insert(cqn, sol);
+        if pending && !sol {
+            self.completion_event(cqn, now);
+        }
+    }
+
+    /// An error CQE.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_err_cqe(
+        &mut self,
+        cqn: u32,
+        qpn: u32,
+        counter: u16,
+        wqe_opcode: u8,
+        syndrome: CqeSyndrome,
+        opcode: CqeOpcode,
+        srqn: u32,
+        now: u64,
+    ) -> bool {
+        let mut e = ErrCqe::default();
+        e.srqn = srqn.into();
+        e.syndrome = syndrome.raw();
+        e.s_wqe_opcode_qpn = (((wqe_opcode as u32) << 24) | (qpn & 0x00ff_ffff)).into();
+        e.wqe_counter = counter.into();
+        let Ok(c) = zerocopy::FromBytes::read_from_bytes(e.as_bytes()) else {
+            return false;
+        };
+        self.post_cqe(cqn, c, opcode, false, now)
+    }
+
+    /// Flushes a QP in the error state: every outstanding and posted send WQE and every
+    /// posted receive WQE completes with WR_FLUSH_ERR.
+    pub(crate) fn flush_qp(&mut self, qpn: u32, now: u64) {
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        if QpState::from_raw(qpc.state()) != QpState::Err {
+            return;
+        }
+        let st = self.engine.qps.entry(qpn).or_default();
+        st.timer = None;
+        st.rnr_timer = None;
+        st.recv = None;
+        st.write = None;
+        st.ack_pending = false;
+        let outstanding: Vec<_> = st.outstanding.drain(..).collect();
+        let uidx = qpc.user_index();
+        for w in outstanding {
+            self.post_err_cqe(
+                qpc.cqn_snd(),
+                qpn,
+                w.counter,
+                w.opcode.raw(),
+                CqeSyndrome::WrFlushErr,
+                CqeOpcode::ReqErr,
+                uidx,
+                now,
+            );
+        }
+        // Send WQEs posted but not fetched.
+        if let Some((_, n, _)) = self.sq_geometry(qpn)
+            && let Some(pi) = self.dbr_dword(qpc.dbr_addr(), SND_DBR as u64, now)
+        {
+            let pi = pi as u16;
+            let mut guard = n as u32 + 1;
+            loop {
+                let ci = self.engine.qps.entry(qpn).or_default().sq_ci;
+                if ci == pi || guard == 0 || pi.wrapping_sub(ci) > n {
+                    break;
+                }
+                guard -= 1;
+                let (op, bbs) = match self.read_send_wqe(qpn, ci, now) {
+                    Ok((raw, bbs)) => (raw.get(3).copied().unwrap_or(0), bbs),
+                    Err(b) => (b.opcode, b.bbs),
+                };
+                if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                    s.sq_ci = ci.wrapping_add(bbs);
+                }
+                self.post_err_cqe(
+                    qpc.cqn_snd(),
+                    qpn,
+                    ci,
+                    op,
+                    CqeSyndrome::WrFlushErr,
+                    CqeOpcode::ReqErr,
+                    uidx,
+                    now,
+                );
+            }
+        }
+        // Receive WQEs of the QP's own RQ (an SRQ is shared and not flushed).
+        if qpc.rq_type() == 0
+            && let Some(pi) = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)
+        {
+            let pi = pi as u16;
+            let size = 1u32 << qpc.log_rq_size();
+            let mut guard = size + 1;
+            loop {
+                let ci = self.engine.qps.entry(qpn).or_default().rq_ci;
+                if ci as u16 == pi || guard == 0 || pi.wrapping_sub(ci as u16) as u32 > size {
+                    break;
+                }
+                guard -= 1;
+                if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                    s.rq_ci = ci.wrapping_add(1);
+                }
+                self.post_err_cqe(
+                    qpc.cqn_rcv(),
+                    qpn,
+                    ci as u16,
+                    0,
+                    CqeSyndrome::WrFlushErr,
+                    CqeOpcode::RespErr,
+                    uidx,
+                    now,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The datapath engine: what the HCA does between a send doorbell and a CQE.
+//!
+//! Written from the PRM (WQE, CQE and EQE formats, doorbell records, QP and CQ contexts) and
+//! the InfiniBand specification (transport protocol), with the layouts of `uhca-fwif` and the
+//! packets of [`crate::wire`]. Nothing here uses the HAL's rings or the driver.
+//!
+//! | file | holds |
+//! | --- | --- |
+//! | `mod.rs` | per-HCA and per-QP state, counters, the entry points (doorbells, frames, timers) |
+//! | `mem.rs` | queue buffers through their `pas` lists, memory-key checks, gather and scatter |
+//! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit |
+//! | `sq.rs` | fetching and decoding send WQEs |
+//! | `requester.rs` | the send side: packets, ACK/NAK, read and atomic responses, retransmission |
+//! | `responder.rs` | the receive side: PSN checks, SEND/WRITE/READ/atomics, ACK coalescing |
+//! | `rq.rs` | receive WQEs of an RQ or an SRQ |
+//! | `cqe.rs` | CQEs (owner bit, opcodes, error CQEs), completion and CQ error events, flush |
+//!
+//! Frames the engine emits are queued (see [`crate::MockHca::take_tx_frames`]) and never
+//! delivered inside the doorbell write that produced them; a fabric (or a test) moves them.
+
+mod cqe;
+mod mem;
+mod path;
+mod requester;
+mod responder;
+mod rq;
+mod sq;
+
+use crate::device::Device;
+use std::collections::{BTreeMap, VecDeque};
+use uhca_fwif::consts::{QpServiceType, QpState};
+
+pub(crate) use sq::SentWqe;
+
+/// Datapath counters of one HCA (what the port saw and did).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatapathCounters {
+    /// Frames (packets) the HCA sent.
+    pub tx_packets: u64,
+    /// Frames the HCA received.
+    pub rx_packets: u64,
+    /// Received frames that did not parse (bad length, checksum, ICRC or VCRC, unknown
+    /// opcode): dropped.
+    pub rx_malformed: u64,
+    /// Received frames for another LID, an unknown QP, a QP in a state that does not
+    /// receive, or of the wrong transport: dropped.
+    pub rx_discarded: u64,
+    /// Received frames whose P_Key does not match the QP's: dropped.
+    pub rx_pkey_violations: u64,
+    /// UD datagrams whose Q_Key does not match the QP's: dropped.
+    pub rx_qkey_violations: u64,
+    /// UD datagrams that found no receive WQE: dropped.
+    pub rx_ud_no_wqe: u64,
+    /// RC requests with a PSN beyond the expected one (sequence error).
+    pub rx_out_of_sequence: u64,
+    /// RC requests with an already executed PSN (duplicates).
+    pub rx_duplicates: u64,
+    /// UC packets dropped for a PSN gap.
+    pub rx_uc_dropped: u64,
+    /// ACKs sent (coalesced: one ACK may acknowledge many packets).
+    pub acks_sent: u64,
+    /// NAKs sent (sequence error, invalid request, remote access, remote operational).
+    pub naks_sent: u64,
+    /// RNR NAKs sent (no receive WQE).
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Packets sent again (timeout, sequence NAK, RNR retry, implied NAK).
+    pub retransmitted_packets: u64,
+    /// Retransmission timer expirations.
+    pub timeouts: u64,
+    /// CQEs written.
+    pub cqes: u64,
+    /// CQEs lost because the CQ was full (CQ error event posted).
+    pub cq_overruns: u64,
+    /// Completion events (EQEs) posted.
+    pub completion_events: u64,
+}
+
+/// A receive in progress at a responder (a multi-packet SEND).
+#[derive(Clone, Debug)]
+pub(crate) struct RecvProgress {
+    pub(crate) wqe: rq::RecvWqe,
+    pub(crate) offset: u64,
+}
+
+/// An RDMA WRITE in progress at a responder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriteProgress {
+    pub(crate) va: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: u64,
+    pub(crate) offset: u64,
+}
+
+/// A responder resource: what an executed RDMA READ or atomic needs to answer a duplicate.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RespResource {
+    pub(crate) psn: u32,
+    /// The original value returned by an atomic (None for a read).
+    pub(crate) atomic_orig: Option<u64>,
+}
+
+/// Per-QP datapath state (the parts of the QP context the hardware keeps to itself).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct QpDp {
+    // ---- send queue / requester
+    /// WQEBB counter of the next WQE to fetch.
+    pub(crate) sq_ci: u16,
+    /// Next PSN to send.
+    pub(crate) next_psn: u32,
+    /// WQEs sent and not yet completed, oldest first.
+    pub(crate) outstanding: VecDeque<SentWqe>,
+    /// Retries left (transport timeouts and sequence NAKs) since the last progress.
+    pub(crate) retry_left: u8,
+    /// RNR retries left since the last progress.
+    pub(crate) rnr_left: u8,
+    /// Retransmission deadline.
+    pub(crate) timer: Option<u64>,
+    /// RNR retry deadline (after an RNR NAK).
+    pub(crate) rnr_timer: Option<u64>,
+    // ---- receive queue / responder
+    /// Receive WQEs consumed (a 32-bit counter; the doorbell record holds its low 16 bits).
+    pub(crate) rq_ci: u32,
+    /// Expected PSN.
+    pub(crate) epsn: u32,
+    /// Message sequence number (messages completed at the responder).
+    pub(crate) msn: u32,
+    pub(crate) recv: Option<RecvProgress>,
+    pub(crate) write: Option<WriteProgress>,
+    pub(crate) resources: VecDeque<RespResource>,
+    /// An ACK is owed (a packet with AckReq arrived).
+    pub(crate) ack_pending: bool,
+    /// Packets received since the last ACK.
+    pub(crate) unacked: u32,
+    /// A sequence-error NAK was sent for the current gap.
+    pub(crate) nak_sent: bool,
+}
+
+/// The engine of one HCA.
+#[derive(Debug, Default)]
+pub(crate) struct Engine {
+    pub(crate) qps: BTreeMap<u32, QpDp>,
+    /// Frames to the wire, oldest first.
+    pub(crate) tx: VecDeque<Vec<u8>>,
+    pub(crate) counters: DatapathCounters,
+    /// CQs armed for a completion event: cqn -> solicited only.
+    pub(crate) cq_armed: BTreeMap<u32, bool>,
+    /// SRQ consumers: srqn -> (WQEs consumed, index of the next WQE in the list).
+    pub(crate) srq_pos: BTreeMap<u32, (u16, u16)>,
+    /// Model time of the last entry into the engine (for hooks called without a time).
+    pub(crate) now: u64,
+}
+
+/// Most frames kept waiting in the transmit queue; beyond it the oldest are dropped (a
+/// fabric that is never pumped must not grow memory without bound).
+pub const TX_QUEUE_LIMIT: usize = 1 << 20;
+/// Responder packets after which an ACK is sent even without AckReq.
+pub const ACK_COALESCE_PACKETS: u32 = 16;
+/// Responder resources kept for duplicate RDMA READs and atomics.
+pub const RESPONDER_RESOURCES: usize = 64;
+
+/// The ACK timeout of an `ack_timeout` encoding: 4.096 µs × 2^n, `None` (no timeout) for 0.
+pub fn ack_timeout_ns(code: u8) -> Option<u64> {
+    (code != 0).then(|| 4096u64 << code.min(31))
+}
+
+impl Device {
+    /// A send doorbell (BlueFlame register write): the first 8 bytes of a control segment.
+    pub(crate) fn send_doorbell(&mut self, uar: u32, bytes: &[u8], now: u64) {
+        self.engine.now = now;
+        if bytes.len() < 8 {
+            return;
+        }
+        let qpn = u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) >> 8;
+        let Some(qp) = self.fw.qps.get(&qpn) else {
+            self.note(
+                now,
+                format!("send doorbell for QP {qpn:#x}, which does not exist"),
+            );
+            return;
+        };
+        if qp.qpc.uar_page() != uar {
+            let own = qp.qpc.uar_page();
+            self.note(
+                now,
+                format!("send doorbell for QP {qpn:#x} on UAR {uar}; its UAR is {own}"),
+            );
+            return;
+        }
+        self.process_sq(qpn, now);
+    }
+
+    /// Frames received from the wire, in order; ACKs owed are sent (coalesced) after the
+    /// batch.
+    pub(crate) fn receive_frames(&mut self, frames: &[Vec<u8>], now: u64) {
+        self.engine.now = now;
+        for f in frames {
+            self.receive_frame(f, now);
+        }
+        self.flush_acks(now);
+    }
+
+    /// Fires due timers, flushes QPs in the error state and sends owed ACKs.
+    pub(crate) fn engine_service(&mut self, now: u64) {
+        self.engine.now = now;
+        let qpns: Vec<u32> = self.engine.qps.keys().copied().collect();
+        for qpn in qpns {
+            self.requester_timers(qpn, now);
+        }
+        let err: Vec<u32> = self
+            .fw
+            .qps
+            .iter()
+            .filter(|(_, q)| QpState::from_raw(q.qpc.state()) == QpState::Err)
+            .map(|(&n, _)| n)
+            .collect();
+        for qpn in err {
+            self.flush_qp(qpn, now);
+        }
+        self.flush_acks(now);
+    }
+
+    /// The earliest timer of any QP.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.engine
+            .qps
+            .values()
+            .flat_map(|s| [s.timer, s.rnr_timer])
+            .flatten()
+            .min()
+    }
+
+    /// Hook of the modify commands: the datapath state follows the QP's state.
+    pub(crate) fn engine_qp_modified(&mut self, qpn: u32, from: QpState, to: QpState) {
+        let now = self.engine.now;
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        match to {
+            QpState::Rst => {
+                self.engine.qps.remove(&qpn);
+            }
+            QpState::Init if from == QpState::Rst => {
+                self.engine.qps.insert(qpn, QpDp::default());
+            }
+            QpState::Rtr if from == QpState::Init => {
+                let st = self.engine.qps.entry(qpn).or_default();
+                st.epsn = qpc.next_rcv_psn() & 0x00ff_ffff;
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                let st = self.engine.qps.entry(qpn).or_default();
+                st.next_psn = qpc.next_send_psn() & 0x00ff_ffff;
+                st.retry_left = qpc.retry_count();
+                st.rnr_left = qpc.rnr_retry();
+            }
+            QpState::Err => self.flush_qp(qpn, now),
+            _ => {}
+        }
+        if QpServiceType::from_raw(qpc.st()) == QpServiceType::Ud && to == QpState::Rts {
+            // UD has no PSN checks; keep the counter going.
+        }
+    }
+
+    /// Hook of DESTROY_QP.
+    pub(crate) fn engine_qp_destroyed(&mut self, qpn: u32) {
+        self.engine.qps.remove(&qpn);
+    }
+
+    /// Puts a QP into the error state from the datapath and flushes it.
+    pub(crate) fn qp_to_error(&mut self, qpn: u32, now: u64) {
+        if let Some(q) = self.fw.qps.get_mut(&qpn) {
+            q.qpc.set_state(QpState::Err.raw());
+        }
+        self.flush_qp(qpn, now);
+    }
+
+    pub(crate) fn push_frame(&mut self, frame: Vec<u8>) {
+        if self.engine.tx.len() >= TX_QUEUE_LIMIT {
+            self.engine.tx.pop_front();
+        }
+        self.engine.tx.push_back(frame);
+        self.engine.counters.tx_packets += 1;
+    }
+}

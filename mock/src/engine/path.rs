@@ -1,0 +1,267 @@
+//! Addressing: the headers in front of the BTH, from a QP's address path (RC, UC) or a UD
+//! address vector, for RoCEv2 (GID table entries installed with SET_ROCE_ADDRESS) and
+//! native InfiniBand (LRH, and a GRH when asked for).
+
+use crate::caps::{IB_GID_TABLE_ENTRIES, PortType};
+use crate::device::Device;
+use crate::firmware::{DEFAULT_PKEY, GID_PREFIX};
+use crate::wire::{
+    EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Repr, Ipv6Repr,
+    LinkNextHeader, LrhRepr, RoceV2Repr,
+};
+use uhca_fwif::ctx::Ads;
+use uhca_fwif::wqe::Av;
+
+/// The default UDP source port when the path gives none.
+pub const DEFAULT_UDP_SPORT: u16 = 0xc000;
+
+/// Where packets of a QP (or a UD work request) go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// RoCEv2.
+    Roce {
+        smac: [u8; 6],
+        dmac: [u8; 6],
+        sip: [u8; 16],
+        dip: [u8; 16],
+        ipv4: bool,
+        udp_sport: u16,
+        hop_limit: u8,
+        tclass: u8,
+        flow_label: u32,
+    },
+    /// Native InfiniBand.
+    Ib {
+        slid: u16,
+        dlid: u16,
+        sl: u8,
+        grh: Option<GrhRepr>,
+    },
+}
+
+/// Whether a GID is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+pub(crate) fn is_v4_mapped(g: &[u8; 16]) -> bool {
+    g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff
+}
+
+/// The IPv4 address of an IPv4-mapped GID.
+pub(crate) fn v4_of(g: &[u8; 16]) -> [u8; 4] {
+    [g[12], g[13], g[14], g[15]]
+}
+
+impl Device {
+    /// The GID at `index` of the port's table (IB: index 0 is the link-local GID).
+    pub(crate) fn sgid(&self, index: usize) -> Option<[u8; 16]> {
+        match self.fw.port_type() {
+            PortType::InfiniBand => {
+                if index >= IB_GID_TABLE_ENTRIES {
+                    return None;
+                }
+                let mut g = [0u8; 16];
+                g[..8].copy_from_slice(&GID_PREFIX.to_be_bytes());
+                g[8..].copy_from_slice(&self.config.node_guid().to_be_bytes());
+                (index == 0).then_some(g)
+            }
+            PortType::Ethernet => {
+                let e = self.fw.roce_addrs.get(index)?.as_ref()?;
+                Some(*e.source_l3_address())
+            }
+        }
+    }
+
+    /// The RoCE entry's source MAC (or the port's MAC).
+    fn smac(&self, index: usize) -> [u8; 6] {
+        if let Some(Some(e)) = self.fw.roce_addrs.get(index) {
+            let h = e.source_mac_47_32().to_be_bytes();
+            let l = e.source_mac_31_0().to_be_bytes();
+            let m = [h[0], h[1], l[0], l[1], l[2], l[3]];
+            if m != [0; 6] {
+                return m;
+            }
+        }
+        self.config.mac
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn roce_path(
+        &self,
+        sgid_index: usize,
+        dgid: [u8; 16],
+        dmac: [u8; 6],
+        udp_sport: u16,
+        hop_limit: u8,
+        tclass: u8,
+        flow_label: u32,
+    ) -> Option<Path> {
+        let sip = self.sgid(sgid_index)?;
+        let ipv4 = self
+            .fw
+            .roce_addrs
+            .get(sgid_index)
+            .and_then(|e| e.as_ref())
+            .map(|e| e.roce_l3_type() == 0)
+            .unwrap_or(false)
+            && is_v4_mapped(&sip);
+        Some(Path::Roce {
+            smac: self.smac(sgid_index),
+            dmac,
+            sip,
+            dip: dgid,
+            ipv4,
+            udp_sport: if udp_sport == 0 {
+                DEFAULT_UDP_SPORT
+            } else {
+                udp_sport
+            },
+            hop_limit: if hop_limit == 0 { 64 } else { hop_limit },
+            tclass,
+            flow_label,
+        })
+    }
+
+    /// The path of an RC or UC QP (its primary address path).
+    pub(crate) fn qp_path(&self, ads: &Ads) -> Option<Path> {
+        match self.fw.port_type() {
+            PortType::Ethernet => {
+                let h = ads.rmac_47_32().to_be_bytes();
+                let l = ads.rmac_31_0().to_be_bytes();
+                let mut dgid = [0u8; 16];
+                dgid.copy_from_slice(ads.rgid_rip());
+                self.roce_path(
+                    ads.src_addr_index() as usize,
+                    dgid,
+                    [h[0], h[1], l[0], l[1], l[2], l[3]],
+                    ads.udp_sport(),
+                    ads.hop_limit(),
+                    ads.tclass(),
+                    ads.flow_label(),
+                )
+            }
+            PortType::InfiniBand => {
+                let grh = if ads.grh() {
+                    let mut dgid = [0u8; 16];
+                    dgid.copy_from_slice(ads.rgid_rip());
+                    let mut g = GrhRepr::new(self.sgid(ads.src_addr_index() as usize)?, dgid);
+                    g.traffic_class = ads.tclass();
+                    g.flow_label = ads.flow_label();
+                    g.hop_limit = ads.hop_limit();
+                    Some(g)
+                } else {
+                    None
+                };
+                Some(Path::Ib {
+                    slid: self.fw.lid | (ads.mlid() as u16 & 0x7f),
+                    dlid: ads.rlid(),
+                    sl: ads.sl(),
+                    grh,
+                })
+            }
+        }
+    }
+
+    /// The path of a UD work request (its address vector).
+    pub(crate) fn av_path(&self, av: &Av) -> Option<Path> {
+        match self.fw.port_type() {
+            PortType::Ethernet => self.roce_path(
+                av.sgid_index() as usize,
+                av.rgid,
+                av.rmac,
+                av.rlid.get(),
+                av.hop_limit,
+                av.tclass,
+                av.flow_label(),
+            ),
+            PortType::InfiniBand => {
+                let grh = if av.grh_gid_fl.get() & Av::GRH_GID_FL_GRH != 0 {
+                    let mut g = GrhRepr::new(self.sgid(av.sgid_index() as usize)?, av.rgid);
+                    g.traffic_class = av.tclass;
+                    g.flow_label = av.flow_label();
+                    g.hop_limit = av.hop_limit;
+                    Some(g)
+                } else {
+                    None
+                };
+                Some(Path::Ib {
+                    slid: self.fw.lid | (av.fl_mlid as u16 & 0x7f),
+                    dlid: av.rlid.get(),
+                    sl: av.sl(),
+                    grh,
+                })
+            }
+        }
+    }
+
+    /// Emits one packet on `path` and queues it for the wire.
+    pub(crate) fn emit_packet(&mut self, path: &Path, t: &IbTransportRepr<'_>) {
+        let mut t = *t;
+        t.bth.pkey = DEFAULT_PKEY;
+        let frame = match *path {
+            Path::Roce {
+                smac,
+                dmac,
+                sip,
+                dip,
+                ipv4,
+                udp_sport,
+                hop_limit,
+                tclass,
+                flow_label,
+            } => {
+                let ip = if ipv4 {
+                    let mut r = Ipv4Repr::new(v4_of(&sip), v4_of(&dip));
+                    r.ttl = hop_limit;
+                    r.dscp = tclass >> 2;
+                    r.ecn = tclass & 3;
+                    IpRepr::Ipv4(r)
+                } else {
+                    let mut r = Ipv6Repr::new(sip, dip);
+                    r.hop_limit = hop_limit;
+                    r.traffic_class = tclass;
+                    r.flow_label = flow_label & 0x000f_ffff;
+                    IpRepr::Ipv6(r)
+                };
+                let r = RoceV2Repr {
+                    eth: EthernetRepr {
+                        dst: dmac,
+                        src: smac,
+                        vlan: None,
+                    },
+                    ip,
+                    udp_src_port: udp_sport,
+                    transport: t,
+                };
+                let mut f = vec![0u8; r.buffer_len()];
+                if r.emit(&mut f).is_err() {
+                    return;
+                }
+                f
+            }
+            Path::Ib {
+                slid,
+                dlid,
+                sl,
+                grh,
+            } => {
+                let r = IbPacketRepr {
+                    lrh: LrhRepr {
+                        vl: 0,
+                        lver: 0,
+                        sl,
+                        lnh: LinkNextHeader::IbaLocal,
+                        dlid,
+                        packet_length: 0,
+                        slid,
+                    },
+                    grh,
+                    transport: t,
+                };
+                let mut f = vec![0u8; r.buffer_len()];
+                if r.emit(&mut f).is_err() {
+                    return;
+                }
+                f
+            }
+        };
+        self.push_frame(frame);
+    }
+}

@@ -1,0 +1,705 @@
+//! The requester: WQEs become packets (segmented by the path MTU), ACKs and NAKs complete
+//! or retry them, RDMA READ responses and atomic acknowledgements land in the local SGL,
+//! the retransmission timer (`ack_timeout`, `retry_count`) and the RNR timer (`rnr_retry`,
+//! 7 = infinite) drive retries, and exhausted retries end in an error CQE and the error
+//! state.
+
+use super::SentWqe;
+use super::mem::{KeyError, Sge};
+use super::sq::{Piece, Wqe};
+use crate::device::Device;
+use crate::wire::ib::ext::rnr_timer_micros;
+use crate::wire::ib::psn;
+use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
+use uhca_fwif::consts::{CqeOpcode, CqeSyndrome, IbMtu, QpServiceType, QpState, WqeOpcode};
+
+/// MTU of UD messages (the port MTU): InfiniBand 4096, RoCE 1024 (an Ethernet MTU of 1500).
+pub(crate) fn ud_mtu(ib: bool) -> u64 {
+    if ib { 4096 } else { 1024 }
+}
+
+/// The path MTU of a connected QP in bytes.
+pub(crate) fn path_mtu(code: u8) -> u64 {
+    IbMtu::from_raw(code).bytes().unwrap_or(256) as u64
+}
+
+fn send_opcode(uc: bool, first: bool, last: bool, imm: bool) -> Opcode {
+    use Opcode::*;
+    match (uc, first, last, imm) {
+        (false, true, true, false) => RcSendOnly,
+        (false, true, true, true) => RcSendOnlyWithImmediate,
+        (false, true, false, _) => RcSendFirst,
+        (false, false, false, _) => RcSendMiddle,
+        (false, false, true, false) => RcSendLast,
+        (false, false, true, true) => RcSendLastWithImmediate,
+        (true, true, true, false) => UcSendOnly,
+        (true, true, true, true) => UcSendOnlyWithImmediate,
+        (true, true, false, _) => UcSendFirst,
+        (true, false, false, _) => UcSendMiddle,
+        (true, false, true, false) => UcSendLast,
+        (true, false, true, true) => UcSendLastWithImmediate,
+    }
+}
+
+fn write_opcode(uc: bool, first: bool, last: bool, imm: bool) -> Opcode {
+    use Opcode::*;
+    match (uc, first, last, imm) {
+        (false, true, true, false) => RcRdmaWriteOnly,
+        (false, true, true, true) => RcRdmaWriteOnlyWithImmediate,
+        (false, true, false, _) => RcRdmaWriteFirst,
+        (false, false, false, _) => RcRdmaWriteMiddle,
+        (false, false, true, false) => RcRdmaWriteLast,
+        (false, false, true, true) => RcRdmaWriteLastWithImmediate,
+        (true, true, true, false) => UcRdmaWriteOnly,
+        (true, true, true, true) => UcRdmaWriteOnlyWithImmediate,
+        (true, true, false, _) => UcRdmaWriteFirst,
+        (true, false, false, _) => UcRdmaWriteMiddle,
+        (true, false, true, false) => UcRdmaWriteLast,
+        (true, false, true, true) => UcRdmaWriteLastWithImmediate,
+    }
+}
+
+impl Device {
+    /// Executes a decoded WQE: checks, gathers, sends, and completes what needs no ACK.
+    pub(crate) fn post_wqe(&mut self, qpn: u32, w: Wqe, now: u64) {
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        let st = QpServiceType::from_raw(qpc.st());
+        let pd = qpc.pd();
+        let op = w.opcode;
+        if op == WqeOpcode::Nop {
+            if w.signaled {
+                self.requester_cqe(qpn, w.counter, op, 0, now);
+            }
+            return;
+        }
+        // Gather (SEND, WRITE) or check the local targets (READ, atomics).
+        let mut payload = Vec::new();
+        let mut local = Vec::new();
+        let gathers = matches!(
+            op,
+            WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm
+        );
+        let mut failed = None;
+        for p in &w.data {
+            match p {
+                Piece::Inline(d) if gathers => payload.extend_from_slice(d),
+                Piece::Inline(_) => failed = Some(CqeSyndrome::LocalQpOpErr),
+                Piece::Sge(s) if gathers => {
+                    if let Err(e) = self.gather_sges(pd, std::slice::from_ref(s), &mut payload, now)
+                    {
+                        failed = Some(match e {
+                            KeyError::Protection => CqeSyndrome::LocalProtErr,
+                            KeyError::Dma => CqeSyndrome::LocalAccessErr,
+                        });
+                    }
+                }
+                Piece::Sge(s) => local.push(*s),
+            }
+            if failed.is_some() {
+                break;
+            }
+        }
+        let len = match op {
+            WqeOpcode::RdmaRead => local.iter().map(|s| s.len as u64).sum(),
+            WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => 8,
+            _ => payload.len() as u64,
+        };
+        if failed.is_none() && !gathers {
+            if self.check_sges_writable(pd, &local).is_err() {
+                failed = Some(CqeSyndrome::LocalProtErr);
+            } else if w.atomic.is_some() && local.iter().map(|s| s.len as u64).sum::<u64>() < 8 {
+                failed = Some(CqeSyndrome::LocalLengthErr);
+            }
+        }
+        let max_msg = if st == QpServiceType::Ud {
+            ud_mtu(self.fw.port_type() == crate::caps::PortType::InfiniBand)
+        } else {
+            1u64 << qpc.log_msg_max().max(1)
+        };
+        if failed.is_none() && len > max_msg {
+            failed = Some(CqeSyndrome::LocalLengthErr);
+        }
+        if let Some(s) = failed {
+            self.local_send_error(qpn, w.counter, op.raw(), s, now);
+            return;
+        }
+        if st == QpServiceType::Ud {
+            self.send_ud(qpn, &w, &payload, now);
+            return;
+        }
+        let mtu = path_mtu(qpc.mtu());
+        let npkts = match op {
+            WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => 1,
+            _ => len.div_ceil(mtu).max(1) as u32,
+        };
+        let s = self.engine.qps.entry(qpn).or_default();
+        let first_psn = s.next_psn;
+        s.next_psn = psn::add(s.next_psn, npkts);
+        let sent = SentWqe {
+            counter: w.counter,
+            opcode: op,
+            signaled: w.signaled,
+            solicited: w.solicited,
+            imm: w.imm,
+            first_psn,
+            npkts,
+            acked: 0,
+            len,
+            remote: w.raddr.unwrap_or((0, 0)),
+            atomic: w.atomic.unwrap_or((0, 0)),
+            payload,
+            local,
+        };
+        self.transmit(qpn, &sent, 0, now);
+        if st == QpServiceType::Uc {
+            if sent.signaled {
+                self.requester_cqe(qpn, sent.counter, op, 0, now);
+            }
+            return;
+        }
+        let timeout = super::ack_timeout_ns(qpc.primary_address_path().ack_timeout());
+        let s = self.engine.qps.entry(qpn).or_default();
+        if s.outstanding.is_empty() && s.rnr_timer.is_none() {
+            s.timer = timeout.map(|t| now + t);
+        }
+        s.outstanding.push_back(sent);
+    }
+
+    /// Sends the packets of `w` from packet `from` on.
+    pub(crate) fn transmit(&mut self, qpn: u32, w: &SentWqe, from: u32, now: u64) {
+        let _ = now;
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        let Some(path) = self.qp_path(qpc.primary_address_path()) else {
+            self.note(
+                now,
+                format!("QP {qpn:#x}: no usable address path (GID index)"),
+            );
+            return;
+        };
+        let uc = QpServiceType::from_raw(qpc.st()) == QpServiceType::Uc;
+        let dqpn = qpc.remote_qpn();
+        let mtu = path_mtu(qpc.mtu());
+        let (va, rkey) = w.remote;
+        match w.opcode {
+            WqeOpcode::RdmaRead => {
+                let off = from as u64 * mtu;
+                let mut bth =
+                    BthRepr::new(Opcode::RcRdmaReadRequest, dqpn, psn::add(w.first_psn, from));
+                bth.ack_req = true;
+                let t = IbTransportRepr::new(bth, &[]).with_reth(
+                    va.wrapping_add(off),
+                    rkey,
+                    w.len.saturating_sub(off) as u32,
+                );
+                self.emit_packet(&path, &t);
+            }
+            WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
+                let opc = if w.opcode == WqeOpcode::AtomicCs {
+                    Opcode::RcCompareSwap
+                } else {
+                    Opcode::RcFetchAdd
+                };
+                let mut bth = BthRepr::new(opc, dqpn, w.first_psn);
+                bth.ack_req = true;
+                let t = IbTransportRepr::new(bth, &[])
+                    .with_atomic_eth(va, rkey, w.atomic.0, w.atomic.1);
+                self.emit_packet(&path, &t);
+            }
+            op => {
+                let write = matches!(op, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
+                let imm = matches!(op, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
+                for i in from..w.npkts {
+                    let first = i == 0;
+                    let last = i + 1 == w.npkts;
+                    let a = (i as u64 * mtu) as usize;
+                    let b = ((i as u64 + 1) * mtu).min(w.len) as usize;
+                    let data = w.payload.get(a..b).unwrap_or(&[]);
+                    let opc = if write {
+                        write_opcode(uc, first, last, imm)
+                    } else {
+                        send_opcode(uc, first, last, imm)
+                    };
+                    let mut bth = BthRepr::new(opc, dqpn, psn::add(w.first_psn, i));
+                    bth.ack_req = last && !uc;
+                    bth.solicited = last && w.solicited;
+                    let mut t = IbTransportRepr::new(bth, data);
+                    if write && first {
+                        t = t.with_reth(va, rkey, w.len as u32);
+                    }
+                    if imm && last {
+                        t = t.with_imm_dt(w.imm);
+                    }
+                    self.emit_packet(&path, &t);
+                }
+            }
+        }
+    }
+
+    /// A UD send: one packet with a DETH, completed at once.
+    fn send_ud(&mut self, qpn: u32, w: &Wqe, payload: &[u8], now: u64) {
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        let Some(av) = w.av else {
+            self.local_send_error(
+                qpn,
+                w.counter,
+                w.opcode.raw(),
+                CqeSyndrome::LocalQpOpErr,
+                now,
+            );
+            return;
+        };
+        let Some(path) = self.av_path(&av) else {
+            self.note(
+                now,
+                format!("QP {qpn:#x}: UD address vector with an unusable GID index"),
+            );
+            self.local_send_error(
+                qpn,
+                w.counter,
+                w.opcode.raw(),
+                CqeSyndrome::LocalQpOpErr,
+                now,
+            );
+            return;
+        };
+        let imm = w.opcode == WqeOpcode::SendImm;
+        let opc = if imm {
+            Opcode::UdSendOnlyWithImmediate
+        } else {
+            Opcode::UdSendOnly
+        };
+        // A Q_Key with bit 31 set means "use the QP's Q_Key".
+        let qkey = if av.qkey.get() & 0x8000_0000 != 0 {
+            qpc.q_key()
+        } else {
+            av.qkey.get()
+        };
+        let s = self.engine.qps.entry(qpn).or_default();
+        let p = s.next_psn;
+        s.next_psn = psn::add(p, 1);
+        let mut bth = BthRepr::new(opc, av.dqpn(), p);
+        bth.solicited = w.solicited;
+        let mut t = IbTransportRepr::new(bth, payload).with_deth(qkey, qpn);
+        if imm {
+            t = t.with_imm_dt(w.imm);
+        }
+        self.emit_packet(&path, &t);
+        if w.signaled {
+            self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+        }
+    }
+
+    /// A requester (REQ) CQE for a completed WQE.
+    pub(crate) fn requester_cqe(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        op: WqeOpcode,
+        byte_cnt: u32,
+        now: u64,
+    ) {
+        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+            return;
+        };
+        let mut c = uhca_fwif::cqe::Cqe64::default();
+        c.byte_cnt = byte_cnt.into();
+        c.sop_drop_qpn = (((op.raw() as u32) << 24) | (qpn & 0x00ff_ffff)).into();
+        c.wqe_counter = counter.into();
+        self.post_cqe(cqn, c, CqeOpcode::Req, false, now);
+    }
+
+    /// A send WQE failed locally: its error CQE, then the QP goes to the error state.
+    pub(crate) fn local_send_error(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        opcode: u8,
+        syndrome: CqeSyndrome,
+        now: u64,
+    ) {
+        // Earlier WQEs still in flight complete (with a flush) after this one in the model;
+        // the error CQE names the failing WQE.
+        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+            return;
+        };
+        self.post_err_cqe(
+            cqn,
+            qpn,
+            counter,
+            opcode,
+            syndrome,
+            CqeOpcode::ReqErr,
+            0,
+            now,
+        );
+        self.qp_to_error(qpn, now);
+    }
+
+    /// The oldest outstanding WQE failed remotely (or its retries ran out).
+    fn requester_error(&mut self, qpn: u32, syndrome: CqeSyndrome, now: u64) {
+        let Some(w) = self
+            .engine
+            .qps
+            .get_mut(&qpn)
+            .and_then(|s| s.outstanding.pop_front())
+        else {
+            return;
+        };
+        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+            return;
+        };
+        self.post_err_cqe(
+            cqn,
+            qpn,
+            w.counter,
+            w.opcode.raw(),
+            syndrome,
+            CqeOpcode::ReqErr,
+            0,
+            now,
+        );
+        self.qp_to_error(qpn, now);
+    }
+
+    /// Completes outstanding SEND and WRITE WQEs acknowledged by `ack_psn`. A READ or an
+    /// atomic acknowledged without its response means the response was lost: retransmit
+    /// (implied NAK). Returns whether anything progressed.
+    fn ack_upto(&mut self, qpn: u32, ack_psn: u32, now: u64) -> bool {
+        let mut progressed = false;
+        loop {
+            let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                return progressed;
+            };
+            let Some(head) = s.outstanding.front_mut() else {
+                break;
+            };
+            let d = psn::diff(ack_psn, head.first_psn);
+            if d < 0 {
+                break;
+            }
+            if head.is_read_or_atomic() {
+                // Acknowledged past a READ/atomic whose response did not come: resend it.
+                if psn::diff(ack_psn, head.last_psn()) >= 0 {
+                    let w = head.clone();
+                    let from = w.acked;
+                    self.engine.counters.retransmitted_packets += 1;
+                    self.transmit(qpn, &w, from, now);
+                }
+                break;
+            }
+            let covered = (d as u32 + 1).min(head.npkts);
+            if covered > head.acked {
+                head.acked = covered;
+                progressed = true;
+            }
+            if head.acked < head.npkts {
+                break;
+            }
+            let w = s.outstanding.pop_front();
+            if let Some(w) = w
+                && w.signaled
+            {
+                self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+            }
+        }
+        progressed
+    }
+
+    /// Progress resets the retry counters and restarts the timer.
+    fn on_progress(&mut self, qpn: u32, now: u64) {
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        let timeout = super::ack_timeout_ns(qpc.primary_address_path().ack_timeout());
+        if let Some(s) = self.engine.qps.get_mut(&qpn) {
+            s.retry_left = qpc.retry_count();
+            s.rnr_left = qpc.rnr_retry();
+            s.timer = if s.outstanding.is_empty() {
+                None
+            } else {
+                timeout.map(|t| now + t)
+            };
+        }
+    }
+
+    /// Resends every outstanding WQE from its first unacknowledged packet.
+    fn retransmit_all(&mut self, qpn: u32, now: u64) {
+        let ws: Vec<SentWqe> = self
+            .engine
+            .qps
+            .get(&qpn)
+            .map(|s| s.outstanding.iter().cloned().collect())
+            .unwrap_or_default();
+        for w in ws {
+            let from = w.acked;
+            self.engine.counters.retransmitted_packets += (w.npkts - from.min(w.npkts)) as u64;
+            self.transmit(qpn, &w, from, now);
+        }
+        let timeout = self
+            .fw
+            .qps
+            .get(&qpn)
+            .and_then(|q| super::ack_timeout_ns(q.qpc.primary_address_path().ack_timeout()));
+        if let Some(s) = self.engine.qps.get_mut(&qpn) {
+            s.timer = if s.outstanding.is_empty() {
+                None
+            } else {
+                timeout.map(|t| now + t)
+            };
+        }
+    }
+
+    /// Fires the retransmission and RNR timers of `qpn` if due.
+    pub(crate) fn requester_timers(&mut self, qpn: u32, now: u64) {
+        let state = self
+            .fw
+            .qps
+            .get(&qpn)
+            .map(|q| QpState::from_raw(q.qpc.state()));
+        if state != Some(QpState::Rts) {
+            if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                s.timer = None;
+                s.rnr_timer = None;
+            }
+            return;
+        }
+        let Some(s) = self.engine.qps.get_mut(&qpn) else {
+            return;
+        };
+        if s.rnr_timer.is_some_and(|t| t <= now) {
+            s.rnr_timer = None;
+            self.retransmit_all(qpn, now);
+            return;
+        }
+        if s.timer.is_some_and(|t| t <= now) {
+            s.timer = None;
+            if s.outstanding.is_empty() {
+                return;
+            }
+            self.engine.counters.timeouts += 1;
+            let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                return;
+            };
+            if s.retry_left == 0 {
+                self.requester_error(qpn, CqeSyndrome::TransportRetryExcErr, now);
+                return;
+            }
+            s.retry_left -= 1;
+            self.retransmit_all(qpn, now);
+        }
+    }
+
+    /// A response (ACK, NAK, READ response, atomic acknowledgement) for a requester QP.
+    pub(crate) fn requester_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, now: u64) {
+        let p = t.bth.psn;
+        let Some(head_psn) = self
+            .engine
+            .qps
+            .get(&qpn)
+            .and_then(|s| s.outstanding.front().map(|w| w.first_psn))
+        else {
+            return; // nothing outstanding: a stale response
+        };
+        if psn::diff(p, psn::add(head_psn, 0xff_ffff)) < 0 {
+            return; // older than anything outstanding
+        }
+        match t.bth.opcode {
+            Opcode::RcAcknowledge => {
+                let Some(aeth) = t.aeth else { return };
+                match aeth.syndrome {
+                    AethSyndrome::Ack { .. } => {
+                        if self.ack_upto(qpn, p, now) {
+                            self.on_progress(qpn, now);
+                        }
+                    }
+                    AethSyndrome::RnrNak { timer } => {
+                        self.engine.counters.rnr_naks_received += 1;
+                        if self.ack_upto(qpn, psn::add(p, 0xff_ffff), now) {
+                            self.on_progress(qpn, now);
+                        }
+                        let infinite = self
+                            .fw
+                            .qps
+                            .get(&qpn)
+                            .is_some_and(|q| q.qpc.rnr_retry() == 7);
+                        let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                            return;
+                        };
+                        if !infinite {
+                            if s.rnr_left == 0 {
+                                self.requester_error(qpn, CqeSyndrome::RnrRetryExcErr, now);
+                                return;
+                            }
+                            s.rnr_left -= 1;
+                        }
+                        s.timer = None;
+                        s.rnr_timer = Some(now + rnr_timer_micros(timer) as u64 * 1000);
+                    }
+                    AethSyndrome::Nak(code) => {
+                        if self.ack_upto(qpn, psn::add(p, 0xff_ffff), now) {
+                            self.on_progress(qpn, now);
+                        }
+                        match code {
+                            NakCode::PsnSequenceError => {
+                                let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                                    return;
+                                };
+                                if s.retry_left == 0 {
+                                    self.requester_error(
+                                        qpn,
+                                        CqeSyndrome::TransportRetryExcErr,
+                                        now,
+                                    );
+                                    return;
+                                }
+                                s.retry_left -= 1;
+                                self.retransmit_all(qpn, now);
+                            }
+                            NakCode::InvalidRequest => {
+                                self.requester_error(qpn, CqeSyndrome::RemoteInvalReqErr, now)
+                            }
+                            NakCode::RemoteAccessError => {
+                                self.requester_error(qpn, CqeSyndrome::RemoteAccessErr, now)
+                            }
+                            _ => self.requester_error(qpn, CqeSyndrome::RemoteOpErr, now),
+                        }
+                    }
+                    AethSyndrome::Reserved(_) => {}
+                }
+            }
+            Opcode::RcAtomicAcknowledge => {
+                if self.ack_upto(qpn, psn::add(p, 0xff_ffff), now) {
+                    self.on_progress(qpn, now);
+                }
+                let Some(orig) = t.atomic_ack_eth.map(|a| a.orig_rem_dt) else {
+                    return;
+                };
+                let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                    return;
+                };
+                let Some(head) = s.outstanding.front() else {
+                    return;
+                };
+                if head.first_psn != p
+                    || !matches!(head.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa)
+                {
+                    return;
+                }
+                let w = s.outstanding.pop_front();
+                if let Some(w) = w {
+                    self.finish_local_write(qpn, &w, 0, &orig.to_be_bytes(), true, now);
+                }
+            }
+            Opcode::RcRdmaReadResponseFirst
+            | Opcode::RcRdmaReadResponseMiddle
+            | Opcode::RcRdmaReadResponseLast
+            | Opcode::RcRdmaReadResponseOnly => {
+                // Everything before the READ is acknowledged by its response.
+                let Some(s) = self.engine.qps.get(&qpn) else {
+                    return;
+                };
+                let Some(read_first) = s
+                    .outstanding
+                    .iter()
+                    .find(|w| {
+                        w.opcode == WqeOpcode::RdmaRead
+                            && psn::diff(p, w.first_psn) >= 0
+                            && psn::diff(p, w.last_psn()) <= 0
+                    })
+                    .map(|w| w.first_psn)
+                else {
+                    return;
+                };
+                if self.ack_upto(qpn, psn::add(read_first, 0xff_ffff), now) {
+                    self.on_progress(qpn, now);
+                }
+                let mtu = self
+                    .fw
+                    .qps
+                    .get(&qpn)
+                    .map(|q| path_mtu(q.qpc.mtu()))
+                    .unwrap_or(256);
+                let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                    return;
+                };
+                let Some(head) = s.outstanding.front_mut() else {
+                    return;
+                };
+                if head.first_psn != read_first || psn::add(head.first_psn, head.acked) != p {
+                    return; // out of order: the timer resends the rest of the READ
+                }
+                let offset = head.acked as u64 * mtu;
+                head.acked += 1;
+                let done = head.acked == head.npkts;
+                let w = head.clone();
+                if done {
+                    s.outstanding.pop_front();
+                }
+                self.finish_local_write(qpn, &w, offset, t.payload, done, now);
+                self.on_progress(qpn, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes READ response data or an atomic result into the WQE's local SGL; completes the
+    /// WQE when `complete`.
+    fn finish_local_write(
+        &mut self,
+        qpn: u32,
+        w: &SentWqe,
+        offset: u64,
+        data: &[u8],
+        complete: bool,
+        now: u64,
+    ) {
+        let Some(pd) = self.fw.qps.get(&qpn).map(|q| q.qpc.pd()) else {
+            return;
+        };
+        let local: Vec<Sge> = w.local.clone();
+        let data = if w.is_read_or_atomic() && w.opcode != WqeOpcode::RdmaRead {
+            &data[..data.len().min(8)]
+        } else {
+            data
+        };
+        match self.scatter_sges(pd, &local, offset, data, now) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.post_send_error_for(qpn, w, CqeSyndrome::LocalLengthErr, now);
+                return;
+            }
+            Err(_) => {
+                self.post_send_error_for(qpn, w, CqeSyndrome::LocalProtErr, now);
+                return;
+            }
+        }
+        if complete {
+            if w.signaled {
+                let n = if w.opcode == WqeOpcode::RdmaRead {
+                    w.len
+                } else {
+                    8
+                } as u32;
+                self.requester_cqe(qpn, w.counter, w.opcode, n, now);
+            }
+            self.on_progress(qpn, now);
+        }
+    }
+
+    fn post_send_error_for(&mut self, qpn: u32, w: &SentWqe, syndrome: CqeSyndrome, now: u64) {
+        if let Some(s) = self.engine.qps.get_mut(&qpn)
+            && s.outstanding
+                .front()
+                .is_some_and(|h| h.counter == w.counter)
+        {
+            s.outstanding.pop_front();
+        }
+        self.local_send_error(qpn, w.counter, w.opcode.raw(), syndrome, now);
+    }
+}

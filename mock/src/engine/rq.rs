@@ -1,0 +1,102 @@
+//! Receive WQEs: from the QP's own receive queue (at the start of the QP buffer) or from
+//! its SRQ (a linked list through each WQE's "next" segment), up to the doorbell record's
+//! receive counter.
+
+use super::mem::Sge;
+use crate::device::Device;
+use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, RCV_DBR};
+use uhca_fwif::wqe::{INVALID_LKEY, WqeDataSeg};
+use zerocopy::FromBytes;
+
+/// A receive WQE taken from an RQ or an SRQ.
+#[derive(Clone, Debug)]
+pub(crate) struct RecvWqe {
+    /// The WQE counter the CQE reports (RQ: the consumer counter; SRQ: the WQE index).
+    pub(crate) counter: u16,
+    pub(crate) sges: Vec<Sge>,
+}
+
+/// The scatter list of a receive WQE (data segments until [`INVALID_LKEY`]).
+fn parse_sges(raw: &[u8]) -> Vec<Sge> {
+    let mut out = Vec::new();
+    for c in raw.chunks_exact(16) {
+        let Ok(d) = WqeDataSeg::read_from_bytes(c) else {
+            break;
+        };
+        if d.lkey.get() == INVALID_LKEY {
+            break;
+        }
+        out.push(Sge {
+            lkey: d.lkey.get(),
+            addr: d.addr.get(),
+            len: d.byte_count.get(),
+        });
+    }
+    out
+}
+
+impl Device {
+    /// Takes the next receive WQE of `qpn` (`consume`), or only says whether there is one.
+    pub(crate) fn recv_wqe(&mut self, qpn: u32, consume: bool, now: u64) -> Option<RecvWqe> {
+        let q = self.fw.qps.get(&qpn)?;
+        let qpc = q.qpc;
+        match qpc.rq_type() {
+            0 => {
+                let pi = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)? as u16;
+                let ci = self.engine.qps.get(&qpn)?.rq_ci;
+                if pi == ci as u16 {
+                    return None;
+                }
+                let size = 1u32 << qpc.log_rq_size();
+                if pi.wrapping_sub(ci as u16) as u32 > size {
+                    return None;
+                }
+                let stride = 16u64 << qpc.log_rq_stride();
+                let page = (ADAPTER_PAGE_SIZE as u64) << qpc.log_page_size().min(20);
+                let pas = self.fw.qps.get(&qpn)?.pas.clone();
+                let mut raw = vec![0u8; stride as usize];
+                let off = (ci & (size - 1)) as u64 * stride;
+                if !self.queue_read(&pas, page, off, &mut raw, now, "receive WQE") {
+                    return None;
+                }
+                if consume && let Some(s) = self.engine.qps.get_mut(&qpn) {
+                    s.rq_ci = s.rq_ci.wrapping_add(1);
+                }
+                Some(RecvWqe {
+                    counter: ci as u16,
+                    sges: parse_sges(&raw),
+                })
+            }
+            1 => {
+                let srqn = qpc.srqn_rmpn_xrqn();
+                let srq = self.fw.srqs.get(&srqn)?;
+                let c = srq.srqc;
+                let pas = srq.pas.clone();
+                let pi = self.dbr_dword(c.dbr_addr(), 0, now)? as u16;
+                let (consumed, next) = self.engine.srq_pos.get(&srqn).copied().unwrap_or((0, 0));
+                if pi == consumed {
+                    return None;
+                }
+                let size = 1u32 << c.log_srq_size();
+                let stride = 16u64 << c.log_rq_stride();
+                let page = (ADAPTER_PAGE_SIZE as u64) << c.log_page_size().min(20);
+                let idx = (next as u32 & (size - 1)) as u16;
+                let mut raw = vec![0u8; stride as usize];
+                if !self.queue_read(&pas, page, idx as u64 * stride, &mut raw, now, "SRQ WQE") {
+                    return None;
+                }
+                if consume {
+                    let nxt = u16::from_be_bytes([raw[2], raw[3]]);
+                    self.engine
+                        .srq_pos
+                        .insert(srqn, (consumed.wrapping_add(1), nxt));
+                }
+                Some(RecvWqe {
+                    counter: idx,
+                    sges: parse_sges(raw.get(16..).unwrap_or(&[])),
+                })
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The send queue: fetching WQEs through the IOMMU between the last processed WQE and the
+//! doorbell record's send counter, and decoding their segments by opcode and QP type.
+
+use super::mem::Sge;
+use crate::device::Device;
+use uhca_fwif::consts::{
+    INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
+    WqeCtrlFlags, WqeOpcode,
+};
+use uhca_fwif::wqe::{Av, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg};
+use zerocopy::FromBytes;
+
+/// One piece of a send WQE's data.
+#[derive(Clone, Debug)]
+pub(crate) enum Piece {
+    /// A data segment (gathered through its lkey).
+    Sge(Sge),
+    /// Inline data.
+    Inline(Vec<u8>),
+}
+
+/// A decoded send WQE.
+#[derive(Clone, Debug)]
+pub(crate) struct Wqe {
+    /// WQEBB counter of its first basic block (the WQE index).
+    pub(crate) counter: u16,
+    pub(crate) opcode: WqeOpcode,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) imm: u32,
+    pub(crate) av: Option<Av>,
+    pub(crate) raddr: Option<(u64, u32)>,
+    pub(crate) atomic: Option<(u64, u64)>,
+    pub(crate) data: Vec<Piece>,
+}
+
+/// A WQE that was sent and waits for its completion (RC), with what a retransmission or a
+/// response needs.
+#[derive(Clone, Debug)]
+pub(crate) struct SentWqe {
+    pub(crate) counter: u16,
+    pub(crate) opcode: WqeOpcode,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) imm: u32,
+    pub(crate) first_psn: u32,
+    /// PSNs the message uses (packets; for a READ, its response packets).
+    pub(crate) npkts: u32,
+    /// Packets acknowledged (SEND, WRITE) or responses received (READ).
+    pub(crate) acked: u32,
+    pub(crate) len: u64,
+    pub(crate) remote: (u64, u32),
+    pub(crate) atomic: (u64, u64),
+    /// Gathered data of a SEND or WRITE.
+    pub(crate) payload: Vec<u8>,
+    /// Where a READ response or an atomic result goes.
+    pub(crate) local: Vec<Sge>,
+}
+
+impl SentWqe {
+    pub(crate) fn last_psn(&self) -> u32 {
+        crate::wire::ib::psn::add(self.first_psn, self.npkts.saturating_sub(1))
+    }
+    pub(crate) fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        )
+    }
+}
+
+/// Why a WQE could not be decoded: the WQE size in basic blocks and its opcode, for the
+/// error CQE (LOCAL_QP_OP_ERR).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BadWqe {
+    pub(crate) bbs: u16,
+    pub(crate) opcode: u8,
+}
+
+impl Device {
+    /// The send queue's geometry: (byte offset in the QP buffer, WQEBBs, page size).
+    pub(crate) fn sq_geometry(&self, qpn: u32) -> Option<(u64, u16, u64)> {
+        let q = &self.fw.qps.get(&qpn)?.qpc;
+        if q.no_sq() {
+            return None;
+        }
+        let rq_bytes = if q.rq_type() == 0 {
+            (1u64 << q.log_rq_size()) * (16u64 << q.log_rq_stride())
+        } else {
+            0
+        };
+        let page = (uhca_fwif::consts::ADAPTER_PAGE_SIZE as u64) << q.log_page_size().min(20);
+        Some((rq_bytes, 1u16 << q.log_sq_size().min(15), page))
+    }
+
+    /// Reads the raw bytes of the WQE at WQEBB counter `counter`; returns them and the
+    /// number of basic blocks.
+    pub(crate) fn read_send_wqe(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        now: u64,
+    ) -> Result<(Vec<u8>, u16), BadWqe> {
+        let bad = BadWqe { bbs: 1, opcode: 0 };
+        let (base, n, page) = self.sq_geometry(qpn).ok_or(bad)?;
+        let pas = self.fw.qps.get(&qpn).map(|q| q.pas.clone()).ok_or(bad)?;
+        let bb = |i: u16| base + ((i & (n - 1)) as u64) * SEND_WQE_BB as u64;
+        let mut first = [0u8; SEND_WQE_BB];
+        if !self.queue_read(&pas, page, bb(counter), &mut first, now, "send WQE") {
+            return Err(bad);
+        }
+        let Ok((ctrl, _)) = WqeCtrlSeg::read_from_prefix(&first) else {
+            return Err(bad);
+        };
+        let size = ctrl.ds() as usize * SEND_WQE_DS;
+        let opcode = ctrl.opmod_idx_opcode.get() as u8;
+        if size < SEND_WQE_DS || size > SEND_WQE_MAX_SIZE {
+            return Err(BadWqe { bbs: 1, opcode });
+        }
+        let bbs = size.div_ceil(SEND_WQE_BB) as u16;
+        let mut raw = first.to_vec();
+        for k in 1..bbs {
+            let mut b = [0u8; SEND_WQE_BB];
+            if !self.queue_read(
+                &pas,
+                page,
+                bb(counter.wrapping_add(k)),
+                &mut b,
+                now,
+                "send WQE",
+            ) {
+                return Err(BadWqe { bbs, opcode });
+            }
+            raw.extend_from_slice(&b);
+        }
+        raw.truncate(size);
+        Ok((raw, bbs))
+    }
+
+    /// Decodes a send WQE's segments.
+    pub(crate) fn decode_send_wqe(
+        &mut self,
+        qpn: u32,
+        st: QpServiceType,
+        raw: &[u8],
+        bbs: u16,
+        counter: u16,
+        now: u64,
+    ) -> Result<Wqe, BadWqe> {
+        let Ok((ctrl, _)) = WqeCtrlSeg::read_from_prefix(raw) else {
+            return Err(BadWqe { bbs, opcode: 0 });
+        };
+        let op = ctrl.opcode();
+        let bad = BadWqe {
+            bbs,
+            opcode: op.raw(),
+        };
+        if ctrl.qpn() != qpn {
+            self.note(
+                now,
+                format!(
+                    "send WQE {counter} of QP {qpn:#x} names QP {:#x} in its control segment",
+                    ctrl.qpn()
+                ),
+            );
+            return Err(bad);
+        }
+        if ctrl.wqe_index() != counter {
+            self.note(
+                now,
+                format!(
+                    "send WQE at counter {counter} of QP {qpn:#x} carries index {}",
+                    ctrl.wqe_index()
+                ),
+            );
+        }
+        let flags = ctrl.flags();
+        let mut w = Wqe {
+            counter,
+            opcode: op,
+            // CE bits 3:2: 0 means a CQE on error only.
+            signaled: ctrl.fm_ce_se & WqeCtrlFlags::CQ_UPDATE_AND_EQE.bits() != 0,
+            solicited: flags.contains(WqeCtrlFlags::SOLICITED),
+            imm: ctrl.imm.get(),
+            av: None,
+            raddr: None,
+            atomic: None,
+            data: Vec::new(),
+        };
+        let mut off = SEND_WQE_DS;
+        let seg = |off: usize, n: usize| raw.get(off..off + n).ok_or(bad);
+        if st == QpServiceType::Ud {
+            let s = seg(off, 48)?;
+            w.av = Av::read_from_bytes(s).ok();
+            off += 48;
+        }
+        match op {
+            WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::Nop => {}
+            WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead
+                if st != QpServiceType::Ud =>
+            {
+                let r = WqeRaddrSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
+                w.raddr = Some((r.raddr.get(), r.rkey.get()));
+                off += 16;
+            }
+            WqeOpcode::AtomicCs | WqeOpcode::AtomicFa if st == QpServiceType::Rc => {
+                let r = WqeRaddrSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
+                w.raddr = Some((r.raddr.get(), r.rkey.get()));
+                off += 16;
+                let a = WqeAtomicSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
+                w.atomic = Some((a.swap_add.get(), a.compare.get()));
+                off += 16;
+            }
+            _ => return Err(bad),
+        }
+        if op == WqeOpcode::RdmaRead && st == QpServiceType::Uc {
+            return Err(bad);
+        }
+        while off + 4 <= raw.len() {
+            let bc = u32::from_be_bytes([raw[off], raw[off + 1], raw[off + 2], raw[off + 3]]);
+            if bc & INLINE_SEG != 0 {
+                let len = (bc & !INLINE_SEG) as usize;
+                let d = seg(off + 4, len)?;
+                w.data.push(Piece::Inline(d.to_vec()));
+                off += (4 + len).next_multiple_of(SEND_WQE_DS);
+            } else {
+                let d = WqeDataSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
+                // A byte count of 0 means 2 GiB.
+                let len = match d.byte_count.get() {
+                    0 => 0x8000_0000,
+                    n => n,
+                };
+                w.data.push(Piece::Sge(Sge {
+                    lkey: d.lkey.get(),
+                    addr: d.addr.get(),
+                    len,
+                }));
+                off += 16;
+            }
+        }
+        Ok(w)
+    }
+
+    /// Processes the send queue of `qpn` up to the doorbell record's send counter.
+    pub(crate) fn process_sq(&mut self, qpn: u32, now: u64) {
+        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+            return;
+        };
+        let state = QpState::from_raw(qpc.state());
+        match state {
+            QpState::Rts => {}
+            QpState::Err => {
+                self.flush_qp(qpn, now);
+                return;
+            }
+            s => {
+                self.note(
+                    now,
+                    format!("send doorbell for QP {qpn:#x} in state {s:?}: not processed"),
+                );
+                return;
+            }
+        }
+        let Some((_, n, _)) = self.sq_geometry(qpn) else {
+            return;
+        };
+        let Some(pi) = self.dbr_dword(qpc.dbr_addr(), SND_DBR as u64, now) else {
+            return;
+        };
+        let pi = pi as u16;
+        let st = QpServiceType::from_raw(qpc.st());
+        let mut guard = n as u32 + 1;
+        loop {
+            let ci = self.engine.qps.entry(qpn).or_default().sq_ci;
+            if ci == pi || guard == 0 {
+                break;
+            }
+            guard -= 1;
+            if pi.wrapping_sub(ci) > n {
+                self.note(
+                    now,
+                    format!("QP {qpn:#x}: send counter {pi} is more than the SQ ahead of {ci}"),
+                );
+                break;
+            }
+            let fetched = self.read_send_wqe(qpn, ci, now).and_then(|(raw, bbs)| {
+                self.decode_send_wqe(qpn, st, &raw, bbs, ci, now)
+                    .map(|w| (w, bbs))
+            });
+            match fetched {
+                Ok((w, bbs)) => {
+                    if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                        s.sq_ci = ci.wrapping_add(bbs);
+                    }
+                    self.post_wqe(qpn, w, now);
+                }
+                Err(b) => {
+                    if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                        s.sq_ci = ci.wrapping_add(b.bbs);
+                    }
+                    self.local_send_error(
+                        qpn,
+                        ci,
+                        b.opcode,
+                        uhca_fwif::consts::CqeSyndrome::LocalQpOpErr,
+                        now,
+                    );
+                }
+            }
+            if self
+                .fw
+                .qps
+                .get(&qpn)
+                .is_none_or(|q| QpState::from_raw(q.qpc.state()) != QpState::Rts)
+            {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The fabric: an in-memory switch connecting any number of [`MockHca`]s, with a virtual
+//! clock for deterministic runs, seeded fault injection and a pcap tap.
+//!
+//! HCAs queue the frames they emit (a doorbell never delivers anything re-entrantly); the
+//! fabric moves them when it is pumped: [`Fabric::step`] takes every queued frame, applies
+//! the faults, schedules it `latency_ns` later on the destination port, delivers the frames
+//! that are due (as one burst per port), fires the HCAs' due timers, and when nothing is due
+//! moves the virtual clock to the next event. [`Fabric::run_until_idle`] steps until no
+//! frame is in flight and no timer runs. [`Fabric::start_pump`] does the same on a thread
+//! in real time, for examples.
+//!
+//! ```
+//! use uhca_mock::{Fabric, FaultConfig, MockConfig, MockHca};
+//! let a = MockHca::new(MockConfig::ethernet());
+//! let b = MockHca::new(MockConfig { mac: [2, 0, 0, 0, 0, 2], ..MockConfig::ethernet() });
+//! let fabric = Fabric::ethernet();
+//! fabric.attach(&a);
+//! fabric.attach(&b);
+//! fabric.set_faults(FaultConfig::lossy(42, 10));
+//! // ... bring both up, connect QPs, ring doorbells ...
+//! assert!(fabric.run_until_idle());
+//! ```
+
+mod faults;
+mod pcap_tap;
+mod sm;
+mod switch;
+pub mod udp;
+
+pub use faults::FaultConfig;
+pub use sm::SM_LID;
+
+use crate::MockHca;
+use crate::wire::pcap::LinkType;
+use faults::FaultInjector;
+use pcap_tap::PcapTap;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// The link layer of a fabric (all its HCAs must have ports of this type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// Ethernet: RoCEv2 frames, delivered by destination MAC or IP.
+    Ethernet,
+    /// InfiniBand: native IB packets, delivered by DLID; a subnet manager assigns LIDs.
+    InfiniBand,
+}
+
+/// What the fabric did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FabricCounters {
+    /// Frames taken from HCAs.
+    pub sent: u64,
+    /// Frames delivered to HCAs (duplicates included).
+    pub delivered: u64,
+    /// Frames for no attached port (unknown MAC, IP or LID, or unparsable headers).
+    pub no_route: u64,
+    /// Frames dropped by fault injection.
+    pub dropped: u64,
+    /// Frames duplicated by fault injection.
+    pub duplicated: u64,
+    /// Frames corrupted by fault injection.
+    pub corrupted: u64,
+    /// Frames held back (reordered or delayed) by fault injection.
+    pub delayed: u64,
+}
+
+/// Default one-way latency of the switch, nanoseconds.
+pub const DEFAULT_LATENCY_NS: u64 = 1_000;
+/// Default bound of [`Fabric::run_until_idle`]: model time it may advance, nanoseconds.
+pub const DEFAULT_IDLE_HORIZON_NS: u64 = 60_000_000_000;
+
+struct Inner {
+    link: LinkLayer,
+    ports: Vec<MockHca>,
+    now: u64,
+    /// Frames in flight: (delivery time, sequence) -> (port, frame).
+    in_flight: BTreeMap<(u64, u64), (usize, Vec<u8>)>,
+    seq: u64,
+    latency_ns: u64,
+    faults: FaultInjector,
+    tap: Option<PcapTap>,
+    counters: FabricCounters,
+    sm: sm::SubnetManager,
+    udp: Vec<udp::UdpPort>,
+}
+
+/// An in-memory switch between mock HCAs. Cheap to clone (clones share the fabric).
+#[derive(Clone)]
+pub struct Fabric {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl core::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let i = self.lock();
+        f.debug_struct("Fabric")
+            .field("link", &i.link)
+            .field("ports", &i.ports.len())
+            .field("now", &i.now)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A real-time pump thread; stops (and joins) when dropped or on [`PumpHandle::stop`].
+#[derive(Debug)]
+pub struct PumpHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PumpHandle {
+    /// Stops the pump and waits for its thread.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PumpHandle {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+impl Fabric {
+    /// A fabric of the given link layer.
+    pub fn new(link: LinkLayer) -> Self {
+        Fabric {
+            inner: Arc::new(Mutex::new(Inner {
+                link,
+                ports: Vec::new(),
+                now: 0,
+                in_flight: BTreeMap::new(),
+                seq: 0,
+                latency_ns: DEFAULT_LATENCY_NS,
+                faults: FaultInjector::new(FaultConfig::default()),
+                tap: None,
+                counters: FabricCounters::default(),
+                sm: sm::SubnetManager::default(),
+                udp: Vec::new(),
+            })),
+        }
+    }
+
+    /// An Ethernet (RoCEv2) fabric.
+    pub fn ethernet() -> Self {
+        Self::new(LinkLayer::Ethernet)
+    }
+
+    /// An InfiniBand fabric with its subnet manager.
+    pub fn infiniband() -> Self {
+        Self::new(LinkLayer::InfiniBand)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The link layer.
+    pub fn link_layer(&self) -> LinkLayer {
+        self.lock().link
+    }
+
+    /// Connects an HCA; returns its port number on the switch. On InfiniBand the subnet
+    /// manager gives it a LID (1, 2, ... in attach order), the SM LID and an ACTIVE port.
+    pub fn attach(&self, hca: &MockHca) -> usize {
+        let mut i = self.lock();
+        if i.link == LinkLayer::InfiniBand {
+            i.sm.configure(hca);
+        }
+        hca.advance_clock_to(i.now);
+        i.ports.push(hca.clone());
+        i.ports.len() - 1
+    }
+
+    /// The attached HCAs, in port order.
+    pub fn ports(&self) -> Vec<MockHca> {
+        self.lock().ports.clone()
+    }
+
+    /// Sets the one-way latency of the switch.
+    pub fn set_latency_ns(&self, ns: u64) {
+        self.lock().latency_ns = ns;
+    }
+
+    /// Replaces the fault configuration (and reseeds the generator).
+    pub fn set_faults(&self, cfg: FaultConfig) {
+        self.lock().faults = FaultInjector::new(cfg);
+    }
+
+    /// The fault configuration.
+    pub fn faults(&self) -> FaultConfig {
+        self.lock().faults.cfg
+    }
+
+    /// Starts a pcap capture of every frame sent from now on into `w` (link type Ethernet
+    /// for an Ethernet fabric, DLT_USER0 for InfiniBand).
+    pub fn capture_to(&self, w: Box<dyn Write + Send>) -> io::Result<()> {
+        let mut i = self.lock();
+        let link = match i.link {
+            LinkLayer::Ethernet => LinkType::Ethernet,
+            LinkLayer::InfiniBand => LinkType::User0,
+        };
+        i.tap = Some(PcapTap::new(w, link)?);
+        Ok(())
+    }
+
+    /// Starts a pcap capture into a new file at `path`.
+    pub fn capture_file(&self, path: impl AsRef<std::path::Path>) -> io::Result<()> {
+        let f = std::fs::File::create(path)?;
+        self.capture_to(Box::new(io::BufWriter::new(f)))
+    }
+
+    /// Stops the capture, flushes it and returns how many frames it holds.
+    pub fn stop_capture(&self) -> io::Result<u64> {
+        let tap = self.lock().tap.take();
+        match tap {
+            Some(mut t) => {
+                t.writer.flush()?;
+                if t.failed {
+                    return Err(io::Error::other("pcap write failed"));
+                }
+                Ok(t.frames)
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// The fabric's counters.
+    pub fn counters(&self) -> FabricCounters {
+        self.lock().counters
+    }
+
+    /// The fabric's model time, nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.lock().now
+    }
+
+    /// Frames in flight.
+    pub fn in_flight(&self) -> usize {
+        self.lock().in_flight.len()
+    }
+
+    /// Moves the clocks forward by `ns` without delivering anything (frames and timers that
+    /// become due are handled by the next step).
+    pub fn advance_ns(&self, ns: u64) {
+        let mut i = self.lock();
+        i.now += ns;
+        let now = i.now;
+        for p in &i.ports {
+            p.advance_clock_to(now);
+        }
+    }
+
+    /// One step: takes queued frames, delivers those due now, fires due timers; if nothing
+    /// was due, moves the clock to the next event. Returns false when there is nothing left
+    /// to do (no frame queued or in flight, no timer running).
+    pub fn step(&self) -> bool {
+        let mut i = self.lock();
+        i.step()
+    }
+
+    /// Steps until idle, or until model time has advanced by [`DEFAULT_IDLE_HORIZON_NS`]
+    /// (for example an RNR retry that never ends). Returns whether it became idle.
+    pub fn run_until_idle(&self) -> bool {
+        self.run_until_idle_within(DEFAULT_IDLE_HORIZON_NS)
+    }
+
+    /// Steps until idle or until model time has advanced by `horizon_ns`.
+    pub fn run_until_idle_within(&self, horizon_ns: u64) -> bool {
+        let mut i = self.lock();
+        let end = i.now.saturating_add(horizon_ns);
+        loop {
+            if !i.step() {
+                return true;
+            }
+            if i.now > end {
+                return false;
+            }
+        }
+    }
+
+    /// Steps until model time has advanced by `ns` (or the fabric is idle).
+    pub fn run_for(&self, ns: u64) {
+        let mut i = self.lock();
+        let end = i.now.saturating_add(ns);
+        while i.now < end {
+            if !i.step() {
+                break;
+            }
+        }
+        i.now = i.now.max(end);
+        let now = i.now;
+        for p in &i.ports {
+            p.advance_clock_to(now);
+        }
+    }
+
+    /// Runs the fabric on a thread that steps it every `period_us` microseconds of wall time
+    /// (for examples with real-time clocks or drivers that spin on the CPU). Model time
+    /// follows the fastest HCA clock.
+    pub fn start_pump(&self, period_us: u64) -> PumpHandle {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let f = self.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Acquire) {
+                {
+                    let mut i = f.lock();
+                    i.step_now_only();
+                }
+                std::thread::sleep(std::time::Duration::from_micros(period_us.max(1)));
+            }
+        });
+        PumpHandle {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Vec<udp::UdpPort>) -> R) -> R {
+        f(&mut self.lock().udp)
+    }
+}
+
+impl Inner {
+    /// Follows the HCAs' clocks (a driver's delay moves its HCA's clock) and keeps all
+    /// clocks at the fabric's time.
+    fn sync_time(&mut self) {
+        let t = self.ports.iter().map(|p| p.now_ns()).max().unwrap_or(0);
+        self.now = self.now.max(t);
+        let now = self.now;
+        for p in &self.ports {
+            p.advance_clock_to(now);
+        }
+    }
+
+    /// Takes every HCA's queued frames and schedules them.
+    fn collect(&mut self) -> bool {
+        let mut any = false;
+        for src in 0..self.ports.len() {
+            let frames = self.ports[src].take_tx_frames();
+            for f in frames {
+                any = true;
+                self.schedule(f);
+            }
+        }
+        let udp_frames: Vec<Vec<u8>> = self.udp.iter_mut().flat_map(|u| u.poll()).collect();
+        for f in udp_frames {
+            any = true;
+            self.schedule(f);
+        }
+        any
+    }
+
+    fn schedule(&mut self, mut f: Vec<u8>) {
+        self.counters.sent += 1;
+        if let Some(t) = self.tap.as_mut() {
+            t.record(self.now, &f);
+        }
+        let v = self.faults.judge(f.len());
+        if v.drop {
+            self.counters.dropped += 1;
+            return;
+        }
+        if let Some((at, bit)) = v.corrupt_at
+            && let Some(b) = f.get_mut(at)
+        {
+            *b ^= bit;
+            self.counters.corrupted += 1;
+        }
+        // A UDP port takes frames for its peer address.
+        if let Some(u) = self.udp.iter_mut().find(|u| u.wants(&f)) {
+            u.send(&f);
+            self.counters.delivered += 1;
+            return;
+        }
+        let Some(dst) = switch::route(self.link, &self.ports, &f) else {
+            self.counters.no_route += 1;
+            return;
+        };
+        if v.extra_ns > 0 {
+            self.counters.delayed += 1;
+        }
+        let at = self.now + self.latency_ns + v.extra_ns;
+        if v.duplicate {
+            self.counters.duplicated += 1;
+            self.seq += 1;
+            self.in_flight.insert((at + 1, self.seq), (dst, f.clone()));
+        }
+        self.seq += 1;
+        self.in_flight.insert((at, self.seq), (dst, f));
+    }
+
+    /// Delivers every frame due now, one burst per port in time order.
+    fn deliver_due(&mut self) -> bool {
+        let mut bursts: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.key().0 > self.now {
+                break;
+            }
+            let (port, f) = entry.remove();
+            bursts.entry(port).or_default().push(f);
+        }
+        let any = !bursts.is_empty();
+        for (port, frames) in bursts {
+            self.counters.delivered += frames.len() as u64;
+            if let Some(p) = self.ports.get(port) {
+                p.receive_frames(&frames);
+            }
+        }
+        any
+    }
+
+    fn step(&mut self) -> bool {
+        self.sync_time();
+        let mut did = self.collect();
+        did |= self.deliver_due();
+        let now = self.now;
+        for p in &self.ports {
+            if p.next_deadline_ns().is_some_and(|t| t <= now) {
+                p.service();
+                did = true;
+            }
+            // QPs in the error state flush receive WQEs posted later.
+            if p.tx_pending() > 0 {
+                did = true;
+            }
+        }
+        did |= self.collect();
+        if did {
+            return true;
+        }
+        // Nothing due now: move to the next event.
+        let next_frame = self.in_flight.keys().next().map(|k| k.0);
+        let next_timer = self.ports.iter().filter_map(|p| p.next_deadline_ns()).min();
+        let next = match (next_frame, next_timer) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => {
+                    for p in &self.ports {
+                        p.service();
+                    }
+                    return self.collect();
+                }
+            },
+        };
+        self.now = self.now.max(next);
+        let now = self.now;
+        for p in &self.ports {
+            p.advance_clock_to(now);
+        }
+        true
+    }
+
+    /// A real-time step: handles what is due at the current time without jumping ahead.
+    fn step_now_only(&mut self) {
+        self.sync_time();
+        self.collect();
+        self.deliver_due();
+        for p in &self.ports {
+            p.service();
+        }
+        self.collect();
+    }
+}
