@@ -531,3 +531,4 @@ pub fn pages_of(r: &DmaRegion, len: usize) -> Vec<u64> {
 pub fn pas_bytes(pages: &[u64]) -> Vec<u8> {
     pages.iter().flat_map(|p| p.to_be_bytes()).collect()
 }
+pub mod verbs;

@@ -1,0 +1,362 @@
+//! The datapath between two mock HCAs on a fabric, driven with raw PRM bytes (no driver):
+//! every RC opcode over RoCEv2 and native InfiniBand, multi-packet messages, UD with GRH
+//! and Q_Key, UC, completion events.
+
+mod common;
+
+use common::verbs::{Conn, Pair, Wr, wr};
+use uhca_fwif::consts::*;
+use uhca_mock::LinkLayer;
+
+fn rc_every_opcode(link: LinkLayer) {
+    let mut p = Pair::rc(link);
+    let amr = p.a.mr(8192);
+    let bmr = p.b.mr(8192);
+    // SEND: b posts a receive, a sends.
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 4096)]);
+    p.a.write(&amr, 0, b"hello, responder");
+    let idx = p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 16));
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].opcode, CqeOpcode::Req);
+    assert_eq!(wc[0].wqe_counter(), idx);
+    assert_eq!(wc[0].qpn(), p.aqp.qpn);
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].opcode, CqeOpcode::RespSend);
+    assert_eq!(wc[0].byte_cnt(), 16);
+    assert_eq!(wc[0].qpn(), p.bqp.qpn);
+    assert_eq!(wc[0].wqe_counter(), 0);
+    assert_eq!(p.b.read(&bmr, 0, 16), b"hello, responder");
+
+    // SEND with immediate.
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 100, 64)]);
+    let mut w = wr(WqeOpcode::SendImm, &amr, 0, 5);
+    w.imm = 0xdead_beef;
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 1);
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc[0].opcode, CqeOpcode::RespSendImm);
+    assert_eq!(wc[0].imm(), 0xdead_beef);
+    assert_eq!(wc[0].byte_cnt(), 5);
+    assert_eq!(p.b.read(&bmr, 100, 5), b"hello");
+
+    // RDMA WRITE: no receive CQE at b.
+    p.a.write(&amr, 200, &[7u8; 300]);
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 200, 300);
+    w.raddr = Some((bmr.iova + 1000, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq)[0].opcode, CqeOpcode::Req);
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+    assert_eq!(p.b.read(&bmr, 1000, 300), vec![7u8; 300]);
+
+    // RDMA WRITE with immediate consumes a receive WQE.
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 16)]);
+    let mut w = wr(WqeOpcode::RdmaWriteImm, &amr, 0, 8);
+    w.raddr = Some((bmr.iova + 2000, bmr.key));
+    w.imm = 0x1234;
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc[0].opcode, CqeOpcode::RespWrImm);
+    assert_eq!(wc[0].imm(), 0x1234);
+    assert_eq!(wc[0].byte_cnt(), 8);
+    assert_eq!(p.b.read(&bmr, 2000, 8), b"hello, r");
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 1);
+
+    // RDMA READ.
+    p.b.write(&bmr, 3000, b"remote data!");
+    let mut w = wr(WqeOpcode::RdmaRead, &amr, 4000, 12);
+    w.raddr = Some((bmr.iova + 3000, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc[0].opcode, CqeOpcode::Req);
+    assert_eq!(wc[0].byte_cnt(), 12);
+    assert_eq!(p.a.read(&amr, 4000, 12), b"remote data!");
+
+    // Compare-and-swap (hit, then miss) and fetch-and-add.
+    p.b.write(&bmr, 4096, &100u64.to_be_bytes());
+    let mut w = wr(WqeOpcode::AtomicCs, &amr, 5000, 8);
+    w.raddr = Some((bmr.iova + 4096, bmr.key));
+    w.atomic = Some((555, 100));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq)[0].byte_cnt(), 8);
+    assert_eq!(p.a.read(&amr, 5000, 8), 100u64.to_be_bytes());
+    assert_eq!(p.b.read(&bmr, 4096, 8), 555u64.to_be_bytes());
+    w.atomic = Some((777, 100));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    p.a.poll_all(&mut p.acq);
+    assert_eq!(
+        p.a.read(&amr, 5000, 8),
+        555u64.to_be_bytes(),
+        "original value"
+    );
+    assert_eq!(p.b.read(&bmr, 4096, 8), 555u64.to_be_bytes(), "no swap");
+    let mut w = wr(WqeOpcode::AtomicFa, &amr, 5008, 8);
+    w.raddr = Some((bmr.iova + 4096, bmr.key));
+    w.atomic = Some((45, 0));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 1);
+    assert_eq!(p.a.read(&amr, 5008, 8), 555u64.to_be_bytes());
+    assert_eq!(p.b.read(&bmr, 4096, 8), 600u64.to_be_bytes());
+
+    // Unsignalled WQEs produce no CQE; a later signalled one does.
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 64, 64)]);
+    let mut w = wr(WqeOpcode::Send, &amr, 0, 4);
+    w.signaled = false;
+    p.a.post_send(&mut p.aqp, &w);
+    let last = p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].wqe_counter(), last);
+    assert_eq!(p.b.poll_all(&mut p.bcq).len(), 2);
+
+    // Inline data.
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 6000, 64)]);
+    let w = Wr {
+        opcode: Some(WqeOpcode::Send),
+        inline: Some(b"inline!".to_vec()),
+        signaled: true,
+        ..Wr::default()
+    };
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.b.poll_all(&mut p.bcq)[0].byte_cnt(), 7);
+    assert_eq!(p.b.read(&bmr, 6000, 7), b"inline!");
+    assert_eq!(p.a.h.hca.datapath_counters().rx_malformed, 0);
+    assert_eq!(p.b.h.hca.datapath_counters().rx_malformed, 0);
+    assert!(p.a.h.hca.iommu_faults().is_empty());
+    assert!(p.b.h.hca.iommu_faults().is_empty());
+}
+
+#[test]
+fn rc_every_opcode_over_roce() {
+    rc_every_opcode(LinkLayer::Ethernet);
+}
+
+#[test]
+fn rc_every_opcode_over_infiniband() {
+    rc_every_opcode(LinkLayer::InfiniBand);
+}
+
+fn multi_packet(link: LinkLayer) {
+    let mut p = Pair::new(
+        link,
+        QpServiceType::Rc,
+        Conn {
+            mtu: IbMtu::Mtu256,
+            ..Conn::default()
+        },
+        Conn {
+            mtu: IbMtu::Mtu256,
+            ..Conn::default()
+        },
+    );
+    let amr = p.a.mr(1 << 16);
+    let bmr = p.b.mr(1 << 16);
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    p.a.write(&amr, 0, &data);
+    // SEND of 5000 bytes (20 packets) into two SGEs.
+    p.b.post_recv(
+        &mut p.bqp,
+        &[(bmr.key, bmr.iova, 1000), (bmr.key, bmr.iova + 8192, 8000)],
+    );
+    let sent_before = p.a.h.hca.datapath_counters().tx_packets;
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 5000));
+    p.run();
+    assert!(p.a.h.hca.datapath_counters().tx_packets - sent_before >= 20);
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc[0].byte_cnt(), 5000);
+    assert_eq!(p.b.read(&bmr, 0, 1000), &data[..1000]);
+    assert_eq!(p.b.read(&bmr, 8192, 4000), &data[1000..]);
+    // WRITE and READ of 5000 bytes.
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 5000);
+    w.raddr = Some((bmr.iova + 20000, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    let mut r = wr(WqeOpcode::RdmaRead, &amr, 30000, 5000);
+    r.raddr = Some((bmr.iova + 20000, bmr.key));
+    p.a.post_send(&mut p.aqp, &r);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 3);
+    assert_eq!(wc[2].byte_cnt(), 5000);
+    assert_eq!(p.b.read(&bmr, 20000, 5000), data);
+    assert_eq!(p.a.read(&amr, 30000, 5000), data);
+    // The ACKs were coalesced: fewer ACKs than request packets.
+    let c = p.b.h.hca.datapath_counters();
+    assert!(c.acks_sent < 20, "acks {}", c.acks_sent);
+}
+
+#[test]
+fn multi_packet_messages_over_roce() {
+    multi_packet(LinkLayer::Ethernet);
+}
+
+#[test]
+fn multi_packet_messages_over_infiniband() {
+    multi_packet(LinkLayer::InfiniBand);
+}
+
+fn ud(link: LinkLayer) {
+    let fabric = uhca_mock::Fabric::new(link);
+    let mut a = common::verbs::Node::new(&fabric, link, 1);
+    let mut b = common::verbs::Node::new(&fabric, link, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let mut aqp = a.qp(QpServiceType::Ud, &acq, &acq);
+    let mut bqp = b.qp(QpServiceType::Ud, &bcq, &bcq);
+    a.ud_ready(&aqp, 0x1111);
+    b.ud_ready(&bqp, 0x2222);
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    a.write(&amr, 0, b"datagram");
+    b.post_recv(&mut bqp, &[(bmr.key, bmr.iova, 1024)]);
+    let mut w = wr(WqeOpcode::SendImm, &amr, 0, 8);
+    w.imm = 77;
+    w.av = Some(a.av_to(&b, bqp.qpn, 0x2222));
+    a.post_send(&mut aqp, &w);
+    // A datagram with the wrong Q_Key is dropped.
+    w.av = Some(a.av_to(&b, bqp.qpn, 0x3333));
+    a.post_send(&mut aqp, &w);
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq).len(), 2, "UD sends complete at once");
+    let wc = b.poll_all(&mut bcq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].opcode, CqeOpcode::RespSendImm);
+    assert_eq!(wc[0].byte_cnt(), 40 + 8, "the GRH area counts");
+    assert_eq!(wc[0].imm(), 77);
+    assert_eq!(wc[0].cqe.remote_qpn(), aqp.qpn);
+    assert_ne!(
+        wc[0].cqe.flags_rqpn.get() & uhca_fwif::cqe::CQE_FLAGS_GRH,
+        0
+    );
+    assert_eq!(b.read(&bmr, 40, 8), b"datagram");
+    let grh = b.read(&bmr, 0, 40);
+    match link {
+        LinkLayer::Ethernet => {
+            // IPv4: the header is in the last 20 bytes of the GRH area.
+            assert_eq!(grh[20] >> 4, 4);
+            assert_eq!(&grh[32..36], &a.ip);
+            assert_eq!(wc[0].cqe.roce_l3_hdr_type(), CQE_ROCE_L3_HEADER_TYPE_IPV4);
+        }
+        LinkLayer::InfiniBand => {
+            assert_eq!(grh[0] >> 4, 6, "GRH IPVer");
+            assert_eq!(wc[0].cqe.slid.get(), a.h.hca.lid());
+        }
+    }
+    assert_eq!(b.h.hca.datapath_counters().rx_qkey_violations, 1);
+}
+
+#[test]
+fn ud_send_with_grh_and_qkey_over_roce() {
+    ud(LinkLayer::Ethernet);
+}
+
+#[test]
+fn ud_send_with_grh_and_qkey_over_infiniband() {
+    ud(LinkLayer::InfiniBand);
+}
+
+#[test]
+fn uc_write_with_immediate() {
+    let mut p = Pair::new(
+        LinkLayer::Ethernet,
+        QpServiceType::Uc,
+        Conn::default(),
+        Conn::default(),
+    );
+    let amr = p.a.mr(8192);
+    let bmr = p.b.mr(8192);
+    p.a.write(&amr, 0, &[9u8; 3000]);
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 3000);
+    w.raddr = Some((bmr.iova, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 4000, 16)]);
+    let mut w = wr(WqeOpcode::RdmaWriteImm, &amr, 0, 10);
+    w.raddr = Some((bmr.iova + 5000, bmr.key));
+    w.imm = 5;
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
+    assert_eq!(p.b.read(&bmr, 0, 3000), vec![9u8; 3000]);
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].opcode, CqeOpcode::RespWrImm);
+    assert_eq!(
+        p.b.h.hca.datapath_counters().acks_sent,
+        0,
+        "UC is never ACKed"
+    );
+}
+
+#[test]
+fn uc_drops_a_message_with_a_lost_packet() {
+    let mut p = Pair::new(
+        LinkLayer::Ethernet,
+        QpServiceType::Uc,
+        Conn::default(),
+        Conn::default(),
+    );
+    let amr = p.a.mr(8192);
+    let bmr = p.b.mr(8192);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 8192)]);
+    p.a.write(&amr, 0, &[1u8; 3000]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 3000));
+    // Lose the middle packet of three.
+    let mut frames = p.a.h.hca.take_tx_frames();
+    assert_eq!(frames.len(), 3);
+    frames.remove(1);
+    p.b.h.hca.receive_frames(&frames);
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+    assert_eq!(p.b.h.hca.datapath_counters().rx_uc_dropped, 1);
+    // The next message uses the same receive WQE.
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 100));
+    p.run();
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].byte_cnt(), 100);
+}
+
+#[test]
+fn completion_events_for_armed_cqs() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.b.arm(&p.bcq, 0, false);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    p.run();
+    let eqes = p.b.h.poll_eq(&mut p.b.eq);
+    assert_eq!(eqes.len(), 1);
+    assert_eq!(eqes[0].event_type(), EventType::Comp);
+    let comp: &uhca_fwif::eqe::EqeComp = eqes[0].data_as();
+    assert_eq!(comp.cqn.get() & 0xff_ffff, p.bcq.cqn);
+    // Not armed again: the next completion raises no event.
+    p.b.poll_all(&mut p.bcq);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    p.run();
+    assert!(p.b.h.poll_eq(&mut p.b.eq).is_empty());
+    // Solicited only: an unsolicited SEND raises nothing, a solicited one does.
+    p.b.poll_all(&mut p.bcq);
+    p.b.arm(&p.bcq, 1, true);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    p.run();
+    assert!(p.b.h.poll_eq(&mut p.b.eq).is_empty());
+    let mut w = wr(WqeOpcode::Send, &amr, 0, 8);
+    w.solicited = true;
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.b.h.poll_eq(&mut p.b.eq).len(), 1);
+}
