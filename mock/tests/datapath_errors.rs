@@ -1,0 +1,346 @@
+//! Error paths of the datapath, driven with raw PRM bytes: RNR (then success, then
+//! exhaustion), transport retry exhaustion, remote access violations (nothing written),
+//! local errors, flush, CQ overrun, duplicates at the responder.
+
+mod common;
+
+use common::verbs::{Conn, Node, Pair, wr};
+use uhca_fwif::consts::*;
+use uhca_mock::{FaultConfig, LinkLayer};
+
+#[test]
+fn rnr_then_retry_succeeds_once_a_receive_is_posted() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.a.write(&amr, 0, b"late");
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    // rnr_retry 7: retried for ever while no receive WQE is posted.
+    p.fabric.run_for(50_000_000);
+    assert!(p.b.h.hca.datapath_counters().rnr_naks_sent >= 2);
+    assert!(p.a.poll_all(&mut p.acq).is_empty());
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Rts);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].opcode, CqeOpcode::Req);
+    assert_eq!(p.b.poll_all(&mut p.bcq)[0].byte_cnt(), 4);
+    assert_eq!(p.b.read(&bmr, 0, 4), b"late");
+}
+
+#[test]
+fn rnr_retry_exhaustion_moves_the_qp_to_error_and_flushes() {
+    let c = Conn {
+        rnr_retry: 2,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, c, c);
+    let amr = p.a.mr(4096);
+    // A receive WQE on the requester side too: it is flushed when the QP fails.
+    p.a.post_recv(&mut p.aqp, &[(amr.key, amr.iova + 1024, 64)]);
+    let first = p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    let second = p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    p.run();
+    assert_eq!(
+        p.b.h.hca.datapath_counters().rnr_naks_sent,
+        3,
+        "1 + 2 retries"
+    );
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc[0].opcode, CqeOpcode::ReqErr);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::RnrRetryExcErr);
+    assert_eq!(wc[0].err.wqe_counter.get(), first);
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Err);
+    // Everything else is flushed: the second send and the receive.
+    let flushed: Vec<_> = wc[1..].iter().map(|w| (w.opcode, w.syndrome())).collect();
+    assert!(flushed.contains(&(CqeOpcode::ReqErr, CqeSyndrome::WrFlushErr)));
+    assert!(flushed.contains(&(CqeOpcode::RespErr, CqeSyndrome::WrFlushErr)));
+    assert!(
+        wc.iter()
+            .any(|w| w.err.wqe_counter.get() == second && w.syndrome() == CqeSyndrome::WrFlushErr)
+    );
+    // A WQE posted in the error state completes with a flush error too.
+    let late = p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::WrFlushErr);
+    assert_eq!(wc[0].err.wqe_counter.get(), late);
+}
+
+#[test]
+fn transport_retry_exhaustion_with_every_packet_dropped() {
+    let c = Conn {
+        retry_count: 3,
+        ack_timeout: 10,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(LinkLayer::InfiniBand, QpServiceType::Rc, c, c);
+    p.fabric.set_faults(FaultConfig::drop_all());
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 8);
+    w.raddr = Some((bmr.iova, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    let t0 = p.fabric.now_ns();
+    p.run();
+    let c = p.a.h.hca.datapath_counters();
+    assert_eq!(c.timeouts, 4, "the first try and 3 retries time out");
+    // 4.096 µs × 2^10 per try.
+    assert!(p.fabric.now_ns() - t0 >= 4 * 4096 * 1024);
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::TransportRetryExcErr);
+    assert_eq!(wc[1].syndrome(), CqeSyndrome::WrFlushErr);
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Err);
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+}
+
+/// What a remote access check is given.
+enum Violation {
+    WrongRkey,
+    OutOfBounds,
+    NoRemoteWrite,
+    NoRemoteRead,
+    NoRemoteAtomic,
+    OtherPd,
+    Destroyed,
+    Unaligned,
+}
+
+fn violation(v: Violation) {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    p.a.write(&amr, 0, &[0xaa; 64]);
+    let (rw, rr, a) = match v {
+        Violation::NoRemoteWrite => (false, true, true),
+        Violation::NoRemoteRead => (true, false, true),
+        Violation::NoRemoteAtomic => (true, true, false),
+        _ => (true, true, true),
+    };
+    let pd = if matches!(v, Violation::OtherPd) {
+        p.b.h.alloc_pd()
+    } else {
+        p.b.pd
+    };
+    let bmr = p.b.mr_in(pd, 4096, rw, rr, a);
+    let mut rkey = bmr.key;
+    let mut va = bmr.iova;
+    let mut op = WqeOpcode::RdmaWrite;
+    match v {
+        Violation::WrongRkey => rkey ^= 0x100,
+        Violation::OutOfBounds => va += 4096 - 32,
+        Violation::NoRemoteRead => op = WqeOpcode::RdmaRead,
+        Violation::NoRemoteAtomic => op = WqeOpcode::AtomicFa,
+        Violation::Destroyed => p.b.destroy_mr(&bmr),
+        Violation::Unaligned => {
+            op = WqeOpcode::AtomicCs;
+            va += 4;
+        }
+        _ => {}
+    }
+    let mut w = wr(op, &amr, 0, 64);
+    if matches!(op, WqeOpcode::AtomicFa | WqeOpcode::AtomicCs) {
+        w.sges = vec![(amr.key, amr.iova + 512, 8)];
+        w.atomic = Some((1, 0));
+    }
+    w.raddr = Some((va, rkey));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc[0].opcode, CqeOpcode::ReqErr);
+    let want = if matches!(v, Violation::Unaligned) {
+        CqeSyndrome::RemoteInvalReqErr
+    } else {
+        CqeSyndrome::RemoteAccessErr
+    };
+    assert_eq!(wc[0].syndrome(), want);
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Err);
+    assert_eq!(
+        p.b.qp_state(&p.bqp),
+        QpState::Err,
+        "the responder fails too"
+    );
+    if !matches!(v, Violation::Destroyed) {
+        assert_eq!(p.b.read(&bmr, 0, 4096), vec![0u8; 4096], "nothing written");
+    }
+    assert_eq!(p.a.read(&amr, 512, 8), vec![0u8; 8], "no result written");
+}
+
+#[test]
+fn remote_access_wrong_rkey() {
+    violation(Violation::WrongRkey);
+}
+#[test]
+fn remote_access_out_of_bounds() {
+    violation(Violation::OutOfBounds);
+}
+#[test]
+fn remote_access_without_remote_write() {
+    violation(Violation::NoRemoteWrite);
+}
+#[test]
+fn remote_access_without_remote_read() {
+    violation(Violation::NoRemoteRead);
+}
+#[test]
+fn remote_access_without_remote_atomic() {
+    violation(Violation::NoRemoteAtomic);
+}
+#[test]
+fn remote_access_other_pd() {
+    violation(Violation::OtherPd);
+}
+#[test]
+fn remote_access_destroyed_mkey() {
+    violation(Violation::Destroyed);
+}
+#[test]
+fn unaligned_atomic_is_an_invalid_request() {
+    violation(Violation::Unaligned);
+}
+
+#[test]
+fn local_protection_and_length_errors() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    // An lkey that does not exist.
+    let mut w = wr(WqeOpcode::Send, &amr, 0, 16);
+    w.sges[0].0 = 0x7777_7742;
+    p.a.post_send(&mut p.aqp, &w);
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::LocalProtErr);
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Err);
+    // Responder: a receive buffer too small is a local length error there and an invalid
+    // request at the requester.
+    drop((p, bmr));
+    let mut q = Pair::rc(LinkLayer::Ethernet);
+    let qa = q.a.mr(4096);
+    let qb = q.b.mr(4096);
+    q.b.post_recv(&mut q.bqp, &[(qb.key, qb.iova, 8)]);
+    q.a.post_send(&mut q.aqp, &wr(WqeOpcode::Send, &qa, 0, 100));
+    q.run();
+    let wc = q.b.poll_all(&mut q.bcq);
+    assert_eq!(wc[0].opcode, CqeOpcode::RespErr);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::LocalLengthErr);
+    let wc = q.a.poll_all(&mut q.acq);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::RemoteInvalReqErr);
+}
+
+#[test]
+fn cq_overrun_raises_a_cq_error_event() {
+    let fabric = uhca_mock::Fabric::ethernet();
+    let mut a = Node::new(&fabric, LinkLayer::Ethernet, 1);
+    let mut b = Node::new(&fabric, LinkLayer::Ethernet, 2);
+    let mut acq = a.cq(1); // two CQEs
+    let bcq = b.cq(6);
+    let mut aqp = a.qp(QpServiceType::Rc, &acq, &acq);
+    let bqp = b.qp(QpServiceType::Rc, &bcq, &bcq);
+    a.connect(&aqp, &b, bqp.qpn, Conn::default());
+    b.connect(&bqp, &a, aqp.qpn, Conn::default());
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    for _ in 0..3 {
+        let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 8);
+        w.raddr = Some((bmr.iova, bmr.key));
+        a.post_send(&mut aqp, &w);
+    }
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.h.hca.datapath_counters().cq_overruns, 1);
+    let eqes = a.h.poll_eq(&mut a.eq);
+    assert_eq!(eqes.len(), 1);
+    assert_eq!(eqes[0].event_type(), EventType::CqError);
+    let e: &uhca_fwif::eqe::EqeCqErr = eqes[0].data_as();
+    assert_eq!(e.cqn.get() & 0xff_ffff, acq.cqn);
+    assert_eq!(e.syndrome, 1);
+    assert_eq!(a.poll_all(&mut acq).len(), 2);
+}
+
+#[test]
+fn a_duplicate_atomic_returns_the_saved_result_without_executing_again() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.write(&bmr, 0, &10u64.to_be_bytes());
+    let mut w = wr(WqeOpcode::AtomicFa, &amr, 0, 8);
+    w.raddr = Some((bmr.iova, bmr.key));
+    w.atomic = Some((5, 0));
+    p.a.post_send(&mut p.aqp, &w);
+    let req = p.a.h.hca.take_tx_frames();
+    assert_eq!(req.len(), 1);
+    // The request arrives twice (a retransmission after a lost ACK).
+    p.b.h.hca.receive_frames(&[req[0].clone(), req[0].clone()]);
+    assert_eq!(p.b.read(&bmr, 0, 8), 15u64.to_be_bytes(), "executed once");
+    let acks = p.b.h.hca.take_tx_frames();
+    assert_eq!(acks.len(), 2);
+    for f in &acks {
+        let r = uhca_mock::wire::RoceV2Repr::parse(f).unwrap();
+        assert_eq!(
+            r.transport.bth.opcode,
+            uhca_mock::wire::Opcode::RcAtomicAcknowledge
+        );
+        assert_eq!(r.transport.atomic_ack_eth.unwrap().orig_rem_dt, 10);
+    }
+    assert_eq!(p.b.h.hca.datapath_counters().rx_duplicates, 1);
+    p.a.h.hca.receive_frames(&acks);
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 1);
+    assert_eq!(p.a.read(&amr, 0, 8), 10u64.to_be_bytes());
+}
+
+#[test]
+fn a_duplicate_read_is_executed_again_and_a_gap_is_nakked_once() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.write(&bmr, 0, b"first");
+    let mut w = wr(WqeOpcode::RdmaRead, &amr, 0, 5);
+    w.raddr = Some((bmr.iova, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    let req = p.a.h.hca.take_tx_frames();
+    p.b.h.hca.receive_frames(&req);
+    p.b.write(&bmr, 0, b"again");
+    p.b.h.hca.receive_frames(&req);
+    let resp = p.b.h.hca.take_tx_frames();
+    assert_eq!(resp.len(), 2);
+    let r = uhca_mock::wire::RoceV2Repr::parse(&resp[1]).unwrap();
+    assert_eq!(r.transport.payload, b"again", "read memory again");
+    // Two sends; the first is lost: one sequence NAK, then the retransmission completes.
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 100, 64)]);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 200, 64)]);
+    p.a.h.hca.receive_frames(&resp);
+    p.a.poll_all(&mut p.acq);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    let mut sends = p.a.h.hca.take_tx_frames();
+    sends.remove(0);
+    p.b.h.hca.receive_frames(&sends);
+    p.b.h.hca.receive_frames(&sends);
+    let c = p.b.h.hca.datapath_counters();
+    assert_eq!(c.rx_out_of_sequence, 2);
+    assert_eq!(c.naks_sent, 1, "one NAK per gap");
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
+    assert_eq!(p.b.poll_all(&mut p.bcq).len(), 2);
+}
+
+#[test]
+fn malformed_frames_are_dropped_and_counted() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    p.b.h
+        .hca
+        .receive_frames(&[vec![], vec![0xff; 7], vec![0u8; 200]]);
+    let amr = p.a.mr(64);
+    let bmr = p.b.mr(64);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    // A good frame with a flipped payload bit fails its ICRC.
+    let mut f = p.a.h.hca.take_tx_frames();
+    let n = f[0].len();
+    f[0][n - 10] ^= 1;
+    p.b.h.hca.receive_frames(&f);
+    assert_eq!(p.b.h.hca.datapath_counters().rx_malformed, 4);
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Rts);
+}
