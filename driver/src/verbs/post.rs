@@ -81,7 +81,6 @@ fn check_send(
     st: QpServiceType,
     caps: &super::QpCaps,
     sig_all: bool,
-    atomics: bool,
     wr: &SendWr<'_>,
 ) -> Result<(WqeOpcode, WqeCtrlFlags), WrError> {
     let (opcode, reads_local) = match wr.op {
@@ -138,9 +137,6 @@ fn check_send(
     if let SendOp::AtomicCmpSwap { remote_addr, .. } | SendOp::AtomicFetchAdd { remote_addr, .. } =
         wr.op
     {
-        if !atomics {
-            return Err(WrError::AtomicsUnsupported);
-        }
         match wr.data {
             SendData::Sge([s]) if s.len == 8 => {}
             _ => return Err(WrError::AtomicLocalBuffer),
@@ -250,7 +246,6 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     {
         let qpn = self.qpn();
         let caps = self.caps();
-        let atomics = hca.caps().atomic;
         let (bar, dp) = hca.datapath_mut();
         let bad = |index, error| BadWr { index, error };
         let Some(sh) = dp.qps.get_mut(&qpn) else {
@@ -266,7 +261,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
         sync_rings(rings, sh);
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
-            let (opcode, flags) = match check_send(T::ST, &caps, sh.sq_sig_all, atomics, wr) {
+            let (opcode, flags) = match check_send(T::ST, &caps, sh.sq_sig_all, wr) {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(bad(i, e));

@@ -211,8 +211,6 @@ pub enum WrError {
     AtomicLocalBuffer,
     /// An atomic's remote address is not 8-byte aligned.
     AtomicAlignment,
-    /// The device's atomics are not supported or not enabled.
-    AtomicsUnsupported,
     /// A scatter entry's length does not fit the 31-bit byte count.
     SgeTooLong,
     /// The QP has no such queue (no send queue; or it receives from an SRQ).
@@ -245,7 +243,6 @@ impl core::fmt::Display for WrError {
                 f.write_str("atomics need exactly one 8-byte scatter entry")
             }
             WrError::AtomicAlignment => f.write_str("atomic remote address not 8-byte aligned"),
-            WrError::AtomicsUnsupported => f.write_str("the device does not do atomics"),
             WrError::SgeTooLong => f.write_str("scatter/gather entry longer than 2 GiB - 1"),
             WrError::NoQueue => f.write_str("the QP has no such work queue"),
             WrError::UnknownQueue => f.write_str("no datapath state for this QP or SRQ"),
