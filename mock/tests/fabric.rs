@@ -1,0 +1,268 @@
+//! The fabric: RC under seeded loss, duplication and reordering delivers every message
+//! exactly once, in order and intact; the pcap tap's output parses with `uhca_mock::wire`
+//! (and, with `UHCA_REQUIRE_TSHARK` set, tshark decodes it); determinism.
+
+mod common;
+
+use common::verbs::{Conn, Pair, wr};
+use uhca_fwif::consts::*;
+use uhca_mock::wire::pcap::{LinkType, PcapReader};
+use uhca_mock::wire::{IbPacketRepr, Opcode, RoceV2Repr};
+use uhca_mock::{FaultConfig, LinkLayer};
+
+/// Sends `n` numbered messages from a to b in batches and checks each arrives once, in
+/// order, intact. Returns (fabric counters, a's datapath counters).
+fn stream(
+    link: LinkLayer,
+    n: u32,
+    faults: FaultConfig,
+) -> (uhca_mock::FabricCounters, uhca_mock::DatapathCounters) {
+    let c = Conn {
+        ack_timeout: 8,
+        min_rnr_nak: 1,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(link, QpServiceType::Rc, c, c);
+    p.fabric.set_faults(faults);
+    let amr = p.a.mr(32 * 64);
+    let bmr = p.b.mr(64 * 64);
+    let batch = 32u32;
+    let mut sent = 0u32;
+    let mut received = 0u32;
+    let mut completed = 0u32;
+    while received < n {
+        let k = batch.min(n - sent);
+        for i in 0..k {
+            let slot = (p.bqp.rq_pi & 63) as u64;
+            p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + slot * 64, 64)]);
+            let seq = sent + i;
+            let mut msg = [0u8; 48];
+            msg[..4].copy_from_slice(&seq.to_be_bytes());
+            for (j, b) in msg[4..].iter_mut().enumerate() {
+                *b = (seq as u8).wrapping_mul(31).wrapping_add(j as u8);
+            }
+            p.a.write(&amr, i as usize * 64, &msg);
+            p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, i as usize * 64, 48));
+        }
+        sent += k;
+        assert!(p.fabric.run_until_idle(), "idle after {sent} messages");
+        for w in p.b.poll_all(&mut p.bcq) {
+            assert_eq!(
+                w.opcode,
+                CqeOpcode::RespSend,
+                "message {received}: {:?}",
+                w.err
+            );
+            assert_eq!(w.byte_cnt(), 48);
+            let slot = (w.wqe_counter() & 63) as usize;
+            let got = p.b.read(&bmr, slot * 64, 48);
+            let seq = u32::from_be_bytes([got[0], got[1], got[2], got[3]]);
+            assert_eq!(seq, received, "in order, exactly once");
+            for (j, b) in got[4..].iter().enumerate() {
+                assert_eq!(*b, (seq as u8).wrapping_mul(31).wrapping_add(j as u8));
+            }
+            received += 1;
+        }
+        for w in p.a.poll_all(&mut p.acq) {
+            assert_eq!(w.opcode, CqeOpcode::Req);
+            completed += 1;
+        }
+        assert_eq!(received, sent, "every message of the batch arrived");
+    }
+    assert_eq!(completed, n);
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Rts);
+    (p.fabric.counters(), p.a.h.hca.datapath_counters())
+}
+
+#[test]
+fn ten_thousand_rc_sends_through_drop_duplication_and_reordering() {
+    let (f, a) = stream(LinkLayer::Ethernet, 10_000, FaultConfig::lossy(0x5eed, 100));
+    assert!(f.dropped > 1000, "{f:?}");
+    assert!(f.duplicated > 1000, "{f:?}");
+    assert!(f.delayed > 1000, "{f:?}");
+    assert!(a.retransmitted_packets > 0, "{a:?}");
+}
+
+#[test]
+fn lossy_infiniband_with_corruption_and_delay() {
+    let faults = FaultConfig {
+        corrupt_per_mille: 50,
+        delay_per_mille: 50,
+        delay_ns: 200_000,
+        ..FaultConfig::lossy(7, 50)
+    };
+    let (f, _) = stream(LinkLayer::InfiniBand, 1_000, faults);
+    assert!(f.corrupted > 0 && f.delayed > 0);
+}
+
+#[test]
+fn runs_are_deterministic() {
+    let a = stream(LinkLayer::Ethernet, 300, FaultConfig::lossy(99, 100));
+    let b = stream(LinkLayer::Ethernet, 300, FaultConfig::lossy(99, 100));
+    assert_eq!(a, b);
+}
+
+fn capture(link: LinkLayer) -> (Vec<u8>, u32, u32) {
+    let mut p = Pair::rc(link);
+    let path = std::env::temp_dir().join(format!(
+        "uhca-fabric-{}-{:?}.pcap",
+        std::process::id(),
+        link
+    ));
+    p.fabric.capture_file(&path).unwrap();
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 2048)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::SendImm, &amr, 0, 2000));
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 100);
+    w.raddr = Some((bmr.iova + 2048, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    let mut w = wr(WqeOpcode::RdmaRead, &amr, 0, 100);
+    w.raddr = Some((bmr.iova + 2048, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    let mut w = wr(WqeOpcode::AtomicCs, &amr, 1024, 8);
+    w.raddr = Some((bmr.iova + 3000, bmr.key));
+    w.atomic = Some((1, 0));
+    p.a.post_send(&mut p.aqp, &w);
+    let mut w = wr(WqeOpcode::AtomicFa, &amr, 1032, 8);
+    w.raddr = Some((bmr.iova + 3000, bmr.key));
+    w.atomic = Some((1, 0));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    let frames = p.fabric.stop_capture().unwrap();
+    assert_eq!(frames, p.fabric.counters().sent);
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 5);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    (bytes, p.aqp.qpn, p.bqp.qpn)
+}
+
+fn opcodes_in(pcap: &[u8], link: LinkLayer) -> Vec<(Opcode, u32, u32)> {
+    let mut r = PcapReader::new(pcap).unwrap();
+    let want = match link {
+        LinkLayer::Ethernet => LinkType::Ethernet,
+        LinkLayer::InfiniBand => LinkType::User0,
+    };
+    assert_eq!(r.link_type(), want);
+    let mut out = Vec::new();
+    while let Some(pkt) = r.next_packet().unwrap() {
+        let t = match link {
+            LinkLayer::Ethernet => RoceV2Repr::parse(&pkt.data).unwrap().transport.bth,
+            LinkLayer::InfiniBand => IbPacketRepr::parse(&pkt.data).unwrap().transport.bth,
+        };
+        out.push((t.opcode, t.dest_qp, t.psn));
+    }
+    out
+}
+
+fn pcap_parses(link: LinkLayer) {
+    let (bytes, aqpn, bqpn) = capture(link);
+    let ops = opcodes_in(&bytes, link);
+    let requests: Vec<_> = ops.iter().filter(|o| !o.0.is_response()).collect();
+    assert!(requests.iter().all(|o| o.1 == bqpn));
+    let names: Vec<Opcode> = requests.iter().map(|o| o.0).collect();
+    assert_eq!(
+        names,
+        vec![
+            Opcode::RcSendFirst,
+            Opcode::RcSendLastWithImmediate,
+            Opcode::RcRdmaWriteOnly,
+            Opcode::RcRdmaReadRequest,
+            Opcode::RcCompareSwap,
+            Opcode::RcFetchAdd,
+        ]
+    );
+    // PSNs count up from the connection's start (the READ's one response uses one PSN).
+    let psns: Vec<u32> = requests.iter().map(|o| o.2).collect();
+    assert_eq!(psns, vec![0x10, 0x11, 0x12, 0x13, 0x14, 0x15]);
+    let responses: Vec<Opcode> = ops
+        .iter()
+        .filter(|o| o.0.is_response())
+        .inspect(|o| assert_eq!(o.1, aqpn))
+        .map(|o| o.0)
+        .collect();
+    // The SEND and WRITE are acknowledged by the READ response that follows them (the
+    // responder coalesces ACKs within a burst).
+    assert!(!responses.contains(&Opcode::RcAcknowledge));
+    assert!(responses.contains(&Opcode::RcRdmaReadResponseOnly));
+    assert_eq!(
+        responses
+            .iter()
+            .filter(|o| **o == Opcode::RcAtomicAcknowledge)
+            .count(),
+        2
+    );
+    tshark(&bytes, link, ops.len());
+}
+
+/// With `UHCA_REQUIRE_TSHARK` set, tshark must decode every frame with the BTH opcodes.
+fn tshark(bytes: &[u8], link: LinkLayer, n: usize) {
+    if std::env::var_os("UHCA_REQUIRE_TSHARK").is_none() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("uhca-tshark-{}.pcap", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let mut cmd = std::process::Command::new("tshark");
+    if link == LinkLayer::InfiniBand {
+        cmd.args(["-o", uhca_mock::wire::pcap::TSHARK_USER0_INFINIBAND]);
+    }
+    let out = cmd
+        .args(["-r"])
+        .arg(&path)
+        .args(["-T", "fields", "-e", "infiniband.bth.opcode"])
+        .output()
+        .expect("tshark runs");
+    std::fs::remove_file(&path).ok();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), n, "tshark decoded every frame: {text}");
+}
+
+#[test]
+fn pcap_tap_roce() {
+    pcap_parses(LinkLayer::Ethernet);
+}
+
+#[test]
+fn pcap_tap_infiniband() {
+    pcap_parses(LinkLayer::InfiniBand);
+}
+
+#[test]
+fn infiniband_subnet_manager_assigns_lids() {
+    let fabric = uhca_mock::Fabric::infiniband();
+    let nodes: Vec<_> = (1..=3)
+        .map(|i| common::verbs::Node::new(&fabric, LinkLayer::InfiniBand, i))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n.h.hca.lid(), i as u16 + 1);
+    }
+    // The port reports the LID and SM LID through QUERY_HCA_VPORT_CONTEXT.
+    let mut n = nodes.into_iter().nth(1).unwrap();
+    use uhca_fwif::cmd::*;
+    let q = QueryHcaVportContextIn::new_cmd();
+    let o = n.h.ok(&q, &[]);
+    assert_eq!(o.hca_vport_context().lid(), 2);
+    assert_eq!(o.hca_vport_context().sm_lid(), uhca_mock::fabric::SM_LID);
+    assert_eq!(o.hca_vport_context().port_state(), PortState::Active.raw());
+}
+
+#[test]
+fn frames_wait_until_the_fabric_is_pumped() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(64);
+    let bmr = p.b.mr(64);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    assert_eq!(
+        p.a.h.hca.tx_pending(),
+        1,
+        "queued, not delivered inside the doorbell"
+    );
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+    assert!(p.fabric.step());
+    assert_eq!(p.fabric.in_flight(), 1);
+    p.run();
+    assert_eq!(p.b.poll_all(&mut p.bcq).len(), 1);
+}
