@@ -171,7 +171,9 @@ impl Device {
                 self.cq_doorbell(uar, v, now);
                 self.engine_arm_cq((v as u32) & 0x00ff_ffff, now);
             }
-            (o, 8) if o >= BF_OFFSET && (o - BF_OFFSET) % DB_BLUEFLAME_BUFFER_SIZE == 0 => {
+            (o, 8)
+                if o >= BF_OFFSET && (o - BF_OFFSET).is_multiple_of(DB_BLUEFLAME_BUFFER_SIZE) =>
+            {
                 // A send doorbell: the first 8 bytes of a control segment (a BlueFlame copy
                 // writes the rest of the WQE after them, which the engine reads from memory).
                 self.send_doorbell(uar, bytes, now);

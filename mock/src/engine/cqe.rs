@@ -115,11 +115,13 @@ impl Device {
         srqn: u32,
         now: u64,
     ) -> bool {
-        let mut e = ErrCqe::default();
-        e.srqn = srqn.into();
-        e.syndrome = syndrome.raw();
-        e.s_wqe_opcode_qpn = (((wqe_opcode as u32) << 24) | (qpn & 0x00ff_ffff)).into();
-        e.wqe_counter = counter.into();
+        let e = ErrCqe {
+            srqn: srqn.into(),
+            syndrome: syndrome.raw(),
+            s_wqe_opcode_qpn: (((wqe_opcode as u32) << 24) | (qpn & 0x00ff_ffff)).into(),
+            wqe_counter: counter.into(),
+            ..Default::default()
+        };
         let Ok(c) = zerocopy::FromBytes::read_from_bytes(e.as_bytes()) else {
             return false;
         };

@@ -155,6 +155,18 @@ impl Device {
         now: u64,
     ) -> Result<(), KeyError> {
         for &(iova, n) in pieces {
+            // Refuse before allocating: no mapping is larger than `MAX_MAPPING`.
+            if n > crate::iommu::MAX_MAPPING as u64 || !self.iommu.is_mapped(iova, n as usize) {
+                let mut probe = [0u8; 1];
+                let _ = self
+                    .iommu
+                    .dma_read(iova, &mut probe, now, "data (gather)")
+                    .and_then(|_| {
+                        self.iommu
+                            .dma_read(iova + n - 1, &mut probe, now, "data (gather)")
+                    });
+                return Err(KeyError::Dma);
+            }
             let start = out.len();
             out.resize(start + n as usize, 0);
             self.iommu

@@ -74,6 +74,23 @@ impl Device {
             }
             return;
         }
+        let max_msg = if st == QpServiceType::Ud {
+            ud_mtu(self.fw.port_type() == crate::caps::PortType::InfiniBand)
+        } else {
+            1u64 << qpc.log_msg_max().max(1)
+        };
+        let total: u64 = w
+            .data
+            .iter()
+            .map(|p| match p {
+                Piece::Sge(s) => s.len as u64,
+                Piece::Inline(d) => d.len() as u64,
+            })
+            .sum();
+        if total > max_msg {
+            self.local_send_error(qpn, w.counter, op.raw(), CqeSyndrome::LocalLengthErr, now);
+            return;
+        }
         // Gather (SEND, WRITE) or check the local targets (READ, atomics).
         let mut payload = Vec::new();
         let mut local = Vec::new();
@@ -113,11 +130,6 @@ impl Device {
                 failed = Some(CqeSyndrome::LocalLengthErr);
             }
         }
-        let max_msg = if st == QpServiceType::Ud {
-            ud_mtu(self.fw.port_type() == crate::caps::PortType::InfiniBand)
-        } else {
-            1u64 << qpc.log_msg_max().max(1)
-        };
         if failed.is_none() && len > max_msg {
             failed = Some(CqeSyndrome::LocalLengthErr);
         }
@@ -307,10 +319,12 @@ impl Device {
         let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
             return;
         };
-        let mut c = uhca_fwif::cqe::Cqe64::default();
-        c.byte_cnt = byte_cnt.into();
-        c.sop_drop_qpn = (((op.raw() as u32) << 24) | (qpn & 0x00ff_ffff)).into();
-        c.wqe_counter = counter.into();
+        let c = uhca_fwif::cqe::Cqe64 {
+            byte_cnt: byte_cnt.into(),
+            sop_drop_qpn: (((op.raw() as u32) << 24) | (qpn & 0x00ff_ffff)).into(),
+            wqe_counter: counter.into(),
+            ..Default::default()
+        };
         self.post_cqe(cqn, c, CqeOpcode::Req, false, now);
     }
 

@@ -357,11 +357,13 @@ impl Device {
         let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
-        let mut c = Cqe64::default();
-        c.byte_cnt = byte_cnt.into();
-        c.sop_drop_qpn = (qpn & 0x00ff_ffff).into();
-        c.wqe_counter = counter.into();
-        c.srqn = q.user_index().into();
+        let mut c = Cqe64 {
+            byte_cnt: byte_cnt.into(),
+            sop_drop_qpn: (qpn & 0x00ff_ffff).into(),
+            wqe_counter: counter.into(),
+            srqn: q.user_index().into(),
+            ..Default::default()
+        };
         if let Some(v) = imm {
             c.immediate = v.into();
         }
@@ -572,7 +574,7 @@ impl Device {
         } else {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
         };
-        let mut data = Vec::with_capacity(len as usize);
+        let mut data = Vec::new();
         self.dma_gather(&pieces, &mut data, now)
             .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         let mtu = path_mtu(qpc.mtu());
@@ -704,7 +706,12 @@ impl Device {
                     self.send_atomic_ack(qpn, p, orig);
                 }
             }
-            _ => self.send_ack_now(qpn),
+            _ => {
+                // Acknowledge again (coalesced with the rest of the burst).
+                if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                    s.ack_pending = true;
+                }
+            }
         }
     }
 

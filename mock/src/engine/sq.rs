@@ -114,7 +114,7 @@ impl Device {
         };
         let size = ctrl.ds() as usize * SEND_WQE_DS;
         let opcode = ctrl.opmod_idx_opcode.get() as u8;
-        if size < SEND_WQE_DS || size > SEND_WQE_MAX_SIZE {
+        if !(SEND_WQE_DS..=SEND_WQE_MAX_SIZE).contains(&size) {
             return Err(BadWqe { bbs: 1, opcode });
         }
         let bbs = size.div_ceil(SEND_WQE_BB) as u16;

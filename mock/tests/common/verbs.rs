@@ -405,9 +405,11 @@ impl Node {
 
     /// A UD address vector to `peer`'s QP `dqpn`.
     pub fn av_to(&self, peer: &Node, dqpn: u32, qkey: u32) -> Av {
-        let mut av = Av::default();
-        av.qkey = qkey.into();
-        av.dqp_dct = (Av::EXTENDED_UD_AV | dqpn).into();
+        let mut av = Av {
+            qkey: qkey.into(),
+            dqp_dct: (Av::EXTENDED_UD_AV | dqpn).into(),
+            ..Av::default()
+        };
         match self.link {
             LinkLayer::Ethernet => {
                 av.rmac = peer.mac;
@@ -550,7 +552,7 @@ impl Node {
         n
     }
 
-    pub fn to_error(&mut self, qp: &Qp) {
+    pub fn modify_to_error(&mut self, qp: &Qp) {
         let mut e = Qp2errIn::new_cmd();
         e.set_qpn(qp.qpn);
         self.h.ok(&e, &[]);
