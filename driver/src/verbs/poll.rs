@@ -30,6 +30,9 @@ use crate::hca::Hca;
 
 /// `flags_rqpn[27:24]`: the sender's service level.
 const FLAGS_RQPN_SL_SHIFT: u32 = 24;
+/// `flags_rqpn[29:28]`: the GRH-present field (`g`); any non-zero value means a GRH (as
+/// Linux's mlx5 reads it).
+const FLAGS_RQPN_G_SHIFT: u32 = 28;
 
 /// A CQE the driver refused to believe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,7 +155,12 @@ fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
 
 impl<P: Platform + Clone> Datapath<P> {
     /// Checks one CQE of CQ `cqn` against the shadow and turns it into a completion.
-    fn complete(&mut self, cqn: u32, c: &Completion, sl: u8) -> Result<WorkCompletion, BadCqe> {
+    fn complete(
+        &mut self,
+        cqn: u32,
+        c: &Completion,
+        flags_rqpn: u32,
+    ) -> Result<WorkCompletion, BadCqe> {
         let (qpn, counter) = (c.qpn(), c.wqe_counter());
         let opcode = match c {
             Completion::Success(s) => s.opcode,
@@ -236,12 +244,12 @@ impl<P: Platform + Clone> Datapath<P> {
                             wc.imm_data = s.immediate;
                             wc.wc_flags |= WcFlags::WITH_IMM;
                         }
-                        if s.grh {
+                        if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
                             wc.wc_flags |= WcFlags::GRH;
                         }
                         if qp.st == uhca_fwif::consts::QpServiceType::Ud {
                             wc.src_qp = s.remote_qpn;
-                            wc.sl = sl;
+                            wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
                         }
                         wc.slid = s.slid;
                     }
@@ -293,8 +301,7 @@ impl<P: Platform + Clone> Cq<P> {
         while n < wc.len() {
             let Some(raw) = ring.poll_raw() else { break };
             let c = Completion::decode(&raw);
-            let sl = ((raw.flags_rqpn.get() >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
-            match dp.complete(cqn, &c, sl) {
+            match dp.complete(cqn, &c, raw.flags_rqpn.get()) {
                 Ok(w) => {
                     wc[n] = w;
                     n += 1;

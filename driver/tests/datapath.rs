@@ -1,0 +1,821 @@
+//! End to end: two mock HCAs brought up by the driver, connected by the mock fabric
+//! (RoCEv2 over Ethernet and native InfiniBand), moving data with `post_send`,
+//! `post_recv` and `Cq::poll`: SEND, SEND with immediate, RDMA WRITE (with immediate),
+//! RDMA READ, compare-and-swap and fetch-and-add with the data checked in memory; UD with
+//! address handles; SRQ receives; completion events; and the error paths — a wrong rkey
+//! (remote access error) and no receive posted (RNR retry exceeded) put the QP in error,
+//! later requests flush, and the QP comes back through RESET.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::verbs::{
+    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
+    SendWr, Sge, Srq, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrError, state,
+};
+use uhca_driver::{Hca, HcaConfig};
+use uhca_fwif::consts::{AccessFlags, IbMtu, QpState};
+use uhca_hal::DmaMem;
+use uhca_mock::{Fabric, LinkLayer, MockConfig, MockHca, MockPlatform, PortType};
+
+type P = MockPlatform;
+
+const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+/// Every right the device can give a QP's responder (remote atomics only when the device
+/// has the `atomic` capability).
+fn qp_access(hca: &Hca<P>) -> AccessFlags {
+    if hca.caps().atomic {
+        ALL
+    } else {
+        ALL - AccessFlags::REMOTE_ATOMIC
+    }
+}
+
+struct Node {
+    dev: MockHca,
+    hca: Hca<P>,
+    pd: Pd,
+    cq: Cq<P>,
+    mr: Mr<P>,
+    mac: Mac,
+    gid: Gid,
+    lid: u16,
+}
+
+fn node(fabric: &Fabric, n: u8) -> Node {
+    let mac = Mac([0x02, 0xc0, 0xff, 0xee, 0x00, n]);
+    let port_type = match fabric.link_layer() {
+        LinkLayer::Ethernet => PortType::Ethernet,
+        LinkLayer::InfiniBand => PortType::InfiniBand,
+    };
+    let dev = MockHca::new(MockConfig {
+        port_type,
+        mac: mac.0,
+        ..MockConfig::default()
+    });
+    let cfg = HcaConfig {
+        fw_pre_init_timeout_ns: 2_000_000_000,
+        fw_init_timeout_ns: 200_000_000,
+        cmd_timeout_ns: 200_000_000,
+        poll_us: 100,
+        ..HcaConfig::default()
+    };
+    let mut hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
+    fabric.attach(&dev);
+    let (gid, lid) = match fabric.link_layer() {
+        LinkLayer::Ethernet => {
+            let ip = IpAddr::V4(Ipv4Addr::new(192, 168, 0, n));
+            (hca.add_roce_gid(1, 0, ip, mac, None).unwrap(), 0)
+        }
+        LinkLayer::InfiniBand => (Gid::ZERO, hca.query_port(1).unwrap().lid),
+    };
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(63).unwrap();
+    let mr = hca.alloc_mr(&pd, 16384, ALL).unwrap();
+    Node {
+        dev,
+        hca,
+        pd,
+        cq,
+        mr,
+        mac,
+        gid,
+        lid,
+    }
+}
+
+/// The path from `from` to `to`.
+fn path(fabric: &Fabric, to: &Node) -> AddressHandle {
+    match fabric.link_layer() {
+        LinkLayer::Ethernet => AddressHandle::RoceV2 {
+            sgid_index: 0,
+            dgid: to.gid,
+            dmac: to.mac,
+            udp_sport: 0xc000,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            sl: 0,
+        },
+        LinkLayer::InfiniBand => AddressHandle::Ib {
+            dlid: to.lid,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            grh: None,
+        },
+    }
+}
+
+fn caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
+}
+
+fn rc_qp(n: &mut Node) -> Qp<P, Rc, state::Init> {
+    let attr = QpInitAttr {
+        send_cq: &n.cq,
+        recv_cq: &n.cq,
+        srq: None,
+        cap: caps(),
+    };
+    let qp = n.hca.create_qp::<Rc>(&n.pd, &attr).unwrap();
+    let access = qp_access(&n.hca);
+    qp.to_init(
+        &mut n.hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap()
+}
+
+fn connect(
+    fabric: &Fabric,
+    n: &mut Node,
+    qp: Qp<P, Rc, state::Init>,
+    peer: &Node,
+    peer_qpn: u32,
+    rts: RtsAttr,
+) -> Qp<P, Rc, state::Rts> {
+    let ah = path(fabric, peer);
+    let qp = qp
+        .to_rtr(
+            &mut n.hca,
+            RtrAttr {
+                path_mtu: IbMtu::Mtu1024,
+                dest_qpn: peer_qpn,
+                rq_psn: 0x100,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 1,
+                ah,
+            },
+        )
+        .unwrap();
+    qp.to_rts(
+        &mut n.hca,
+        RtsAttr {
+            sq_psn: 0x100,
+            max_rd_atomic: 4,
+            ..rts
+        },
+    )
+    .unwrap()
+}
+
+/// Two nodes with a connected RC QP each (`a` to `b`).
+fn rc_pair(
+    link: LinkLayer,
+    rts: RtsAttr,
+) -> (
+    Fabric,
+    Node,
+    Node,
+    Qp<P, Rc, state::Rts>,
+    Qp<P, Rc, state::Rts>,
+) {
+    let fabric = Fabric::new(link);
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let qa = rc_qp(&mut a);
+    let qb = rc_qp(&mut b);
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    let qa = connect(&fabric, &mut a, qa, &b, nb, rts);
+    let qb = connect(&fabric, &mut b, qb, &a, na, rts);
+    (fabric, a, b, qa, qb)
+}
+
+fn poll(n: &mut Node) -> Vec<WorkCompletion> {
+    let mut all = Vec::new();
+    let mut wc = [WorkCompletion::default(); 16];
+    loop {
+        let k =
+            n.cq.poll(&mut n.hca, &mut wc)
+                .expect("CQEs match what was posted");
+        all.extend_from_slice(&wc[..k]);
+        if k < wc.len() {
+            return all;
+        }
+    }
+}
+
+fn run(fabric: &Fabric) {
+    assert!(fabric.run_until_idle(), "the fabric settles");
+}
+
+fn rc_every_opcode(link: LinkLayer) {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(link, RtsAttr::default());
+    let (la, lb) = (a.mr.lkey(), b.mr.lkey());
+    let (ia, ib) = (a.mr.iova(), b.mr.iova());
+    let rkey = b.mr.rkey();
+    // A's memory: [0, 4096) source pattern; 8192.. READ target; 12288.. atomic results.
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    a.mr.mem_mut().write_bytes(0, &pattern);
+    // B's memory: [0, 1024) receive 1; [1024, 2048) receive 2; [2048, 3072) receive 3;
+    // [4096, 8192) WRITE target; [8192, 9216) READ source; 12288 CAS word, 12296 FAA word.
+    let secret: Vec<u8> = (0..1024u32).map(|i| (i ^ 0x5a) as u8).collect();
+    b.mr.mem_mut().write_bytes(8192, &secret);
+    b.mr.mem_mut().write_be64(12288, 1000);
+    b.mr.mem_mut().write_be64(12296, 40);
+
+    let r = |i: u64| {
+        [Sge {
+            addr: ib + i * 1024,
+            len: 1024,
+            lkey: lb,
+        }]
+    };
+    let (r0, r1, r2) = (r(0), r(1), r(2));
+    qb.post_recv(
+        &mut b.hca,
+        &[
+            RecvWr {
+                wr_id: 200,
+                sg_list: &r0,
+            },
+            RecvWr {
+                wr_id: 201,
+                sg_list: &r1,
+            },
+            RecvWr {
+                wr_id: 202,
+                sg_list: &r2,
+            },
+        ],
+    )
+    .unwrap();
+
+    let src100 = [Sge {
+        addr: ia + 100,
+        len: 300,
+        lkey: la,
+    }];
+    let src4k = [Sge {
+        addr: ia,
+        len: 4096,
+        lkey: la,
+    }];
+    let read_to = [Sge {
+        addr: ia + 8192,
+        len: 1024,
+        lkey: la,
+    }];
+    let cas_to = [Sge {
+        addr: ia + 12288,
+        len: 8,
+        lkey: la,
+    }];
+    let faa_to = [Sge {
+        addr: ia + 12296,
+        len: 8,
+        lkey: la,
+    }];
+    let wrs = [
+        SendWr::new(1, SendOp::Send, &[]).with_inline(b"hello over the mock fabric"),
+        SendWr::new(2, SendOp::SendWithImm { imm: 0x1234_5678 }, &src100)
+            .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED),
+        SendWr::new(
+            3,
+            SendOp::RdmaWrite {
+                remote_addr: ib + 4096,
+                rkey,
+            },
+            &src4k,
+        ),
+        SendWr::new(
+            4,
+            SendOp::RdmaWriteWithImm {
+                remote_addr: ib + 4096,
+                rkey,
+                imm: 77,
+            },
+            &src100,
+        ),
+        SendWr::new(
+            5,
+            SendOp::RdmaRead {
+                remote_addr: ib + 8192,
+                rkey,
+            },
+            &read_to,
+        ),
+        SendWr::new(
+            6,
+            SendOp::AtomicCmpSwap {
+                remote_addr: ib + 12288,
+                rkey,
+                compare: 1000,
+                swap: 2000,
+            },
+            &cas_to,
+        )
+        .with_flags(SendFlags::SIGNALED | SendFlags::FENCE),
+        SendWr::new(
+            7,
+            SendOp::AtomicFetchAdd {
+                remote_addr: ib + 12296,
+                rkey,
+                add: 2,
+            },
+            &faa_to,
+        ),
+    ];
+    // Atomics only where the device offers them (the `atomic` capability).
+    let atomics = a.hca.caps().atomic && b.hca.caps().atomic;
+    if !atomics {
+        eprintln!("the mock HCA does not offer atomics: CAS and FAA not exercised");
+    }
+    let n = if atomics { wrs.len() } else { 5 };
+    qa.post_send(&mut a.hca, &wrs[..n]).unwrap();
+    run(&fabric);
+
+    let wa = poll(&mut a);
+    let got: Vec<_> = wa.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::Send),
+            (3, WcStatus::Success, WcOpcode::RdmaWrite),
+            (4, WcStatus::Success, WcOpcode::RdmaWrite),
+            (5, WcStatus::Success, WcOpcode::RdmaRead),
+            (6, WcStatus::Success, WcOpcode::CompSwap),
+            (7, WcStatus::Success, WcOpcode::FetchAdd),
+        ][..n]
+    );
+    assert_eq!(wa[4].byte_len, 1024);
+    assert!(wa.iter().all(|c| c.qp_num == qa.qpn()));
+
+    let wb = poll(&mut b);
+    assert_eq!(wb.len(), 3);
+    assert_eq!(
+        (wb[0].wr_id, wb[0].opcode, wb[0].byte_len),
+        (200, WcOpcode::Recv, 26)
+    );
+    assert_eq!(
+        (wb[1].wr_id, wb[1].byte_len, wb[1].imm_data, wb[1].wc_flags),
+        (201, 300, 0x1234_5678, WcFlags::WITH_IMM)
+    );
+    assert_eq!(
+        (wb[2].wr_id, wb[2].opcode, wb[2].imm_data),
+        (202, WcOpcode::RecvRdmaWithImm, 77)
+    );
+
+    // The data, where each operation put it.
+    let bm = b.mr.mem();
+    let mut got = vec![0u8; 300];
+    bm.read_bytes(0, &mut got[..26]);
+    assert_eq!(&got[..26], b"hello over the mock fabric");
+    bm.read_bytes(1024, &mut got);
+    assert_eq!(got, pattern[100..400]);
+    let mut w = vec![0u8; 4096];
+    bm.read_bytes(4096, &mut w);
+    // The second WRITE overwrote the first 300 bytes with pattern[100..400].
+    assert_eq!(&w[..300], &pattern[100..400]);
+    assert_eq!(&w[300..], &pattern[300..]);
+    let mut rd = vec![0u8; 1024];
+    a.mr.mem().read_bytes(8192, &mut rd);
+    assert_eq!(rd, secret);
+    // Atomics: big-endian words, original values returned.
+    if atomics {
+        assert_eq!((wa[5].byte_len, wa[6].byte_len), (8, 8));
+        assert_eq!(bm.read_be64(12288), 2000);
+        assert_eq!(bm.read_be64(12296), 42);
+        assert_eq!(a.mr.mem().read_be64(12288), 1000);
+        assert_eq!(a.mr.mem().read_be64(12296), 40);
+    }
+}
+
+#[test]
+fn rc_every_opcode_over_rocev2() {
+    rc_every_opcode(LinkLayer::Ethernet);
+}
+
+#[test]
+fn rc_every_opcode_over_infiniband() {
+    rc_every_opcode(LinkLayer::InfiniBand);
+}
+
+#[test]
+fn many_batches_with_unsignalled_requests_wrap_the_queues() {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let (la, lb) = (a.mr.lkey(), b.mr.lkey());
+    let (ia, ib) = (a.mr.iova(), b.mr.iova());
+    let mut next_recv = 0u64;
+    let mut received = 0u64;
+    let mut sent_signalled = 0u64;
+    for round in 0..40u64 {
+        let rbuf: Vec<[Sge; 1]> = (0..8u64)
+            .map(|i| {
+                [Sge {
+                    addr: ib + (i % 16) * 64,
+                    len: 64,
+                    lkey: lb,
+                }]
+            })
+            .collect();
+        let rwrs: Vec<RecvWr<'_>> = rbuf
+            .iter()
+            .map(|s| {
+                next_recv += 1;
+                RecvWr {
+                    wr_id: next_recv,
+                    sg_list: s,
+                }
+            })
+            .collect();
+        qb.post_recv(&mut b.hca, &rwrs).unwrap();
+        let src: Vec<[Sge; 1]> = (0..8u64)
+            .map(|i| {
+                [Sge {
+                    addr: ia + i * 8,
+                    len: 8,
+                    lkey: la,
+                }]
+            })
+            .collect();
+        // Every fourth request signalled: the others retire with it.
+        let swrs: Vec<SendWr<'_>> = src
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let flags = if i % 4 == 3 {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+                SendWr::new(round * 8 + i as u64, SendOp::Send, s).with_flags(flags)
+            })
+            .collect();
+        qa.post_send(&mut a.hca, &swrs).unwrap();
+        run(&fabric);
+        let wa = poll(&mut a);
+        assert_eq!(
+            wa.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+            [round * 8 + 3, round * 8 + 7]
+        );
+        sent_signalled += wa.len() as u64;
+        let wb = poll(&mut b);
+        for c in &wb {
+            received += 1;
+            assert_eq!(
+                (c.wr_id, c.status, c.byte_len),
+                (received, WcStatus::Success, 8)
+            );
+        }
+    }
+    assert_eq!((received, sent_signalled), (320, 80));
+}
+
+#[test]
+fn ud_send_and_receive_with_address_handles() {
+    for link in [LinkLayer::Ethernet, LinkLayer::InfiniBand] {
+        let fabric = Fabric::new(link);
+        let mut a = node(&fabric, 1);
+        let mut b = node(&fabric, 2);
+        let ud = |n: &mut Node| {
+            let attr = QpInitAttr {
+                send_cq: &n.cq,
+                recv_cq: &n.cq,
+                srq: None,
+                cap: caps(),
+            };
+            let qp = n.hca.create_qp::<Ud>(&n.pd, &attr).unwrap();
+            let qp = qp
+                .to_init(
+                    &mut n.hca,
+                    InitAttr {
+                        qkey: 0x1111_2222,
+                        ..InitAttr::default()
+                    },
+                )
+                .unwrap();
+            let qp = qp.to_rtr(&mut n.hca).unwrap();
+            qp.to_rts(&mut n.hca, 0).unwrap()
+        };
+        let mut qa: Qp<P, Ud, state::Rts> = ud(&mut a);
+        let mut qb = ud(&mut b);
+        let rbuf = [Sge {
+            addr: b.mr.iova(),
+            len: 1024,
+            lkey: b.mr.lkey(),
+        }];
+        qb.post_recv(
+            &mut b.hca,
+            &[RecvWr {
+                wr_id: 9,
+                sg_list: &rbuf,
+            }],
+        )
+        .unwrap();
+        let ah = a.hca.create_ah(1, path(&fabric, &b)).unwrap();
+        let dest = UdDest {
+            ah: &ah,
+            remote_qpn: qb.qpn(),
+            remote_qkey: 0x1111_2222,
+        };
+        let msg = b"a datagram";
+        qa.post_send(
+            &mut a.hca,
+            &[SendWr::new(1, SendOp::SendWithImm { imm: 5 }, &[])
+                .with_inline(msg)
+                .with_ud(dest)],
+        )
+        .unwrap();
+        run(&fabric);
+        let wa = poll(&mut a);
+        assert_eq!((wa[0].wr_id, wa[0].status), (1, WcStatus::Success));
+        let wb = poll(&mut b);
+        assert_eq!(wb.len(), 1, "{link:?}");
+        let c = wb[0];
+        assert_eq!(
+            (c.wr_id, c.status, c.opcode, c.imm_data),
+            (9, WcStatus::Success, WcOpcode::Recv, 5)
+        );
+        assert_eq!(c.src_qp, qa.qpn());
+        // A UD receive buffer starts with 40 bytes for the GRH, counted in byte_len
+        // whether or not the datagram had one (RoCEv2 over IPv4 always does: the IPv4
+        // header sits in the last 20 of them).
+        let grh = 40;
+        if link == LinkLayer::InfiniBand {
+            assert_eq!(c.slid, a.lid);
+            assert!(
+                !c.wc_flags.contains(WcFlags::GRH),
+                "the AH asked for no GRH"
+            );
+        }
+        assert_eq!(c.byte_len as usize, grh + msg.len());
+        let mut got = [0u8; 10];
+        b.mr.mem().read_bytes(grh, &mut got);
+        assert_eq!(&got, msg);
+    }
+}
+
+#[test]
+fn srq_receives_from_two_qps() {
+    let fabric = Fabric::ethernet();
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let mut srq: Srq<P> = b
+        .hca
+        .create_srq(
+            &b.pd,
+            SrqInitAttr {
+                max_wr: 15,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let mk_b = |b: &mut Node, srq: &Srq<P>| {
+        let attr = QpInitAttr {
+            send_cq: &b.cq,
+            recv_cq: &b.cq,
+            srq: Some(srq),
+            cap: QpCaps {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..caps()
+            },
+        };
+        let qp = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
+        let access = qp_access(&b.hca);
+        qp.to_init(
+            &mut b.hca,
+            InitAttr {
+                access,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap()
+    };
+    let (b1, b2) = (mk_b(&mut b, &srq), mk_b(&mut b, &srq));
+    let (a1, a2) = (rc_qp(&mut a), rc_qp(&mut a));
+    let (na1, na2, nb1, nb2) = (a1.qpn(), a2.qpn(), b1.qpn(), b2.qpn());
+    let mut a1 = connect(&fabric, &mut a, a1, &b, nb1, RtsAttr::default());
+    let mut a2 = connect(&fabric, &mut a, a2, &b, nb2, RtsAttr::default());
+    let _b1 = connect(&fabric, &mut b, b1, &a, na1, RtsAttr::default());
+    let _b2 = connect(&fabric, &mut b, b2, &a, na2, RtsAttr::default());
+    let mut total = 0;
+    for round in 0..6u64 {
+        let bufs: Vec<[Sge; 1]> = (0..4u64)
+            .map(|i| {
+                [Sge {
+                    addr: b.mr.iova() + i * 256,
+                    len: 256,
+                    lkey: b.mr.lkey(),
+                }]
+            })
+            .collect();
+        let wrs: Vec<_> = bufs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvWr {
+                wr_id: 1000 + round * 4 + i as u64,
+                sg_list: s,
+            })
+            .collect();
+        srq.post_recv(&mut b.hca, &wrs).unwrap();
+        a1.post_send(
+            &mut a.hca,
+            &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"one")],
+        )
+        .unwrap();
+        a2.post_send(
+            &mut a.hca,
+            &[SendWr::new(2, SendOp::Send, &[]).with_inline(b"two!")],
+        )
+        .unwrap();
+        a1.post_send(
+            &mut a.hca,
+            &[SendWr::new(3, SendOp::Send, &[]).with_inline(b"three")],
+        )
+        .unwrap();
+        a2.post_send(
+            &mut a.hca,
+            &[SendWr::new(4, SendOp::Send, &[]).with_inline(b"four!!")],
+        )
+        .unwrap();
+        run(&fabric);
+        assert_eq!(poll(&mut a).len(), 4);
+        let wb = poll(&mut b);
+        assert_eq!(wb.len(), 4);
+        let mut ids: Vec<_> = wb.iter().map(|c| c.wr_id).collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            (0..4).map(|i| 1000 + round * 4 + i).collect::<Vec<_>>()
+        );
+        let mut lens: Vec<_> = wb.iter().map(|c| (c.qp_num, c.byte_len)).collect();
+        lens.sort();
+        let mut want = vec![(nb1, 3), (nb1, 5), (nb2, 4), (nb2, 6)];
+        want.sort();
+        assert_eq!(lens, want);
+        total += wb.len();
+    }
+    assert_eq!(total, 24, "the SRQ's 16 WQEs were reused");
+}
+
+#[test]
+fn completion_events_reach_an_armed_cq() {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let rbuf = [Sge {
+        addr: b.mr.iova(),
+        len: 64,
+        lkey: b.mr.lkey(),
+    }];
+    qb.post_recv(
+        &mut b.hca,
+        &[
+            RecvWr {
+                wr_id: 1,
+                sg_list: &rbuf,
+            },
+            RecvWr {
+                wr_id: 2,
+                sg_list: &rbuf,
+            },
+        ],
+    )
+    .unwrap();
+    b.cq.req_notify(&b.hca, false);
+    qa.post_send(
+        &mut a.hca,
+        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"ping")],
+    )
+    .unwrap();
+    run(&fabric);
+    b.hca.process_events().unwrap();
+    assert_eq!(b.hca.next_completion_event(), Some(b.cq.cqn()));
+    assert_eq!(b.hca.next_completion_event(), None);
+    b.cq.ack_event();
+    assert_eq!(poll(&mut b).len(), 1);
+    // Not armed: a second completion raises no event.
+    qa.post_send(
+        &mut a.hca,
+        &[SendWr::new(2, SendOp::Send, &[]).with_inline(b"pong")],
+    )
+    .unwrap();
+    run(&fabric);
+    b.hca.process_events().unwrap();
+    assert_eq!(b.hca.next_completion_event(), None);
+    // Armed again (sequence number 1): the CQ already holds a CQE, so an event comes.
+    b.cq.req_notify(&b.hca, false);
+    run(&fabric);
+    b.hca.process_events().unwrap();
+    assert!(b.cq.take_event(&mut b.hca));
+    assert_eq!(poll(&mut b).len(), 1);
+    assert_eq!(poll(&mut a).len(), 2);
+}
+
+#[test]
+fn remote_access_error_puts_the_qp_in_error_and_flushes_the_rest() {
+    let (fabric, mut a, b, mut qa, _qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let src = [Sge {
+        addr: a.mr.iova(),
+        len: 64,
+        lkey: a.mr.lkey(),
+    }];
+    let good = b.mr.rkey();
+    let before = {
+        let mut v = vec![0u8; 64];
+        b.mr.mem().read_bytes(0, &mut v);
+        v
+    };
+    a.mr.mem_mut().write_bytes(0, &[0xee; 64]);
+    let wrs = [
+        // Wrong rkey.
+        SendWr::new(
+            1,
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.iova(),
+                rkey: good ^ 0x100,
+            },
+            &src,
+        ),
+        SendWr::new(
+            2,
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.iova(),
+                rkey: good,
+            },
+            &src,
+        ),
+        SendWr::new(
+            3,
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.iova(),
+                rkey: good,
+            },
+            &src,
+        )
+        .with_flags(SendFlags::empty()),
+        SendWr::new(4, SendOp::Send, &src),
+    ];
+    qa.post_send(&mut a.hca, &wrs).unwrap();
+    run(&fabric);
+    let wa = poll(&mut a);
+    assert_eq!(wa[0].wr_id, 1);
+    assert_eq!(wa[0].status, WcStatus::RemoteAccess);
+    assert!(
+        wa[1..].iter().all(|c| c.status == WcStatus::WrFlushed),
+        "{wa:?}"
+    );
+    assert_eq!(wa.last().unwrap().wr_id, 4, "every WQE retired");
+    assert!(qa.in_error(&a.hca));
+    assert_eq!(a.dev.qp_state(qa.qpn()), Some(QpState::Err));
+    let mut after = vec![0u8; 64];
+    b.mr.mem().read_bytes(0, &mut after);
+    assert_eq!(after, before, "nothing written");
+    let e = qa.post_send(&mut a.hca, &wrs[1..2]).unwrap_err();
+    assert_eq!(e.error, WrError::QpInError { qpn: qa.qpn() });
+    // Back through RESET.
+    let qa = qa.to_reset(&mut a.hca).unwrap();
+    assert!(!qa.in_error(&a.hca));
+}
+
+#[test]
+fn rnr_retry_exceeded_without_a_receive() {
+    let (fabric, mut a, _b, mut qa, _qb) = rc_pair(
+        LinkLayer::Ethernet,
+        RtsAttr {
+            rnr_retry: 1,
+            ..RtsAttr::default()
+        },
+    );
+    let src = [Sge {
+        addr: a.mr.iova(),
+        len: 16,
+        lkey: a.mr.lkey(),
+    }];
+    qa.post_send(
+        &mut a.hca,
+        &[
+            SendWr::new(1, SendOp::Send, &src),
+            SendWr::new(2, SendOp::Send, &src),
+        ],
+    )
+    .unwrap();
+    run(&fabric);
+    let wa = poll(&mut a);
+    assert_eq!(
+        wa.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::RnrRetryExceeded), (2, WcStatus::WrFlushed)]
+    );
+    assert!(qa.in_error(&a.hca));
+    let e = qa
+        .post_send(&mut a.hca, &[SendWr::new(3, SendOp::Send, &src)])
+        .unwrap_err();
+    assert_eq!(e.error, WrError::QpInError { qpn: qa.qpn() });
+}
