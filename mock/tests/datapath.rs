@@ -360,3 +360,78 @@ fn completion_events_for_armed_cqs() {
     p.run();
     assert_eq!(p.b.h.poll_eq(&mut p.b.eq).len(), 1);
 }
+
+#[test]
+fn sends_consume_srq_wqes_through_the_free_list() {
+    use common::pas_bytes;
+    use uhca_fwif::cmd::*;
+    use uhca_fwif::wqe::WqeDataSeg;
+    use zerocopy::IntoBytes;
+    let fabric = uhca_mock::Fabric::ethernet();
+    let mut a = common::verbs::Node::new(&fabric, LinkLayer::Ethernet, 1);
+    let mut b = common::verbs::Node::new(&fabric, LinkLayer::Ethernet, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    // An SRQ of 8 WQEs of 64 bytes (next segment + 3 data segments).
+    let srq_buf = b.mr(4096);
+    let dbr = b.mr(64);
+    let mut c = CreateSrqIn::new_cmd();
+    c.srq_context_entry_mut()
+        .set_log_srq_size(3)
+        .set_log_rq_stride(2)
+        .set_pd(b.pd)
+        .set_cqn(bcq.cqn)
+        .set_dbr_addr(dbr.iova);
+    let srqn = b.h.ok(&c, &pas_bytes(&[srq_buf.iova])).srqn();
+    // The free list: WQE i links to i + 1; post to 3 then 5 by relinking 3 -> 5.
+    let mut aqp = a.qp(QpServiceType::Rc, &acq, &acq);
+    let (mut cq_in, pages) = {
+        let (c, p) = b.h.create_qp_in(QpServiceType::Rc, b.pd, bcq.cqn, b.uar);
+        (c, p)
+    };
+    cq_in.qpc_mut().set_rq_type(1).set_srqn_rmpn_xrqn(srqn);
+    let bqpn = b.h.ok(&cq_in, &pas_bytes(&pages)).qpn();
+    let bqp = common::verbs::Qp {
+        qpn: bqpn,
+        st: QpServiceType::Rc,
+        buf: 0,
+        dbr: 0,
+        log_sq: 4,
+        log_rq: 4,
+        log_stride: 2,
+        sq_pi: 0,
+        rq_pi: 0,
+    };
+    a.connect(&aqp, &b, bqpn, Conn::default());
+    b.connect(&bqp, &a, aqp.qpn, Conn::default());
+    let data = b.mr(4096);
+    let wqe = |next: u16, off: u64| {
+        let mut w = vec![0u8; 64];
+        w[2..4].copy_from_slice(&next.to_be_bytes());
+        let d = WqeDataSeg {
+            byte_count: 64.into(),
+            lkey: data.key.into(),
+            addr: (data.iova + off).into(),
+        };
+        w[16..32].copy_from_slice(d.as_bytes());
+        w[32..36].copy_from_slice(&0u32.to_be_bytes());
+        w[36..40].copy_from_slice(&uhca_fwif::wqe::INVALID_LKEY.to_be_bytes());
+        w
+    };
+    b.write(&srq_buf, 0, &wqe(3, 0));
+    b.write(&srq_buf, 3 * 64, &wqe(5, 64));
+    b.write(&srq_buf, 5 * 64, &wqe(6, 128));
+    b.write(&dbr, 0, &3u32.to_be_bytes());
+    let amr = a.mr(4096);
+    for i in 0..3u8 {
+        a.write(&amr, i as usize * 8, &[i + 1; 8]);
+        a.post_send(&mut aqp, &wr(WqeOpcode::Send, &amr, i as usize * 8, 8));
+    }
+    assert!(fabric.run_until_idle());
+    let wc = b.poll_all(&mut bcq);
+    let counters: Vec<u16> = wc.iter().map(|w| w.wqe_counter()).collect();
+    assert_eq!(counters, vec![0, 3, 5], "SRQ WQE indices in list order");
+    assert_eq!(b.read(&data, 64, 8), vec![2u8; 8]);
+    assert_eq!(b.read(&data, 128, 8), vec![3u8; 8]);
+    assert_eq!(a.poll_all(&mut acq).len(), 3);
+}

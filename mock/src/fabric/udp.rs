@@ -9,7 +9,7 @@
 use crate::MockHca;
 use crate::wire::eth::{EtherType, EthernetFrame, EthernetRepr};
 use crate::wire::ip::{IpRepr, Ipv4Packet, Ipv4Repr};
-use crate::wire::roce::{ROCEV2_UDP_PORT, emit_ip_datagram, parse_ip_datagram};
+use crate::wire::roce::{ROCEV2_UDP_PORT, emit_ip_datagram, parse_ip_datagram, udp_payload_icrc};
 use crate::wire::udp::UDP_HEADER_LEN;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -66,9 +66,20 @@ impl UdpPort {
         let Some(payload) = ip.payload().get(UDP_HEADER_LEN..) else {
             return;
         };
+        let Some(end) = payload.len().checked_sub(4) else {
+            return;
+        };
+        // The kernel sends from our port 4791, whatever the frame's source port was: the
+        // ICRC covers the UDP header, so compute it again for the datagram that leaves.
+        let ipr = IpRepr::Ipv4(Ipv4Repr::new(self.local.octets(), dst.octets()));
+        let Ok(icrc) = udp_payload_icrc(&ipr, ROCEV2_UDP_PORT, &payload[..end]) else {
+            return;
+        };
+        let mut out = payload.to_vec();
+        out[end..].copy_from_slice(&icrc.to_le_bytes());
         let _ = self
             .sock
-            .send_to(payload, SocketAddrV4::new(dst, ROCEV2_UDP_PORT));
+            .send_to(&out, SocketAddrV4::new(dst, ROCEV2_UDP_PORT));
     }
 
     /// Datagrams that arrived, as RoCEv2 frames for the HCA.

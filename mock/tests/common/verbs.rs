@@ -121,6 +121,11 @@ impl Default for Conn {
 impl Node {
     /// Brings up HCA `n` (1, 2, ...) of a fabric of `link` and attaches it.
     pub fn new(fabric: &Fabric, link: LinkLayer, n: u8) -> Node {
+        Self::with_ip(fabric, link, n, [192, 168, 0, n])
+    }
+
+    /// As [`Node::new`], with the IPv4 address of GID 0.
+    pub fn with_ip(fabric: &Fabric, link: LinkLayer, n: u8, ip: [u8; 4]) -> Node {
         let mac = [0x02, 0xc0, 0xff, 0xee, 0x00, n];
         let cfg = match link {
             LinkLayer::Ethernet => MockConfig {
@@ -136,7 +141,6 @@ impl Node {
         let uar = h.alloc_uar();
         let pd = h.alloc_pd();
         let eq = h.create_eq(uar, 6, &[EventType::CqError]);
-        let ip = [192, 168, 0, n];
         if link == LinkLayer::Ethernet {
             h.enable_roce();
             let mut s = SetRoceAddressIn::new_cmd();
