@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use uhca_driver::addr::{AddressHandle, Gid, Mac};
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
-    SendWr, Sge, Srq, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
     WrError, state,
 };
 use uhca_driver::{Hca, HcaConfig};
@@ -818,4 +818,168 @@ fn rnr_retry_exceeded_without_a_receive() {
         .post_send(&mut a.hca, &[SendWr::new(3, SendOp::Send, &src)])
         .unwrap_err();
     assert_eq!(e.error, WrError::QpInError { qpn: qa.qpn() });
+}
+
+#[test]
+fn uc_send_and_write_with_immediate() {
+    let fabric = Fabric::ethernet();
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let uc = |n: &mut Node| {
+        let attr = QpInitAttr {
+            send_cq: &n.cq,
+            recv_cq: &n.cq,
+            srq: None,
+            cap: caps(),
+        };
+        let qp = n.hca.create_qp::<Uc>(&n.pd, &attr).unwrap();
+        qp.to_init(
+            &mut n.hca,
+            InitAttr {
+                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap()
+    };
+    let (qa, qb) = (uc(&mut a), uc(&mut b));
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    let rtr = |to: &Node, dest_qpn| RtrAttr {
+        dest_qpn,
+        rq_psn: 7,
+        ah: path(&fabric, to),
+        ..RtrAttr::default()
+    };
+    let qa = qa.to_rtr(&mut a.hca, rtr(&b, nb)).unwrap();
+    let qb = qb.to_rtr(&mut b.hca, rtr(&a, na)).unwrap();
+    let mut qa = qa.to_rts(&mut a.hca, 7).unwrap();
+    let mut qb = qb.to_rts(&mut b.hca, 7).unwrap();
+    let r = [Sge {
+        addr: b.mr.iova(),
+        len: 64,
+        lkey: b.mr.lkey(),
+    }];
+    qb.post_recv(
+        &mut b.hca,
+        &[
+            RecvWr {
+                wr_id: 1,
+                sg_list: &r,
+            },
+            RecvWr {
+                wr_id: 2,
+                sg_list: &r,
+            },
+        ],
+    )
+    .unwrap();
+    let src = [Sge {
+        addr: a.mr.iova(),
+        len: 8,
+        lkey: a.mr.lkey(),
+    }];
+    a.mr.mem_mut().write_bytes(0, b"uc write");
+    let read = SendWr::new(
+        9,
+        SendOp::RdmaRead {
+            remote_addr: 0,
+            rkey: 0,
+        },
+        &src,
+    );
+    let e = qa.post_send(&mut a.hca, [&read]).unwrap_err();
+    assert_eq!(e.error, WrError::OpNotSupported, "UC has no RDMA READ");
+    qa.post_send(
+        &mut a.hca,
+        &[
+            SendWr::new(10, SendOp::Send, &[]).with_inline(b"uc send"),
+            SendWr::new(
+                11,
+                SendOp::RdmaWriteWithImm {
+                    remote_addr: b.mr.iova() + 1024,
+                    rkey: b.mr.rkey(),
+                    imm: 0xfeed,
+                },
+                &src,
+            ),
+        ],
+    )
+    .unwrap();
+    run(&fabric);
+    let wa = poll(&mut a);
+    assert_eq!(
+        wa.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(10, WcStatus::Success), (11, WcStatus::Success)]
+    );
+    let wb = poll(&mut b);
+    assert_eq!(
+        wb.iter()
+            .map(|c| (c.wr_id, c.opcode, c.byte_len, c.imm_data))
+            .collect::<Vec<_>>(),
+        [
+            (1, WcOpcode::Recv, 7, 0),
+            (2, WcOpcode::RecvRdmaWithImm, 8, 0xfeed)
+        ]
+    );
+    let mut got = [0u8; 8];
+    b.mr.mem().read_bytes(1024, &mut got);
+    assert_eq!(&got, b"uc write");
+}
+
+#[test]
+fn moving_a_qp_to_err_flushes_its_receives_then_reset_brings_it_back() {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let r = [Sge {
+        addr: b.mr.iova(),
+        len: 64,
+        lkey: b.mr.lkey(),
+    }];
+    let wrs: Vec<_> = (0..5)
+        .map(|i| RecvWr {
+            wr_id: 50 + i,
+            sg_list: &r,
+        })
+        .collect();
+    qb.post_recv(&mut b.hca, &wrs).unwrap();
+    // One is used, four are outstanding when the QP goes to ERR.
+    qa.post_send(
+        &mut a.hca,
+        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"x")],
+    )
+    .unwrap();
+    run(&fabric);
+    assert_eq!(poll(&mut a).len(), 1);
+    let qb = qb.to_err(&mut b.hca).unwrap();
+    run(&fabric);
+    let wb = poll(&mut b);
+    assert_eq!(
+        wb.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [
+            (50, WcStatus::Success),
+            (51, WcStatus::WrFlushed),
+            (52, WcStatus::WrFlushed),
+            (53, WcStatus::WrFlushed),
+            (54, WcStatus::WrFlushed),
+        ]
+    );
+    assert!(qb.in_error(&b.hca));
+    // Drained: back to RESET and up again, the shadow starts over.
+    let qb = qb.to_reset(&mut b.hca).unwrap();
+    assert!(!qb.in_error(&b.hca));
+    let qb = rc_init_again(&mut b, qb);
+    let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
+    qb.post_recv(&mut b.hca, &wrs[..1]).unwrap();
+    assert_eq!(qb.rings().rq_head(), 1, "the RQ starts over at 0");
+}
+
+fn rc_init_again(n: &mut Node, qp: Qp<P, Rc, state::Reset>) -> Qp<P, Rc, state::Init> {
+    let access = qp_access(&n.hca);
+    qp.to_init(
+        &mut n.hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap()
 }
