@@ -31,6 +31,30 @@
 //! owner 1, doorbell record zeroed) and a [`Qp`] a HAL [`QpRings`](uhca_hal::wq::QpRings)
 //! (RQ then SQ in one buffer, doorbell record after them, send doorbell on the HCA's UAR);
 //! `cq.ring_mut()` and `qp.rings_mut()` hand them to the datapath (post, doorbell, poll).
+//!
+//! The verbs datapath sits on top of them:
+//!
+//! - [`Qp::post_send`] (a QP in RTS; [`SendWr`] with a [`SendOp`]: SEND, SEND with
+//!   immediate, RDMA WRITE (with immediate), RDMA READ, compare-and-swap, fetch-and-add;
+//!   gather list or inline data; signalled, fenced, solicited; a [`UdDest`] for UD) and
+//!   [`Qp::post_recv`] (INIT, RTR or RTS) / [`Srq::post_recv`] ([`RecvWr`]) build one WQE
+//!   per request and publish a batch with one doorbell; a bad request stops the batch after
+//!   posting the ones before it ([`BadWr`]).
+//! - [`Cq::poll`] fills [`WorkCompletion`]s (`wr_id`, typed [`WcStatus`], [`WcOpcode`],
+//!   byte count, immediate, QPN, UD source) after checking every CQE against the driver's
+//!   shadow of what was posted ([`PollError`] otherwise). A signalled completion retires the
+//!   unsignalled requests before it. After an error completion the device has the QP in ERR:
+//!   posting is refused with [`WrError::QpInError`] until the QP goes through RESET, and
+//!   the rest of its requests complete as [`WcStatus::WrFlushed`].
+//! - [`Cq::req_notify`] arms a CQ; [`Hca::next_completion_event`](crate::Hca::next_completion_event)
+//!   (after [`Hca::process_events`](crate::Hca::process_events)) reports the CQs that
+//!   raised an event, and [`Cq::ack_event`] acknowledges one.
+//!
+//! The shadow of every QP and SRQ lives in the [`Hca`](crate::Hca) (rdma-core keeps the
+//! same table per context), so posting and polling take `&mut Hca`; they allocate nothing
+//! and take no lock. Drain a QP (move it to ERR and poll its flushed completions) before
+//! moving it to RESET or destroying it: a CQE of a QP the driver forgot is refused as
+//! [`BadCqe::UnknownQp`].
 
 // A failed transition hands the QP back by value inside `Failed`, so the error variant is
 // as large as the object (a few hundred bytes); without an allocator there is nothing to
