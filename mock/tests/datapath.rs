@@ -435,3 +435,84 @@ fn sends_consume_srq_wqes_through_the_free_list() {
     assert_eq!(b.read(&data, 128, 8), vec![3u8; 8]);
     assert_eq!(a.poll_all(&mut acq).len(), 3);
 }
+
+#[test]
+fn rc_over_ipv6_gids() {
+    let fabric = uhca_mock::Fabric::ethernet();
+    let mut a = common::verbs::Node::new(&fabric, LinkLayer::Ethernet, 1);
+    let mut b = common::verbs::Node::new(&fabric, LinkLayer::Ethernet, 2);
+    a.add_ipv6_gid(1);
+    b.add_ipv6_gid(2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let mut aqp = a.qp(QpServiceType::Rc, &acq, &acq);
+    let mut bqp = b.qp(QpServiceType::Rc, &bcq, &bcq);
+    let c = Conn {
+        gid_index: 1,
+        ..Conn::default()
+    };
+    a.connect(&aqp, &b, bqp.qpn, c);
+    b.connect(&bqp, &a, aqp.qpn, c);
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    b.post_recv(&mut bqp, &[(bmr.key, bmr.iova, 64)]);
+    a.write(&amr, 0, b"v6");
+    a.post_send(&mut aqp, &wr(WqeOpcode::Send, &amr, 0, 2));
+    let frames = a.h.hca.take_tx_frames();
+    let r = uhca_mock::wire::RoceV2Repr::parse(&frames[0]).unwrap();
+    match r.ip {
+        uhca_mock::wire::IpRepr::Ipv6(v6) => {
+            assert_eq!(v6.src, a.ip6);
+            assert_eq!(v6.dst, b.ip6);
+        }
+        other => panic!("expected IPv6, got {other:?}"),
+    }
+    b.h.hca.receive_frames(&frames);
+    assert!(fabric.run_until_idle());
+    assert_eq!(b.poll_all(&mut bcq)[0].byte_cnt(), 2);
+    assert_eq!(a.poll_all(&mut acq).len(), 1);
+}
+
+#[test]
+fn force_loopback_between_two_qps_of_one_hca() {
+    use uhca_fwif::cmd::*;
+    let fabric = uhca_mock::Fabric::ethernet();
+    let mut a = common::verbs::Node::new(&fabric, LinkLayer::Ethernet, 1);
+    let mut cq = a.cq(6);
+    let mut q1 = a.qp(QpServiceType::Rc, &cq, &cq);
+    let mut q2 = a.qp(QpServiceType::Rc, &cq, &cq);
+    for (me, peer) in [(q1.qpn, q2.qpn), (q2.qpn, q1.qpn)] {
+        let mut m = Rst2initQpIn::new_cmd();
+        m.set_qpn(me);
+        m.qpc_mut()
+            .set_rwe(true)
+            .primary_address_path_mut()
+            .set_vhca_port_num(1);
+        a.h.ok(&m, &[]);
+        let mut m = Init2rtrQpIn::new_cmd();
+        m.set_qpn(me);
+        m.qpc_mut()
+            .set_mtu(IbMtu::Mtu1024.raw())
+            .set_log_msg_max(20)
+            .set_remote_qpn(peer)
+            .set_next_rcv_psn(1);
+        m.qpc_mut()
+            .primary_address_path_mut()
+            .set_vhca_port_num(1)
+            .set_fl(true);
+        a.h.ok(&m, &[]);
+        let mut m = Rtr2rtsQpIn::new_cmd();
+        m.set_qpn(me);
+        m.qpc_mut().set_next_send_psn(1).set_retry_count(3);
+        m.qpc_mut().primary_address_path_mut().set_ack_timeout(10);
+        a.h.ok(&m, &[]);
+    }
+    let mr = a.mr(4096);
+    a.write(&mr, 0, b"loop");
+    a.post_recv(&mut q2, &[(mr.key, mr.iova + 100, 64)]);
+    a.post_send(&mut q1, &wr(WqeOpcode::Send, &mr, 0, 4));
+    assert!(fabric.run_until_idle());
+    let wc = a.poll_all(&mut cq);
+    assert_eq!(wc.len(), 2);
+    assert_eq!(a.read(&mr, 100, 4), b"loop");
+}

@@ -122,6 +122,28 @@ impl Device {
     /// The path of an RC or UC QP (its primary address path).
     pub(crate) fn qp_path(&self, ads: &Ads) -> Option<Path> {
         match self.fw.port_type() {
+            PortType::Ethernet if ads.fl() => {
+                // Force loopback: to this port's own MAC, from GID `src_addr_index` if it
+                // is programmed, else between unspecified addresses.
+                let mac = self.config.mac;
+                let idx = ads.src_addr_index() as usize;
+                let sip = self.sgid(idx).unwrap_or([0; 16]);
+                Some(Path::Roce {
+                    smac: mac,
+                    dmac: mac,
+                    sip,
+                    dip: sip,
+                    ipv4: is_v4_mapped(&sip),
+                    udp_sport: if ads.udp_sport() == 0 {
+                        DEFAULT_UDP_SPORT
+                    } else {
+                        ads.udp_sport()
+                    },
+                    hop_limit: 64,
+                    tclass: ads.tclass(),
+                    flow_label: 0,
+                })
+            }
             PortType::Ethernet => {
                 let h = ads.rmac_47_32().to_be_bytes();
                 let l = ads.rmac_31_0().to_be_bytes();

@@ -71,7 +71,9 @@ pub struct FabricCounters {
 /// Default one-way latency of the switch, nanoseconds.
 pub const DEFAULT_LATENCY_NS: u64 = 1_000;
 /// Default bound of [`Fabric::run_until_idle`]: model time it may advance, nanoseconds.
-pub const DEFAULT_IDLE_HORIZON_NS: u64 = 60_000_000_000;
+pub const DEFAULT_IDLE_HORIZON_NS: u64 = 10_000_000_000;
+/// Default bound of [`Fabric::run_until_idle`]: steps it may take.
+pub const DEFAULT_MAX_STEPS: u64 = 2_000_000;
 
 struct Inner {
     link: LinkLayer,
@@ -270,17 +272,19 @@ impl Fabric {
         i.step()
     }
 
-    /// Steps until idle, or until model time has advanced by [`DEFAULT_IDLE_HORIZON_NS`]
-    /// (for example an RNR retry that never ends). Returns whether it became idle.
+    /// Steps until idle, or until model time has advanced by [`DEFAULT_IDLE_HORIZON_NS`] or
+    /// [`DEFAULT_MAX_STEPS`] steps were taken (for example an RNR retry that never ends).
+    /// Returns whether it became idle.
     pub fn run_until_idle(&self) -> bool {
         self.run_until_idle_within(DEFAULT_IDLE_HORIZON_NS)
     }
 
-    /// Steps until idle or until model time has advanced by `horizon_ns`.
+    /// Steps until idle, or until model time has advanced by `horizon_ns` or
+    /// [`DEFAULT_MAX_STEPS`] steps were taken.
     pub fn run_until_idle_within(&self, horizon_ns: u64) -> bool {
         let mut i = self.lock();
         let end = i.now.saturating_add(horizon_ns);
-        loop {
+        for _ in 0..DEFAULT_MAX_STEPS {
             if !i.step() {
                 return true;
             }
@@ -288,6 +292,23 @@ impl Fabric {
                 return false;
             }
         }
+        false
+    }
+
+    /// Steps until `done()` returns true (checked between steps, without the fabric's lock
+    /// held, so it may poll CQs), the fabric is idle, or `horizon_ns` of model time passed.
+    /// Returns whether `done()` became true.
+    pub fn run_until(&self, horizon_ns: u64, mut done: impl FnMut() -> bool) -> bool {
+        let end = self.now_ns().saturating_add(horizon_ns);
+        for _ in 0..DEFAULT_MAX_STEPS {
+            if done() {
+                return true;
+            }
+            if !self.step() || self.now_ns() > end {
+                return done();
+            }
+        }
+        done()
     }
 
     /// Steps until model time has advanced by `ns` (or the fabric is idle).
@@ -308,15 +329,20 @@ impl Fabric {
 
     /// Runs the fabric on a thread that steps it every `period_us` microseconds of wall time
     /// (for examples with real-time clocks or drivers that spin on the CPU). Model time
-    /// follows the fastest HCA clock.
+    /// follows wall time from the start of the pump (virtual clocks are moved along) or
+    /// the fastest HCA clock, whichever is ahead.
     pub fn start_pump(&self, period_us: u64) -> PumpHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let f = self.clone();
         let thread = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let base = f.now_ns();
             while !s.load(Ordering::Acquire) {
                 {
                     let mut i = f.lock();
+                    let wall = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    i.now = i.now.max(base.saturating_add(wall));
                     i.step_now_only();
                 }
                 std::thread::sleep(std::time::Duration::from_micros(period_us.max(1)));

@@ -24,6 +24,7 @@ pub struct Node {
     pub mac: [u8; 6],
     pub link: LinkLayer,
     pub keep: Vec<DmaRegion>,
+    pub ip6: [u8; 16],
 }
 
 /// A memory region: a DMA buffer and its key.
@@ -103,6 +104,8 @@ pub struct Conn {
     pub rnr_retry: u8,
     pub ack_timeout: u8,
     pub min_rnr_nak: u8,
+    /// Source GID index; index 1 is the node's IPv6 GID (see [`Node::add_ipv6_gid`]).
+    pub gid_index: u8,
 }
 
 impl Default for Conn {
@@ -114,6 +117,7 @@ impl Default for Conn {
             rnr_retry: 7,
             ack_timeout: 14,
             min_rnr_nak: 1,
+            gid_index: 0,
         }
     }
 }
@@ -164,7 +168,26 @@ impl Node {
             mac,
             link,
             keep: Vec::new(),
+            ip6: [0; 16],
         }
+    }
+
+    /// Programs GID index 1 with a RoCE v2 IPv6 address fd00::n.
+    pub fn add_ipv6_gid(&mut self, n: u8) {
+        let mut g = [0u8; 16];
+        g[0] = 0xfd;
+        g[15] = n;
+        let mut s = SetRoceAddressIn::new_cmd();
+        s.set_roce_address_index(1);
+        let a = s.roce_address_mut();
+        a.source_l3_address_mut().copy_from_slice(&g);
+        let mac = self.mac;
+        a.set_roce_version(2)
+            .set_roce_l3_type(1)
+            .set_source_mac_47_32(u16::from_be_bytes([mac[0], mac[1]]))
+            .set_source_mac_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]));
+        self.h.ok(&s, &[]);
+        self.ip6 = g;
     }
 
     fn alloc(&mut self, len: usize) -> u64 {
@@ -360,8 +383,11 @@ impl Node {
                 g[10] = 0xff;
                 g[11] = 0xff;
                 g[12..].copy_from_slice(&peer.ip);
+                if c.gid_index == 1 {
+                    g = peer.ip6;
+                }
                 p.rgid_rip_mut().copy_from_slice(&g);
-                p.set_src_addr_index(0)
+                p.set_src_addr_index(c.gid_index)
                     .set_hop_limit(64)
                     .set_udp_sport(0xc000 | (qp.qpn as u16 & 0x3fff))
                     .set_rmac_47_32(u16::from_be_bytes([peer.mac[0], peer.mac[1]]))
