@@ -174,17 +174,11 @@ fn connect(
     .unwrap()
 }
 
+/// An RC QP ready to send.
+type RcRts = Qp<P, Rc, state::Rts>;
+
 /// Two nodes with a connected RC QP each (`a` to `b`).
-fn rc_pair(
-    link: LinkLayer,
-    rts: RtsAttr,
-) -> (
-    Fabric,
-    Node,
-    Node,
-    Qp<P, Rc, state::Rts>,
-    Qp<P, Rc, state::Rts>,
-) {
+fn rc_pair(link: LinkLayer, rts: RtsAttr) -> (Fabric, Node, Node, RcRts, RcRts) {
     let fabric = Fabric::new(link);
     let mut a = node(&fabric, 1);
     let mut b = node(&fabric, 2);
