@@ -338,3 +338,70 @@ fn real_time_pump_moves_frames() {
     assert_eq!(got.len(), 1);
     assert_eq!(p.b.poll_all(&mut p.bcq).len(), 1);
 }
+
+#[test]
+fn mixed_operations_under_faults_execute_atomics_exactly_once() {
+    let c = Conn {
+        ack_timeout: 8,
+        mtu: IbMtu::Mtu256,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, c, c);
+    p.fabric.set_faults(FaultConfig {
+        corrupt_per_mille: 20,
+        ..FaultConfig::lossy(0xabc, 100)
+    });
+    let amr = p.a.mr(1 << 16);
+    let bmr = p.b.mr(1 << 16);
+    let pattern: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    p.b.write(&bmr, 8192, &pattern);
+    let mut adds = 0u64;
+    let mut expected_reads = 0;
+    for round in 0..100u32 {
+        for k in 0..8u32 {
+            let slot = (k * 1024) as usize;
+            match (round + k) % 4 {
+                0 => {
+                    let mut w = wr(WqeOpcode::AtomicFa, &amr, slot, 8);
+                    w.raddr = Some((bmr.iova, bmr.key));
+                    w.atomic = Some((1, 0));
+                    p.a.post_send(&mut p.aqp, &w);
+                    adds += 1;
+                }
+                1 => {
+                    let mut w = wr(WqeOpcode::RdmaRead, &amr, slot, 1000);
+                    w.raddr = Some((bmr.iova + 8192, bmr.key));
+                    p.a.post_send(&mut p.aqp, &w);
+                    expected_reads += 1;
+                }
+                2 => {
+                    p.a.write(&amr, slot, &pattern[..600]);
+                    let mut w = wr(WqeOpcode::RdmaWrite, &amr, slot, 600);
+                    w.raddr = Some((bmr.iova + 16384 + slot as u64, bmr.key));
+                    p.a.post_send(&mut p.aqp, &w);
+                }
+                _ => {
+                    let mut w = wr(WqeOpcode::AtomicCs, &amr, slot, 8);
+                    w.raddr = Some((bmr.iova + 64, bmr.key));
+                    w.atomic = Some((round as u64 + 1, round as u64));
+                    p.a.post_send(&mut p.aqp, &w);
+                }
+            }
+        }
+        assert!(p.fabric.run_until_idle());
+        let wc = p.a.poll_all(&mut p.acq);
+        assert_eq!(wc.len(), 8, "round {round}: {:?}", wc.first().map(|w| w.err));
+        for w in &wc {
+            assert_eq!(w.opcode, CqeOpcode::Req, "{:?}", w.err.syndrome());
+        }
+        for k in 0..8u32 {
+            if (round + k) % 4 == 1 {
+                assert_eq!(p.a.read(&amr, (k * 1024) as usize, 1000), pattern);
+            }
+        }
+    }
+    let total = u64::from_be_bytes(p.b.read(&bmr, 0, 8).try_into().unwrap());
+    assert_eq!(total, adds, "every fetch-and-add executed exactly once");
+    assert!(expected_reads > 0);
+    assert!(p.b.h.hca.datapath_counters().rx_duplicates > 0);
+}
