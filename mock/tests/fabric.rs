@@ -390,7 +390,12 @@ fn mixed_operations_under_faults_execute_atomics_exactly_once() {
         }
         assert!(p.fabric.run_until_idle());
         let wc = p.a.poll_all(&mut p.acq);
-        assert_eq!(wc.len(), 8, "round {round}: {:?}", wc.first().map(|w| w.err));
+        assert_eq!(
+            wc.len(),
+            8,
+            "round {round}: {:?}",
+            wc.first().map(|w| w.err)
+        );
         for w in &wc {
             assert_eq!(w.opcode, CqeOpcode::Req, "{:?}", w.err.syndrome());
         }
