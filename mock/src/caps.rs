@@ -135,7 +135,9 @@ impl Caps {
             .set_abs_native_port_num(true)
             .set_disable_link_up_by_init_hca(true)
             .set_drain_sigerr(false)
-            .set_log_max_atomic_size_qp(0);
+            .set_atomic(true)
+            // 8-byte atomics (compare-and-swap, fetch-and-add), which the engine executes.
+            .set_log_max_atomic_size_qp(3);
         let general_max = g;
         let mut general_cur = g;
         // Bits a driver turns on (they start off) and limits it lowers.

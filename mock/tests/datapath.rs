@@ -516,3 +516,30 @@ fn force_loopback_between_two_qps_of_one_hca() {
     assert_eq!(wc.len(), 2);
     assert_eq!(a.read(&mr, 100, 4), b"loop");
 }
+
+#[test]
+fn a_fenced_wqe_waits_for_the_read_before_it() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.write(&bmr, 0, b"before");
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 100, 64)]);
+    let mut r = wr(WqeOpcode::RdmaRead, &amr, 0, 6);
+    r.raddr = Some((bmr.iova, bmr.key));
+    p.a.post_send(&mut p.aqp, &r);
+    // The fenced SEND carries what the READ brings back.
+    let mut s = wr(WqeOpcode::Send, &amr, 0, 6);
+    s.fence = true;
+    p.a.post_send(&mut p.aqp, &s);
+    let first = p.a.h.hca.take_tx_frames();
+    assert_eq!(first.len(), 1, "only the READ request leaves");
+    p.b.h.hca.receive_frames(&first);
+    let resp = p.b.h.hca.take_tx_frames();
+    p.a.h.hca.receive_frames(&resp);
+    let send = p.a.h.hca.take_tx_frames();
+    assert_eq!(send.len(), 1, "the SEND leaves once the READ completed");
+    p.b.h.hca.receive_frames(&send);
+    p.run();
+    assert_eq!(p.b.read(&bmr, 100, 6), b"before");
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
+}

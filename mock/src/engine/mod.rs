@@ -119,6 +119,8 @@ pub(crate) struct QpDp {
     pub(crate) timer: Option<u64>,
     /// RNR retry deadline (after an RNR NAK).
     pub(crate) rnr_timer: Option<u64>,
+    /// The SQ stopped at a WQE that waits for READs or atomics (fence, `log_sra_max`).
+    pub(crate) sq_blocked: bool,
     // ---- receive queue / responder
     /// Receive WQEs consumed (a 32-bit counter; the doorbell record holds its low 16 bits).
     pub(crate) rq_ci: u32,

@@ -509,8 +509,22 @@ impl Device {
         }
     }
 
-    /// A response (ACK, NAK, READ response, atomic acknowledgement) for a requester QP.
+    /// A response (ACK, NAK, READ response, atomic acknowledgement) for a requester QP;
+    /// then the SQ continues if it waited for a READ or atomic.
     pub(crate) fn requester_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, now: u64) {
+        self.requester_response(qpn, t, now);
+        let blocked = self
+            .engine
+            .qps
+            .get_mut(&qpn)
+            .map(|s| std::mem::take(&mut s.sq_blocked))
+            .unwrap_or(false);
+        if blocked {
+            self.process_sq(qpn, now);
+        }
+    }
+
+    fn requester_response(&mut self, qpn: u32, t: &IbTransportRepr<'_>, now: u64) {
         let p = t.bth.psn;
         let Some(head_psn) = self
             .engine

@@ -27,6 +27,8 @@ pub(crate) struct Wqe {
     pub(crate) opcode: WqeOpcode,
     pub(crate) signaled: bool,
     pub(crate) solicited: bool,
+    /// Fence: wait until earlier RDMA READs and atomics complete.
+    pub(crate) fence: bool,
     pub(crate) imm: u32,
     pub(crate) av: Option<Av>,
     pub(crate) raddr: Option<(u64, u32)>,
@@ -181,6 +183,8 @@ impl Device {
             // CE bits 3:2: 0 means a CQE on error only.
             signaled: ctrl.fm_ce_se & WqeCtrlFlags::CQ_UPDATE_AND_EQE.bits() != 0,
             solicited: flags.contains(WqeCtrlFlags::SOLICITED),
+            // Fence mode bits 7:5: any fence waits for earlier READs and atomics.
+            fence: ctrl.fm_ce_se & 0xe0 != 0,
             imm: ctrl.imm.get(),
             av: None,
             raddr: None,
@@ -241,6 +245,33 @@ impl Device {
         Ok(w)
     }
 
+    /// Whether `w` must wait: a fence while READs or atomics are outstanding, or a READ or
+    /// atomic beyond `2^log_sra_max` outstanding ones.
+    fn must_wait(&self, qpn: u32, w: &Wqe) -> bool {
+        let Some(s) = self.engine.qps.get(&qpn) else {
+            return false;
+        };
+        let reads = s
+            .outstanding
+            .iter()
+            .filter(|o| o.is_read_or_atomic())
+            .count();
+        if reads == 0 {
+            return false;
+        }
+        let limit = self
+            .fw
+            .qps
+            .get(&qpn)
+            .map(|q| 1usize << q.qpc.log_sra_max())
+            .unwrap_or(1);
+        let is_read = matches!(
+            w.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        w.fence || (is_read && reads >= limit)
+    }
+
     /// Processes the send queue of `qpn` up to the doorbell record's send counter.
     pub(crate) fn process_sq(&mut self, qpn: u32, now: u64) {
         let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
@@ -287,6 +318,14 @@ impl Device {
                 self.decode_send_wqe(qpn, st, &raw, bbs, ci, now)
                     .map(|w| (w, bbs))
             });
+            if let Ok((w, _)) = &fetched
+                && self.must_wait(qpn, w)
+            {
+                if let Some(s) = self.engine.qps.get_mut(&qpn) {
+                    s.sq_blocked = true;
+                }
+                break;
+            }
             match fetched {
                 Ok((w, bbs)) => {
                     if let Some(s) = self.engine.qps.get_mut(&qpn) {

@@ -92,6 +92,7 @@ pub struct Wr {
     pub imm: u32,
     pub signaled: bool,
     pub solicited: bool,
+    pub fence: bool,
     pub av: Option<Av>,
 }
 
@@ -514,6 +515,9 @@ impl Node {
         }
         if wr.solicited {
             flags |= WqeCtrlFlags::SOLICITED.bits();
+        }
+        if wr.fence {
+            flags |= WqeCtrlFlags::FENCE.bits();
         }
         let ctrl = WqeCtrlSeg {
             opmod_idx_opcode: WqeCtrlSeg::opmod_idx_opcode_of(0, idx, op).into(),
