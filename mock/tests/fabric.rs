@@ -193,6 +193,22 @@ fn pcap_parses(link: LinkLayer) {
         2
     );
     tshark(&bytes, link, ops.len());
+    // The project's wire checker verifies every ICRC (and VCRC) of the capture.
+    let path = std::env::temp_dir().join(format!(
+        "uhca-wirecheck-{}-{link:?}.pcap",
+        std::process::id()
+    ));
+    std::fs::write(&path, &bytes).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uhca-wirecheck"))
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// With `UHCA_REQUIRE_TSHARK` set, tshark must decode every frame with the BTH opcodes.
