@@ -1306,3 +1306,46 @@ fn arming_follows_the_event_sequence_number() {
     assert_eq!(dev.cq_arm(cq.cqn()), Some((1, true, 0)));
     assert_eq!(hca.next_completion_event(), None);
 }
+
+#[test]
+fn empty_scatter_gather_entries_are_left_out() {
+    let Setup {
+        mut hca,
+        pd,
+        cq,
+        mr,
+        ..
+    } = setup();
+    let mut qp = rc_qp(&mut hca, &pd, &cq, &cq);
+    let lkey = mr.lkey();
+    // A zero length would mean 2 GiB to the device.
+    let sges = [
+        Sge {
+            addr: 0x1000,
+            len: 0,
+            lkey,
+        },
+        Sge {
+            addr: mr.iova(),
+            len: 10,
+            lkey,
+        },
+    ];
+    qp.post_send(&mut hca, &[SendWr::new(1, SendOp::Send, &sges)])
+        .unwrap();
+    let b = wqe_bytes(&qp, 0);
+    assert_eq!(ctrl(&b).ds(), 2);
+    assert_eq!(data_seg(&b, 16), (10, lkey, mr.iova()));
+    qp.post_recv(
+        &mut hca,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: &sges,
+        }],
+    )
+    .unwrap();
+    let mut rq = [0u8; 32];
+    qp.rings().mem().read_bytes(0, &mut rq);
+    assert_eq!(data_seg(&rq, 0), (10, lkey, mr.iova()));
+    assert_eq!(data_seg(&rq, 16).1, INVALID_LKEY);
+}

@@ -21,9 +21,13 @@ use uhca_hal::wq::{QpRings, WqError};
 
 use super::dp::{QpShadow, SendSlot};
 use super::qp::{QpStateKind, QpTransport, state};
-use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, WrError};
+use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WrError};
 use super::{Qp, Srq};
 use crate::hca::Hca;
+
+/// Most scatter entries of a receive WQE: a 1 KiB stride of 16-byte entries, more than any
+/// device's `max_wqe_sz_rq` gives (the RQ refuses longer lists before this matters).
+const MAX_RECV_SGE: usize = 64;
 
 /// Byte offset of `next_wqe_index` in an SRQ WQE's "next" segment.
 const SRQ_NEXT_WQE_INDEX_OFF: usize = 0;
@@ -203,7 +207,11 @@ fn build_send<M: DmaMem>(
     }
     match wr.data {
         SendData::Sge(s) => {
-            w.sges(s)?;
+            // A zero length means 2 GiB to the device: empty entries are left out (as
+            // rdma-core's mlx5 provider does).
+            for e in s.iter().filter(|e| e.len != 0) {
+                w.data(e.addr, e.len, e.lkey)?;
+            }
         }
         SendData::Inline(b) => {
             if !b.is_empty() {
@@ -319,17 +327,32 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
         sync_rings(rings, sh);
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
-            if wr.sg_list.len() > max_sge as usize {
+            if wr.sg_list.len() > (max_sge as usize).min(MAX_RECV_SGE) {
                 result = Err(bad(
                     i,
                     WrError::TooManySges {
                         given: wr.sg_list.len(),
-                        max: max_sge,
+                        max: max_sge.min(MAX_RECV_SGE as u32),
                     },
                 ));
                 break;
             }
-            match rings.post_recv(wr.sg_list) {
+            // Empty entries are left out (a zero length means 2 GiB to the device).
+            let mut kept = [Sge::default(); MAX_RECV_SGE];
+            let list = if wr.sg_list.iter().any(|s| s.len == 0) {
+                let mut n = 0;
+                for (k, s) in kept
+                    .iter_mut()
+                    .zip(wr.sg_list.iter().filter(|s| s.len != 0))
+                {
+                    *k = *s;
+                    n += 1;
+                }
+                &kept[..n]
+            } else {
+                wr.sg_list
+            };
+            match rings.post_recv(list) {
                 Ok(_) => {
                     sh.record_recv(sh.rq_head, wr.wr_id);
                     sh.rq_head = sh.rq_head.wrapping_add(1);
@@ -421,13 +444,16 @@ fn write_srq_wqe<P: Platform + Clone>(
     max_sge: u32,
     wr: &RecvWr<'_>,
 ) {
-    for (i, s) in wr.sg_list.iter().enumerate() {
-        let o = base + SEND_WQE_DS * (1 + i);
+    // Empty entries are left out (a zero length means 2 GiB to the device).
+    let mut n = 0;
+    for s in wr.sg_list.iter().filter(|s| s.len != 0) {
+        let o = base + SEND_WQE_DS * (1 + n);
         mem.write_be64(o, ((s.len as u64) << 32) | s.lkey as u64);
         mem.write_be64(o + 8, s.addr);
+        n += 1;
     }
-    if wr.sg_list.len() < max_sge as usize {
-        let o = base + SEND_WQE_DS * (1 + wr.sg_list.len());
+    if n < max_sge as usize {
+        let o = base + SEND_WQE_DS * (1 + n);
         mem.write_be64(o, INVALID_LKEY as u64);
         mem.write_be64(o + 8, 0);
     }
