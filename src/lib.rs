@@ -21,6 +21,9 @@ pub use uhca_mock as mock;
 #[cfg(feature = "std")]
 pub mod oob;
 
+#[cfg(feature = "mock")]
+pub mod demo;
+
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
