@@ -537,6 +537,10 @@ impl Device {
         if psn::diff(p, psn::add(head_psn, 0xff_ffff)) < 0 {
             return; // older than anything outstanding
         }
+        let next = self.engine.qps.get(&qpn).map(|s| s.next_psn).unwrap_or(p);
+        if psn::diff(p, next) >= 0 {
+            return; // a response for a PSN never sent (a ghost ACK)
+        }
         match t.bth.opcode {
             Opcode::RcAcknowledge => {
                 let Some(aeth) = t.aeth else { return };
