@@ -543,3 +543,50 @@ fn a_fenced_wqe_waits_for_the_read_before_it() {
     assert_eq!(p.b.read(&bmr, 100, 6), b"before");
     assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
 }
+
+#[test]
+fn rc_over_infiniband_with_a_grh() {
+    let c = Conn {
+        grh: true,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(LinkLayer::InfiniBand, QpServiceType::Rc, c, c);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.write(&amr, 0, b"global");
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 6));
+    let f = p.a.h.hca.take_tx_frames();
+    let pkt = uhca_mock::wire::IbPacketRepr::parse(&f[0]).unwrap();
+    let grh = pkt.grh.expect("a GRH");
+    assert_eq!(grh.hop_limit, 2);
+    assert_eq!(
+        &grh.dgid[8..],
+        &p.b.h.hca.config().node_guid().to_be_bytes()
+    );
+    assert_eq!(pkt.lrh.dlid, p.b.h.hca.lid());
+    p.b.h.hca.receive_frames(&f);
+    p.run();
+    assert_eq!(p.b.read(&bmr, 0, 6), b"global");
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 1);
+}
+
+#[test]
+fn a_wrong_pkey_is_dropped_and_counted() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(64);
+    let bmr = p.b.mr(64);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    let f = p.a.h.hca.take_tx_frames();
+    let mut r = uhca_mock::wire::RoceV2Repr::parse(&f[0]).unwrap();
+    r.transport.bth.pkey = 0x8001;
+    let mut g = vec![0u8; r.buffer_len()];
+    r.emit(&mut g).unwrap();
+    p.b.h.hca.receive_frames(&[g]);
+    assert_eq!(p.b.h.hca.datapath_counters().rx_pkey_violations, 1);
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+    // The retransmission (with the right P_Key) gets through.
+    p.run();
+    assert_eq!(p.b.poll_all(&mut p.bcq).len(), 1);
+}

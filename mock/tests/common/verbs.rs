@@ -107,6 +107,8 @@ pub struct Conn {
     pub min_rnr_nak: u8,
     /// Source GID index; index 1 is the node's IPv6 GID (see [`Node::add_ipv6_gid`]).
     pub gid_index: u8,
+    /// InfiniBand: send a GRH (to the peer's link-local GID).
+    pub grh: bool,
 }
 
 impl Default for Conn {
@@ -119,6 +121,7 @@ impl Default for Conn {
             ack_timeout: 14,
             min_rnr_nak: 1,
             gid_index: 0,
+            grh: false,
         }
     }
 }
@@ -401,6 +404,13 @@ impl Node {
             }
             LinkLayer::InfiniBand => {
                 p.set_rlid(peer.h.hca.lid());
+                if c.grh {
+                    let mut g = [0u8; 16];
+                    g[..8].copy_from_slice(&0xfe80_0000_0000_0000u64.to_be_bytes());
+                    g[8..].copy_from_slice(&peer.h.hca.config().node_guid().to_be_bytes());
+                    p.rgid_rip_mut().copy_from_slice(&g);
+                    p.set_grh(true).set_hop_limit(2).set_src_addr_index(0);
+                }
             }
         }
         self.h.ok(&m, &[]);
