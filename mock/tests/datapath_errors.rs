@@ -70,12 +70,18 @@ fn rnr_retry_exhaustion_moves_the_qp_to_error_and_flushes() {
 
 #[test]
 fn transport_retry_exhaustion_with_every_packet_dropped() {
+    use uhca_fwif::cmd::*;
     let c = Conn {
         retry_count: 3,
         ack_timeout: 10,
+        // Counter sets are numbered from 1 on each HCA.
+        counter_set_id: 1,
         ..Conn::default()
     };
-    let mut p = Pair::new(LinkLayer::InfiniBand, QpServiceType::Rc, c, c);
+    let mut p = Pair::new_with(LinkLayer::InfiniBand, QpServiceType::Rc, c, c, |n| {
+        let id = n.h.ok(&AllocQCounterIn::new_cmd(), &[]).counter_set_id();
+        assert_eq!(id, 1);
+    });
     p.fabric.set_faults(FaultConfig::drop_all());
     let amr = p.a.mr(4096);
     let bmr = p.b.mr(4096);
@@ -95,6 +101,13 @@ fn transport_retry_exhaustion_with_every_packet_dropped() {
     assert_eq!(wc[1].syndrome(), CqeSyndrome::WrFlushErr);
     assert_eq!(p.a.qp_state(&p.aqp), QpState::Err);
     assert!(p.b.poll_all(&mut p.bcq).is_empty());
+    // QUERY_Q_COUNTER reports the same story.
+    let mut q = QueryQCounterIn::new_cmd();
+    q.set_counter_set_id(1);
+    let o = p.a.h.ok(&q, &[]);
+    assert_eq!(o.local_ack_timeout_err(), 4);
+    assert_eq!(o.req_transport_retries_exceeded(), 1);
+    assert_eq!(o.req_cqe_error(), 1, "flushes are not errors");
 }
 
 /// What a remote access check is given.

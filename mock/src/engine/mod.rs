@@ -14,10 +14,12 @@
 //! | `responder.rs` | the receive side: PSN checks, SEND/WRITE/READ/atomics, ACK coalescing |
 //! | `rq.rs` | receive WQEs of an RQ or an SRQ |
 //! | `cqe.rs` | CQEs (owner bit, opcodes, error CQEs), completion and CQ error events, flush |
+//! | `counters.rs` | queue counters (QUERY_Q_COUNTER) |
 //!
 //! Frames the engine emits are queued (see [`crate::MockHca::take_tx_frames`]) and never
 //! delivered inside the doorbell write that produced them; a fabric (or a test) moves them.
 
+mod counters;
 mod cqe;
 mod mem;
 mod path;
@@ -30,6 +32,7 @@ use crate::device::Device;
 use std::collections::{BTreeMap, VecDeque};
 use uhca_fwif::consts::{QpServiceType, QpState};
 
+pub use counters::QCounters;
 pub(crate) use sq::SentWqe;
 
 /// Datapath counters of one HCA (what the port saw and did).
@@ -152,6 +155,8 @@ pub(crate) struct Engine {
     pub(crate) srq_pos: BTreeMap<u32, (u16, u16)>,
     /// Model time of the last entry into the engine (for hooks called without a time).
     pub(crate) now: u64,
+    /// Queue counters by counter set id.
+    pub(crate) q_counters: BTreeMap<u8, QCounters>,
 }
 
 /// Most frames kept waiting in the transmit queue; beyond it the oldest are dropped (a

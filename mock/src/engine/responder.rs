@@ -260,6 +260,10 @@ impl Device {
             }
         } else if d > 0 {
             self.engine.counters.rx_out_of_sequence += 1;
+            self.count(qpn, |c| c.out_of_sequence += 1);
+            let Some(s) = self.engine.qps.get_mut(&qpn) else {
+                return;
+            };
             if !s.nak_sent {
                 s.nak_sent = true;
                 let e = s.epsn;
@@ -268,10 +272,23 @@ impl Device {
             return;
         } else if d < 0 {
             self.engine.counters.rx_duplicates += 1;
+            self.count(qpn, |c| c.duplicate_request += 1);
             self.duplicate_rx(qpn, t, now);
             return;
         } else {
             s.nak_sent = false;
+        }
+        match t.bth.opcode {
+            op if is_write(op)
+                && matches!(pos, Some(MessagePosition::First | MessagePosition::Only)) =>
+            {
+                self.count(qpn, |c| c.rx_write_requests += 1)
+            }
+            Opcode::RcRdmaReadRequest => self.count(qpn, |c| c.rx_read_requests += 1),
+            Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
+                self.count(qpn, |c| c.rx_atomic_requests += 1)
+            }
+            _ => {}
         }
         let res = match t.bth.opcode {
             op if is_send(op) => self.send_rx(qpn, t, uc, now),
@@ -304,6 +321,7 @@ impl Device {
             Err(Fail::Drop) => {}
             Err(_) if uc => {}
             Err(Fail::Rnr) => {
+                self.count(qpn, |c| c.out_of_buffer += 1);
                 let timer = self
                     .fw
                     .qps
@@ -756,6 +774,7 @@ impl Device {
         }
         let Some(wqe) = self.recv_wqe(qpn, true, now) else {
             self.engine.counters.rx_ud_no_wqe += 1;
+            self.count(qpn, |c| c.out_of_buffer += 1);
             return;
         };
         let mut data = Vec::with_capacity(UD_GRH_BYTES + t.payload.len());

@@ -98,7 +98,9 @@ impl Device {
         if !i.aggregate() && !self.fw.q_counters.contains(&i.counter_set_id()) {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
-        // The datapath engine keeps no counters yet: every counter reads zero.
-        Ok(out(&QueryQCounterOut::default()))
+        let mut o = QueryQCounterOut::default();
+        self.q_counters(i.counter_set_id(), i.aggregate(), i.clear())
+            .fill(&mut o);
+        Ok(out(&o))
     }
 }

@@ -109,6 +109,8 @@ pub struct Conn {
     pub gid_index: u8,
     /// InfiniBand: send a GRH (to the peer's link-local GID).
     pub grh: bool,
+    /// Queue counter set (0: none).
+    pub counter_set_id: u8,
 }
 
 impl Default for Conn {
@@ -122,6 +124,7 @@ impl Default for Conn {
             min_rnr_nak: 1,
             gid_index: 0,
             grh: false,
+            counter_set_id: 0,
         }
     }
 }
@@ -367,6 +370,7 @@ impl Node {
             .set_rre(true)
             .set_rwe(true)
             .set_rae(true)
+            .set_counter_set_id(c.counter_set_id)
             .primary_address_path_mut()
             .set_vhca_port_num(1);
         self.h.ok(&m, &[]);
@@ -617,9 +621,22 @@ pub struct Pair {
 
 impl Pair {
     pub fn new(link: LinkLayer, st: QpServiceType, ca: Conn, cb: Conn) -> Pair {
+        Self::new_with(link, st, ca, cb, |_| {})
+    }
+
+    /// As [`Pair::new`], running `prepare` on each node before its QP is created.
+    pub fn new_with(
+        link: LinkLayer,
+        st: QpServiceType,
+        ca: Conn,
+        cb: Conn,
+        mut prepare: impl FnMut(&mut Node),
+    ) -> Pair {
         let fabric = Fabric::new(link);
         let mut a = Node::new(&fabric, link, 1);
         let mut b = Node::new(&fabric, link, 2);
+        prepare(&mut a);
+        prepare(&mut b);
         let acq = a.cq(10);
         let bcq = b.cq(10);
         let aqp = a.qp(st, &acq, &acq);
