@@ -62,6 +62,8 @@ pub(crate) struct QpShadow<P: Platform + Clone> {
     pub(crate) srqn: Option<u32>,
     /// log2 of the SQ size in WQEBBs.
     pub(crate) sq_log: Option<u8>,
+    /// SQ size in WQEBBs − 1 (0 without an SQ).
+    sq_mask: u32,
     /// WQEBBs posted (wrapping), as the rings count them.
     pub(crate) sq_pi: u32,
     /// WQEBBs retired by completions (wrapping).
@@ -115,6 +117,7 @@ impl<P: Platform + Clone> QpShadow<P> {
             recv_cqn: cqns.1,
             srqn,
             sq_log,
+            sq_mask: sq_log.map_or(0, |l| (1u32 << l) - 1),
             sq_pi: 0,
             sq_ci: 0,
             rq_log,
@@ -135,13 +138,14 @@ impl<P: Platform + Clone> QpShadow<P> {
         self.error = false;
     }
 
+    #[inline(always)]
     fn sq_slot_off(&self, wqe_index: u32) -> usize {
-        let mask = (1u32 << self.sq_log.unwrap_or(0)) - 1;
-        (wqe_index & mask) as usize * SQ_SLOT
+        (wqe_index & self.sq_mask) as usize * SQ_SLOT
     }
 
     /// Records a posted send WQE (and clears the descriptors of its other WQEBBs, so a
     /// CQE cannot name the middle of a WQE).
+    #[inline(always)]
     pub(crate) fn record_send(&mut self, s: &SendSlot) {
         let off = self.sq_slot_off(s.wqe_index as u32);
         let desc = ((s.wqe_index as u64) << 48)
@@ -149,8 +153,8 @@ impl<P: Platform + Clone> QpShadow<P> {
             | ((s.opcode.raw() as u64) << 32)
             | DESC_START
             | if s.signaled { DESC_SIGNALED } else { 0 };
-        self.mem.write_be64(off, s.wr_id);
-        self.mem.write_be64(off + 8, desc);
+        let slot = [s.wr_id, desc];
+        self.mem.write_be64_run(off, 2, |i| slot[i]);
         for bb in 1..s.wqebbs as u32 {
             let o = self.sq_slot_off(s.wqe_index as u32 + bb);
             self.mem.write_be64(o + 8, 0);

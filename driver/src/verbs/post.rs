@@ -81,6 +81,7 @@ fn wq_error(e: WqError, wr: &SendWr<'_>, max_sge: u32) -> WrError {
 }
 
 /// Checks one send request against the QP and returns its WQE opcode and control flags.
+#[inline(always)]
 fn check_send(
     st: QpServiceType,
     caps: &super::QpCaps,
@@ -164,6 +165,7 @@ fn check_send(
 }
 
 /// Builds the WQE of one checked send request.
+#[inline(always)]
 fn build_send<M: DmaMem>(
     rings: &mut QpRings<M>,
     opcode: WqeOpcode,
