@@ -1,0 +1,254 @@
+//! What the examples share: rdma-core-like flags, and opening an HCA on the mock (two in
+//! one process over the in-memory fabric), over real UDP (one mock HCA whose RoCEv2 port is
+//! a kernel UDP socket) or on real hardware under VFIO.
+
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use uhca::driver::addr::{AddressHandle, Gid, Mac};
+use uhca::driver::caps::LinkLayer;
+use uhca::driver::{Hca, HcaConfig};
+use uhca::fwif::consts::IbMtu;
+use uhca::hal::Platform;
+use uhca::mock::fabric::PumpHandle;
+use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform, PortType};
+use uhca::oob::Dest;
+
+/// Where the HCA comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Two mock HCAs in this process, client and server, over the in-memory fabric.
+    Mock,
+    /// One mock HCA whose RoCEv2 port is `LOCAL_IP:4791` on a kernel UDP socket.
+    Udp(Ipv4Addr),
+    /// A real ConnectX bound to vfio-pci.
+    Device(String),
+}
+
+/// The flags of rdma-core's pingpong examples and perftest, plus the uhca modes.
+#[derive(Clone, Debug)]
+pub struct Args {
+    /// `--mock`, `--udp IP`, `--device BDF`.
+    pub mode: Mode,
+    /// `-p`: TCP port of the out-of-band exchange.
+    pub port: u16,
+    /// `-i`: HCA port.
+    pub ib_port: u8,
+    /// `-s`: message size.
+    pub size: usize,
+    /// `-n`: iterations.
+    pub iters: u64,
+    /// `-r`: receive queue depth.
+    pub rx_depth: u32,
+    /// `-g`: GID index (`None`: no GID, InfiniBand LID routing).
+    pub gid_index: Option<u8>,
+    /// `-m`: path MTU.
+    pub mtu: IbMtu,
+    /// `-l`: service level.
+    pub sl: u8,
+    /// `-d`: device name (informational; the mode selects the device).
+    pub device_name: Option<String>,
+    /// `--dmac`: the peer's MAC on real RoCE hardware (no kernel to resolve it).
+    pub dmac: Option<Mac>,
+    /// `-t`/`--test`: the operation (for the bandwidth and latency examples).
+    pub op: Option<String>,
+    /// The server to connect to; none means "be the server".
+    pub server: Option<String>,
+}
+
+/// Parses the command line; `extra` lists defaults that differ per example.
+pub fn parse_args(name: &str, default_size: usize, default_iters: u64) -> Args {
+    let mut a = Args {
+        mode: Mode::Mock,
+        port: uhca::oob::DEFAULT_PORT,
+        ib_port: 1,
+        size: default_size,
+        iters: default_iters,
+        rx_depth: 500,
+        gid_index: None,
+        mtu: IbMtu::Mtu1024,
+        sl: 0,
+        device_name: None,
+        dmac: None,
+        op: None,
+        server: None,
+    };
+    let mut mode = None;
+    let mut it = std::env::args().skip(1);
+    let usage = |msg: &str| -> ! {
+        eprintln!("{name}: {msg}");
+        eprintln!(
+            "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
+             [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op] [SERVER]"
+        );
+        std::process::exit(2);
+    };
+    while let Some(arg) = it.next() {
+        let mut val = |flag: &str| {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+        };
+        match arg.as_str() {
+            "--mock" => mode = Some(Mode::Mock),
+            "--udp" => {
+                let v = val("--udp");
+                mode =
+                    Some(Mode::Udp(v.parse().unwrap_or_else(|_| {
+                        usage(&format!("bad IPv4 address {v:?}"))
+                    })));
+            }
+            "--device" => mode = Some(Mode::Device(val("--device"))),
+            "-p" | "--port" => a.port = num(&val("-p")).unwrap_or_else(|| usage("bad -p")),
+            "-i" | "--ib-port" => a.ib_port = num(&val("-i")).unwrap_or_else(|| usage("bad -i")),
+            "-s" | "--size" => a.size = num(&val("-s")).unwrap_or_else(|| usage("bad -s")),
+            "-n" | "--iters" => a.iters = num(&val("-n")).unwrap_or_else(|| usage("bad -n")),
+            "-r" | "--rx-depth" => a.rx_depth = num(&val("-r")).unwrap_or_else(|| usage("bad -r")),
+            "-g" | "--gid-idx" => {
+                a.gid_index = Some(num(&val("-g")).unwrap_or_else(|| usage("bad -g")))
+            }
+            "-m" | "--mtu" => {
+                let bytes: u32 = num(&val("-m")).unwrap_or_else(|| usage("bad -m"));
+                a.mtu = IbMtu::from_bytes(bytes)
+                    .unwrap_or_else(|| usage("-m must be 256, 512, 1024, 2048 or 4096"));
+            }
+            "-l" | "--sl" => a.sl = num(&val("-l")).unwrap_or_else(|| usage("bad -l")),
+            "-d" | "--ib-dev" => a.device_name = Some(val("-d")),
+            "-t" | "--test" => a.op = Some(val("-t")),
+            "--dmac" => {
+                a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
+            }
+            "-h" | "--help" => usage("help"),
+            s if s.starts_with('-') => usage(&format!("unknown flag {s}")),
+            s => a.server = Some(s.to_string()),
+        }
+    }
+    a.mode = mode.unwrap_or_else(|| usage("choose --mock, --udp LOCAL_IP or --device BDF"));
+    if a.size == 0 || a.iters == 0 || a.rx_depth == 0 {
+        usage("size, iterations and rx depth must be positive");
+    }
+    a
+}
+
+fn num<T: std::str::FromStr>(s: &str) -> Option<T> {
+    s.parse().ok()
+}
+
+fn parse_mac(s: &str) -> Option<Mac> {
+    let v: Vec<u8> = s
+        .split(':')
+        .filter_map(|p| u8::from_str_radix(p, 16).ok())
+        .collect();
+    (v.len() == 6).then(|| Mac([v[0], v[1], v[2], v[3], v[4], v[5]]))
+}
+
+/// Bring-up settings for mock HCAs (short timeouts: the model answers at once).
+pub fn mock_config() -> HcaConfig {
+    HcaConfig {
+        fw_pre_init_timeout_ns: 5_000_000_000,
+        cmd_timeout_ns: 5_000_000_000,
+        ..HcaConfig::default()
+    }
+}
+
+/// A mock HCA brought up by the driver, attached to `fabric`, with a RoCEv2 GID for
+/// `10.0.0.n` (or `ip`) at index 0 on Ethernet.
+pub fn mock_node(
+    fabric: &Fabric,
+    n: u8,
+    ip: Option<Ipv4Addr>,
+) -> Result<(MockHca, Hca<MockPlatform>), uhca::driver::Error> {
+    let mac = Mac([0x02, 0x00, 0x00, 0x00, 0x01, n]);
+    let dev = MockHca::new(MockConfig {
+        port_type: PortType::Ethernet,
+        mac: mac.0,
+        ..MockConfig::default()
+    });
+    let mut hca = Hca::open_with(dev.platform(), mock_config())?;
+    fabric.attach(&dev);
+    let ip = ip.unwrap_or(Ipv4Addr::new(10, 0, 0, n));
+    hca.add_roce_gid(1, 0, IpAddr::V4(ip), mac, None)?;
+    Ok((dev, hca))
+}
+
+/// The in-memory fabric with a real-time pump (the examples poll like real programs).
+pub fn mock_fabric() -> (Fabric, PumpHandle) {
+    let fabric = Fabric::ethernet();
+    let pump = fabric.start_pump(20);
+    (fabric, pump)
+}
+
+/// A mock HCA on a UDP uplink: the fabric, its pump, the device and the driver's HCA.
+pub type UdpNode = (Fabric, PumpHandle, MockHca, Hca<MockPlatform>);
+
+/// One mock HCA whose port is `local:4791` on a UDP socket, with `::ffff:local` as GID 0.
+pub fn udp_node(local: Ipv4Addr) -> Result<UdpNode, Box<dyn std::error::Error>> {
+    let fabric = Fabric::ethernet();
+    let (dev, hca) = mock_node(&fabric, 1, Some(local))?;
+    fabric.attach_udp(&dev, local)?;
+    let pump = fabric.start_pump(20);
+    Ok((fabric, pump, dev, hca))
+}
+
+/// This side's address for the exchange.
+pub fn my_dest<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    args: &Args,
+    qpn: u32,
+    psn: u32,
+) -> Result<Dest, uhca::driver::Error> {
+    let port = hca.query_port(args.ib_port)?;
+    let gid = match args.gid_index {
+        Some(i) => hca.query_gid(args.ib_port, i as u16)?.gid,
+        None => Gid::ZERO,
+    };
+    Ok(Dest {
+        lid: port.lid,
+        qpn,
+        psn,
+        gid,
+    })
+}
+
+/// The path to the peer, as rdma-core's pingpong builds it: global (GRH / RoCE) when the
+/// peer sent a GID, LID-routed otherwise.
+pub fn path_to<P: Platform + Clone>(hca: &Hca<P>, args: &Args, peer: &Dest) -> AddressHandle {
+    match hca.caps().link_layer {
+        LinkLayer::Ethernet => AddressHandle::RoceV2 {
+            sgid_index: args.gid_index.unwrap_or(0),
+            dgid: peer.gid,
+            dmac: args.dmac.unwrap_or(Mac([0xff; 6])),
+            udp_sport: 0xc000 | (peer.qpn as u16 & 0x3fff),
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            sl: args.sl,
+        },
+        LinkLayer::InfiniBand => AddressHandle::Ib {
+            dlid: peer.lid,
+            sl: args.sl,
+            src_path_bits: 0,
+            static_rate: 0,
+            grh: (!peer.gid.is_zero()).then(|| uhca::driver::addr::Grh {
+                dgid: peer.gid,
+                sgid_index: args.gid_index.unwrap_or(0),
+                flow_label: 0,
+                hop_limit: 1,
+                traffic_class: 0,
+            }),
+        },
+    }
+}
+
+/// A random 24-bit PSN (rdma-core uses `lrand48() & 0xffffff`).
+pub fn random_psn() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let x = (t.as_nanos() as u64) ^ (std::process::id() as u64).rotate_left(32);
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as u32 & 0xff_ffff
+}
+
+/// How long any out-of-band step may take.
+pub const OOB_TIMEOUT: Duration = Duration::from_secs(30);
