@@ -1036,3 +1036,36 @@ fn fence_orders_a_write_after_a_read() {
         "the fenced WRITE carried what the READ brought"
     );
 }
+
+#[test]
+fn solicited_only_arming_waits_for_a_solicited_send() {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let r = [Sge {
+        addr: b.mr.iova(),
+        len: 64,
+        lkey: b.mr.lkey(),
+    }];
+    let recvs = [RecvWr {
+        wr_id: 0,
+        sg_list: &r,
+    }; 2];
+    qb.post_recv(&mut b.hca, &recvs).unwrap();
+    b.cq.req_notify(&b.hca, true);
+    let plain = SendWr::new(1, SendOp::Send, &[]).with_inline(b"quiet");
+    qa.post_send(&mut a.hca, [&plain]).unwrap();
+    run(&fabric);
+    b.hca.process_events().unwrap();
+    assert!(
+        !b.cq.take_event(&mut b.hca),
+        "an unsolicited send raises no event"
+    );
+    let loud = SendWr::new(2, SendOp::Send, &[])
+        .with_inline(b"wake up")
+        .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
+    qa.post_send(&mut a.hca, [&loud]).unwrap();
+    run(&fabric);
+    b.hca.process_events().unwrap();
+    assert!(b.cq.take_event(&mut b.hca), "a solicited send does");
+    assert_eq!(poll(&mut b).len(), 2);
+    assert_eq!(poll(&mut a).len(), 2);
+}
