@@ -99,3 +99,91 @@ fn rc_pingpong_between_two_processes_over_real_udp() {
         "{c_out}"
     );
 }
+
+fn run_example(name: &str, args: &[&str]) -> String {
+    let bin = example(name);
+    let child = Command::new(&bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait(child, Duration::from_secs(60));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn ud_pingpong_between_two_processes_over_real_udp() {
+    let port = free_tcp_port().to_string();
+    let bin = example("ud_pingpong");
+    let server = Command::new(&bin)
+        .args([
+            "--udp",
+            "127.0.0.63",
+            "-p",
+            &port,
+            "-n",
+            "100",
+            "-s",
+            "1024",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = run_example(
+        "ud_pingpong",
+        &[
+            "--udp",
+            "127.0.0.64",
+            "-p",
+            &port,
+            "-n",
+            "100",
+            "-s",
+            "1024",
+            "127.0.0.1",
+        ],
+    );
+    let s = wait(server, Duration::from_secs(60));
+    assert!(
+        s.status.success(),
+        "server: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    assert!(
+        c.contains("100 iters in") && c.contains("204800 bytes in"),
+        "{c}"
+    );
+}
+
+#[test]
+fn pingpongs_on_two_mock_hcas_in_one_process() {
+    let rc = run_example("rc_pingpong", &["--mock", "-n", "50", "-s", "3000"]);
+    assert_eq!(
+        rc.matches("50 iters in").count(),
+        2,
+        "both sides report:\n{rc}"
+    );
+    let ud = run_example("ud_pingpong", &["--mock", "-n", "50", "-s", "512"]);
+    assert_eq!(
+        ud.matches("50 iters in").count(),
+        2,
+        "both sides report:\n{ud}"
+    );
+    // A datagram larger than the path MTU is refused, as rdma-core refuses it.
+    let bin = example("ud_pingpong");
+    let out = Command::new(&bin)
+        .args(["--mock", "-n", "1", "-s", "4000"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than the port MTU"));
+}

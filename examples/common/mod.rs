@@ -252,3 +252,165 @@ pub fn random_psn() -> u32 {
 
 /// How long any out-of-band step may take.
 pub const OOB_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the ping-pong examples' `wr_id`s come from (as in rdma-core's).
+pub const RECV_WRID: u64 = 1;
+/// The send `wr_id`.
+pub const SEND_WRID: u64 = 2;
+
+/// rdma-core's ping-pong loop: the client sends first; each side sends again once its
+/// previous send and a receive completed; receives are reposted when they run low.
+/// `post_send` posts one send, `post_recvs(n)` up to `n` receives and says how many.
+/// Returns the elapsed seconds and prints rdma-core's two result lines.
+pub fn pingpong_loop<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    cq: &mut uhca::driver::verbs::Cq<P>,
+    args: &Args,
+    client: bool,
+    mut routs: u32,
+    post_send: &mut dyn FnMut(&mut Hca<P>) -> Result<(), String>,
+    post_recvs: &mut dyn FnMut(&mut Hca<P>, u32) -> u32,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    use uhca::driver::verbs::{WcStatus, WorkCompletion};
+    let start = std::time::Instant::now();
+    let mut pending = RECV_WRID;
+    if client {
+        post_send(hca)?;
+        pending |= SEND_WRID;
+    }
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    let mut wc = [WorkCompletion::default(); 2];
+    let mut last_progress = std::time::Instant::now();
+    while rcnt < args.iters || scnt < args.iters {
+        let n = cq.poll(hca, &mut wc)?;
+        if n == 0 {
+            if last_progress.elapsed() > OOB_TIMEOUT {
+                return Err(format!(
+                    "no completion for {OOB_TIMEOUT:?} ({rcnt} received, {scnt} sent)"
+                )
+                .into());
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        last_progress = std::time::Instant::now();
+        for c in &wc[..n] {
+            if c.status != WcStatus::Success {
+                return Err(format!("failed status {:?} for wr_id {}", c.status, c.wr_id).into());
+            }
+            match c.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        routs += post_recvs(hca, args.rx_depth - routs);
+                        if routs < args.rx_depth {
+                            return Err(format!("couldn't post receive ({routs})").into());
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => return Err(format!("completion for unknown wr_id {other}").into()),
+            }
+            pending &= !c.wr_id;
+            if scnt < args.iters && pending == 0 {
+                post_send(hca)?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = args.size as u64 * args.iters * 2;
+    println!(
+        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / secs / 1e6
+    );
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        args.iters,
+        secs * 1e6 / args.iters as f64
+    );
+    Ok(secs)
+}
+
+/// Runs the server half of an out-of-band exchange (on `listener` or on `args.port`),
+/// connecting with `connect` before answering, or the client half towards `server`.
+pub fn exchange<T>(
+    args: &Args,
+    server: Option<&str>,
+    listener: Option<std::net::TcpListener>,
+    me: &Dest,
+    connect: impl FnOnce(&Dest) -> Result<T, Box<dyn std::error::Error>>,
+) -> Result<(Dest, T), Box<dyn std::error::Error>> {
+    match server {
+        Some(s) => {
+            let peer = uhca::oob::client_exchange(s, args.port, me, OOB_TIMEOUT)?;
+            let t = connect(&peer)?;
+            Ok((peer, t))
+        }
+        None => {
+            let listener = match listener {
+                Some(l) => l,
+                None => std::net::TcpListener::bind(("0.0.0.0", args.port))?,
+            };
+            let mut out = None;
+            let mut connect = Some(connect);
+            let peer = uhca::oob::server_exchange(&listener, me, OOB_TIMEOUT, |peer| {
+                let f = connect.take().ok_or("connected twice")?;
+                out = Some(f(peer).map_err(|e| e.to_string())?);
+                Ok(())
+            })?;
+            Ok((peer, out.ok_or("not connected")?))
+        }
+    }
+}
+
+/// Runs `side` as server (10.0.0.2, on a thread) and client (10.0.0.1) on two mock HCAs
+/// over the in-memory fabric, the out-of-band exchange over loopback TCP.
+pub fn run_mock_pair(
+    args: &Args,
+    side: fn(
+        &mut Hca<MockPlatform>,
+        &Args,
+        Option<&str>,
+        Option<std::net::TcpListener>,
+    ) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (fabric, _pump) = mock_fabric();
+    let (_dev_s, mut hca_s) = mock_node(&fabric, 2, None)?;
+    let (_dev_c, mut hca_c) = mock_node(&fabric, 1, None)?;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let mut cargs = args.clone();
+    cargs.port = listener.local_addr()?.port();
+    cargs.gid_index.get_or_insert(0);
+    let sargs = cargs.clone();
+    let server = std::thread::spawn(move || -> Result<(), String> {
+        side(&mut hca_s, &sargs, None, Some(listener)).map_err(|e| format!("server: {e}"))?;
+        hca_s.close().map_err(|e| e.to_string())
+    });
+    let client = side(&mut hca_c, &cargs, Some("127.0.0.1"), None);
+    let server = server.join().map_err(|_| "server thread panicked")?;
+    client.map_err(|e| format!("client: {e}"))?;
+    server?;
+    hca_c.close()?;
+    Ok(())
+}
+
+/// Runs `side` on one mock HCA behind a UDP socket on `ip` (GID index 0 by default).
+pub fn run_udp(
+    args: &Args,
+    ip: Ipv4Addr,
+    side: fn(
+        &mut Hca<MockPlatform>,
+        &Args,
+        Option<&str>,
+        Option<std::net::TcpListener>,
+    ) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (_fabric, _pump, _dev, mut hca) = udp_node(ip)?;
+    let mut a = args.clone();
+    a.gid_index.get_or_insert(0);
+    side(&mut hca, &a, args.server.as_deref(), None)?;
+    hca.close()?;
+    Ok(())
+}
