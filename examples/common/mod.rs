@@ -365,17 +365,18 @@ pub fn exchange<T>(
     }
 }
 
+/// One side of an example on a mock HCA: the HCA, the flags, the server to connect to
+/// (`None`: be the server) and, for the server, a listener already bound.
+pub type MockSide = fn(
+    &mut Hca<MockPlatform>,
+    &Args,
+    Option<&str>,
+    Option<std::net::TcpListener>,
+) -> Result<(), Box<dyn std::error::Error>>;
+
 /// Runs `side` as server (10.0.0.2, on a thread) and client (10.0.0.1) on two mock HCAs
 /// over the in-memory fabric, the out-of-band exchange over loopback TCP.
-pub fn run_mock_pair(
-    args: &Args,
-    side: fn(
-        &mut Hca<MockPlatform>,
-        &Args,
-        Option<&str>,
-        Option<std::net::TcpListener>,
-    ) -> Result<(), Box<dyn std::error::Error>>,
-) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_mock_pair(args: &Args, side: MockSide) -> Result<(), Box<dyn std::error::Error>> {
     let (fabric, _pump) = mock_fabric();
     let (_dev_s, mut hca_s) = mock_node(&fabric, 2, None)?;
     let (_dev_c, mut hca_c) = mock_node(&fabric, 1, None)?;
@@ -400,12 +401,7 @@ pub fn run_mock_pair(
 pub fn run_udp(
     args: &Args,
     ip: Ipv4Addr,
-    side: fn(
-        &mut Hca<MockPlatform>,
-        &Args,
-        Option<&str>,
-        Option<std::net::TcpListener>,
-    ) -> Result<(), Box<dyn std::error::Error>>,
+    side: MockSide,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (_fabric, _pump, _dev, mut hca) = udp_node(ip)?;
     let mut a = args.clone();
