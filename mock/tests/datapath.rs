@@ -12,7 +12,8 @@ fn rc_every_opcode(link: LinkLayer) {
     let mut p = Pair::rc(link);
     let amr = p.a.mr(8192);
     let bmr = p.b.mr(8192);
-    // SEND: b posts a receive, a sends.
+    // SEND: b posts a receive, a sends. (b's first packet in RTR would raise COMM_EST;
+    // b is in RTS already.)
     p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 4096)]);
     p.a.write(&amr, 0, b"hello, responder");
     let idx = p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 16));
@@ -335,9 +336,8 @@ fn completion_events_for_armed_cqs() {
     p.b.arm(&p.bcq, 0, false);
     p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
     p.run();
-    let eqes = p.b.h.poll_eq(&mut p.b.eq);
+    let eqes = p.b.events(EventType::Comp);
     assert_eq!(eqes.len(), 1);
-    assert_eq!(eqes[0].event_type(), EventType::Comp);
     let comp: &uhca_fwif::eqe::EqeComp = eqes[0].data_as();
     assert_eq!(comp.cqn.get() & 0xff_ffff, p.bcq.cqn);
     // Not armed again: the next completion raises no event.
@@ -345,7 +345,7 @@ fn completion_events_for_armed_cqs() {
     p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
     p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
     p.run();
-    assert!(p.b.h.poll_eq(&mut p.b.eq).is_empty());
+    assert!(p.b.events(EventType::Comp).is_empty());
     // Solicited only: an unsolicited SEND raises nothing, a solicited one does.
     p.b.poll_all(&mut p.bcq);
     p.b.arm(&p.bcq, 1, true);
@@ -353,12 +353,12 @@ fn completion_events_for_armed_cqs() {
     p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
     p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
     p.run();
-    assert!(p.b.h.poll_eq(&mut p.b.eq).is_empty());
+    assert!(p.b.events(EventType::Comp).is_empty());
     let mut w = wr(WqeOpcode::Send, &amr, 0, 8);
     w.solicited = true;
     p.a.post_send(&mut p.aqp, &w);
     p.run();
-    assert_eq!(p.b.h.poll_eq(&mut p.b.eq).len(), 1);
+    assert_eq!(p.b.events(EventType::Comp).len(), 1);
 }
 
 #[test]
@@ -434,6 +434,12 @@ fn sends_consume_srq_wqes_through_the_free_list() {
     assert_eq!(b.read(&data, 64, 8), vec![2u8; 8]);
     assert_eq!(b.read(&data, 128, 8), vec![3u8; 8]);
     assert_eq!(a.poll_all(&mut acq).len(), 3);
+    // An SRQ-attached QP that enters the error state reports its last WQE.
+    b.modify_to_error(&bqp);
+    assert!(b.poll_all(&mut bcq).is_empty(), "an SRQ is not flushed");
+    assert!(fabric.run_until_idle());
+    let ev = b.events(EventType::SrqLastWqe);
+    assert_eq!(ev.len(), 1);
 }
 
 #[test]
@@ -589,4 +595,31 @@ fn a_wrong_pkey_is_dropped_and_counted() {
     // The retransmission (with the right P_Key) gets through.
     p.run();
     assert_eq!(p.b.poll_all(&mut p.bcq).len(), 1);
+}
+
+#[test]
+fn the_first_packet_in_rtr_raises_communication_established() {
+    let rtr = Conn {
+        stop_at_rtr: true,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, Conn::default(), rtr);
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Rtr);
+    let amr = p.a.mr(64);
+    let bmr = p.b.mr(64);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    p.run();
+    assert_eq!(
+        p.b.poll_all(&mut p.bcq).len(),
+        2,
+        "an RTR QP receives and ACKs"
+    );
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
+    let ev = p.b.events(EventType::CommEst);
+    assert_eq!(ev.len(), 1, "once");
+    let d: &uhca_fwif::eqe::EqeQpSrq = ev[0].data_as();
+    assert_eq!(d.qp_srq_n.get() & 0xff_ffff, p.bqp.qpn);
 }

@@ -178,6 +178,16 @@ fn violation(v: Violation) {
     if !matches!(v, Violation::Destroyed) {
         assert_eq!(p.b.read(&bmr, 0, 4096), vec![0u8; 4096], "nothing written");
     }
+    // The responder reports the error on its event queue, naming its QP.
+    let ev = if matches!(v, Violation::Unaligned) {
+        EventType::WqInvalReqError
+    } else {
+        EventType::WqAccessError
+    };
+    let eqes = p.b.events(ev);
+    assert_eq!(eqes.len(), 1);
+    let d: &uhca_fwif::eqe::EqeQpSrq = eqes[0].data_as();
+    assert_eq!(d.qp_srq_n.get() & 0xff_ffff, p.bqp.qpn);
     assert_eq!(p.a.read(&amr, 512, 8), vec![0u8; 8], "no result written");
 }
 
@@ -262,9 +272,8 @@ fn cq_overrun_raises_a_cq_error_event() {
     }
     assert!(fabric.run_until_idle());
     assert_eq!(a.h.hca.datapath_counters().cq_overruns, 1);
-    let eqes = a.h.poll_eq(&mut a.eq);
+    let eqes = a.events(EventType::CqError);
     assert_eq!(eqes.len(), 1);
-    assert_eq!(eqes[0].event_type(), EventType::CqError);
     let e: &uhca_fwif::eqe::EqeCqErr = eqes[0].data_as();
     assert_eq!(e.cqn.get() & 0xff_ffff, acq.cqn);
     assert_eq!(e.syndrome, 1);

@@ -30,7 +30,7 @@ mod sq;
 
 use crate::device::Device;
 use std::collections::{BTreeMap, VecDeque};
-use uhca_fwif::consts::{QpServiceType, QpState};
+use uhca_fwif::consts::{EventType, QpState};
 
 pub use counters::QCounters;
 pub(crate) use sq::SentWqe;
@@ -140,6 +140,8 @@ pub(crate) struct QpDp {
     pub(crate) unacked: u32,
     /// A sequence-error NAK was sent for the current gap.
     pub(crate) nak_sent: bool,
+    /// A packet arrived (COMM_EST was raised if in RTR).
+    pub(crate) established: bool,
 }
 
 /// The engine of one HCA.
@@ -261,11 +263,13 @@ impl Device {
                 st.retry_left = qpc.retry_count();
                 st.rnr_left = qpc.rnr_retry();
             }
-            QpState::Err => self.flush_qp(qpn, now),
+            QpState::Err => {
+                self.flush_qp(qpn, now);
+                if from != QpState::Err && qpc.rq_type() == 1 {
+                    self.qp_event(EventType::SrqLastWqe, qpn, now);
+                }
+            }
             _ => {}
-        }
-        if QpServiceType::from_raw(qpc.st()) == QpServiceType::Ud && to == QpState::Rts {
-            // UD has no PSN checks; keep the counter going.
         }
     }
 
@@ -274,12 +278,28 @@ impl Device {
         self.engine.qps.remove(&qpn);
     }
 
-    /// Puts a QP into the error state from the datapath and flushes it.
+    /// Puts a QP into the error state from the datapath and flushes it (an SRQ-attached QP
+    /// also raises SRQ_LAST_WQE).
     pub(crate) fn qp_to_error(&mut self, qpn: u32, now: u64) {
+        let mut srq = false;
         if let Some(q) = self.fw.qps.get_mut(&qpn) {
+            if QpState::from_raw(q.qpc.state()) == QpState::Err {
+                return;
+            }
             q.qpc.set_state(QpState::Err.raw());
+            srq = q.qpc.rq_type() == 1;
         }
         self.flush_qp(qpn, now);
+        if srq {
+            self.qp_event(EventType::SrqLastWqe, qpn, now);
+        }
+    }
+
+    /// Posts an asynchronous QP event (EQE data: type 0 = QP, the QPN) to a subscribed EQ.
+    pub(crate) fn qp_event(&mut self, event: EventType, qpn: u32, now: u64) {
+        let mut data = [0u8; 28];
+        data[24..28].copy_from_slice(&(qpn & 0x00ff_ffff).to_be_bytes());
+        self.post_event(event.raw(), 0, data, now, false);
     }
 
     pub(crate) fn push_frame(&mut self, frame: Vec<u8>) {

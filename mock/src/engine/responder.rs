@@ -183,6 +183,17 @@ impl Device {
             return;
         }
         self.engine.qps.entry(qpn).or_default();
+        if state == QpState::Rtr && st != QpServiceType::Ud {
+            let first = self
+                .engine
+                .qps
+                .get_mut(&qpn)
+                .is_some_and(|s| !std::mem::replace(&mut s.established, true));
+            if first {
+                // The first packet in RTR: communication established.
+                self.qp_event(uhca_fwif::consts::EventType::CommEst, qpn, now);
+            }
+        }
         match st {
             QpServiceType::Ud => self.ud_rx(qpn, t, info, now),
             QpServiceType::Rc if response => self.requester_rx(qpn, t, now),
@@ -334,6 +345,15 @@ impl Device {
             Err(Fail::Nak(code, syndrome)) => {
                 let e = self.engine.qps.get(&qpn).map(|s| s.epsn).unwrap_or(p);
                 self.send_aeth(qpn, e, AethSyndrome::Nak(code));
+                // The responder's QP reports the error asynchronously too.
+                let event = match code {
+                    NakCode::RemoteAccessError => Some(uhca_fwif::consts::EventType::WqAccessError),
+                    NakCode::InvalidRequest => Some(uhca_fwif::consts::EventType::WqInvalReqError),
+                    _ => None,
+                };
+                if let Some(ev) = event {
+                    self.qp_event(ev, qpn, now);
+                }
                 self.responder_error(qpn, syndrome, now);
             }
         }

@@ -111,6 +111,8 @@ pub struct Conn {
     pub grh: bool,
     /// Queue counter set (0: none).
     pub counter_set_id: u8,
+    /// Leave the QP in RTR (a pure responder).
+    pub stop_at_rtr: bool,
 }
 
 impl Default for Conn {
@@ -125,6 +127,7 @@ impl Default for Conn {
             gid_index: 0,
             grh: false,
             counter_set_id: 0,
+            stop_at_rtr: false,
         }
     }
 }
@@ -151,7 +154,17 @@ impl Node {
         let mut h = Harness::ready(cfg);
         let uar = h.alloc_uar();
         let pd = h.alloc_pd();
-        let eq = h.create_eq(uar, 6, &[EventType::CqError]);
+        let eq = h.create_eq(
+            uar,
+            6,
+            &[
+                EventType::CqError,
+                EventType::CommEst,
+                EventType::WqAccessError,
+                EventType::WqInvalReqError,
+                EventType::SrqLastWqe,
+            ],
+        );
         if link == LinkLayer::Ethernet {
             h.enable_roce();
             let mut s = SetRoceAddressIn::new_cmd();
@@ -418,6 +431,9 @@ impl Node {
             }
         }
         self.h.ok(&m, &[]);
+        if c.stop_at_rtr {
+            return;
+        }
         let mut m = Rtr2rtsQpIn::new_cmd();
         m.set_qpn(qp.qpn);
         m.qpc_mut()
@@ -598,6 +614,15 @@ impl Node {
                 .host_write(qp.dbr, &(qp.rq_pi & 0xffff).to_be_bytes())
         );
         n
+    }
+
+    /// The EQEs of the node's EQ of type `t` (others are consumed and dropped).
+    pub fn events(&mut self, t: EventType) -> Vec<uhca_fwif::eqe::Eqe> {
+        self.h
+            .poll_eq(&mut self.eq)
+            .into_iter()
+            .filter(|e| e.event_type() == t)
+            .collect()
     }
 
     pub fn modify_to_error(&mut self, qp: &Qp) {
