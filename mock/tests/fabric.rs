@@ -357,6 +357,10 @@ fn real_time_pump_moves_frames() {
 
 #[test]
 fn mixed_operations_under_faults_execute_atomics_exactly_once() {
+    mixed(0xabc, 100);
+}
+
+fn mixed(seed: u64, rounds: u32) {
     let c = Conn {
         ack_timeout: 8,
         mtu: IbMtu::Mtu256,
@@ -365,7 +369,7 @@ fn mixed_operations_under_faults_execute_atomics_exactly_once() {
     let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, c, c);
     p.fabric.set_faults(FaultConfig {
         corrupt_per_mille: 20,
-        ..FaultConfig::lossy(0xabc, 100)
+        ..FaultConfig::lossy(seed, 100)
     });
     let amr = p.a.mr(1 << 16);
     let bmr = p.b.mr(1 << 16);
@@ -373,7 +377,7 @@ fn mixed_operations_under_faults_execute_atomics_exactly_once() {
     p.b.write(&bmr, 8192, &pattern);
     let mut adds = 0u64;
     let mut expected_reads = 0;
-    for round in 0..100u32 {
+    for round in 0..rounds {
         for k in 0..8u32 {
             let slot = (k * 1024) as usize;
             match (round + k) % 4 {
@@ -425,4 +429,27 @@ fn mixed_operations_under_faults_execute_atomics_exactly_once() {
     assert_eq!(total, adds, "every fetch-and-add executed exactly once");
     assert!(expected_reads > 0);
     assert!(p.b.h.hca.datapath_counters().rx_duplicates > 0);
+}
+
+/// A longer soak over many seeds: `UHCA_SOAK_SEEDS=50 cargo test -p uhca-mock --test fabric
+/// soak -- --ignored`.
+#[test]
+#[ignore]
+fn soak_many_seeds() {
+    let n: u64 = std::env::var("UHCA_SOAK_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    for seed in 0..n {
+        for link in [LinkLayer::Ethernet, LinkLayer::InfiniBand] {
+            let faults = FaultConfig {
+                corrupt_per_mille: 30,
+                delay_per_mille: 30,
+                delay_ns: 100_000,
+                ..FaultConfig::lossy(seed, 150)
+            };
+            stream(link, 1_000, faults);
+        }
+        mixed(seed, 30);
+    }
 }
