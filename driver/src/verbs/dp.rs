@@ -162,6 +162,7 @@ impl<P: Platform + Clone> QpShadow<P> {
     }
 
     /// The send WQE starting at `wqe_index`, if one is outstanding there.
+    #[inline(always)]
     pub(crate) fn outstanding_send(&self, wqe_index: u16) -> Option<SendSlot> {
         self.sq_log?;
         let ahead = wqe_index.wrapping_sub(self.sq_ci as u16) as u32;
@@ -189,12 +190,14 @@ impl<P: Platform + Clone> QpShadow<P> {
 
     /// Retires every send WQE up to and including `s` (earlier unsignalled WQEs complete
     /// with it).
+    #[inline(always)]
     pub(crate) fn retire_send(&mut self, s: &SendSlot) {
         let ahead = s.wqe_index.wrapping_sub(self.sq_ci as u16) as u32;
         self.sq_ci = self.sq_ci.wrapping_add(ahead + s.wqebbs as u32);
     }
 
     /// Records a posted receive WQE at `index`.
+    #[inline(always)]
     pub(crate) fn record_recv(&mut self, index: u32, wr_id: u64) {
         let mask = (1u32 << self.rq_log.unwrap_or(0)) - 1;
         let off = self.rq_off + (index & mask) as usize * RQ_SLOT;
@@ -202,6 +205,7 @@ impl<P: Platform + Clone> QpShadow<P> {
     }
 
     /// Takes the oldest outstanding receive WQE if the device's counter names it.
+    #[inline(always)]
     pub(crate) fn take_recv(&mut self, wqe_counter: u16) -> Option<u64> {
         let log = self.rq_log?;
         if self.rq_head == self.rq_tail || wqe_counter != self.rq_tail as u16 {

@@ -18,9 +18,10 @@
 //! that is not outstanding, or that contradicts what was posted is consumed and reported
 //! as a [`PollError`]; the shadow state stays as it was. Polling allocates nothing.
 
-use uhca_fwif::consts::{CqeOpcode, WqeOpcode};
+use uhca_fwif::consts::{CqeOpcode, QpServiceType, WqeOpcode};
+use uhca_fwif::cqe::{Cqe64, ErrCqe};
+use uhca_fwif::zerocopy::{FromBytes, IntoBytes};
 use uhca_hal::Platform;
-use uhca_hal::cq::Completion;
 
 use super::Cq;
 use super::dp::Datapath;
@@ -153,19 +154,24 @@ fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
     })
 }
 
+/// The error fields of an error CQE (`mlx5_err_cqe` overlays the CQE): status and vendor
+/// syndrome.
+#[inline(always)]
+fn error_status(cqe: &Cqe64) -> (WcStatus, u8) {
+    match ErrCqe::ref_from_bytes(cqe.as_bytes()) {
+        Ok(e) => (WcStatus::from_syndrome(e.syndrome()), e.vendor_err_synd),
+        Err(_) => unreachable!("ErrCqe and Cqe64 are both 64 bytes"),
+    }
+}
+
 impl<P: Platform + Clone> Datapath<P> {
-    /// Checks one CQE of CQ `cqn` against the shadow and turns it into a completion.
-    fn complete(
-        &mut self,
-        cqn: u32,
-        c: &Completion,
-        flags_rqpn: u32,
-    ) -> Result<WorkCompletion, BadCqe> {
-        let (qpn, counter) = (c.qpn(), c.wqe_counter());
-        let opcode = match c {
-            Completion::Success(s) => s.opcode,
-            Completion::Error(e) => e.opcode,
-        };
+    /// Checks one CQE of CQ `cqn` against the shadow and turns it into a completion. The
+    /// CQE is read field by field where the PRM puts them (an error CQE keeps the QPN and
+    /// the WQE counter where a good one has them).
+    #[inline(always)]
+    fn complete(&mut self, cqn: u32, cqe: &Cqe64) -> Result<WorkCompletion, BadCqe> {
+        let opcode = cqe.opcode();
+        let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter.get());
         let Datapath { qps, srqs } = self;
         let qp = qps.get_mut(&qpn).ok_or(BadCqe::UnknownQp { qpn })?;
         let mut wc = WorkCompletion {
@@ -184,26 +190,23 @@ impl<P: Platform + Clone> Datapath<P> {
                 })?;
                 wc.wr_id = slot.wr_id;
                 wc.opcode = slot.opcode;
-                match c {
-                    Completion::Success(s) => {
-                        if wc_opcode_of_wqe(s.wqe_opcode()) != Some(slot.opcode) {
-                            return Err(BadCqe::OpcodeMismatch {
-                                qpn,
-                                wqe_counter: counter,
-                                reported: s.sop,
-                            });
-                        }
-                        wc.byte_len = match slot.opcode {
-                            WcOpcode::RdmaRead => s.byte_count,
-                            WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                            _ => 0,
-                        };
+                if opcode == CqeOpcode::Req {
+                    let sop = (cqe.sop_drop_qpn.get() >> 24) as u8;
+                    if wc_opcode_of_wqe(WqeOpcode::from_raw(sop)) != Some(slot.opcode) {
+                        return Err(BadCqe::OpcodeMismatch {
+                            qpn,
+                            wqe_counter: counter,
+                            reported: sop,
+                        });
                     }
-                    Completion::Error(e) => {
-                        wc.status = WcStatus::from_syndrome(e.syndrome);
-                        wc.vendor_err = e.vendor_syndrome;
-                        qp.error = true;
-                    }
+                    wc.byte_len = match slot.opcode {
+                        WcOpcode::RdmaRead => cqe.byte_cnt.get(),
+                        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                        _ => 0,
+                    };
+                } else {
+                    (wc.status, wc.vendor_err) = error_status(cqe);
+                    qp.error = true;
                 }
                 qp.retire_send(&slot);
             }
@@ -232,33 +235,30 @@ impl<P: Platform + Clone> Datapath<P> {
                         qp.take_recv(counter).ok_or(not_outstanding)?
                     }
                 };
-                match c {
-                    Completion::Success(s) => {
-                        wc.opcode = if opcode == CqeOpcode::RespWrImm {
-                            WcOpcode::RecvRdmaWithImm
-                        } else {
-                            WcOpcode::Recv
-                        };
-                        wc.byte_len = s.byte_count;
-                        if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
-                            wc.imm_data = s.immediate;
-                            wc.wc_flags |= WcFlags::WITH_IMM;
-                        }
-                        if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
-                            wc.wc_flags |= WcFlags::GRH;
-                        }
-                        if qp.st == uhca_fwif::consts::QpServiceType::Ud {
-                            wc.src_qp = s.remote_qpn;
-                            wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
-                        }
-                        wc.slid = s.slid;
+                if opcode == CqeOpcode::RespErr {
+                    wc.opcode = WcOpcode::Recv;
+                    (wc.status, wc.vendor_err) = error_status(cqe);
+                    qp.error = true;
+                } else {
+                    wc.opcode = if opcode == CqeOpcode::RespWrImm {
+                        WcOpcode::RecvRdmaWithImm
+                    } else {
+                        WcOpcode::Recv
+                    };
+                    wc.byte_len = cqe.byte_cnt.get();
+                    if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+                        wc.imm_data = cqe.immediate.get();
+                        wc.wc_flags |= WcFlags::WITH_IMM;
                     }
-                    Completion::Error(e) => {
-                        wc.opcode = WcOpcode::Recv;
-                        wc.status = WcStatus::from_syndrome(e.syndrome);
-                        wc.vendor_err = e.vendor_syndrome;
-                        qp.error = true;
+                    let flags_rqpn = cqe.flags_rqpn.get();
+                    if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
+                        wc.wc_flags |= WcFlags::GRH;
                     }
+                    if qp.st == QpServiceType::Ud {
+                        wc.src_qp = flags_rqpn & 0x00ff_ffff;
+                        wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
+                    }
+                    wc.slid = cqe.slid.get();
                 }
             }
             other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
@@ -299,9 +299,8 @@ impl<P: Platform + Clone> Cq<P> {
         let mut n = 0;
         let mut result = Ok(());
         while n < wc.len() {
-            let Some(raw) = ring.poll_raw() else { break };
-            let c = Completion::decode(&raw);
-            match dp.complete(cqn, &c, raw.flags_rqpn.get()) {
+            let Some(cqe) = ring.poll_raw() else { break };
+            match dp.complete(cqn, &cqe) {
                 Ok(w) => {
                     wc[n] = w;
                     n += 1;
