@@ -10,6 +10,11 @@
 //! [`MockPlatform`], which implements the HAL's platform traits; doorbells are processed
 //! synchronously inside the `Bar` write. `MODEL.md` lists what the model implements.
 //!
+//! The datapath [`engine`] executes send WQEs when their doorbell rings and turns them into
+//! real InfiniBand or RoCEv2 packets ([`wire`]); a [`Fabric`] connects several HCAs (an
+//! in-memory switch with a virtual clock, seeded fault injection, a pcap tap and a UDP
+//! uplink) and moves those packets when it is pumped.
+//!
 //! ```
 //! use uhca_mock::{MockConfig, MockHca};
 //! use uhca_hal::{Bar, PciConfig};
