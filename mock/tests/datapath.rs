@@ -319,7 +319,12 @@ fn uc_drops_a_message_with_a_lost_packet() {
     p.b.h.hca.receive_frames(&frames);
     assert!(p.b.poll_all(&mut p.bcq).is_empty());
     assert_eq!(p.b.h.hca.datapath_counters().rx_uc_dropped, 1);
-    // The next message uses the same receive WQE.
+    // A WRITE goes through, and the next SEND uses the same receive WQE.
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 8);
+    w.raddr = Some((bmr.iova + 4096, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    p.run();
+    assert_eq!(p.b.read(&bmr, 4096, 8), vec![1u8; 8]);
     p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 100));
     p.run();
     let wc = p.b.poll_all(&mut p.bcq);

@@ -515,7 +515,9 @@ impl Device {
             Fail::Nak(NakCode::InvalidRequest, None)
         };
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
-        if s.recv.is_some() || (first && s.write.is_some()) || (!first && s.write.is_none()) {
+        // A receive WQE kept from an abandoned UC message (offset 0) does not count.
+        let sending = s.recv.as_ref().is_some_and(|r| r.offset != 0);
+        if sending || (first && s.write.is_some()) || (!first && s.write.is_none()) {
             return Err(invalid);
         }
         let mut w = match (first, t.reth) {
