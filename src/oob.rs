@@ -293,3 +293,327 @@ mod tests {
         assert!(matches!(err, OobError::Io(_)), "{err}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The exchange of the bandwidth and latency examples (`rdma_bw`, `rdma_lat`).
+// ---------------------------------------------------------------------------------------
+
+/// Length of one [`RdmaDest`] message, NUL included: the pingpong text, then the remote
+/// key, the buffer's address and its length.
+pub const RDMA_MSG_LEN: usize =
+    "0000:000000:000000:00000000000000000000000000000000:00000000:0000000000000000:00000000".len()
+        + 1;
+
+/// Longest line [`Session::send_line`] sends and [`Session::recv_line`] accepts (newline
+/// excluded).
+pub const MAX_LINE: usize = 255;
+
+/// One side of the bandwidth and latency examples: its queue pair as in the pingpong
+/// exchange, and the buffer the peer may read or write with RDMA.
+///
+/// On the wire it is the text `LID:QPN:PSN:GID:RKEY:VADDR:LEN` — the pingpong message's
+/// `%04x:%06x:%06x:` and 32 GID hex digits, then `:%08x:%016x:%08x` — in a fixed 87-byte
+/// message that includes the terminating NUL ([`RDMA_MSG_LEN`]). The exchange is
+/// uhca's own (perftest's is different): the client connects over TCP and sends its
+/// message, the server reads it, connects its QP and answers with its own. The connection
+/// then stays open as a [`Session`] for lines of text (`text\n`) that the two sides use
+/// to agree on the test and to synchronise its start and end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaDest {
+    /// The queue pair, as in the pingpong exchange.
+    pub dest: Dest,
+    /// The remote key of the buffer.
+    pub rkey: u32,
+    /// The buffer's address as the peer names it in RDMA requests (an IOVA).
+    pub addr: u64,
+    /// The buffer's length in bytes.
+    pub len: u32,
+}
+
+impl RdmaDest {
+    /// The 87-byte message, NUL-terminated.
+    pub fn to_wire(&self) -> [u8; RDMA_MSG_LEN] {
+        let base = self.dest.to_wire();
+        let text = format!(
+            "{}:{:08x}:{:016x}:{:08x}",
+            String::from_utf8_lossy(&base[..MSG_LEN - 1]),
+            self.rkey,
+            self.addr,
+            self.len
+        );
+        let mut msg = [0u8; RDMA_MSG_LEN];
+        msg[..text.len()].copy_from_slice(text.as_bytes());
+        msg
+    }
+
+    /// Parses a message made by [`RdmaDest::to_wire`].
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Malformed`] for anything else.
+    pub fn parse(msg: &[u8]) -> Result<RdmaDest, OobError> {
+        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+        let text = std::str::from_utf8(&msg[..end])
+            .map_err(|_| OobError::Malformed(String::from_utf8_lossy(msg).into()))?;
+        let bad = || OobError::Malformed(text.to_string());
+        if text.len() != RDMA_MSG_LEN - 1 {
+            return Err(bad());
+        }
+        let (base, tail) = text.split_at(MSG_LEN - 1);
+        let dest = Dest::parse(base.as_bytes()).map_err(|_| bad())?;
+        let fields: Vec<&str> = tail.split(':').collect();
+        let hex = |s: &str, digits: usize| -> Result<u64, OobError> {
+            if s.len() != digits || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            u64::from_str_radix(s, 16).map_err(|_| bad())
+        };
+        match fields.as_slice() {
+            ["", rkey, addr, len] => Ok(RdmaDest {
+                dest,
+                rkey: hex(rkey, 8)? as u32,
+                addr: hex(addr, 16)?,
+                len: hex(len, 8)? as u32,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The TCP connection of a bandwidth or latency test after the exchange of
+/// [`RdmaDest`]s: lines of text, each at most [`MAX_LINE`] bytes and ended by `\n`.
+#[derive(Debug)]
+pub struct Session {
+    stream: TcpStream,
+}
+
+impl Session {
+    /// Bounds every later read and write by `timeout` (a side that waits for the other's
+    /// test to end may need longer than the exchange did).
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Io`].
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), OobError> {
+        configure(&self.stream, timeout)
+    }
+
+    /// Sends `line` and a newline.
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Malformed`] for a line that is too long or contains a newline;
+    /// [`OobError::Io`].
+    pub fn send_line(&mut self, line: &str) -> Result<(), OobError> {
+        if line.len() > MAX_LINE || line.contains('\n') {
+            return Err(OobError::Malformed(line.to_string()));
+        }
+        let mut msg = Vec::with_capacity(line.len() + 1);
+        msg.extend_from_slice(line.as_bytes());
+        msg.push(b'\n');
+        self.stream.write_all(&msg)?;
+        Ok(())
+    }
+
+    /// Reads one line (without its newline).
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Closed`] if the peer closed the connection, [`OobError::Malformed`]
+    /// for a line longer than [`MAX_LINE`] or not UTF-8, [`OobError::Io`].
+    pub fn recv_line(&mut self) -> Result<String, OobError> {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            self.stream.read_exact(&mut byte)?;
+            if byte[0] == b'\n' {
+                break;
+            }
+            if line.len() == MAX_LINE {
+                return Err(OobError::Malformed(
+                    String::from_utf8_lossy(&line).into_owned(),
+                ));
+            }
+            line.push(byte[0]);
+        }
+        String::from_utf8(line)
+            .map_err(|e| OobError::Malformed(String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
+    /// Sends `line` and returns the peer's: both sides call it to meet (a barrier) and
+    /// compare what they said.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::send_line`] and [`Session::recv_line`].
+    pub fn exchange_line(&mut self, line: &str) -> Result<String, OobError> {
+        self.send_line(line)?;
+        self.recv_line()
+    }
+}
+
+fn connect_stream(server: &str, port: u16, timeout: Duration) -> Result<TcpStream, OobError> {
+    let mut last = None;
+    for addr in (server, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => {
+                configure(&s, timeout)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(e.into()),
+        None => Err(OobError::Malformed(format!("no address for {server}"))),
+    }
+}
+
+fn accept_stream(listener: &TcpListener, timeout: Duration) -> Result<TcpStream, OobError> {
+    listener.set_nonblocking(true)?;
+    let start = std::time::Instant::now();
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if start.elapsed() > timeout {
+                    return Err(OobError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no client connected",
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.set_nonblocking(false)?;
+    configure(&stream, timeout)?;
+    Ok(stream)
+}
+
+/// The client side of the [`RdmaDest`] exchange: connects to `server:port`, sends
+/// `mine`, returns the server's and the open [`Session`].
+///
+/// # Errors
+///
+/// [`OobError`]; every step is bounded by `timeout`.
+pub fn rdma_client_exchange(
+    server: &str,
+    port: u16,
+    mine: &RdmaDest,
+    timeout: Duration,
+) -> Result<(RdmaDest, Session), OobError> {
+    let mut stream = connect_stream(server, port, timeout)?;
+    stream.write_all(&mine.to_wire())?;
+    let mut msg = [0u8; RDMA_MSG_LEN];
+    stream.read_exact(&mut msg)?;
+    Ok((RdmaDest::parse(&msg)?, Session { stream }))
+}
+
+/// The server side of the [`RdmaDest`] exchange: waits (at most `timeout`) for one client
+/// on `listener`, reads its message, calls `connect` with it (to bring the QP up before
+/// answering), sends `mine` and returns the client's and the open [`Session`].
+///
+/// # Errors
+///
+/// [`OobError`]; [`OobError::Connect`] if `connect` fails.
+pub fn rdma_server_exchange(
+    listener: &TcpListener,
+    mine: &RdmaDest,
+    timeout: Duration,
+    connect: impl FnOnce(&RdmaDest) -> Result<(), String>,
+) -> Result<(RdmaDest, Session), OobError> {
+    let mut stream = accept_stream(listener, timeout)?;
+    let mut msg = [0u8; RDMA_MSG_LEN];
+    stream.read_exact(&mut msg)?;
+    let theirs = RdmaDest::parse(&msg)?;
+    connect(&theirs).map_err(OobError::Connect)?;
+    stream.write_all(&mine.to_wire())?;
+    Ok((theirs, Session { stream }))
+}
+
+#[cfg(test)]
+mod rdma_tests {
+    use super::*;
+
+    fn sample() -> RdmaDest {
+        RdmaDest {
+            dest: Dest {
+                lid: 0x1,
+                qpn: 0x12,
+                psn: 0xab_cdef,
+                gid: Gid::from_ipv4([10, 0, 0, 1]),
+            },
+            rkey: 0x1234_5678,
+            addr: 0x7f00_1234_5000,
+            len: 0x10000,
+        }
+    }
+
+    #[test]
+    fn rdma_message_is_the_pingpong_text_then_key_address_and_length() {
+        let msg = sample().to_wire();
+        assert_eq!(msg.len(), 87);
+        assert_eq!(
+            &msg[..86],
+            &b"0001:000012:abcdef:00000000000000000000ffff0a000001:12345678:00007f0012345000:00010000"[..]
+        );
+        assert_eq!(msg[86], 0);
+        assert_eq!(RdmaDest::parse(&msg).unwrap(), sample());
+    }
+
+    #[test]
+    fn malformed_rdma_messages_are_errors() {
+        let good = sample().to_wire();
+        let mut short = good;
+        short[80] = 0;
+        let mut bad_hex = good;
+        bad_hex[55] = b'g';
+        let mut bad_sep = good;
+        bad_sep[65] = b':';
+        let pingpong = sample().dest.to_wire();
+        for bad in [
+            &short[..],
+            &bad_hex[..],
+            &bad_sep[..],
+            &pingpong[..],
+            b"\xff",
+        ] {
+            assert!(
+                matches!(RdmaDest::parse(bad), Err(OobError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rdma_exchange_then_lines_over_loopback() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = RdmaDest { len: 2, ..sample() };
+        let client = sample();
+        let t = std::thread::spawn(move || {
+            let mut seen = None;
+            let (got, mut s) =
+                rdma_server_exchange(&listener, &server, Duration::from_secs(5), |d| {
+                    seen = Some(*d);
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(seen, Some(got));
+            assert_eq!(s.exchange_line("start").unwrap(), "start");
+            s.send_line("verified").unwrap();
+            got
+        });
+        let (got, mut s) =
+            rdma_client_exchange("127.0.0.1", port, &client, Duration::from_secs(5)).unwrap();
+        assert_eq!(got, server);
+        assert_eq!(s.exchange_line("start").unwrap(), "start");
+        assert_eq!(s.recv_line().unwrap(), "verified");
+        assert_eq!(t.join().unwrap(), client);
+        assert!(matches!(s.recv_line(), Err(OobError::Closed)));
+        assert!(s.send_line("a\nb").is_err());
+        assert!(s.send_line(&"x".repeat(MAX_LINE + 1)).is_err());
+    }
+}
