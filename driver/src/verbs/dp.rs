@@ -489,7 +489,7 @@ mod tests {
                         wqe_index: sh.sq_pi as u16,
                         wqebbs: bbs,
                         opcode: WcOpcode::Send,
-                        signaled: rng.next() % 2 == 0,
+                        signaled: rng.next().is_multiple_of(2),
                     };
                     sh.record_send(&s);
                     sh.sq_pi = sh.sq_pi.wrapping_add(bbs as u32);
