@@ -133,6 +133,19 @@ fn rc_every_opcode(link: LinkLayer) {
     p.run();
     assert_eq!(p.b.poll_all(&mut p.bcq)[0].byte_cnt(), 7);
     assert_eq!(p.b.read(&bmr, 6000, 7), b"inline!");
+    // QUERY_QP shows the PSNs moved on: 11 requests from PSN 0x10 (the READ used one).
+    {
+        use uhca_fwif::cmd::*;
+        let mut q = QueryQpIn::new_cmd();
+        q.set_qpn(p.aqp.qpn);
+        let o = p.a.h.ok(&q, &[]);
+        assert_eq!(o.qpc().next_send_psn(), 0x10 + 11);
+        assert_eq!(o.qpc().hw_sq_wqebb_counter(), p.aqp.sq_pi);
+        let mut q = QueryQpIn::new_cmd();
+        q.set_qpn(p.bqp.qpn);
+        let o = p.b.h.ok(&q, &[]);
+        assert_eq!(o.qpc().next_rcv_psn(), 0x10 + 11);
+    }
     assert_eq!(p.a.h.hca.datapath_counters().rx_malformed, 0);
     assert_eq!(p.b.h.hca.datapath_counters().rx_malformed, 0);
     assert!(p.a.h.hca.iommu_faults().is_empty());

@@ -5,12 +5,22 @@
 //! datagrams carrying BTH to ICRC (the ICRC computed as over an IPv4 header with
 //! Identification 0 and DF, which is what Linux sends); datagrams that arrive are wrapped
 //! into a RoCEv2 frame for the HCA's MAC, so the HCA's own parser checks the ICRC.
+//!
+//! The IPv4 Identification of an incoming datagram is covered by its ICRC but is not visible
+//! through a UDP socket. Another UDP-socket sender (uhca) uses 0; Linux Soft-RoCE (rxe) picks
+//! one with `__ip_select_ident`. The CRC is affine in the bits of its input, so when the
+//! ICRC does not match Identification 0 the uplink solves for the one Identification (with
+//! DF set, or else clear) under which it does match ([`ipv4_ident_for_icrc`]) and rebuilds
+//! the frame with it; the HCA then verifies the ICRC as usual. Sixteen of the ICRC's 32 bits
+//! still check the packet (a corrupted one passes with probability 2^-16); a datagram with
+//! no such Identification is dropped and counted as malformed.
 
 use crate::MockHca;
 use crate::wire::eth::{EtherType, EthernetFrame, EthernetRepr};
 use crate::wire::ip::{IpRepr, Ipv4Packet, Ipv4Repr};
 use crate::wire::roce::{ROCEV2_UDP_PORT, emit_ip_datagram, parse_ip_datagram, udp_payload_icrc};
 use crate::wire::udp::UDP_HEADER_LEN;
+use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 
@@ -22,7 +32,15 @@ pub(crate) struct UdpPort {
     hca: MockHca,
     /// Datagrams that did not parse.
     pub(crate) malformed: u64,
+    /// Datagrams whose ICRC matched a non-zero IPv4 Identification (senders like rxe).
+    pub(crate) ident_recovered: u64,
+    /// [`IdentBasis`] by UDP payload length and DF.
+    basis: HashMap<(usize, bool), IdentBasis>,
 }
+
+/// How each bit of the IPv4 Identification changes the ICRC of a UDP payload of one length:
+/// `icrc(ident) = icrc(0) ^ XOR of bits[i] for each bit i set in ident`.
+type IdentBasis = [u32; 16];
 
 /// The MAC the fabric puts as the source of frames that came in over UDP.
 pub const UDP_GATEWAY_MAC: [u8; 6] = [0x02, 0x55, 0x44, 0x50, 0x00, 0x01];
@@ -36,6 +54,8 @@ impl UdpPort {
             local,
             hca: hca.clone(),
             malformed: 0,
+            ident_recovered: 0,
+            basis: HashMap::new(),
         })
     }
 
@@ -98,10 +118,36 @@ impl UdpPort {
         out
     }
 
-    fn wrap(&self, payload: &[u8], src: Ipv4Addr, sport: u16) -> Option<Vec<u8>> {
-        // Rebuild the IP datagram the peer sent, then check it parses.
-        let ip = IpRepr::Ipv4(Ipv4Repr::new(src.octets(), self.local.octets()));
+    fn wrap(&mut self, payload: &[u8], src: Ipv4Addr, sport: u16) -> Option<Vec<u8>> {
+        // Rebuild the IP datagram the peer sent (its Identification recovered from the
+        // ICRC if it is not 0), then check it parses.
+        let mut ipv4 = Ipv4Repr::new(src.octets(), self.local.octets());
         let t = crate::wire::roce::parse_udp_payload_unverified(payload).ok()?;
+        let end = payload.len() - 4;
+        let stored = u32::from_le_bytes(payload[end..].try_into().ok()?);
+        let zero = udp_payload_icrc(&IpRepr::Ipv4(ipv4), sport, &payload[..end]).ok()?;
+        if zero != stored {
+            let (ident, df) = [true, false].into_iter().find_map(|df| {
+                let v4 = Ipv4Repr {
+                    dont_frag: df,
+                    ..ipv4
+                };
+                let base = if df {
+                    zero
+                } else {
+                    udp_payload_icrc(&IpRepr::Ipv4(v4), sport, &payload[..end]).ok()?
+                };
+                let basis = *self
+                    .basis
+                    .entry((payload.len(), df))
+                    .or_insert_with(|| ident_basis(v4, sport, &payload[..end], base));
+                solve_ident(&basis, base ^ stored).map(|id| (id, df))
+            })?;
+            ipv4.ident = ident;
+            ipv4.dont_frag = df;
+            self.ident_recovered += 1;
+        }
+        let ip = IpRepr::Ipv4(ipv4);
         let eth = EthernetRepr {
             dst: self.hca.mac(),
             src: UDP_GATEWAY_MAC,
@@ -120,6 +166,74 @@ impl UdpPort {
     }
 }
 
+/// The ICRC change each Identification bit causes, for `transport` (BTH to the last pad
+/// byte) under `ip` (Identification ignored) whose ICRC with Identification 0 is `base`.
+fn ident_basis(ip: Ipv4Repr, sport: u16, transport: &[u8], base: u32) -> IdentBasis {
+    let mut b = [0u32; 16];
+    for (i, v) in b.iter_mut().enumerate() {
+        let ip = IpRepr::Ipv4(Ipv4Repr {
+            ident: 1 << i,
+            ..ip
+        });
+        *v = udp_payload_icrc(&ip, sport, transport).map_or(0, |c| c ^ base);
+    }
+    b
+}
+
+/// The Identification `x` with `XOR of basis[i] for bits i of x == diff`, if there is one
+/// (Gaussian elimination over GF(2); the basis vectors are independent for CRC-32).
+fn solve_ident(basis: &IdentBasis, diff: u32) -> Option<u16> {
+    // Rows: (ICRC difference, the Identification bits that make it).
+    let mut rows: Vec<(u32, u16)> = basis
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v, 1u16 << i))
+        .collect();
+    let (mut d, mut x) = (diff, 0u16);
+    let mut r = 0;
+    for bit in (0..32).rev() {
+        let m = 1u32 << bit;
+        let Some(p) = (r..rows.len()).find(|&k| rows[k].0 & m != 0) else {
+            continue;
+        };
+        rows.swap(r, p);
+        let pivot = rows[r];
+        for (k, row) in rows.iter_mut().enumerate() {
+            if k != r && row.0 & m != 0 {
+                row.0 ^= pivot.0;
+                row.1 ^= pivot.1;
+            }
+        }
+        if d & m != 0 {
+            d ^= pivot.0;
+            x ^= pivot.1;
+        }
+        r += 1;
+    }
+    (d == 0).then_some(x)
+}
+
+/// The IPv4 Identification (and DF) under which `payload` (BTH to ICRC), received on
+/// `dst:4791` from `src:sport`, has a valid ICRC; `None` if there is none.
+pub fn ipv4_ident_for_icrc(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    payload: &[u8],
+) -> Option<(u16, bool)> {
+    let end = payload.len().checked_sub(4)?;
+    let stored = u32::from_le_bytes(payload[end..].try_into().ok()?);
+    [true, false].into_iter().find_map(|df| {
+        let ip = Ipv4Repr {
+            dont_frag: df,
+            ..Ipv4Repr::new(src.octets(), dst.octets())
+        };
+        let base = udp_payload_icrc(&IpRepr::Ipv4(ip), sport, &payload[..end]).ok()?;
+        let basis = ident_basis(ip, sport, &payload[..end], base);
+        solve_ident(&basis, base ^ stored).map(|id| (id, df))
+    })
+}
+
 impl crate::Fabric {
     /// Binds `local:4791` as a UDP uplink for `hca` (which should be attached to this
     /// fabric and use the IPv4-mapped GID `::ffff:local`): its RoCEv2 packets to other
@@ -130,5 +244,75 @@ impl crate::Fabric {
         let port = UdpPort::bind(hca, local)?;
         self.with_inner(|u| u.push(port));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::RoceV2Repr;
+    use crate::wire::ib::{BthRepr, IbTransportRepr, Opcode};
+    use crate::wire::roce::ip_datagram_len;
+
+    /// The UDP payload (BTH to ICRC) of a datagram sent with this IPv4 header, as rxe sends
+    /// it (its own Identification) and as a UDP socket receives it.
+    fn payload_sent_with(ip: Ipv4Repr, sport: u16, t: &IbTransportRepr<'_>) -> Vec<u8> {
+        let ip = IpRepr::Ipv4(ip);
+        let mut d = vec![0u8; ip_datagram_len(&ip, t)];
+        emit_ip_datagram(&ip, sport, t, &mut d).unwrap();
+        d[20 + UDP_HEADER_LEN..].to_vec()
+    }
+
+    #[test]
+    fn the_identification_is_recovered_from_the_icrc() {
+        let (src, dst) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+        let data = vec![0x5a; 1024];
+        let t = IbTransportRepr::new(BthRepr::new(Opcode::RcSendOnly, 0x12, 0x345), &data);
+        for (ident, df) in [(0, true), (0xbeef, true), (1, true), (0x8000, true), (0x1234, false)] {
+            let ip = Ipv4Repr {
+                ident,
+                dont_frag: df,
+                ..Ipv4Repr::new(src.octets(), dst.octets())
+            };
+            let p = payload_sent_with(ip, 51234, &t);
+            assert_eq!(ipv4_ident_for_icrc(src, dst, 51234, &p), Some((ident, df)));
+            // Another source port, address or a flipped payload bit: no Identification fits
+            // (for these packets; in general 1 in 2^16 would).
+            assert_eq!(ipv4_ident_for_icrc(src, dst, 51235, &p), None);
+            assert_eq!(ipv4_ident_for_icrc(dst, src, 51234, &p), None);
+            let mut bad = p.clone();
+            bad[100] ^= 4;
+            assert_eq!(ipv4_ident_for_icrc(src, dst, 51234, &bad), None);
+        }
+    }
+
+    #[test]
+    fn incoming_datagrams_with_any_identification_reach_the_hca_verified() {
+        let hca = MockHca::new(crate::MockConfig::default());
+        let local = Ipv4Addr::new(127, 0, 91, 1);
+        let Ok(mut port) = UdpPort::bind(&hca, local) else {
+            return; // no 127.0.91.1 here (not Linux)
+        };
+        let peer = Ipv4Addr::new(127, 0, 91, 2);
+        let t = IbTransportRepr::new(BthRepr::new(Opcode::UdSendOnly, 0x99, 7), b"ping")
+            .with_deth(0x1111_1111, 0x11);
+        for ident in [0u16, 0x4d2, 0xffff] {
+            let ip = Ipv4Repr {
+                ident,
+                ..Ipv4Repr::new(peer.octets(), local.octets())
+            };
+            let p = payload_sent_with(ip, 49999, &t);
+            let f = port.wrap(&p, peer, 49999).expect("accepted");
+            let r = RoceV2Repr::parse(&f).expect("the HCA's parser verifies the ICRC");
+            let IpRepr::Ipv4(got) = r.ip else {
+                panic!("not IPv4")
+            };
+            assert_eq!((got.src, got.ident, got.dont_frag), (ip.src, ident, true));
+            assert_eq!(r.udp_src_port, 49999);
+            let mut bad = p.clone();
+            bad[13] ^= 1;
+            assert!(port.wrap(&bad, peer, 49999).is_none(), "a corrupted one is dropped");
+        }
+        assert_eq!(port.ident_recovered, 2);
     }
 }

@@ -250,6 +250,7 @@ impl Device {
         };
         let mut o = QueryQpOut::default();
         *o.qpc_mut() = qp.qpc;
+        self.engine_query_qp(i.qpn(), o.qpc_mut());
         Ok(out(&o))
     }
 
