@@ -161,6 +161,8 @@ impl<P: Platform + Clone> Cq<P> {
         d.set_cqn(self.cqn);
         match hca.exec(&d, &[], &mut []) {
             Ok(_) => {
+                // Completion events still waiting for this CQ go with it.
+                while hca.take_completion_event(self.cqn) {}
                 drop(self.ring.take());
                 Ok(())
             }
