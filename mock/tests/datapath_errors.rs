@@ -481,3 +481,49 @@ fn random_packets_at_live_qps_never_panic() {
         "errors were reached and recovered from: {resets}"
     );
 }
+
+#[test]
+fn a_ud_send_error_stops_only_the_send_queue() {
+    use uhca_fwif::cmd::*;
+    let fabric = uhca_mock::Fabric::ethernet();
+    let mut a = Node::new(&fabric, LinkLayer::Ethernet, 1);
+    let mut b = Node::new(&fabric, LinkLayer::Ethernet, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let mut aqp = a.qp(QpServiceType::Ud, &acq, &acq);
+    let mut bqp = b.qp(QpServiceType::Ud, &bcq, &bcq);
+    a.ud_ready(&aqp, 7);
+    b.ud_ready(&bqp, 7);
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    let mut w = wr(WqeOpcode::Send, &amr, 0, 8);
+    w.av = Some(a.av_to(&b, bqp.qpn, 7));
+    let mut bad = w.clone();
+    bad.sges[0].0 ^= 0x100;
+    a.post_send(&mut aqp, &bad);
+    assert_eq!(a.qp_state(&aqp), QpState::Sqer);
+    a.post_send(&mut aqp, &w);
+    let wc = a.poll_all(&mut acq);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::LocalProtErr);
+    assert_eq!(wc[1].syndrome(), CqeSyndrome::WrFlushErr);
+    // The receive queue still works.
+    a.post_recv(&mut aqp, &[(amr.key, amr.iova + 1024, 256)]);
+    let mut back = wr(WqeOpcode::Send, &bmr, 0, 4);
+    back.av = Some(b.av_to(&a, aqp.qpn, 7));
+    b.post_send(&mut bqp, &back);
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq)[0].opcode, CqeOpcode::RespSend);
+    // SQERR2RTS resumes sending.
+    let mut r = Sqerr2rtsQpIn::new_cmd();
+    r.set_qpn(aqp.qpn);
+    a.h.ok(&r, &[]);
+    b.post_recv(&mut bqp, &[(bmr.key, bmr.iova, 256)]);
+    a.post_send(&mut aqp, &w);
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq)[0].opcode, CqeOpcode::Req);
+    assert_eq!(
+        b.poll_all(&mut bcq).len(),
+        2,
+        "b's own send and the datagram"
+    );
+}

@@ -130,20 +130,25 @@ impl Device {
     }
 
     /// Flushes a QP in the error state: every outstanding and posted send WQE and every
-    /// posted receive WQE completes with WR_FLUSH_ERR.
+    /// posted receive WQE completes with WR_FLUSH_ERR. In SQER only the send WQEs.
     pub(crate) fn flush_qp(&mut self, qpn: u32, now: u64) {
         let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
-        if QpState::from_raw(qpc.state()) != QpState::Err {
+        let state = QpState::from_raw(qpc.state());
+        if state != QpState::Err && state != QpState::Sqer {
             return;
         }
+        // SQER (UD): only the send queue is flushed; the receive queue keeps working.
+        let sq_only = state == QpState::Sqer;
         let st = self.engine.qps.entry(qpn).or_default();
         st.timer = None;
         st.rnr_timer = None;
-        st.recv = None;
-        st.write = None;
-        st.ack_pending = false;
+        if !sq_only {
+            st.recv = None;
+            st.write = None;
+            st.ack_pending = false;
+        }
         let outstanding: Vec<_> = st.outstanding.drain(..).collect();
         let uidx = qpc.user_index();
         for w in outstanding {
@@ -190,7 +195,8 @@ impl Device {
             }
         }
         // Receive WQEs of the QP's own RQ (an SRQ is shared and not flushed).
-        if qpc.rq_type() == 0
+        if !sq_only
+            && qpc.rq_type() == 0
             && let Some(pi) = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)
         {
             let pi = pi as u16;

@@ -221,7 +221,12 @@ impl Device {
             .fw
             .qps
             .iter()
-            .filter(|(_, q)| QpState::from_raw(q.qpc.state()) == QpState::Err)
+            .filter(|(_, q)| {
+                matches!(
+                    QpState::from_raw(q.qpc.state()),
+                    QpState::Err | QpState::Sqer
+                )
+            })
             .map(|(&n, _)| n)
             .collect();
         for qpn in err {

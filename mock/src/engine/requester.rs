@@ -339,19 +339,27 @@ impl Device {
     ) {
         // Earlier WQEs still in flight complete (with a flush) after this one in the model;
         // the error CQE names the failing WQE.
-        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+        let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         self.post_err_cqe(
-            cqn,
+            q.cqn_snd(),
             qpn,
             counter,
             opcode,
             syndrome,
             CqeOpcode::ReqErr,
-            0,
+            q.user_index(),
             now,
         );
+        if QpServiceType::from_raw(q.st()) == QpServiceType::Ud {
+            // A UD send error stops only the send queue (SQER); SQERR2RTS resumes it.
+            if let Some(qp) = self.fw.qps.get_mut(&qpn) {
+                qp.qpc.set_state(QpState::Sqer.raw());
+            }
+            self.flush_qp(qpn, now);
+            return;
+        }
         self.qp_to_error(qpn, now);
     }
 

@@ -166,7 +166,7 @@ impl Device {
         let ok_state = if response {
             state == QpState::Rts
         } else {
-            matches!(state, QpState::Rtr | QpState::Rts)
+            matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqer)
         };
         if !ok_state || t.bth.opcode.transport() != want {
             self.engine.counters.rx_discarded += 1;

@@ -280,7 +280,7 @@ impl Device {
         let state = QpState::from_raw(qpc.state());
         match state {
             QpState::Rts => {}
-            QpState::Err => {
+            QpState::Err | QpState::Sqer => {
                 self.flush_qp(qpn, now);
                 return;
             }
