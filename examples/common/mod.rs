@@ -410,3 +410,281 @@ pub fn run_udp(
     hca.close()?;
     Ok(())
 }
+
+/// [`parse_args`] for examples with flags of their own: each `extra` entry names a flag
+/// that takes a value and how the usage line shows it (`("--tx-depth", "N")`); the values
+/// given come back in the same order (the last one given wins).
+pub fn parse_args_with(
+    name: &str,
+    default_size: usize,
+    default_iters: u64,
+    extra: &[(&str, &str)],
+) -> (Args, Vec<Option<String>>) {
+    let mut a = Args {
+        mode: Mode::Mock,
+        port: uhca::oob::DEFAULT_PORT,
+        ib_port: 1,
+        size: default_size,
+        iters: default_iters,
+        rx_depth: 500,
+        gid_index: None,
+        mtu: IbMtu::Mtu1024,
+        sl: 0,
+        device_name: None,
+        dmac: None,
+        op: None,
+        server: None,
+    };
+    let mut values = vec![None; extra.len()];
+    let extra_usage: String = extra.iter().map(|(f, v)| format!(" [{f} {v}]")).collect();
+    let mut mode = None;
+    let mut it = std::env::args().skip(1);
+    let usage = |msg: &str| -> ! {
+        eprintln!("{name}: {msg}");
+        eprintln!(
+            "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
+             [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op]\
+             {extra_usage} [SERVER]"
+        );
+        std::process::exit(2);
+    };
+    while let Some(arg) = it.next() {
+        let mut val = |flag: &str| {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+        };
+        if let Some(i) = extra.iter().position(|(f, _)| *f == arg) {
+            values[i] = Some(val(&arg));
+            continue;
+        }
+        match arg.as_str() {
+            "--mock" => mode = Some(Mode::Mock),
+            "--udp" => {
+                let v = val("--udp");
+                mode =
+                    Some(Mode::Udp(v.parse().unwrap_or_else(|_| {
+                        usage(&format!("bad IPv4 address {v:?}"))
+                    })));
+            }
+            "--device" => mode = Some(Mode::Device(val("--device"))),
+            "-p" | "--port" => a.port = num(&val("-p")).unwrap_or_else(|| usage("bad -p")),
+            "-i" | "--ib-port" => a.ib_port = num(&val("-i")).unwrap_or_else(|| usage("bad -i")),
+            "-s" | "--size" => a.size = num(&val("-s")).unwrap_or_else(|| usage("bad -s")),
+            "-n" | "--iters" => a.iters = num(&val("-n")).unwrap_or_else(|| usage("bad -n")),
+            "-r" | "--rx-depth" => a.rx_depth = num(&val("-r")).unwrap_or_else(|| usage("bad -r")),
+            "-g" | "--gid-idx" => {
+                a.gid_index = Some(num(&val("-g")).unwrap_or_else(|| usage("bad -g")))
+            }
+            "-m" | "--mtu" => {
+                let bytes: u32 = num(&val("-m")).unwrap_or_else(|| usage("bad -m"));
+                a.mtu = IbMtu::from_bytes(bytes)
+                    .unwrap_or_else(|| usage("-m must be 256, 512, 1024, 2048 or 4096"));
+            }
+            "-l" | "--sl" => a.sl = num(&val("-l")).unwrap_or_else(|| usage("bad -l")),
+            "-d" | "--ib-dev" => a.device_name = Some(val("-d")),
+            "-t" | "--test" => a.op = Some(val("-t")),
+            "--dmac" => {
+                a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
+            }
+            "-h" | "--help" => usage("help"),
+            s if s.starts_with('-') => usage(&format!("unknown flag {s}")),
+            s => a.server = Some(s.to_string()),
+        }
+    }
+    a.mode = mode.unwrap_or_else(|| usage("choose --mock, --udp LOCAL_IP or --device BDF"));
+    if a.size == 0 || a.iters == 0 || a.rx_depth == 0 {
+        usage("size, iterations and rx depth must be positive");
+    }
+    (a, values)
+}
+
+/// Polls `cq` into `wc` until it returns at least one completion, or fails after
+/// [`OOB_TIMEOUT`] without one. On the mock the fabric moves packets on a pump thread,
+/// so an empty poll yields the CPU to it; on hardware (`spin`) it spins as perftest does.
+pub fn poll_some<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    cq: &mut uhca::driver::verbs::Cq<P>,
+    wc: &mut [uhca::driver::verbs::WorkCompletion],
+    spin: bool,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let start = std::time::Instant::now();
+    let mut n = 0u32;
+    loop {
+        let got = cq.poll(hca, wc)?;
+        if got > 0 {
+            return Ok(got);
+        }
+        relax(spin);
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(1024) && start.elapsed() > OOB_TIMEOUT {
+            return Err(format!("no completion for {OOB_TIMEOUT:?}").into());
+        }
+    }
+}
+
+/// One turn of a busy-wait: a spin hint on hardware, a yield to the mock's pump thread
+/// otherwise.
+pub fn relax(spin: bool) {
+    if spin {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Brings an RC QP from INIT to RTS towards `peer` with first send PSN `psn`, answering
+/// and issuing up to `rd_atomic` RDMA READs at once (the bandwidth and latency examples).
+pub fn rc_connect<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    args: &Args,
+    qp: uhca::driver::verbs::Qp<P, uhca::driver::verbs::Rc, uhca::driver::verbs::state::Init>,
+    peer: &Dest,
+    psn: u32,
+    rd_atomic: u8,
+) -> Result<
+    uhca::driver::verbs::Qp<P, uhca::driver::verbs::Rc, uhca::driver::verbs::state::Rts>,
+    Box<dyn std::error::Error>,
+> {
+    use uhca::driver::verbs::{RtrAttr, RtsAttr};
+    let rtr = RtrAttr {
+        path_mtu: args.mtu,
+        dest_qpn: peer.qpn,
+        rq_psn: peer.psn,
+        max_dest_rd_atomic: rd_atomic,
+        min_rnr_timer: 12,
+        ah: path_to(hca, args, peer),
+    };
+    let qp = qp.to_rtr(hca, rtr).map_err(|f| f.error)?;
+    let rts = RtsAttr {
+        sq_psn: psn,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: rd_atomic,
+    };
+    Ok(qp.to_rts(hca, rts).map_err(|f| f.error)?)
+}
+
+/// The RDMA READs an RC QP may have outstanding in the bandwidth and latency examples:
+/// 16 (perftest's default on ConnectX), or less if the device says so.
+pub fn rd_atomic_depth<P: Platform + Clone>(hca: &Hca<P>) -> u8 {
+    let caps = hca.caps();
+    caps.max_qp_rd_atom
+        .min(caps.max_qp_init_rd_atom)
+        .clamp(1, 16) as u8
+}
+
+/// Runs the server half (on `listener` or on `args.port`; `connect` brings the QP up
+/// before the answer) or the client half (towards `server`) of the exchange of the
+/// bandwidth and latency examples, which carries the buffer's address and rkey too.
+pub fn rdma_exchange<T>(
+    args: &Args,
+    server: Option<&str>,
+    listener: Option<std::net::TcpListener>,
+    me: &uhca::oob::RdmaDest,
+    connect: impl FnOnce(&uhca::oob::RdmaDest) -> Result<T, Box<dyn std::error::Error>>,
+) -> Result<(uhca::oob::RdmaDest, uhca::oob::Session, T), Box<dyn std::error::Error>> {
+    match server {
+        Some(s) => {
+            let (peer, session) = uhca::oob::rdma_client_exchange(s, args.port, me, OOB_TIMEOUT)?;
+            let t = connect(&peer)?;
+            Ok((peer, session, t))
+        }
+        None => {
+            let listener = match listener {
+                Some(l) => l,
+                None => std::net::TcpListener::bind(("0.0.0.0", args.port))?,
+            };
+            let mut out = None;
+            let mut connect = Some(connect);
+            let (peer, session) =
+                uhca::oob::rdma_server_exchange(&listener, me, OOB_TIMEOUT, |peer| {
+                    let f = connect.take().ok_or("connected twice")?;
+                    out = Some(f(peer).map_err(|e| e.to_string())?);
+                    Ok(())
+                })?;
+            Ok((peer, session, out.ok_or("not connected")?))
+        }
+    }
+}
+
+/// Both sides say what test they run (`what`) and must say the same, so that flags that
+/// differ between client and server fail at once with a clear message.
+pub fn agree(
+    session: &mut uhca::oob::Session,
+    what: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let theirs = session.exchange_line(what)?;
+    if theirs != what {
+        return Err(format!(
+            "the peer runs \"{theirs}\", this side \"{what}\": give both sides the same -t, -s and -n"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The byte at `off` of buffer `slot` in the bandwidth and latency examples: the sender
+/// fills its buffers with it and the receiver checks what arrived against it.
+pub fn pattern(slot: usize, off: usize) -> u8 {
+    let x = (off as u32).wrapping_mul(0x9e37_79b1) ^ (slot as u32).wrapping_mul(0x85eb_ca6b);
+    (x >> 24) as u8 ^ (off as u8)
+}
+
+/// Buffer `slot` of `len` bytes filled with [`pattern`].
+pub fn pattern_buf(slot: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|off| pattern(slot, off)).collect()
+}
+
+/// Checks `got` (buffer `slot`) against [`pattern`]; says where it first differs.
+pub fn check_pattern(slot: usize, got: &[u8]) -> Result<(), String> {
+    match got
+        .iter()
+        .enumerate()
+        .find(|&(off, &b)| b != pattern(slot, off))
+    {
+        None => Ok(()),
+        Some((off, &b)) => Err(format!(
+            "buffer {slot}, byte {off}: expected {:#04x}, found {b:#04x}",
+            pattern(slot, off)
+        )),
+    }
+}
+
+/// perftest's banner: the dashed rule, the test's title and its settings.
+pub fn perftest_banner<P: Platform + Clone>(
+    hca: &Hca<P>,
+    args: &Args,
+    title: &str,
+    settings: &[(&str, String)],
+) {
+    let rule = "-".repeat(87);
+    println!("{rule}");
+    println!("{:>width$}", title, width = 20 + title.len());
+    let link = match hca.caps().link_layer {
+        LinkLayer::Ethernet => "Ethernet",
+        LinkLayer::InfiniBand => "IB",
+    };
+    println!(" Number of qps   : 1\t\tTransport type : IB");
+    println!(" Connection type : RC\t\tUsing SRQ      : OFF");
+    for (k, v) in settings {
+        println!(" {k:<15} : {v}");
+    }
+    println!(" Mtu             : {}[B]", args.mtu.bytes().unwrap_or(0));
+    println!(" Link type       : {link}");
+    if let Some(g) = args.gid_index {
+        println!(" GID index       : {g}");
+    }
+    println!(" Max inline data : 0[B]");
+    println!(" Data ex. method : Ethernet");
+    println!("{rule}");
+}
+
+/// perftest's address lines for one side.
+pub fn perftest_address(side: &str, d: &uhca::oob::RdmaDest) {
+    println!(
+        " {side} address: LID {:04x} QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
+        d.dest.lid, d.dest.qpn, d.dest.psn, d.rkey, d.addr
+    );
+    println!(" GID: {}", d.dest.gid);
+}

@@ -1,0 +1,477 @@
+//! `rdma_bw`: RDMA bandwidth, like perftest's `ib_write_bw`, `ib_read_bw` and `ib_send_bw`,
+//! on uhca. The client streams `-n` messages of `-s` bytes on one RC QP, keeping up to
+//! `--tx-depth` of them outstanding, posting as many as there is room for with one
+//! doorbell and asking for a completion every `--cq-mod`-th; it prints perftest's table.
+//!
+//! ```sh
+//! cargo run --example rdma_bw -- --mock                          # WRITE, both sides here
+//! cargo run --example rdma_bw -- --mock -t read -s 4096 -n 1000
+//! cargo run --example rdma_bw -- --udp 10.0.0.1 -t send          # server, RoCEv2 over UDP
+//! cargo run --example rdma_bw -- --udp 10.0.0.2 -t send 10.0.0.1 # client
+//! cargo run --features vfio --example rdma_bw -- --device 0000:3b:00.0 -g 3 [SERVER]
+//! ```
+//!
+//! Flags: `-t write|read|send` (default write), `-s` size (65536), `-n` iterations (5000),
+//! `--tx-depth` outstanding requests (128), `--cq-mod` requests per completion (100),
+//! `-r` receives the SEND server keeps posted (500), `-p` TCP port (18515), `-g` GID
+//! index, `-m` path MTU, `-i` port, `-l` SL, `--dmac` the peer's MAC on real RoCE. Both
+//! sides must be given the same `-t`, `-s` and `-n` (they check).
+//!
+//! Roles as in perftest: with WRITE and READ the server is passive (its CPU does nothing
+//! until the client is done); with SEND the server posts receives. Each side registers
+//! up to 16 buffers of `-s` bytes; message `i` uses buffer `i % buffers` on both sides.
+//! The data is checked: the sender's buffers hold a known pattern, and after the run the
+//! target of the data (the server for WRITE and SEND, the client for READ) compares every
+//! buffer with it; the server reports its verdict to the client, and a mismatch fails
+//! both.
+//!
+//! BW average is the bytes moved over the time from the first post to the last
+//! completion; BW peak is the best rate over any stretch of `--tx-depth` messages (from
+//! one completion to a later one); MB is 2^20 bytes, as in perftest; MsgRate is messages
+//! per second in millions.
+//!
+//! The out-of-band exchange is uhca's own ([`uhca::oob::RdmaDest`]): over TCP, each side
+//! sends `LID:QPN:PSN:GID:RKEY:VADDR:LEN` in 87 bytes, then the two sides exchange lines
+//! on the same connection: the test each runs (`rdma_bw write 65536 5000 16`), `start`
+//! once both QPs are ready, `end` when the client is done, and the server's data verdict
+//! (`ok ...` or `corrupt ...`).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::net::TcpListener;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{Args, Mode};
+use uhca::driver::Hca;
+use uhca::driver::verbs::{
+    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvReady, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    WcStatus, WorkCompletion, state,
+};
+use uhca::fwif::consts::AccessFlags;
+use uhca::hal::{DmaMem, Platform};
+use uhca::oob::RdmaDest;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Most buffers a side registers (each `-s` bytes).
+const MAX_BUFFERS: u64 = 16;
+/// How long the passive server waits for the client to finish.
+const RUN_TIMEOUT: Duration = Duration::from_secs(3600);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Write,
+    Read,
+    Send,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Read => "read",
+            Op::Send => "send",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Op::Write => "RDMA_Write BW Test",
+            Op::Read => "RDMA_Read BW Test",
+            Op::Send => "Send BW Test",
+        }
+    }
+}
+
+/// The flags `common::Args` does not have.
+#[derive(Clone, Copy, Debug)]
+struct Opts {
+    op: Op,
+    tx_depth: u32,
+    cq_mod: u32,
+}
+
+static OPTS: OnceLock<Opts> = OnceLock::new();
+
+fn opts() -> Opts {
+    *OPTS.get().expect("options parsed in main")
+}
+
+fn main() {
+    let (args, extra) = common::parse_args_with(
+        "rdma_bw",
+        65536,
+        5000,
+        &[("--tx-depth", "N"), ("--cq-mod", "N")],
+    );
+    let bad = |msg: String| -> ! {
+        eprintln!("rdma_bw: {msg}");
+        std::process::exit(2);
+    };
+    let op = match args.op.as_deref().unwrap_or("write") {
+        "write" => Op::Write,
+        "read" => Op::Read,
+        "send" => Op::Send,
+        other => bad(format!("-t {other}: the tests are write, read and send")),
+    };
+    let num = |v: &Option<String>, flag: &str, default: u32| -> u32 {
+        match v {
+            None => default,
+            Some(s) => match s.parse::<u32>() {
+                Ok(n) if n > 0 => n,
+                _ => bad(format!("{flag} {s}: a positive number")),
+            },
+        }
+    };
+    let tx_depth = num(&extra[0], "--tx-depth", 128);
+    let cq_mod = num(&extra[1], "--cq-mod", 100).min(tx_depth);
+    if args.size > u32::MAX as usize / MAX_BUFFERS as usize {
+        bad(format!("-s {}: too large", args.size));
+    }
+    let _ = OPTS.set(Opts {
+        op,
+        tx_depth,
+        cq_mod,
+    });
+    let result = match &args.mode {
+        Mode::Mock => common::run_mock_pair(&args, side::<uhca::mock::MockPlatform>),
+        Mode::Udp(ip) => common::run_udp(&args, *ip, side::<uhca::mock::MockPlatform>),
+        Mode::Device(bdf) => device(&args, bdf),
+    };
+    if let Err(e) = result {
+        eprintln!("rdma_bw: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "vfio")]
+fn device(args: &Args, bdf: &str) -> Res<()> {
+    let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
+    let mut hca = Hca::open(&platform)?;
+    side(&mut hca, args, args.server.as_deref(), None)?;
+    hca.close()?;
+    Ok(())
+}
+
+#[cfg(not(feature = "vfio"))]
+fn device(_: &Args, _: &str) -> Res<()> {
+    Err("--device needs the VFIO platform: build with `--features vfio`".into())
+}
+
+/// One side of the test on an HCA that is up. `server`: `None` to be the server.
+fn side<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    args: &Args,
+    server: Option<&str>,
+    listener: Option<TcpListener>,
+) -> Res<()> {
+    let o = opts();
+    let client = server.is_some();
+    // With both sides in one process only the client prints; the server's verdict on
+    // the data reaches it over the exchange.
+    let quiet = !client && args.mode == Mode::Mock;
+    let spin = matches!(args.mode, Mode::Device(_));
+    let size = args.size;
+    let buffers = args.iters.min(MAX_BUFFERS) as usize;
+    let len = buffers * size;
+    let receiver = !client && o.op == Op::Send;
+
+    let pd = hca.alloc_pd()?;
+    let mut cq = hca.create_cq(o.tx_depth + args.rx_depth + 1)?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mut mr = hca.alloc_mr(&pd, len, access)?;
+    // The source of the data holds the pattern; the target starts zeroed.
+    let source = (o.op == Op::Read) != client;
+    if source {
+        for b in 0..buffers {
+            mr.mem_mut()
+                .write_bytes(b * size, &common::pattern_buf(b, size));
+        }
+    }
+    let sges: Vec<[Sge; 1]> = (0..buffers)
+        .map(|b| {
+            [Sge {
+                addr: mr.iova() + (b * size) as u64,
+                len: size as u32,
+                lkey: mr.lkey(),
+            }]
+        })
+        .collect();
+
+    let cap = QpCaps {
+        max_send_wr: if client { o.tx_depth } else { 1 },
+        max_recv_wr: if receiver { args.rx_depth } else { 1 },
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = hca.create_qp::<Rc>(
+        &pd,
+        &QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap,
+        },
+    )?;
+    let mut qp = qp
+        .to_init(
+            hca,
+            InitAttr {
+                port: args.ib_port,
+                access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+                ..InitAttr::default()
+            },
+        )
+        .map_err(|f| f.error)?;
+
+    // The SEND server's receives go in before the client can send.
+    let mut recv_posted = 0u64;
+    if receiver {
+        post_recvs(&mut qp, hca, &sges, 0, args.rx_depth as u64)?;
+        recv_posted = args.rx_depth as u64;
+    }
+
+    let rd_atomic = common::rd_atomic_depth(hca);
+    let psn = common::random_psn();
+    let me = RdmaDest {
+        dest: common::my_dest(hca, args, qp.qpn(), psn)?,
+        rkey: mr.rkey(),
+        addr: mr.iova(),
+        len: len as u32,
+    };
+    let (peer, mut session, mut qp) = common::rdma_exchange(args, server, listener, &me, |p| {
+        common::rc_connect(hca, args, qp, &p.dest, psn, rd_atomic)
+    })?;
+    common::agree(
+        &mut session,
+        &format!("rdma_bw {} {size} {} {buffers}", o.op.name(), args.iters),
+    )?;
+    if client && o.op != Op::Send && (peer.len as usize) < len {
+        return Err(format!("the server's buffer is {} bytes, {len} needed", peer.len).into());
+    }
+    if !quiet {
+        common::perftest_banner(
+            hca,
+            args,
+            o.op.title(),
+            &[
+                ("TX depth", o.tx_depth.to_string()),
+                ("CQ Moderation", o.cq_mod.to_string()),
+            ],
+        );
+        common::perftest_address("local", &me);
+        common::perftest_address("remote", &peer);
+        println!("{}", "-".repeat(87));
+    }
+    common::agree(&mut session, "start")?;
+
+    let mut wc = [WorkCompletion::default(); 32];
+    if client {
+        let (secs, peak) = stream(hca, &mut qp, &mut cq, args, &o, &sges, &peer, spin)?;
+        report(size, args.iters, secs, peak);
+        common::agree(&mut session, "end")?;
+        // The target of the data checks it: the client itself for READ, else the server.
+        let verdict = if o.op == Op::Read {
+            verify(&mr, buffers, size)
+        } else {
+            session.recv_line()?
+        };
+        match verdict.strip_prefix("ok: ") {
+            Some(what) => println!(" data checked at the target: {what}"),
+            None => return Err(format!("data check at the target: {verdict}").into()),
+        }
+    } else {
+        if receiver {
+            // Count the client's messages, keeping `rx_depth` receives posted.
+            let start = Instant::now();
+            let mut got = 0u64;
+            while got < args.iters {
+                let n = common::poll_some(hca, &mut cq, &mut wc, spin)?;
+                for c in &wc[..n] {
+                    if c.status != WcStatus::Success {
+                        return Err(format!("receive {} failed: {:?}", c.wr_id, c.status).into());
+                    }
+                    if c.byte_len as usize != size {
+                        return Err(format!(
+                            "receive {} got {} bytes, {size} expected",
+                            c.wr_id, c.byte_len
+                        )
+                        .into());
+                    }
+                    got += 1;
+                }
+                let outstanding = recv_posted - got;
+                if outstanding <= args.rx_depth as u64 / 2 && recv_posted < args.iters {
+                    let n = args.rx_depth as u64 - outstanding;
+                    post_recvs(&mut qp, hca, &sges, recv_posted, n)?;
+                    recv_posted += n;
+                }
+            }
+            if !quiet {
+                let secs = start.elapsed().as_secs_f64();
+                report(size, args.iters, secs, 0.0);
+            }
+        }
+        session.set_timeout(RUN_TIMEOUT)?;
+        common::agree(&mut session, "end")?;
+        if o.op != Op::Read {
+            let verdict = verify(&mr, buffers, size);
+            session.send_line(&verdict)?;
+            if !quiet {
+                println!(" data check: {verdict}");
+            }
+            if !verdict.starts_with("ok: ") {
+                return Err(format!("data check: {verdict}").into());
+            }
+        }
+    }
+
+    // Take the QP down in order; the SEND server's spare receives are flushed.
+    let qp = qp.to_err(hca).map_err(|f| f.error)?;
+    while cq.poll(hca, &mut wc)? != 0 {}
+    qp.destroy(hca).map_err(|f| f.error)?;
+    cq.destroy(hca).map_err(|f| f.error)?;
+    let _ = mr.destroy(hca).map_err(|f| f.error)?;
+    pd.destroy(hca).map_err(|f| f.error)?;
+    Ok(())
+}
+
+/// Posts receives `from..from + n`, receive `j` into buffer `j % buffers`, with one
+/// doorbell-record update.
+fn post_recvs<P: Platform + Clone, S: RecvReady>(
+    qp: &mut Qp<P, Rc, S>,
+    hca: &mut Hca<P>,
+    sges: &[[Sge; 1]],
+    from: u64,
+    n: u64,
+) -> Res<()> {
+    let wrs: Vec<RecvWr<'_>> = (from..from + n)
+        .map(|j| RecvWr {
+            wr_id: j,
+            sg_list: &sges[(j % sges.len() as u64) as usize],
+        })
+        .collect();
+    qp.post_recv(hca, &wrs)
+        .map_err(|e| format!("couldn't post receives: {e}"))?;
+    Ok(())
+}
+
+/// The client's run: posts `iters` requests keeping up to `tx_depth` outstanding, one
+/// doorbell per batch, a completion every `cq_mod`-th. Returns the seconds from the first
+/// post to the last completion and the peak rate in bytes per second.
+#[allow(clippy::too_many_arguments)]
+fn stream<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    qp: &mut Qp<P, Rc, state::Rts>,
+    cq: &mut uhca::driver::verbs::Cq<P>,
+    args: &Args,
+    o: &Opts,
+    sges: &[[Sge; 1]],
+    peer: &RdmaDest,
+    spin: bool,
+) -> Res<(f64, f64)> {
+    let iters = args.iters;
+    let size = args.size as u64;
+    let buffers = sges.len() as u64;
+    let (depth, cq_mod) = (o.tx_depth as u64, o.cq_mod as u64);
+    let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(depth as usize);
+    let mut wc = [WorkCompletion::default(); 32];
+    // (messages completed, seconds) at each completion, for the peak.
+    let mut stamps: Vec<(u64, f64)> = Vec::with_capacity((iters / cq_mod + 2) as usize);
+    stamps.push((0, 0.0));
+    let (mut posted, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    while done < iters {
+        let n = (depth - (posted - done)).min(iters - posted);
+        if n > 0 {
+            wrs.clear();
+            for i in posted..posted + n {
+                let b = i % buffers;
+                let remote_addr = peer.addr + b * size;
+                let op = match o.op {
+                    Op::Write => SendOp::RdmaWrite {
+                        remote_addr,
+                        rkey: peer.rkey,
+                    },
+                    Op::Read => SendOp::RdmaRead {
+                        remote_addr,
+                        rkey: peer.rkey,
+                    },
+                    Op::Send => SendOp::Send,
+                };
+                let flags = if (i + 1) % cq_mod == 0 || i + 1 == iters {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+                wrs.push(SendWr::new(i, op, &sges[b as usize]).with_flags(flags));
+            }
+            qp.post_send(hca, &wrs)
+                .map_err(|e| format!("couldn't post send: {e}"))?;
+            posted += n;
+        }
+        let got = common::poll_some(hca, cq, &mut wc, spin)?;
+        for c in &wc[..got] {
+            if c.status != WcStatus::Success {
+                return Err(format!(
+                    "request {} failed: {:?} (vendor syndrome {:#x})",
+                    c.wr_id, c.status, c.vendor_err
+                )
+                .into());
+            }
+            // A completion retires its request and the unsignalled ones before it.
+            done = c.wr_id + 1;
+            stamps.push((done, start.elapsed().as_secs_f64()));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // Peak: the best rate between two completions at least `depth` messages apart.
+    let mut peak = 0.0f64;
+    let mut j = 0;
+    for k in 1..stamps.len() {
+        while j + 1 < k && stamps[k].0 - stamps[j + 1].0 >= depth {
+            j += 1;
+        }
+        let (msgs, dt) = (stamps[k].0 - stamps[j].0, stamps[k].1 - stamps[j].1);
+        if msgs >= depth && dt > 0.0 {
+            peak = peak.max((msgs * size) as f64 / dt);
+        }
+    }
+    Ok((secs, peak))
+}
+
+/// Compares each buffer with the pattern it was sent with: `ok ...` or `corrupt: ...`.
+fn verify<P: Platform + Clone>(
+    mr: &uhca::driver::verbs::Mr<P>,
+    buffers: usize,
+    size: usize,
+) -> String {
+    let mut got = vec![0u8; size];
+    for b in 0..buffers {
+        mr.mem().read_bytes(b * size, &mut got);
+        if let Err(e) = common::check_pattern(b, &got) {
+            return format!("corrupt: {e}");
+        }
+    }
+    format!("ok: the last {buffers} buffer(s) of {size} bytes arrived intact")
+}
+
+/// perftest's result table.
+fn report(size: usize, iters: u64, secs: f64, peak: f64) {
+    const MB: f64 = (1 << 20) as f64;
+    let avg = (size as u64 * iters) as f64 / secs;
+    let peak = peak.max(avg);
+    println!(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]");
+    println!(
+        " {:<11}{:<15}{:<19.2}{:<21.2}{:.6}",
+        size,
+        iters,
+        peak / MB,
+        avg / MB,
+        iters as f64 / secs / 1e6
+    );
+    println!("{}", "-".repeat(87));
+}
