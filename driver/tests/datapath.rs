@@ -1069,3 +1069,82 @@ fn solicited_only_arming_waits_for_a_solicited_send() {
     assert_eq!(poll(&mut b).len(), 2);
     assert_eq!(poll(&mut a).len(), 2);
 }
+
+#[test]
+fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let rb = [Sge {
+        addr: b.mr.iova(),
+        len: 64,
+        lkey: b.mr.lkey(),
+    }];
+    let recvs = [RecvWr {
+        wr_id: 7,
+        sg_list: &rb,
+    }; 3];
+    qb.post_recv(&mut b.hca, &recvs).unwrap();
+    // ERR flushes the three receives into B's CQ; RESET comes before anyone polls them.
+    let cqes = b.dev.datapath_counters().cqes;
+    let qb = qb.to_err(&mut b.hca).unwrap();
+    run(&fabric);
+    assert_eq!(
+        b.dev.datapath_counters().cqes,
+        cqes + 3,
+        "three flush CQEs wait"
+    );
+    let qb = qb.to_reset(&mut b.hca).unwrap();
+    assert!(
+        poll(&mut b).is_empty(),
+        "the old incarnation's CQEs are dropped"
+    );
+    // Up again: its new CQEs count.
+    let qb = rc_init_again(&mut b, qb);
+    let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
+    qb.post_recv(&mut b.hca, &recvs[..1]).unwrap();
+    let ra = [Sge {
+        addr: a.mr.iova(),
+        len: 64,
+        lkey: a.mr.lkey(),
+    }];
+    qa.post_recv(
+        &mut a.hca,
+        &[RecvWr {
+            wr_id: 8,
+            sg_list: &ra,
+        }],
+    )
+    .unwrap();
+    qb.post_send(
+        &mut b.hca,
+        &[SendWr::new(9, SendOp::Send, &[]).with_inline(b"again")],
+    )
+    .unwrap();
+    run(&fabric);
+    assert_eq!(
+        poll(&mut b).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        [9]
+    );
+    assert_eq!(
+        poll(&mut a).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        [8]
+    );
+    // A destroyed QP's flushes are dropped too.
+    qa.post_recv(
+        &mut a.hca,
+        &[RecvWr {
+            wr_id: 10,
+            sg_list: &ra,
+        }],
+    )
+    .unwrap();
+    let cqes = a.dev.datapath_counters().cqes;
+    let qa = qa.to_err(&mut a.hca).unwrap();
+    run(&fabric);
+    assert_eq!(
+        a.dev.datapath_counters().cqes,
+        cqes + 1,
+        "a flush CQE waits"
+    );
+    qa.destroy(&mut a.hca).unwrap();
+    assert!(poll(&mut a).is_empty());
+}

@@ -31,6 +31,9 @@ pub const MAX_DATAPATH_SRQS: usize = 64;
 /// dropped ([`Hca::completion_events_dropped`]).
 pub const MAX_PENDING_CQ_EVENTS: usize = 64;
 
+/// Destroyed QPs whose leftover CQEs are recognised and dropped.
+const DESTROYED_QPS: usize = 16;
+
 /// Bytes of one send-queue slot (per WQEBB): `wr_id`, then the descriptor word.
 pub(crate) const SQ_SLOT: usize = 16;
 /// Bytes of one receive-queue slot: `wr_id`.
@@ -78,6 +81,10 @@ pub(crate) struct QpShadow<P: Platform + Clone> {
     pub(crate) sq_sig_all: bool,
     /// An error completion was seen: the device has the QP in ERR.
     pub(crate) error: bool,
+    /// The QP went through RESET and nothing was posted since: CQEs still in the CQ from
+    /// before are the old incarnation's (rdma-core removes them from the CQ at RESET) and
+    /// are dropped.
+    pub(crate) stale: bool,
 }
 
 impl<P: Platform + Clone> core::fmt::Debug for QpShadow<P> {
@@ -126,6 +133,7 @@ impl<P: Platform + Clone> QpShadow<P> {
             rq_tail: 0,
             sq_sig_all: false,
             error: false,
+            stale: false,
         })
     }
 
@@ -136,6 +144,7 @@ impl<P: Platform + Clone> QpShadow<P> {
         self.rq_head = 0;
         self.rq_tail = 0;
         self.error = false;
+        self.stale = true;
     }
 
     #[inline(always)]
@@ -379,6 +388,9 @@ impl CompletionEvents {
 pub(crate) struct Datapath<P: Platform + Clone> {
     pub(crate) qps: FnvIndexMap<u32, QpShadow<P>, MAX_DATAPATH_QPS>,
     pub(crate) srqs: FnvIndexMap<u32, SrqShadow<P>, MAX_DATAPATH_SRQS>,
+    /// QPs destroyed lately, whose CQEs may still sit in a CQ (rdma-core removes them from
+    /// the CQ at destroy): their CQEs are dropped until the number is used again.
+    pub(crate) destroyed: heapless::Deque<u32, DESTROYED_QPS>,
 }
 
 impl<P: Platform + Clone> core::fmt::Debug for Datapath<P> {
@@ -395,6 +407,7 @@ impl<P: Platform + Clone> Default for Datapath<P> {
         Datapath {
             qps: FnvIndexMap::new(),
             srqs: FnvIndexMap::new(),
+            destroyed: heapless::Deque::new(),
         }
     }
 }
@@ -404,11 +417,26 @@ impl<P: Platform + Clone> Datapath<P> {
     pub(crate) fn insert_qp(&mut self, qpn: u32, s: QpShadow<P>) {
         // Room was checked when the shadow was made, and the caller holds `&mut Hca`.
         let _ = self.qps.insert(qpn, s);
+        // The number is in use again: its CQEs are the new QP's.
+        if self.destroyed.iter().any(|&q| q == qpn) {
+            let n = self.destroyed.len();
+            for _ in 0..n {
+                if let Some(q) = self.destroyed.pop_front()
+                    && q != qpn
+                {
+                    let _ = self.destroyed.push_back(q);
+                }
+            }
+        }
     }
 
     /// Forgets a destroyed QP.
     pub(crate) fn remove_qp(&mut self, qpn: u32) {
         self.qps.swap_remove(&qpn);
+        if self.destroyed.is_full() {
+            self.destroyed.pop_front();
+        }
+        let _ = self.destroyed.push_back(qpn);
     }
 
     /// The QP went back to RESET.
@@ -453,6 +481,7 @@ mod tests {
             rq_tail: 0,
             sq_sig_all: false,
             error: false,
+            stale: false,
         }
     }
 

@@ -16,7 +16,9 @@
 //!
 //! A CQE that names a QP the driver does not know, a QP that does not use this CQ, a WQE
 //! that is not outstanding, or that contradicts what was posted is consumed and reported
-//! as a [`PollError`]; the shadow state stays as it was. Polling allocates nothing.
+//! as a [`PollError`]; the shadow state stays as it was. CQEs left over from a QP that was
+//! destroyed (one of the last 16), or moved to RESET and not posted to since, are dropped,
+//! as rdma-core removes them from the CQ at those transitions. Polling allocates nothing.
 
 use uhca_fwif::consts::{CqeOpcode, QpServiceType, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, ErrCqe};
@@ -168,12 +170,27 @@ impl<P: Platform + Clone> Datapath<P> {
     /// Checks one CQE of CQ `cqn` against the shadow and turns it into a completion. The
     /// CQE is read field by field where the PRM puts them (an error CQE keeps the QPN and
     /// the WQE counter where a good one has them).
+    ///
+    /// `Ok(None)` for a CQE left over from a QP that was destroyed, or moved to RESET and
+    /// not used since: it is dropped, as rdma-core removes such CQEs from the CQ.
     #[inline(always)]
-    fn complete(&mut self, cqn: u32, cqe: &Cqe64) -> Result<WorkCompletion, BadCqe> {
+    fn complete(&mut self, cqn: u32, cqe: &Cqe64) -> Result<Option<WorkCompletion>, BadCqe> {
         let opcode = cqe.opcode();
         let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter.get());
-        let Datapath { qps, srqs } = self;
-        let qp = qps.get_mut(&qpn).ok_or(BadCqe::UnknownQp { qpn })?;
+        let Datapath {
+            qps,
+            srqs,
+            destroyed,
+        } = self;
+        let Some(qp) = qps.get_mut(&qpn) else {
+            if destroyed.iter().any(|&q| q == qpn) {
+                return Ok(None);
+            }
+            return Err(BadCqe::UnknownQp { qpn });
+        };
+        if qp.stale {
+            return Ok(None);
+        }
         let mut wc = WorkCompletion {
             qp_num: qpn,
             wqe_counter: counter,
@@ -263,7 +280,7 @@ impl<P: Platform + Clone> Datapath<P> {
             }
             other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
         }
-        Ok(wc)
+        Ok(Some(wc))
     }
 }
 
@@ -301,10 +318,11 @@ impl<P: Platform + Clone> Cq<P> {
         while n < wc.len() {
             let Some(cqe) = ring.poll_raw() else { break };
             match dp.complete(cqn, &cqe) {
-                Ok(w) => {
+                Ok(Some(w)) => {
                     wc[n] = w;
                     n += 1;
                 }
+                Ok(None) => {}
                 Err(cqe) => {
                     result = Err(PollError { polled: n, cqe });
                     break;
