@@ -527,3 +527,25 @@ fn a_ud_send_error_stops_only_the_send_queue() {
         "b's own send and the datagram"
     );
 }
+
+#[test]
+fn a_port_that_is_down_neither_sends_nor_receives() {
+    let c = Conn {
+        retry_count: 1,
+        ack_timeout: 8,
+        ..Conn::default()
+    };
+    let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, c, c);
+    let amr = p.a.mr(64);
+    let bmr = p.b.mr(64);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.b.h.hca.set_port_up(false);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 8));
+    p.run();
+    assert!(p.b.h.hca.datapath_counters().port_down_drops >= 2);
+    assert_eq!(
+        p.a.poll_all(&mut p.acq)[0].syndrome(),
+        CqeSyndrome::TransportRetryExcErr
+    );
+    assert!(p.b.poll_all(&mut p.bcq).is_empty());
+}

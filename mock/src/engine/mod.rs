@@ -78,6 +78,8 @@ pub struct DatapathCounters {
     pub cq_overruns: u64,
     /// Completion events (EQEs) posted.
     pub completion_events: u64,
+    /// Frames not sent or not received because the port was down.
+    pub port_down_drops: u64,
 }
 
 /// A receive in progress at a responder (a multi-packet SEND).
@@ -330,6 +332,10 @@ impl Device {
     }
 
     pub(crate) fn push_frame(&mut self, frame: Vec<u8>) {
+        if self.fw.port_state != uhca_fwif::consts::PortState::Active {
+            self.engine.counters.port_down_drops += 1;
+            return;
+        }
         if self.engine.tx.len() >= TX_QUEUE_LIMIT {
             self.engine.tx.pop_front();
         }

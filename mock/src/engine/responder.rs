@@ -88,6 +88,10 @@ fn is_write(op: Opcode) -> bool {
 impl Device {
     /// One frame from the wire.
     pub(crate) fn receive_frame(&mut self, f: &[u8], now: u64) {
+        if self.fw.port_state != uhca_fwif::consts::PortState::Active {
+            self.engine.counters.port_down_drops += 1;
+            return;
+        }
         self.engine.counters.rx_packets += 1;
         match self.fw.port_type() {
             PortType::Ethernet => {

@@ -175,8 +175,21 @@ impl Fabric {
 
     /// Connects an HCA; returns its port number on the switch. On InfiniBand the subnet
     /// manager gives it a LID (1, 2, ... in attach order), the SM LID and an ACTIVE port.
+    ///
+    /// # Panics
+    ///
+    /// If the HCA's port type is not the fabric's link layer (a programming error).
     pub fn attach(&self, hca: &MockHca) -> usize {
         let mut i = self.lock();
+        let want = match i.link {
+            LinkLayer::Ethernet => crate::PortType::Ethernet,
+            LinkLayer::InfiniBand => crate::PortType::InfiniBand,
+        };
+        assert_eq!(
+            hca.config().port_type,
+            want,
+            "an HCA attached to a fabric of another link layer"
+        );
         if i.link == LinkLayer::InfiniBand {
             i.sm.configure(hca);
         }
