@@ -59,7 +59,12 @@ impl Device {
             };
             if self
                 .iommu
-                .dma_read(base + in_page, &mut buf[done..done + n], now, what)
+                .dma_read(
+                    base.wrapping_add(in_page),
+                    &mut buf[done..done + n],
+                    now,
+                    what,
+                )
                 .is_err()
             {
                 return false;
@@ -90,7 +95,7 @@ impl Device {
             };
             if self
                 .iommu
-                .dma_write(base + in_page, &data[done..done + n], now, what)
+                .dma_write(base.wrapping_add(in_page), &data[done..done + n], now, what)
                 .is_err()
             {
                 return false;
@@ -104,7 +109,7 @@ impl Device {
     pub(crate) fn dbr_dword(&mut self, dbr: u64, index: u64, now: u64) -> Option<u32> {
         let mut b = [0u8; 4];
         self.iommu
-            .dma_read(dbr + index * 4, &mut b, now, "doorbell record")
+            .dma_read(dbr.wrapping_add(index * 4), &mut b, now, "doorbell record")
             .ok()?;
         Some(u32::from_be_bytes(b))
     }
@@ -162,8 +167,12 @@ impl Device {
                     .iommu
                     .dma_read(iova, &mut probe, now, "data (gather)")
                     .and_then(|_| {
-                        self.iommu
-                            .dma_read(iova + n - 1, &mut probe, now, "data (gather)")
+                        self.iommu.dma_read(
+                            iova.wrapping_add(n.saturating_sub(1)),
+                            &mut probe,
+                            now,
+                            "data (gather)",
+                        )
                     });
                 return Err(KeyError::Dma);
             }
@@ -236,7 +245,13 @@ impl Device {
                 continue;
             }
             let n = ((len - skip) as usize).min(data.len() - at);
-            let p = self.key_translate(s.lkey, pd, s.addr + skip, n as u64, Access::LocalWrite)?;
+            let p = self.key_translate(
+                s.lkey,
+                pd,
+                s.addr.wrapping_add(skip),
+                n as u64,
+                Access::LocalWrite,
+            )?;
             self.dma_scatter(&p, &data[at..at + n], now)?;
             at += n;
             skip = 0;
