@@ -1148,3 +1148,63 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
     qa.destroy(&mut a.hca).unwrap();
     assert!(poll(&mut a).is_empty());
 }
+
+#[test]
+fn a_destroyed_qps_leftover_srq_receive_gives_its_wqe_back() {
+    let fabric = Fabric::ethernet();
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let mut srq = b
+        .hca
+        .create_srq(
+            &b.pd,
+            SrqInitAttr {
+                max_wr: 3,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let attr = QpInitAttr {
+        send_cq: &b.cq,
+        recv_cq: &b.cq,
+        srq: Some(&srq),
+        cap: QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..caps()
+        },
+    };
+    let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
+    let qb = rc_init_again(&mut b, qb);
+    let qa = rc_qp(&mut a);
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());
+    let qb = connect(&fabric, &mut b, qb, &a, na, RtsAttr::default());
+    let s = [Sge {
+        addr: b.mr.iova(),
+        len: 64,
+        lkey: b.mr.lkey(),
+    }];
+    let r = |wr_id| RecvWr { wr_id, sg_list: &s };
+    srq.post_recv(&mut b.hca, &[r(1), r(2), r(3)]).unwrap();
+    qa.post_send(
+        &mut a.hca,
+        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"to the SRQ")],
+    )
+    .unwrap();
+    run(&fabric);
+    assert_eq!(poll(&mut a).len(), 1);
+    // The receive's CQE waits in B's CQ while its QP is destroyed.
+    qb.destroy(&mut b.hca).unwrap();
+    assert!(poll(&mut b).is_empty(), "the destroyed QP's CQE is dropped");
+    // ... and its SRQ WQE is free again: exactly one more receive fits.
+    let e = srq.post_recv(&mut b.hca, &[r(4), r(5)]).unwrap_err();
+    assert_eq!(
+        e,
+        uhca_driver::verbs::BadWr {
+            index: 1,
+            error: WrError::QueueFull
+        }
+    );
+}

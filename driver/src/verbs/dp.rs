@@ -81,10 +81,13 @@ pub(crate) struct QpShadow<P: Platform + Clone> {
     pub(crate) sq_sig_all: bool,
     /// An error completion was seen: the device has the QP in ERR.
     pub(crate) error: bool,
-    /// The QP went through RESET and nothing was posted since: CQEs still in the CQ from
-    /// before are the old incarnation's (rdma-core removes them from the CQ at RESET) and
-    /// are dropped.
-    pub(crate) stale: bool,
+    /// The QP went through RESET and nothing was posted to the SQ (`sq_stale`) or to its
+    /// own RQ (`rq_stale`) since: CQEs of that queue still in the CQ are the old
+    /// incarnation's (rdma-core removes them from the CQ at RESET) and are dropped. No new
+    /// CQE of a queue can exist before something is posted to it.
+    pub(crate) sq_stale: bool,
+    /// See `sq_stale`.
+    pub(crate) rq_stale: bool,
 }
 
 impl<P: Platform + Clone> core::fmt::Debug for QpShadow<P> {
@@ -133,7 +136,8 @@ impl<P: Platform + Clone> QpShadow<P> {
             rq_tail: 0,
             sq_sig_all: false,
             error: false,
-            stale: false,
+            sq_stale: false,
+            rq_stale: false,
         })
     }
 
@@ -144,7 +148,8 @@ impl<P: Platform + Clone> QpShadow<P> {
         self.rq_head = 0;
         self.rq_tail = 0;
         self.error = false;
-        self.stale = true;
+        self.sq_stale = true;
+        self.rq_stale = true;
     }
 
     #[inline(always)]
@@ -390,7 +395,8 @@ pub(crate) struct Datapath<P: Platform + Clone> {
     pub(crate) srqs: FnvIndexMap<u32, SrqShadow<P>, MAX_DATAPATH_SRQS>,
     /// QPs destroyed lately, whose CQEs may still sit in a CQ (rdma-core removes them from
     /// the CQ at destroy): their CQEs are dropped until the number is used again.
-    pub(crate) destroyed: heapless::Deque<u32, DESTROYED_QPS>,
+    /// With each, the SRQ it received from (its leftover receives give their SRQ WQEs back).
+    pub(crate) destroyed: heapless::Deque<(u32, Option<u32>), DESTROYED_QPS>,
 }
 
 impl<P: Platform + Clone> core::fmt::Debug for Datapath<P> {
@@ -418,13 +424,13 @@ impl<P: Platform + Clone> Datapath<P> {
         // Room was checked when the shadow was made, and the caller holds `&mut Hca`.
         let _ = self.qps.insert(qpn, s);
         // The number is in use again: its CQEs are the new QP's.
-        if self.destroyed.iter().any(|&q| q == qpn) {
+        if self.destroyed.iter().any(|d| d.0 == qpn) {
             let n = self.destroyed.len();
             for _ in 0..n {
-                if let Some(q) = self.destroyed.pop_front()
-                    && q != qpn
+                if let Some(d) = self.destroyed.pop_front()
+                    && d.0 != qpn
                 {
-                    let _ = self.destroyed.push_back(q);
+                    let _ = self.destroyed.push_back(d);
                 }
             }
         }
@@ -432,11 +438,11 @@ impl<P: Platform + Clone> Datapath<P> {
 
     /// Forgets a destroyed QP.
     pub(crate) fn remove_qp(&mut self, qpn: u32) {
-        self.qps.swap_remove(&qpn);
+        let srqn = self.qps.swap_remove(&qpn).and_then(|q| q.srqn);
         if self.destroyed.is_full() {
             self.destroyed.pop_front();
         }
-        let _ = self.destroyed.push_back(qpn);
+        let _ = self.destroyed.push_back((qpn, srqn));
     }
 
     /// The QP went back to RESET.
@@ -481,7 +487,8 @@ mod tests {
             rq_tail: 0,
             sq_sig_all: false,
             error: false,
-            stale: false,
+            sq_stale: false,
+            rq_stale: false,
         }
     }
 

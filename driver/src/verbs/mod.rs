@@ -54,8 +54,8 @@
 //! same table per context), so posting and polling take `&mut Hca`; they allocate nothing
 //! and take no lock. CQEs a QP leaves in a CQ when it is destroyed, or moved to RESET
 //! and not posted to since, are dropped by the poller (rdma-core removes them from the
-//! CQ); to keep its completions, drain a QP (move it to ERR and poll its flushed
-//! requests) before moving it to RESET or destroying it.
+//! CQ; see [`Cq::poll`]); to keep its completions, drain a QP (move it to ERR and poll its
+//! flushed requests) before moving it to RESET or destroying it.
 
 // A failed transition hands the QP back by value inside `Failed`, so the error variant is
 // as large as the object (a few hundred bytes); without an allocator there is nothing to

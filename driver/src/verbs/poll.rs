@@ -17,8 +17,10 @@
 //! A CQE that names a QP the driver does not know, a QP that does not use this CQ, a WQE
 //! that is not outstanding, or that contradicts what was posted is consumed and reported
 //! as a [`PollError`]; the shadow state stays as it was. CQEs left over from a QP that was
-//! destroyed (one of the last 16), or moved to RESET and not posted to since, are dropped,
-//! as rdma-core removes them from the CQ at those transitions. Polling allocates nothing.
+//! destroyed (one of the last 16), or from a queue of a QP that was moved to RESET and not
+//! posted to since, are dropped, as rdma-core removes them from the CQ at those
+//! transitions (a dropped receive from an SRQ gives its WQE back; receives from an SRQ of a
+//! QP that was reset are delivered). Polling allocates nothing.
 
 use uhca_fwif::consts::{CqeOpcode, QpServiceType, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, ErrCqe};
@@ -171,8 +173,9 @@ impl<P: Platform + Clone> Datapath<P> {
     /// CQE is read field by field where the PRM puts them (an error CQE keeps the QPN and
     /// the WQE counter where a good one has them).
     ///
-    /// `Ok(None)` for a CQE left over from a QP that was destroyed, or moved to RESET and
-    /// not used since: it is dropped, as rdma-core removes such CQEs from the CQ.
+    /// `Ok(None)` for a CQE left over from a QP that was destroyed, or from a queue of a QP
+    /// that was moved to RESET and not posted to since: it is dropped, as rdma-core removes
+    /// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back).
     #[inline(always)]
     fn complete(&mut self, cqn: u32, cqe: &Cqe64) -> Result<Option<WorkCompletion>, BadCqe> {
         let opcode = cqe.opcode();
@@ -182,13 +185,29 @@ impl<P: Platform + Clone> Datapath<P> {
             srqs,
             destroyed,
         } = self;
+        let responder = matches!(
+            opcode,
+            CqeOpcode::RespSend
+                | CqeOpcode::RespSendImm
+                | CqeOpcode::RespSendInv
+                | CqeOpcode::RespWrImm
+                | CqeOpcode::RespErr
+        );
         let Some(qp) = qps.get_mut(&qpn) else {
-            if destroyed.iter().any(|&q| q == qpn) {
-                return Ok(None);
+            let Some(&(_, srqn)) = destroyed.iter().find(|d| d.0 == qpn) else {
+                return Err(BadCqe::UnknownQp { qpn });
+            };
+            if let Some(srq) = srqn.and_then(|n| srqs.get_mut(&n))
+                && responder
+            {
+                // The SRQ WQE was consumed: back to the free list.
+                let _ = srq.complete(counter);
             }
-            return Err(BadCqe::UnknownQp { qpn });
+            return Ok(None);
         };
-        if qp.stale {
+        // Left over from before RESET (SRQ receives are delivered: their WQEs were used).
+        let requester = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
+        if (responder && qp.rq_stale && qp.srqn.is_none()) || (requester && qp.sq_stale) {
             return Ok(None);
         }
         let mut wc = WorkCompletion {

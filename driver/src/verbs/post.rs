@@ -264,8 +264,8 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
         if sh.error {
             return Err(bad(0, WrError::QpInError { qpn }));
         }
-        // Posting after RESET: from here on the QP's CQEs are the new incarnation's.
-        sh.stale = false;
+        // Posting after RESET: from here on the SQ's CQEs are the new incarnation's.
+        sh.sq_stale = false;
         if sh.sq_log.is_none() {
             return Err(bad(0, WrError::NoQueue));
         }
@@ -324,8 +324,8 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
         if sh.error {
             return Err(bad(0, WrError::QpInError { qpn }));
         }
-        // Posting after RESET: from here on the QP's CQEs are the new incarnation's.
-        sh.stale = false;
+        // Posting after RESET: from here on the RQ's CQEs are the new incarnation's.
+        sh.rq_stale = false;
         if sh.rq_log.is_none() {
             return Err(bad(0, WrError::NoQueue));
         }
