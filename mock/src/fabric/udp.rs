@@ -268,7 +268,13 @@ mod tests {
         let (src, dst) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
         let data = vec![0x5a; 1024];
         let t = IbTransportRepr::new(BthRepr::new(Opcode::RcSendOnly, 0x12, 0x345), &data);
-        for (ident, df) in [(0, true), (0xbeef, true), (1, true), (0x8000, true), (0x1234, false)] {
+        for (ident, df) in [
+            (0, true),
+            (0xbeef, true),
+            (1, true),
+            (0x8000, true),
+            (0x1234, false),
+        ] {
             let ip = Ipv4Repr {
                 ident,
                 dont_frag: df,
@@ -311,7 +317,10 @@ mod tests {
             assert_eq!(r.udp_src_port, 49999);
             let mut bad = p.clone();
             bad[13] ^= 1;
-            assert!(port.wrap(&bad, peer, 49999).is_none(), "a corrupted one is dropped");
+            assert!(
+                port.wrap(&bad, peer, 49999).is_none(),
+                "a corrupted one is dropped"
+            );
         }
         assert_eq!(port.ident_recovered, 2);
     }
