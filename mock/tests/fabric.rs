@@ -453,3 +453,46 @@ fn soak_many_seeds() {
         mixed(seed, 30);
     }
 }
+
+fn three_hcas(link: LinkLayer) {
+    use common::verbs::Node;
+    let fabric = uhca_mock::Fabric::new(link);
+    let mut n: Vec<Node> = (1..=3).map(|i| Node::new(&fabric, link, i)).collect();
+    let mut cqs: Vec<_> = n.iter_mut().map(|x| x.cq(6)).collect();
+    // QPs: 0 -> 1 and 0 -> 2 (two QPs on node 0), the peers on nodes 1 and 2.
+    let q01 = n[0].qp(QpServiceType::Rc, &cqs[0], &cqs[0]);
+    let q02 = n[0].qp(QpServiceType::Rc, &cqs[0], &cqs[0]);
+    let mut q10 = n[1].qp(QpServiceType::Rc, &cqs[1], &cqs[1]);
+    let mut q20 = n[2].qp(QpServiceType::Rc, &cqs[2], &cqs[2]);
+    let (a, rest) = n.split_at_mut(1);
+    let (b, c) = rest.split_at_mut(1);
+    a[0].connect(&q01, &b[0], q10.qpn, Conn::default());
+    a[0].connect(&q02, &c[0], q20.qpn, Conn::default());
+    b[0].connect(&q10, &a[0], q01.qpn, Conn::default());
+    c[0].connect(&q20, &a[0], q02.qpn, Conn::default());
+    let amr = a[0].mr(64);
+    let bmr = b[0].mr(64);
+    let cmr = c[0].mr(64);
+    a[0].write(&amr, 0, b"to node 1to node 2");
+    b[0].post_recv(&mut q10, &[(bmr.key, bmr.iova, 64)]);
+    c[0].post_recv(&mut q20, &[(cmr.key, cmr.iova, 64)]);
+    let mut q01 = q01;
+    let mut q02 = q02;
+    a[0].post_send(&mut q01, &wr(WqeOpcode::Send, &amr, 0, 9));
+    a[0].post_send(&mut q02, &wr(WqeOpcode::Send, &amr, 9, 9));
+    assert!(fabric.run_until_idle());
+    assert_eq!(b[0].read(&bmr, 0, 9), b"to node 1");
+    assert_eq!(c[0].read(&cmr, 0, 9), b"to node 2");
+    assert_eq!(a[0].poll_all(&mut cqs[0]).len(), 2);
+    assert_eq!(fabric.counters().no_route, 0);
+}
+
+#[test]
+fn three_hcas_on_one_ethernet_switch() {
+    three_hcas(LinkLayer::Ethernet);
+}
+
+#[test]
+fn three_hcas_on_one_infiniband_subnet() {
+    three_hcas(LinkLayer::InfiniBand);
+}
