@@ -641,3 +641,35 @@ fn the_first_packet_in_rtr_raises_communication_established() {
     let d: &uhca_fwif::eqe::EqeQpSrq = ev[0].data_as();
     assert_eq!(d.qp_srq_n.get() & 0xff_ffff, p.bqp.qpn);
 }
+
+#[test]
+fn zero_length_messages() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(64);
+    let bmr = p.b.mr(64);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    // A SEND without any data segment, a zero-length WRITE and READ.
+    let send = Wr {
+        opcode: Some(WqeOpcode::Send),
+        signaled: true,
+        ..Wr::default()
+    };
+    p.a.post_send(&mut p.aqp, &send);
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 0);
+    w.sges.clear();
+    w.raddr = Some((bmr.iova, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    let mut r = w.clone();
+    r.opcode = Some(WqeOpcode::RdmaRead);
+    p.a.post_send(&mut p.aqp, &r);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 3);
+    assert!(
+        wc.iter()
+            .all(|w| w.opcode == CqeOpcode::Req && w.byte_cnt() == 0)
+    );
+    let wc = p.b.poll_all(&mut p.bcq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].byte_cnt(), 0);
+}
