@@ -28,6 +28,7 @@ fn rc_every_opcode(link: LinkLayer) {
     assert_eq!(wc[0].opcode, CqeOpcode::RespSend);
     assert_eq!(wc[0].byte_cnt(), 16);
     assert_eq!(wc[0].qpn(), p.bqp.qpn);
+    assert!(wc[0].cqe.timestamp() > 0, "free-running timestamp");
     assert_eq!(wc[0].wqe_counter(), 0);
     assert_eq!(p.b.read(&bmr, 0, 16), b"hello, responder");
 

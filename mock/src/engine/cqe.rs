@@ -47,6 +47,12 @@ impl Device {
             self.note(now, format!("CQ {cqn:#x} overrun: a CQE was lost"));
             return false;
         }
+        if !matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
+            // Free-running timestamp: the internal timer (1 GHz, from firmware start).
+            let ts = now.saturating_sub(self.fw.boot_ns);
+            c.timestamp_h = ((ts >> 32) as u32).into();
+            c.timestamp_l = (ts as u32).into();
+        }
         let owner = ((pi >> log) & 1) as u8;
         c.op_own = op_own_of(opcode, owner) | if solicited { CQE_SOLICITED } else { 0 };
         let bytes = c.as_bytes();
