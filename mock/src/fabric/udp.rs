@@ -3,7 +3,8 @@
 //! [`crate::Fabric::attach_udp`] binds `LOCAL_IP:4791`. Frames an HCA sends from
 //! `LOCAL_IP` (its GID is the IPv4-mapped `::ffff:LOCAL_IP`) to another address leave as UDP
 //! datagrams carrying BTH to ICRC (the ICRC computed as over an IPv4 header with
-//! Identification 0 and DF, which is what Linux sends); datagrams that arrive are wrapped
+//! Identification 0 and DF, which is what Linux sends from a socket set to `IP_PMTUDISC_DO`);
+//! datagrams that arrive are wrapped
 //! into a RoCEv2 frame for the HCA's MAC, so the HCA's own parser checks the ICRC.
 //!
 //! The IPv4 Identification of an incoming datagram is covered by its ICRC but is not visible
@@ -49,6 +50,7 @@ impl UdpPort {
     pub(crate) fn bind(hca: &MockHca, local: Ipv4Addr) -> io::Result<Self> {
         let sock = UdpSocket::bind(SocketAddrV4::new(local, ROCEV2_UDP_PORT))?;
         sock.set_nonblocking(true)?;
+        set_pmtudisc_do(&sock)?;
         Ok(UdpPort {
             sock,
             local,
@@ -164,6 +166,44 @@ impl UdpPort {
         parse_ip_datagram(&frame[at..]).ok()?;
         Some(frame)
     }
+}
+
+/// `IP_MTU_DISCOVER` = `IP_PMTUDISC_DO`: Linux then sends with DF set and, since the
+/// socket is not connected, Identification 0, which the ICRC of [`UdpPort::send`] assumes.
+/// With the default (`IP_PMTUDISC_WANT`) the kernel sets DF but picks an Identification
+/// (`ignore_df`), and a peer that checks the ICRC over the real header (rxe) drops every
+/// packet.
+#[cfg(target_os = "linux")]
+fn set_pmtudisc_do(sock: &UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const IPPROTO_IP: i32 = 0;
+    const IP_MTU_DISCOVER: i32 = 10;
+    const IP_PMTUDISC_DO: i32 = 2;
+    unsafe extern "C" {
+        fn setsockopt(fd: i32, level: i32, name: i32, value: *const i32, len: u32) -> i32;
+    }
+    let v = IP_PMTUDISC_DO;
+    // SAFETY: a valid socket descriptor, a pointer to an int and its size, as
+    // setsockopt(2) expects for IP_MTU_DISCOVER.
+    let rc = unsafe {
+        setsockopt(
+            sock.as_raw_fd(),
+            IPPROTO_IP,
+            IP_MTU_DISCOVER,
+            &v,
+            size_of::<i32>() as u32,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_pmtudisc_do(_sock: &UdpSocket) -> io::Result<()> {
+    Ok(())
 }
 
 /// The ICRC change each Identification bit causes, for `transport` (BTH to the last pad
