@@ -18,7 +18,8 @@
 //! sides must be given the same `-t`, `-s` and `-n` (they check).
 //!
 //! Roles as in perftest: with WRITE and READ the server is passive (its CPU does nothing
-//! until the client is done); with SEND the server posts receives. Each side registers
+//! until the client is done); with SEND the server posts receives and, when it runs in a
+//! process of its own, prints the table of what it received. Each side registers
 //! up to 16 buffers of `-s` bytes; message `i` uses buffer `i % buffers` on both sides.
 //! The data is checked: the sender's buffers hold a known pattern, and after the run the
 //! target of the data (the server for WRITE and SEND, the client for READ) compares every
@@ -34,7 +35,7 @@
 //! sends `LID:QPN:PSN:GID:RKEY:VADDR:LEN` in 87 bytes, then the two sides exchange lines
 //! on the same connection: the test each runs (`rdma_bw write 65536 5000 16`), `start`
 //! once both QPs are ready, `end` when the client is done, and the server's data verdict
-//! (`ok ...` or `corrupt ...`).
+//! (`ok: ...` or `corrupt: ...`).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -288,6 +289,7 @@ fn side<P: Platform + Clone>(
             // Count the client's messages, keeping `rx_depth` receives posted.
             let start = Instant::now();
             let mut got = 0u64;
+            let mut stamps = vec![(0u64, 0.0f64)];
             while got < args.iters {
                 let n = common::poll_some(hca, &mut cq, &mut wc, spin)?;
                 for c in &wc[..n] {
@@ -303,6 +305,7 @@ fn side<P: Platform + Clone>(
                     }
                     got += 1;
                 }
+                stamps.push((got, start.elapsed().as_secs_f64()));
                 let outstanding = recv_posted - got;
                 if outstanding <= args.rx_depth as u64 / 2 && recv_posted < args.iters {
                     let n = args.rx_depth as u64 - outstanding;
@@ -312,7 +315,8 @@ fn side<P: Platform + Clone>(
             }
             if !quiet {
                 let secs = start.elapsed().as_secs_f64();
-                report(size, args.iters, secs, 0.0);
+                let peak = peak_rate(&stamps, o.tx_depth as u64, size as u64);
+                report(size, args.iters, secs, peak);
             }
         }
         session.set_timeout(RUN_TIMEOUT)?;
@@ -428,19 +432,26 @@ fn stream<P: Platform + Clone>(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    // Peak: the best rate between two completions at least `depth` messages apart.
+    let peak = peak_rate(&stamps, depth, size);
+    Ok((secs, peak))
+}
+
+/// The best rate, in bytes per second, between two of the `(messages done, seconds)`
+/// stamps at least `window` messages apart (the shortest such stretch ending at each
+/// stamp); 0 if the run is shorter than `window`.
+fn peak_rate(stamps: &[(u64, f64)], window: u64, size: u64) -> f64 {
     let mut peak = 0.0f64;
     let mut j = 0;
     for k in 1..stamps.len() {
-        while j + 1 < k && stamps[k].0 - stamps[j + 1].0 >= depth {
+        while j + 1 < k && stamps[k].0 - stamps[j + 1].0 >= window {
             j += 1;
         }
         let (msgs, dt) = (stamps[k].0 - stamps[j].0, stamps[k].1 - stamps[j].1);
-        if msgs >= depth && dt > 0.0 {
+        if msgs >= window && dt > 0.0 {
             peak = peak.max((msgs * size) as f64 / dt);
         }
     }
-    Ok((secs, peak))
+    peak
 }
 
 /// Compares each buffer with the pattern it was sent with: `ok ...` or `corrupt: ...`.
