@@ -454,7 +454,7 @@ fn peak_rate(stamps: &[(u64, f64)], window: u64, size: u64) -> f64 {
     peak
 }
 
-/// Compares each buffer with the pattern it was sent with: `ok ...` or `corrupt: ...`.
+/// Compares each buffer with the pattern it was sent with: `ok: ...` or `corrupt: ...`.
 fn verify<P: Platform + Clone>(
     mr: &uhca::driver::verbs::Mr<P>,
     buffers: usize,
