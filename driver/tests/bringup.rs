@@ -230,7 +230,11 @@ fn closing_with_a_cq_still_alive_keeps_the_eq_memory_until_the_device_is_quiet()
     // The CQ still uses the EQ: DESTROY_EQ is refused, and the teardown goes on.
     let err = hca.close().unwrap_err();
     assert!(err.to_string().contains("DESTROY_EQ"), "{err}");
-    assert!(dev.iommu_faults().is_empty(), "device wrote freed memory: {:?}", dev.iommu_faults());
+    assert!(
+        dev.iommu_faults().is_empty(),
+        "device wrote freed memory: {:?}",
+        dev.iommu_faults()
+    );
     // The CQ's memory is leaked on purpose (the device may still use it).
     core::mem::forget(cq);
 }
