@@ -58,77 +58,9 @@ pub struct Args {
     pub server: Option<String>,
 }
 
-/// Parses the command line; `extra` lists defaults that differ per example.
+/// Parses the command line with the given defaults for `-s` and `-n`.
 pub fn parse_args(name: &str, default_size: usize, default_iters: u64) -> Args {
-    let mut a = Args {
-        mode: Mode::Mock,
-        port: uhca::oob::DEFAULT_PORT,
-        ib_port: 1,
-        size: default_size,
-        iters: default_iters,
-        rx_depth: 500,
-        gid_index: None,
-        mtu: IbMtu::Mtu1024,
-        sl: 0,
-        device_name: None,
-        dmac: None,
-        op: None,
-        server: None,
-    };
-    let mut mode = None;
-    let mut it = std::env::args().skip(1);
-    let usage = |msg: &str| -> ! {
-        eprintln!("{name}: {msg}");
-        eprintln!(
-            "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
-             [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op] [SERVER]"
-        );
-        std::process::exit(2);
-    };
-    while let Some(arg) = it.next() {
-        let mut val = |flag: &str| {
-            it.next()
-                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
-        };
-        match arg.as_str() {
-            "--mock" => mode = Some(Mode::Mock),
-            "--udp" => {
-                let v = val("--udp");
-                mode =
-                    Some(Mode::Udp(v.parse().unwrap_or_else(|_| {
-                        usage(&format!("bad IPv4 address {v:?}"))
-                    })));
-            }
-            "--device" => mode = Some(Mode::Device(val("--device"))),
-            "-p" | "--port" => a.port = num(&val("-p")).unwrap_or_else(|| usage("bad -p")),
-            "-i" | "--ib-port" => a.ib_port = num(&val("-i")).unwrap_or_else(|| usage("bad -i")),
-            "-s" | "--size" => a.size = num(&val("-s")).unwrap_or_else(|| usage("bad -s")),
-            "-n" | "--iters" => a.iters = num(&val("-n")).unwrap_or_else(|| usage("bad -n")),
-            "-r" | "--rx-depth" => a.rx_depth = num(&val("-r")).unwrap_or_else(|| usage("bad -r")),
-            "-g" | "--gid-idx" => {
-                a.gid_index = Some(num(&val("-g")).unwrap_or_else(|| usage("bad -g")))
-            }
-            "-m" | "--mtu" => {
-                let bytes: u32 = num(&val("-m")).unwrap_or_else(|| usage("bad -m"));
-                a.mtu = IbMtu::from_bytes(bytes)
-                    .unwrap_or_else(|| usage("-m must be 256, 512, 1024, 2048 or 4096"));
-            }
-            "-l" | "--sl" => a.sl = num(&val("-l")).unwrap_or_else(|| usage("bad -l")),
-            "-d" | "--ib-dev" => a.device_name = Some(val("-d")),
-            "-t" | "--test" => a.op = Some(val("-t")),
-            "--dmac" => {
-                a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
-            }
-            "-h" | "--help" => usage("help"),
-            s if s.starts_with('-') => usage(&format!("unknown flag {s}")),
-            s => a.server = Some(s.to_string()),
-        }
-    }
-    a.mode = mode.unwrap_or_else(|| usage("choose --mock, --udp LOCAL_IP or --device BDF"));
-    if a.size == 0 || a.iters == 0 || a.rx_depth == 0 {
-        usage("size, iterations and rx depth must be positive");
-    }
-    a
+    parse_args_with(name, default_size, default_iters, &[]).0
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> Option<T> {
@@ -290,7 +222,7 @@ pub fn pingpong_loop<P: Platform + Clone>(
                 )
                 .into());
             }
-            std::hint::spin_loop();
+            relax(matches!(args.mode, Mode::Device(_)));
             continue;
         }
         last_progress = std::time::Instant::now();
