@@ -986,7 +986,6 @@ fn rc_init_again(n: &mut Node, qp: Qp<P, Rc, state::Reset>) -> Qp<P, Rc, state::
 }
 
 #[test]
-#[ignore = "the mock's engine does not implement the fence bits yet: it sends a fenced WQE without waiting for the READ before it"]
 fn fence_orders_a_write_after_a_read() {
     let (fabric, mut a, mut b, mut qa, _qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
     let secret: Vec<u8> = (0..1024u32).map(|i| (i * 13) as u8).collect();
