@@ -40,15 +40,16 @@ if [ $# -ge 1 ] && [ -n "$1" ]; then
 else
   TESTS=$(cd "$VM/conf" && ls ./*.conf | sed 's#^\./##; s#\.conf$##' | tr '\n' ' ')
 fi
-ALL_PACKAGES=$RIG_PACKAGES ALL_MODULES="" ALL_PROGRAMS="" ALL_BINS=""
+ALL_PACKAGES=$RIG_PACKAGES ALL_MODULES="" ALL_PROGRAMS="" ALL_BINS="" ALL_FILES="" ALL_C=""
 for t in $TESTS; do
   [ -f "$VM/conf/$t.conf" ] || die "no test '$t' (no $VM/conf/$t.conf)"
   [ -f "$VM/guest/tests/$t.sh" ] || die "no guest script $VM/guest/tests/$t.sh"
-  PACKAGES="" MODULES="" PROGRAMS="" PROJECT_BINS=""
+  PACKAGES="" MODULES="" PROGRAMS="" PROJECT_BINS="" FILES="" C_PROGRAMS=""
   # shellcheck source=/dev/null
   . "$VM/conf/$t.conf"
   ALL_PACKAGES="$ALL_PACKAGES $PACKAGES" ALL_MODULES="$ALL_MODULES $MODULES"
   ALL_PROGRAMS="$ALL_PROGRAMS $PROGRAMS" ALL_BINS="$ALL_BINS $PROJECT_BINS"
+  ALL_FILES="$ALL_FILES $FILES" ALL_C="$ALL_C $C_PROGRAMS"
 done
 say "tests: $TESTS"
 
@@ -166,8 +167,9 @@ rm -rf "$stage"; mkdir -p "$stage/usr/bin" "$stage/tests"
 # are symlinks in the guest).
 copy_with_libs() {
   local src=$1 dst=$2 lib
+  mkdir -p "$stage/$(dirname "$dst")"
   cp -L "$src" "$stage/$dst"
-  ldd "$src" 2>/dev/null | awk '/=>/ { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
+  { ldd "$src" 2>/dev/null || true; } | awk '/=>/ { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
     [ -e "$lib" ] || continue
     local rel=${lib#/}
     rel=usr/${rel#usr/}
@@ -181,6 +183,25 @@ done
 for p in $ALL_PROGRAMS; do
   [ -x "$p" ] || die "host program $p is missing"
   rel=${p#/}; copy_with_libs "$p" "usr/${rel#usr/}"
+done
+# C programs of the rig (src/<name>.c, built here with gcc; C_PROGRAMS entries are
+# <name> or <name>:<linker flags>).
+mkdir -p "$RIG_DIR/bin"
+for c in $ALL_C; do
+  name=${c%%:*} libs=""
+  [ "$name" = "$c" ] || libs=${c#*:}
+  # shellcheck disable=SC2086
+  gcc -O2 -Wall -Werror -o "$RIG_DIR/bin/$name" "$VM/src/$name.c" ${libs//,/ } ||
+    die "cannot build src/$name.c"
+  copy_with_libs "$RIG_DIR/bin/$name" "usr/bin/$name"
+done
+# Other host files (shared objects loaded with dlopen, configuration), at the same path,
+# with the libraries of the ELF ones.
+for f in $ALL_FILES; do
+  [ -f "$f" ] || die "host file $f is missing"
+  rel=${f#/}; rel=usr/${rel#usr/}
+  case $rel in usr/etc/*) rel=${rel#usr/} ;; esac
+  copy_with_libs "$f" "$rel"
 done
 cp "$VM/guest/init" "$stage/init"
 cp "$VM"/guest/tests/* "$stage/tests/"

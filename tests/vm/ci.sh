@@ -3,14 +3,14 @@
 # rig (Debian packages, kernel, initramfs), boots it and runs the tests. Prints how long each
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
-#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio)
+#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio,rxe)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio}
+TESTS=${1:-vfio,rxe}
 cd "$REPO"
 
 names=() secs=() results=()
