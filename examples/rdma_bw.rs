@@ -136,29 +136,7 @@ fn main() {
         tx_depth,
         cq_mod,
     });
-    let result = match &args.mode {
-        Mode::Mock => common::run_mock_pair(&args, side::<uhca::mock::MockPlatform>),
-        Mode::Udp(ip) => common::run_udp(&args, *ip, side::<uhca::mock::MockPlatform>),
-        Mode::Device(bdf) => device(&args, bdf),
-    };
-    if let Err(e) = result {
-        eprintln!("rdma_bw: {e}");
-        std::process::exit(1);
-    }
-}
-
-#[cfg(feature = "vfio")]
-fn device(args: &Args, bdf: &str) -> Res<()> {
-    let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
-    let mut hca = Hca::open(&platform)?;
-    side(&mut hca, args, args.server.as_deref(), None)?;
-    hca.close()?;
-    Ok(())
-}
-
-#[cfg(not(feature = "vfio"))]
-fn device(_: &Args, _: &str) -> Res<()> {
-    Err("--device needs the VFIO platform: build with `--features vfio`".into())
+    common::run_modes!("rdma_bw", args, side);
 }
 
 /// One side of the test on an HCA that is up. `server`: `None` to be the server.

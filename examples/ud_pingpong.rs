@@ -15,7 +15,7 @@ mod common;
 
 use std::net::TcpListener;
 
-use common::{Args, Mode, RECV_WRID, SEND_WRID};
+use common::{Args, RECV_WRID, SEND_WRID};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
     InitAttr, Qp, QpCaps, QpInitAttr, RecvReady, RecvWr, SendOp, SendWr, Sge, Ud, UdDest,
@@ -154,27 +154,5 @@ fn print_dest(what: &str, d: &Dest) {
 
 fn main() {
     let args = common::parse_args("ud_pingpong", 2048, 1000);
-    let r = match &args.mode {
-        Mode::Mock => common::run_mock_pair(&args, pingpong),
-        Mode::Udp(ip) => common::run_udp(&args, *ip, pingpong),
-        Mode::Device(bdf) => device(&args, bdf),
-    };
-    if let Err(e) = r {
-        eprintln!("ud_pingpong: {e}");
-        std::process::exit(1);
-    }
-}
-
-#[cfg(feature = "vfio")]
-fn device(args: &Args, bdf: &str) -> Res<()> {
-    let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
-    let mut hca = Hca::open(&platform)?;
-    pingpong(&mut hca, args, args.server.as_deref(), None)?;
-    hca.close()?;
-    Ok(())
-}
-
-#[cfg(not(feature = "vfio"))]
-fn device(_: &Args, _: &str) -> Res<()> {
-    Err("--device needs the VFIO platform: build with `--features vfio`".into())
+    common::run_modes!("ud_pingpong", args, pingpong);
 }

@@ -620,3 +620,53 @@ pub fn perftest_address(side: &str, d: &uhca::oob::RdmaDest) {
     );
     println!(" GID: {}", d.dest.gid);
 }
+
+/// Runs `side` on a real ConnectX under VFIO (`--device BDF`).
+#[cfg(feature = "vfio")]
+pub fn device(
+    args: &Args,
+    bdf: &str,
+    side: impl FnOnce(
+        &mut Hca<&uhca::driver::vfio::VfioPlatform>,
+        &Args,
+    ) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
+    let mut hca = Hca::open(&platform)?;
+    side(&mut hca, args)?;
+    hca.close()?;
+    Ok(())
+}
+
+/// Without the `vfio` feature there is no `--device`.
+#[cfg(not(feature = "vfio"))]
+pub fn device(
+    _: &Args,
+    _: &str,
+    _side: impl FnOnce(&mut Hca<MockPlatform>, &Args) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    Err("--device needs the VFIO platform: build with `--features vfio`".into())
+}
+
+/// Runs an example's `side` (`fn(&mut Hca<P>, &Args, server, listener)`, generic over the
+/// platform) in the mode the flags chose, and exits with status 1 and the example's name
+/// on failure.
+#[allow(unused_macros)] // not every example has all three modes
+macro_rules! run_modes {
+    ($name:expr, $args:expr, $side:path) => {{
+        let args: &common::Args = &$args;
+        let result = match &args.mode {
+            common::Mode::Mock => common::run_mock_pair(args, $side),
+            common::Mode::Udp(ip) => common::run_udp(args, *ip, $side),
+            common::Mode::Device(bdf) => {
+                common::device(args, bdf, |hca, a| $side(hca, a, a.server.as_deref(), None))
+            }
+        };
+        if let Err(e) = result {
+            eprintln!("{}: {e}", $name);
+            std::process::exit(1);
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use run_modes;
