@@ -555,6 +555,11 @@ fn ud_send_and_receive_with_address_handles() {
                 !c.wc_flags.contains(WcFlags::GRH),
                 "the AH asked for no GRH"
             );
+        } else {
+            assert!(
+                c.wc_flags.contains(WcFlags::GRH),
+                "a RoCE datagram always has its L3 header, reported as a GRH"
+            );
         }
         assert_eq!(c.byte_len as usize, grh + msg.len());
         let mut got = [0u8; 10];

@@ -410,7 +410,13 @@ impl Device {
             c.immediate = v.into();
         }
         if let Some((i, src_qp)) = info {
-            let g = if i.grh.is_some() { CQE_FLAGS_GRH } else { 0 };
+            // A RoCE packet always carries its L3 header, which stands in for the GRH (the
+            // receive buffer's first 40 bytes hold it): the CQE says a GRH is present.
+            let g = if i.grh.is_some() || i.l3.is_some() {
+                CQE_FLAGS_GRH
+            } else {
+                0
+            };
             c.flags_rqpn = ((src_qp & 0x00ff_ffff) | g).into();
             c.slid = i.slid.into();
             if let Some(l3) = i.l3 {
