@@ -27,8 +27,9 @@ fn tool_missing(tool: &str, var: &str) -> bool {
     !found
 }
 
-fn capture() -> (tempfile_path::TempPath, uhca::demo::DemoReport) {
-    let path = tempfile_path::TempPath::new("demo.pcap");
+fn capture(name: &str) -> (tempfile_path::TempPath, uhca::demo::DemoReport) {
+    // One file per test: the tests run in parallel in one process.
+    let path = tempfile_path::TempPath::new(name);
     let report = uhca::demo::run(Some(path.as_ref()), |_| {}).expect("the demo runs");
     (path, report)
 }
@@ -60,7 +61,7 @@ fn tshark_decodes_the_demo_with_its_opcodes_qpns_and_psns() {
     if tool_missing("tshark", "UHCA_REQUIRE_TSHARK") {
         return;
     }
-    let (path, report) = capture();
+    let (path, report) = capture("demo-tshark.pcap");
     let out = Command::new("tshark")
         .args(["-r"])
         .arg(path.as_ref())
@@ -128,7 +129,7 @@ fn scapy_confirms_the_icrc_of_every_demo_packet() {
         eprintln!("SKIPPED: scapy is not installed");
         return;
     }
-    let (path, report) = capture();
+    let (path, report) = capture("demo-scapy.pcap");
     let script = r#"
 import sys
 from scapy.all import rdpcap, Ether

@@ -216,7 +216,9 @@ fn tshark(bytes: &[u8], link: LinkLayer, n: usize) {
     if std::env::var_os("UHCA_REQUIRE_TSHARK").is_none() {
         return;
     }
-    let path = std::env::temp_dir().join(format!("uhca-tshark-{}.pcap", std::process::id()));
+    // One file per link type: the two pcap tests run in parallel in one process.
+    let path =
+        std::env::temp_dir().join(format!("uhca-tshark-{}-{link:?}.pcap", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
     let mut cmd = std::process::Command::new("tshark");
     if link == LinkLayer::InfiniBand {
@@ -229,7 +231,11 @@ fn tshark(bytes: &[u8], link: LinkLayer, n: usize) {
         .output()
         .expect("tshark runs");
     std::fs::remove_file(&path).ok();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
     assert_eq!(lines.len(), n, "tshark decoded every frame: {text}");
