@@ -54,6 +54,14 @@ pub trait DmaMem {
     /// Sets `len` bytes at `off` to `byte`.
     fn fill(&mut self, off: usize, len: usize, byte: u8);
 
+    /// Reads `N` consecutive big-endian 64-bit words at `off` (one bounds check for the
+    /// whole run where the implementation can). Each word is one volatile access; the
+    /// words are read in increasing order.
+    #[inline(always)]
+    fn read_be64_array<const N: usize>(&self, off: usize) -> [u64; N] {
+        core::array::from_fn(|i| self.read_be64(off + 8 * i))
+    }
+
     /// Writes `n` big-endian 64-bit words at `off`, word `i` being `word(i)` (one bounds
     /// check for the run where the implementation can).
     #[inline(always)]
@@ -151,14 +159,22 @@ impl<D: Dma> DmaBuf<D> {
     #[inline(always)]
     fn ptr(&self, off: usize, width: usize, align: usize) -> *mut u8 {
         let r = self.region();
-        assert!(
-            off <= r.len && width <= r.len - off && off.is_multiple_of(align),
-            "DMA access out of bounds or misaligned: offset {off:#x}, width {width}, buffer {:#x}",
-            r.len
-        );
+        if !(off <= r.len && width <= r.len - off && off.is_multiple_of(align)) {
+            // Out of line, so the hot path does not set up the message's arguments.
+            bad_access(off, width, r.len);
+        }
         // The offset is in bounds, so the result stays inside the allocation.
         r.cpu.as_ptr().wrapping_add(off)
     }
+}
+
+/// The panic of a failed bounds or alignment check.
+#[cold]
+#[inline(never)]
+fn bad_access(off: usize, width: usize, len: usize) -> ! {
+    panic!(
+        "DMA access out of bounds or misaligned: offset {off:#x}, width {width}, buffer {len:#x}"
+    )
 }
 
 impl<D: Dma> Drop for DmaBuf<D> {
@@ -213,6 +229,18 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
     }
 
     #[inline(always)]
+    fn read_be64_array<const N: usize>(&self, off: usize) -> [u64; N] {
+        let p = self.ptr(off, N * 8, 8).cast::<u64>().cast_const();
+        let mut out = [0u64; N];
+        for (i, w) in out.iter_mut().enumerate() {
+            // SAFETY: `ptr` checked that all `N` words are inside the live allocation and
+            // that the first is 8-aligned (so every word is); valid for volatile reads.
+            *w = u64::from_be(unsafe { p.add(i).read_volatile() });
+        }
+        out
+    }
+
+    #[inline(always)]
     fn write_u8(&mut self, off: usize, v: u8) {
         let p = self.ptr(off, 1, 1);
         // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
@@ -244,27 +272,69 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_bytes(&mut self, off: usize, src: &[u8]) {
         let p = self.ptr(off, src.len(), 1);
+        let len = src.len();
+        let s = src.as_ptr();
         let mut i = 0;
-        // Head bytes up to 8-byte alignment, then 8-byte words, then the tail.
-        while i < src.len() && !(off + i).is_multiple_of(8) {
-            // SAFETY: `p + i` is inside the range `ptr` checked.
+        // Head up to 8-byte alignment in at most one 1-, one 2- and one 4-byte store, then
+        // 8-byte words, then the tail the same way. Every store is naturally aligned: the
+        // base is 8-aligned and each width is only used at a multiple of itself.
+        if !(off + i).is_multiple_of(2) && i < len {
+            // SAFETY: `p + i` is inside the range `ptr` checked (`i < len`).
             unsafe { p.add(i).write_volatile(src[i]) };
             i += 1;
         }
-        while i + 8 <= src.len() {
-            // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
-            // inside the checked range and 8-aligned (the base is 8-aligned and `off + i`
-            // is a multiple of 8).
+        if !(off + i).is_multiple_of(4) && i + 2 <= len {
+            // SAFETY: `src[i..i + 2]` is in bounds (`i + 2 <= len`); the destination is
+            // inside the checked range and 2-aligned (`off + i` is even here).
             unsafe {
-                let w = src.as_ptr().add(i).cast::<u64>().read_unaligned();
-                p.add(i).cast::<u64>().write_volatile(w);
+                let h = s.add(i).cast::<u16>().read_unaligned();
+                p.add(i).cast::<u16>().write_volatile(h);
             }
-            i += 8;
+            i += 2;
         }
-        while i < src.len() {
+        if !(off + i).is_multiple_of(8) && i + 4 <= len {
+            // SAFETY: `src[i..i + 4]` is in bounds; the destination is inside the checked
+            // range and 4-aligned (`off + i` is a multiple of 4 here).
+            unsafe {
+                let w = s.add(i).cast::<u32>().read_unaligned();
+                p.add(i).cast::<u32>().write_volatile(w);
+            }
+            i += 4;
+        }
+        if (off + i).is_multiple_of(8) {
+            while i + 8 <= len {
+                // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
+                // inside the checked range and 8-aligned (the base is 8-aligned and
+                // `off + i` is a multiple of 8).
+                unsafe {
+                    let w = s.add(i).cast::<u64>().read_unaligned();
+                    p.add(i).cast::<u64>().write_volatile(w);
+                }
+                i += 8;
+            }
+            if i + 4 <= len {
+                // SAFETY: in bounds of `src` and of the checked range; 4-aligned (`off + i`
+                // is a multiple of 8).
+                unsafe {
+                    let w = s.add(i).cast::<u32>().read_unaligned();
+                    p.add(i).cast::<u32>().write_volatile(w);
+                }
+                i += 4;
+            }
+            if i + 2 <= len {
+                // SAFETY: in bounds; 2-aligned (`off + i` is a multiple of 4).
+                unsafe {
+                    let h = s.add(i).cast::<u16>().read_unaligned();
+                    p.add(i).cast::<u16>().write_volatile(h);
+                }
+                i += 2;
+            }
+        }
+        // The last byte, or (for a short copy whose head did not reach alignment) the rest.
+        while i < len {
             // SAFETY: inside the checked range.
             unsafe { p.add(i).write_volatile(src[i]) };
             i += 1;
@@ -347,6 +417,23 @@ mod tests {
             assert_eq!(back, src);
             assert_eq!(b.read_u8(15 + off), 0, "byte before the copy untouched");
             assert_eq!(b.read_u8(16 + off + 29), 0, "byte after the copy untouched");
+        }
+        // Every length at every offset (head, words and tail in all combinations).
+        for off in 0..8 {
+            for n in 0..=src.len() {
+                b.fill(0, 64, 0);
+                b.write_bytes(16 + off, &src[..n]);
+                let mut back = [0u8; 64];
+                b.read_bytes(0, &mut back);
+                for (k, v) in back.iter().enumerate() {
+                    let want = if (16 + off..16 + off + n).contains(&k) {
+                        src[k - 16 - off]
+                    } else {
+                        0
+                    };
+                    assert_eq!(*v, want, "offset {off}, length {n}, byte {k}");
+                }
+            }
         }
         b.fill(3, 10, 0xab);
         assert_eq!(b.read_u8(2), 0);
