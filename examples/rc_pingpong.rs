@@ -21,7 +21,7 @@ use common::{Args, RECV_WRID, SEND_WRID};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
     InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvReady, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
-    WorkCompletion, state,
+    state,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
@@ -130,14 +130,7 @@ fn pingpong<P: Platform + Clone>(
     )?;
 
     // Take the QP down in order: flush what is left, then destroy.
-    let qp = qp.to_err(hca).map_err(|f| f.error)?;
-    let mut drain = [WorkCompletion::default(); 16];
-    while cq.poll(hca, &mut drain)? != 0 {}
-    qp.destroy(hca).map_err(|f| f.error)?;
-    cq.destroy(hca).map_err(|f| f.error)?;
-    mr.destroy(hca).map_err(|f| f.error)?;
-    pd.destroy(hca).map_err(|f| f.error)?;
-    Ok(())
+    common::take_down(hca, qp, cq, mr, pd)
 }
 
 fn print_dest(what: &str, d: &Dest) {

@@ -312,13 +312,7 @@ fn side<P: Platform + Clone>(
     }
 
     // Take the QP down in order; the SEND server's spare receives are flushed.
-    let qp = qp.to_err(hca).map_err(|f| f.error)?;
-    while cq.poll(hca, &mut wc)? != 0 {}
-    qp.destroy(hca).map_err(|f| f.error)?;
-    cq.destroy(hca).map_err(|f| f.error)?;
-    let _ = mr.destroy(hca).map_err(|f| f.error)?;
-    pd.destroy(hca).map_err(|f| f.error)?;
-    Ok(())
+    common::take_down(hca, qp, cq, mr, pd)
 }
 
 /// Posts receives `from..from + n`, receive `j` into buffer `j % buffers`, with one

@@ -436,20 +436,8 @@ fn side<P: Platform + Clone>(
         }
     }
 
-    let Ends {
-        qp,
-        mut cq,
-        mr,
-        mut wc,
-        ..
-    } = e;
-    let qp = qp.to_err(hca).map_err(|f| f.error)?;
-    while cq.poll(hca, &mut wc)? != 0 {}
-    qp.destroy(hca).map_err(|f| f.error)?;
-    cq.destroy(hca).map_err(|f| f.error)?;
-    let _ = mr.destroy(hca).map_err(|f| f.error)?;
-    pd.destroy(hca).map_err(|f| f.error)?;
-    Ok(())
+    let Ends { qp, cq, mr, .. } = e;
+    common::take_down(hca, qp, cq, mr, pd)
 }
 
 /// perftest's latency table, from samples in microseconds.

@@ -225,14 +225,7 @@ fn rw<P: Platform + Clone>(
         "rdma_rw: {} rounds of RDMA WRITE {size} B + RDMA READ {size} B each way, data verified on both sides, in {secs:.2} s",
         args.iters
     );
-    let qp = qp.to_err(hca).map_err(|f| f.error)?;
-    let mut drain = [WorkCompletion::default(); 16];
-    while cq.poll(hca, &mut drain)? != 0 {}
-    qp.destroy(hca).map_err(|f| f.error)?;
-    cq.destroy(hca).map_err(|f| f.error)?;
-    mr.destroy(hca).map_err(|f| f.error)?;
-    pd.destroy(hca).map_err(|f| f.error)?;
-    Ok(())
+    common::take_down(hca, qp, cq, mr, pd)
 }
 
 fn meet(sess: &mut Session, line: &str) -> Res<()> {

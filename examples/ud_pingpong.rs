@@ -19,7 +19,6 @@ use common::{Args, RECV_WRID, SEND_WRID};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
     InitAttr, Qp, QpCaps, QpInitAttr, RecvReady, RecvWr, SendOp, SendWr, Sge, Ud, UdDest,
-    WorkCompletion,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
@@ -135,14 +134,7 @@ fn pingpong<P: Platform + Clone>(
         &mut |hca, n| post_recvs(*qp_cell.borrow_mut(), hca, recv, n),
     )?;
 
-    let qp = qp.to_err(hca).map_err(|f| f.error)?;
-    let mut drain = [WorkCompletion::default(); 16];
-    while cq.poll(hca, &mut drain)? != 0 {}
-    qp.destroy(hca).map_err(|f| f.error)?;
-    cq.destroy(hca).map_err(|f| f.error)?;
-    mr.destroy(hca).map_err(|f| f.error)?;
-    pd.destroy(hca).map_err(|f| f.error)?;
-    Ok(())
+    common::take_down(hca, qp, cq, mr, pd)
 }
 
 fn print_dest(what: &str, d: &Dest) {

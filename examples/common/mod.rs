@@ -670,3 +670,27 @@ macro_rules! run_modes {
 }
 #[allow(unused_imports)]
 pub(crate) use run_modes;
+
+/// Takes an example's objects down in order: the QP to ERR, its last completions drained,
+/// then QP, CQ, MR (its memory comes back and is dropped) and PD destroyed.
+pub fn take_down<P, T, S>(
+    hca: &mut Hca<P>,
+    qp: uhca::driver::verbs::Qp<P, T, S>,
+    mut cq: uhca::driver::verbs::Cq<P>,
+    mr: uhca::driver::verbs::Mr<P>,
+    pd: uhca::driver::verbs::Pd,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    P: Platform + Clone,
+    T: uhca::driver::verbs::QpTransport,
+    S: uhca::driver::verbs::QpStateKind,
+{
+    let qp = qp.to_err(hca).map_err(|f| f.error)?;
+    let mut drain = [uhca::driver::verbs::WorkCompletion::default(); 16];
+    while cq.poll(hca, &mut drain)? != 0 {}
+    qp.destroy(hca).map_err(|f| f.error)?;
+    cq.destroy(hca).map_err(|f| f.error)?;
+    mr.destroy(hca).map_err(|f| f.error)?;
+    pd.destroy(hca).map_err(|f| f.error)?;
+    Ok(())
+}
