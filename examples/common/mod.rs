@@ -335,10 +335,21 @@ pub fn run_udp(
     ip: Ipv4Addr,
     side: MockSide,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (_fabric, _pump, _dev, mut hca) = udp_node(ip)?;
+    let (fabric, _pump, dev, mut hca) = udp_node(ip)?;
     let mut a = args.clone();
     a.gid_index.get_or_insert(0);
     side(&mut hca, &a, args.server.as_deref(), None)?;
+    // A send completes when the model's engine has built its packets; they leave through
+    // the UDP socket on the pump's next steps. Let them go before the process exits (a
+    // last UD reply would otherwise be lost and the peer would wait for it).
+    let start = std::time::Instant::now();
+    while (dev.tx_pending() > 0 || fabric.in_flight() > 0)
+        && start.elapsed() < Duration::from_secs(2)
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The pump thread may be starved on a loaded machine: give it a moment more.
+    std::thread::sleep(Duration::from_millis(300));
     hca.close()?;
     Ok(())
 }
