@@ -35,6 +35,8 @@ pub(crate) struct Faults {
     pub(crate) stuck_initializing: bool,
     /// Every PCI read (config space and BAR) returns all ones; writes are dropped.
     pub(crate) pci_all_ones: bool,
+    /// Send doorbells are logged but the engine does not fetch the WQEs they announce.
+    pub(crate) hold_send_doorbells: bool,
 }
 
 impl Faults {

@@ -432,6 +432,16 @@ impl MockHca {
         self.dev().faults.pci_all_ones = on;
     }
 
+    /// While on, send doorbells are recorded in the doorbell log but the engine does not
+    /// fetch the WQEs they announce: the send queues stand still, as if the doorbells had
+    /// not reached the device. Tests use it to read what a driver wrote (WQEs, doorbell
+    /// record, doorbell value) before the device acts on it. Turning it off does not replay
+    /// the held doorbells; the next doorbell of a QP makes the engine fetch everything up to
+    /// the counter it carries.
+    pub fn hold_send_doorbells(&self, on: bool) {
+        self.dev().faults.hold_send_doorbells = on;
+    }
+
     /// A run-time page request: positive `n`, the firmware wants `n` more pages (it posts a
     /// PAGE_REQUEST event and holds object creation until it gets them); negative, it gives
     /// `-n` pages back (a PAGE_REQUEST with a negative count; the driver takes them).

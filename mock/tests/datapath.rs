@@ -674,3 +674,25 @@ fn zero_length_messages() {
     assert_eq!(wc.len(), 1);
     assert_eq!(wc[0].byte_cnt(), 0);
 }
+
+#[test]
+fn held_send_doorbells_leave_the_wqes_unfetched() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.a.write(&amr, 0, b"held");
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova, 64)]);
+    p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 64, 64)]);
+    p.a.h.hca.hold_send_doorbells(true);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    p.run();
+    assert!(p.a.h.hca.doorbells().iter().any(|d| d.is_send_doorbell()));
+    assert!(p.a.poll_all(&mut p.acq).is_empty(), "no WQE was fetched");
+    assert!(p.b.poll_all(&mut p.bcq).is_empty(), "nothing was sent");
+    // Released, the next doorbell makes the engine fetch everything up to its counter.
+    p.a.h.hca.hold_send_doorbells(false);
+    p.a.post_send(&mut p.aqp, &wr(WqeOpcode::Send, &amr, 0, 4));
+    p.run();
+    assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
+    assert_eq!(p.b.poll_all(&mut p.bcq).len(), 2);
+}

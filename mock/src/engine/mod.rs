@@ -199,6 +199,9 @@ impl Device {
             );
             return;
         }
+        if self.faults.hold_send_doorbells {
+            return;
+        }
         self.process_sq(qpn, now);
     }
 
