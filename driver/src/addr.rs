@@ -196,9 +196,12 @@ impl AddressHandle {
                 av.stat_rate_sl = (static_rate << 4) | (sl & 0xf);
                 av.fl_mlid = src_path_bits & 0x7f;
                 av.rlid = dlid.into();
+                // Always the extended (48-byte) form, GRH or not, as libmlx5 and Linux
+                // write it: with bit 31 clear the HCA takes the first 16 bytes as the compact
+                // AV and reads the rest of this one as data segments.
+                av.dqp_dct = (Av::EXTENDED_UD_AV | (dqpn & 0x00ff_ffff)).into();
                 match grh {
                     Some(g) => {
-                        av.dqp_dct = (Av::EXTENDED_UD_AV | (dqpn & 0x00ff_ffff)).into();
                         av.tclass = g.traffic_class;
                         av.hop_limit = g.hop_limit;
                         av.grh_gid_fl = (Av::GRH_GID_FL_GRH
@@ -207,7 +210,7 @@ impl AddressHandle {
                             .into();
                         av.rgid = g.dgid.0;
                     }
-                    None => av.dqp_dct = (dqpn & 0x00ff_ffff).into(),
+                    None => {}
                 }
             }
             AddressHandle::RoceV2 {
@@ -306,7 +309,12 @@ mod tests {
         };
         let mut av = Av::default();
         ah.write_av(&mut av, 0x99, 0x8001_0000);
-        assert_eq!(av.dqp_dct.get(), 0x99, "no GRH, no extended AV");
+        assert_eq!(
+            av.dqp_dct.get(),
+            Av::EXTENDED_UD_AV | 0x99,
+            "the extended AV even without a GRH"
+        );
+        assert_eq!(av.grh_gid_fl.get() & Av::GRH_GID_FL_GRH, 0, "no GRH");
         assert_eq!(av.rlid.get(), 0x11);
         assert_eq!(av.sl(), 5);
         assert_eq!(av.fl_mlid, 0);

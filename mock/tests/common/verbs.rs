@@ -94,6 +94,8 @@ pub struct Wr {
     pub solicited: bool,
     pub fence: bool,
     pub av: Option<Av>,
+    /// Write only the first 16 bytes of `av` (the compact address vector).
+    pub compact_av: bool,
 }
 
 /// Connection parameters of an RC/UC QP.
@@ -503,7 +505,8 @@ impl Node {
         let idx = qp.sq_pi;
         let mut body: Vec<u8> = Vec::new();
         if let Some(av) = &wr.av {
-            body.extend_from_slice(av.as_bytes());
+            let len = if wr.compact_av { Av::COMPACT_LEN } else { 48 };
+            body.extend_from_slice(&av.as_bytes()[..len]);
         }
         if let Some((va, rkey)) = wr.raddr {
             let r = WqeRaddrSeg {
