@@ -508,6 +508,7 @@ fn force_loopback_between_two_qps_of_one_hca() {
     let mut q2 = a.qp(QpServiceType::Rc, &cq, &cq);
     for (me, peer) in [(q1.qpn, q2.qpn), (q2.qpn, q1.qpn)] {
         let mut m = Rst2initQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
         m.set_qpn(me);
         m.qpc_mut()
             .set_rwe(true)
@@ -515,6 +516,7 @@ fn force_loopback_between_two_qps_of_one_hca() {
             .set_vhca_port_num(1);
         a.h.ok(&m, &[]);
         let mut m = Init2rtrQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
         m.set_qpn(me);
         m.qpc_mut()
             .set_mtu(IbMtu::Mtu1024.raw())
@@ -527,6 +529,7 @@ fn force_loopback_between_two_qps_of_one_hca() {
             .set_fl(true);
         a.h.ok(&m, &[]);
         let mut m = Rtr2rtsQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
         m.set_qpn(me);
         m.qpc_mut().set_next_send_psn(1).set_retry_count(3);
         m.qpc_mut().primary_address_path_mut().set_ack_timeout(10);

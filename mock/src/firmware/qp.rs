@@ -117,6 +117,19 @@ fn apply_optional(dst: &mut Qpc, src: &Qpc, mask: u32) {
     }
 }
 
+/// `qpc.pm_state` MIGRATED (the PRM's path-migration states: 0 ARMED, 1 REARM, 3 MIGRATED).
+const PM_STATE_MIGRATED: u8 = 3;
+
+/// Path migration needs an alternate path; the model has none, so a QP context must say
+/// MIGRATED. A context left zeroed says ARMED: a migration armed towards nothing.
+fn check_pm_state(q: &Qpc) -> Result<(), Fail> {
+    if q.pm_state() == PM_STATE_MIGRATED {
+        Ok(())
+    } else {
+        Err(bad_param(syndrome::BAD_PM_STATE))
+    }
+}
+
 fn qp_state_err() -> Fail {
     Fail::Cmd(CmdStatus::BadQpStateErr, syndrome::BAD_QP_TRANSITION)
 }
@@ -162,6 +175,7 @@ impl Device {
         if i.input_qpn() != 0 {
             return Err(bad_param(syndrome::BAD_INPUT_QPN));
         }
+        check_pm_state(&q)?;
         if i.qpc_ext() || i.wq_umem_valid() || q.dbr_umem_valid() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
@@ -308,6 +322,12 @@ impl Device {
         let caps = &self.fw.caps.general_cur;
         if let Some(r) = req {
             let rp = r.primary_address_path();
+            if matches!(
+                t,
+                Transition::Rst2Init | Transition::Init2Rtr | Transition::Rtr2Rts
+            ) {
+                check_pm_state(r)?;
+            }
             match t {
                 Transition::Rst2Init => {
                     self.check_path(rp, true)?;
