@@ -422,3 +422,32 @@ fn pm_state_other_than_migrated_is_refused() {
     h.ok(&rtr2rts(qpn), &[]);
     assert_eq!(h.hca.qp_state(qpn), Some(QpState::Rts));
 }
+
+/// An address path's static rate must be unlimited (0) or a code the device lists in
+/// `stat_rate_support`; the mock lists every code but 6 (400 Gb/s).
+#[test]
+fn a_static_rate_the_device_does_not_list_is_refused() {
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
+    h.enable_roce();
+    h.set_gid(0);
+    let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    h.ok(&rst2init(qpn), &[]);
+    let mut r = init2rtr(qpn);
+    r.qpc_mut().primary_address_path_mut().set_stat_rate(6);
+    assert_eq!(
+        h.err(&r, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_STAT_RATE)
+    );
+    let mut r = init2rtr(qpn);
+    r.qpc_mut().primary_address_path_mut().set_stat_rate(4);
+    h.ok(&r, &[]);
+    assert_eq!(
+        query(&mut h, qpn).qpc().primary_address_path().stat_rate(),
+        4
+    );
+}

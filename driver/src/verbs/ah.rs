@@ -98,7 +98,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
         }
         let mut av = Av::default();
-        attr.write_av(&mut av, 0, 0);
+        attr.write_av(&mut av, 0, 0, self.hca_cap().stat_rate_support());
         Ok(Ah { attr, port, av })
     }
 }

@@ -52,7 +52,7 @@ use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
 
 use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil, release_unless_held};
-use crate::addr::AddressHandle;
+use crate::addr::{AddressHandle, StaticRate};
 use crate::caps::LinkLayer;
 use crate::error::{Error, Result};
 use crate::hca::Hca;
@@ -217,7 +217,7 @@ impl Default for RtrAttr {
                 dlid: 0,
                 sl: 0,
                 src_path_bits: 0,
-                static_rate: 0,
+                static_rate: StaticRate::PortCurrent,
                 grh: None,
             },
         }
@@ -776,7 +776,8 @@ fn fill_rtr<P: Platform + Clone>(
         }
     }
     let path = q.primary_address_path_mut();
-    attr.ah.write_ads(path, port);
+    attr.ah
+        .write_ads(path, port, hca.hca_cap().stat_rate_support());
     path.set_pkey_index(pkey_index);
     Ok(())
 }

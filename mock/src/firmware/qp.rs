@@ -280,6 +280,16 @@ impl Device {
         Ok(())
     }
 
+    /// A static rate must be 0 (unlimited) or a code listed in `stat_rate_support`.
+    fn check_stat_rate(&self, p: &Ads) -> Result<(), Fail> {
+        let support = self.fw.caps.general_cur.stat_rate_support();
+        let rate = p.stat_rate();
+        if rate != 0 && support & (1u16 << rate) == 0 {
+            return Err(bad_param(syndrome::BAD_STAT_RATE));
+        }
+        Ok(())
+    }
+
     fn check_remote_path(&self, st: QpServiceType, p: &Ads) -> Result<(), Fail> {
         if st == QpServiceType::Ud {
             return Ok(());
@@ -354,6 +364,7 @@ impl Device {
                             return Err(bad_param(syndrome::BAD_PORT));
                         }
                         self.check_remote_path(st, rp)?;
+                        self.check_stat_rate(rp)?;
                         copy_qpc(
                             &mut next,
                             r,
@@ -395,6 +406,7 @@ impl Device {
             }
             if opt & optpar::PRIMARY_ADDR_PATH != 0 {
                 self.check_path(rp, false)?;
+                self.check_stat_rate(rp)?;
                 self.check_remote_path(st, rp)?;
             }
             if opt & optpar::PKEY_INDEX != 0 && rp.pkey_index() as usize >= PKEY_TABLE_ENTRIES {
