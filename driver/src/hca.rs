@@ -797,6 +797,11 @@ impl<P: Platform + Clone> Hca<P> {
         self.roce_cap.as_ref().map(RoceCaps::from_roce_cap)
     }
 
+    /// The raw RoCE capabilities (current), on a RoCE-capable device.
+    pub(crate) fn roce_cap(&self) -> Option<&RoceCap> {
+        self.roce_cap.as_ref()
+    }
+
     /// Bring-up facts.
     pub fn info(&self) -> &BringUpInfo {
         &self.info

@@ -885,3 +885,52 @@ fn a_creation_that_times_out_is_a_typed_error_and_the_hca_stays_usable() {
     pd.destroy(&mut hca).unwrap();
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
 }
+
+/// Issue 18 item 9: an RC, UC or UD QP takes its `ts_format` from the QP timestamp
+/// capability (the RoCE page's `qp_ts_format`), as Linux's `get_qp_ts_format` does, not
+/// from the send queues' `sq_ts_format`. Here send queues are free-running only and QPs
+/// real time only: free-running would be refused, so the QP gets the default format.
+#[test]
+fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
+    let dev = MockHca::new(MockConfig {
+        port_type: PortType::Ethernet,
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    dev.set_ts_format_caps(0, 1);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
+    let uc = hca.create_qp::<Uc>(&pd, &attr).expect("UC QP");
+    let ud = hca.create_qp::<Ud>(&pd, &attr).expect("UD QP");
+    assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 1);
+    assert_eq!(uc.query(&mut hca).unwrap().qpc.ts_format(), 1);
+    assert_eq!(ud.query(&mut hca).unwrap().qpc.ts_format(), 1);
+
+    // The other way round (QPs free-running, send queues real time only): free-running.
+    let dev = MockHca::new(MockConfig {
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    dev.set_ts_format_caps(1, 0);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
+    assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 0);
+}

@@ -421,6 +421,24 @@ impl MockHca {
         d.fw.fatal = Some((synd, ext_synd));
     }
 
+    /// Sets the timestamp-format capabilities, maximum and current: the general
+    /// `sq_ts_format` and `rq_ts_format` to `sq_rq`, the RoCE page's `qp_ts_format` to `qp`
+    /// (encoding: 0 free-running only, 1 real time only, 2 both). CREATE_QP then accepts a
+    /// `qpc.ts_format` only if the QP capability (`qp_ts_format` with RoCE, `sq_ts_format`
+    /// without) offers it. Call it before a driver reads the capabilities.
+    pub fn set_ts_format_caps(&self, sq_rq: u8, qp: u8) {
+        let mut d = self.dev();
+        let c = &mut d.fw.caps;
+        for g in [&mut c.general_max, &mut c.general_cur] {
+            g.set_sq_ts_format(sq_rq).set_rq_ts_format(sq_rq);
+        }
+        if c.general_cur.roce() {
+            for r in [&mut c.roce_max, &mut c.roce_cur] {
+                r.set_qp_ts_format(qp);
+            }
+        }
+    }
+
     /// The firmware never finishes initializing (or does again, when `false`).
     pub fn set_stuck_initializing(&self, stuck: bool) {
         self.dev().faults.stuck_initializing = stuck;
