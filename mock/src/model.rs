@@ -104,7 +104,7 @@ pub struct ObjectCounts {
     pub cqs: usize,
     /// Queue pairs.
     pub qps: usize,
-    /// Shared receive queues.
+    /// Shared receive queues (SRQs at ISSI 0, RMPs at ISSI 1).
     pub srqs: usize,
     /// Queue counters.
     pub q_counters: usize,
