@@ -603,9 +603,13 @@ fn bad_qp_capabilities_are_refused_before_any_command() {
     pd.destroy(&mut hca).unwrap();
 }
 
+/// At ISSI 1 an SRQ is an RMP (issue 18 item 1): the driver sends CREATE_RMP,
+/// MODIFY_RMP, QUERY_RMP and DESTROY_RMP, never the ISSI-0 SRQ commands (which the device
+/// refuses at ISSI 1), and a QP attaches to the RMP number with `rq_type` 1.
 #[test]
 fn srq_create_query_arm_destroy_and_a_qp_on_it() {
     let (dev, mut hca) = open(PortType::Ethernet);
+    assert_eq!(hca.info().issi, 1);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let mut srq = hca
@@ -658,6 +662,23 @@ fn srq_create_query_arm_destroy_and_a_qp_on_it() {
     cq.destroy(&mut hca).unwrap();
     pd.destroy(&mut hca).unwrap();
     assert_eq!(dev.objects(), baseline());
+    let sent: Vec<CmdOpcode> = dev.command_log().iter().map(|r| r.opcode).collect();
+    for op in [
+        CmdOpcode::CreateRmp,
+        CmdOpcode::ModifyRmp,
+        CmdOpcode::QueryRmp,
+        CmdOpcode::DestroyRmp,
+    ] {
+        assert!(sent.contains(&op), "{op:?} not sent: {sent:?}");
+    }
+    for op in [
+        CmdOpcode::CreateSrq,
+        CmdOpcode::ArmRq,
+        CmdOpcode::QuerySrq,
+        CmdOpcode::DestroySrq,
+    ] {
+        assert!(!sent.contains(&op), "{op:?} sent at ISSI 1");
+    }
     hca.close().unwrap();
 }
 
