@@ -955,3 +955,46 @@ fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
     let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
     assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 0);
 }
+
+/// Issue 18 item 5: the driver fills the port fields of the vport and RoCE address
+/// commands only where the PRM gives them a meaning, as Linux does:
+/// QUERY_HCA_VPORT_*'s `port_num` on a dual-port function (`num_ports` 2), the RoCE
+/// address table's `vhca_port_num` on a function with vHCA ports (`num_vhca_ports` > 0).
+/// The mock, like the device, refuses a non-zero value where the field is reserved.
+#[test]
+fn port_fields_are_filled_only_where_the_device_reads_them() {
+    // A single-port InfiniBand function: port_num stays 0.
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    assert_eq!(hca.hca_cap().num_ports(), 1);
+    let p = hca.query_port(1).expect("QUERY_HCA_VPORT_CONTEXT");
+    assert_eq!(p.lid, dev.config().lid);
+    assert_eq!(hca.query_gid(1, 0).unwrap().kind, GidType::Ib);
+    hca.close().unwrap();
+
+    // An Ethernet function without vHCA ports: vhca_port_num stays 0.
+    let dev = MockHca::new(MockConfig {
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    dev.set_num_vhca_ports(0);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    assert_eq!(hca.hca_cap().num_vhca_ports(), 0);
+    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7));
+    let gid = hca
+        .add_roce_gid(1, 2, ip, MAC, None)
+        .expect("SET_ROCE_ADDRESS");
+    assert_eq!(hca.query_gid(1, 2).expect("QUERY_ROCE_ADDRESS").gid, gid);
+    assert!(dev.roce_gids().contains(&gid.0));
+    hca.del_roce_gid(1, 2).unwrap();
+    assert_eq!(hca.query_gid(1, 2).unwrap().kind, GidType::Empty);
+    hca.close().unwrap();
+
+    // With vHCA ports (the default profile) the port is named.
+    let (dev, mut hca) = open(PortType::Ethernet);
+    assert_eq!(hca.hca_cap().num_vhca_ports(), 1);
+    let gid = hca.add_roce_gid(1, 2, ip, MAC, None).unwrap();
+    assert_eq!(hca.query_gid(1, 2).unwrap().gid, gid);
+    assert!(dev.roce_gids().contains(&gid.0));
+    hca.close().unwrap();
+}

@@ -421,6 +421,16 @@ impl MockHca {
         d.fw.fatal = Some((synd, ext_synd));
     }
 
+    /// Sets `num_vhca_ports` (maximum and current), the number of vHCA ports the function
+    /// has (0 on a function without them: SET/QUERY_ROCE_ADDRESS then take
+    /// `vhca_port_num` 0 only). Call it before a driver reads the capabilities.
+    pub fn set_num_vhca_ports(&self, n: u8) {
+        let mut d = self.dev();
+        let c = &mut d.fw.caps;
+        c.general_max.set_num_vhca_ports(n);
+        c.general_cur.set_num_vhca_ports(n);
+    }
+
     /// Sets the timestamp-format capabilities, maximum and current: the general
     /// `sq_ts_format` and `rq_ts_format` to `sq_rq`, the RoCE page's `qp_ts_format` to `qp`
     /// (encoding: 0 free-running only, 1 real time only, 2 both). CREATE_QP then accepts a
