@@ -58,6 +58,15 @@ const TEARDOWN_PREPARE_FAST: u16 = 2;
 const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
+/// Entries the EQ has beyond the events it is sized for, and the most EQEs the driver
+/// consumes before it gives them back with an EQ doorbell. The device overruns the EQ when
+/// it would write an entry the driver has not given back (consumer index + size), so while
+/// draining a long burst the driver updates the consumer index at least this often (Linux
+/// `eq.c` `MLX5_NUM_SPARE_EQE` 0x80 and its `mlx5_eq_int` loop; rdma-core
+/// `providers/mlx5/mlx5_vfio.c:372` `mlx5_eq_update_cc`, `:1390` for the size).
+pub const NUM_SPARE_EQE: u32 = 0x80;
+/// Most EQ pages the driver's CREATE_EQ lists (so at most 4096 EQEs).
+const MAX_EQ_PAGES: usize = 64;
 
 /// The event types the driver's EQ subscribes to.
 const EQ_EVENTS: [EventType; 13] = [
@@ -97,7 +106,10 @@ pub struct HcaConfig {
     pub cmd_timeout_ns: u64,
     /// Delay between checks while waiting, microseconds.
     pub poll_us: u32,
-    /// log2 of the number of EQEs in the driver's event queue.
+    /// log2 of the number of events the driver's event queue holds before it is served
+    /// (command completions, page requests, asynchronous events, and one completion event
+    /// per armed CQ). The queue gets [`NUM_SPARE_EQE`] more entries, rounded up to a power
+    /// of two, as Linux and rdma-core size theirs; at most 11.
     pub log_eq_size: u8,
     /// How to tear down.
     pub teardown: TeardownMode,
@@ -239,9 +251,18 @@ fn drain_eq<P: Platform + Clone>(
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<()> {
     let mut seen = false;
+    // EQEs consumed and not yet given back to the device.
+    let mut unreleased = 0u32;
     let mut result = Ok(());
     while let Some(eqe) = eq.ring.poll_one() {
         seen = true;
+        unreleased += 1;
+        // A page request makes the driver issue MANAGE_PAGES, whose completion the device
+        // posts to this EQ: give back what was consumed first, so those entries are free.
+        if unreleased >= NUM_SPARE_EQE || eqe.event_type() == EventType::PageRequest {
+            eq.ring.update_ci(p, eq.uar_offset);
+            unreleased = 0;
+        }
         if let Err(e) = handle_eqe(&eqe, pages, log, report, manage_pages) {
             result = Err(e);
         }
@@ -569,7 +590,11 @@ impl<P: Platform + Clone> Hca<P> {
     }
 
     fn create_eq(&mut self, uar: u32) -> Result<()> {
-        let log = self.cfg.log_eq_size;
+        if self.cfg.log_eq_size > 11 {
+            return Err(Error::InvalidArgument("log_eq_size too large"));
+        }
+        let entries = ((1u32 << self.cfg.log_eq_size) + NUM_SPARE_EQE).next_power_of_two();
+        let log = entries.trailing_zeros() as u8;
         let bytes = (64usize << log).next_multiple_of(ADAPTER_PAGE_SIZE);
         let buf = DmaBuf::alloc(self.p.clone(), bytes, ADAPTER_PAGE_SIZE)?;
         let iova = buf.iova();
@@ -584,8 +609,8 @@ impl<P: Platform + Clone> Hca<P> {
         let mask: u64 = EQ_EVENTS.iter().fold(0, |m, e| m | 1u64 << e.raw());
         c.event_bitmask_mut()[..8].copy_from_slice(&mask.to_be_bytes());
         let npages = bytes / ADAPTER_PAGE_SIZE;
-        let mut pas = [0u8; 64 * 8];
-        if npages > 64 {
+        let mut pas = [0u8; MAX_EQ_PAGES * 8];
+        if npages > MAX_EQ_PAGES {
             return Err(Error::InvalidArgument("log_eq_size too large"));
         }
         for i in 0..npages {
@@ -952,5 +977,67 @@ impl<P: Platform + Clone> Drop for Hca<P> {
         if self.cmdq.is_some() {
             let _ = self.teardown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uhca_fwif::doorbell::{EQ_DOORBELL_OFFSET, EQ_DOORBELL_UPDATE_CI_OFFSET};
+    use uhca_fwif::eqe::EQE_DATA_OFFSET;
+    use uhca_hal::testing::{FAKE_UAR, FakePlatform};
+
+    /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs
+    /// (update only), then arms once at the end: the device may keep writing during the
+    /// drain and must find released entries.
+    #[test]
+    fn a_long_drain_updates_the_consumer_index_every_spare_count() {
+        let p = FakePlatform::new();
+        let log = 9u8;
+        let buf = DmaBuf::alloc(&p, 64 << log, ADAPTER_PAGE_SIZE).unwrap();
+        let base = buf.iova();
+        let mut eq = EventQueue {
+            ring: EqRing::new(buf, 5, log).unwrap(),
+            uar_offset: FAKE_UAR,
+        };
+        const N: u32 = 300;
+        for i in 0..N as u64 {
+            let mut e = Eqe::default();
+            e.r#type = EventType::PortChange.raw();
+            e.sub_type = PortChangeSubtype::Active.raw();
+            let mut bytes = [0u8; 64];
+            bytes.copy_from_slice(e.as_bytes());
+            bytes[EQE_DATA_OFFSET + 8] = 1 << 4;
+            // First pass over the ring: owner bit 0 is software's.
+            bytes[63] = 0;
+            p.dma.device_write(base + i * 64, &bytes);
+        }
+        let mut pages = PagePool::new(&p);
+        let mut events = EventLog::default();
+        p.bar.clear_log();
+        drain_eq(
+            &&p,
+            &mut eq,
+            &mut pages,
+            &mut events,
+            &mut |_| {},
+            &mut |_, _, _| unreachable!("no page request"),
+        )
+        .unwrap();
+        let doorbells: Vec<(usize, u64)> = p
+            .bar
+            .write_log()
+            .into_iter()
+            .filter(|&(off, _)| off >= FAKE_UAR + EQ_DOORBELL_OFFSET && off < FAKE_UAR + 0x50)
+            .collect();
+        let db = |off: usize, ci: u32| (FAKE_UAR + off, ((5u32 << 24) | ci) as u64);
+        assert_eq!(
+            doorbells,
+            vec![
+                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 128),
+                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 256),
+                db(EQ_DOORBELL_OFFSET, N),
+            ]
+        );
     }
 }

@@ -415,10 +415,7 @@ impl MockHca {
     /// commands. Only a function level reset recovers.
     pub fn set_fatal_health(&self, synd: u8, ext_synd: u16) {
         let now = self.now();
-        let mut d = self.dev();
-        let since = now.saturating_sub(d.fw.boot_ns);
-        d.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
-        d.fw.fatal = Some((synd, ext_synd));
+        self.dev().enter_fatal(synd, ext_synd, now);
     }
 
     /// The firmware never finishes initializing (or does again, when `false`).
