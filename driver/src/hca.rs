@@ -56,6 +56,21 @@ const TEARDOWN_GRACEFUL: u16 = 0;
 const TEARDOWN_PREPARE_FAST: u16 = 2;
 /// How long a fast teardown may take to disable the NIC interface (Linux: 3 s).
 const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
+/// How long page reclaim at teardown waits for the firmware to return pages, from its
+/// last progress (Linux `lib/tout.c` RECLAIM_PAGES, 5 s, in `mlx5_reclaim_root_pages`).
+const RECLAIM_PAGES_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Pause between MANAGE_PAGES TAKE commands after an empty reply at teardown.
+const RECLAIM_RETRY_US: u32 = 1_000;
+/// Bit 15 of a page request's `ec_function` word: the pages are for the embedded CPU
+/// function (Linux `pagealloc.c` `EC_FUNCTION_MASK`).
+const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
+/// Bit 14 of a page request's `ec_function` word: the firmware released every page of the
+/// function at once; the driver frees them without MANAGE_PAGES (Linux `pagealloc.c`
+/// `RELEASE_ALL_PAGES_MASK` and `release_all_pages`). The firmware sends it only to a
+/// driver that set the `release_all_pages` capability, as this one does.
+const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
+/// Most functions the driver holds firmware pages for (a lone function needs one).
+const MAX_PAGE_FUNCTIONS: usize = 4;
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
 /// Entries the EQ has beyond the events it is sized for, and the most EQEs the driver
@@ -202,6 +217,61 @@ impl EventLog {
     }
 }
 
+/// The function firmware pages are given to or taken from: MANAGE_PAGES `function_id` and
+/// `embedded_cpu_function`, as QUERY_PAGES or the page request named it (rdma-core
+/// `providers/mlx5/mlx5_vfio.c:1660`, `:1676`, `:266`; Linux `pagealloc.c`
+/// `mlx5_satisfy_startup_pages`, `req_pages_handler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PageFunction {
+    id: u16,
+    ec: bool,
+}
+
+impl PageFunction {
+    fn set_in(self, input: &mut ManagePagesIn) {
+        input
+            .set_function_id(self.id)
+            .set_embedded_cpu_function(self.ec);
+    }
+}
+
+/// How many pages each function holds (the pool only knows the total).
+#[derive(Debug, Default)]
+struct PageOwners {
+    list: heapless::Vec<(PageFunction, u32), MAX_PAGE_FUNCTIONS>,
+}
+
+impl PageOwners {
+    fn count(&self, f: PageFunction) -> u32 {
+        self.list
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map_or(0, |&(_, n)| n)
+    }
+
+    fn add(&mut self, f: PageFunction, n: u32) -> Result<()> {
+        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
+            *c += n;
+            return Ok(());
+        }
+        self.list
+            .push((f, n))
+            .map_err(|_| Error::Unsupported("firmware pages for more than 4 functions"))
+    }
+
+    fn sub(&mut self, f: PageFunction, n: u32) {
+        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
+            *c = c.saturating_sub(n);
+        }
+        self.list.retain(|&(_, c)| c > 0);
+    }
+
+    /// The first function that still holds pages.
+    fn first(&self) -> Option<PageFunction> {
+        self.list.first().map(|&(f, _)| f)
+    }
+}
+
 /// Sends one MANAGE_PAGES (through the page slot, from wherever the driver is).
 type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) -> core::result::Result<ManagePagesOut, CmdError>
     + 'a;
@@ -215,6 +285,8 @@ pub struct Hca<P: Platform + Clone> {
     cmdq: Option<CmdQueue<P>>,
     eq: Option<EventQueue<P>>,
     pages: PagePool<P>,
+    /// How many of the pool's given pages each function holds.
+    page_owners: PageOwners,
     events: EventLog,
     /// The datapath's shadow of every QP and SRQ (see `verbs::dp`).
     dp: Datapath<P>,
@@ -246,6 +318,7 @@ fn drain_eq<P: Platform + Clone>(
     p: &P,
     eq: &mut EventQueue<P>,
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
@@ -263,7 +336,7 @@ fn drain_eq<P: Platform + Clone>(
             eq.ring.update_ci(p, eq.uar_offset);
             unreleased = 0;
         }
-        if let Err(e) = handle_eqe(&eqe, pages, log, report, manage_pages) {
+        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages) {
             result = Err(e);
         }
     }
@@ -276,6 +349,7 @@ fn drain_eq<P: Platform + Clone>(
 fn handle_eqe<P: Platform + Clone>(
     eqe: &Eqe,
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
@@ -288,11 +362,18 @@ fn handle_eqe<P: Platform + Clone>(
         EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
         EventType::PageRequest => {
             let req = eqe.data_as::<EqePageReq>();
+            let flags = req.ec_function.get();
+            let function = PageFunction {
+                id: req.func_id.get(),
+                ec: flags & PAGE_REQ_EC_FUNCTION != 0,
+            };
             let n = req.num_pages_signed();
-            if n > 0 {
-                give_pages(pages, n as u32, manage_pages)?;
+            if flags & PAGE_REQ_RELEASE_ALL != 0 {
+                release_all_pages(pages, owners, function)?;
+            } else if n > 0 {
+                give_pages(pages, owners, function, n as u32, manage_pages)?;
             } else if n < 0 {
-                take_pages(pages, n.unsigned_abs(), manage_pages)?;
+                take_pages(pages, owners, function, n.unsigned_abs(), manage_pages)?;
             }
         }
         EventType::PortChange => {
@@ -322,10 +403,35 @@ fn handle_eqe<P: Platform + Clone>(
     Ok(())
 }
 
-/// Gives `n` pages to the firmware in batches; if the pool runs dry, tells the firmware
-/// (MANAGE_PAGES "can't give", as Linux does) and reports the error.
+/// The firmware dropped every page of `function` at once: they are free again, with no
+/// command (Linux `pagealloc.c` `release_all_pages`).
+fn release_all_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+) -> Result<()> {
+    let n = owners.count(function);
+    if n == 0 {
+        // Nothing given to that function (Linux warns and does nothing).
+        return Ok(());
+    }
+    if n as usize != pages.given() {
+        // The pool does not know which pages are whose.
+        return Err(Error::Unsupported(
+            "release of all pages of one of several functions",
+        ));
+    }
+    pages.forget_all();
+    owners.sub(function, n);
+    Ok(())
+}
+
+/// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
+/// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
 fn give_pages<P: Platform + Clone>(
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
     mut n: u32,
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<()> {
@@ -351,18 +457,26 @@ fn give_pages<P: Platform + Clone>(
             input
                 .set_op_mod(ManagePagesOpMod::Give.raw())
                 .set_input_num_entries(got as u32);
-            if let Err(e) = manage_pages(&input, &pas[..got * 8], &mut []) {
+            function.set_in(&mut input);
+            let given = owners.add(function, got as u32).and_then(|()| {
+                manage_pages(&input, &pas[..got * 8], &mut []).map_err(|e| {
+                    owners.sub(function, got as u32);
+                    Error::from(e)
+                })
+            });
+            if let Err(e) = given {
                 // The firmware did not take them: they are ours again.
                 for chunk in pas[..got * 8].chunks_exact(8) {
                     let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
                     let _ = pages.take_back(iova);
                 }
-                return Err(e.into());
+                return Err(e);
             }
         }
         if let Some(e) = failure {
             let mut input = ManagePagesIn::new_cmd();
             input.set_op_mod(ManagePagesOpMod::CantGive.raw());
+            function.set_in(&mut input);
             manage_pages(&input, &[], &mut [])?;
             return Err(match e {
                 PageError::Dma(d) => Error::Dma(d),
@@ -374,40 +488,58 @@ fn give_pages<P: Platform + Clone>(
     Ok(())
 }
 
-/// Takes up to `n` pages back from the firmware; returns how many it gave.
+/// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
+/// (stops at the first empty reply).
 fn take_pages<P: Platform + Clone>(
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
     mut n: u32,
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<u32> {
-    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
     let mut total = 0;
     while n > 0 {
-        let batch = (n as usize).min(PAGES_PER_COMMAND);
-        let mut input = ManagePagesIn::new_cmd();
-        input
-            .set_op_mod(ManagePagesOpMod::Take.raw())
-            .set_input_num_entries(batch as u32);
-        let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
-        let returned = out.output_num_entries() as usize;
-        if returned > batch {
-            return Err(Error::DeviceMisbehaved(
-                "MANAGE_PAGES returned more pages than asked",
-            ));
-        }
-        for chunk in pas[..returned * 8].chunks_exact(8) {
-            let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
-            pages.take_back(iova).map_err(|_| {
-                Error::DeviceMisbehaved("firmware returned a page it was not given")
-            })?;
-        }
-        total += returned as u32;
+        let returned = take_pages_once(pages, owners, function, n, manage_pages)?;
+        total += returned;
         if returned == 0 {
             break;
         }
-        n -= returned as u32;
+        n -= returned;
     }
     Ok(total)
+}
+
+/// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
+/// returns how many the firmware gave back.
+fn take_pages_once<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+    n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> Result<u32> {
+    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
+    let batch = (n as usize).min(PAGES_PER_COMMAND);
+    let mut input = ManagePagesIn::new_cmd();
+    input
+        .set_op_mod(ManagePagesOpMod::Take.raw())
+        .set_input_num_entries(batch as u32);
+    function.set_in(&mut input);
+    let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
+    let returned = out.output_num_entries() as usize;
+    if returned > batch {
+        return Err(Error::DeviceMisbehaved(
+            "MANAGE_PAGES returned more pages than asked",
+        ));
+    }
+    for chunk in pas[..returned * 8].chunks_exact(8) {
+        let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
+        pages
+            .take_back(iova)
+            .map_err(|_| Error::DeviceMisbehaved("firmware returned a page it was not given"))?;
+        owners.sub(function, 1);
+    }
+    Ok(returned as u32)
 }
 
 impl<P: Platform + Clone> Hca<P> {
@@ -447,6 +579,7 @@ impl<P: Platform + Clone> Hca<P> {
         )?;
         let mut hca = Hca {
             pages: PagePool::new(p.clone()),
+            page_owners: PageOwners::default(),
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
@@ -575,17 +708,32 @@ impl<P: Platform + Clone> Hca<P> {
     fn give_startup_pages(&mut self, which: QueryPagesOpMod) -> Result<u32> {
         let mut q = QueryPagesIn::new_cmd();
         q.set_op_mod(which.raw());
-        let n = self.exec(&q, &[], &mut [])?.num_pages() as i32;
+        let out = self.exec(&q, &[], &mut [])?;
+        let n = out.num_pages() as i32;
         if n < 0 {
             return Err(Error::DeviceMisbehaved(
                 "QUERY_PAGES asked to return startup pages",
             ));
         }
-        let Hca { cmdq, pages, .. } = self;
+        // The pages go to the function the firmware named, not to "function 0".
+        let function = PageFunction {
+            id: out.function_id(),
+            ec: out.embedded_cpu_function(),
+        };
+        let Hca {
+            cmdq,
+            pages,
+            page_owners,
+            ..
+        } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
-        give_pages(pages, n as u32, &mut |i, pas, out| {
-            cmdq.manage_pages(i, pas, out)
-        })?;
+        give_pages(
+            pages,
+            page_owners,
+            function,
+            n as u32,
+            &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
+        )?;
         Ok(n as u32)
     }
 
@@ -647,6 +795,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq,
             eq,
             pages,
+            page_owners,
             events,
             ..
         } = self;
@@ -660,6 +809,7 @@ impl<P: Platform + Clone> Hca<P> {
                         p,
                         eq,
                         pages,
+                        page_owners,
                         events,
                         &mut |v| completed |= v,
                         &mut |i, pas, out| ctx.manage_pages(i, pas, out),
@@ -738,6 +888,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq,
             eq,
             pages,
+            page_owners,
             events,
             ..
         } = self;
@@ -749,6 +900,7 @@ impl<P: Platform + Clone> Hca<P> {
             p,
             eq,
             pages,
+            page_owners,
             events,
             &mut |v| completed |= v,
             &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
@@ -915,6 +1067,7 @@ impl<P: Platform + Clone> Hca<P> {
                 self.eq = None;
                 self.cmdq = None;
                 self.pages.forget_all();
+                self.page_owners = PageOwners::default();
                 self.pages.shrink();
             }
             Err(e) => {
@@ -948,6 +1101,7 @@ impl<P: Platform + Clone> Hca<P> {
                 }
                 // The firmware let go of its pages and the function is disabled.
                 self.pages.forget_all();
+                self.page_owners = PageOwners::default();
                 self.hca_enabled = false;
                 return Ok(());
             }
@@ -958,11 +1112,35 @@ impl<P: Platform + Clone> Hca<P> {
         Ok(())
     }
 
+    /// Takes every page back after TEARDOWN_HCA, function by function. The firmware may
+    /// return fewer pages than asked, or none for a while: as Linux's
+    /// `mlx5_reclaim_root_pages` (`pagealloc.c`), keep asking until it has returned them
+    /// all, and give up only when it made no progress for [`RECLAIM_PAGES_TIMEOUT_NS`].
     fn reclaim_pages(&mut self) -> Result<()> {
-        let Hca { cmdq, pages, .. } = self;
+        let Hca {
+            p,
+            cmdq,
+            pages,
+            page_owners,
+            ..
+        } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
-        let n = pages.given() as u32;
-        take_pages(pages, n, &mut |i, pas, out| cmdq.manage_pages(i, pas, out))?;
+        let mut last_progress = p.now_ns();
+        while let Some(function) = page_owners.first() {
+            let n = page_owners.count(function);
+            let got = take_pages_once(pages, page_owners, function, n, &mut |i, pas, out| {
+                cmdq.manage_pages(i, pas, out)
+            })?;
+            if got > 0 {
+                last_progress = p.now_ns();
+            } else if p.now_ns().saturating_sub(last_progress) >= RECLAIM_PAGES_TIMEOUT_NS {
+                return Err(Error::DeviceMisbehaved(
+                    "firmware kept pages after teardown",
+                ));
+            } else {
+                p.delay_us(RECLAIM_RETRY_US);
+            }
+        }
         if pages.given() > 0 {
             return Err(Error::DeviceMisbehaved(
                 "firmware kept pages after teardown",
@@ -1019,6 +1197,7 @@ mod tests {
             &&p,
             &mut eq,
             &mut pages,
+            &mut PageOwners::default(),
             &mut events,
             &mut |_| {},
             &mut |_, _, _| unreachable!("no page request"),

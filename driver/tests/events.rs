@@ -77,6 +77,10 @@ fn a_burst_of_port_events_past_the_eq_size_reaches_the_user() {
         BURST,
         "every event arrived"
     );
-    assert_eq!(last, Some(PortChangeSubtype::Active), "the last one was ACTIVE");
+    assert_eq!(
+        last,
+        Some(PortChangeSubtype::Active),
+        "the last one was ACTIVE"
+    );
     hca.close().unwrap();
 }

@@ -35,6 +35,8 @@ pub(crate) struct Faults {
     pub(crate) stuck_initializing: bool,
     /// Every PCI read (config space and BAR) returns all ones; writes are dropped.
     pub(crate) pci_all_ones: bool,
+    /// The most pages each of the next MANAGE_PAGES TAKE replies returns, in order.
+    pub(crate) page_returns: Vec<u32>,
 }
 
 impl Faults {

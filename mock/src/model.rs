@@ -437,6 +437,24 @@ impl MockHca {
         self.dev().request_pages(n, now);
     }
 
+    /// The firmware releases every page it holds at once and posts a PAGE_REQUEST whose
+    /// `ec_function` word has the release-all bit ([`crate::firmware::PAGE_REQ_RELEASE_ALL`];
+    /// the driver frees the pages without MANAGE_PAGES). Only when the driver turned the
+    /// `release_all_pages` capability on, the HCA is initialized and an EQ takes page
+    /// requests; returns whether the event was posted. Afterwards the firmware needs no
+    /// pages (as after TEARDOWN_HCA).
+    pub fn release_all_pages(&self) -> bool {
+        let now = self.now();
+        self.dev().release_all_pages(now)
+    }
+
+    /// The next MANAGE_PAGES TAKE replies return at most `limits[0]`, `limits[1]`, ...
+    /// pages, one limit per reply (0: an empty reply, as firmware that is still busy with
+    /// its pages gives); later replies are not limited.
+    pub fn limit_page_returns(&self, limits: &[u32]) {
+        self.dev().faults.page_returns = limits.to_vec();
+    }
+
     /// Changes the port's state and posts a PORT_CHANGE event (ACTIVE or DOWN) to a
     /// subscribed EQ.
     pub fn set_port_up(&self, up: bool) {

@@ -222,6 +222,7 @@ fn reclaim_all(h: &mut Harness) -> usize {
     let mut total = 0;
     loop {
         let mut t = ManagePagesIn::new_cmd();
+        t.set_function_id(uhca_mock::firmware::FUNCTION_ID);
         t.set_op_mod(ManagePagesOpMod::Take.raw())
             .set_input_num_entries(16);
         let r = h.exec_ext(&t, &[], 16 * 8);

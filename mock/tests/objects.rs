@@ -302,8 +302,14 @@ fn an_async_eq_whose_consumer_does_not_release_entries_overruns_fatally() {
         (HEALTH_SYNDR_ASYNC_EQ_OVERRUN, true),
         "async EQ buffer overrun, recovery flow required"
     );
-    assert_eq!(h.p.read_be32(0x1010) >> 24, HEALTH_SYNDR_ASYNC_EQ_OVERRUN as u32);
-    assert!(h.poll_eq(&mut eq).is_empty(), "the overrunning EQE is not written");
+    assert_eq!(
+        h.p.read_be32(0x1010) >> 24,
+        HEALTH_SYNDR_ASYNC_EQ_OVERRUN as u32
+    );
+    assert!(
+        h.poll_eq(&mut eq).is_empty(),
+        "the overrunning EQE is not written"
+    );
     assert!(h.hca.notes().iter().any(|n| n.text.contains("overrun")));
     // The firmware is dead: a further command is not executed.
     h.post(0, AllocPdIn::new_cmd().0.as_slice(), 16);
