@@ -23,7 +23,7 @@ use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, CmdStatus, EventType, HcaCapMode, HcaCapType, ManagePagesOpMod,
     PortChangeSubtype, QueryPagesOpMod,
 };
-use uhca_fwif::ctx::{CmdHcaCap, RegisterHostEndianness, RoceCap};
+use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RegisterHostEndianness, RoceCap};
 use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_fwif::zerocopy::IntoBytes;
 use uhca_hal::Platform;
@@ -35,7 +35,10 @@ use uhca_hal::init_seg::{
     NicInterface,
 };
 
-use crate::caps::{DeviceCaps, LinkLayer, RoceCaps, general_caps_to_set, roce_caps_to_set};
+use crate::caps::{
+    DeviceCaps, LinkLayer, RoceCaps, atomic_caps_to_set, atomics_offered, general_caps_to_set,
+    roce_caps_to_set,
+};
 use crate::error::{Error, Result};
 use crate::pages::{PageError, PagePool};
 use crate::verbs::dp::{CompletionEvents, Datapath};
@@ -295,6 +298,7 @@ pub struct Hca<P: Platform + Clone> {
     caps: DeviceCaps,
     hca_cap: CmdHcaCap,
     roce_cap: Option<RoceCap>,
+    atomic_caps: Option<AtomicCaps>,
     uar: Option<u32>,
     info: BringUpInfo,
     hca_enabled: bool,
@@ -589,6 +593,7 @@ impl<P: Platform + Clone> Hca<P> {
             caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
             hca_cap: CmdHcaCap::default(),
             roce_cap: None,
+            atomic_caps: None,
             uar: None,
             info: BringUpInfo {
                 fw_version: iseg.fw_rev(),
@@ -671,6 +676,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
             self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
         }
+        self.set_up_atomics()?;
 
         self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
         self.exec(&InitHcaIn::new_cmd(), &[], &mut [])?;
@@ -696,6 +702,34 @@ impl<P: Platform + Clone> Hca<P> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, mode));
         Ok(*self.exec(&q, &[], &mut [])?.cmd_hca_cap())
+    }
+
+    /// Reads the atomic capability page when the device has atomics and asks for the
+    /// fetched value in host order, as Linux's `handle_hca_cap_atomic` (`mlx5/core/main.c`)
+    /// does; atomics are offered only if the page supports what the driver posts.
+    fn set_up_atomics(&mut self) -> Result<()> {
+        self.caps.atomic = false;
+        if !self.hca_cap.atomic() {
+            return Ok(());
+        }
+        let mut page = self.query_atomic_caps()?;
+        if let Some(set_page) = atomic_caps_to_set(&page) {
+            let mut set = SetHcaCapIn::new_cmd();
+            set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
+            set.capability_mut()[..AtomicCaps::default().as_bytes().len()]
+                .copy_from_slice(set_page.as_bytes());
+            self.exec(&set, &[], &mut [])?;
+            page = self.query_atomic_caps()?;
+        }
+        self.caps.atomic = atomics_offered(&page);
+        self.atomic_caps = Some(page);
+        Ok(())
+    }
+
+    fn query_atomic_caps(&mut self) -> Result<AtomicCaps> {
+        let mut q = QueryHcaCapIn::new_cmd();
+        q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Atomic, HcaCapMode::GetCur));
+        Ok(*self.exec(&q, &[], &mut [])?.atomic_caps())
     }
 
     fn query_roce_caps(&mut self, mode: HcaCapMode) -> Result<RoceCap> {
@@ -970,6 +1004,12 @@ impl<P: Platform + Clone> Hca<P> {
         self.roce_cap.as_ref().map(RoceCaps::from_roce_cap)
     }
 
+    /// The atomic capability page (current, after SET_HCA_CAP), on a device with the
+    /// `atomic` capability.
+    pub fn atomic_caps(&self) -> Option<&AtomicCaps> {
+        self.atomic_caps.as_ref()
+    }
+
     /// Bring-up facts.
     pub fn info(&self) -> &BringUpInfo {
         &self.info
@@ -1180,9 +1220,11 @@ mod tests {
         };
         const N: u32 = 300;
         for i in 0..N as u64 {
-            let mut e = Eqe::default();
-            e.r#type = EventType::PortChange.raw();
-            e.sub_type = PortChangeSubtype::Active.raw();
+            let e = Eqe {
+                r#type: EventType::PortChange.raw(),
+                sub_type: PortChangeSubtype::Active.raw(),
+                ..Default::default()
+            };
             let mut bytes = [0u8; 64];
             bytes.copy_from_slice(e.as_bytes());
             bytes[EQE_DATA_OFFSET + 8] = 1 << 4;
@@ -1207,7 +1249,7 @@ mod tests {
             .bar
             .write_log()
             .into_iter()
-            .filter(|&(off, _)| off >= FAKE_UAR + EQ_DOORBELL_OFFSET && off < FAKE_UAR + 0x50)
+            .filter(|&(off, _)| (FAKE_UAR + EQ_DOORBELL_OFFSET..FAKE_UAR + 0x50).contains(&off))
             .collect();
         let db = |off: usize, ci: u32| (FAKE_UAR + off, ((5u32 << 24) | ci) as u64);
         assert_eq!(

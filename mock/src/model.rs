@@ -448,6 +448,30 @@ impl MockHca {
         self.dev().release_all_pages(now)
     }
 
+    /// Replaces the atomic capability page (until a function level reset): the
+    /// `atomic_operations` bits (compare-and-swap 1, fetch-and-add 2, ...), the
+    /// `atomic_size_qp` bits (8 bytes: 1 << 3) and whether the requester can write 8-byte
+    /// results in host endianness (`supported_atomic_req_8B_endianness_mode_1`). The
+    /// current endianness mode goes back to big-endian. For tests of a driver against
+    /// devices with fewer atomics than the default (which offers 8-byte compare-and-swap
+    /// and fetch-and-add, and host endianness).
+    pub fn set_atomic_caps(&self, operations: u16, size_qp: u16, host_endianness: bool) {
+        let (max, cur) = crate::caps::atomic_pages(operations, size_qp, host_endianness);
+        let mut d = self.dev();
+        d.fw.caps.atomic_max = max;
+        d.fw.caps.atomic_cur = cur;
+    }
+
+    /// The requester's current 8-byte atomic endianness mode
+    /// (`atomic_caps.atomic_req_8B_endianness_mode`: 0 big-endian, 1 host endianness).
+    pub fn atomic_req_endianness_mode(&self) -> u8 {
+        self.dev()
+            .fw
+            .caps
+            .atomic_cur
+            .atomic_req_8B_endianness_mode()
+    }
+
     /// The next MANAGE_PAGES TAKE replies return at most `limits[0]`, `limits[1]`, ...
     /// pages, one limit per reply (0: an empty reply, as firmware that is still busy with
     /// its pages gives); later replies are not limited.

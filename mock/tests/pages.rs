@@ -346,7 +346,7 @@ fn release_all_pages_is_a_page_request_with_the_release_all_bit() {
 
 #[test]
 fn without_the_capability_the_firmware_never_releases_all_pages() {
-    let (mut h, mut eq) = initialized_with_release_all(false);
+    let (h, mut eq) = initialized_with_release_all(false);
     let held = h.hca.pages().held;
     assert!(!h.hca.release_all_pages());
     assert!(h.poll_eq(&mut eq).is_empty());
