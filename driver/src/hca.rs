@@ -3,7 +3,8 @@
 //! [`Hca::open`] brings a device up in the order rdma-core's VFIO provider uses (Linux's
 //! `mlx5_core` is the same apart from where the EQ comes): enable the PCI function, wait
 //! for the firmware, set up the command queue, ENABLE_HCA, QUERY_ISSI/SET_ISSI, boot pages,
-//! the host-endianness register, QUERY_HCA_CAP/SET_HCA_CAP (general and RoCE), init pages,
+//! the host-endianness register, QUERY_HCA_CAP/SET_HCA_CAP (general, RoCE, and atomic:
+//! 8-byte atomic results in host order), init pages,
 //! INIT_HCA, RoCE enable on Ethernet ports, ALLOC_UAR, and an EQ for command completions,
 //! page requests, port changes, CQ and QP errors and internal errors. From then on every
 //! command completes through that EQ, and page requests are answered while commands wait.
