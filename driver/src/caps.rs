@@ -2,8 +2,11 @@
 //! asks for (`ibv_query_device`), and the capability policy the driver sets with
 //! SET_HCA_CAP during bring-up.
 
-use uhca_fwif::consts::PortTypeCap;
-use uhca_fwif::ctx::{CmdHcaCap, RoceCap};
+use uhca_fwif::consts::{
+    ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD, ATOMIC_REQ_MODE_HOST_ENDIANNESS,
+    ATOMIC_SIZE_QP_8BYTES, PortTypeCap,
+};
+use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RoceCap};
 
 /// The link layer of the HCA's ports (`cmd_hca_cap.port_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +69,11 @@ pub struct DeviceCaps {
     pub pkey_table_len: u32,
     /// RoCE is supported.
     pub roce: bool,
-    /// Atomic operations are supported.
+    /// 8-byte atomics (compare-and-swap and fetch-and-add on RC QPs) are offered: the
+    /// general `atomic` capability is set and the atomic capability page has both
+    /// operations, the 8-byte QP size, and the requester writes the original value into the
+    /// local buffer in the host's byte order (see [`atomics_offered`]). The word at the
+    /// remote address is big-endian (InfiniBand's order).
     pub atomic: bool,
     /// RC, UC, UD transport support.
     pub rc: bool,
@@ -193,6 +200,35 @@ pub fn general_caps_to_set(current: &CmdHcaCap, max: &CmdHcaCap) -> CmdHcaCap {
     set
 }
 
+/// The atomic capabilities the driver sets: the requester writes an 8-byte atomic's original
+/// value into the local buffer in the host's byte order when the device can
+/// (`supported_atomic_req_8B_endianness_mode_1`), as Linux's `handle_hca_cap_atomic`
+/// (`drivers/net/ethernet/mellanox/mlx5/core/main.c`) sets it; otherwise the value would
+/// arrive big-endian. `None` when there is nothing to set.
+pub fn atomic_caps_to_set(current: &AtomicCaps) -> Option<AtomicCaps> {
+    (current.supported_atomic_req_8B_endianness_mode_1()
+        && current.atomic_req_8B_endianness_mode() != ATOMIC_REQ_MODE_HOST_ENDIANNESS)
+        .then(|| {
+            let mut set = AtomicCaps::default();
+            set.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+            set
+        })
+}
+
+/// Whether the driver offers 8-byte atomics, decided from the current atomic capability
+/// page as Linux's `mlx5_ib` does (`get_atomic_caps` in
+/// `drivers/infiniband/hw/mlx5/main.c`): compare-and-swap and fetch-and-add, the 8-byte
+/// size for QPs, and the original value written in host order (mode 1, or a big-endian
+/// host, where network order is host order). An application then reads the fetched value
+/// with `u64::from_ne_bytes`, as rdma-core users do on x86.
+pub fn atomics_offered(page: &AtomicCaps) -> bool {
+    let ops = ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD;
+    page.atomic_operations() & ops == ops
+        && page.atomic_size_qp() & ATOMIC_SIZE_QP_8BYTES != 0
+        && (page.atomic_req_8B_endianness_mode() == ATOMIC_REQ_MODE_HOST_ENDIANNESS
+            || cfg!(target_endian = "big"))
+}
+
 /// The RoCE capabilities the driver sets: let software choose the RoCEv2 UDP source port per
 /// QP when the device allows it (rdma-core's VFIO provider does the same).
 pub fn roce_caps_to_set(current: &RoceCap, max: &RoceCap) -> Option<RoceCap> {
@@ -245,6 +281,32 @@ mod tests {
         assert_eq!(set.log_max_qp(), 10);
         assert!(set.mkey_by_name());
         assert!(!set.release_all_pages(), "not offered, not asked for");
+    }
+
+    #[test]
+    fn atomics_need_both_operations_the_8_byte_size_and_host_order() {
+        let mut page = AtomicCaps::default();
+        page.set_atomic_operations(ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD)
+            .set_atomic_size_qp(ATOMIC_SIZE_QP_8BYTES)
+            .set_supported_atomic_req_8B_endianness_mode_1(true);
+        let set = atomic_caps_to_set(&page).expect("host order offered, not yet set");
+        assert_eq!(
+            set.atomic_req_8B_endianness_mode(),
+            ATOMIC_REQ_MODE_HOST_ENDIANNESS
+        );
+        assert_eq!(atomics_offered(&page), cfg!(target_endian = "big"));
+        page.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+        assert!(atomic_caps_to_set(&page).is_none(), "already set");
+        assert!(atomics_offered(&page));
+        let mut no_fa = page;
+        no_fa.set_atomic_operations(ATOMIC_OPS_CMP_SWAP);
+        assert!(!atomics_offered(&no_fa));
+        let mut no_8b = page;
+        no_8b.set_atomic_size_qp(1 << 2);
+        assert!(!atomics_offered(&no_8b));
+        let mut not_offered = AtomicCaps::default();
+        not_offered.set_supported_atomic_req_8B_endianness_mode_1(false);
+        assert!(atomic_caps_to_set(&not_offered).is_none());
     }
 
     #[test]

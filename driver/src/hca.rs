@@ -3,7 +3,8 @@
 //! [`Hca::open`] brings a device up in the order rdma-core's VFIO provider uses (Linux's
 //! `mlx5_core` is the same apart from where the EQ comes): enable the PCI function, wait
 //! for the firmware, set up the command queue, ENABLE_HCA, QUERY_ISSI/SET_ISSI, boot pages,
-//! the host-endianness register, QUERY_HCA_CAP/SET_HCA_CAP (general and RoCE), init pages,
+//! the host-endianness register, QUERY_HCA_CAP/SET_HCA_CAP (general, RoCE, and atomic:
+//! 8-byte atomic results in host order), init pages,
 //! INIT_HCA, RoCE enable on Ethernet ports, ALLOC_UAR, and an EQ for command completions,
 //! page requests, port changes, CQ and QP errors and internal errors. From then on every
 //! command completes through that EQ, and page requests are answered while commands wait.
@@ -23,7 +24,7 @@ use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, CmdStatus, EventType, HcaCapMode, HcaCapType, ManagePagesOpMod,
     PortChangeSubtype, QueryPagesOpMod,
 };
-use uhca_fwif::ctx::{CmdHcaCap, RegisterHostEndianness, RoceCap};
+use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RegisterHostEndianness, RoceCap};
 use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_fwif::zerocopy::IntoBytes;
 use uhca_hal::Platform;
@@ -35,7 +36,10 @@ use uhca_hal::init_seg::{
     NicInterface,
 };
 
-use crate::caps::{DeviceCaps, LinkLayer, RoceCaps, general_caps_to_set, roce_caps_to_set};
+use crate::caps::{
+    DeviceCaps, LinkLayer, RoceCaps, atomic_caps_to_set, atomics_offered, general_caps_to_set,
+    roce_caps_to_set,
+};
 use crate::error::{Error, Result};
 use crate::pages::{PageError, PagePool};
 use crate::verbs::dp::{CompletionEvents, Datapath};
@@ -56,8 +60,32 @@ const TEARDOWN_GRACEFUL: u16 = 0;
 const TEARDOWN_PREPARE_FAST: u16 = 2;
 /// How long a fast teardown may take to disable the NIC interface (Linux: 3 s).
 const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
+/// How long page reclaim at teardown waits for the firmware to return pages, from its
+/// last progress (Linux `lib/tout.c` RECLAIM_PAGES, 5 s, in `mlx5_reclaim_root_pages`).
+const RECLAIM_PAGES_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Pause between MANAGE_PAGES TAKE commands after an empty reply at teardown.
+const RECLAIM_RETRY_US: u32 = 1_000;
+/// Bit 15 of a page request's `ec_function` word: the pages are for the embedded CPU
+/// function (Linux `pagealloc.c` `EC_FUNCTION_MASK`).
+const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
+/// Bit 14 of a page request's `ec_function` word: the firmware released every page of the
+/// function at once; the driver frees them without MANAGE_PAGES (Linux `pagealloc.c`
+/// `RELEASE_ALL_PAGES_MASK` and `release_all_pages`). The firmware sends it only to a
+/// driver that set the `release_all_pages` capability, as this one does.
+const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
+/// Most functions the driver holds firmware pages for (a lone function needs one).
+const MAX_PAGE_FUNCTIONS: usize = 4;
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
+/// Entries the EQ has beyond the events it is sized for, and the most EQEs the driver
+/// consumes before it gives them back with an EQ doorbell. The device overruns the EQ when
+/// it would write an entry the driver has not given back (consumer index + size), so while
+/// draining a long burst the driver updates the consumer index at least this often (Linux
+/// `eq.c` `MLX5_NUM_SPARE_EQE` 0x80 and its `mlx5_eq_int` loop; rdma-core
+/// `providers/mlx5/mlx5_vfio.c:372` `mlx5_eq_update_cc`, `:1390` for the size).
+pub const NUM_SPARE_EQE: u32 = 0x80;
+/// Most EQ pages the driver's CREATE_EQ lists (so at most 4096 EQEs).
+const MAX_EQ_PAGES: usize = 64;
 
 /// The event types the driver's EQ subscribes to: command completions and page requests
 /// (rdma-core's VFIO provider, `mlx5_vfio.c:1484`) and the asynchronous events of Linux's
@@ -102,7 +130,10 @@ pub struct HcaConfig {
     pub cmd_timeout_ns: u64,
     /// Delay between checks while waiting, microseconds.
     pub poll_us: u32,
-    /// log2 of the number of EQEs in the driver's event queue.
+    /// log2 of the number of events the driver's event queue holds before it is served
+    /// (command completions, page requests, asynchronous events, and one completion event
+    /// per armed CQ). The queue gets [`NUM_SPARE_EQE`] more entries, rounded up to a power
+    /// of two, as Linux and rdma-core size theirs; at most 11.
     pub log_eq_size: u8,
     /// How to tear down.
     pub teardown: TeardownMode,
@@ -193,6 +224,61 @@ impl EventLog {
     }
 }
 
+/// The function firmware pages are given to or taken from: MANAGE_PAGES `function_id` and
+/// `embedded_cpu_function`, as QUERY_PAGES or the page request named it (rdma-core
+/// `providers/mlx5/mlx5_vfio.c:1660`, `:1676`, `:266`; Linux `pagealloc.c`
+/// `mlx5_satisfy_startup_pages`, `req_pages_handler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PageFunction {
+    id: u16,
+    ec: bool,
+}
+
+impl PageFunction {
+    fn set_in(self, input: &mut ManagePagesIn) {
+        input
+            .set_function_id(self.id)
+            .set_embedded_cpu_function(self.ec);
+    }
+}
+
+/// How many pages each function holds (the pool only knows the total).
+#[derive(Debug, Default)]
+struct PageOwners {
+    list: heapless::Vec<(PageFunction, u32), MAX_PAGE_FUNCTIONS>,
+}
+
+impl PageOwners {
+    fn count(&self, f: PageFunction) -> u32 {
+        self.list
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map_or(0, |&(_, n)| n)
+    }
+
+    fn add(&mut self, f: PageFunction, n: u32) -> Result<()> {
+        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
+            *c += n;
+            return Ok(());
+        }
+        self.list
+            .push((f, n))
+            .map_err(|_| Error::Unsupported("firmware pages for more than 4 functions"))
+    }
+
+    fn sub(&mut self, f: PageFunction, n: u32) {
+        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
+            *c = c.saturating_sub(n);
+        }
+        self.list.retain(|&(_, c)| c > 0);
+    }
+
+    /// The first function that still holds pages.
+    fn first(&self) -> Option<PageFunction> {
+        self.list.first().map(|&(f, _)| f)
+    }
+}
+
 /// Sends one MANAGE_PAGES (through the page slot, from wherever the driver is).
 type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) -> core::result::Result<ManagePagesOut, CmdError>
     + 'a;
@@ -206,6 +292,8 @@ pub struct Hca<P: Platform + Clone> {
     cmdq: Option<CmdQueue<P>>,
     eq: Option<EventQueue<P>>,
     pages: PagePool<P>,
+    /// How many of the pool's given pages each function holds.
+    page_owners: PageOwners,
     events: EventLog,
     /// The datapath's shadow of every QP and SRQ (see `verbs::dp`).
     dp: Datapath<P>,
@@ -214,6 +302,7 @@ pub struct Hca<P: Platform + Clone> {
     caps: DeviceCaps,
     hca_cap: CmdHcaCap,
     roce_cap: Option<RoceCap>,
+    atomic_caps: Option<AtomicCaps>,
     uar: Option<u32>,
     info: BringUpInfo,
     hca_enabled: bool,
@@ -237,15 +326,25 @@ fn drain_eq<P: Platform + Clone>(
     p: &P,
     eq: &mut EventQueue<P>,
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<()> {
     let mut seen = false;
+    // EQEs consumed and not yet given back to the device.
+    let mut unreleased = 0u32;
     let mut result = Ok(());
     while let Some(eqe) = eq.ring.poll_one() {
         seen = true;
-        if let Err(e) = handle_eqe(&eqe, pages, log, report, manage_pages) {
+        unreleased += 1;
+        // A page request makes the driver issue MANAGE_PAGES, whose completion the device
+        // posts to this EQ: give back what was consumed first, so those entries are free.
+        if unreleased >= NUM_SPARE_EQE || eqe.event_type() == EventType::PageRequest {
+            eq.ring.update_ci(p, eq.uar_offset);
+            unreleased = 0;
+        }
+        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages) {
             result = Err(e);
         }
     }
@@ -258,6 +357,7 @@ fn drain_eq<P: Platform + Clone>(
 fn handle_eqe<P: Platform + Clone>(
     eqe: &Eqe,
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
@@ -270,11 +370,18 @@ fn handle_eqe<P: Platform + Clone>(
         EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
         EventType::PageRequest => {
             let req = eqe.data_as::<EqePageReq>();
+            let flags = req.ec_function.get();
+            let function = PageFunction {
+                id: req.func_id.get(),
+                ec: flags & PAGE_REQ_EC_FUNCTION != 0,
+            };
             let n = req.num_pages_signed();
-            if n > 0 {
-                give_pages(pages, n as u32, manage_pages)?;
+            if flags & PAGE_REQ_RELEASE_ALL != 0 {
+                release_all_pages(pages, owners, function)?;
+            } else if n > 0 {
+                give_pages(pages, owners, function, n as u32, manage_pages)?;
             } else if n < 0 {
-                take_pages(pages, n.unsigned_abs(), manage_pages)?;
+                take_pages(pages, owners, function, n.unsigned_abs(), manage_pages)?;
             }
         }
         EventType::PortChange => {
@@ -305,10 +412,35 @@ fn handle_eqe<P: Platform + Clone>(
     Ok(())
 }
 
-/// Gives `n` pages to the firmware in batches; if the pool runs dry, tells the firmware
-/// (MANAGE_PAGES "can't give", as Linux does) and reports the error.
+/// The firmware dropped every page of `function` at once: they are free again, with no
+/// command (Linux `pagealloc.c` `release_all_pages`).
+fn release_all_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+) -> Result<()> {
+    let n = owners.count(function);
+    if n == 0 {
+        // Nothing given to that function (Linux warns and does nothing).
+        return Ok(());
+    }
+    if n as usize != pages.given() {
+        // The pool does not know which pages are whose.
+        return Err(Error::Unsupported(
+            "release of all pages of one of several functions",
+        ));
+    }
+    pages.forget_all();
+    owners.sub(function, n);
+    Ok(())
+}
+
+/// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
+/// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
 fn give_pages<P: Platform + Clone>(
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
     mut n: u32,
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<()> {
@@ -334,18 +466,26 @@ fn give_pages<P: Platform + Clone>(
             input
                 .set_op_mod(ManagePagesOpMod::Give.raw())
                 .set_input_num_entries(got as u32);
-            if let Err(e) = manage_pages(&input, &pas[..got * 8], &mut []) {
+            function.set_in(&mut input);
+            let given = owners.add(function, got as u32).and_then(|()| {
+                manage_pages(&input, &pas[..got * 8], &mut []).map_err(|e| {
+                    owners.sub(function, got as u32);
+                    Error::from(e)
+                })
+            });
+            if let Err(e) = given {
                 // The firmware did not take them: they are ours again.
                 for chunk in pas[..got * 8].chunks_exact(8) {
                     let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
                     let _ = pages.take_back(iova);
                 }
-                return Err(e.into());
+                return Err(e);
             }
         }
         if let Some(e) = failure {
             let mut input = ManagePagesIn::new_cmd();
             input.set_op_mod(ManagePagesOpMod::CantGive.raw());
+            function.set_in(&mut input);
             manage_pages(&input, &[], &mut [])?;
             return Err(match e {
                 PageError::Dma(d) => Error::Dma(d),
@@ -357,40 +497,58 @@ fn give_pages<P: Platform + Clone>(
     Ok(())
 }
 
-/// Takes up to `n` pages back from the firmware; returns how many it gave.
+/// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
+/// (stops at the first empty reply).
 fn take_pages<P: Platform + Clone>(
     pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
     mut n: u32,
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> Result<u32> {
-    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
     let mut total = 0;
     while n > 0 {
-        let batch = (n as usize).min(PAGES_PER_COMMAND);
-        let mut input = ManagePagesIn::new_cmd();
-        input
-            .set_op_mod(ManagePagesOpMod::Take.raw())
-            .set_input_num_entries(batch as u32);
-        let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
-        let returned = out.output_num_entries() as usize;
-        if returned > batch {
-            return Err(Error::DeviceMisbehaved(
-                "MANAGE_PAGES returned more pages than asked",
-            ));
-        }
-        for chunk in pas[..returned * 8].chunks_exact(8) {
-            let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
-            pages.take_back(iova).map_err(|_| {
-                Error::DeviceMisbehaved("firmware returned a page it was not given")
-            })?;
-        }
-        total += returned as u32;
+        let returned = take_pages_once(pages, owners, function, n, manage_pages)?;
+        total += returned;
         if returned == 0 {
             break;
         }
-        n -= returned as u32;
+        n -= returned;
     }
     Ok(total)
+}
+
+/// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
+/// returns how many the firmware gave back.
+fn take_pages_once<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+    n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> Result<u32> {
+    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
+    let batch = (n as usize).min(PAGES_PER_COMMAND);
+    let mut input = ManagePagesIn::new_cmd();
+    input
+        .set_op_mod(ManagePagesOpMod::Take.raw())
+        .set_input_num_entries(batch as u32);
+    function.set_in(&mut input);
+    let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
+    let returned = out.output_num_entries() as usize;
+    if returned > batch {
+        return Err(Error::DeviceMisbehaved(
+            "MANAGE_PAGES returned more pages than asked",
+        ));
+    }
+    for chunk in pas[..returned * 8].chunks_exact(8) {
+        let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
+        pages
+            .take_back(iova)
+            .map_err(|_| Error::DeviceMisbehaved("firmware returned a page it was not given"))?;
+        owners.sub(function, 1);
+    }
+    Ok(returned as u32)
 }
 
 impl<P: Platform + Clone> Hca<P> {
@@ -430,6 +588,7 @@ impl<P: Platform + Clone> Hca<P> {
         )?;
         let mut hca = Hca {
             pages: PagePool::new(p.clone()),
+            page_owners: PageOwners::default(),
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
@@ -439,6 +598,7 @@ impl<P: Platform + Clone> Hca<P> {
             caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
             hca_cap: CmdHcaCap::default(),
             roce_cap: None,
+            atomic_caps: None,
             uar: None,
             info: BringUpInfo {
                 fw_version: iseg.fw_rev(),
@@ -521,6 +681,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
             self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
         }
+        self.set_up_atomics()?;
 
         self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
         self.exec(&InitHcaIn::new_cmd(), &[], &mut [])?;
@@ -548,6 +709,34 @@ impl<P: Platform + Clone> Hca<P> {
         Ok(*self.exec(&q, &[], &mut [])?.cmd_hca_cap())
     }
 
+    /// Reads the atomic capability page when the device has atomics and asks for the
+    /// fetched value in host order, as Linux's `handle_hca_cap_atomic` (`mlx5/core/main.c`)
+    /// does; atomics are offered only if the page supports what the driver posts.
+    fn set_up_atomics(&mut self) -> Result<()> {
+        self.caps.atomic = false;
+        if !self.hca_cap.atomic() {
+            return Ok(());
+        }
+        let mut page = self.query_atomic_caps()?;
+        if let Some(set_page) = atomic_caps_to_set(&page) {
+            let mut set = SetHcaCapIn::new_cmd();
+            set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
+            set.capability_mut()[..AtomicCaps::default().as_bytes().len()]
+                .copy_from_slice(set_page.as_bytes());
+            self.exec(&set, &[], &mut [])?;
+            page = self.query_atomic_caps()?;
+        }
+        self.caps.atomic = atomics_offered(&page);
+        self.atomic_caps = Some(page);
+        Ok(())
+    }
+
+    fn query_atomic_caps(&mut self) -> Result<AtomicCaps> {
+        let mut q = QueryHcaCapIn::new_cmd();
+        q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Atomic, HcaCapMode::GetCur));
+        Ok(*self.exec(&q, &[], &mut [])?.atomic_caps())
+    }
+
     fn query_roce_caps(&mut self, mode: HcaCapMode) -> Result<RoceCap> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Roce, mode));
@@ -558,22 +747,41 @@ impl<P: Platform + Clone> Hca<P> {
     fn give_startup_pages(&mut self, which: QueryPagesOpMod) -> Result<u32> {
         let mut q = QueryPagesIn::new_cmd();
         q.set_op_mod(which.raw());
-        let n = self.exec(&q, &[], &mut [])?.num_pages() as i32;
+        let out = self.exec(&q, &[], &mut [])?;
+        let n = out.num_pages() as i32;
         if n < 0 {
             return Err(Error::DeviceMisbehaved(
                 "QUERY_PAGES asked to return startup pages",
             ));
         }
-        let Hca { cmdq, pages, .. } = self;
+        // The pages go to the function the firmware named, not to "function 0".
+        let function = PageFunction {
+            id: out.function_id(),
+            ec: out.embedded_cpu_function(),
+        };
+        let Hca {
+            cmdq,
+            pages,
+            page_owners,
+            ..
+        } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
-        give_pages(pages, n as u32, &mut |i, pas, out| {
-            cmdq.manage_pages(i, pas, out)
-        })?;
+        give_pages(
+            pages,
+            page_owners,
+            function,
+            n as u32,
+            &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
+        )?;
         Ok(n as u32)
     }
 
     fn create_eq(&mut self, uar: u32) -> Result<()> {
-        let log = self.cfg.log_eq_size;
+        if self.cfg.log_eq_size > 11 {
+            return Err(Error::InvalidArgument("log_eq_size too large"));
+        }
+        let entries = ((1u32 << self.cfg.log_eq_size) + NUM_SPARE_EQE).next_power_of_two();
+        let log = entries.trailing_zeros() as u8;
         let bytes = (64usize << log).next_multiple_of(ADAPTER_PAGE_SIZE);
         let buf = DmaBuf::alloc(self.p.clone(), bytes, ADAPTER_PAGE_SIZE)?;
         let iova = buf.iova();
@@ -588,8 +796,8 @@ impl<P: Platform + Clone> Hca<P> {
         let mask: u64 = EQ_EVENTS.iter().fold(0, |m, e| m | 1u64 << e.raw());
         c.event_bitmask_mut()[..8].copy_from_slice(&mask.to_be_bytes());
         let npages = bytes / ADAPTER_PAGE_SIZE;
-        let mut pas = [0u8; 64 * 8];
-        if npages > 64 {
+        let mut pas = [0u8; MAX_EQ_PAGES * 8];
+        if npages > MAX_EQ_PAGES {
             return Err(Error::InvalidArgument("log_eq_size too large"));
         }
         for i in 0..npages {
@@ -626,6 +834,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq,
             eq,
             pages,
+            page_owners,
             events,
             ..
         } = self;
@@ -639,6 +848,7 @@ impl<P: Platform + Clone> Hca<P> {
                         p,
                         eq,
                         pages,
+                        page_owners,
                         events,
                         &mut |v| completed |= v,
                         &mut |i, pas, out| ctx.manage_pages(i, pas, out),
@@ -717,6 +927,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq,
             eq,
             pages,
+            page_owners,
             events,
             ..
         } = self;
@@ -728,6 +939,7 @@ impl<P: Platform + Clone> Hca<P> {
             p,
             eq,
             pages,
+            page_owners,
             events,
             &mut |v| completed |= v,
             &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
@@ -800,6 +1012,12 @@ impl<P: Platform + Clone> Hca<P> {
     /// The raw RoCE capabilities (current), on a RoCE-capable device.
     pub(crate) fn roce_cap(&self) -> Option<&RoceCap> {
         self.roce_cap.as_ref()
+    }
+
+    /// The atomic capability page (current, after SET_HCA_CAP), on a device with the
+    /// `atomic` capability.
+    pub fn atomic_caps(&self) -> Option<&AtomicCaps> {
+        self.atomic_caps.as_ref()
     }
 
     /// Bring-up facts.
@@ -899,6 +1117,7 @@ impl<P: Platform + Clone> Hca<P> {
                 self.eq = None;
                 self.cmdq = None;
                 self.pages.forget_all();
+                self.page_owners = PageOwners::default();
                 self.pages.shrink();
             }
             Err(e) => {
@@ -932,6 +1151,7 @@ impl<P: Platform + Clone> Hca<P> {
                 }
                 // The firmware let go of its pages and the function is disabled.
                 self.pages.forget_all();
+                self.page_owners = PageOwners::default();
                 self.hca_enabled = false;
                 return Ok(());
             }
@@ -942,11 +1162,35 @@ impl<P: Platform + Clone> Hca<P> {
         Ok(())
     }
 
+    /// Takes every page back after TEARDOWN_HCA, function by function. The firmware may
+    /// return fewer pages than asked, or none for a while: as Linux's
+    /// `mlx5_reclaim_root_pages` (`pagealloc.c`), keep asking until it has returned them
+    /// all, and give up only when it made no progress for [`RECLAIM_PAGES_TIMEOUT_NS`].
     fn reclaim_pages(&mut self) -> Result<()> {
-        let Hca { cmdq, pages, .. } = self;
+        let Hca {
+            p,
+            cmdq,
+            pages,
+            page_owners,
+            ..
+        } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
-        let n = pages.given() as u32;
-        take_pages(pages, n, &mut |i, pas, out| cmdq.manage_pages(i, pas, out))?;
+        let mut last_progress = p.now_ns();
+        while let Some(function) = page_owners.first() {
+            let n = page_owners.count(function);
+            let got = take_pages_once(pages, page_owners, function, n, &mut |i, pas, out| {
+                cmdq.manage_pages(i, pas, out)
+            })?;
+            if got > 0 {
+                last_progress = p.now_ns();
+            } else if p.now_ns().saturating_sub(last_progress) >= RECLAIM_PAGES_TIMEOUT_NS {
+                return Err(Error::DeviceMisbehaved(
+                    "firmware kept pages after teardown",
+                ));
+            } else {
+                p.delay_us(RECLAIM_RETRY_US);
+            }
+        }
         if pages.given() > 0 {
             return Err(Error::DeviceMisbehaved(
                 "firmware kept pages after teardown",
@@ -961,5 +1205,70 @@ impl<P: Platform + Clone> Drop for Hca<P> {
         if self.cmdq.is_some() {
             let _ = self.teardown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uhca_fwif::doorbell::{EQ_DOORBELL_OFFSET, EQ_DOORBELL_UPDATE_CI_OFFSET};
+    use uhca_fwif::eqe::EQE_DATA_OFFSET;
+    use uhca_hal::testing::{FAKE_UAR, FakePlatform};
+
+    /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs
+    /// (update only), then arms once at the end: the device may keep writing during the
+    /// drain and must find released entries.
+    #[test]
+    fn a_long_drain_updates_the_consumer_index_every_spare_count() {
+        let p = FakePlatform::new();
+        let log = 9u8;
+        let buf = DmaBuf::alloc(&p, 64 << log, ADAPTER_PAGE_SIZE).unwrap();
+        let base = buf.iova();
+        let mut eq = EventQueue {
+            ring: EqRing::new(buf, 5, log).unwrap(),
+            uar_offset: FAKE_UAR,
+        };
+        const N: u32 = 300;
+        for i in 0..N as u64 {
+            let e = Eqe {
+                r#type: EventType::PortChange.raw(),
+                sub_type: PortChangeSubtype::Active.raw(),
+                ..Default::default()
+            };
+            let mut bytes = [0u8; 64];
+            bytes.copy_from_slice(e.as_bytes());
+            bytes[EQE_DATA_OFFSET + 8] = 1 << 4;
+            // First pass over the ring: owner bit 0 is software's.
+            bytes[63] = 0;
+            p.dma.device_write(base + i * 64, &bytes);
+        }
+        let mut pages = PagePool::new(&p);
+        let mut events = EventLog::default();
+        p.bar.clear_log();
+        drain_eq(
+            &&p,
+            &mut eq,
+            &mut pages,
+            &mut PageOwners::default(),
+            &mut events,
+            &mut |_| {},
+            &mut |_, _, _| unreachable!("no page request"),
+        )
+        .unwrap();
+        let doorbells: Vec<(usize, u64)> = p
+            .bar
+            .write_log()
+            .into_iter()
+            .filter(|&(off, _)| (FAKE_UAR + EQ_DOORBELL_OFFSET..FAKE_UAR + 0x50).contains(&off))
+            .collect();
+        let db = |off: usize, ci: u32| (FAKE_UAR + off, ((5u32 << 24) | ci) as u64);
+        assert_eq!(
+            doorbells,
+            vec![
+                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 128),
+                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 256),
+                db(EQ_DOORBELL_OFFSET, N),
+            ]
+        );
     }
 }

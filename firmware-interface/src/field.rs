@@ -286,7 +286,8 @@ macro_rules! prm_struct {
                 const _: () = $crate::prm_struct!(@check $module::$field, $bits, $kind $($ty)?);
             )*
 
-            #[allow(missing_docs, clippy::len_without_is_empty)]
+            // PRM field names keep their capitals (`atomic_req_8B_endianness_mode`).
+            #[allow(missing_docs, clippy::len_without_is_empty, non_snake_case)]
             impl $name {
                 $(
                     $crate::prm_struct!(@acc $(#[$fmeta])* $module, $field $(/ $setter)?, $kind $($ty)?);

@@ -4,7 +4,11 @@
 
 use uhca_fwif::PrmLayout;
 use uhca_fwif::consts::PortTypeCap;
-use uhca_fwif::ctx::{CmdHcaCap, RoceCap, cmd_hca_cap, roce_cap};
+use uhca_fwif::consts::{
+    ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD, ATOMIC_REQ_MODE_HOST_ENDIANNESS,
+    ATOMIC_SIZE_QP_8BYTES,
+};
+use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RoceCap, atomic_caps, cmd_hca_cap, roce_cap};
 use uhca_fwif::field::Field;
 
 /// `stat_rate_support`: bit n set when static-rate code n is supported (every code but 6,
@@ -71,6 +75,10 @@ pub const SETTABLE_ROCE: &[Field] = &[
     roce_cap::qp_ooo_transmit_default,
 ];
 
+/// Atomic capability fields SET_HCA_CAP may change: the requester's 8-byte endianness
+/// mode (its maximum is 1 when `supported_atomic_req_8B_endianness_mode_1` is offered).
+pub const SETTABLE_ATOMIC: &[Field] = &[atomic_caps::atomic_req_8B_endianness_mode];
+
 /// Maximum and current capabilities of one function.
 #[derive(Clone, Debug)]
 pub(crate) struct Caps {
@@ -78,6 +86,8 @@ pub(crate) struct Caps {
     pub(crate) general_cur: CmdHcaCap,
     pub(crate) roce_max: RoceCap,
     pub(crate) roce_cur: RoceCap,
+    pub(crate) atomic_max: AtomicCaps,
+    pub(crate) atomic_cur: AtomicCaps,
 }
 
 impl Caps {
@@ -170,11 +180,18 @@ impl Caps {
         let roce_max = r;
         let mut roce_cur = r;
         roce_cur.set_sw_r_roce_src_udp_port(false);
+        let (atomic_max, atomic_cur) = atomic_pages(
+            ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD,
+            ATOMIC_SIZE_QP_8BYTES,
+            true,
+        );
         Caps {
             general_max,
             general_cur,
             roce_max,
             roce_cur,
+            atomic_max,
+            atomic_cur,
         }
     }
 
@@ -189,6 +206,26 @@ impl Caps {
 
 /// Applies the settable fields of `req` onto `cur`, checking each against `max`. Returns the
 /// first offending field.
+/// The atomic capability page, maximum and current: `operations` (`atomic_operations`
+/// bits), `size_qp` (`atomic_size_qp` bits) and whether the requester may write 8-byte
+/// results in host endianness (`supported_atomic_req_8B_endianness_mode_1`; the maximum of
+/// `atomic_req_8B_endianness_mode` is then 1). The current mode starts big-endian (0).
+pub(crate) fn atomic_pages(
+    operations: u16,
+    size_qp: u16,
+    host_endianness: bool,
+) -> (AtomicCaps, AtomicCaps) {
+    let mut a = AtomicCaps::default();
+    a.set_atomic_operations(operations)
+        .set_atomic_size_qp(size_qp)
+        .set_supported_atomic_req_8B_endianness_mode_1(host_endianness);
+    let mut max = a;
+    if host_endianness {
+        max.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+    }
+    (max, a)
+}
+
 pub(crate) fn apply_settable<T: PrmLayout + Copy>(
     cur: &mut T,
     max: &T,

@@ -64,6 +64,15 @@ impl Device {
         self.resets += 1;
     }
 
+    /// The firmware enters a fatal error: the health buffer reports `synd` and `ext_synd`
+    /// with "recovery flow required", the health counter stops and commands are ignored
+    /// until a function level reset.
+    pub(crate) fn enter_fatal(&mut self, synd: u8, ext_synd: u16, now: u64) {
+        let since = now.saturating_sub(self.fw.boot_ns);
+        self.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
+        self.fw.fatal = Some((synd, ext_synd));
+    }
+
     /// Whether the firmware still reports `initializing`.
     pub(crate) fn initializing(&self, now: u64) -> bool {
         self.faults.stuck_initializing || now < self.fw.ready_ns

@@ -37,6 +37,8 @@ pub(crate) struct Faults {
     pub(crate) pci_all_ones: bool,
     /// Send doorbells are logged but the engine does not fetch the WQEs they announce.
     pub(crate) hold_send_doorbells: bool,
+    /// The most pages each of the next MANAGE_PAGES TAKE replies returns, in order.
+    pub(crate) page_returns: Vec<u32>,
 }
 
 impl Faults {

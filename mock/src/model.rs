@@ -425,10 +425,7 @@ impl MockHca {
     /// commands. Only a function level reset recovers.
     pub fn set_fatal_health(&self, synd: u8, ext_synd: u16) {
         let now = self.now();
-        let mut d = self.dev();
-        let since = now.saturating_sub(d.fw.boot_ns);
-        d.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
-        d.fw.fatal = Some((synd, ext_synd));
+        self.dev().enter_fatal(synd, ext_synd, now);
     }
 
     /// Sets `num_vhca_ports` (maximum and current), the number of vHCA ports the function
@@ -486,6 +483,48 @@ impl MockHca {
     pub fn request_pages(&self, n: i32) {
         let now = self.now();
         self.dev().request_pages(n, now);
+    }
+
+    /// The firmware releases every page it holds at once and posts a PAGE_REQUEST whose
+    /// `ec_function` word has the release-all bit ([`crate::firmware::PAGE_REQ_RELEASE_ALL`];
+    /// the driver frees the pages without MANAGE_PAGES). Only when the driver turned the
+    /// `release_all_pages` capability on, the HCA is initialized and an EQ takes page
+    /// requests; returns whether the event was posted. Afterwards the firmware needs no
+    /// pages (as after TEARDOWN_HCA).
+    pub fn release_all_pages(&self) -> bool {
+        let now = self.now();
+        self.dev().release_all_pages(now)
+    }
+
+    /// Replaces the atomic capability page (until a function level reset): the
+    /// `atomic_operations` bits (compare-and-swap 1, fetch-and-add 2, ...), the
+    /// `atomic_size_qp` bits (8 bytes: 1 << 3) and whether the requester can write 8-byte
+    /// results in host endianness (`supported_atomic_req_8B_endianness_mode_1`). The
+    /// current endianness mode goes back to big-endian. For tests of a driver against
+    /// devices with fewer atomics than the default (which offers 8-byte compare-and-swap
+    /// and fetch-and-add, and host endianness).
+    pub fn set_atomic_caps(&self, operations: u16, size_qp: u16, host_endianness: bool) {
+        let (max, cur) = crate::caps::atomic_pages(operations, size_qp, host_endianness);
+        let mut d = self.dev();
+        d.fw.caps.atomic_max = max;
+        d.fw.caps.atomic_cur = cur;
+    }
+
+    /// The requester's current 8-byte atomic endianness mode
+    /// (`atomic_caps.atomic_req_8B_endianness_mode`: 0 big-endian, 1 host endianness).
+    pub fn atomic_req_endianness_mode(&self) -> u8 {
+        self.dev()
+            .fw
+            .caps
+            .atomic_cur
+            .atomic_req_8B_endianness_mode()
+    }
+
+    /// The next MANAGE_PAGES TAKE replies return at most `limits[0]`, `limits[1]`, ...
+    /// pages, one limit per reply (0: an empty reply, as firmware that is still busy with
+    /// its pages gives); later replies are not limited.
+    pub fn limit_page_returns(&self, limits: &[u32]) {
+        self.dev().faults.page_returns = limits.to_vec();
     }
 
     /// Changes the port's state and posts a PORT_CHANGE event (ACTIVE or DOWN) to a

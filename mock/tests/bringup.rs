@@ -29,6 +29,7 @@ fn exec_serving<C: Command>(h: &mut Harness, eq: &mut TestEq, inp: &C, extra: &[
                 assert!(n > 0);
                 let pages = h.alloc_pages(n as usize);
                 let mut m = ManagePagesIn::new_cmd();
+                m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
                 m.set_op_mod(ManagePagesOpMod::Give.raw())
                     .set_input_num_entries(n as u32);
                 let mut give = m.as_bytes().to_vec();
@@ -172,6 +173,7 @@ fn rdma_core_order_bring_up_and_teardown() {
     let mut reclaimed = 0;
     loop {
         let mut t = ManagePagesIn::new_cmd();
+        t.set_function_id(uhca_mock::firmware::FUNCTION_ID);
         t.set_op_mod(ManagePagesOpMod::Take.raw())
             .set_input_num_entries(64);
         let r = h.exec_ext(&t, &[], 64 * 8);

@@ -111,6 +111,7 @@ fn misaligned_and_unmapped_mailboxes() {
 
     // An input mailbox pointer that no mapping covers: an IOMMU fault, FW error.
     let mut m = ManagePagesIn::new_cmd();
+    m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
     m.set_op_mod(ManagePagesOpMod::Give.raw())
         .set_input_num_entries(1);
     let mut input = m.as_bytes().to_vec();
@@ -356,6 +357,7 @@ fn bounds_are_exact() {
     // A 575-byte "mailbox": the device reads 576 bytes, one past the mapping.
     let short = h.p.alloc_coherent(575, 4096).unwrap();
     let mut m = ManagePagesIn::new_cmd();
+    m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
     m.set_op_mod(ManagePagesOpMod::Give.raw())
         .set_input_num_entries(1);
     let mut input = m.as_bytes().to_vec();

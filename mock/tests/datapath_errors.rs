@@ -390,6 +390,11 @@ fn random_packets_at_live_qps_never_panic() {
     let payload = vec![0x5au8; 2048];
     let mut resets = 0;
     for i in 0..20_000 {
+        if i % 32 == 0 {
+            // Serve both EQs (QP events), as a driver would, or they overrun.
+            let _ = p.a.events(EventType::CommEst);
+            let _ = p.b.events(EventType::CommEst);
+        }
         if i % 100 == 0 && p.b.qp_state(&p.bqp) == QpState::Err {
             // Back to RTS with a fresh receive queue.
             use uhca_fwif::cmd::*;

@@ -5,7 +5,7 @@ mod common;
 use common::Harness;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
-use uhca_fwif::ctx::RoceCap;
+use uhca_fwif::ctx::{AtomicCaps, RoceCap};
 use uhca_hal::Bar;
 use uhca_mock::firmware::syndrome;
 use uhca_mock::{HcaState, MockConfig};
@@ -95,6 +95,58 @@ fn query_hca_cap_max_and_current() {
     let mut other = cap_query(HcaCapType::General, HcaCapMode::GetCur);
     other.set_other_function(true).set_function_id(1);
     assert_eq!(h.err(&other, &[]).1, syndrome::BAD_FUNCTION);
+}
+
+#[test]
+fn the_atomic_capability_page_and_the_requester_endianness_mode() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    h.give_outstanding(QueryPagesOpMod::BootPages);
+    let max = h.ok(&cap_query(HcaCapType::Atomic, HcaCapMode::GetMax), &[]);
+    let max = max.atomic_caps();
+    assert_eq!(
+        max.atomic_operations(),
+        ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD
+    );
+    assert_eq!(max.atomic_size_qp(), ATOMIC_SIZE_QP_8BYTES);
+    assert!(max.supported_atomic_req_8B_endianness_mode_1());
+    let cur = h.ok(&cap_query(HcaCapType::Atomic, HcaCapMode::GetCur), &[]);
+    assert_eq!(
+        cur.atomic_caps().atomic_req_8B_endianness_mode(),
+        ATOMIC_REQ_MODE_BE,
+        "big-endian until the driver asks otherwise"
+    );
+    // Host endianness, as Linux's handle_hca_cap_atomic sets it.
+    let mut s = SetHcaCapIn::new_cmd();
+    s.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
+    let mut a = AtomicCaps::default();
+    a.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+    s.capability_mut()[..<AtomicCaps as uhca_fwif::PrmLayout>::SIZE].copy_from_slice(a.as_bytes());
+    h.ok(&s, &[]);
+    let cur = h.ok(&cap_query(HcaCapType::Atomic, HcaCapMode::GetCur), &[]);
+    assert_eq!(
+        cur.atomic_caps().atomic_req_8B_endianness_mode(),
+        ATOMIC_REQ_MODE_HOST_ENDIANNESS
+    );
+    assert_eq!(h.hca.atomic_req_endianness_mode(), 1);
+    // Mode 2 does not exist.
+    a.set_atomic_req_8B_endianness_mode(2);
+    s.capability_mut()[..<AtomicCaps as uhca_fwif::PrmLayout>::SIZE].copy_from_slice(a.as_bytes());
+    assert_eq!(
+        h.err(&s, &[]),
+        (CmdStatus::BadParamErr, syndrome::CAP_ABOVE_MAX)
+    );
+    // A device that cannot write results in host order refuses mode 1.
+    h.hca
+        .set_atomic_caps(ATOMIC_OPS_CMP_SWAP, ATOMIC_SIZE_QP_8BYTES, false);
+    let max = h.ok(&cap_query(HcaCapType::Atomic, HcaCapMode::GetMax), &[]);
+    assert!(
+        !max.atomic_caps()
+            .supported_atomic_req_8B_endianness_mode_1()
+    );
+    a.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+    s.capability_mut()[..<AtomicCaps as uhca_fwif::PrmLayout>::SIZE].copy_from_slice(a.as_bytes());
+    assert_eq!(h.err(&s, &[]).1, syndrome::CAP_ABOVE_MAX);
 }
 
 #[test]
@@ -222,6 +274,7 @@ fn reclaim_all(h: &mut Harness) -> usize {
     let mut total = 0;
     loop {
         let mut t = ManagePagesIn::new_cmd();
+        t.set_function_id(uhca_mock::firmware::FUNCTION_ID);
         t.set_op_mod(ManagePagesOpMod::Take.raw())
             .set_input_num_entries(16);
         let r = h.exec_ext(&t, &[], 16 * 8);

@@ -7,7 +7,9 @@ use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_hal::{Bar, Dma};
 use uhca_mock::MockConfig;
-use uhca_mock::firmware::{CQ_MODIFY_COUNT, CQ_MODIFY_PERIOD, syndrome};
+use uhca_mock::firmware::{
+    CQ_MODIFY_COUNT, CQ_MODIFY_PERIOD, HEALTH_SYNDR_ASYNC_EQ_OVERRUN, syndrome,
+};
 
 fn ready() -> Harness {
     Harness::ready(MockConfig::default())
@@ -294,20 +296,74 @@ fn eq_create_query_doorbell_destroy() {
     assert_eq!(h.err(&q, &[]).0, CmdStatus::BadResErr);
 }
 
+/// The health buffer's syndrome byte (`synd`, byte 0x23d of BAR0) and whether "recovery
+/// flow required" is set.
+fn health(h: &Harness) -> (u8, bool) {
+    let synd = (h.p.read_be32(0x23c) >> 16) as u8;
+    let rfr = h.p.read_be32(0x238) & 0x8000_0000 != 0;
+    (synd, rfr)
+}
+
 #[test]
-fn eq_overrun_is_recorded() {
+fn an_async_eq_whose_consumer_does_not_release_entries_overruns_fatally() {
     let mut h = ready();
     let uar = h.alloc_uar();
     let mut eq = h.create_eq(uar, 1, &[EventType::Cmd]);
-    for _ in 0..3 {
-        h.alloc_pd();
-    }
+    // Two entries: two command completions fill them; the consumer reads them but never
+    // writes the EQ doorbell, so the third completion has nowhere to go.
+    h.alloc_pd();
+    h.alloc_pd();
+    assert_eq!(h.poll_eq(&mut eq).len(), 2);
+    assert_eq!(health(&h), (0, false), "full, not yet overrun");
+    h.alloc_pd();
     assert_eq!(
-        h.poll_eq(&mut eq).len(),
-        2,
-        "two entries, the third is lost"
+        health(&h),
+        (HEALTH_SYNDR_ASYNC_EQ_OVERRUN, true),
+        "async EQ buffer overrun, recovery flow required"
+    );
+    assert_eq!(
+        h.p.read_be32(0x1010) >> 24,
+        HEALTH_SYNDR_ASYNC_EQ_OVERRUN as u32
+    );
+    assert!(
+        h.poll_eq(&mut eq).is_empty(),
+        "the overrunning EQE is not written"
     );
     assert!(h.hca.notes().iter().any(|n| n.text.contains("overrun")));
+    // The firmware is dead: a further command is not executed.
+    h.post(0, AllocPdIn::new_cmd().0.as_slice(), 16);
+    h.ring(0);
+    assert!(!h.result(0, 16).completed);
+}
+
+#[test]
+fn an_eq_whose_consumer_releases_entries_never_overruns() {
+    let mut h = ready();
+    let uar = h.alloc_uar();
+    let mut eq = h.create_eq(uar, 1, &[EventType::Cmd]);
+    for _ in 0..10 {
+        h.alloc_pd();
+        assert_eq!(h.poll_eq(&mut eq).len(), 1);
+        // Update the consumer index without arming: the entry is the device's again.
+        h.eq_doorbell(&eq, false);
+    }
+    assert_eq!(health(&h), (0, false));
+    assert_eq!(h.hca.eq_counters(eq.eqn), Some((10, 10)));
+}
+
+#[test]
+fn an_eq_with_overrun_ignore_is_written_over_without_a_fatal_error() {
+    let mut h = ready();
+    let uar = h.alloc_uar();
+    let (mut c, buf) = h.create_eq_in(uar, 1, &[EventType::PortChange]);
+    c.eq_context_entry_mut().set_oi(true);
+    let pages = pages_of(&buf, 128);
+    let eqn = h.ok(&c, &pas_bytes(&pages)).eq_number();
+    for up in [false, true, false, true] {
+        h.hca.set_port_up(up);
+    }
+    assert_eq!(health(&h), (0, false), "oi: no overrun");
+    assert_eq!(h.hca.eq_counters(eqn), Some((0, 4)), "all four written");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use common::{Harness, pas_bytes};
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_fwif::eqe::EqePageReq;
-use uhca_mock::firmware::{FW_PAGE_FILL, syndrome};
+use uhca_mock::firmware::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_RELEASE_ALL, syndrome};
 use uhca_mock::{CommandOutcome, FaultKind, MockConfig};
 
 #[test]
@@ -68,6 +68,7 @@ fn given_pages_are_read_through_the_iommu() {
     assert_eq!(h.hca.pages().held, 2, "nothing taken from a failed command");
     // More entries announced than given.
     let mut m = ManagePagesIn::new_cmd();
+    m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
     m.set_op_mod(ManagePagesOpMod::Give.raw())
         .set_input_num_entries(3);
     let two = h.alloc_pages(2);
@@ -92,7 +93,16 @@ fn objects_wait_for_regular_pages_asked_with_page_request() {
     assert_eq!(eqes[0].event_type(), EventType::PageRequest);
     let req = eqes[0].data_as::<EqePageReq>();
     assert_eq!(req.num_pages_signed(), 4);
-    assert_eq!(req.func_id.get(), 0);
+    assert_eq!(
+        req.func_id.get(),
+        uhca_mock::firmware::FUNCTION_ID,
+        "own function"
+    );
+    assert_eq!(
+        req.ec_function.get(),
+        0,
+        "not the embedded CPU, not release-all"
+    );
     assert_eq!(h.hca.pages().requested, 4);
 
     // A CQ now waits for the pages: the command stays with hardware.
@@ -110,6 +120,7 @@ fn objects_wait_for_regular_pages_asked_with_page_request() {
     // The driver answers from another slot; the CQ then completes, with its event.
     let pages = h.alloc_pages(4);
     let mut m = ManagePagesIn::new_cmd();
+    m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
     m.set_op_mod(ManagePagesOpMod::Give.raw())
         .set_input_num_entries(4);
     let mut give = zerocopy::IntoBytes::as_bytes(&m).to_vec();
@@ -151,6 +162,7 @@ fn cant_give_fails_the_waiting_command() {
     h.ring(2);
     assert!(!h.result(2, 16).completed);
     let mut m = ManagePagesIn::new_cmd();
+    m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
     m.set_op_mod(ManagePagesOpMod::CantGive.raw());
     let r = h.exec_raw_slot(31, zerocopy::IntoBytes::as_bytes(&m), 16);
     assert_eq!(r.status(), CmdStatus::Ok);
@@ -197,6 +209,7 @@ fn run_time_page_requests_both_ways() {
     let e = h.poll_eq(&mut eq);
     assert_eq!(e[0].data_as::<EqePageReq>().num_pages_signed(), -5);
     let mut t = ManagePagesIn::new_cmd();
+    t.set_function_id(uhca_mock::firmware::FUNCTION_ID);
     t.set_op_mod(ManagePagesOpMod::Take.raw())
         .set_input_num_entries(10);
     let r = h.exec_ext(&t, &[], 10 * 8);
@@ -247,4 +260,115 @@ fn teardown_ends_commands_waiting_for_pages() {
         (r.status(), r.syndrome()),
         (CmdStatus::BadSysStateErr, syndrome::HCA_TORN_DOWN)
     );
+}
+
+#[test]
+fn pages_belong_to_the_function_query_pages_names() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    let mut q = QueryPagesIn::new_cmd();
+    q.set_op_mod(QueryPagesOpMod::BootPages.raw());
+    let o = h.ok(&q, &[]);
+    assert_eq!(o.function_id(), FUNCTION_ID, "own function, not 0");
+    assert!(!o.embedded_cpu_function());
+    // Asking for it by its id is the same as asking for "self" (0).
+    q.set_function_id(FUNCTION_ID);
+    assert_eq!(h.ok(&q, &[]).num_pages(), o.num_pages());
+    let pages = h.alloc_pages(o.num_pages() as usize);
+    // MANAGE_PAGES for function 0, or for the embedded CPU function: refused.
+    for (func, ec) in [(0, false), (FUNCTION_ID, true), (FUNCTION_ID + 1, false)] {
+        let mut m = ManagePagesIn::new_cmd();
+        m.set_op_mod(ManagePagesOpMod::Give.raw())
+            .set_function_id(func)
+            .set_embedded_cpu_function(ec)
+            .set_input_num_entries(pages.len() as u32);
+        assert_eq!(
+            h.err(&m, &pas_bytes(&pages)),
+            (CmdStatus::BadParamErr, syndrome::BAD_FUNCTION),
+            "function {func}, ec {ec}"
+        );
+    }
+    assert_eq!(h.hca.pages().held, 0);
+    assert_eq!(h.give(&pages).status(), CmdStatus::Ok, "own function");
+    assert_eq!(h.hca.pages().held, pages.len());
+}
+
+/// Up to INIT_HCA with `release_all_pages` turned on, regular pages given, and an EQ for
+/// page requests.
+fn initialized_with_release_all(release_all: bool) -> (Harness, common::TestEq) {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    let mut s = SetIssiIn::new_cmd();
+    s.set_current_issi(1);
+    h.ok(&s, &[]);
+    h.give_outstanding(QueryPagesOpMod::BootPages);
+    let mut q = QueryHcaCapIn::new_cmd();
+    q.set_op_mod(query_hca_cap_op_mod(
+        HcaCapType::General,
+        HcaCapMode::GetCur,
+    ));
+    let cur = h.ok(&q, &[]);
+    let mut set = SetHcaCapIn::new_cmd();
+    set.set_op_mod(set_hca_cap_op_mod(HcaCapType::General));
+    set.capability_mut().copy_from_slice(cur.capability());
+    set.cmd_hca_cap_mut().set_release_all_pages(release_all);
+    h.ok(&set, &[]);
+    h.give_outstanding(QueryPagesOpMod::InitPages);
+    h.ok(&InitHcaIn::new_cmd(), &[]);
+    h.give_outstanding(QueryPagesOpMod::RegularPages);
+    let uar = h.alloc_uar();
+    let eq = h.create_eq(uar, 4, &[EventType::PageRequest]);
+    (h, eq)
+}
+
+#[test]
+fn release_all_pages_is_a_page_request_with_the_release_all_bit() {
+    let (mut h, mut eq) = initialized_with_release_all(true);
+    let held = h.hca.pages().held;
+    assert!(held > 0);
+    assert!(h.hca.release_all_pages());
+    let e = h.poll_eq(&mut eq);
+    assert_eq!(e.len(), 1);
+    let req = e[0].data_as::<EqePageReq>();
+    assert_eq!(req.ec_function.get(), PAGE_REQ_RELEASE_ALL);
+    assert_eq!(req.func_id.get(), FUNCTION_ID);
+    assert_eq!(req.num_pages_signed(), -(held as i32));
+    // The firmware holds nothing any more: TAKE returns nothing, and it asks for nothing.
+    assert_eq!(h.hca.pages().held, 0);
+    let mut t = ManagePagesIn::new_cmd();
+    t.set_op_mod(ManagePagesOpMod::Take.raw())
+        .set_function_id(FUNCTION_ID)
+        .set_input_num_entries(8);
+    let r = h.exec_ext(&t, &[], 8 * 8);
+    assert_eq!(r.as_out::<ManagePagesOut>().output_num_entries(), 0);
+    assert_eq!(h.query_pages(QueryPagesOpMod::RegularPages), 0);
+}
+
+#[test]
+fn without_the_capability_the_firmware_never_releases_all_pages() {
+    let (h, mut eq) = initialized_with_release_all(false);
+    let held = h.hca.pages().held;
+    assert!(!h.hca.release_all_pages());
+    assert!(h.poll_eq(&mut eq).is_empty());
+    assert_eq!(h.hca.pages().held, held);
+}
+
+#[test]
+fn take_replies_can_be_limited_and_empty() {
+    let mut h = Harness::ready(MockConfig::default());
+    h.ok(&TeardownHcaIn::new_cmd(), &[]);
+    let held = h.hca.pages().held;
+    assert!(held > 3);
+    h.hca.limit_page_returns(&[2, 0, 1]);
+    let mut t = ManagePagesIn::new_cmd();
+    t.set_op_mod(ManagePagesOpMod::Take.raw())
+        .set_function_id(FUNCTION_ID)
+        .set_input_num_entries(64);
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let r = h.exec_ext(&t, &[], 64 * 8);
+        got.push(r.as_out::<ManagePagesOut>().output_num_entries() as usize);
+    }
+    assert_eq!(got, vec![2, 0, 1, held - 3]);
+    assert_eq!(h.hca.pages().held, 0);
 }

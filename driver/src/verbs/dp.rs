@@ -79,6 +79,8 @@ pub(crate) struct QpShadow<P: Platform + Clone> {
     pub(crate) rq_tail: u32,
     /// Every send is signalled (`sq_sig_all`).
     pub(crate) sq_sig_all: bool,
+    /// The device offers the 8-byte atomics the QP may post (`DeviceCaps::atomic`).
+    pub(crate) atomics: bool,
     /// An error completion was seen: the device has the QP in ERR.
     pub(crate) error: bool,
     /// The QP went through RESET and nothing was posted to the SQ (`sq_stale`) or to its
@@ -135,6 +137,7 @@ impl<P: Platform + Clone> QpShadow<P> {
             rq_head: 0,
             rq_tail: 0,
             sq_sig_all: false,
+            atomics: hca.caps().atomic,
             error: false,
             sq_stale: false,
             rq_stale: false,
@@ -486,6 +489,7 @@ mod tests {
             rq_head: 0,
             rq_tail: 0,
             sq_sig_all: false,
+            atomics: true,
             error: false,
             sq_stale: false,
             rq_stale: false,

@@ -86,6 +86,7 @@ fn check_send(
     st: QpServiceType,
     caps: &super::QpCaps,
     sig_all: bool,
+    atomics: bool,
     wr: &SendWr<'_>,
 ) -> Result<(WqeOpcode, WqeCtrlFlags), WrError> {
     let (opcode, reads_local) = match wr.op {
@@ -109,7 +110,12 @@ fn check_send(
         QpServiceType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
         _ => false,
     };
-    if !allowed {
+    let atomic = matches!(
+        wr.op,
+        SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. }
+    );
+    // Atomics only where the device's atomic page offers them (see `DeviceCaps::atomic`).
+    if !allowed || (atomic && !atomics) {
         return Err(WrError::OpNotSupported);
     }
     if (st == QpServiceType::Ud) != wr.ud.is_some() {
@@ -273,7 +279,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
         sync_rings(rings, sh);
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
-            let (opcode, flags) = match check_send(T::ST, &caps, sh.sq_sig_all, wr) {
+            let (opcode, flags) = match check_send(T::ST, &caps, sh.sq_sig_all, sh.atomics, wr) {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(bad(i, e));

@@ -43,7 +43,9 @@ pub enum SendOp {
     },
     /// Atomic compare-and-swap of the 8 bytes at `remote_addr` (RC): if they equal
     /// `compare` they become `swap`; the original value lands in the one 8-byte entry of the
-    /// scatter list.
+    /// scatter list, in the host's byte order (read it with `u64::from_ne_bytes`, as with
+    /// rdma-core). The remote word is big-endian. Only when
+    /// [`DeviceCaps::atomic`](crate::caps::DeviceCaps::atomic).
     AtomicCmpSwap {
         /// Remote address, 8-byte aligned.
         remote_addr: u64,
@@ -55,7 +57,8 @@ pub enum SendOp {
         swap: u64,
     },
     /// Atomic fetch-and-add on the 8 bytes at `remote_addr` (RC); the original value lands
-    /// in the one 8-byte entry of the scatter list.
+    /// in the one 8-byte entry of the scatter list, in the host's byte order (as for
+    /// [`SendOp::AtomicCmpSwap`]). The remote word is big-endian.
     AtomicFetchAdd {
         /// Remote address, 8-byte aligned.
         remote_addr: u64,
@@ -203,7 +206,7 @@ pub enum WrError {
     /// Inline data with an operation that reads into local memory (RDMA READ, atomics).
     InlineNotAllowed,
     /// The operation does not exist on this transport (UC: no READ or atomics; UD:
-    /// SEND only).
+    /// SEND only), or it is an atomic and the device offers none (`DeviceCaps::atomic`).
     OpNotSupported,
     /// A UD send without a destination, or a connected QP's send with one.
     Destination,
@@ -235,7 +238,9 @@ impl core::fmt::Display for WrError {
                 write!(f, "{given} bytes of inline data, the QP takes {max}")
             }
             WrError::InlineNotAllowed => f.write_str("inline data only with SEND and RDMA WRITE"),
-            WrError::OpNotSupported => f.write_str("operation not supported on this transport"),
+            WrError::OpNotSupported => {
+                f.write_str("operation not supported on this transport or device")
+            }
             WrError::Destination => f.write_str(
                 "UD sends need a destination (address handle, QPN, Q_Key); connected QPs take none",
             ),

@@ -138,6 +138,16 @@ impl QueryHcaCapOut {
             Err(_) => unreachable!("roce_cap fits in the capability union"),
         }
     }
+
+    /// The atomic capabilities (valid when op_mod asked for
+    /// [`crate::consts::HcaCapType::Atomic`]).
+    pub fn atomic_caps(&self) -> &crate::ctx::AtomicCaps {
+        use zerocopy::FromBytes;
+        match crate::ctx::AtomicCaps::ref_from_prefix(self.capability()) {
+            Ok((cap, _)) => cap,
+            Err(_) => unreachable!("atomic_caps fits in the capability union"),
+        }
+    }
 }
 
 impl SetHcaCapIn {

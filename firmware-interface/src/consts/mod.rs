@@ -104,6 +104,24 @@ prm_consts! {
 /// VFIO provider writes `MLX5_EQ_DOORBEL_OFFSET + 8`).
 pub const EQ_DOORBELL_UPDATE_CI_OFFSET: usize = EQ_DOORBELL_OFFSET + 8;
 
+/// `atomic_caps.atomic_operations` bit: compare-and-swap. The PRM reference tables have no
+/// row for the atomic capability bits; the values are Linux's (`include/linux/mlx5/driver.h`
+/// `MLX5_ATOMIC_OPS_CMP_SWAP`, `MLX5_ATOMIC_OPS_FETCH_ADD`).
+pub const ATOMIC_OPS_CMP_SWAP: u16 = 1 << 0;
+/// `atomic_caps.atomic_operations` bit: fetch-and-add.
+pub const ATOMIC_OPS_FETCH_ADD: u16 = 1 << 1;
+/// `atomic_caps.atomic_size_qp` bit: 8-byte atomics on QPs (Linux
+/// `drivers/infiniband/hw/mlx5/main.c` `MLX5_ATOMIC_SIZE_QP_8BYTES`).
+pub const ATOMIC_SIZE_QP_8BYTES: u16 = 1 << 3;
+/// `atomic_caps.atomic_req_8B_endianness_mode` 0: the requester writes an 8-byte atomic's
+/// original value into its local buffer big-endian (Linux `main.c`
+/// `MLX5_ATOMIC_REQ_MODE_BE`).
+pub const ATOMIC_REQ_MODE_BE: u8 = 0;
+/// `atomic_caps.atomic_req_8B_endianness_mode` 1: in the host's byte order (as the
+/// HOST_ENDIANNESS register says), settable when `supported_atomic_req_8B_endianness_mode_1`
+/// (Linux `main.c` `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS`).
+pub const ATOMIC_REQ_MODE_HOST_ENDIANNESS: u8 = 1;
+
 /// Every enum group declared here: (reference-table group, (name, value) rows).
 pub const PRM_ENUMS: &[(&str, &[(&str, u64)])] = &[
     (CmdOpcode::PRM_GROUP, CmdOpcode::PRM_VALUES),

@@ -479,6 +479,15 @@ crate::prm_struct! {
         r_roce_min_src_udp_port / set_r_roce_min_src_udp_port @ 208, 16 : u16;
         roce_address_table_size / set_roce_address_table_size @ 240, 16 : u16;
     }
+    /// PRM `atomic_caps`: the atomic capability page (QUERY_HCA_CAP / SET_HCA_CAP
+    /// capability type 3, `MLX5_CAP_ATOMIC`).
+    pub struct AtomicCaps : atomic_caps = "mlx5_ifc_atomic_caps_bits", 2048 bits {
+        atomic_req_8B_endianness_mode / set_atomic_req_8B_endianness_mode @ 64, 2 : u8;
+        supported_atomic_req_8B_endianness_mode_1 / set_supported_atomic_req_8B_endianness_mode_1 @ 70, 1 : bool;
+        atomic_operations / set_atomic_operations @ 144, 16 : u16;
+        atomic_size_qp / set_atomic_size_qp @ 176, 16 : u16;
+        atomic_size_dc / set_atomic_size_dc @ 208, 16 : u16;
+    }
     /// PRM `cqc`.
     pub struct Cqc : cqc = "mlx5_ifc_cqc_bits", 512 bits {
         status / set_status @ 0, 4 : u8;

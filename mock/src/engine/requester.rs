@@ -11,7 +11,10 @@ use crate::device::Device;
 use crate::wire::ib::ext::rnr_timer_micros;
 use crate::wire::ib::psn;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
-use uhca_fwif::consts::{CqeOpcode, CqeSyndrome, IbMtu, QpServiceType, QpState, WqeOpcode};
+use uhca_fwif::consts::{
+    ATOMIC_REQ_MODE_HOST_ENDIANNESS, CqeOpcode, CqeSyndrome, IbMtu, QpServiceType, QpState,
+    WqeOpcode,
+};
 
 /// MTU of UD messages (the port MTU): InfiniBand 4096, RoCE 1024 (an Ethernet MTU of 1500).
 pub(crate) fn ud_mtu(ib: bool) -> u64 {
@@ -637,7 +640,8 @@ impl Device {
                 }
                 let w = s.outstanding.pop_front();
                 if let Some(w) = w {
-                    self.finish_local_write(qpn, &w, 0, &orig.to_be_bytes(), true, now);
+                    let bytes = self.atomic_result_bytes(orig);
+                    self.finish_local_write(qpn, &w, 0, &bytes, true, now);
                 }
             }
             Opcode::RcRdmaReadResponseFirst
@@ -689,6 +693,20 @@ impl Device {
                 self.on_progress(qpn, now);
             }
             _ => {}
+        }
+    }
+
+    /// An 8-byte atomic's original value as the requester writes it into the local buffer:
+    /// big-endian (network order, `atomic_req_8B_endianness_mode` 0, the power-on value), or
+    /// in the host's byte order once the driver set the mode to host endianness (1) with
+    /// SET_HCA_CAP; the host's order is what the HOST_ENDIANNESS register says (`he` set:
+    /// big-endian).
+    fn atomic_result_bytes(&self, orig: u64) -> [u8; 8] {
+        let mode = self.fw.caps.atomic_cur.atomic_req_8B_endianness_mode();
+        if mode == ATOMIC_REQ_MODE_HOST_ENDIANNESS && !self.fw.host_endianness_he {
+            orig.to_le_bytes()
+        } else {
+            orig.to_be_bytes()
         }
     }
 

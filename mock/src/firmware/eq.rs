@@ -13,6 +13,12 @@ use zerocopy::IntoBytes;
 /// Size of an EQE in bytes.
 pub const EQE_SIZE: u64 = 64;
 
+/// Health syndrome (`health_buffer.synd`) of an overrun of an EQ that takes asynchronous
+/// events: "async EQ buffer overrun". The PRM reference tables have no row for health
+/// syndromes; the value is the one Linux (`health.c`, `MLX5_HEALTH_SYNDR_ASYNC_EQ_OVERRUN_ERR`)
+/// and rdma-core (`providers/mlx5/mlx5_vfio.c:2066`) decode.
+pub const HEALTH_SYNDR_ASYNC_EQ_OVERRUN: u8 = 0xc;
+
 impl Device {
     pub(crate) fn cmd_create_eq(&mut self, c: &Ctx, i: &CreateEqIn) -> CmdResult {
         let eqc = *i.eq_context_entry();
@@ -185,12 +191,21 @@ impl Device {
             return false;
         };
         let size = 1u32 << eq.log_size;
+        // The entry at the producer counter is still the consumer's until its consumer
+        // counter (from the EQ doorbell) has moved past it: writing there is an overrun.
         if eq.pi.wrapping_sub(eq.ci) >= size && !eq.eqc.oi() {
             eq.overruns += 1;
+            let asynchronous = eq.mask != 0;
             self.note(
                 now,
                 format!("EQ {eqn} overrun: event type {event_type:#x} lost"),
             );
+            // An EQ that takes asynchronous events (command completions, page requests,
+            // port and QP events) cannot lose one: the firmware stops with the health
+            // syndrome "async EQ buffer overrun". A completion-only EQ loses the event.
+            if asynchronous && self.fw.fatal.is_none() {
+                self.enter_fatal(HEALTH_SYNDR_ASYNC_EQ_OVERRUN, 0, now);
+            }
             return false;
         }
         let idx = (eq.pi & (size - 1)) as u64;

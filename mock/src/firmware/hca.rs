@@ -2,12 +2,12 @@
 //! ACCESS_REGISTER (host endianness) and QUERY_SPECIAL_CONTEXTS.
 
 use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
-use crate::caps::{PortType, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
+use crate::caps::{PortType, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdStatus, HcaCapType};
-use uhca_fwif::ctx::{CmdHcaCap, RegisterHostEndianness, RoceCap};
+use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RegisterHostEndianness, RoceCap};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// The reserved lkey QUERY_SPECIAL_CONTEXTS reports.
@@ -102,6 +102,14 @@ impl Device {
                 };
                 cap[..RoceCap::SIZE].copy_from_slice(r.as_bytes());
             }
+            HcaCapType::Atomic if self.fw.caps.general_max.atomic() => {
+                let a = if cur {
+                    &self.fw.caps.atomic_cur
+                } else {
+                    &self.fw.caps.atomic_max
+                };
+                cap[..AtomicCaps::SIZE].copy_from_slice(a.as_bytes());
+            }
             _ => return Err(bad_param(syndrome::BAD_CAP_TYPE)),
         }
         Ok(out(&o))
@@ -129,6 +137,16 @@ impl Device {
                 let (req, _) = RoceCap::read_from_prefix(i.capability())
                     .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
                 apply_settable(&mut caps.roce_cur, &caps.roce_max, &req, SETTABLE_ROCE)
+            }
+            HcaCapType::Atomic if caps.general_max.atomic() => {
+                let (req, _) = AtomicCaps::read_from_prefix(i.capability())
+                    .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
+                apply_settable(
+                    &mut caps.atomic_cur,
+                    &caps.atomic_max,
+                    &req,
+                    SETTABLE_ATOMIC,
+                )
             }
             _ => return Err(bad_param(syndrome::BAD_CAP_TYPE)),
         };

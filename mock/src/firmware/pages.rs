@@ -14,9 +14,28 @@ use zerocopy::IntoBytes;
 /// page it gave away reads garbage, as it would on hardware).
 pub const FW_PAGE_FILL: u8 = 0x5a;
 
+/// The function id of the model's own function, as QUERY_PAGES reports it and as the page
+/// requests name it; MANAGE_PAGES must name it (with `embedded_cpu_function` clear: the
+/// model is not an embedded-CPU function). Deliberately not 0, so a driver that sends
+/// MANAGE_PAGES for function 0 whatever the firmware said is caught: rdma-core gives pages
+/// to the `function_id` QUERY_PAGES returned (`providers/mlx5/mlx5_vfio.c:1660`, `:1676`)
+/// and to the page request's `func_id` (`:266`), Linux likewise with the request's
+/// `ec_function` (`pagealloc.c` `req_pages_handler`).
+pub const FUNCTION_ID: u16 = 0x0005;
+
+/// Bit 15 of a page request's `ec_function` word: the request is for the embedded CPU
+/// function (Linux `pagealloc.c` `EC_FUNCTION_MASK`).
+pub const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
+/// Bit 14 of a page request's `ec_function` word: the firmware released every page of the
+/// function at once; the driver frees them without MANAGE_PAGES (Linux `pagealloc.c`
+/// `RELEASE_ALL_PAGES_MASK`, `release_all_pages`). Sent only when the driver set the
+/// `release_all_pages` capability.
+pub const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
+
 impl Device {
     pub(crate) fn cmd_query_pages(&mut self, _c: &Ctx, i: &QueryPagesIn) -> CmdResult {
-        if i.function_id() != 0 || i.embedded_cpu_function() {
+        // 0 asks for the calling function; naming it by its id is the same.
+        if !matches!(i.function_id(), 0 | FUNCTION_ID) || i.embedded_cpu_function() {
             return Err(bad_param(syndrome::BAD_FUNCTION));
         }
         let p = &self.fw.pages;
@@ -27,12 +46,13 @@ impl Device {
             _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
         };
         let mut o = QueryPagesOut::default();
-        o.set_function_id(0).set_num_pages(n);
+        o.set_function_id(FUNCTION_ID).set_num_pages(n);
         Ok(out(&o))
     }
 
     pub(crate) fn cmd_manage_pages(&mut self, c: &Ctx, i: &ManagePagesIn) -> CmdResult {
-        if i.function_id() != 0 || i.embedded_cpu_function() {
+        // Pages belong to the function QUERY_PAGES and the page requests named.
+        if i.function_id() != FUNCTION_ID || i.embedded_cpu_function() {
             return Err(bad_param(syndrome::BAD_FUNCTION));
         }
         let n = i.input_num_entries() as usize;
@@ -65,8 +85,13 @@ impl Device {
             }
             ManagePagesOpMod::Take => {
                 let room = c.outlen.saturating_sub(ManagePagesOut::SIZE) / PAS_ENTRY_BYTES;
+                let limit = if self.faults.page_returns.is_empty() {
+                    u64::MAX
+                } else {
+                    self.faults.page_returns.remove(0) as u64
+                };
                 let p = &mut self.fw.pages;
-                let k = (n as u64).min(p.surplus()).min(room as u64) as usize;
+                let k = (n as u64).min(p.surplus()).min(room as u64).min(limit) as usize;
                 let taken: Vec<u64> = p.held.iter().rev().take(k).copied().collect();
                 for a in &taken {
                     p.held.remove(a);
@@ -101,7 +126,13 @@ impl Device {
     }
 
     fn post_page_request(&mut self, num_pages: i32, now: u64) -> bool {
+        self.post_page_request_flags(num_pages, 0, now)
+    }
+
+    fn post_page_request_flags(&mut self, num_pages: i32, flags: u16, now: u64) -> bool {
         let req = EqePageReq {
+            ec_function: flags.into(),
+            func_id: FUNCTION_ID.into(),
             num_pages: (num_pages as u32).into(),
             ..Default::default()
         };
@@ -137,6 +168,26 @@ impl Device {
         {
             self.retry_deferred(now);
         }
+    }
+
+    /// The firmware releases every page it holds at once and says so with a page request
+    /// whose `ec_function` word has the release-all bit (and `num_pages` the negative
+    /// count). Only when the driver turned `release_all_pages` on, the HCA is initialized
+    /// and an EQ takes page requests; returns whether the event was posted. The firmware
+    /// then needs no pages any more (as after TEARDOWN_HCA): the function is going away.
+    pub(crate) fn release_all_pages(&mut self, now: u64) -> bool {
+        if !self.fw.caps.general_cur.release_all_pages()
+            || self.fw.state != HcaState::Initialized
+            || self.fw.eq_for(EventType::PageRequest.raw()).is_none()
+        {
+            return false;
+        }
+        let n = self.fw.pages.held.len() as i32;
+        self.fw.pages.held.clear();
+        self.fw.pages.released = true;
+        self.fw.pages.requested = 0;
+        self.fw.pages.to_return = 0;
+        self.post_page_request_flags(-n, PAGE_REQ_RELEASE_ALL, now)
     }
 
     /// A run-time page request: positive, the firmware wants `n` more pages; negative, it

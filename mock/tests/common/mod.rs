@@ -356,6 +356,7 @@ impl Harness {
 
     pub fn give(&mut self, pages: &[u64]) -> Raw {
         let mut m = ManagePagesIn::new_cmd();
+        m.set_function_id(uhca_mock::firmware::FUNCTION_ID);
         m.set_op_mod(ManagePagesOpMod::Give.raw())
             .set_input_num_entries(pages.len() as u32);
         self.exec(&m, &pas_bytes(pages))

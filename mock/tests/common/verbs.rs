@@ -627,13 +627,13 @@ impl Node {
         n
     }
 
-    /// The EQEs of the node's EQ of type `t` (others are consumed and dropped).
+    /// The EQEs of the node's EQ of type `t` (others are consumed and dropped); the
+    /// consumed entries are given back to the device (EQ doorbell, update only), as a
+    /// consumer must, or the EQ overruns.
     pub fn events(&mut self, t: EventType) -> Vec<uhca_fwif::eqe::Eqe> {
-        self.h
-            .poll_eq(&mut self.eq)
-            .into_iter()
-            .filter(|e| e.event_type() == t)
-            .collect()
+        let all = self.h.poll_eq(&mut self.eq);
+        self.h.eq_doorbell(&self.eq, false);
+        all.into_iter().filter(|e| e.event_type() == t).collect()
     }
 
     pub fn modify_to_error(&mut self, qp: &Qp) {
