@@ -290,9 +290,11 @@ impl<P: Platform + Clone> Datapath<P> {
                     if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
                         wc.wc_flags |= WcFlags::GRH;
                     }
+                    // The service level on every receive, as libmlx5 (cq.c) and Linux's
+                    // mlx5_ib report it; the source QP only where verbs defines it (UD).
+                    wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
                     if qp.st == QpServiceType::Ud {
                         wc.src_qp = flags_rqpn & 0x00ff_ffff;
-                        wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
                     }
                     wc.slid = cqe.slid.get();
                 }

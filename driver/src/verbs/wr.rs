@@ -447,7 +447,8 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// The sender's LID (InfiniBand receives).
     pub slid: u16,
-    /// The sender's service level (UD receives on InfiniBand).
+    /// The service level the CQE reports for a receive (every QP type, as libmlx5 and
+    /// Linux report it).
     pub sl: u8,
     /// GRH present, immediate present.
     pub wc_flags: WcFlags,
