@@ -859,6 +859,13 @@ impl<P: Platform + Clone> Hca<P> {
                     if let Err(e) = r {
                         hook_error.get_or_insert(e);
                     }
+                    // A device that turned fatal will never complete the command (its
+                    // completion EQE may be the one an overrun lost): give it up now
+                    // rather than at the command timeout; the error is classified as
+                    // fatal below.
+                    if HealthMonitor::new().poll(&InitSeg::new(p)).is_err() {
+                        ctx.abandon();
+                    }
                 };
                 cmdq.exec_with(input, extra_in, out_extra, &mut serve)
             }

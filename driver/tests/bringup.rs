@@ -276,3 +276,41 @@ fn the_event_queue_subscribes_to_what_the_nvidia_drivers_do_and_not_internal_err
     assert_eq!(mask, expected, "event_bitmask {mask:#x}");
     hca.close().unwrap();
 }
+
+/// A command outstanding when the device turns fatal is given up as soon as the health
+/// buffer says so, not at the command timeout (the completion EQE may never come: an EQ
+/// overrun, a firmware crash).
+#[test]
+fn a_command_waiting_when_the_device_dies_fails_fatal_at_once() {
+    let dev = MockHca::new(MockConfig {
+        port_type: PortType::Ethernet,
+        clock: ClockMode::RealTime,
+        init_delay_us: 1_000,
+        ..MockConfig::default()
+    });
+    let mut hca = Hca::open_with(
+        dev.platform(),
+        HcaConfig {
+            cmd_timeout_ns: 30_000_000_000,
+            ..cfg()
+        },
+    )
+    .expect("bring-up");
+    dev.hang_next_command(CmdOpcode::AllocPd);
+    let killer = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            dev.set_fatal_health(0xc, 0);
+        })
+    };
+    let start = std::time::Instant::now();
+    let e = hca.alloc_pd().unwrap_err();
+    killer.join().unwrap();
+    assert!(matches!(e, Error::Fatal(_)), "{e}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "gave up after {:?}, not at the 30 s timeout",
+        start.elapsed()
+    );
+}

@@ -135,6 +135,14 @@ pub enum CmdError {
         /// The command.
         opcode: CmdOpcode,
     },
+    /// The wait hook gave the command up before it completed (for example because the
+    /// device reported a fatal error); the slot stays quarantined as after a timeout.
+    Abandoned {
+        /// The command.
+        opcode: CmdOpcode,
+        /// The quarantined slot.
+        slot: u8,
+    },
 }
 
 /// The PRM name without its `MLX5_*_` prefix, or `None`.
@@ -162,7 +170,8 @@ impl CmdError {
             | CmdError::Timeout { opcode, .. }
             | CmdError::NoFreeSlot { opcode }
             | CmdError::Dma { opcode, .. }
-            | CmdError::Reentered { opcode } => opcode,
+            | CmdError::Reentered { opcode }
+            | CmdError::Abandoned { opcode, .. } => opcode,
         }
     }
 }
@@ -197,6 +206,10 @@ impl core::fmt::Display for CmdError {
             CmdError::Reentered { .. } => {
                 write!(f, "{op}: page command issued while one is outstanding")
             }
+            CmdError::Abandoned { slot, .. } => write!(
+                f,
+                "{op} given up while outstanding; slot {slot} quarantined until the device returns it"
+            ),
         }
     }
 }
@@ -245,6 +258,8 @@ pub struct CmdQueue<H: Bar + Dma + Clock + Clone> {
     cfg: CmdQueueConfig,
     reported: u32,
     in_page_cmd: bool,
+    /// Set by [`WaitContext::abandon`]: the command being waited for is given up.
+    abandon: bool,
 }
 
 impl<H: Bar + Dma + Clock + Clone> core::fmt::Debug for CmdQueue<H> {
@@ -273,6 +288,13 @@ impl<H: Bar + Dma + Clock + Clone> WaitContext<'_, H> {
     /// Reports slots completed according to a command-completion EQE (its `vector`).
     pub fn report_completions(&mut self, vector: u32) {
         self.q.report_completions(vector);
+    }
+
+    /// Gives the outstanding command up: unless it completed meanwhile, the wait ends with
+    /// [`CmdError::Abandoned`] and its slot is quarantined, as after a timeout. For a hook
+    /// that learns the device will never answer (its health turned fatal).
+    pub fn abandon(&mut self) {
+        self.q.abandon = true;
     }
 
     /// Answers a page request with MANAGE_PAGES on the page slot (`pas` holds the 8-byte
@@ -322,6 +344,7 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
             cfg,
             reported: 0,
             in_page_cmd: false,
+            abandon: false,
             h,
         })
     }
@@ -603,9 +626,17 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
                 break;
             }
             if let Some(h) = hook.as_mut() {
+                self.abandon = false;
                 h(&mut WaitContext { q: self });
                 if self.completed(slot, page_cmd) {
                     break;
+                }
+                if core::mem::take(&mut self.abandon) {
+                    self.state[slot] = Slot::Quarantined;
+                    return Err(CmdError::Abandoned {
+                        opcode,
+                        slot: slot as u8,
+                    });
                 }
             }
             let waited_ns = self.h.now_ns().saturating_sub(start);

@@ -565,3 +565,42 @@ fn queue_setup_programs_the_address_and_checks_the_interface() {
         "read-only sizes untouched"
     );
 }
+
+#[test]
+fn a_hook_can_abandon_a_command_that_will_never_complete() {
+    let cfg = CmdQueueConfig {
+        completion: CompletionMode::Events,
+        ..fast()
+    };
+    with_device(
+        5,
+        cfg,
+        |_, _| ok(out_header(0, 0)),
+        |p, q, _| {
+            // No completion is ever reported; on the third poll the hook learns the device
+            // is gone and gives the command up long before the timeout.
+            let mut polls = 0;
+            let start = p.now_ns();
+            let mut hook = |ctx: &mut WaitContext<'_, &FakePlatform>| {
+                polls += 1;
+                if polls == 3 {
+                    ctx.abandon();
+                }
+            };
+            let e = q
+                .exec_with(&EnableHcaIn::new_cmd(), &[], &mut [], &mut hook)
+                .unwrap_err();
+            assert_eq!(
+                e,
+                CmdError::Abandoned {
+                    opcode: CmdOpcode::EnableHca,
+                    slot: 0
+                }
+            );
+            assert_eq!(polls, 3);
+            assert!(p.now_ns() - start < fast().timeout_ns, "before the timeout");
+            assert_eq!(q.quarantined(), 1, "the slot is quarantined");
+            assert!(std::format!("{e}").contains("ENABLE_HCA"), "{e}");
+        },
+    );
+}
