@@ -390,17 +390,14 @@ impl AddressHandle {
                 // write it: with bit 31 clear the HCA takes the first 16 bytes as the compact
                 // AV and reads the rest of this one as data segments.
                 av.dqp_dct = (Av::EXTENDED_UD_AV | (dqpn & 0x00ff_ffff)).into();
-                match grh {
-                    Some(g) => {
-                        av.tclass = g.traffic_class;
-                        av.hop_limit = g.hop_limit;
-                        av.grh_gid_fl = (Av::GRH_GID_FL_GRH
-                            | ((g.sgid_index as u32) << Av::GRH_GID_FL_SGID_INDEX_SHIFT)
-                            | (g.flow_label & FLOW_LABEL_MASK))
-                            .into();
-                        av.rgid = g.dgid.0;
-                    }
-                    None => {}
+                if let Some(g) = grh {
+                    av.tclass = g.traffic_class;
+                    av.hop_limit = g.hop_limit;
+                    av.grh_gid_fl = (Av::GRH_GID_FL_GRH
+                        | ((g.sgid_index as u32) << Av::GRH_GID_FL_SGID_INDEX_SHIFT)
+                        | (g.flow_label & FLOW_LABEL_MASK))
+                        .into();
+                    av.rgid = g.dgid.0;
                 }
             }
             AddressHandle::RoceV2 {

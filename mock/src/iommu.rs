@@ -393,6 +393,7 @@ mod tests {
                 let base = NonNull::new(mem.as_mut_ptr()).unwrap();
                 // SAFETY: `off + len <= 49 < 96`: inside `mem`, which nothing else touches.
                 let p = unsafe { base.add(off) };
+                // SAFETY: as above.
                 unsafe { volatile_write(p, &data) };
                 assert!(mem[..off].iter().all(|&b| b == 0xEE), "{off}+{len}: before");
                 assert_eq!(&mem[off..off + len], &data[..], "{off}+{len}");
