@@ -402,13 +402,12 @@ fn open() -> (MockHca, Hca<P>) {
 }
 
 fn ib_path(dlid: u16) -> AddressHandle {
-    AddressHandle::Ib {
-        dlid,
-        sl: 0,
-        src_path_bits: 0,
-        static_rate: 0,
-        grh: None,
+    // RtrAttr's default path (InfiniBand, no GRH) with this DLID.
+    let mut ah = RtrAttr::default().ah;
+    if let AddressHandle::Ib { dlid: d, .. } = &mut ah {
+        *d = dlid;
     }
+    ah
 }
 
 enum AnyQp {
