@@ -88,6 +88,193 @@ pub struct Grh {
     pub traffic_class: u8,
 }
 
+/// The static rate of a path (`ibv_rate`; the InfiniBand specification's rate
+/// enumeration): how fast the HCA may inject packets towards this destination.
+///
+/// The HCA takes its own encoding (the PRM's `stat_rate`: 0 unlimited, 7–15 for 2.5 to
+/// 120 Gb/s, 1–6 for the later 56, 25, 100, 200, 50 and 400 Gb/s) and supports a subset,
+/// listed in the capability `stat_rate_support`. [`StaticRate::to_prm`] maps a rate to the
+/// fastest supported rate not above it, as Linux's `mlx5_ib` clamps it (Linux walks down
+/// the enumeration's numbers; this walks down the speeds, so it never picks a faster rate
+/// than asked).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StaticRate {
+    /// No limit: the port's rate (`IBV_RATE_MAX`).
+    #[default]
+    PortCurrent,
+    /// 2.5 Gb/s.
+    Gbps2_5,
+    /// 5 Gb/s.
+    Gbps5,
+    /// 10 Gb/s.
+    Gbps10,
+    /// 14 Gb/s.
+    Gbps14,
+    /// 20 Gb/s.
+    Gbps20,
+    /// 25 Gb/s.
+    Gbps25,
+    /// 28 Gb/s.
+    Gbps28,
+    /// 30 Gb/s.
+    Gbps30,
+    /// 40 Gb/s.
+    Gbps40,
+    /// 50 Gb/s.
+    Gbps50,
+    /// 56 Gb/s.
+    Gbps56,
+    /// 60 Gb/s.
+    Gbps60,
+    /// 80 Gb/s.
+    Gbps80,
+    /// 100 Gb/s.
+    Gbps100,
+    /// 112 Gb/s.
+    Gbps112,
+    /// 120 Gb/s.
+    Gbps120,
+    /// 168 Gb/s.
+    Gbps168,
+    /// 200 Gb/s.
+    Gbps200,
+    /// 300 Gb/s.
+    Gbps300,
+    /// 400 Gb/s.
+    Gbps400,
+    /// 600 Gb/s.
+    Gbps600,
+    /// 800 Gb/s.
+    Gbps800,
+    /// 1200 Gb/s.
+    Gbps1200,
+}
+
+/// Each PRM `stat_rate` code (1–15) with its rate in Mb/s.
+const PRM_STAT_RATES: [(u8, u32); 15] = [
+    (7, 2_500),
+    (10, 5_000),
+    (8, 10_000),
+    (11, 20_000),
+    (2, 25_000),
+    (9, 30_000),
+    (12, 40_000),
+    (5, 50_000),
+    (1, 56_000),
+    (13, 60_000),
+    (14, 80_000),
+    (3, 100_000),
+    (15, 120_000),
+    (4, 200_000),
+    (6, 400_000),
+];
+
+impl StaticRate {
+    /// Every rate, slowest first (after [`StaticRate::PortCurrent`]).
+    pub const ALL: [StaticRate; 24] = [
+        StaticRate::PortCurrent,
+        StaticRate::Gbps2_5,
+        StaticRate::Gbps5,
+        StaticRate::Gbps10,
+        StaticRate::Gbps14,
+        StaticRate::Gbps20,
+        StaticRate::Gbps25,
+        StaticRate::Gbps28,
+        StaticRate::Gbps30,
+        StaticRate::Gbps40,
+        StaticRate::Gbps50,
+        StaticRate::Gbps56,
+        StaticRate::Gbps60,
+        StaticRate::Gbps80,
+        StaticRate::Gbps100,
+        StaticRate::Gbps112,
+        StaticRate::Gbps120,
+        StaticRate::Gbps168,
+        StaticRate::Gbps200,
+        StaticRate::Gbps300,
+        StaticRate::Gbps400,
+        StaticRate::Gbps600,
+        StaticRate::Gbps800,
+        StaticRate::Gbps1200,
+    ];
+
+    /// The rate in Mb/s; `None` for [`StaticRate::PortCurrent`].
+    pub const fn mbps(self) -> Option<u32> {
+        Some(match self {
+            StaticRate::PortCurrent => return None,
+            StaticRate::Gbps2_5 => 2_500,
+            StaticRate::Gbps5 => 5_000,
+            StaticRate::Gbps10 => 10_000,
+            StaticRate::Gbps14 => 14_000,
+            StaticRate::Gbps20 => 20_000,
+            StaticRate::Gbps25 => 25_000,
+            StaticRate::Gbps28 => 28_000,
+            StaticRate::Gbps30 => 30_000,
+            StaticRate::Gbps40 => 40_000,
+            StaticRate::Gbps50 => 50_000,
+            StaticRate::Gbps56 => 56_000,
+            StaticRate::Gbps60 => 60_000,
+            StaticRate::Gbps80 => 80_000,
+            StaticRate::Gbps100 => 100_000,
+            StaticRate::Gbps112 => 112_000,
+            StaticRate::Gbps120 => 120_000,
+            StaticRate::Gbps168 => 168_000,
+            StaticRate::Gbps200 => 200_000,
+            StaticRate::Gbps300 => 300_000,
+            StaticRate::Gbps400 => 400_000,
+            StaticRate::Gbps600 => 600_000,
+            StaticRate::Gbps800 => 800_000,
+            StaticRate::Gbps1200 => 1_200_000,
+        })
+    }
+
+    /// The rate of a verbs/InfiniBand rate value (`ibv_rate`: 0 port rate, 2 = 2.5 Gb/s,
+    /// 3 = 10 Gb/s, …, 24 = 1200 Gb/s); `None` for a value that names no rate (1, > 24).
+    pub const fn from_ibv(v: u8) -> Option<StaticRate> {
+        Some(match v {
+            0 => StaticRate::PortCurrent,
+            2 => StaticRate::Gbps2_5,
+            3 => StaticRate::Gbps10,
+            4 => StaticRate::Gbps30,
+            5 => StaticRate::Gbps5,
+            6 => StaticRate::Gbps20,
+            7 => StaticRate::Gbps40,
+            8 => StaticRate::Gbps60,
+            9 => StaticRate::Gbps80,
+            10 => StaticRate::Gbps120,
+            11 => StaticRate::Gbps14,
+            12 => StaticRate::Gbps56,
+            13 => StaticRate::Gbps112,
+            14 => StaticRate::Gbps168,
+            15 => StaticRate::Gbps25,
+            16 => StaticRate::Gbps100,
+            17 => StaticRate::Gbps200,
+            18 => StaticRate::Gbps300,
+            19 => StaticRate::Gbps28,
+            20 => StaticRate::Gbps50,
+            21 => StaticRate::Gbps400,
+            22 => StaticRate::Gbps600,
+            23 => StaticRate::Gbps800,
+            24 => StaticRate::Gbps1200,
+            _ => return None,
+        })
+    }
+
+    /// The PRM `stat_rate` code for this rate on a device whose `stat_rate_support` is
+    /// `support` (bit n set: code n supported): the fastest supported code whose rate is
+    /// not above this one, 0 (unlimited) for [`StaticRate::PortCurrent`] or when none is.
+    pub fn to_prm(self, support: u16) -> u8 {
+        let Some(limit) = self.mbps() else {
+            return 0;
+        };
+        PRM_STAT_RATES
+            .iter()
+            .rev()
+            .find(|&&(code, mbps)| mbps <= limit && support & (1 << code) != 0)
+            .map_or(0, |&(code, _)| code)
+    }
+}
+
 /// Where a packet goes: the verbs address handle, for InfiniBand or RoCEv2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AddressHandle {
@@ -99,8 +286,9 @@ pub enum AddressHandle {
         sl: u8,
         /// Source path bits (the low LMC bits of the source LID, 7 bits).
         src_path_bits: u8,
-        /// Static rate (4 bits, 0 = port rate).
-        static_rate: u8,
+        /// Static rate (mapped to the device's encoding and its supported rates when the
+        /// path is written).
+        static_rate: StaticRate,
         /// Global route header, if the path needs one.
         grh: Option<Grh>,
     },
@@ -131,8 +319,9 @@ const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
 
 impl AddressHandle {
     /// Writes this path into a QP context's address path (`ads`), as INIT2RTR wants it.
-    /// `port` is the HCA port number (from 1).
-    pub fn write_ads(&self, ads: &mut Ads, port: u8) {
+    /// `port` is the HCA port number (from 1); `stat_rate_support` the device's capability
+    /// of that name (see [`StaticRate::to_prm`]).
+    pub fn write_ads(&self, ads: &mut Ads, port: u8, stat_rate_support: u16) {
         ads.set_vhca_port_num(port);
         match *self {
             AddressHandle::Ib {
@@ -145,7 +334,7 @@ impl AddressHandle {
                 ads.set_rlid(dlid)
                     .set_sl(sl)
                     .set_mlid(src_path_bits)
-                    .set_stat_rate(static_rate);
+                    .set_stat_rate(static_rate.to_prm(stat_rate_support));
                 if let Some(g) = grh {
                     ads.set_grh(true)
                         .set_src_addr_index(g.sgid_index)
@@ -182,8 +371,9 @@ impl AddressHandle {
         }
     }
 
-    /// Writes this path into a UD address vector, for a destination QP and Q_Key.
-    pub fn write_av(&self, av: &mut Av, dqpn: u32, qkey: u32) {
+    /// Writes this path into a UD address vector, for a destination QP and Q_Key, on a
+    /// device whose capability `stat_rate_support` is given (see [`StaticRate::to_prm`]).
+    pub fn write_av(&self, av: &mut Av, dqpn: u32, qkey: u32, stat_rate_support: u16) {
         av.qkey = qkey.into();
         match *self {
             AddressHandle::Ib {
@@ -193,12 +383,15 @@ impl AddressHandle {
                 static_rate,
                 grh,
             } => {
-                av.stat_rate_sl = (static_rate << 4) | (sl & 0xf);
+                av.stat_rate_sl = (static_rate.to_prm(stat_rate_support) << 4) | (sl & 0xf);
                 av.fl_mlid = src_path_bits & 0x7f;
                 av.rlid = dlid.into();
+                // Always the extended (48-byte) form, GRH or not, as libmlx5 and Linux
+                // write it: with bit 31 clear the HCA takes the first 16 bytes as the compact
+                // AV and reads the rest of this one as data segments.
+                av.dqp_dct = (Av::EXTENDED_UD_AV | (dqpn & 0x00ff_ffff)).into();
                 match grh {
                     Some(g) => {
-                        av.dqp_dct = (Av::EXTENDED_UD_AV | (dqpn & 0x00ff_ffff)).into();
                         av.tclass = g.traffic_class;
                         av.hop_limit = g.hop_limit;
                         av.grh_gid_fl = (Av::GRH_GID_FL_GRH
@@ -207,7 +400,7 @@ impl AddressHandle {
                             .into();
                         av.rgid = g.dgid.0;
                     }
-                    None => av.dqp_dct = (dqpn & 0x00ff_ffff).into(),
+                    None => {}
                 }
             }
             AddressHandle::RoceV2 {
@@ -244,6 +437,54 @@ mod tests {
     use uhca_fwif::zerocopy::IntoBytes;
 
     #[test]
+    fn static_rates_map_to_the_prm_codes() {
+        // Every code supported: the PRM's own code for each rate it names.
+        let all = 0xffff;
+        let named = [
+            (StaticRate::PortCurrent, 0),
+            (StaticRate::Gbps2_5, 7),
+            (StaticRate::Gbps5, 10),
+            (StaticRate::Gbps10, 8),
+            (StaticRate::Gbps20, 11),
+            (StaticRate::Gbps25, 2),
+            (StaticRate::Gbps30, 9),
+            (StaticRate::Gbps40, 12),
+            (StaticRate::Gbps50, 5),
+            (StaticRate::Gbps56, 1),
+            (StaticRate::Gbps60, 13),
+            (StaticRate::Gbps80, 14),
+            (StaticRate::Gbps100, 3),
+            (StaticRate::Gbps120, 15),
+            (StaticRate::Gbps200, 4),
+            (StaticRate::Gbps400, 6),
+        ];
+        for (r, code) in named {
+            assert_eq!(r.to_prm(all), code, "{r:?}");
+        }
+        // Rates without a code of their own take the next one down.
+        assert_eq!(StaticRate::Gbps14.to_prm(all), 8);
+        assert_eq!(StaticRate::Gbps28.to_prm(all), 2);
+        assert_eq!(StaticRate::Gbps168.to_prm(all), 15);
+        assert_eq!(StaticRate::Gbps1200.to_prm(all), 6);
+        // Clamped to what the device supports; nothing at or below: unlimited.
+        assert_eq!(StaticRate::Gbps400.to_prm(all & !(1 << 6)), 4);
+        assert_eq!(StaticRate::Gbps2_5.to_prm(1 << 8), 0);
+        assert_eq!(StaticRate::Gbps100.to_prm(0), 0);
+        // The verbs values, both ways, and the speeds in order.
+        for r in StaticRate::ALL {
+            let v = (0..=24).find(|&v| StaticRate::from_ibv(v) == Some(r));
+            assert!(v.is_some(), "{r:?} has a verbs value");
+        }
+        assert_eq!(StaticRate::from_ibv(1), None);
+        assert_eq!(StaticRate::from_ibv(25), None);
+        assert!(
+            StaticRate::ALL
+                .windows(2)
+                .all(|w| w[0].mbps() < w[1].mbps())
+        );
+    }
+
+    #[test]
     fn gid_forms() {
         let g = Gid::from_ipv4([192, 168, 1, 7]);
         assert_eq!(g.ipv4(), Some([192, 168, 1, 7]));
@@ -267,7 +508,7 @@ mod tests {
             sl: 3,
         };
         let mut ads = Ads::default();
-        ah.write_ads(&mut ads, 1);
+        ah.write_ads(&mut ads, 1, 0);
         let b = ads.as_bytes();
         // ads: grh bit 40 (byte 5, 0x80, clear on RoCE); src_addr_index byte 9; hop_limit
         // byte 11;
@@ -286,7 +527,7 @@ mod tests {
         assert_eq!((ads.eth_prio(), ads.sl()), (3, 0));
 
         let mut av = Av::default();
-        ah.write_av(&mut av, 0x12, 0x1111_1111);
+        ah.write_av(&mut av, 0x12, 0x1111_1111, 0);
         assert_eq!(av.dqpn(), 0x12);
         assert_eq!(av.dqp_dct.get() & Av::EXTENDED_UD_AV, Av::EXTENDED_UD_AV);
         assert_eq!(av.sgid_index(), 3);
@@ -301,17 +542,22 @@ mod tests {
             dlid: 0x11,
             sl: 5,
             src_path_bits: 0,
-            static_rate: 0,
+            static_rate: StaticRate::PortCurrent,
             grh: None,
         };
         let mut av = Av::default();
-        ah.write_av(&mut av, 0x99, 0x8001_0000);
-        assert_eq!(av.dqp_dct.get(), 0x99, "no GRH, no extended AV");
+        ah.write_av(&mut av, 0x99, 0x8001_0000, 0);
+        assert_eq!(
+            av.dqp_dct.get(),
+            Av::EXTENDED_UD_AV | 0x99,
+            "the extended AV even without a GRH"
+        );
+        assert_eq!(av.grh_gid_fl.get() & Av::GRH_GID_FL_GRH, 0, "no GRH");
         assert_eq!(av.rlid.get(), 0x11);
         assert_eq!(av.sl(), 5);
         assert_eq!(av.fl_mlid, 0);
         let mut ads = Ads::default();
-        ah.write_ads(&mut ads, 2);
+        ah.write_ads(&mut ads, 2, 0);
         assert_eq!(
             (ads.rlid(), ads.sl(), ads.grh(), ads.vhca_port_num()),
             (0x11, 5, false, 2)
@@ -331,11 +577,11 @@ mod tests {
             dlid: 3,
             sl: 1,
             src_path_bits: 1,
-            static_rate: 0,
+            static_rate: StaticRate::PortCurrent,
             grh: Some(grh),
         };
         let mut av = Av::default();
-        ah.write_av(&mut av, 0x44, 0);
+        ah.write_av(&mut av, 0x44, 0, 0);
         // grh_gid_fl = 1 << 30 | 2 << 20 | 0x12345, as rdma-core's mlx5 provider builds it.
         assert_eq!(av.grh_gid_fl.get(), (1 << 30) | (2 << 20) | 0x12345);
         assert_eq!(
@@ -343,7 +589,7 @@ mod tests {
             (2, 0x12345, 1)
         );
         let mut ads = Ads::default();
-        ah.write_ads(&mut ads, 1);
+        ah.write_ads(&mut ads, 1, 0);
         assert!(ads.grh());
         assert_eq!(
             (ads.src_addr_index(), ads.flow_label(), ads.hop_limit()),

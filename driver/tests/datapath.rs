@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
     SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -106,7 +106,7 @@ fn path(fabric: &Fabric, to: &Node) -> AddressHandle {
             dlid: to.lid,
             sl: 0,
             src_path_bits: 0,
-            static_rate: 0,
+            static_rate: StaticRate::PortCurrent,
             grh: None,
         },
     }

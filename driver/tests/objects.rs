@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca_driver::caps::LinkLayer;
 use uhca_driver::verbs::{
     CqModeration, GidType, InitAttr, PhysPortState, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
@@ -73,7 +73,7 @@ fn ib_path(dlid: u16) -> AddressHandle {
         dlid,
         sl: 0,
         src_path_bits: 0,
-        static_rate: 0,
+        static_rate: StaticRate::PortCurrent,
         grh: None,
     }
 }
@@ -884,4 +884,61 @@ fn a_creation_that_times_out_is_a_typed_error_and_the_hca_stays_usable() {
     cq.destroy(&mut hca).unwrap();
     pd.destroy(&mut hca).unwrap();
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
+}
+
+/// A verbs static rate reaches the device in the PRM's encoding, clamped to the rates it
+/// lists in `stat_rate_support` (the mock's stops at 200 Gb/s), in a QP's path and in a UD
+/// address vector alike; the mock refuses a code it does not list.
+#[test]
+fn static_rates_are_mapped_to_the_device_encoding_and_clamped() {
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    let support = hca.hca_cap().stat_rate_support();
+    assert_eq!(support & (1 << 6), 0, "the mock offers no 400 Gb/s");
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(16).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    // (verbs rate, PRM code the path must carry)
+    for (rate, code) in [
+        (StaticRate::PortCurrent, 0),
+        (StaticRate::Gbps10, 8),
+        (StaticRate::Gbps2_5, 7),
+        (StaticRate::Gbps25, 2),
+        (StaticRate::Gbps100, 3),
+        (StaticRate::Gbps400, 4),
+        (StaticRate::Gbps14, 8),
+    ] {
+        let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+        let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
+        let ah = AddressHandle::Ib {
+            dlid: 7,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: rate,
+            grh: None,
+        };
+        let qp = qp
+            .to_rtr(
+                &mut hca,
+                RtrAttr {
+                    dest_qpn: 0x99,
+                    ah,
+                    ..RtrAttr::default()
+                },
+            )
+            .unwrap_or_else(|f| panic!("{rate:?}: {}", f.error));
+        let q = qp.query(&mut hca).unwrap();
+        assert_eq!(q.qpc.primary_address_path().stat_rate(), code, "{rate:?}");
+        let av = hca.create_ah(1, ah).unwrap().av(0x99, 0x1111);
+        assert_eq!(av.stat_rate_sl >> 4, code, "{rate:?} in the AV");
+        qp.destroy(&mut hca).unwrap();
+    }
+    assert!(dev.command_log().iter().all(|c| c.status == CmdStatus::Ok));
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
+    hca.close().unwrap();
 }

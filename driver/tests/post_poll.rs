@@ -9,7 +9,7 @@
 //! the model's engine sends (queues) their packets and then waits: every CQE the tests see
 //! is one they wrote.
 
-use uhca_driver::addr::AddressHandle;
+use uhca_driver::addr::{AddressHandle, StaticRate};
 use uhca_driver::verbs::{
     BadCqe, BadWr, Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr,
     SendFlags, SendOp, SendWr, Sge, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus,
@@ -61,7 +61,7 @@ fn ib_path(dlid: u16) -> AddressHandle {
         dlid,
         sl: 0,
         src_path_bits: 0,
-        static_rate: 0,
+        static_rate: StaticRate::PortCurrent,
         grh: None,
     }
 }

@@ -7,7 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use uhca::driver::addr::{AddressHandle, Gid, Mac};
+use uhca::driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca::driver::caps::LinkLayer;
 use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::IbMtu;
@@ -161,7 +161,7 @@ pub fn path_to<P: Platform + Clone>(hca: &Hca<P>, args: &Args, peer: &Dest) -> A
             dlid: peer.lid,
             sl: args.sl,
             src_path_bits: 0,
-            static_rate: 0,
+            static_rate: StaticRate::PortCurrent,
             grh: (!peer.gid.is_zero()).then(|| uhca::driver::addr::Grh {
                 dgid: peer.gid,
                 sgid_index: args.gid_index.unwrap_or(0),

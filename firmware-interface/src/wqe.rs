@@ -222,6 +222,10 @@ impl Av {
     /// `dqp_dct` bit 31: the address vector is the extended (48-byte) one, with the GRH
     /// fields (`MLX5_EXTENDED_UD_AV`).
     pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
+    /// Bytes of the compact address vector, the form a datagram segment has when
+    /// [`Av::EXTENDED_UD_AV`] is clear: `qkey` (or `dc_key`), `dqp_dct`, `stat_rate_sl`,
+    /// `fl_mlid` and `rlid` only. The WQE's next segment follows it directly.
+    pub const COMPACT_LEN: usize = 16;
     /// `fl_mlid` bit 7: force loopback (`fl`, as in the QP address path); bits 6:0 are the
     /// source path bits.
     pub const FL_FORCE_LOOPBACK: u8 = 0x80;

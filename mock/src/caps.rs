@@ -7,6 +7,10 @@ use uhca_fwif::consts::PortTypeCap;
 use uhca_fwif::ctx::{CmdHcaCap, RoceCap, cmd_hca_cap, roce_cap};
 use uhca_fwif::field::Field;
 
+/// `stat_rate_support`: bit n set when static-rate code n is supported (every code but 6,
+/// 400 Gb/s).
+pub const STAT_RATE_SUPPORT: u16 = 0xffbf;
+
 /// Port type of the modelled function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PortType {
@@ -104,6 +108,9 @@ impl Caps {
             .set_port_type(port.cap().raw())
             .set_num_ports(1)
             .set_log_max_msg(30)
+            // Every PRM static rate up to 200 Gb/s (codes 0-5 and 7-15), not 400 Gb/s
+            // (code 6): the rates of a 200 Gb/s adapter.
+            .set_stat_rate_support(STAT_RATE_SUPPORT)
             .set_cqe_version(1)
             .set_cmdif_checksum(0)
             .set_roce(port == PortType::Ethernet)

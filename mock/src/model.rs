@@ -128,7 +128,13 @@ pub struct PageCounts {
 struct Shared {
     clock: ModelClock,
     dev: Mutex<Device>,
+    /// Called after a BAR write left frames to send (a send doorbell): a real-time fabric
+    /// pump installs it to move them at once instead of at its next period.
+    kick: Mutex<Option<Kick>>,
 }
+
+/// What a fabric pump runs when an HCA has frames to send.
+pub(crate) type Kick = Arc<dyn Fn() + Send + Sync>;
 
 /// A mock ConnectX HCA: one PCI function with its firmware. Cheap to clone (clones share the
 /// device); several can live in one process.
@@ -183,7 +189,11 @@ impl MockHca {
         let now = clock.now_ns();
         let dev = Mutex::new(Device::new(config, now));
         MockHca {
-            shared: Arc::new(Shared { clock, dev }),
+            shared: Arc::new(Shared {
+                clock,
+                dev,
+                kick: Mutex::new(None),
+            }),
         }
     }
 
@@ -495,6 +505,12 @@ impl MockHca {
         self.dev().engine.tx.drain(..).collect()
     }
 
+    /// Installs (or, with `None`, removes) what runs after a doorbell leaves frames to
+    /// send. Called without any lock of this HCA held.
+    pub(crate) fn set_kick(&self, kick: Option<Kick>) {
+        *self.shared.kick.lock().unwrap_or_else(|e| e.into_inner()) = kick;
+    }
+
     /// How many frames wait to be taken.
     pub fn tx_pending(&self) -> usize {
         self.dev().engine.tx.len()
@@ -634,7 +650,22 @@ unsafe impl Bar for MockPlatform {
     fn write64(&self, offset: usize, value: u64) {
         Self::check(offset, 8);
         let now = self.shared.clock.now_ns();
-        self.dev().bar_write(offset, &value.to_ne_bytes(), now);
+        let sent = {
+            let mut d = self.dev();
+            d.bar_write(offset, &value.to_ne_bytes(), now);
+            !d.engine.tx.is_empty()
+        };
+        if sent {
+            let kick = self
+                .shared
+                .kick
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(k) = kick {
+                k();
+            }
+        }
     }
 }
 

@@ -126,6 +126,7 @@ fn rdma_core_order_bring_up_and_teardown() {
     let qpn = exec_serving(&mut h, &mut eq, &c, &pas_bytes(&pages)).qpn();
     h.set_gid(1);
     let mut m = Rst2initQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut()
         .set_rwe(true)
@@ -133,6 +134,7 @@ fn rdma_core_order_bring_up_and_teardown() {
         .set_vhca_port_num(1);
     exec_serving(&mut h, &mut eq, &m, &[]);
     let mut m = Init2rtrQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut()
         .set_mtu(5)
@@ -146,6 +148,7 @@ fn rdma_core_order_bring_up_and_teardown() {
         .set_udp_sport(0xc001);
     exec_serving(&mut h, &mut eq, &m, &[]);
     let mut m = Rtr2rtsQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut().set_retry_count(7).set_rnr_retry(7);
     exec_serving(&mut h, &mut eq, &m, &[]);

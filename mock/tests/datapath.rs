@@ -508,6 +508,7 @@ fn force_loopback_between_two_qps_of_one_hca() {
     let mut q2 = a.qp(QpServiceType::Rc, &cq, &cq);
     for (me, peer) in [(q1.qpn, q2.qpn), (q2.qpn, q1.qpn)] {
         let mut m = Rst2initQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
         m.set_qpn(me);
         m.qpc_mut()
             .set_rwe(true)
@@ -515,6 +516,7 @@ fn force_loopback_between_two_qps_of_one_hca() {
             .set_vhca_port_num(1);
         a.h.ok(&m, &[]);
         let mut m = Init2rtrQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
         m.set_qpn(me);
         m.qpc_mut()
             .set_mtu(IbMtu::Mtu1024.raw())
@@ -527,6 +529,7 @@ fn force_loopback_between_two_qps_of_one_hca() {
             .set_fl(true);
         a.h.ok(&m, &[]);
         let mut m = Rtr2rtsQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
         m.set_qpn(me);
         m.qpc_mut().set_next_send_psn(1).set_retry_count(3);
         m.qpc_mut().primary_address_path_mut().set_ack_timeout(10);
@@ -695,4 +698,61 @@ fn held_send_doorbells_leave_the_wqes_unfetched() {
     p.run();
     assert_eq!(p.a.poll_all(&mut p.acq).len(), 2);
     assert_eq!(p.b.poll_all(&mut p.bcq).len(), 2);
+}
+
+/// The datagram segment's two forms: with `dqp_dct` bit 31 clear the engine takes the
+/// compact 16-byte address vector and reads the next segment right after it, so a 48-byte
+/// vector with the bit clear has its GRH fields taken for data segments, as on a ConnectX.
+#[test]
+fn ud_compact_and_extended_address_vectors_over_infiniband() {
+    let link = LinkLayer::InfiniBand;
+    let fabric = uhca_mock::Fabric::new(link);
+    let mut a = common::verbs::Node::new(&fabric, link, 1);
+    let mut b = common::verbs::Node::new(&fabric, link, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let mut aqp = a.qp(QpServiceType::Ud, &acq, &acq);
+    let mut bqp = b.qp(QpServiceType::Ud, &bcq, &bcq);
+    a.ud_ready(&aqp, 0x1111);
+    b.ud_ready(&bqp, 0x2222);
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    a.write(&amr, 0, b"compact!");
+    for i in 0..2 {
+        b.post_recv(&mut bqp, &[(bmr.key, bmr.iova + i * 1024, 1024)]);
+    }
+    // No GRH, bit 31 clear: the compact form.
+    let mut av = a.av_to(&b, bqp.qpn, 0x2222);
+    av.grh_gid_fl = 0.into();
+    av.rgid = [0; 16];
+    av.hop_limit = 0;
+    av.dqp_dct = bqp.qpn.into();
+    let mut w = wr(WqeOpcode::Send, &amr, 0, 8);
+    w.av = Some(av);
+    w.compact_av = true;
+    a.post_send(&mut aqp, &w);
+    assert!(fabric.run_until_idle());
+    let sent = a.poll_all(&mut acq);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].opcode, CqeOpcode::Req);
+    let wc = b.poll_all(&mut bcq);
+    assert_eq!(wc.len(), 1, "the compact AV delivers");
+    assert_eq!(wc[0].byte_cnt(), 40 + 8);
+    assert_eq!(
+        wc[0].cqe.flags_rqpn.get() & uhca_fwif::cqe::CQE_FLAGS_GRH,
+        0
+    );
+    assert_eq!(b.read(&bmr, 40, 8), b"compact!");
+
+    // The same 48 bytes with bit 31 clear: bytes 16..48 of the vector are read as a data
+    // segment (byte count 0 = 2 GiB, lkey 0).
+    w.compact_av = false;
+    a.post_send(&mut aqp, &w);
+    assert!(fabric.run_until_idle());
+    let sent = a.poll_all(&mut acq);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].opcode, CqeOpcode::ReqErr, "{:?}", sent[0]);
+    // A 2 GiB datagram is longer than the path MTU.
+    assert_eq!(sent[0].syndrome(), CqeSyndrome::LocalLengthErr);
+    assert!(b.poll_all(&mut bcq).is_empty(), "nothing arrives");
 }

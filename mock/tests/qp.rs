@@ -26,6 +26,7 @@ fn setup(cfg: MockConfig) -> Setup {
 
 fn rst2init(qpn: u32) -> Rst2initQpIn {
     let mut m = Rst2initQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut()
         .set_rre(true)
@@ -37,6 +38,7 @@ fn rst2init(qpn: u32) -> Rst2initQpIn {
 
 fn init2rtr(qpn: u32) -> Init2rtrQpIn {
     let mut m = Init2rtrQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut()
         .set_mtu(IbMtu::Mtu1024.raw())
@@ -57,6 +59,7 @@ fn init2rtr(qpn: u32) -> Init2rtrQpIn {
 
 fn rtr2rts(qpn: u32) -> Rtr2rtsQpIn {
     let mut m = Rtr2rtsQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut()
         .set_next_send_psn(0x200)
@@ -242,6 +245,7 @@ fn ud_qp() {
     } = setup(MockConfig::default());
     let qpn = h.create_qp(QpServiceType::Ud, pd, cqn, uar);
     let mut m = Rst2initQpIn::new_cmd();
+    m.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     m.set_qpn(qpn);
     m.qpc_mut()
         .set_q_key(0x1111_0000)
@@ -250,9 +254,11 @@ fn ud_qp() {
         .set_pkey_index(0);
     h.ok(&m, &[]);
     let mut r = Init2rtrQpIn::new_cmd();
+    r.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     r.set_qpn(qpn);
     h.ok(&r, &[]);
     let mut s = Rtr2rtsQpIn::new_cmd();
+    s.qpc_mut().set_pm_state(common::PM_STATE_MIGRATED);
     s.set_qpn(qpn);
     s.qpc_mut().set_next_send_psn(5);
     h.ok(&s, &[]);
@@ -382,4 +388,66 @@ fn unknown_qp_numbers() {
     let mut r = Qp2rstIn::new_cmd();
     r.set_qpn(0x999);
     assert_eq!(h.err(&r, &[]).0, CmdStatus::BadResErr);
+}
+
+/// `pm_state` is ARMED (0) in a zeroed context: a migration armed towards an alternate
+/// path the model does not have. Every context-carrying transition must say MIGRATED, as
+/// Linux's `__mlx5_ib_modify_qp` writes it.
+#[test]
+fn pm_state_other_than_migrated_is_refused() {
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
+    h.enable_roce();
+    h.set_gid(0);
+    let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    let bad = (CmdStatus::BadParamErr, syndrome::BAD_PM_STATE);
+    for pm in [0u8, 1] {
+        let mut m = rst2init(qpn);
+        m.qpc_mut().set_pm_state(pm);
+        assert_eq!(h.err(&m, &[]), bad, "RST2INIT with pm_state {pm}");
+    }
+    assert_eq!(h.hca.qp_state(qpn), Some(QpState::Rst), "nothing changed");
+    h.ok(&rst2init(qpn), &[]);
+    let mut r = init2rtr(qpn);
+    r.qpc_mut().set_pm_state(0);
+    assert_eq!(h.err(&r, &[]), bad, "INIT2RTR");
+    h.ok(&init2rtr(qpn), &[]);
+    let mut s = rtr2rts(qpn);
+    s.qpc_mut().set_pm_state(0);
+    assert_eq!(h.err(&s, &[]), bad, "RTR2RTS");
+    h.ok(&rtr2rts(qpn), &[]);
+    assert_eq!(h.hca.qp_state(qpn), Some(QpState::Rts));
+}
+
+/// An address path's static rate must be unlimited (0) or a code the device lists in
+/// `stat_rate_support`; the mock lists every code but 6 (400 Gb/s).
+#[test]
+fn a_static_rate_the_device_does_not_list_is_refused() {
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
+    h.enable_roce();
+    h.set_gid(0);
+    let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    h.ok(&rst2init(qpn), &[]);
+    let mut r = init2rtr(qpn);
+    r.qpc_mut().primary_address_path_mut().set_stat_rate(6);
+    assert_eq!(
+        h.err(&r, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_STAT_RATE)
+    );
+    let mut r = init2rtr(qpn);
+    r.qpc_mut().primary_address_path_mut().set_stat_rate(4);
+    h.ok(&r, &[]);
+    assert_eq!(
+        query(&mut h, qpn).qpc().primary_address_path().stat_rate(),
+        4
+    );
 }

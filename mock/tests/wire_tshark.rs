@@ -19,7 +19,7 @@ fn tshark_available() -> bool {
             if std::env::var("UHCA_REQUIRE_TSHARK").as_deref() == Ok("1") {
                 panic!(
                     "UHCA_REQUIRE_TSHARK=1 but tshark is not installed: \
-                     apt-get install -y tshark (see ../shared/reference/WIRE.md)"
+                     apt-get install -y tshark (the wire tests check the mock's packets against its decoders)"
                 );
             }
             eprintln!(

@@ -40,8 +40,8 @@ impl Ah {
     pub fn av(&self, dqpn: u32, qkey: u32) -> Av {
         let mut av = self.av;
         av.qkey = qkey.into();
-        let ext = av.dqp_dct.get() & Av::EXTENDED_UD_AV;
-        av.dqp_dct = (ext | (dqpn & MASK24)).into();
+        // The driver writes the extended (48-byte) form only, as libmlx5 does.
+        av.dqp_dct = (Av::EXTENDED_UD_AV | (dqpn & MASK24)).into();
         av
     }
 }
@@ -98,7 +98,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
         }
         let mut av = Av::default();
-        attr.write_av(&mut av, 0, 0);
+        attr.write_av(&mut av, 0, 0, self.hca_cap().stat_rate_support());
         Ok(Ah { attr, port, av })
     }
 }

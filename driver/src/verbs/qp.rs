@@ -52,7 +52,7 @@ use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
 
 use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil, release_unless_held};
-use crate::addr::AddressHandle;
+use crate::addr::{AddressHandle, StaticRate};
 use crate::caps::LinkLayer;
 use crate::error::{Error, Result};
 use crate::hca::Hca;
@@ -217,7 +217,7 @@ impl Default for RtrAttr {
                 dlid: 0,
                 sl: 0,
                 src_path_bits: 0,
-                static_rate: 0,
+                static_rate: StaticRate::PortCurrent,
                 grh: None,
             },
         }
@@ -294,7 +294,10 @@ pub(crate) struct QueueSizes {
 const MAX_SEND_WQE_BYTES: usize = 63 * SEND_WQE_DS;
 /// Inline segment header bytes.
 const INLINE_HDR_BYTES: usize = 4;
-/// `qpc.pm_state` MIGRATED, as every driver creates QPs.
+/// `qpc.pm_state` MIGRATED (Linux `MLX5_QP_PM_MIGRATED`): no alternate path is loaded. Set
+/// in CREATE_QP and in every modify that carries a QP context, as Linux's
+/// `__mlx5_ib_modify_qp` does when the caller does not ask for path migration; left 0 the
+/// field says ARMED, a migration armed towards an alternate path this driver never loads.
 const PM_STATE_MIGRATED: u8 = 3;
 /// `qpc.user_index` for QPs without one (Linux `MLX5_IB_DEFAULT_UIDX`).
 const DEFAULT_USER_INDEX: u32 = 0x00ff_ffff;
@@ -689,6 +692,7 @@ fn fill_init<P: Platform + Clone>(
             "P_Key index outside the P_Key table",
         ));
     }
+    q.set_pm_state(PM_STATE_MIGRATED);
     q.primary_address_path_mut()
         .set_vhca_port_num(attr.port)
         .set_pkey_index(attr.pkey_index);
@@ -760,7 +764,8 @@ fn fill_rtr<P: Platform + Clone>(
             ));
         }
     }
-    q.set_mtu(attr.path_mtu.raw())
+    q.set_pm_state(PM_STATE_MIGRATED)
+        .set_mtu(attr.path_mtu.raw())
         .set_log_msg_max(hca.hca_cap().log_max_msg())
         .set_remote_qpn(attr.dest_qpn)
         .set_next_rcv_psn(attr.rq_psn);
@@ -771,7 +776,8 @@ fn fill_rtr<P: Platform + Clone>(
         }
     }
     let path = q.primary_address_path_mut();
-    attr.ah.write_ads(path, port);
+    attr.ah
+        .write_ads(path, port, hca.hca_cap().stat_rate_support());
     path.set_pkey_index(pkey_index);
     Ok(())
 }
@@ -843,6 +849,7 @@ impl<P: Platform + Clone> Qp<P, Ud, state::Init> {
         let mut c = Init2rtrQpIn::new_cmd();
         c.set_qpn(self.qpn());
         c.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
             .set_mtu(IbMtu::Mtu4096.raw())
             .set_log_msg_max(UD_LOG_MSG_MAX);
         self.transition(hca, &c)
@@ -886,7 +893,8 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
         let mut c = Rtr2rtsQpIn::new_cmd();
         c.set_qpn(self.qpn());
         let q = c.qpc_mut();
-        q.set_next_send_psn(attr.sq_psn)
+        q.set_pm_state(PM_STATE_MIGRATED)
+            .set_next_send_psn(attr.sq_psn)
             .set_retry_count(attr.retry_cnt)
             .set_rnr_retry(attr.rnr_retry);
         if attr.max_rd_atomic > 0 {
@@ -941,7 +949,9 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
         }
         let mut c = Rtr2rtsQpIn::new_cmd();
         c.set_qpn(self.qpn());
-        c.qpc_mut().set_next_send_psn(sq_psn);
+        c.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_next_send_psn(sq_psn);
         self.transition(hca, &c)
     }
 }
@@ -957,6 +967,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     pub fn recover_sq(self, hca: &mut Hca<P>) -> core::result::Result<Self, Failed<Self>> {
         let mut c = Sqerr2rtsQpIn::new_cmd();
         c.set_qpn(self.qpn());
+        c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         self.transition(hca, &c)
     }
 }

@@ -8,7 +8,7 @@ use uhca_fwif::consts::{
     WqeCtrlFlags, WqeOpcode,
 };
 use uhca_fwif::wqe::{Av, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg};
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// One piece of a send WQE's data.
 #[derive(Clone, Debug)]
@@ -194,9 +194,21 @@ impl Device {
         let mut off = SEND_WQE_DS;
         let seg = |off: usize, n: usize| raw.get(off..off + n).ok_or(bad);
         if st == QpServiceType::Ud {
-            let s = seg(off, 48)?;
-            w.av = Av::read_from_bytes(s).ok();
-            off += 48;
+            // The datagram segment: the extended 48-byte address vector when `dqp_dct`
+            // bit 31 is set, else the compact 16-byte one (no MAC, GID or GRH fields),
+            // after which the next segment starts. A driver that writes 48 bytes with the
+            // bit clear gets its GRH fields read as data segments, as on a ConnectX.
+            let head = seg(off, Av::COMPACT_LEN)?;
+            let dqp_dct = u32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+            let len = if dqp_dct & Av::EXTENDED_UD_AV != 0 {
+                size_of::<Av>()
+            } else {
+                Av::COMPACT_LEN
+            };
+            let mut av = Av::new_zeroed();
+            av.as_mut_bytes()[..len].copy_from_slice(seg(off, len)?);
+            w.av = Some(av);
+            off += len;
         }
         match op {
             WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::Nop => {}

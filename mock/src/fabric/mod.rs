@@ -88,6 +88,8 @@ struct Inner {
     counters: FabricCounters,
     sm: sm::SubnetManager,
     udp: Vec<udp::UdpPort>,
+    /// While a real-time pump runs: wall-clock origin and the model time it maps to.
+    realtime: Option<(std::time::Instant, u64)>,
 }
 
 /// An in-memory switch between mock HCAs. Cheap to clone (clones share the fabric).
@@ -150,6 +152,7 @@ impl Fabric {
                 counters: FabricCounters::default(),
                 sm: sm::SubnetManager::default(),
                 udp: Vec::new(),
+                realtime: None,
             })),
         }
     }
@@ -194,6 +197,9 @@ impl Fabric {
             i.sm.configure(hca);
         }
         hca.advance_clock_to(i.now);
+        if i.realtime.is_some() {
+            hca.set_kick(Some(self.kick()));
+        }
         i.ports.push(hca.clone());
         i.ports.len() - 1
     }
@@ -344,27 +350,54 @@ impl Fabric {
     /// (for examples with real-time clocks or drivers that spin on the CPU). Model time
     /// follows wall time from the start of the pump (virtual clocks are moved along) or
     /// the fastest HCA clock, whichever is ahead.
+    ///
+    /// While it runs, a send doorbell that leaves frames to send moves them at once, on the
+    /// thread that rang it: the fabric delivers them, lets the receivers answer, and goes on
+    /// while the next frames are due within the switch latency (model time may run that
+    /// far ahead of wall time), so a message and its acknowledgement cross the fabric
+    /// without waiting for the pump's period. Frames a fault delays, and timers, wait for
+    /// their time as before.
     pub fn start_pump(&self, period_us: u64) -> PumpHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let f = self.clone();
+        {
+            let mut i = self.lock();
+            i.realtime = Some((std::time::Instant::now(), i.now));
+            let kick = self.kick();
+            for p in &i.ports {
+                p.set_kick(Some(kick.clone()));
+            }
+        }
         let thread = std::thread::spawn(move || {
-            let start = std::time::Instant::now();
-            let base = f.now_ns();
             while !s.load(Ordering::Acquire) {
-                {
-                    let mut i = f.lock();
-                    let wall = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                    i.now = i.now.max(base.saturating_add(wall));
-                    i.step_now_only();
-                }
+                f.lock().realtime_burst();
                 std::thread::sleep(std::time::Duration::from_micros(period_us.max(1)));
             }
+            let mut i = f.lock();
+            for p in &i.ports {
+                p.set_kick(None);
+            }
+            i.realtime = None;
         });
         PumpHandle {
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// What an HCA runs after a doorbell left frames to send while the pump runs: a
+    /// real-time burst. It holds the fabric only weakly, so the HCAs do not keep it alive.
+    fn kick(&self) -> crate::model::Kick {
+        let weak = Arc::downgrade(&self.inner);
+        Arc::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .realtime_burst();
+            }
+        })
     }
 
     pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Vec<udp::UdpPort>) -> R) -> R {
@@ -501,6 +534,30 @@ impl Inner {
             p.advance_clock_to(now);
         }
         true
+    }
+
+    /// Most steps one real-time burst takes (a bound, not a rhythm: a burst ends as soon
+    /// as nothing is due within the switch latency).
+    const BURST_STEPS: usize = 256;
+
+    /// Real-time steps: model time follows wall time from the pump's start (or the fastest
+    /// HCA clock, whichever is ahead); what is due is handled, then while the next frame in
+    /// flight is due within the switch latency, time moves to it and the next step runs.
+    fn realtime_burst(&mut self) {
+        let Some((start, base)) = self.realtime else {
+            return;
+        };
+        let wall = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.now = self.now.max(base.saturating_add(wall));
+        for _ in 0..Self::BURST_STEPS {
+            self.step_now_only();
+            match self.in_flight.keys().next() {
+                Some(&(at, _)) if at <= self.now.saturating_add(self.latency_ns) => {
+                    self.now = self.now.max(at);
+                }
+                _ => break,
+            }
+        }
     }
 
     /// A real-time step: handles what is due at the current time without jumping ahead.

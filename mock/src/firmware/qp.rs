@@ -117,6 +117,19 @@ fn apply_optional(dst: &mut Qpc, src: &Qpc, mask: u32) {
     }
 }
 
+/// `qpc.pm_state` MIGRATED (the PRM's path-migration states: 0 ARMED, 1 REARM, 3 MIGRATED).
+const PM_STATE_MIGRATED: u8 = 3;
+
+/// Path migration needs an alternate path; the model has none, so a QP context must say
+/// MIGRATED. A context left zeroed says ARMED: a migration armed towards nothing.
+fn check_pm_state(q: &Qpc) -> Result<(), Fail> {
+    if q.pm_state() == PM_STATE_MIGRATED {
+        Ok(())
+    } else {
+        Err(bad_param(syndrome::BAD_PM_STATE))
+    }
+}
+
 fn qp_state_err() -> Fail {
     Fail::Cmd(CmdStatus::BadQpStateErr, syndrome::BAD_QP_TRANSITION)
 }
@@ -162,6 +175,7 @@ impl Device {
         if i.input_qpn() != 0 {
             return Err(bad_param(syndrome::BAD_INPUT_QPN));
         }
+        check_pm_state(&q)?;
         if i.qpc_ext() || i.wq_umem_valid() || q.dbr_umem_valid() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
@@ -266,6 +280,16 @@ impl Device {
         Ok(())
     }
 
+    /// A static rate must be 0 (unlimited) or a code listed in `stat_rate_support`.
+    fn check_stat_rate(&self, p: &Ads) -> Result<(), Fail> {
+        let support = self.fw.caps.general_cur.stat_rate_support();
+        let rate = p.stat_rate();
+        if rate != 0 && support & (1u16 << rate) == 0 {
+            return Err(bad_param(syndrome::BAD_STAT_RATE));
+        }
+        Ok(())
+    }
+
     fn check_remote_path(&self, st: QpServiceType, p: &Ads) -> Result<(), Fail> {
         if st == QpServiceType::Ud {
             return Ok(());
@@ -308,6 +332,12 @@ impl Device {
         let caps = &self.fw.caps.general_cur;
         if let Some(r) = req {
             let rp = r.primary_address_path();
+            if matches!(
+                t,
+                Transition::Rst2Init | Transition::Init2Rtr | Transition::Rtr2Rts
+            ) {
+                check_pm_state(r)?;
+            }
             match t {
                 Transition::Rst2Init => {
                     self.check_path(rp, true)?;
@@ -334,6 +364,7 @@ impl Device {
                             return Err(bad_param(syndrome::BAD_PORT));
                         }
                         self.check_remote_path(st, rp)?;
+                        self.check_stat_rate(rp)?;
                         copy_qpc(
                             &mut next,
                             r,
@@ -375,6 +406,7 @@ impl Device {
             }
             if opt & optpar::PRIMARY_ADDR_PATH != 0 {
                 self.check_path(rp, false)?;
+                self.check_stat_rate(rp)?;
                 self.check_remote_path(st, rp)?;
             }
             if opt & optpar::PKEY_INDEX != 0 && rp.pkey_index() as usize >= PKEY_TABLE_ENTRIES {

@@ -126,6 +126,12 @@ pub const BAD_RQ_TYPE: u32 = 0x0006_000b;
 pub const BAD_INPUT_QPN: u32 = 0x0006_000c;
 /// The low-water mark is not below the SRQ size.
 pub const BAD_LWM: u32 = 0x0006_000d;
+/// `qpc.pm_state` is not MIGRATED: ARMED and REARM need an alternate path, which the
+/// model (like ConnectX's mlx5 interface) does not offer.
+pub const BAD_PM_STATE: u32 = 0x0006_000e;
+/// An address path's `stat_rate` is a code the device does not list in
+/// `stat_rate_support`.
+pub const BAD_STAT_RATE: u32 = 0x0006_000f;
 
 /// A GID or RoCE address index beyond the table.
 pub const BAD_ADDRESS_INDEX: u32 = 0x0007_0001;

@@ -56,9 +56,13 @@ static CRC32_TABLE: [u32; 256] = crc32_table();
 static CRC16_TABLE: [u16; 256] = crc16_table();
 
 /// An incremental CRC-32 (IEEE, reflected; zlib's `crc32`), the engine of the ICRC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Computed by `crc32fast` (carry-less multiplication where the CPU offers it, else a
+/// slicing table); [`crc32_bytewise`] keeps the byte-at-a-time definition the tests hold
+/// it against.
+#[derive(Debug, Clone)]
 pub struct Crc32 {
-    state: u32,
+    hasher: crc32fast::Hasher,
 }
 
 impl Default for Crc32 {
@@ -67,32 +71,46 @@ impl Default for Crc32 {
     }
 }
 
+impl PartialEq for Crc32 {
+    fn eq(&self, other: &Self) -> bool {
+        self.finish() == other.finish()
+    }
+}
+
+impl Eq for Crc32 {}
+
 impl Crc32 {
     /// A fresh CRC over no bytes.
-    pub const fn new() -> Self {
-        Crc32 { state: 0xFFFF_FFFF }
+    pub fn new() -> Self {
+        Crc32 {
+            hasher: crc32fast::Hasher::new(),
+        }
     }
 
     /// Feed bytes.
     pub fn update(&mut self, bytes: &[u8]) {
-        let mut c = self.state;
-        for &b in bytes {
-            c = CRC32_TABLE[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);
-        }
-        self.state = c;
+        self.hasher.update(bytes);
     }
 
     /// The CRC of the bytes fed so far.
-    pub const fn finish(&self) -> u32 {
-        self.state ^ 0xFFFF_FFFF
+    pub fn finish(&self) -> u32 {
+        self.hasher.clone().finalize()
     }
 
     /// The CRC-32 of `bytes` in one call (equal to `zlib.crc32(bytes)`).
     pub fn checksum(bytes: &[u8]) -> u32 {
-        let mut c = Crc32::new();
-        c.update(bytes);
-        c.finish()
+        crc32fast::hash(bytes)
     }
+}
+
+/// The CRC-32 of `bytes` computed one byte at a time from its 256-entry table: the
+/// definition, kept to check [`Crc32`] against.
+pub fn crc32_bytewise(bytes: &[u8]) -> u32 {
+    let mut c = 0xFFFF_FFFFu32;
+    for &b in bytes {
+        c = CRC32_TABLE[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);
+    }
+    c ^ 0xFFFF_FFFF
 }
 
 /// An incremental CRC-16 with InfiniBand's VCRC parameters (polynomial 0x100B, reflected,
@@ -177,6 +195,30 @@ mod tests {
         let all: Vec<u8> = (0..=255u8).collect();
         assert_eq!(Crc32::checksum(&all), 0x2905_8C73);
         assert_eq!(Crc32::checksum(&[0xFF; 8]), 0x2144_DF1C);
+    }
+
+    #[test]
+    fn crc32_equals_the_bytewise_definition() {
+        let data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for (start, len) in [
+            (0, 0),
+            (0, 1),
+            (3, 15),
+            (1, 64),
+            (7, 1024),
+            (5, 4096),
+            (0, 5000),
+        ] {
+            let s = &data[start..start + len];
+            assert_eq!(Crc32::checksum(s), crc32_bytewise(s), "{start}+{len}");
+            let mut c = Crc32::new();
+            for part in s.chunks(37) {
+                c.update(part);
+            }
+            assert_eq!(c.finish(), crc32_bytewise(s), "incremental {start}+{len}");
+        }
     }
 
     #[test]

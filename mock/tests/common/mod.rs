@@ -14,6 +14,9 @@ use zerocopy::{FromBytes, IntoBytes};
 
 /// Blocks per mailbox chain the harness provides.
 pub const CHAIN_BLOCKS: usize = 64;
+/// `qpc.pm_state` MIGRATED: the only path-migration state a QP context may carry (no
+/// alternate paths).
+pub const PM_STATE_MIGRATED: u8 = 3;
 /// Stride of blocks in the chain region.
 pub const BLOCK_STRIDE: u64 = 1024;
 /// The command doorbell register.
@@ -477,6 +480,7 @@ impl Harness {
         let buf = self.p.alloc_coherent(rq + sq, 4096).unwrap();
         let dbr = self.p.alloc_coherent(64, 64).unwrap();
         let mut c = CreateQpIn::new_cmd();
+        c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         c.qpc_mut()
             .set_st(st.raw())
             .set_pm_state(3)

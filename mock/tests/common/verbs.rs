@@ -3,7 +3,7 @@
 //! layouts, doorbell records and UAR doorbells, CQEs read with the owner-bit rule. It uses
 //! neither the HAL's rings nor the driver.
 
-use super::{Harness, TestEq, pages_of, pas_bytes};
+use super::{Harness, PM_STATE_MIGRATED, TestEq, pages_of, pas_bytes};
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_fwif::cqe::{Cqe64, ErrCqe};
@@ -94,6 +94,8 @@ pub struct Wr {
     pub solicited: bool,
     pub fence: bool,
     pub av: Option<Av>,
+    /// Write only the first 16 bytes of `av` (the compact address vector).
+    pub compact_av: bool,
 }
 
 /// Connection parameters of an RC/UC QP.
@@ -346,6 +348,7 @@ impl Node {
         let buf = self.alloc(rq + sq);
         let dbr = self.alloc(64);
         let mut c = CreateQpIn::new_cmd();
+        c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         c.qpc_mut()
             .set_st(st.raw())
             .set_pm_state(3)
@@ -378,6 +381,7 @@ impl Node {
     /// RST → INIT → RTR → RTS for an RC or UC QP towards `peer_qpn` on `peer`.
     pub fn connect(&mut self, qp: &Qp, peer: &Node, peer_qpn: u32, c: Conn) {
         let mut m = Rst2initQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         m.set_qpn(qp.qpn);
         m.qpc_mut()
             .set_rre(true)
@@ -388,6 +392,7 @@ impl Node {
             .set_vhca_port_num(1);
         self.h.ok(&m, &[]);
         let mut m = Init2rtrQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         m.set_qpn(qp.qpn);
         m.qpc_mut()
             .set_mtu(c.mtu.raw())
@@ -435,6 +440,7 @@ impl Node {
             return;
         }
         let mut m = Rtr2rtsQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         m.set_qpn(qp.qpn);
         m.qpc_mut()
             .set_next_send_psn(c.psn)
@@ -450,6 +456,7 @@ impl Node {
     /// RST → INIT → RTR → RTS for a UD QP with `qkey`.
     pub fn ud_ready(&mut self, qp: &Qp, qkey: u32) {
         let mut m = Rst2initQpIn::new_cmd();
+        m.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         m.set_qpn(qp.qpn);
         m.qpc_mut()
             .set_q_key(qkey)
@@ -457,9 +464,11 @@ impl Node {
             .set_vhca_port_num(1);
         self.h.ok(&m, &[]);
         let mut r = Init2rtrQpIn::new_cmd();
+        r.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         r.set_qpn(qp.qpn);
         self.h.ok(&r, &[]);
         let mut s = Rtr2rtsQpIn::new_cmd();
+        s.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
         s.set_qpn(qp.qpn);
         self.h.ok(&s, &[]);
     }
@@ -503,7 +512,8 @@ impl Node {
         let idx = qp.sq_pi;
         let mut body: Vec<u8> = Vec::new();
         if let Some(av) = &wr.av {
-            body.extend_from_slice(av.as_bytes());
+            let len = if wr.compact_av { Av::COMPACT_LEN } else { 48 };
+            body.extend_from_slice(&av.as_bytes()[..len]);
         }
         if let Some((va, rkey)) = wr.raddr {
             let r = WqeRaddrSeg {
