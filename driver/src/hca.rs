@@ -59,8 +59,14 @@ const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
 
-/// The event types the driver's EQ subscribes to.
-const EQ_EVENTS: [EventType; 13] = [
+/// The event types the driver's EQ subscribes to: command completions and page requests
+/// (rdma-core's VFIO provider, `mlx5_vfio.c:1484`) and the asynchronous events of Linux's
+/// `MLX5_ASYNC_EVENT_MASK` (`mlx5/core/eq.c`) that a verbs user acts on.
+///
+/// INTERNAL_ERROR (type 0x8) is left out, as both NVIDIA drivers leave it out: a fatal
+/// device error is found from the health buffer ([`Hca::poll_health`], and every command
+/// checks it), which is how Linux's `health.c` finds it too.
+const EQ_EVENTS: [EventType; 12] = [
     EventType::Cmd,
     EventType::PageRequest,
     EventType::PortChange,
@@ -73,7 +79,6 @@ const EQ_EVENTS: [EventType; 13] = [
     EventType::SrqLastWqe,
     EventType::SrqRqLimit,
     EventType::CommEst,
-    EventType::InternalError,
 ];
 
 /// How to tear the HCA down.
@@ -145,8 +150,6 @@ pub enum AsyncEvent {
         /// Whether `number` is an SRQ.
         srq: bool,
     },
-    /// The device reported an internal error; it is fatal.
-    InternalError,
 }
 
 /// Bring-up facts worth showing a user (`devinfo`).
@@ -287,8 +290,8 @@ fn handle_eqe<P: Platform + Clone>(
             };
             log.push(ev);
         }
-        EventType::InternalError => log.push(AsyncEvent::InternalError),
-        event => {
+        // The QP and SRQ events subscribed to; anything else (not asked for) is ignored.
+        event if EQ_EVENTS.contains(&event) => {
             let e = eqe.data_as::<EqeQpSrq>();
             let ev = AsyncEvent::QpSrq {
                 event,
@@ -297,6 +300,7 @@ fn handle_eqe<P: Platform + Clone>(
             };
             log.push(ev);
         }
+        _ => {}
     }
     Ok(())
 }
@@ -791,6 +795,11 @@ impl<P: Platform + Clone> Hca<P> {
     /// The decoded RoCE capabilities, on a RoCE-capable device.
     pub fn roce_caps(&self) -> Option<RoceCaps> {
         self.roce_cap.as_ref().map(RoceCaps::from_roce_cap)
+    }
+
+    /// The raw RoCE capabilities (current), on a RoCE-capable device.
+    pub(crate) fn roce_cap(&self) -> Option<&RoceCap> {
+        self.roce_cap.as_ref()
     }
 
     /// Bring-up facts.

@@ -238,3 +238,41 @@ fn closing_with_a_cq_still_alive_keeps_the_eq_memory_until_the_device_is_quiet()
     // The CQ's memory is leaked on purpose (the device may still use it).
     core::mem::forget(cq);
 }
+
+/// Issue 18 item 8: the driver's EQ subscribes to what Linux's async EQ and rdma-core's
+/// VFIO EQ subscribe to (command completions, page requests, Linux's
+/// `MLX5_ASYNC_EVENT_MASK` less SQ_DRAINED and PATH_MIG), and not to INTERNAL_ERROR (0x8),
+/// which neither subscribes to; read back from the device with QUERY_EQ.
+#[test]
+fn the_event_queue_subscribes_to_what_the_nvidia_drivers_do_and_not_internal_error() {
+    use uhca_fwif::cmd::{Command, QueryEqIn};
+    use uhca_fwif::consts::EventType;
+    let dev = mock(PortType::Ethernet);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    let mut q = QueryEqIn::new_cmd();
+    q.set_eq_number(hca.eqn());
+    let out = hca.exec(&q, &[], &mut []).expect("QUERY_EQ");
+    let mask = out.event_bitmask();
+    assert_eq!(
+        mask & 1 << EventType::InternalError.raw(),
+        0,
+        "INTERNAL_ERROR subscribed: {mask:#x}"
+    );
+    let wanted = [
+        EventType::Cmd,
+        EventType::PageRequest,
+        EventType::PortChange,
+        EventType::CqError,
+        EventType::WqCatasError,
+        EventType::WqInvalReqError,
+        EventType::WqAccessError,
+        EventType::PathMigFailed,
+        EventType::SrqCatasError,
+        EventType::SrqLastWqe,
+        EventType::SrqRqLimit,
+        EventType::CommEst,
+    ];
+    let expected = wanted.iter().fold(0u64, |m, e| m | 1 << e.raw());
+    assert_eq!(mask, expected, "event_bitmask {mask:#x}");
+    hca.close().unwrap();
+}

@@ -673,6 +673,112 @@ fn srq_receives_from_two_qps() {
     assert_eq!(total, 24, "the SRQ's 16 WQEs were reused");
 }
 
+/// The SRQ limit end to end (issue 18 item 1): armed with MODIFY_RMP, it raises one
+/// SRQ_LIMIT event, for this SRQ, once receives leave fewer WQEs posted than the limit,
+/// and is disarmed after it.
+#[test]
+fn srq_limit_event_reaches_the_user_once() {
+    use uhca_driver::AsyncEvent;
+    use uhca_fwif::consts::EventType;
+    let fabric = Fabric::ethernet();
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let mut srq: Srq<P> = b
+        .hca
+        .create_srq(
+            &b.pd,
+            SrqInitAttr {
+                max_wr: 15,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let attr = QpInitAttr {
+        send_cq: &b.cq,
+        recv_cq: &b.cq,
+        srq: Some(&srq),
+        cap: QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..caps()
+        },
+    };
+    let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
+    let access = qp_access(&b.hca);
+    let qb = qb
+        .to_init(
+            &mut b.hca,
+            InitAttr {
+                access,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap();
+    let qa = rc_qp(&mut a);
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());
+    let _qb = connect(&fabric, &mut b, qb, &a, na, RtsAttr::default());
+    let bufs: Vec<[Sge; 1]> = (0..4u64)
+        .map(|i| {
+            [Sge {
+                addr: b.mr.iova() + i * 256,
+                len: 256,
+                lkey: b.mr.lkey(),
+            }]
+        })
+        .collect();
+    let wrs: Vec<_> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| RecvWr {
+            wr_id: i as u64,
+            sg_list: s,
+        })
+        .collect();
+    srq.post_recv(&mut b.hca, &wrs).unwrap();
+    srq.arm_limit(&mut b.hca, 3).unwrap();
+    assert_eq!(srq.query(&mut b.hca).unwrap().limit, 3);
+    let limit_events = |b: &mut Node| {
+        b.hca.process_events().unwrap();
+        let mut n = Vec::new();
+        while let Some(e) = b.hca.next_event() {
+            if let AsyncEvent::QpSrq {
+                event: EventType::SrqRqLimit,
+                number,
+                srq,
+            } = e
+            {
+                n.push((number, srq));
+            }
+        }
+        n
+    };
+    // One receive: three WQEs left, not fewer than the limit.
+    qa.post_send(
+        &mut a.hca,
+        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"one")],
+    )
+    .unwrap();
+    run(&fabric);
+    assert_eq!(poll(&mut b).len(), 1);
+    assert_eq!(limit_events(&mut b), []);
+    // Two more: one left, below the limit: one event, then disarmed.
+    for i in 2..4 {
+        qa.post_send(
+            &mut a.hca,
+            &[SendWr::new(i, SendOp::Send, &[]).with_inline(b"more")],
+        )
+        .unwrap();
+    }
+    run(&fabric);
+    assert_eq!(poll(&mut b).len(), 2);
+    assert_eq!(limit_events(&mut b), [(srq.srqn(), true)]);
+    assert_eq!(srq.query(&mut b.hca).unwrap().limit, 0, "disarmed");
+    assert_eq!(srq.query(&mut b.hca).unwrap().hw_counter, 3);
+    assert_eq!(poll(&mut a).len(), 3);
+}
+
 #[test]
 fn completion_events_reach_an_armed_cq() {
     let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());

@@ -603,9 +603,13 @@ fn bad_qp_capabilities_are_refused_before_any_command() {
     pd.destroy(&mut hca).unwrap();
 }
 
+/// At ISSI 1 an SRQ is an RMP (issue 18 item 1): the driver sends CREATE_RMP,
+/// MODIFY_RMP, QUERY_RMP and DESTROY_RMP, never the ISSI-0 SRQ commands (which the device
+/// refuses at ISSI 1), and a QP attaches to the RMP number with `rq_type` 1.
 #[test]
 fn srq_create_query_arm_destroy_and_a_qp_on_it() {
     let (dev, mut hca) = open(PortType::Ethernet);
+    assert_eq!(hca.info().issi, 1);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let mut srq = hca
@@ -658,6 +662,23 @@ fn srq_create_query_arm_destroy_and_a_qp_on_it() {
     cq.destroy(&mut hca).unwrap();
     pd.destroy(&mut hca).unwrap();
     assert_eq!(dev.objects(), baseline());
+    let sent: Vec<CmdOpcode> = dev.command_log().iter().map(|r| r.opcode).collect();
+    for op in [
+        CmdOpcode::CreateRmp,
+        CmdOpcode::ModifyRmp,
+        CmdOpcode::QueryRmp,
+        CmdOpcode::DestroyRmp,
+    ] {
+        assert!(sent.contains(&op), "{op:?} not sent: {sent:?}");
+    }
+    for op in [
+        CmdOpcode::CreateSrq,
+        CmdOpcode::ArmRq,
+        CmdOpcode::QuerySrq,
+        CmdOpcode::DestroySrq,
+    ] {
+        assert!(!sent.contains(&op), "{op:?} sent at ISSI 1");
+    }
     hca.close().unwrap();
 }
 
@@ -884,6 +905,98 @@ fn a_creation_that_times_out_is_a_typed_error_and_the_hca_stays_usable() {
     cq.destroy(&mut hca).unwrap();
     pd.destroy(&mut hca).unwrap();
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
+}
+
+/// Issue 18 item 9: an RC, UC or UD QP takes its `ts_format` from the QP timestamp
+/// capability (the RoCE page's `qp_ts_format`), as Linux's `get_qp_ts_format` does, not
+/// from the send queues' `sq_ts_format`. Here send queues are free-running only and QPs
+/// real time only: free-running would be refused, so the QP gets the default format.
+#[test]
+fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
+    let dev = MockHca::new(MockConfig {
+        port_type: PortType::Ethernet,
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    dev.set_ts_format_caps(0, 1);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
+    let uc = hca.create_qp::<Uc>(&pd, &attr).expect("UC QP");
+    let ud = hca.create_qp::<Ud>(&pd, &attr).expect("UD QP");
+    assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 1);
+    assert_eq!(uc.query(&mut hca).unwrap().qpc.ts_format(), 1);
+    assert_eq!(ud.query(&mut hca).unwrap().qpc.ts_format(), 1);
+
+    // The other way round (QPs free-running, send queues real time only): free-running.
+    let dev = MockHca::new(MockConfig {
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    dev.set_ts_format_caps(1, 0);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: caps(),
+    };
+    let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
+    assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 0);
+}
+
+/// Issue 18 item 5: the driver fills the port fields of the vport and RoCE address
+/// commands only where the PRM gives them a meaning, as Linux does:
+/// QUERY_HCA_VPORT_*'s `port_num` on a dual-port function (`num_ports` 2), the RoCE
+/// address table's `vhca_port_num` on a function with vHCA ports (`num_vhca_ports` > 0).
+/// The mock, like the device, refuses a non-zero value where the field is reserved.
+#[test]
+fn port_fields_are_filled_only_where_the_device_reads_them() {
+    // A single-port InfiniBand function: port_num stays 0.
+    let (dev, mut hca) = open(PortType::InfiniBand);
+    assert_eq!(hca.hca_cap().num_ports(), 1);
+    let p = hca.query_port(1).expect("QUERY_HCA_VPORT_CONTEXT");
+    assert_eq!(p.lid, dev.config().lid);
+    assert_eq!(hca.query_gid(1, 0).unwrap().kind, GidType::Ib);
+    hca.close().unwrap();
+
+    // An Ethernet function without vHCA ports: vhca_port_num stays 0.
+    let dev = MockHca::new(MockConfig {
+        clock: ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..MockConfig::default()
+    });
+    dev.set_num_vhca_ports(0);
+    let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
+    assert_eq!(hca.hca_cap().num_vhca_ports(), 0);
+    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7));
+    let gid = hca
+        .add_roce_gid(1, 2, ip, MAC, None)
+        .expect("SET_ROCE_ADDRESS");
+    assert_eq!(hca.query_gid(1, 2).expect("QUERY_ROCE_ADDRESS").gid, gid);
+    assert!(dev.roce_gids().contains(&gid.0));
+    hca.del_roce_gid(1, 2).unwrap();
+    assert_eq!(hca.query_gid(1, 2).unwrap().kind, GidType::Empty);
+    hca.close().unwrap();
+
+    // With vHCA ports (the default profile) the port is named.
+    let (dev, mut hca) = open(PortType::Ethernet);
+    assert_eq!(hca.hca_cap().num_vhca_ports(), 1);
+    let gid = hca.add_roce_gid(1, 2, ip, MAC, None).unwrap();
+    assert_eq!(hca.query_gid(1, 2).unwrap().gid, gid);
+    assert!(dev.roce_gids().contains(&gid.0));
+    hca.close().unwrap();
 }
 
 /// A verbs static rate reaches the device in the PRM's encoding, clamped to the rates it

@@ -87,6 +87,7 @@ impl Caps {
             .set_log_max_qp_sz(15)
             .set_log_max_qp(17)
             .set_log_max_srq(20)
+            .set_log_max_rmp(20)
             .set_log_max_cq_sz(22)
             .set_log_max_cq(16)
             .set_log_max_eq_sz(22)

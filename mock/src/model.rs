@@ -104,7 +104,7 @@ pub struct ObjectCounts {
     pub cqs: usize,
     /// Queue pairs.
     pub qps: usize,
-    /// Shared receive queues.
+    /// Shared receive queues (SRQs at ISSI 0, RMPs at ISSI 1).
     pub srqs: usize,
     /// Queue counters.
     pub q_counters: usize,
@@ -429,6 +429,34 @@ impl MockHca {
         let since = now.saturating_sub(d.fw.boot_ns);
         d.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
         d.fw.fatal = Some((synd, ext_synd));
+    }
+
+    /// Sets `num_vhca_ports` (maximum and current), the number of vHCA ports the function
+    /// has (0 on a function without them: SET/QUERY_ROCE_ADDRESS then take
+    /// `vhca_port_num` 0 only). Call it before a driver reads the capabilities.
+    pub fn set_num_vhca_ports(&self, n: u8) {
+        let mut d = self.dev();
+        let c = &mut d.fw.caps;
+        c.general_max.set_num_vhca_ports(n);
+        c.general_cur.set_num_vhca_ports(n);
+    }
+
+    /// Sets the timestamp-format capabilities, maximum and current: the general
+    /// `sq_ts_format` and `rq_ts_format` to `sq_rq`, the RoCE page's `qp_ts_format` to `qp`
+    /// (encoding: 0 free-running only, 1 real time only, 2 both). CREATE_QP then accepts a
+    /// `qpc.ts_format` only if the QP capability (`qp_ts_format` with RoCE, `sq_ts_format`
+    /// without) offers it. Call it before a driver reads the capabilities.
+    pub fn set_ts_format_caps(&self, sq_rq: u8, qp: u8) {
+        let mut d = self.dev();
+        let c = &mut d.fw.caps;
+        for g in [&mut c.general_max, &mut c.general_cur] {
+            g.set_sq_ts_format(sq_rq).set_rq_ts_format(sq_rq);
+        }
+        if c.general_cur.roce() {
+            for r in [&mut c.roce_max, &mut c.roce_cur] {
+                r.set_qp_ts_format(qp);
+            }
+        }
     }
 
     /// The firmware never finishes initializing (or does again, when `false`).

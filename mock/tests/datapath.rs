@@ -380,6 +380,8 @@ fn completion_events_for_armed_cqs() {
     assert_eq!(p.b.events(EventType::Comp).len(), 1);
 }
 
+/// An RMP (the shared receive queue of ISSI 1): receives follow its linked list of WQEs,
+/// and its limit raises one SRQ_RQ_LIMIT event when fewer WQEs than the limit remain.
 #[test]
 fn sends_consume_srq_wqes_through_the_free_list() {
     use common::pas_bytes;
@@ -391,17 +393,19 @@ fn sends_consume_srq_wqes_through_the_free_list() {
     let mut b = common::verbs::Node::new(&fabric, LinkLayer::Ethernet, 2);
     let mut acq = a.cq(6);
     let mut bcq = b.cq(6);
-    // An SRQ of 8 WQEs of 64 bytes (next segment + 3 data segments).
+    // An RMP of 8 WQEs of 64 bytes (next segment + 3 data segments), limit 2.
     let srq_buf = b.mr(4096);
     let dbr = b.mr(64);
-    let mut c = CreateSrqIn::new_cmd();
-    c.srq_context_entry_mut()
-        .set_log_srq_size(3)
-        .set_log_rq_stride(2)
+    let mut c = CreateRmpIn::new_cmd();
+    c.ctx_mut().set_state(RmpcState::Rdy.raw());
+    c.ctx_mut()
+        .wq_mut()
+        .set_log_wq_sz(3)
+        .set_log_wq_stride(6)
         .set_pd(b.pd)
-        .set_cqn(bcq.cqn)
+        .set_lwm(2)
         .set_dbr_addr(dbr.iova);
-    let srqn = b.h.ok(&c, &pas_bytes(&[srq_buf.iova])).srqn();
+    let srqn = b.h.ok(&c, &pas_bytes(&[srq_buf.iova])).rmpn();
     // The free list: WQE i links to i + 1; post to 3 then 5 by relinking 3 -> 5.
     let mut aqp = a.qp(QpServiceType::Rc, &acq, &acq);
     let (mut cq_in, pages) = {
@@ -453,6 +457,16 @@ fn sends_consume_srq_wqes_through_the_free_list() {
     assert_eq!(b.read(&data, 64, 8), vec![2u8; 8]);
     assert_eq!(b.read(&data, 128, 8), vec![3u8; 8]);
     assert_eq!(a.poll_all(&mut acq).len(), 3);
+    // Three posted, three taken: the count fell below 2 once, one event, then disarmed.
+    let lim = b.events(EventType::SrqRqLimit);
+    assert_eq!(lim.len(), 1, "one limit event");
+    let d: &uhca_fwif::eqe::EqeQpSrq = lim[0].data_as();
+    assert_eq!((d.r#type, d.qp_srq_n.get() & 0x00ff_ffff), (1, srqn));
+    let mut q = QueryRmpIn::new_cmd();
+    q.set_rmpn(srqn);
+    let o = b.h.ok(&q, &[]);
+    assert_eq!(o.rmp_context().wq().lwm(), 0, "the limit is disarmed");
+    assert_eq!(o.rmp_context().wq().hw_counter(), 3, "WQEs taken");
     // An SRQ-attached QP that enters the error state reports its last WQE.
     b.modify_to_error(&bqp);
     assert!(b.poll_all(&mut bcq).is_empty(), "an SRQ is not flushed");

@@ -301,6 +301,9 @@ fn create_qp_checks() {
     c.qpc_mut().set_ts_format(2);
     assert_eq!(h.err(&c, &pas).1, syndrome::BAD_TS_FORMAT);
     let mut c = base;
+    c.qpc_mut().set_ts_format(3);
+    assert_eq!(h.err(&c, &pas).1, syndrome::BAD_TS_FORMAT);
+    let mut c = base;
     c.qpc_mut().set_rq_type(1).set_srqn_rmpn_xrqn(4242);
     assert_eq!(h.err(&c, &pas).1, syndrome::BAD_SRQ);
     let mut c = base;
@@ -317,6 +320,50 @@ fn create_qp_checks() {
     c.qpc_mut().set_rq_type(3);
     h.ok(&c, &pas);
     assert_eq!(h.hca.objects().qps, 1);
+}
+
+/// A QP's `ts_format` is checked against the QP timestamp capability: the RoCE page's
+/// `qp_ts_format` on a RoCE function (not the general `sq_ts_format`), the general one
+/// without RoCE.
+#[test]
+fn qp_timestamp_format_follows_the_qp_capability() {
+    // RoCE: send queues free-running only, QPs real time only.
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
+    h.hca.set_ts_format_caps(0, 1);
+    let (base, pages) = h.create_qp_in(QpServiceType::Rc, pd, cqn, uar);
+    let pas = pas_bytes(&pages);
+    let mut c = base;
+    c.qpc_mut().set_ts_format(0);
+    assert_eq!(
+        h.err(&c, &pas),
+        (CmdStatus::BadParamErr, syndrome::BAD_TS_FORMAT)
+    );
+    for ts in [1, 2] {
+        let (mut c, pages) = h.create_qp_in(QpServiceType::Rc, pd, cqn, uar);
+        c.qpc_mut().set_ts_format(ts);
+        h.ok(&c, &pas_bytes(&pages));
+    }
+    // InfiniBand (no RoCE page): the general capability decides.
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::infiniband());
+    h.hca.set_ts_format_caps(1, 0);
+    let (mut c, pages) = h.create_qp_in(QpServiceType::Rc, pd, cqn, uar);
+    c.qpc_mut().set_ts_format(0);
+    assert_eq!(
+        h.err(&c, &pas_bytes(&pages)),
+        (CmdStatus::BadParamErr, syndrome::BAD_TS_FORMAT)
+    );
+    c.qpc_mut().set_ts_format(2);
+    h.ok(&c, &pas_bytes(&pages));
 }
 
 #[test]

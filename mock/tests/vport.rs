@@ -224,3 +224,48 @@ fn gid_table_size_capability_is_the_prm_encoding_of_the_served_table() {
         entries
     );
 }
+
+/// The port fields the hardware reads only where they mean something (issue 18 item 5):
+/// QUERY_HCA_VPORT_*'s `port_num` on a dual-port function, SET/QUERY_ROCE_ADDRESS's
+/// `vhca_port_num` on a function with vHCA ports. On this single-port function, and once
+/// it has no vHCA ports, a non-zero value is refused.
+#[test]
+fn port_fields_are_refused_where_they_are_reserved() {
+    let mut h = Harness::ready(MockConfig::infiniband());
+    for port in [1, 2] {
+        let mut q = QueryHcaVportContextIn::new_cmd();
+        q.set_port_num(port);
+        assert_eq!(h.err(&q, &[]), (CmdStatus::BadParamErr, syndrome::BAD_PORT));
+        let mut g = QueryHcaVportGidIn::new_cmd();
+        g.set_port_num(port);
+        assert_eq!(
+            h.exec_ext(&g, &[], 16).syndrome(),
+            syndrome::BAD_PORT,
+            "GID, port_num {port}"
+        );
+        let mut p = QueryHcaVportPkeyIn::new_cmd();
+        p.set_port_num(port);
+        assert_eq!(
+            h.exec_ext(&p, &[], 4).syndrome(),
+            syndrome::BAD_PORT,
+            "P_Key, port_num {port}"
+        );
+    }
+    h.ok(&QueryHcaVportContextIn::new_cmd(), &[]);
+
+    // Ethernet: one vHCA port (the profile), then none.
+    let mut h = Harness::ready(MockConfig::default());
+    let mut s = SetRoceAddressIn::new_cmd();
+    s.set_roce_address_index(0).set_vhca_port_num(1);
+    s.roce_address_mut().set_roce_version(2);
+    h.ok(&s, &[]);
+    h.hca.set_num_vhca_ports(0);
+    assert_eq!(h.err(&s, &[]), (CmdStatus::BadParamErr, syndrome::BAD_PORT));
+    let mut q = QueryRoceAddressIn::new_cmd();
+    q.set_roce_address_index(0).set_vhca_port_num(1);
+    assert_eq!(h.err(&q, &[]), (CmdStatus::BadParamErr, syndrome::BAD_PORT));
+    s.set_vhca_port_num(0);
+    h.ok(&s, &[]);
+    q.set_vhca_port_num(0);
+    assert_eq!(h.ok(&q, &[]).roce_address().roce_version(), 2);
+}

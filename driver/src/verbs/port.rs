@@ -224,9 +224,32 @@ impl<P: Platform + Clone> Hca<P> {
         }
     }
 
+    /// `port_num` for QUERY_HCA_VPORT_CONTEXT, _GID and _PKEY: the port on a dual-port
+    /// function, 0 (the field is reserved) on a single-port one, as Linux's
+    /// `mlx5_query_hca_vport_*` (`mlx5/core/vport.c`) fill it only when `num_ports` is 2.
+    fn hca_vport_port_num(&self, port: u8) -> u8 {
+        if self.hca_cap().num_ports() == 2 {
+            port
+        } else {
+            0
+        }
+    }
+
+    /// `vhca_port_num` for SET_ROCE_ADDRESS and QUERY_ROCE_ADDRESS: the port on a function
+    /// with vHCA ports, 0 (the field is reserved) without them, as Linux's
+    /// `mlx5_core_roce_gid_set` (`mlx5/core/lib/gid.c`) fills it only when
+    /// `num_vhca_ports` > 0.
+    fn roce_vhca_port_num(&self, port: u8) -> u8 {
+        if self.hca_cap().num_vhca_ports() > 0 {
+            port
+        } else {
+            0
+        }
+    }
+
     fn query_ib_port(&mut self, port: u8) -> Result<PortAttr> {
         let mut q = QueryHcaVportContextIn::new_cmd();
-        q.set_port_num(port);
+        q.set_port_num(self.hca_vport_port_num(port));
         let out = self.exec(&q, &[], &mut [])?;
         let c = out.hca_vport_context();
         let (active_mtu, max_mtu) = self
@@ -341,7 +364,7 @@ impl<P: Platform + Clone> Hca<P> {
         match self.caps().link_layer {
             LinkLayer::InfiniBand => {
                 let mut q = QueryHcaVportGidIn::new_cmd();
-                q.set_port_num(port);
+                q.set_port_num(self.hca_vport_port_num(port));
                 q.set_gid_index(index);
                 let mut gid = [0u8; 16];
                 self.exec(&q, &[], &mut gid)?;
@@ -360,7 +383,7 @@ impl<P: Platform + Clone> Hca<P> {
             LinkLayer::Ethernet => {
                 let mut q = QueryRoceAddressIn::new_cmd();
                 q.set_roce_address_index(index);
-                q.set_vhca_port_num(port);
+                q.set_vhca_port_num(self.roce_vhca_port_num(port));
                 let out = self.exec(&q, &[], &mut [])?;
                 let a = out.roce_address();
                 let mut gid = [0u8; 16];
@@ -466,7 +489,7 @@ impl<P: Platform + Clone> Hca<P> {
     fn set_roce_address(&mut self, port: u8, index: u16, a: RoceAddrLayout) -> Result<()> {
         let mut s = SetRoceAddressIn::new_cmd();
         s.set_roce_address_index(index);
-        s.set_vhca_port_num(port);
+        s.set_vhca_port_num(self.roce_vhca_port_num(port));
         *s.roce_address_mut() = a;
         self.exec(&s, &[], &mut [])?;
         Ok(())

@@ -45,7 +45,7 @@ use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, AccessFlags, CmdStatus, IbMtu, QpServiceType, QpState, SEND_WQE_BB,
     SEND_WQE_DS,
 };
-use uhca_fwif::ctx::{CmdHcaCap, Qpc};
+use uhca_fwif::ctx::{CmdHcaCap, Qpc, RoceCap};
 use uhca_hal::Platform;
 use uhca_hal::cmdq::CmdError;
 use uhca_hal::dma::{DmaBuf, DmaMem};
@@ -1035,7 +1035,7 @@ impl<P: Platform + Clone> Hca<P> {
             .set_cqn_snd(attr.send_cq.cqn())
             .set_cqn_rcv(attr.recv_cq.cqn())
             .set_dbr_addr(buf.iova() + layout.dbr_offset as u64)
-            .set_ts_format(default_ts_format(self.hca_cap()));
+            .set_ts_format(default_ts_format(self.hca_cap(), self.roce_cap()));
         match sizes.sq {
             Some((log, _)) => {
                 q.set_log_sq_size(log);
@@ -1092,10 +1092,20 @@ impl<P: Platform + Clone> Hca<P> {
     }
 }
 
-/// `qpc.ts_format` the device accepts: free-running when it offers it (`sq_ts_format` 0 or
-/// 2), the default format otherwise, as Linux chooses.
-fn default_ts_format(cap: &CmdHcaCap) -> u8 {
-    match cap.sq_ts_format() {
+/// `qpc.ts_format` for an RC, UC or UD QP: free-running (0) when the QP timestamp
+/// capability offers it (capability 0, free-running, or 2, free-running and real time),
+/// the device's default format (1) otherwise, as Linux chooses for a QP whose CQs ask for
+/// no particular timestamps (`mlx5_ib` `qp.c` `get_qp_ts_format`).
+///
+/// The QP capability is the RoCE page's `qp_ts_format` on a device with RoCE (what
+/// `get_qp_ts_format` reads); without RoCE it is the general `sq_ts_format`, as Linux's
+/// `mlx5_get_qp_default_ts` (`include/linux/mlx5/qp.h`) falls back to when RoCE is off.
+fn default_ts_format(cap: &CmdHcaCap, roce: Option<&RoceCap>) -> u8 {
+    let qp_cap = match roce {
+        Some(r) => r.qp_ts_format(),
+        None => cap.sq_ts_format(),
+    };
+    match qp_cap {
         0 | 2 => 0,
         _ => 1,
     }

@@ -1,13 +1,17 @@
-//! Shared receive queues: CREATE_SRQ, QUERY_SRQ, ARM_RQ (limit), DESTROY_SRQ.
+//! Shared receive queues. At ISSI 1, the interface step the driver speaks, a basic SRQ is
+//! a receive memory pool (RMP): CREATE_RMP, MODIFY_RMP (the limit), QUERY_RMP, DESTROY_RMP,
+//! as Linux does whenever the ISSI is not 0 (`mlx5_ib` `srq_cmd.c`: `create_srq_split`,
+//! `arm_rmp_cmd`, `query_rmp_cmd`, `destroy_rmp_cmd`); the CREATE_SRQ family is ISSI 0's.
 //!
-//! An SRQ's buffer holds `2^log_srq_size` receive WQEs, each a "next" segment (the index
-//! of the following free WQE, a linked list the device follows) and data segments; the
-//! doorbell record (the WQE counter in its first dword) sits after the WQEs in the same
-//! buffer. The driver links every WQE to the next one at creation, as rdma-core's mlx5
-//! provider does.
+//! The RMP's work queue is a linked list (`wq_type` 0, as Linux leaves it): its buffer
+//! holds `2^log_wq_sz` receive WQEs, each a "next" segment (the index of the following
+//! free WQE, which the device follows) and data segments; the doorbell record (the WQE
+//! counter in its first dword) sits after the WQEs in the same buffer. The driver links
+//! every WQE to the next one at creation, as rdma-core's mlx5 provider does. A QP receives
+//! from it with `rq_type` 1 and the RMP number in `srqn_rmpn_xrqn`, as Linux attaches one.
 
-use uhca_fwif::cmd::{ArmRqIn, Command, CreateSrqIn, DestroySrqIn, QuerySrqIn};
-use uhca_fwif::consts::SEND_WQE_DS;
+use uhca_fwif::cmd::{Command, CreateRmpIn, DestroyRmpIn, ModifyRmpIn, QueryRmpIn};
+use uhca_fwif::consts::{RmpcState, SEND_WQE_DS};
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
@@ -15,8 +19,8 @@ use super::{Failed, MAX_PAS, PagePlan, Pd, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
 
-/// ARM_RQ `op_mod` for an SRQ.
-const ARM_RQ_OP_MOD_SRQ: u16 = 1;
+/// `wq.wq_type` of a linked-list work queue.
+const WQ_TYPE_LINKED_LIST: u8 = 0;
 /// Byte offset of `next_wqe_index` in the SRQ "next" segment.
 const NEXT_WQE_INDEX_OFF: usize = 2;
 /// Smallest SRQ WQE (rdma-core: 32 bytes).
@@ -33,21 +37,21 @@ pub struct SrqInitAttr {
     pub srq_limit: u16,
 }
 
-/// What QUERY_SRQ reports.
+/// What QUERY_RMP reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SrqAttr {
-    /// `state` (0 good, 1 error).
-    pub state: u8,
-    /// log2 of the number of WQEs.
+    /// `rmpc.state`: ready, or error.
+    pub state: RmpcState,
+    /// log2 of the number of WQEs (`wq.log_wq_sz`).
     pub log_srq_size: u8,
-    /// log2 of the WQE stride in 16-byte units.
+    /// log2 of the WQE stride in 16-byte units (`wq.log_wq_stride` less 4).
     pub log_rq_stride: u8,
     /// The PD.
     pub pdn: u32,
-    /// The armed limit (`lwm`).
+    /// The armed limit (`wq.lwm`; 0 once an SRQ_LIMIT event fired, until armed again).
     pub limit: u16,
-    /// WQEs the device has seen posted (`wqe_cnt`).
-    pub wqe_cnt: u16,
+    /// WQEs the device has taken (`wq.hw_counter`).
+    pub hw_counter: u32,
     /// The doorbell record's address.
     pub dbr_addr: u64,
 }
@@ -65,7 +69,8 @@ pub struct Srq<P: Platform + Clone> {
 }
 
 impl<P: Platform + Clone> Srq<P> {
-    /// The SRQ number.
+    /// The SRQ's number: its RMP number, which a QP names to receive from it and SRQ
+    /// events carry.
     pub fn srqn(&self) -> u32 {
         self.srqn
     }
@@ -112,29 +117,31 @@ impl<P: Platform + Clone> Srq<P> {
         }
     }
 
-    /// QUERY_SRQ.
+    /// QUERY_RMP.
     ///
     /// # Errors
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<SrqAttr> {
-        let mut q = QuerySrqIn::new_cmd();
-        q.set_srqn(self.srqn);
+        let mut q = QueryRmpIn::new_cmd();
+        q.set_rmpn(self.srqn);
         let out = hca.exec(&q, &[], &mut [])?;
-        let s = out.srq_context_entry();
+        let r = out.rmp_context();
+        let wq = r.wq();
         Ok(SrqAttr {
-            state: s.state(),
-            log_srq_size: s.log_srq_size(),
-            log_rq_stride: s.log_rq_stride(),
-            pdn: s.pd(),
-            limit: s.lwm(),
-            wqe_cnt: s.wqe_cnt(),
-            dbr_addr: s.dbr_addr(),
+            state: RmpcState::from_raw(r.state()),
+            log_srq_size: wq.log_wq_sz(),
+            log_rq_stride: wq.log_wq_stride().saturating_sub(4),
+            pdn: wq.pd(),
+            limit: wq.lwm(),
+            hw_counter: wq.hw_counter(),
+            dbr_addr: wq.dbr_addr(),
         })
     }
 
-    /// ARM_RQ: arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): the device
-    /// raises an SRQ_LIMIT event when fewer than `limit` WQEs remain.
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): the device raises one
+    /// SRQ_LIMIT event when fewer than `limit` WQEs remain posted. MODIFY_RMP from ready
+    /// to ready with the `lwm` bit of its bitmask, as Linux's `arm_rmp_cmd`.
     ///
     /// # Errors
     ///
@@ -144,21 +151,23 @@ impl<P: Platform + Clone> Srq<P> {
         if limit as u32 >= 1u32 << self.log_size {
             return Err(Error::InvalidArgument("SRQ limit not below the SRQ size"));
         }
-        let mut a = ArmRqIn::new_cmd();
-        a.set_op_mod(ARM_RQ_OP_MOD_SRQ);
-        a.set_srq_number(self.srqn).set_lwm(limit);
-        hca.exec(&a, &[], &mut [])?;
+        let mut m = ModifyRmpIn::new_cmd();
+        m.set_rmp_state(RmpcState::Rdy.raw()).set_rmpn(self.srqn);
+        m.bitmask_mut().set_lwm(true);
+        m.ctx_mut().set_state(RmpcState::Rdy.raw());
+        m.ctx_mut().wq_mut().set_lwm(limit);
+        hca.exec(&m, &[], &mut [])?;
         Ok(())
     }
 
-    /// DESTROY_SRQ, then frees the buffer.
+    /// DESTROY_RMP, then frees the buffer.
     ///
     /// # Errors
     ///
     /// The SRQ back with the error (RES_BUSY while a QP receives from it).
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<(), Failed<Self>> {
-        let mut d = DestroySrqIn::new_cmd();
-        d.set_srqn(self.srqn);
+        let mut d = DestroyRmpIn::new_cmd();
+        d.set_rmpn(self.srqn);
         match hca.exec(&d, &[], &mut []) {
             Ok(_) => {
                 hca.datapath_mut().1.remove_srq(self.srqn);
@@ -183,7 +192,7 @@ impl<P: Platform + Clone> Drop for Srq<P> {
 }
 
 impl<P: Platform + Clone> Hca<P> {
-    /// Creates a shared receive queue (`ibv_create_srq`).
+    /// Creates a shared receive queue (`ibv_create_srq`): CREATE_RMP.
     ///
     /// # Errors
     ///
@@ -230,13 +239,16 @@ impl<P: Platform + Clone> Hca<P> {
         }
         buf.write_be64(dbr_offset, 0);
 
-        let mut c = CreateSrqIn::new_cmd();
-        c.srq_context_entry_mut()
-            .set_log_srq_size(log_size)
-            .set_log_rq_stride(log_stride - 4)
+        let mut c = CreateRmpIn::new_cmd();
+        c.ctx_mut().set_state(RmpcState::Rdy.raw());
+        c.ctx_mut()
+            .wq_mut()
+            .set_wq_type(WQ_TYPE_LINKED_LIST)
+            .set_log_wq_sz(log_size)
+            .set_log_wq_stride(log_stride)
             .set_pd(pd.pdn())
             .set_lwm(attr.srq_limit)
-            .set_log_page_size(plan.log_page_size)
+            .set_log_wq_pg_sz(plan.log_page_size)
             .set_dbr_addr(buf.iova() + dbr_offset as u64);
         let mut pas = [0u8; MAX_PAS * 8];
         let pas = plan.write_pas(buf.iova(), &mut pas);
@@ -247,10 +259,10 @@ impl<P: Platform + Clone> Hca<P> {
                 return Err(e);
             }
         };
-        self.datapath_mut().1.insert_srq(out.srqn(), shadow);
+        self.datapath_mut().1.insert_srq(out.rmpn(), shadow);
         Ok(Srq {
             buf: Some(buf),
-            srqn: out.srqn(),
+            srqn: out.rmpn(),
             log_size,
             log_stride,
             dbr_offset,

@@ -585,6 +585,58 @@ crate::prm_struct! {
         srq_context_entry / srq_context_entry_mut @ 128, 512 : struct crate::ctx::Srqc;
         pas @ 2176 : flex [u8; 8];
     }
+    /// PRM `create_rmp_in` (the page list follows, as `ctx.wq.pas`).
+    pub struct CreateRmpIn : create_rmp_in = "mlx5_ifc_create_rmp_in_bits", 2176 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        ctx / ctx_mut @ 256, 1920 : struct crate::ctx::Rmpc;
+    }
+    /// PRM `create_rmp_out`.
+    pub struct CreateRmpOut : create_rmp_out = "mlx5_ifc_create_rmp_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        rmpn / set_rmpn @ 72, 24 : u32;
+    }
+    /// PRM `modify_rmp_in`.
+    pub struct ModifyRmpIn : modify_rmp_in = "mlx5_ifc_modify_rmp_in_bits", 2176 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        rmp_state / set_rmp_state @ 64, 4 : u8;
+        rmpn / set_rmpn @ 72, 24 : u32;
+        bitmask / bitmask_mut @ 128, 64 : struct crate::ctx::RmpBitmask;
+        ctx / ctx_mut @ 256, 1920 : struct crate::ctx::Rmpc;
+    }
+    /// PRM `modify_rmp_out`.
+    pub struct ModifyRmpOut : modify_rmp_out = "mlx5_ifc_modify_rmp_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+    }
+    /// PRM `query_rmp_in`.
+    pub struct QueryRmpIn : query_rmp_in = "mlx5_ifc_query_rmp_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        rmpn / set_rmpn @ 72, 24 : u32;
+    }
+    /// PRM `query_rmp_out`.
+    pub struct QueryRmpOut : query_rmp_out = "mlx5_ifc_query_rmp_out_bits", 2176 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        rmp_context / rmp_context_mut @ 256, 1920 : struct crate::ctx::Rmpc;
+    }
+    /// PRM `destroy_rmp_in`.
+    pub struct DestroyRmpIn : destroy_rmp_in = "mlx5_ifc_destroy_rmp_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        rmpn / set_rmpn @ 72, 24 : u32;
+    }
+    /// PRM `destroy_rmp_out`.
+    pub struct DestroyRmpOut : destroy_rmp_out = "mlx5_ifc_destroy_rmp_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+    }
     /// PRM `arm_rq_in`.
     pub struct ArmRqIn : arm_rq_in = "mlx5_ifc_arm_rq_in_bits", 128 bits {
         opcode / set_opcode @ 0, 16 : u16;

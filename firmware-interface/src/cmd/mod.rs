@@ -94,6 +94,10 @@ commands! {
     DestroySrqIn => DestroySrqOut : DestroySrq;
     QuerySrqIn => QuerySrqOut : QuerySrq;
     ArmRqIn => ArmRqOut : ArmRq;
+    CreateRmpIn => CreateRmpOut : CreateRmp;
+    ModifyRmpIn => ModifyRmpOut : ModifyRmp;
+    QueryRmpIn => QueryRmpOut : QueryRmp;
+    DestroyRmpIn => DestroyRmpOut : DestroyRmp;
     QueryNicVportContextIn => QueryNicVportContextOut : QueryNicVportContext;
     ModifyNicVportContextIn => ModifyNicVportContextOut : ModifyNicVportContext;
     QueryHcaVportContextIn => QueryHcaVportContextOut : QueryHcaVportContext;

@@ -377,6 +377,14 @@ prm_enum! {
 }
 
 prm_enum! {
+    /// RMP states (`rmpc.state`, `modify_rmp_in.rmp_state`).
+    pub enum RmpcState : u8 = "sq_rq_rmp_state" {
+        Rdy = 0x1 => "MLX5_RMPC_STATE_RDY",
+        Err = 0x3 => "MLX5_RMPC_STATE_ERR",
+    }
+}
+
+prm_enum! {
     /// QP states as the QP context holds them (`qpc.state`).
     pub enum QpState : u8 = "qpc_state" {
         Rst = 0x0 => "MLX5_QPC_STATE_RST",

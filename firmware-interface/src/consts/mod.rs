@@ -115,6 +115,7 @@ pub const PRM_ENUMS: &[(&str, &[(&str, u64)])] = &[
     (EventType::PRM_GROUP, EventType::PRM_VALUES),
     (PortChangeSubtype::PRM_GROUP, PortChangeSubtype::PRM_VALUES),
     (QpState::PRM_GROUP, QpState::PRM_VALUES),
+    (RmpcState::PRM_GROUP, RmpcState::PRM_VALUES),
     (QpServiceType::PRM_GROUP, QpServiceType::PRM_VALUES),
     (MkcAccessMode::PRM_GROUP, MkcAccessMode::PRM_VALUES),
     (QueryPagesOpMod::PRM_GROUP, QueryPagesOpMod::PRM_VALUES),

@@ -693,6 +693,37 @@ crate::prm_struct! {
         wqe_cnt / set_wqe_cnt @ 240, 16 : u16;
         dbr_addr / set_dbr_addr @ 320, 64 : u64;
     }
+    /// PRM `wq`: a work queue inside an RMP (or RQ, SQ) context: its buffer, doorbell
+    /// record and low-water mark; the buffer's page list follows it.
+    pub struct Wq : wq = "mlx5_ifc_wq_bits", 1536 bits {
+        wq_type / set_wq_type @ 0, 4 : u8;
+        wq_signature / set_wq_signature @ 4, 1 : bool;
+        end_padding_mode / set_end_padding_mode @ 5, 2 : u8;
+        cd_slave / set_cd_slave @ 7, 1 : bool;
+        page_offset / set_page_offset @ 43, 5 : u8;
+        lwm / set_lwm @ 48, 16 : u16;
+        pd / set_pd @ 72, 24 : u32;
+        uar_page / set_uar_page @ 104, 24 : u32;
+        dbr_addr / set_dbr_addr @ 128, 64 : u64;
+        hw_counter / set_hw_counter @ 192, 32 : u32;
+        sw_counter / set_sw_counter @ 224, 32 : u32;
+        log_wq_stride / set_log_wq_stride @ 268, 4 : u8;
+        log_wq_pg_sz / set_log_wq_pg_sz @ 275, 5 : u8;
+        log_wq_sz / set_log_wq_sz @ 283, 5 : u8;
+        dbr_umem_valid / set_dbr_umem_valid @ 288, 1 : bool;
+        wq_umem_valid / set_wq_umem_valid @ 289, 1 : bool;
+        pas @ 1536 : flex [u8; 8];
+    }
+    /// PRM `rmpc`: a receive memory pool (the shared receive queue of ISSI 1).
+    pub struct Rmpc : rmpc = "mlx5_ifc_rmpc_bits", 1920 bits {
+        state / set_state @ 8, 4 : u8;
+        basic_cyclic_rcv_wqe / set_basic_cyclic_rcv_wqe @ 32, 1 : bool;
+        wq / wq_mut @ 384, 1536 : struct crate::ctx::Wq;
+    }
+    /// PRM `rmp_bitmask`: which RMP fields MODIFY_RMP changes.
+    pub struct RmpBitmask : rmp_bitmask = "mlx5_ifc_rmp_bitmask_bits", 64 bits {
+        lwm / set_lwm @ 63, 1 : bool;
+    }
     /// PRM `nic_vport_context`.
     pub struct NicVportContext : nic_vport_context = "mlx5_ifc_nic_vport_context_bits", 2048 bits {
         multi_prio_sq / set_multi_prio_sq @ 0, 1 : bool;

@@ -334,6 +334,15 @@ impl Device {
         self.post_event(event.raw(), 0, data, now, false);
     }
 
+    /// Posts an asynchronous SRQ event (EQE data: type 1 = SRQ, the SRQ or RMP number) to a
+    /// subscribed EQ.
+    pub(crate) fn srq_event(&mut self, event: EventType, srqn: u32, now: u64) {
+        let mut data = [0u8; 28];
+        data[20] = 1;
+        data[24..28].copy_from_slice(&(srqn & 0x00ff_ffff).to_be_bytes());
+        self.post_event(event.raw(), 0, data, now, false);
+    }
+
     pub(crate) fn push_frame(&mut self, frame: Vec<u8>) {
         if self.fw.port_state != uhca_fwif::consts::PortState::Active {
             self.engine.counters.port_down_drops += 1;

@@ -4,7 +4,7 @@
 
 use super::mem::Sge;
 use crate::device::Device;
-use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, RCV_DBR};
+use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, EventType, RCV_DBR};
 use uhca_fwif::wqe::{INVALID_LKEY, WqeDataSeg};
 use zerocopy::FromBytes;
 
@@ -68,18 +68,18 @@ impl Device {
                 })
             }
             1 => {
+                // An SRQ (ISSI 0) or an RMP (ISSI 1): the same linked list of WQEs.
                 let srqn = qpc.srqn_rmpn_xrqn();
                 let srq = self.fw.srqs.get(&srqn)?;
-                let c = srq.srqc;
                 let pas = srq.pas.clone();
-                let pi = self.dbr_dword(c.dbr_addr(), 0, now)? as u16;
+                let (size, stride) = (1u32 << srq.log_size(), srq.stride());
+                let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
+                let lwm = srq.lwm();
+                let pi = self.dbr_dword(srq.dbr_addr(), 0, now)? as u16;
                 let (consumed, next) = self.engine.srq_pos.get(&srqn).copied().unwrap_or((0, 0));
                 if pi == consumed {
                     return None;
                 }
-                let size = 1u32 << c.log_srq_size();
-                let stride = 16u64 << c.log_rq_stride();
-                let page = (ADAPTER_PAGE_SIZE as u64) << c.log_page_size().min(20);
                 let idx = (next as u32 & (size - 1)) as u16;
                 let mut raw = vec![0u8; stride as usize];
                 if !self.queue_read(&pas, page, idx as u64 * stride, &mut raw, now, "SRQ WQE") {
@@ -87,9 +87,16 @@ impl Device {
                 }
                 if consume {
                     let nxt = u16::from_be_bytes([raw[2], raw[3]]);
-                    self.engine
-                        .srq_pos
-                        .insert(srqn, (consumed.wrapping_add(1), nxt));
+                    let consumed = consumed.wrapping_add(1);
+                    self.engine.srq_pos.insert(srqn, (consumed, nxt));
+                    // The limit: when fewer WQEs than `lwm` remain posted, one SRQ_RQ_LIMIT
+                    // event, and the limit is disarmed until armed again.
+                    if lwm != 0 && pi.wrapping_sub(consumed) < lwm {
+                        if let Some(s) = self.fw.srqs.get_mut(&srqn) {
+                            s.set_lwm(0);
+                        }
+                        self.srq_event(EventType::SrqRqLimit, srqn, now);
+                    }
                 }
                 Some(RecvWqe {
                     counter: idx,

@@ -84,10 +84,7 @@ impl Device {
             .qps
             .values()
             .any(|q| q.qpc.cqn_snd() == cqn || q.qpc.cqn_rcv() == cqn)
-            || fw
-                .srqs
-                .values()
-                .any(|s| s.srqc.cqn() == cqn && s.srqc.xrcd() != 0);
+            || fw.srqs.values().any(|s| s.xrc_cqn() == Some(cqn));
         if used {
             return Err(busy(syndrome::OBJECT_IN_USE));
         }

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdOpcode, CmdStatus, PortState};
-use uhca_fwif::ctx::{Cqc, Eqc, Mkc, NicVportContext, Qpc, RoceAddrLayout, Srqc};
+use uhca_fwif::ctx::{Cqc, Eqc, Mkc, NicVportContext, Qpc, Rmpc, RoceAddrLayout, Srqc};
 
 /// The life cycle of the HCA as the command interface sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,13 +161,94 @@ pub(crate) struct Qp {
     pub(crate) pas: Vec<u64>,
 }
 
-/// A shared receive queue.
+/// A shared receive queue: an SRQ (CREATE_SRQ, ISSI 0) or an RMP (CREATE_RMP, ISSI 1).
+/// Both hold linked-list receive WQEs with a "next" segment and a doorbell record whose
+/// first dword counts the WQEs posted; QPs name either in `srqn_rmpn_xrqn`.
 #[derive(Clone, Debug)]
 pub(crate) struct Srq {
-    pub(crate) srqc: Srqc,
+    pub(crate) ctx: SrqCtx,
     /// The queue buffer's pages (read by the datapath engine).
-    #[allow(dead_code)]
     pub(crate) pas: Vec<u64>,
+}
+
+/// The context a shared receive queue was created with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SrqCtx {
+    /// CREATE_SRQ's `srqc`.
+    Srq(Srqc),
+    /// CREATE_RMP's `rmpc` (the queue in its `wq`).
+    Rmp(Rmpc),
+}
+
+impl Srq {
+    /// The PD.
+    pub(crate) fn pd(&self) -> u32 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.pd(),
+            SrqCtx::Rmp(c) => c.wq().pd(),
+        }
+    }
+
+    /// The doorbell record's address.
+    pub(crate) fn dbr_addr(&self) -> u64 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.dbr_addr(),
+            SrqCtx::Rmp(c) => c.wq().dbr_addr(),
+        }
+    }
+
+    /// log2 of the number of WQEs.
+    pub(crate) fn log_size(&self) -> u8 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.log_srq_size(),
+            SrqCtx::Rmp(c) => c.wq().log_wq_sz(),
+        }
+    }
+
+    /// The WQE stride in bytes (`srqc.log_rq_stride` counts 16-byte units,
+    /// `wq.log_wq_stride` bytes).
+    pub(crate) fn stride(&self) -> u64 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => 16u64 << c.log_rq_stride(),
+            SrqCtx::Rmp(c) => 1u64 << c.wq().log_wq_stride(),
+        }
+    }
+
+    /// log2 of the buffer's page size in 4 KiB units.
+    pub(crate) fn log_page_size(&self) -> u8 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.log_page_size(),
+            SrqCtx::Rmp(c) => c.wq().log_wq_pg_sz(),
+        }
+    }
+
+    /// The armed limit (`lwm`; 0: not armed).
+    pub(crate) fn lwm(&self) -> u16 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.lwm(),
+            SrqCtx::Rmp(c) => c.wq().lwm(),
+        }
+    }
+
+    /// Sets the limit (0 disarms it).
+    pub(crate) fn set_lwm(&mut self, lwm: u16) {
+        match &mut self.ctx {
+            SrqCtx::Srq(c) => {
+                c.set_lwm(lwm);
+            }
+            SrqCtx::Rmp(c) => {
+                c.wq_mut().set_lwm(lwm);
+            }
+        }
+    }
+
+    /// The completion queue of an XRC SRQ (never for an RMP).
+    pub(crate) fn xrc_cqn(&self) -> Option<u32> {
+        match &self.ctx {
+            SrqCtx::Srq(c) if c.xrcd() != 0 => Some(c.cqn()),
+            _ => None,
+        }
+    }
 }
 
 /// A memory key.
@@ -526,10 +607,22 @@ impl Device {
             O::Sqerr2rtsQp => run!(Sqerr2rtsQpIn, cmd_sqerr2rts),
             O::Qp2err => run!(Qp2errIn, cmd_2err),
             O::Qp2rst => run!(Qp2rstIn, cmd_2rst),
+            // The ISSI-0 shared receive queue commands and their ISSI-1 replacement, the
+            // RMP commands: each family only at its interface step.
+            O::CreateSrq | O::DestroySrq | O::QuerySrq | O::ArmRq if self.fw.issi != 0 => {
+                Err(Fail::Cmd(CmdStatus::BadOpErr, syndrome::OPCODE_NOT_AT_ISSI))
+            }
+            O::CreateRmp | O::ModifyRmp | O::QueryRmp | O::DestroyRmp if self.fw.issi == 0 => {
+                Err(Fail::Cmd(CmdStatus::BadOpErr, syndrome::OPCODE_NOT_AT_ISSI))
+            }
             O::CreateSrq => run!(CreateSrqIn, cmd_create_srq),
             O::DestroySrq => run!(DestroySrqIn, cmd_destroy_srq),
             O::QuerySrq => run!(QuerySrqIn, cmd_query_srq),
             O::ArmRq => run!(ArmRqIn, cmd_arm_rq, op_mod_any),
+            O::CreateRmp => run!(CreateRmpIn, cmd_create_rmp),
+            O::ModifyRmp => run!(ModifyRmpIn, cmd_modify_rmp),
+            O::QueryRmp => run!(QueryRmpIn, cmd_query_rmp),
+            O::DestroyRmp => run!(DestroyRmpIn, cmd_destroy_rmp),
             O::QueryNicVportContext => run!(QueryNicVportContextIn, cmd_query_nic_vport),
             O::ModifyNicVportContext => run!(ModifyNicVportContextIn, cmd_modify_nic_vport),
             O::QueryHcaVportContext => run!(QueryHcaVportContextIn, cmd_query_hca_vport),

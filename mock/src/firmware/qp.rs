@@ -218,9 +218,22 @@ impl Device {
         if !q.dbr_addr().is_multiple_of(8) {
             return Err(bad_param(syndrome::BAD_DBR_ADDR));
         }
-        // Timestamp formats: free-running (0) and default (1); real time (2) needs the
-        // sq/rq_ts_format capability, which this device does not have.
-        if q.ts_format() > 1 {
+        // Timestamp formats: free-running (0), default (1), real time (2). Which of them a
+        // QP may use is the capability the firmware reports for QPs: the RoCE page's
+        // `qp_ts_format` on a function with RoCE, the general `sq_ts_format` otherwise
+        // (capability encoding: 0 free-running, 1 real time, 2 both).
+        let ts_cap = if caps.roce() {
+            self.fw.caps.roce_cur.qp_ts_format()
+        } else {
+            caps.sq_ts_format()
+        };
+        let ts_ok = match q.ts_format() {
+            0 => ts_cap == 0 || ts_cap == 2,
+            1 => true,
+            2 => ts_cap == 1 || ts_cap == 2,
+            _ => false,
+        };
+        if !ts_ok {
             return Err(bad_param(syndrome::BAD_TS_FORMAT));
         }
         if q.page_offset() != 0 {

@@ -55,7 +55,7 @@ impl Device {
         let fw = &self.fw;
         let used = fw.mkeys.values().any(|m| m.mkc.pd() == pd)
             || fw.qps.values().any(|q| q.qpc.pd() == pd)
-            || fw.srqs.values().any(|s| s.srqc.pd() == pd);
+            || fw.srqs.values().any(|s| s.pd() == pd);
         if used {
             return Err(busy(syndrome::OBJECT_IN_USE));
         }

@@ -14,6 +14,11 @@ pub const BAD_INPUT_LEN: u32 = 0x0001_0003;
 pub const BAD_OUTPUT_LEN: u32 = 0x0001_0004;
 /// The opcode is not implemented.
 pub const BAD_OPCODE: u32 = 0x0001_0005;
+/// The opcode exists but not at the interface step (ISSI) in use: the ISSI-0 SRQ
+/// commands (CREATE_SRQ, DESTROY_SRQ, QUERY_SRQ, ARM_RQ) after SET_ISSI 1, the RMP
+/// commands at ISSI 0. Reported with BAD_OP, the status of an opcode the firmware does not
+/// take (which is how Linux recognises firmware without QUERY_ISSI).
+pub const OPCODE_NOT_AT_ISSI: u32 = 0x0001_0007;
 /// A function other than this one was addressed (`function_id`, `other_function`,
 /// `other_vport`, `embedded_cpu_function`).
 pub const BAD_FUNCTION: u32 = 0x0001_0006;
@@ -132,6 +137,9 @@ pub const BAD_PM_STATE: u32 = 0x0006_000e;
 /// An address path's `stat_rate` is a code the device does not list in
 /// `stat_rate_support`.
 pub const BAD_STAT_RATE: u32 = 0x0006_000f;
+/// An RMP state that is not RDY at CREATE_RMP, not RDY or ERR as MODIFY_RMP's next state,
+/// or (with BAD_RES_STATE) a MODIFY_RMP whose `rmp_state` is not the RMP's state.
+pub const BAD_RMP_STATE: u32 = 0x0006_0010;
 
 /// A GID or RoCE address index beyond the table.
 pub const BAD_ADDRESS_INDEX: u32 = 0x0007_0001;

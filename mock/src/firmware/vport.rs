@@ -31,8 +31,22 @@ impl Device {
         Ok(())
     }
 
-    fn own_port(&self, port: u8) -> Result<(), Fail> {
-        if port > 1 {
+    /// `port_num` of QUERY_HCA_VPORT_CONTEXT, _GID and _PKEY: it names a port only on a
+    /// dual-port function (`num_ports` 2, when Linux's `mlx5_query_hca_vport_*` fill it);
+    /// on a single-port function it is reserved and must be 0.
+    fn vport_port(&self, port: u8) -> Result<(), Fail> {
+        let ports = self.fw.caps.general_cur.num_ports();
+        if port != 0 && (ports < 2 || port > ports) {
+            return Err(bad_param(syndrome::BAD_PORT));
+        }
+        Ok(())
+    }
+
+    /// `vhca_port_num` of SET_ROCE_ADDRESS and QUERY_ROCE_ADDRESS: it names a port of the
+    /// vHCA only when the function has vHCA ports (`num_vhca_ports` > 0, when Linux's
+    /// `mlx5_core_roce_gid_set` fills it); without them it is reserved and must be 0.
+    fn roce_port(&self, port: u8) -> Result<(), Fail> {
+        if port > self.fw.caps.general_cur.num_vhca_ports() {
             return Err(bad_param(syndrome::BAD_PORT));
         }
         Ok(())
@@ -110,7 +124,7 @@ impl Device {
         i: &QueryHcaVportContextIn,
     ) -> CmdResult {
         self.own_vport(i.other_vport(), i.vport_number())?;
-        self.own_port(i.port_num())?;
+        self.vport_port(i.port_num())?;
         let guid = self.config.node_guid();
         let up = self.port_up();
         let mut ctx = HcaVportContext::default();
@@ -163,7 +177,7 @@ impl Device {
 
     pub(crate) fn cmd_query_hca_vport_gid(&mut self, c: &Ctx, i: &QueryHcaVportGidIn) -> CmdResult {
         self.own_vport(i.other_vport(), i.vport_number())?;
-        self.own_port(i.port_num())?;
+        self.vport_port(i.port_num())?;
         let indices: Vec<usize> = if i.gid_index() == ALL_ENTRIES {
             (0..self.gid_table_len()).collect()
         } else {
@@ -190,7 +204,7 @@ impl Device {
         i: &QueryHcaVportPkeyIn,
     ) -> CmdResult {
         self.own_vport(i.other_vport(), i.vport_number())?;
-        self.own_port(i.port_num())?;
+        self.vport_port(i.port_num())?;
         let indices: Vec<usize> = if i.pkey_index() == ALL_ENTRIES {
             (0..PKEY_TABLE_ENTRIES).collect()
         } else {
@@ -226,7 +240,7 @@ impl Device {
         if self.fw.port_type() != PortType::Ethernet {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
-        self.own_port(i.vhca_port_num())?;
+        self.roce_port(i.vhca_port_num())?;
         let idx = i.roce_address_index() as usize;
         if idx >= self.fw.roce_addrs.len() {
             return Err(bad_param(syndrome::BAD_ADDRESS_INDEX));
@@ -248,7 +262,7 @@ impl Device {
         if self.fw.port_type() != PortType::Ethernet {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
-        self.own_port(i.vhca_port_num())?;
+        self.roce_port(i.vhca_port_num())?;
         let Some(e) = self.fw.roce_addrs.get(i.roce_address_index() as usize) else {
             return Err(bad_param(syndrome::BAD_ADDRESS_INDEX));
         };

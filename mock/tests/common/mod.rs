@@ -137,11 +137,19 @@ impl Harness {
     /// Initialized like a driver does it: ENABLE_HCA, ISSI, boot pages, host endianness,
     /// capabilities, init pages, INIT_HCA.
     pub fn initialized(cfg: MockConfig) -> Self {
+        Self::initialized_at_issi(cfg, 1)
+    }
+
+    /// Initialized at interface step `issi` (0: SET_ISSI is not sent, as by a driver for
+    /// firmware older than ISSI 1).
+    pub fn initialized_at_issi(cfg: MockConfig, issi: u16) -> Self {
         let mut h = Self::started(cfg);
         h.ok(&EnableHcaIn::new_cmd(), &[]);
-        let mut s = SetIssiIn::new_cmd();
-        s.set_current_issi(1);
-        h.ok(&s, &[]);
+        if issi != 0 {
+            let mut s = SetIssiIn::new_cmd();
+            s.set_current_issi(issi);
+            h.ok(&s, &[]);
+        }
         h.give_outstanding(QueryPagesOpMod::BootPages);
         let mut a = AccessRegisterIn::new_cmd();
         a.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)

@@ -165,6 +165,7 @@ impl Node {
                 EventType::WqAccessError,
                 EventType::WqInvalReqError,
                 EventType::SrqLastWqe,
+                EventType::SrqRqLimit,
             ],
         );
         if link == LinkLayer::Ethernet {
