@@ -26,9 +26,9 @@
 //! (error completions); `opcode` ← [`WcOpcode`] mapped to `ibv_wc_opcode`; `byte_len` ←
 //! `byte_len` (receives, RDMA READ, atomics); `imm_data` (network order) ← `imm_data`
 //! (host order) when `IBV_WC_WITH_IMM`; `wc_flags` ← [`WcFlags`] (`GRH`, `WITH_IMM`);
-//! `slid` ← `slid` (receives); `src_qp`, `sl` ← `src_qp`, `sl` (UD receives).
+//! `slid`, `sl` ← `slid`, `sl` (receives); `src_qp` ← `src_qp` (UD receives).
 //!
-//! Fields allowed to differ, and why (also in `tests/parity/README-cqe.md`):
+//! Fields allowed to differ, and why (also in `tests/parity/README.md`):
 //!
 //! | field | when | libmlx5 | uhca | why |
 //! |---|---|---|---|---|
@@ -38,7 +38,6 @@
 //! | `wc_flags` `WITH_IMM`, `imm_data` | requester SEND/RDMA WRITE with immediate | flag set (cq.c:168, 174), `imm_data` not written | no flag | ibv_poll_cq(3): the flag means "immediate data value is valid"; uhca's means the same, and a requester completion carries none |
 //! | `wc_flags` `WITH_INV`, `invalidated_rkey` | responder SEND with invalidate | flag and the rkey (cq.c:315-316) | neither (a plain receive) | uhca's `WorkCompletion` has no invalidate field: a gap, reported |
 //! | `src_qp` | RC receive | from `flags_rqpn` (cq.c:321) | 0 | ibv_poll_cq(3): "valid only for UD QPs" |
-//! | `sl` | RC receive | `flags_rqpn[27:24]` (cq.c:320) | 0 | uhca documents `sl` for UD receives; ibv_poll_cq(3) does not restrict it, and Linux's mlx5 reports it on every receive: a candidate change, reported |
 //! | `pkey_index` | receive | `imm_inval_pkey & 0xffff` (cq.c:325) | no field | verbs defines it for GSI QPs, which uhca does not create |
 //! | `dlid_path_bits` | receive | `ml_path & 0x7f` (cq.c:322) | no field | a gap (matters with an LMC above 0), reported |
 //! | `IBV_WC_IP_CSUM_OK` | never set here | | | libmlx5 sets it only on QPs created with checksum offload (raw packet), which uhca has not |
@@ -909,9 +908,9 @@ fn compare(w: &World, e: &Expect, u: &WorkCompletion, l: &IbvWc) -> Vec<String> 
             field("imm_data", u.imm_data as u64, l.imm_data as u64);
         }
         field("slid", u.slid as u64, l.slid as u64);
+        field("sl", u.sl as u64, l.sl as u64);
         if w.qps[e.qp].ud {
             field("src_qp", u.src_qp as u64, l.src_qp as u64);
-            field("sl", u.sl as u64, l.sl as u64);
         }
     }
     d
