@@ -20,12 +20,35 @@ pub(crate) struct Device {
     pub(crate) notes: Ring<Note>,
     pub(crate) msix_table: Vec<u8>,
     pub(crate) interrupts: Vec<u64>,
+    /// What runs when the device raises an MSI-X vector (a vfio-user server's eventfds).
+    pub(crate) interrupt_handler: Option<InterruptHandler>,
     pub(crate) resets: u64,
     /// The datapath engine's state.
     pub(crate) engine: crate::engine::Engine,
 }
 
+/// What runs when the device raises an MSI-X vector: it gets the vector number. It runs with
+/// the device's lock held, so it must not call back into the HCA.
+#[derive(Clone)]
+pub(crate) struct InterruptHandler(pub(crate) std::sync::Arc<dyn Fn(u16) + Send + Sync>);
+
+impl core::fmt::Debug for InterruptHandler {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("InterruptHandler")
+    }
+}
+
 impl Device {
+    /// Counts an interrupt on MSI-X `vector` and hands it to the interrupt handler.
+    pub(crate) fn raise_interrupt(&mut self, vector: u16) {
+        if let Some(c) = self.interrupts.get_mut(vector as usize) {
+            *c += 1;
+            if let Some(h) = &self.interrupt_handler {
+                (h.0)(vector);
+            }
+        }
+    }
+
     pub(crate) fn new(config: MockConfig, now: u64) -> Self {
         let infiniband = config.port_type == crate::PortType::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
@@ -39,6 +62,7 @@ impl Device {
             notes: Ring::new(),
             msix_table: msix_power_on(vectors),
             interrupts: vec![0; vectors as usize],
+            interrupt_handler: None,
             resets: 0,
             engine: crate::engine::Engine::default(),
             config,
