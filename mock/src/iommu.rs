@@ -39,6 +39,10 @@ pub enum FaultKind {
     /// A device write to memory its owner mapped for device reads only (a vfio-user
     /// client's DMA map without the writeable flag).
     ReadOnly,
+    /// The range is mapped, but with no memory the device can reach: a vfio-user client
+    /// mapped it without a file (ROM or device memory of the VMM), and the model does not
+    /// carry DMA over messages.
+    Unbacked,
 }
 
 /// Why memory from a file descriptor could not be mapped for the device
@@ -101,6 +105,9 @@ enum MappingKind {
         /// Whether the device may write it.
         writable: bool,
     },
+    /// A range a client mapped with no memory behind it that the device can reach; every
+    /// device access to it faults (`FaultKind::Unbacked`).
+    Unbacked,
 }
 
 #[derive(Debug)]
@@ -269,7 +276,7 @@ impl Iommu {
 
     /// Maps `len` bytes of the file `fd` from `offset` at the caller's `iova` (a vfio-user
     /// client's DMA map: its memory, shared through a memfd). The IOMMU maps the file into
-    /// this process itself, keeps the mapping until [`Iommu::unmap_external`] or its drop,
+    /// this process itself, keeps the mapping until [`Iommu::unmap_client_range`] or its drop,
     /// and serves device accesses to it like any other mapping; writes fault unless
     /// `writable`.
     #[cfg(unix)]
@@ -332,26 +339,80 @@ impl Iommu {
         Ok(())
     }
 
-    /// Removes a mapping made by [`Iommu::map_fd`]: `iova` and `len` must be exactly those
-    /// of the map.
-    #[cfg(unix)]
-    pub(crate) fn unmap_external(&mut self, iova: u64, len: u64) -> Result<(), DmaError> {
-        match self.maps.get(&iova) {
-            Some(m) if m.len as u64 == len && matches!(m.kind, MappingKind::External { .. }) => {
-                self.maps.remove(&iova);
-                Ok(())
-            }
-            _ => Err(DmaError::NotMapped),
+    /// Records `[iova, iova + len)` as mapped by a client without memory the device can
+    /// reach (a DMA map without a file): it takes IOVA space like any map, and every device
+    /// access to it faults with [`FaultKind::Unbacked`].
+    pub(crate) fn map_unbacked(&mut self, iova: u64, len: u64) -> Result<(), MapFdError> {
+        if len == 0
+            || len > MAX_MAPPING as u64
+            || !iova.is_multiple_of(IOVA_PAGE)
+            || !len.is_multiple_of(IOVA_PAGE)
+            || iova.checked_add(len).is_none()
+        {
+            return Err(MapFdError::Invalid);
         }
+        if self.overlaps(iova, len) {
+            return Err(MapFdError::Overlap);
+        }
+        self.maps.insert(
+            iova,
+            Mapping {
+                cpu: NonNull::dangling(),
+                len: len as usize,
+                kind: MappingKind::Unbacked,
+            },
+        );
+        Ok(())
     }
 
-    /// Removes every mapping made by [`Iommu::map_fd`]; returns how many there were.
-    #[cfg(unix)]
-    pub(crate) fn unmap_all_external(&mut self) -> usize {
+    /// Removes every client map ([`Iommu::map_fd`], [`Iommu::map_unbacked`]) lying entirely
+    /// inside `[iova, iova + len)`, as Linux VFIO's type1 v2 unmap does: a range that cuts
+    /// a client map at its start or end is refused and removes nothing
+    /// (`DmaError::InvalidRequest`); a range with no map in it is not an error. Returns how
+    /// many maps were removed.
+    pub(crate) fn unmap_client_range(&mut self, iova: u64, len: u64) -> Result<usize, DmaError> {
+        let end = iova.checked_add(len).ok_or(DmaError::InvalidRequest)?;
+        if len == 0 {
+            return Err(DmaError::InvalidRequest);
+        }
+        let client = |m: &Mapping| !matches!(m.kind, MappingKind::Coherent(_) | MappingKind::User);
+        if let Some((&base, m)) = self.maps.range(..iova).next_back()
+            && client(m)
+            && base + m.len as u64 > iova
+        {
+            return Err(DmaError::InvalidRequest);
+        }
+        let inside: Vec<u64> = self
+            .maps
+            .range(iova..end)
+            .filter(|(_, m)| client(m))
+            .map(|(&b, _)| b)
+            .collect();
+        if let Some(&last) = inside.last()
+            && last + self.maps[&last].len as u64 > end
+        {
+            return Err(DmaError::InvalidRequest);
+        }
+        for b in &inside {
+            self.maps.remove(b);
+        }
+        Ok(inside.len())
+    }
+
+    /// Removes every client map ([`Iommu::map_fd`], [`Iommu::map_unbacked`]); returns how
+    /// many there were.
+    pub(crate) fn unmap_all_client(&mut self) -> usize {
         let before = self.maps.len();
         self.maps
-            .retain(|_, m| !matches!(m.kind, MappingKind::External { .. }));
+            .retain(|_, m| matches!(m.kind, MappingKind::Coherent(_) | MappingKind::User));
         before - self.maps.len()
+    }
+
+    /// Whether `iova` lies in a client map without memory ([`Iommu::map_unbacked`]).
+    fn unbacked_holds(&self, iova: u64) -> bool {
+        self.maps.range(..=iova).next_back().is_some_and(|(&b, m)| {
+            matches!(m.kind, MappingKind::Unbacked) && iova - b < m.len as u64
+        })
     }
 
     /// The mapping that holds `[iova, iova + len)` entirely, as (CPU pointer to `iova`,
@@ -366,6 +427,7 @@ impl Iommu {
         let writable = match m.kind {
             #[cfg(unix)]
             MappingKind::External { writable } => writable,
+            MappingKind::Unbacked => return None,
             _ => true,
         };
         // SAFETY: `off < m.len` (or `off == m.len` with `len == 0`), so the result stays within
@@ -393,6 +455,8 @@ impl Iommu {
                 return Ok(p);
             }
             FaultKind::ReadOnly
+        } else if self.unbacked_holds(iova) {
+            FaultKind::Unbacked
         } else {
             FaultKind::Unmapped
         };

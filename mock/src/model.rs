@@ -683,18 +683,28 @@ impl MockHca {
         self.dev().iommu.map_fd(iova, fd, offset, len, writable)
     }
 
-    /// Removes a mapping made by [`MockHca::map_fd`]; `iova` and `len` must be exactly
-    /// those of the map. The device no longer reaches the memory once this returns.
-    #[cfg(unix)]
-    pub fn unmap_fd(&self, iova: u64, len: u64) -> Result<(), DmaError> {
-        self.dev().iommu.unmap_external(iova, len)
+    /// Records `[iova, iova + len)` as mapped by a client without memory the device can
+    /// reach (a vfio-user DMA map without a file: ROM or device memory of the VMM). It takes
+    /// IOVA space like any map (overlaps are refused, unmaps remove it), and every device
+    /// access to it is an IOMMU fault of kind `Unbacked`: the model does not carry DMA over
+    /// messages.
+    pub fn map_unbacked(&self, iova: u64, len: u64) -> Result<(), crate::iommu::MapFdError> {
+        self.dev().iommu.map_unbacked(iova, len)
     }
 
-    /// Removes every mapping made by [`MockHca::map_fd`] (a client went away); returns how
-    /// many there were.
-    #[cfg(unix)]
+    /// Removes every client map ([`MockHca::map_fd`], [`MockHca::map_unbacked`]) that lies
+    /// entirely inside `[iova, iova + len)`, with the semantics of Linux VFIO's type1 v2
+    /// unmap (which QEMU's vIOMMU relies on when it invalidates whole address ranges): a
+    /// range that cuts a map at its start or end is refused and removes nothing
+    /// (`DmaError::InvalidRequest`); a range without maps is not an error. Returns how many
+    /// maps went. The device no longer reaches them once this returns.
+    pub fn unmap_fd(&self, iova: u64, len: u64) -> Result<usize, DmaError> {
+        self.dev().iommu.unmap_client_range(iova, len)
+    }
+
+    /// Removes every client map (a client went away); returns how many there were.
     pub fn unmap_all_fds(&self) -> usize {
-        self.dev().iommu.unmap_all_external()
+        self.dev().iommu.unmap_all_client()
     }
 
     /// Installs (or, with `None`, removes) what runs each time the device raises an MSI-X

@@ -50,10 +50,23 @@ fn a_file_mapped_at_the_clients_iova_is_the_devices_memory() {
     assert_eq!(e(0x1000, 0, 0), Err(MapFdError::Invalid));
     assert_eq!(e(u64::MAX - 4095, 0, 8192), Err(MapFdError::Invalid));
 
-    // Unmap must match the map exactly.
-    assert_eq!(hca.unmap_fd(IOVA, 4096), Err(DmaError::NotMapped));
-    hca.unmap_fd(IOVA, 32 << 10).unwrap();
+    // Unmaps work on ranges, as Linux VFIO's: one that cuts a map is refused, one over
+    // nothing is fine, one over several maps removes them all.
+    assert_eq!(hca.unmap_fd(IOVA, 4096), Err(DmaError::InvalidRequest));
+    assert_eq!(
+        hca.unmap_fd(IOVA - 4096, 8192),
+        Err(DmaError::InvalidRequest)
+    );
+    assert!(
+        hca.is_mapped(IOVA, 32 << 10),
+        "nothing removed by a refused unmap"
+    );
+    assert_eq!(hca.unmap_fd(0, 1 << 30), Ok(0));
+    assert_eq!(hca.unmap_fd(IOVA, 32 << 10), Ok(1));
     assert!(!hca.is_mapped(IOVA, 1));
+    hca.map_fd(IOVA, fd.as_fd(), 0, 4096, true).unwrap();
+    hca.map_unbacked(IOVA + 4096, 4096).unwrap();
+    assert_eq!(hca.unmap_fd(IOVA - (1 << 20), 2 << 20), Ok(2));
     hca.map_fd(IOVA, fd.as_fd(), 0, 4096, true).unwrap();
     hca.map_fd(IOVA + 8192, fd.as_fd(), 0, 4096, true).unwrap();
     assert_eq!(hca.unmap_all_fds(), 2);
@@ -92,6 +105,27 @@ fn a_device_write_to_a_read_only_map_is_an_iommu_fault() {
         !h.hca.host_write(IOVA, &[1]),
         "nor may the host side write it"
     );
+}
+
+/// A range the client mapped without a file takes IOVA space, and a device access to it is
+/// an IOMMU fault of its own kind (the model does not carry DMA over messages).
+#[test]
+fn a_device_access_to_a_map_without_memory_is_an_unbacked_fault() {
+    let mut h = Harness::ready(MockConfig::default());
+    h.hca.map_unbacked(IOVA, 8192).unwrap();
+    let fd = memfd(4096);
+    assert_eq!(
+        h.hca.map_fd(IOVA + 4096, fd.as_fd(), 0, 4096, true),
+        Err(MapFdError::Overlap)
+    );
+    let mut e = h.post(0, QueryIssiIn::new_cmd().as_bytes(), QueryIssiOut::SIZE);
+    e.out_ptr = (IOVA + 4096).into();
+    h.write_entry(0, &e);
+    h.hca.clear_iommu_faults();
+    h.ring(0);
+    let f = h.hca.iommu_faults();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].kind, f[0].iova), (FaultKind::Unbacked, IOVA + 4096));
 }
 
 /// The interrupt handler gets each vector the device raises, as the interrupt count does.

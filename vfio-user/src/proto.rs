@@ -74,6 +74,10 @@ pub const PCI_NUM_IRQS: u32 = 5;
 pub const PCI_INTX_IRQ_INDEX: u32 = 0;
 /// Interrupt index of MSI-X.
 pub const PCI_MSIX_IRQ_INDEX: u32 = 2;
+/// Interrupt index of the error (AER) interrupt.
+pub const PCI_ERR_IRQ_INDEX: u32 = 3;
+/// Interrupt index of the device request (removal) interrupt.
+pub const PCI_REQ_IRQ_INDEX: u32 = 4;
 
 /// `VFIO_IRQ_INFO_EVENTFD`.
 pub const IRQ_INFO_EVENTFD: u32 = 1 << 0;
@@ -140,9 +144,7 @@ pub mod errno {
     pub const ENOSYS: u32 = 38;
     /// Not supported (a feature this server does not offer).
     pub const ENOTSUP: u32 = 95;
-    /// No such mapping.
-    pub const ENOENT: u32 = 2;
-    /// Bad file descriptor (a DMA map without one, or a wrong number of eventfds).
+    /// Bad file descriptor (a DMA map with several, or a wrong number of eventfds).
     pub const EBADF: u32 = 9;
 }
 

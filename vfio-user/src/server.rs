@@ -23,6 +23,10 @@ use uhca_mock::{MapFdError, MockHca, MockPlatform};
 struct Irqs {
     msix: Vec<Option<OwnedFd>>,
     intx: Option<OwnedFd>,
+    /// The error (AER) and request (device removal) eventfds: kept, never signalled (the
+    /// model reports neither).
+    err: Option<OwnedFd>,
+    req: Option<OwnedFd>,
 }
 
 /// Signals an eventfd (adds 1 to its counter).
@@ -54,7 +58,7 @@ impl Function {
         };
         let irqs = Arc::new(Mutex::new(Irqs {
             msix: (0..vectors).map(|_| None).collect(),
-            intx: None,
+            ..Irqs::default()
         }));
         let weak = Arc::downgrade(&irqs);
         hca.set_interrupt_handler(Some(Arc::new(move |vector: u16| {
@@ -99,6 +103,8 @@ impl Function {
         let mut irqs = self.irqs();
         irqs.msix.iter_mut().for_each(|f| *f = None);
         irqs.intx = None;
+        irqs.err = None;
+        irqs.req = None;
     }
 }
 
@@ -378,24 +384,31 @@ fn dma_map(f: &Function, p: &[u8], mut fds: Vec<OwnedFd>) -> Outcome {
     if flags & !(proto::DMA_MAP_FLAG_READ | proto::DMA_MAP_FLAG_WRITE) != 0 {
         return Err(refuse(errno::EINVAL, "unknown DMA_MAP flags"));
     }
+    let map_err = |e| match e {
+        MapFdError::Overlap => refuse(errno::EEXIST, "DMA map overlaps a live map"),
+        MapFdError::OutsideFile => refuse(errno::EINVAL, "DMA map reaches past its file"),
+        MapFdError::Invalid => refuse(errno::EINVAL, "DMA map size or alignment invalid"),
+        MapFdError::Host(_) => refuse(errno::EINVAL, "the file cannot be mapped"),
+    };
+    if fds.is_empty() {
+        // Memory the client cannot share (QEMU maps its ROMs and device memory this way).
+        // The device could reach it only through DMA_READ/DMA_WRITE messages, which would
+        // stall while the guest's CPU waits on a BAR read: the range is recorded, and a
+        // device access to it is an IOMMU fault.
+        f.hca.map_unbacked(iova, size).map_err(map_err)?;
+        return Ok(Vec::new());
+    }
     if fds.len() != 1 {
-        // Without a file the device would have to reach the memory with DMA_READ and
-        // DMA_WRITE messages, which would stall while the client waits on a BAR read.
         return Err(refuse(
             errno::EBADF,
-            "DMA_MAP needs exactly one file descriptor",
+            "DMA_MAP with more than one file descriptor",
         ));
     }
     let fd = fds.remove(0);
     let writable = flags & proto::DMA_MAP_FLAG_WRITE != 0;
     f.hca
         .map_fd(iova, fd.as_fd(), offset, size, writable)
-        .map_err(|e| match e {
-            MapFdError::Overlap => refuse(errno::EEXIST, "DMA map overlaps a live map"),
-            MapFdError::OutsideFile => refuse(errno::EINVAL, "DMA map reaches past its file"),
-            MapFdError::Invalid => refuse(errno::EINVAL, "DMA map size or alignment invalid"),
-            MapFdError::Host(_) => refuse(errno::EINVAL, "the file cannot be mapped"),
-        })?;
+        .map_err(map_err)?;
     // The mapping holds its own reference to the file; the descriptor closes here.
     Ok(Vec::new())
 }
@@ -417,9 +430,12 @@ fn dma_unmap(f: &Function, p: &[u8]) -> Outcome {
         }
         f.hca.unmap_all_fds();
     } else {
+        // As Linux VFIO (type1 v2) unmaps, which QEMU's vIOMMU relies on when it
+        // invalidates whole ranges: every map inside the range goes, none is not an error,
+        // a range that cuts a map is refused.
         f.hca
             .unmap_fd(iova, size)
-            .map_err(|_| refuse(errno::ENOENT, "DMA_UNMAP does not match a map exactly"))?;
+            .map_err(|_| refuse(errno::EINVAL, "DMA_UNMAP range cuts a map"))?;
     }
     Ok(p[..proto::DMA_UNMAP_SIZE].to_vec())
 }
@@ -461,6 +477,9 @@ fn irq_info(f: &Function, p: &[u8]) -> Outcome {
             proto::IRQ_INFO_EVENTFD | proto::IRQ_INFO_NORESIZE,
             f.vectors as u32,
         ),
+        // A PCI Express function has one error and one request interrupt, as Linux's
+        // vfio-pci reports them; QEMU sets an eventfd on each ("error recovery").
+        proto::PCI_ERR_IRQ_INDEX | proto::PCI_REQ_IRQ_INDEX => (proto::IRQ_INFO_EVENTFD, 1),
         i if i < proto::PCI_NUM_IRQS => (0, 0),
         _ => return Err(refuse(errno::EINVAL, "no such interrupt index")),
     };
@@ -494,7 +513,7 @@ fn set_irqs(f: &Function, p: &[u8], fds: Vec<OwnedFd>) -> Outcome {
         no_fds(&fds)?;
     }
     let n = match index {
-        proto::PCI_INTX_IRQ_INDEX => 1u32,
+        proto::PCI_INTX_IRQ_INDEX | proto::PCI_ERR_IRQ_INDEX | proto::PCI_REQ_IRQ_INDEX => 1u32,
         proto::PCI_MSIX_IRQ_INDEX => f.vectors as u32,
         _ => return Err(refuse(errno::EINVAL, "interrupt index without interrupts")),
     };
@@ -510,7 +529,7 @@ fn set_irqs(f: &Function, p: &[u8], fds: Vec<OwnedFd>) -> Outcome {
     if action != proto::IRQ_SET_ACTION_TRIGGER {
         // Masking: MSI-X masking is the client's (QEMU emulates the table); INTx is never
         // raised by this device. Accepted, nothing to do.
-        if index == proto::PCI_MSIX_IRQ_INDEX {
+        if index != proto::PCI_INTX_IRQ_INDEX {
             return Err(refuse(errno::EINVAL, "MSI-X vectors are not maskable here"));
         }
         return Ok(Vec::new());
@@ -565,12 +584,13 @@ fn set_irqs(f: &Function, p: &[u8], fds: Vec<OwnedFd>) -> Outcome {
     Ok(Vec::new())
 }
 
-/// The eventfd slot of interrupt `i` of `index` (INTx or MSI-X).
+/// The eventfd slot of interrupt `i` of `index` (INTx, MSI-X, error or request).
 fn slot(irqs: &mut Irqs, index: u32, i: u32) -> Option<&mut Option<OwnedFd>> {
-    if index == proto::PCI_INTX_IRQ_INDEX {
-        (i == 0).then_some(&mut irqs.intx)
-    } else {
-        irqs.msix.get_mut(i as usize)
+    match index {
+        proto::PCI_INTX_IRQ_INDEX => (i == 0).then_some(&mut irqs.intx),
+        proto::PCI_ERR_IRQ_INDEX => (i == 0).then_some(&mut irqs.err),
+        proto::PCI_REQ_IRQ_INDEX => (i == 0).then_some(&mut irqs.req),
+        _ => irqs.msix.get_mut(i as usize),
     }
 }
 

@@ -99,6 +99,13 @@ fn qemu_boot_sequence_describes_a_connectx_function() {
                 assert_ne!(flags & proto::IRQ_INFO_EVENTFD, 0);
             }
             0 => assert_eq!(count, 1, "INTx"),
+            3 | 4 => {
+                assert_eq!(
+                    count, 1,
+                    "error and request interrupts, as vfio-pci has them"
+                );
+                assert_ne!(flags & proto::IRQ_INFO_EVENTFD, 0);
+            }
             _ => assert_eq!(count, 0),
         }
     }
@@ -281,13 +288,9 @@ fn hostile_messages_get_errors_and_the_stream_stays_in_step() {
     }
     expect_in_step(&mut c);
 
-    // DMA maps: without a file, outside the file, overlapping, misaligned.
+    // DMA maps: outside the file, overlapping, misaligned.
     let ram = Ram::new(1 << 20);
     let rw = proto::DMA_MAP_FLAG_READ | proto::DMA_MAP_FLAG_WRITE;
-    assert_eq!(
-        c.dma_map(None, 0, 0x10_0000, 1 << 20, rw).errno(),
-        errno::EBADF
-    );
     assert_eq!(
         c.dma_map(Some(ram.fd.as_fd()), 0, 0x10_0000, 2 << 20, rw)
             .errno(),
@@ -327,8 +330,22 @@ fn hostile_messages_get_errors_and_the_stream_stays_in_step() {
             .errno(),
         errno::EINVAL
     );
-    // An unmap that does not match a map exactly.
-    assert_eq!(c.dma_unmap(0x10_0000, 4096, 0).errno(), errno::ENOENT);
+    // Two files for one map.
+    let p = {
+        let mut p = Vec::new();
+        p.extend_from_slice(&32u32.to_le_bytes());
+        p.extend_from_slice(&rw.to_le_bytes());
+        p.extend_from_slice(&0u64.to_le_bytes());
+        p.extend_from_slice(&0x80_0000u64.to_le_bytes());
+        p.extend_from_slice(&4096u64.to_le_bytes());
+        p
+    };
+    let r = c.call(cmd::DMA_MAP, &p, &[ram.fd.as_fd(), ram.fd.as_fd()]);
+    assert_eq!(r.errno(), errno::EBADF);
+    // An unmap that cuts a map in two, at its start or its end; an empty one.
+    assert_eq!(c.dma_unmap(0x10_0000, 4096, 0).errno(), errno::EINVAL);
+    assert_eq!(c.dma_unmap(0x0f_f000, 8192, 0).errno(), errno::EINVAL);
+    assert_eq!(c.dma_unmap(0x10_0000, 0, 0).errno(), errno::EINVAL);
     assert!(hca.is_mapped(0x10_0000, 1 << 20), "the good map stands");
     // Descriptors sent with a command that takes none are refused (and closed).
     let efd = eventfd();
@@ -370,6 +387,7 @@ fn hostile_messages_get_errors_and_the_stream_stays_in_step() {
         c.set_irqs(9, trig, 0, 1, &[], &[efd.as_fd()]).errno(),
         errno::EINVAL
     );
+    assert_eq!(c.set_irqs(3, trig, 0, 2, &[], &[]).errno(), errno::EINVAL);
     assert_eq!(
         c.set_irqs(
             2,
@@ -431,4 +449,80 @@ fn a_client_gone_mid_message_leaves_no_maps() {
     drop(ours);
     let r = server.join().expect("no panic");
     assert!(r.is_err(), "an unexpected end is reported: {r:?}");
+}
+
+/// What QEMU 11.1 sends once the guest turns on its IOMMU (seen in the VM rig): maps of
+/// memory it cannot share, without a file (its ROMs), and invalidations that unmap whole
+/// power-of-two ranges of the IOVA space, most of them empty. Both are answered as Linux
+/// VFIO (type1 v2) answers them: the file-less map is recorded (the device cannot reach it),
+/// an unmap removes every map inside its range and is not an error when there is none. And
+/// the error and request interrupts take their eventfds (QEMU's "error recovery").
+#[test]
+fn qemu_viommu_maps_and_range_unmaps_are_answered_as_linux_vfio_does() {
+    let hca = realtime_hca();
+    let f = Function::new(hca.clone());
+    let mut c = Client::start(&f);
+    assert_eq!(c.version().errno(), 0);
+    let ram = Ram::new(1 << 20);
+    let rw = proto::DMA_MAP_FLAG_READ | proto::DMA_MAP_FLAG_WRITE;
+    assert_eq!(
+        c.dma_map(Some(ram.fd.as_fd()), 0, 0x7000_0000, 0x4000, rw)
+            .errno(),
+        0
+    );
+    assert_eq!(
+        c.dma_map(Some(ram.fd.as_fd()), 0x4000, 0x7000_8000, 0x4000, rw)
+            .errno(),
+        0
+    );
+    // A ROM: no file.
+    assert_eq!(
+        c.dma_map(None, 0, 0xfffc_0000, 0x4_0000, proto::DMA_MAP_FLAG_READ)
+            .errno(),
+        0
+    );
+    assert!(
+        !hca.is_mapped(0xfffc_0000, 1),
+        "not reachable by the device"
+    );
+    assert_eq!(
+        c.dma_map(Some(ram.fd.as_fd()), 0, 0xfffd_0000, 0x1000, rw)
+            .errno(),
+        errno::EEXIST,
+        "but its IOVA range is taken"
+    );
+    // Invalidation of empty ranges: fine.
+    for (iova, size) in [
+        (0x1_0000_0000u64, 0x1_0000_0000u64),
+        (0x8000_0000, 0x4000_0000),
+    ] {
+        let r = c.dma_unmap(iova, size, 0);
+        assert_eq!(r.errno(), 0, "{iova:#x}+{size:#x}");
+    }
+    assert!(hca.is_mapped(0x7000_0000, 0x4000));
+    // One range over both file maps removes both.
+    assert_eq!(c.dma_unmap(0x4000_0000, 0x4000_0000, 0).errno(), 0);
+    assert!(!hca.is_mapped(0x7000_0000, 1) && !hca.is_mapped(0x7000_8000, 1));
+    // And the ROM's range goes with its own invalidation: the IOVA is free again.
+    assert_eq!(c.dma_unmap(0xff00_0000, 0x100_0000, 0).errno(), 0);
+    assert_eq!(
+        c.dma_map(Some(ram.fd.as_fd()), 0, 0xfffd_0000, 0x1000, rw)
+            .errno(),
+        0
+    );
+
+    let efd = eventfd();
+    let trig = proto::IRQ_SET_DATA_EVENTFD | proto::IRQ_SET_ACTION_TRIGGER;
+    assert_eq!(
+        c.set_irqs(3, trig, 0, 1, &[], &[efd.as_fd()]).errno(),
+        0,
+        "error interrupt"
+    );
+    assert_eq!(
+        c.set_irqs(4, trig, 0, 1, &[], &[efd.as_fd()]).errno(),
+        0,
+        "request interrupt"
+    );
+    let stats = c.finish();
+    assert_eq!(stats.errors, 1, "only the overlapping map: {stats:?}");
 }
