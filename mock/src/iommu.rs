@@ -371,10 +371,12 @@ impl Iommu {
     /// (`DmaError::InvalidRequest`); a range with no map in it is not an error. Returns how
     /// many maps were removed.
     pub(crate) fn unmap_client_range(&mut self, iova: u64, len: u64) -> Result<usize, DmaError> {
-        let end = iova.checked_add(len).ok_or(DmaError::InvalidRequest)?;
-        if len == 0 {
-            return Err(DmaError::InvalidRequest);
-        }
+        // The last byte, inclusive: a range may end at the top of the 64-bit IOVA space
+        // (QEMU unmaps up to 2^64 when the guest invalidates everything above an address).
+        let last = len
+            .checked_sub(1)
+            .and_then(|l| iova.checked_add(l))
+            .ok_or(DmaError::InvalidRequest)?;
         let client = |m: &Mapping| !matches!(m.kind, MappingKind::Coherent(_) | MappingKind::User);
         if let Some((&base, m)) = self.maps.range(..iova).next_back()
             && client(m)
@@ -384,12 +386,12 @@ impl Iommu {
         }
         let inside: Vec<u64> = self
             .maps
-            .range(iova..end)
+            .range(iova..=last)
             .filter(|(_, m)| client(m))
             .map(|(&b, _)| b)
             .collect();
-        if let Some(&last) = inside.last()
-            && last + self.maps[&last].len as u64 > end
+        if let Some(&b) = inside.last()
+            && b + (self.maps[&b].len as u64 - 1) > last
         {
             return Err(DmaError::InvalidRequest);
         }

@@ -62,6 +62,12 @@ fn a_file_mapped_at_the_clients_iova_is_the_devices_memory() {
         "nothing removed by a refused unmap"
     );
     assert_eq!(hca.unmap_fd(0, 1 << 30), Ok(0));
+    // Up to the top of the 64-bit IOVA space, as QEMU unmaps above an address.
+    assert_eq!(
+        hca.unmap_fd(0x2_0000_0000, 0u64.wrapping_sub(0x2_0000_0000)),
+        Ok(0)
+    );
+    assert_eq!(hca.unmap_fd(u64::MAX, 2), Err(DmaError::InvalidRequest));
     assert_eq!(hca.unmap_fd(IOVA, 32 << 10), Ok(1));
     assert!(!hca.is_mapped(IOVA, 1));
     hca.map_fd(IOVA, fd.as_fd(), 0, 4096, true).unwrap();
