@@ -140,13 +140,20 @@ fn refuse(errno: u32, why: &'static str) -> Refusal {
 /// the socket itself fails (a protocol error is answered, never returned).
 ///
 /// `log`: when set, each refused message is printed to standard error.
-pub fn serve(mut stream: UnixStream, f: &Function, log: bool) -> io::Result<Stats> {
+pub fn serve(stream: UnixStream, f: &Function, log: bool) -> io::Result<Stats> {
+    let result = serve_messages(stream, f, log);
+    // However the connection ended, what the client set up goes with it.
+    f.client_gone();
+    result
+}
+
+fn serve_messages(mut stream: UnixStream, f: &Function, log: bool) -> io::Result<Stats> {
     let mut stats = Stats::default();
     let mut payload = Vec::new();
-    let result = loop {
+    loop {
         let (hdr, fds) = match read_header(&stream)? {
             Some(h) => h,
-            None => break Ok(stats),
+            None => return Ok(stats),
         };
         stats.messages += 1;
         let size = hdr.size as usize;
@@ -200,9 +207,7 @@ pub fn serve(mut stream: UnixStream, f: &Function, log: bool) -> io::Result<Stat
         out.extend_from_slice(&reply.encode());
         out.extend_from_slice(&body);
         stream.write_all(&out)?;
-    };
-    f.client_gone();
-    result
+    }
 }
 
 /// Reads the next header and the file descriptors sent with it; `None` at the end of the

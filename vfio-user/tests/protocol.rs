@@ -425,30 +425,69 @@ fn hostile_messages_get_errors_and_the_stream_stays_in_step() {
 }
 
 /// A client that closes the socket in the middle of a message ends the connection
-/// cleanly (an error from `serve`, no panic), and its maps and eventfds are dropped.
+/// cleanly (an error from `serve`, no panic), and its maps and eventfds are dropped all
+/// the same; so are those of a client that closes between messages.
 #[test]
 fn a_client_gone_mid_message_leaves_no_maps() {
     let hca = realtime_hca();
     let f = Function::new(hca.clone());
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-    let f2 = f.clone();
-    let server = std::thread::spawn(move || uhca_vfio_user::serve(theirs, &f2, false));
-    let mut c = common::Client::start(&f);
     let ram = Ram::new(1 << 20);
+    let rw = proto::DMA_MAP_FLAG_READ | proto::DMA_MAP_FLAG_WRITE;
+    let mut c = common::Client::start(&f);
     assert_eq!(
-        c.dma_map(Some(ram.fd.as_fd()), 0, 0x10_0000, 1 << 20, 3)
+        c.dma_map(Some(ram.fd.as_fd()), 0, 0x10_0000, 1 << 20, rw)
             .errno(),
         0
     );
     c.finish();
     assert!(!hca.is_mapped(0x10_0000, 1));
-    // Half a header, then gone.
+
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let f2 = f.clone();
+    let server = std::thread::spawn(move || uhca_vfio_user::serve(theirs, &f2, false));
+    // A map and an eventfd, then half a header, then gone.
+    let mut p = Vec::new();
+    p.extend_from_slice(&32u32.to_le_bytes());
+    p.extend_from_slice(&rw.to_le_bytes());
+    p.extend_from_slice(&0u64.to_le_bytes());
+    p.extend_from_slice(&0x20_0000u64.to_le_bytes());
+    p.extend_from_slice(&(1u64 << 20).to_le_bytes());
+    let hdr = proto::Header {
+        id: 1,
+        command: cmd::DMA_MAP,
+        size: 48,
+        flags: proto::FLAG_NO_REPLY,
+        error: 0,
+    };
+    let mut m = hdr.encode().to_vec();
+    m.extend_from_slice(&p);
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
+    let fds = [ram.fd.as_fd()];
+    assert!(anc.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+    rustix::net::sendmsg(
+        &ours,
+        &[std::io::IoSlice::new(&m)],
+        &mut anc,
+        rustix::net::SendFlags::empty(),
+    )
+    .unwrap();
     use std::io::Write;
     let mut ours = ours;
     ours.write_all(&[1, 0, 1, 0, 40]).unwrap();
+    // The map is made before the broken header arrives.
+    let t = std::time::Instant::now();
+    while !hca.is_mapped(0x20_0000, 1) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(hca.is_mapped(0x20_0000, 1 << 20));
     drop(ours);
     let r = server.join().expect("no panic");
     assert!(r.is_err(), "an unexpected end is reported: {r:?}");
+    assert!(
+        !hca.is_mapped(0x20_0000, 1),
+        "the map of a client gone mid-message is dropped"
+    );
 }
 
 /// What QEMU 11.1 sends once the guest turns on its IOMMU (seen in the VM rig): maps of
