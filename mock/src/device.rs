@@ -75,14 +75,19 @@ impl Device {
     }
 
     /// Function level reset: back to the power-on state, except the host side (IOMMU
-    /// mappings, which belong to the platform) and the injected faults other than the
-    /// fatal health state (the firmware restarts).
+    /// mappings, which belong to the platform), the injected faults other than the fatal
+    /// health state (the firmware restarts), and the port's LID and SM LID: the subnet
+    /// manager owns those and gives a port back the LID it had (OpenSM keeps a GUID-to-LID
+    /// table), so a reset does not undo what the fabric's subnet manager configured.
     pub(crate) fn function_level_reset(&mut self, now: u64) {
         let infiniband = self.config.port_type == crate::PortType::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
         self.pci = PciFunction::new(infiniband, vectors);
         self.iommu.set_bus_master(false);
+        let (lid, sm_lid) = (self.fw.lid, self.fw.sm_lid);
         self.fw = Firmware::new(&self.config, now);
+        self.fw.lid = lid;
+        self.fw.sm_lid = sm_lid;
         self.msix_table = msix_power_on(vectors);
         self.engine = crate::engine::Engine::default();
         self.resets += 1;
