@@ -343,7 +343,19 @@ impl Device {
                     .get(&qpn)
                     .map(|q| q.qpc.min_rnr_nak())
                     .unwrap_or(0);
-                let e = self.engine.qps.get(&qpn).map(|s| s.epsn).unwrap_or(p);
+                // Like a sequence NAK, an RNR NAK puts the responder in the NAK state:
+                // the requests the requester pipelined behind this one arrive out of
+                // sequence and are dropped silently until it retries this PSN. Answering
+                // them with a sequence NAK would cost the
+                // requester a transport retry per RNR round, and a slow receiver would
+                // end the connection with "retry exceeded".
+                let e = match self.engine.qps.get_mut(&qpn) {
+                    Some(s) => {
+                        s.nak_sent = true;
+                        s.epsn
+                    }
+                    None => p,
+                };
                 self.send_aeth(qpn, e, AethSyndrome::RnrNak { timer });
             }
             Err(Fail::Nak(code, syndrome)) => {
