@@ -143,7 +143,6 @@ pub(crate) struct Eq {
 pub(crate) struct Cq {
     pub(crate) cqc: Cqc,
     /// The queue buffer's pages (read by the datapath engine).
-    #[allow(dead_code)]
     pub(crate) pas: Vec<u64>,
     /// Producer counter (CQEs written; the datapath engine advances it).
     pub(crate) pi: u32,
@@ -157,7 +156,6 @@ pub(crate) struct Cq {
 pub(crate) struct Qp {
     pub(crate) qpc: Qpc,
     /// The work queue buffer's pages (read by the datapath engine).
-    #[allow(dead_code)]
     pub(crate) pas: Vec<u64>,
 }
 
