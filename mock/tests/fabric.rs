@@ -511,3 +511,18 @@ fn three_hcas_on_one_ethernet_switch() {
 fn three_hcas_on_one_infiniband_subnet() {
     three_hcas(LinkLayer::InfiniBand);
 }
+
+/// One enum names a port's link layer for the fabric and for the HCA's configuration
+/// (`cmd_hca_cap.port_type`): a fabric's link layer configures an HCA that attaches to it.
+#[test]
+fn the_fabric_and_the_hca_port_share_one_link_layer() {
+    for link in [LinkLayer::Ethernet, LinkLayer::InfiniBand] {
+        let fabric = uhca_mock::Fabric::new(link);
+        let hca = uhca_mock::MockHca::new(uhca_mock::MockConfig {
+            port_type: fabric.link_layer(),
+            ..Default::default()
+        });
+        fabric.attach(&hca);
+        assert_eq!(hca.config().port_type.cap(), link.cap());
+    }
+}
