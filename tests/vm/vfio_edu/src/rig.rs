@@ -29,10 +29,10 @@ use std::process::{Command, ExitCode, Stdio};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use uhca_driver::vfio::{
+use uhca_hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
+use uhca_vfio::{
     HugePages, InterruptFd, IrqKind, MIN_IOVA, VfioError, VfioOptions, VfioPlatform, pci,
 };
-use uhca_hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
 
 /// QEMU's edu device: registers of BAR0 and their bits (QEMU's `docs/specs/edu.rst`).
 mod edu {
