@@ -348,7 +348,15 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
             .map_err(|e| format!("{e:?}"))?;
         poll_one(&fabric, &mut a)?;
         poll_one(&fabric, &mut a)?;
-        let (old_cas, old_faa) = (a.mr.mem().read_be64(12288), a.mr.mem().read_be64(12296));
+        // The fetched values land in hca0's buffer in host order (the driver asks for
+        // host-order 8-byte atomic results, PRM atomic_req_8B_endianness_mode); hca1's
+        // words are big-endian, as the InfiniBand specification keeps remote memory.
+        let host_order = |off: usize| {
+            let mut w = [0u8; 8];
+            a.mr.mem().read_bytes(off, &mut w);
+            u64::from_ne_bytes(w)
+        };
+        let (old_cas, old_faa) = (host_order(12288), host_order(12296));
         let (new_cas, new_faa) = (b.mr.mem().read_be64(12288), b.mr.mem().read_be64(12296));
         if (old_cas, old_faa, new_cas, new_faa) != (7, 100, 42, 105) {
             return Err("atomics: wrong values".into());

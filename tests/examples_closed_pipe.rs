@@ -91,6 +91,11 @@ fn perftest_like_tables_go_into_a_closed_pipe() {
 }
 
 #[test]
+fn the_demo_runs_to_its_end_with_a_closed_pipe() {
+    assert_eq!(run_into_closed_pipe("demo", &[]), 0);
+}
+
+#[test]
 fn usage_goes_into_a_closed_pipe() {
     assert_eq!(run_into_closed_pipe("demo", &["--help"]), 0);
     assert_eq!(run_into_closed_pipe("devinfo", &["--bogus"]), 2);
