@@ -38,6 +38,7 @@
 //! (`ok: ...` or `corrupt: ...`).
 
 #[path = "common/mod.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
 use std::net::TcpListener;

@@ -11,6 +11,7 @@
 //! 0x11111111, receive buffers 40 bytes larger for the GRH the HCA places first.
 
 #[path = "common/mod.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
 use std::net::TcpListener;

@@ -27,7 +27,7 @@ pub(crate) struct Device {
 
 impl Device {
     pub(crate) fn new(config: MockConfig, now: u64) -> Self {
-        let infiniband = config.port_type == crate::PortType::InfiniBand;
+        let infiniband = config.port_type == crate::LinkLayer::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
         Device {
             pci: PciFunction::new(infiniband, vectors),
@@ -54,7 +54,7 @@ impl Device {
     /// mappings, which belong to the platform) and the injected faults other than the
     /// fatal health state (the firmware restarts).
     pub(crate) fn function_level_reset(&mut self, now: u64) {
-        let infiniband = self.config.port_type == crate::PortType::InfiniBand;
+        let infiniband = self.config.port_type == crate::LinkLayer::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
         self.pci = PciFunction::new(infiniband, vectors);
         self.iommu.set_bus_master(false);

@@ -78,7 +78,7 @@ impl Device {
             return;
         }
         let max_msg = if st == QpServiceType::Ud {
-            ud_mtu(self.fw.port_type() == crate::caps::PortType::InfiniBand)
+            ud_mtu(self.fw.port_type() == crate::caps::LinkLayer::InfiniBand)
         } else {
             1u64 << qpc.log_msg_max().max(1)
         };

@@ -9,7 +9,7 @@
 use super::mem::{Access, KeyError};
 use super::requester::{path_mtu, ud_mtu};
 use super::{ACK_COALESCE_PACKETS, RESPONDER_RESOURCES, RecvProgress, RespResource, WriteProgress};
-use crate::caps::PortType;
+use crate::caps::LinkLayer;
 use crate::device::Device;
 use crate::firmware::DEFAULT_PKEY;
 use crate::wire::ib::psn;
@@ -94,7 +94,7 @@ impl Device {
         }
         self.engine.counters.rx_packets += 1;
         match self.fw.port_type() {
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 let Ok(r) = RoceV2Repr::parse(f) else {
                     self.engine.counters.rx_malformed += 1;
                     return;
@@ -122,7 +122,7 @@ impl Device {
                 };
                 self.dispatch(&r.transport, &info, now);
             }
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 let Ok(p) = IbPacketRepr::parse(f) else {
                     self.engine.counters.rx_malformed += 1;
                     return;
@@ -811,7 +811,7 @@ impl Device {
             self.engine.counters.rx_qkey_violations += 1;
             return;
         }
-        let ib = self.fw.port_type() == PortType::InfiniBand;
+        let ib = self.fw.port_type() == LinkLayer::InfiniBand;
         if t.payload.len() as u64 > ud_mtu(ib) {
             self.engine.counters.rx_discarded += 1;
             return;
