@@ -50,10 +50,10 @@ fn pingpong<P: Platform + Clone>(
     listener: Option<TcpListener>,
 ) -> Res<()> {
     let mtu = hca.query_port(args.ib_port)?.active_mtu;
-    if mtu.bytes().is_some_and(|m| args.size > m as usize) {
+    if let Some(m) = mtu.bytes().filter(|&m| args.size > m as usize) {
         return Err(format!(
-            "requested size {} is larger than the port MTU {:?}",
-            args.size, mtu
+            "requested size {} is larger than the port MTU ({m}); ask for at most {m} with -s",
+            args.size
         )
         .into());
     }
