@@ -6,6 +6,11 @@
 //! `cargo run --example demo` (add `-- --pcap demo.pcap` to capture every packet; tshark
 //! decodes the capture, and `uhca-wirecheck demo.pcap` verifies every ICRC).
 
+// println!/eprintln! that stay quiet on a closed pipe (`| head`).
+#[macro_use]
+#[path = "common/print.rs"]
+mod print;
+
 use std::path::PathBuf;
 
 fn main() {

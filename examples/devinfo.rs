@@ -11,6 +11,11 @@
 //! On the mock's Ethernet port it installs one RoCEv2 GID (192.0.2.1, a documentation
 //! address) so the GID table shows an entry, as a host's IP stack would have.
 
+// println!/eprintln! that stay quiet on a closed pipe (`| head`).
+#[macro_use]
+#[path = "common/print.rs"]
+mod print;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::ExitCode;
 

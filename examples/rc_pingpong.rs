@@ -13,6 +13,7 @@
 //! posted (default 500); path MTU 1024 unless `-m`.
 
 #[path = "common/mod.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
 use std::net::TcpListener;

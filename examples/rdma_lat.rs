@@ -31,6 +31,7 @@
 //! then lines of text: the test, `start`, `end`, the server's verdict).
 
 #[path = "common/mod.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
 use std::net::TcpListener;

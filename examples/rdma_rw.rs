@@ -18,6 +18,7 @@
 //! checks `A` and `C` against the peer's pattern and they compare verdicts (`ok`/`bad`).
 
 #[path = "common/mod.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
 use std::net::TcpListener;

@@ -11,6 +11,7 @@
 //! 0x11111111, receive buffers 40 bytes larger for the GRH the HCA places first.
 
 #[path = "common/mod.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
 use std::net::TcpListener;
@@ -49,10 +50,10 @@ fn pingpong<P: Platform + Clone>(
     listener: Option<TcpListener>,
 ) -> Res<()> {
     let mtu = hca.query_port(args.ib_port)?.active_mtu;
-    if mtu.bytes().is_some_and(|m| args.size > m as usize) {
+    if let Some(m) = mtu.bytes().filter(|&m| args.size > m as usize) {
         return Err(format!(
-            "requested size {} is larger than the port MTU {:?}",
-            args.size, mtu
+            "requested size {} is larger than the port MTU ({m}); ask for at most {m} with -s",
+            args.size
         )
         .into());
     }

@@ -348,7 +348,13 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
             .map_err(|e| format!("{e:?}"))?;
         poll_one(&fabric, &mut a)?;
         poll_one(&fabric, &mut a)?;
-        let (old_cas, old_faa) = (a.mr.mem().read_be64(12288), a.mr.mem().read_be64(12296));
+        // The original values land in the local buffer in the host's byte order (the
+        // driver asks the HCA for host-order atomic results, as Linux does); the remote
+        // words are big-endian, as the InfiniBand specification keeps them.
+        let mut orig = [0u8; 16];
+        a.mr.mem().read_bytes(12288, &mut orig);
+        let host = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
+        let (old_cas, old_faa) = (host(&orig[..8]), host(&orig[8..]));
         let (new_cas, new_faa) = (b.mr.mem().read_be64(12288), b.mr.mem().read_be64(12296));
         if (old_cas, old_faa, new_cas, new_faa) != (7, 100, 42, 105) {
             return Err("atomics: wrong values".into());

@@ -2,8 +2,9 @@
 //!
 //! Bring-up and teardown of an mlx5 HCA, firmware page management, event processing, the
 //! verbs objects (PD, MR, CQ, QP, SRQ, AH) and the datapath, generic over the platform of
-//! [`uhca_hal::platform`]. The core is `no_std`; the `std` feature adds a health-monitor
-//! thread and `std::error::Error`, the `vfio` feature the VFIO platform.
+//! [`uhca_hal::platform`]. The core is `no_std`; the `std` feature makes the error types
+//! implement `std::error::Error` and starts no thread (the device's health is read by every
+//! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform (`uhca-vfio`, as [`vfio`]).
 //!
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(
@@ -12,8 +13,10 @@
     missing_docs
 )]
 
+/// The VFIO platform (Linux, feature `vfio`): the crate `uhca-vfio`, re-exported here so a
+/// user of the driver names one crate.
 #[cfg(all(feature = "vfio", target_os = "linux"))]
-pub mod vfio;
+pub use uhca_vfio as vfio;
 
 pub mod addr;
 pub mod caps;

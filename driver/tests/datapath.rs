@@ -1432,3 +1432,87 @@ fn a_hundred_thousand_rc_sends_through_a_lossy_fabric() {
     );
     assert_eq!(qa.query(&mut a.hca).unwrap().state, QpState::Rts);
 }
+
+/// A receiver that runs out of receives mid-stream: the SENDs past its last receive are
+/// RNR-NAKed, the requester waits and retries (RNR retry 7: for ever), and once receives
+/// are posted again every SEND arrives, in order, and completes successfully.
+#[test]
+fn sends_past_the_receivers_last_receive_wait_for_the_next_receives() {
+    const K: u64 = 32;
+    const LEN: u64 = 64;
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let (la, lb) = (a.mr.lkey(), b.mr.lkey());
+    let (ia, ib) = (a.mr.iova(), b.mr.iova());
+    let post_recvs = |qb: &mut RcRts, b: &mut Node, from: u64, n: u64| {
+        let rs: Vec<[Sge; 1]> = (from..from + n)
+            .map(|i| {
+                [Sge {
+                    addr: ib + i * LEN,
+                    len: LEN as u32,
+                    lkey: lb,
+                }]
+            })
+            .collect();
+        let recvs: Vec<RecvWr> = rs
+            .iter()
+            .zip(from..)
+            .map(|(s, i)| RecvWr {
+                wr_id: i,
+                sg_list: s,
+            })
+            .collect();
+        qb.post_recv(&mut b.hca, &recvs).unwrap();
+    };
+    post_recvs(&mut qb, &mut b, 0, K / 2);
+    let ss: Vec<[Sge; 1]> = (0..K)
+        .map(|i| {
+            [Sge {
+                addr: ia + i * LEN,
+                len: LEN as u32,
+                lkey: la,
+            }]
+        })
+        .collect();
+    for i in 0..K {
+        a.mr.mem_mut()
+            .write_bytes((i * LEN) as usize, &i.to_be_bytes());
+    }
+    let sends: Vec<SendWr> = ss
+        .iter()
+        .zip(0..)
+        .map(|(s, i)| SendWr::new(i, SendOp::Send, s).with_flags(SendFlags::SIGNALED))
+        .collect();
+    qa.post_send(&mut a.hca, &sends).unwrap();
+    // 10 ms of model time: the first half arrives, the rest is RNR-NAKed and retried.
+    fabric.run_for(10_000_000);
+    let first = poll(&mut b);
+    let early = poll(&mut a);
+    assert_eq!(
+        early.len() as u64,
+        K / 2,
+        "the rest wait, RNR-NAKed: {early:?}"
+    );
+    assert_eq!(first.len() as u64, K / 2, "the posted receives are used");
+    post_recvs(&mut qb, &mut b, K / 2, K / 2);
+    fabric.run_for(100_000_000);
+    let second = poll(&mut b);
+    let got: Vec<u64> = first.iter().chain(&second).map(|c| c.wr_id).collect();
+    assert_eq!(got, (0..K).collect::<Vec<_>>(), "every SEND, in order");
+    assert!(
+        a.dev.datapath_counters().rnr_naks_received >= 8,
+        "RNR rounds beyond 7"
+    );
+    for (c, i) in first.iter().chain(&second).zip(0u64..) {
+        assert_eq!(c.status, WcStatus::Success);
+        let mut m = [0u8; 8];
+        b.mr.mem().read_bytes((i * LEN) as usize, &mut m);
+        assert_eq!(u64::from_be_bytes(m), i);
+    }
+    let sent: Vec<WorkCompletion> = early.into_iter().chain(poll(&mut a)).collect();
+    assert_eq!(sent.len() as u64, K);
+    assert!(
+        sent.iter().all(|c| c.status == WcStatus::Success),
+        "{:?}",
+        sent.iter().map(|c| c.status).collect::<Vec<_>>()
+    );
+}

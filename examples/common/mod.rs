@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[macro_use]
+mod print;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 

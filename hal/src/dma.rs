@@ -2,9 +2,10 @@
 //!
 //! [`DmaBuf`] owns one coherent allocation made through the platform's [`Dma`] and frees it
 //! when dropped. Its memory is reached only through volatile accesses at byte offsets
-//! ([`DmaMem`]): no `&` or `&mut` reference into the memory is ever created, because the
-//! device may write it at any moment. Multi-byte accessors convert from and to the
-//! big-endian order of every mlx5 structure.
+//! ([`DmaMem`]), each made through a `volatile::VolatilePtr` restricted to the access it
+//! makes (read-only for loads, write-only for stores): no `&` or `&mut` reference into the
+//! memory is ever created, because the device may write it at any moment. Multi-byte
+//! accessors convert from and to the big-endian order of every mlx5 structure.
 //!
 //! Offsets are checked on every access. An access outside the buffer, or a misaligned
 //! one, is a driver bug and **panics**; it never touches memory outside the allocation.
@@ -14,6 +15,8 @@
 //! sees.
 
 use crate::platform::{Dma, DmaError, DmaRegion};
+use core::ptr::NonNull;
+use volatile::{VolatilePtr, access};
 
 /// Memory shared with the device, accessed by offset.
 ///
@@ -168,6 +171,31 @@ impl<D: Dma> DmaBuf<D> {
     }
 }
 
+/// One volatile load of the `T` at `p`, through a read-only [`VolatilePtr`].
+///
+/// # Safety
+///
+/// `p` is non-null, aligned for `T` and valid for a read of `T` (inside a live allocation).
+#[inline(always)]
+unsafe fn read_at<T: Copy>(p: *const T) -> T {
+    // SAFETY: the caller's guarantees are `VolatilePtr::new_read_only`'s; the pointer is
+    // used for this one read and not kept.
+    unsafe { VolatilePtr::new_read_only(NonNull::new_unchecked(p.cast_mut())) }.read()
+}
+
+/// One volatile store of `v` to the `T` at `p`, through a write-only [`VolatilePtr`].
+///
+/// # Safety
+///
+/// `p` is non-null, aligned for `T` and valid for a write of `T` (inside a live allocation
+/// no one else writes from the CPU side).
+#[inline(always)]
+unsafe fn write_at<T: Copy>(p: *mut T, v: T) {
+    // SAFETY: the caller's guarantees are `VolatilePtr::new_restricted`'s; the pointer is
+    // used for this one write and not kept.
+    unsafe { VolatilePtr::new_restricted(access::WriteOnly, NonNull::new_unchecked(p)) }.write(v)
+}
+
 /// The panic of a failed bounds or alignment check.
 #[cold]
 #[inline(never)]
@@ -204,28 +232,28 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let p = self.ptr(off, 1, 1);
         // SAFETY: `ptr` checked that the byte is inside the live allocation, which is valid
         // for volatile reads (Dma contract).
-        unsafe { p.read_volatile() }
+        unsafe { read_at(p) }
     }
 
     #[inline(always)]
     fn read_be16(&self, off: usize) -> u16 {
         let p = self.ptr(off, 2, 2).cast::<u16>();
         // SAFETY: in bounds and 2-aligned (the base is 8-aligned and `off` is even).
-        u16::from_be(unsafe { p.read_volatile() })
+        u16::from_be(unsafe { read_at(p) })
     }
 
     #[inline(always)]
     fn read_be32(&self, off: usize) -> u32 {
         let p = self.ptr(off, 4, 4).cast::<u32>();
         // SAFETY: in bounds and 4-aligned (the base is 8-aligned).
-        u32::from_be(unsafe { p.read_volatile() })
+        u32::from_be(unsafe { read_at(p) })
     }
 
     #[inline(always)]
     fn read_be64(&self, off: usize) -> u64 {
         let p = self.ptr(off, 8, 8).cast::<u64>();
         // SAFETY: in bounds and 8-aligned.
-        u64::from_be(unsafe { p.read_volatile() })
+        u64::from_be(unsafe { read_at(p) })
     }
 
     #[inline(always)]
@@ -235,7 +263,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         for (i, w) in out.iter_mut().enumerate() {
             // SAFETY: `ptr` checked that all `N` words are inside the live allocation and
             // that the first is 8-aligned (so every word is); valid for volatile reads.
-            *w = u64::from_be(unsafe { p.add(i).read_volatile() });
+            *w = u64::from_be(unsafe { read_at(p.add(i)) });
         }
         out
     }
@@ -245,21 +273,21 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let p = self.ptr(off, 1, 1);
         // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
         // makes this the only CPU-side writer.
-        unsafe { p.write_volatile(v) }
+        unsafe { write_at(p, v) }
     }
 
     #[inline(always)]
     fn write_be32(&mut self, off: usize, v: u32) {
         let p = self.ptr(off, 4, 4).cast::<u32>();
         // SAFETY: in bounds and 4-aligned; exclusive CPU-side writer.
-        unsafe { p.write_volatile(v.to_be()) }
+        unsafe { write_at(p, v.to_be()) }
     }
 
     #[inline(always)]
     fn write_be64(&mut self, off: usize, v: u64) {
         let p = self.ptr(off, 8, 8).cast::<u64>();
         // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
-        unsafe { p.write_volatile(v.to_be()) }
+        unsafe { write_at(p, v.to_be()) }
     }
 
     #[inline(always)]
@@ -268,7 +296,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         for i in 0..n {
             // SAFETY: `ptr` checked that all `n` words are inside the allocation and that
             // the first is 8-aligned; exclusive CPU-side writer.
-            unsafe { p.add(i).write_volatile(word(i).to_be()) };
+            unsafe { write_at(p.add(i), word(i).to_be()) };
         }
     }
 
@@ -283,7 +311,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         // base is 8-aligned and each width is only used at a multiple of itself.
         if !(off + i).is_multiple_of(2) && i < len {
             // SAFETY: `p + i` is inside the range `ptr` checked (`i < len`).
-            unsafe { p.add(i).write_volatile(src[i]) };
+            unsafe { write_at(p.add(i), src[i]) };
             i += 1;
         }
         if !(off + i).is_multiple_of(4) && i + 2 <= len {
@@ -291,7 +319,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
             // inside the checked range and 2-aligned (`off + i` is even here).
             unsafe {
                 let h = s.add(i).cast::<u16>().read_unaligned();
-                p.add(i).cast::<u16>().write_volatile(h);
+                write_at(p.add(i).cast::<u16>(), h);
             }
             i += 2;
         }
@@ -300,7 +328,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
             // range and 4-aligned (`off + i` is a multiple of 4 here).
             unsafe {
                 let w = s.add(i).cast::<u32>().read_unaligned();
-                p.add(i).cast::<u32>().write_volatile(w);
+                write_at(p.add(i).cast::<u32>(), w);
             }
             i += 4;
         }
@@ -311,7 +339,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
                 // `off + i` is a multiple of 8).
                 unsafe {
                     let w = s.add(i).cast::<u64>().read_unaligned();
-                    p.add(i).cast::<u64>().write_volatile(w);
+                    write_at(p.add(i).cast::<u64>(), w);
                 }
                 i += 8;
             }
@@ -320,7 +348,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
                 // is a multiple of 8).
                 unsafe {
                     let w = s.add(i).cast::<u32>().read_unaligned();
-                    p.add(i).cast::<u32>().write_volatile(w);
+                    write_at(p.add(i).cast::<u32>(), w);
                 }
                 i += 4;
             }
@@ -328,7 +356,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
                 // SAFETY: in bounds; 2-aligned (`off + i` is a multiple of 4).
                 unsafe {
                     let h = s.add(i).cast::<u16>().read_unaligned();
-                    p.add(i).cast::<u16>().write_volatile(h);
+                    write_at(p.add(i).cast::<u16>(), h);
                 }
                 i += 2;
             }
@@ -336,7 +364,7 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         // The last byte, or (for a short copy whose head did not reach alignment) the rest.
         while i < len {
             // SAFETY: inside the checked range.
-            unsafe { p.add(i).write_volatile(src[i]) };
+            unsafe { write_at(p.add(i), src[i]) };
             i += 1;
         }
     }
@@ -347,21 +375,21 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let mut i = 0;
         while i < dst.len() && !(off + i).is_multiple_of(8) {
             // SAFETY: inside the checked range.
-            dst[i] = unsafe { p.add(i).read_volatile() };
+            dst[i] = unsafe { read_at(p.add(i)) };
             i += 1;
         }
         while i + 8 <= dst.len() {
             // SAFETY: the source is inside the checked range and 8-aligned; `dst[i..i + 8]`
             // is in bounds (loop condition).
             unsafe {
-                let w = p.add(i).cast::<u64>().read_volatile();
+                let w = read_at(p.add(i).cast::<u64>());
                 dst.as_mut_ptr().add(i).cast::<u64>().write_unaligned(w);
             }
             i += 8;
         }
         while i < dst.len() {
             // SAFETY: inside the checked range.
-            dst[i] = unsafe { p.add(i).read_volatile() };
+            dst[i] = unsafe { read_at(p.add(i)) };
             i += 1;
         }
     }
@@ -373,17 +401,17 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         let mut i = 0;
         while i < len && !(off + i).is_multiple_of(8) {
             // SAFETY: inside the checked range.
-            unsafe { p.add(i).write_volatile(byte) };
+            unsafe { write_at(p.add(i), byte) };
             i += 1;
         }
         while i + 8 <= len {
             // SAFETY: inside the checked range and 8-aligned.
-            unsafe { p.add(i).cast::<u64>().write_volatile(word) };
+            unsafe { write_at(p.add(i).cast::<u64>(), word) };
             i += 8;
         }
         while i < len {
             // SAFETY: inside the checked range.
-            unsafe { p.add(i).write_volatile(byte) };
+            unsafe { write_at(p.add(i), byte) };
             i += 1;
         }
     }

@@ -15,25 +15,31 @@ use uhca_fwif::field::Field;
 /// 400 Gb/s).
 pub const STAT_RATE_SUPPORT: u16 = 0xffbf;
 
-/// Port type of the modelled function.
+/// The link layer of a port: the modelled function's (`cmd_hca_cap.port_type`, encoded by
+/// [`LinkLayer::cap`]) and a fabric's, which every HCA attached to it must share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum PortType {
-    /// An InfiniBand port (LIDs, a subnet manager, MAD_IFC).
+pub enum LinkLayer {
+    /// InfiniBand: native IB packets, delivered by DLID; LIDs from a subnet manager,
+    /// MAD_IFC.
     InfiniBand,
-    /// An Ethernet port carrying RoCE.
+    /// Ethernet carrying RoCE: RoCEv2 frames, delivered by destination MAC or IP.
     #[default]
     Ethernet,
 }
 
-impl PortType {
+impl LinkLayer {
     /// The `cmd_hca_cap.port_type` encoding.
     pub fn cap(self) -> PortTypeCap {
         match self {
-            PortType::InfiniBand => PortTypeCap::Ib,
-            PortType::Ethernet => PortTypeCap::Eth,
+            LinkLayer::InfiniBand => PortTypeCap::Ib,
+            LinkLayer::Ethernet => PortTypeCap::Eth,
         }
     }
 }
+
+/// [`LinkLayer`] under the name `MockConfig::port_type` was first given: the same enum, kept
+/// so that existing code (`LinkLayer::InfiniBand`) compiles; new code says `LinkLayer`.
+pub type PortType = LinkLayer;
 
 /// Number of P_Key table entries (`pkey_table_size` 0 encodes 128).
 pub const PKEY_TABLE_ENTRIES: usize = 128;
@@ -91,7 +97,7 @@ pub(crate) struct Caps {
 }
 
 impl Caps {
-    pub(crate) fn new(port: PortType) -> Self {
+    pub(crate) fn new(port: LinkLayer) -> Self {
         let mut g = CmdHcaCap::default();
         g.set_log_max_srq_sz(15)
             .set_log_max_qp_sz(15)
@@ -124,7 +130,7 @@ impl Caps {
             .set_stat_rate_support(STAT_RATE_SUPPORT)
             .set_cqe_version(1)
             .set_cmdif_checksum(0)
-            .set_roce(port == PortType::Ethernet)
+            .set_roce(port == LinkLayer::Ethernet)
             .set_cq_oi(true)
             .set_cq_moderation(true)
             .set_qkv(true)
@@ -165,7 +171,7 @@ impl Caps {
             .set_release_all_pages(false);
 
         let mut r = RoceCap::default();
-        if port == PortType::Ethernet {
+        if port == LinkLayer::Ethernet {
             r.set_sw_r_roce_src_udp_port(true)
                 .set_fl_rc_qp_when_roce_disabled(true)
                 .set_fl_rc_qp_when_roce_enabled(true)
@@ -195,11 +201,11 @@ impl Caps {
         }
     }
 
-    pub(crate) fn port_type(&self) -> PortType {
+    pub(crate) fn port_type(&self) -> LinkLayer {
         if self.general_cur.port_type() == PortTypeCap::Ib.raw() {
-            PortType::InfiniBand
+            LinkLayer::InfiniBand
         } else {
-            PortType::Ethernet
+            LinkLayer::Ethernet
         }
     }
 }

@@ -50,7 +50,7 @@ impl Device {
     }
 
     pub(crate) fn new(config: MockConfig, now: u64) -> Self {
-        let infiniband = config.port_type == crate::PortType::InfiniBand;
+        let infiniband = config.port_type == crate::LinkLayer::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
         Device {
             pci: PciFunction::new(infiniband, vectors),
@@ -80,7 +80,7 @@ impl Device {
     /// manager owns those and gives a port back the LID it had (OpenSM keeps a GUID-to-LID
     /// table), so a reset does not undo what the fabric's subnet manager configured.
     pub(crate) fn function_level_reset(&mut self, now: u64) {
-        let infiniband = self.config.port_type == crate::PortType::InfiniBand;
+        let infiniband = self.config.port_type == crate::LinkLayer::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
         self.pci = PciFunction::new(infiniband, vectors);
         self.iommu.set_bus_master(false);

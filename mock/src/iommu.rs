@@ -100,7 +100,7 @@ enum MappingKind {
     User,
     /// Memory of a file descriptor that this IOMMU mapped into the process (a vfio-user
     /// client's DMA map); unmapped with `munmap` when the mapping goes.
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     External {
         /// Whether the device may write it.
         writable: bool,
@@ -117,7 +117,7 @@ struct Mapping {
     kind: MappingKind,
 }
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let MappingKind::External { .. } = self.kind {
@@ -279,7 +279,7 @@ impl Iommu {
     /// this process itself, keeps the mapping until [`Iommu::unmap_client_range`] or its drop,
     /// and serves device accesses to it like any other mapping; writes fault unless
     /// `writable`.
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     pub(crate) fn map_fd(
         &mut self,
         iova: u64,
@@ -427,7 +427,7 @@ impl Iommu {
             return None;
         }
         let writable = match m.kind {
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             MappingKind::External { writable } => writable,
             MappingKind::Unbacked => return None,
             _ => true,

@@ -39,10 +39,10 @@ pub(crate) mod model;
 pub mod pci;
 pub mod wire;
 
-pub use caps::PortType;
+pub use caps::{LinkLayer, PortType};
 pub use clock::ClockMode;
 pub use engine::DatapathCounters;
-pub use fabric::{Fabric, FabricCounters, FaultConfig, LinkLayer};
+pub use fabric::{Fabric, FabricCounters, FaultConfig};
 pub use faults::CommandFault;
 pub use firmware::HcaState;
 pub use iommu::{FaultKind, IommuFault, MapFdError};

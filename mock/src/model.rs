@@ -1,7 +1,7 @@
 //! The public face of the model: [`MockHca`] (the device, for tests and users) and
 //! [`MockPlatform`] (the handle a driver uses, implementing the HAL's platform traits).
 
-use crate::caps::PortType;
+use crate::caps::LinkLayer;
 use crate::clock::{ClockMode, ModelClock};
 use crate::device::Device;
 use crate::faults::{ArmedCommandFault, CommandFault};
@@ -17,9 +17,9 @@ use uhca_hal::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
 /// How to build a mock HCA.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MockConfig {
-    /// Port type: InfiniBand or Ethernet (RoCE). Sets the PCI class code and the
-    /// capabilities.
-    pub port_type: PortType,
+    /// The port's link layer, InfiniBand or Ethernet (RoCE): `cmd_hca_cap.port_type`. Sets
+    /// the PCI class code and the capabilities.
+    pub port_type: LinkLayer,
     /// Virtual (deterministic) or real-time clock.
     pub clock: ClockMode,
     /// How long the firmware reports `initializing` after power-on or reset, in
@@ -50,7 +50,7 @@ pub struct MockConfig {
 impl Default for MockConfig {
     fn default() -> Self {
         MockConfig {
-            port_type: PortType::Ethernet,
+            port_type: LinkLayer::Ethernet,
             clock: ClockMode::Virtual,
             init_delay_us: 1_000,
             boot_pages: 8,
@@ -75,7 +75,7 @@ impl MockConfig {
     /// An InfiniBand function with default settings.
     pub fn infiniband() -> Self {
         MockConfig {
-            port_type: PortType::InfiniBand,
+            port_type: LinkLayer::InfiniBand,
             ..Self::default()
         }
     }
@@ -671,7 +671,7 @@ impl MockHca {
     /// (it belongs to the host, not the device). IOVA, offset and length must be multiples
     /// of 4 KiB, and the range must neither overlap a live mapping nor reach past the end of
     /// the file.
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     pub fn map_fd(
         &self,
         iova: u64,

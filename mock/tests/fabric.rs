@@ -1,6 +1,7 @@
 //! The fabric: RC under seeded loss, duplication and reordering delivers every message
 //! exactly once, in order and intact; the pcap tap's output parses with `uhca_mock::wire`
-//! (and, with `UHCA_REQUIRE_TSHARK` set, tshark decodes it); determinism.
+//! (and, with `UHCA_REQUIRE_TSHARK` set, tshark decodes it); determinism; RC over the UDP
+//! uplink on loopback (skipped when it cannot bind, unless `UHCA_REQUIRE_UDP=1`).
 
 mod common;
 
@@ -289,6 +290,16 @@ fn frames_wait_until_the_fabric_is_pumped() {
     assert_eq!(p.b.poll_all(&mut p.bcq).len(), 1);
 }
 
+/// A UDP port the test cannot bind (a sandbox without loopback, the port in use): the test
+/// says so and passes, unless `UHCA_REQUIRE_UDP=1` (CI sets it) makes that a failure.
+fn udp_unavailable(addr: &str, e: &std::io::Error) {
+    assert!(
+        std::env::var("UHCA_REQUIRE_UDP").as_deref() != Ok("1"),
+        "UHCA_REQUIRE_UDP=1 but cannot bind {addr}: {e}"
+    );
+    eprintln!("SKIPPED: cannot bind {addr}: {e} (set UHCA_REQUIRE_UDP=1 to fail instead)");
+}
+
 #[test]
 fn rc_over_the_udp_transport_on_loopback() {
     use std::net::Ipv4Addr;
@@ -298,12 +309,10 @@ fn rc_over_the_udp_transport_on_loopback() {
     let mut a = common::verbs::Node::with_ip(&fa, LinkLayer::Ethernet, 1, [127, 0, 0, 1]);
     let mut b = common::verbs::Node::with_ip(&fb, LinkLayer::Ethernet, 2, [127, 0, 0, 2]);
     if let Err(e) = fa.attach_udp(&a.h.hca, Ipv4Addr::new(127, 0, 0, 1)) {
-        eprintln!("skipped: cannot bind 127.0.0.1:4791: {e}");
-        return;
+        return udp_unavailable("127.0.0.1:4791", &e);
     }
     if let Err(e) = fb.attach_udp(&b.h.hca, Ipv4Addr::new(127, 0, 0, 2)) {
-        eprintln!("skipped: cannot bind 127.0.0.2:4791: {e}");
-        return;
+        return udp_unavailable("127.0.0.2:4791", &e);
     }
     let mut acq = a.cq(6);
     let mut bcq = b.cq(6);
@@ -501,4 +510,19 @@ fn three_hcas_on_one_ethernet_switch() {
 #[test]
 fn three_hcas_on_one_infiniband_subnet() {
     three_hcas(LinkLayer::InfiniBand);
+}
+
+/// One enum names a port's link layer for the fabric and for the HCA's configuration
+/// (`cmd_hca_cap.port_type`): a fabric's link layer configures an HCA that attaches to it.
+#[test]
+fn the_fabric_and_the_hca_port_share_one_link_layer() {
+    for link in [LinkLayer::Ethernet, LinkLayer::InfiniBand] {
+        let fabric = uhca_mock::Fabric::new(link);
+        let hca = uhca_mock::MockHca::new(uhca_mock::MockConfig {
+            port_type: fabric.link_layer(),
+            ..Default::default()
+        });
+        fabric.attach(&hca);
+        assert_eq!(hca.config().port_type.cap(), link.cap());
+    }
 }

@@ -8,7 +8,7 @@ use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_fwif::init_seg::initial_seg;
 use uhca_hal::{Bar, Clock, ConfigError, PciConfig};
-use uhca_mock::{HcaState, MockConfig, MockHca, PortType};
+use uhca_mock::{HcaState, LinkLayer, MockConfig, MockHca};
 
 #[test]
 fn identity_and_class_follow_the_port_type() {
@@ -274,7 +274,7 @@ fn out_of_bounds_bar_access_panics() {
 #[test]
 fn port_type_configures_capabilities() {
     let mut h = Harness::initialized(MockConfig {
-        port_type: PortType::InfiniBand,
+        port_type: LinkLayer::InfiniBand,
         ..Default::default()
     });
     let mut q = QueryHcaCapIn::new_cmd();

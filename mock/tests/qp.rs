@@ -6,7 +6,7 @@ use common::{Harness, pas_bytes};
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_mock::firmware::{optpar, syndrome};
-use uhca_mock::{MockConfig, PortType};
+use uhca_mock::{LinkLayer, MockConfig};
 
 struct Setup {
     h: Harness,
@@ -374,7 +374,7 @@ fn infiniband_qp_needs_no_gid() {
         uar,
         cqn,
     } = setup(MockConfig {
-        port_type: PortType::InfiniBand,
+        port_type: LinkLayer::InfiniBand,
         ..Default::default()
     });
     let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);

@@ -161,3 +161,88 @@ fn scapy_frames_pass() {
         "{out}"
     );
 }
+
+/// Runs the binary on `path` with its standard output (and error, as `2>&1 | head` does) a
+/// pipe whose reader is already gone: every write fails with `EPIPE`.
+fn wirecheck_into_closed_pipe(path: &PathBuf) -> i32 {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_uhca-wirecheck"))
+        .arg(path)
+        .stderr(writer.try_clone().unwrap())
+        .stdout(writer)
+        .status()
+        .unwrap();
+    // A panic (std's `println!` on EPIPE) would be status 101.
+    status.code().unwrap()
+}
+
+/// Runs the binary on a file holding `bytes`: (exit status, standard error).
+fn wirecheck_bytes(name: &str, bytes: &[u8]) -> (i32, String) {
+    let path = tmp(name);
+    std::fs::write(&path, bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_uhca-wirecheck"))
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_stdout_ends_the_report_quietly_and_keeps_the_verdict() {
+    // `uhca-wirecheck FILE 2>&1 | head`: no panic, and the status still says whether
+    // a packet was bad.
+    let p = write(
+        "pipe-good.pcap",
+        LinkType::Ethernet,
+        &[roce(send(1)), roce(ack())],
+    );
+    let code = wirecheck_into_closed_pipe(&p);
+    let _ = std::fs::remove_file(&p);
+    assert_eq!(code, 0);
+
+    let mut bad = roce(send(2));
+    let n = bad.len();
+    bad[n - 6] ^= 0x20;
+    let p = write("pipe-bad.pcap", LinkType::Ethernet, &[roce(send(1)), bad]);
+    let code = wirecheck_into_closed_pipe(&p);
+    let _ = std::fs::remove_file(&p);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn an_empty_capture_says_it_is_empty() {
+    let (code, stderr) = wirecheck_bytes("empty.pcap", &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("the file is empty"), "{stderr}");
+}
+
+#[test]
+fn a_cut_capture_says_it_is_truncated() {
+    let whole = std::fs::read(write(
+        "cut.pcap",
+        LinkType::Ethernet,
+        &[roce(send(1)), roce(send(2))],
+    ))
+    .unwrap();
+    let _ = std::fs::remove_file(tmp("cut.pcap"));
+    // Inside the 24-byte file header.
+    let (code, stderr) = wirecheck_bytes("cut-header.pcap", &whole[..10]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("ends inside the capture header (10 bytes") && stderr.contains("truncated"),
+        "{stderr}"
+    );
+    // Inside the second packet's record.
+    let (code, stderr) = wirecheck_bytes("cut-record.pcap", &whole[..whole.len() - 3]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("packet 2: the file ends inside this record")
+            && stderr.contains("(1 whole packets before it)"),
+        "{stderr}"
+    );
+}

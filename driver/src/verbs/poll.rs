@@ -286,6 +286,11 @@ impl<P: Platform + Clone> Datapath<P> {
                         wc.imm_data = cqe.immediate.get();
                         wc.wc_flags |= WcFlags::WITH_IMM;
                     }
+                    if opcode == CqeOpcode::RespSendInv {
+                        // The CQE's immediate field carries the invalidated rkey.
+                        wc.invalidated_rkey = cqe.immediate.get();
+                        wc.wc_flags |= WcFlags::WITH_INV;
+                    }
                     let flags_rqpn = cqe.flags_rqpn.get();
                     if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
                         wc.wc_flags |= WcFlags::GRH;
@@ -297,6 +302,7 @@ impl<P: Platform + Clone> Datapath<P> {
                         wc.src_qp = flags_rqpn & 0x00ff_ffff;
                     }
                     wc.slid = cqe.slid.get();
+                    wc.dlid_path_bits = cqe.ml_path & 0x7f;
                 }
             }
             other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),

@@ -423,6 +423,8 @@ bitflags::bitflags! {
         const GRH = 1 << 0;
         /// `imm_data` is valid.
         const WITH_IMM = 1 << 1;
+        /// A SEND with invalidate arrived: `invalidated_rkey` is the key it named.
+        const WITH_INV = 1 << 2;
     }
 }
 
@@ -441,12 +443,17 @@ pub struct WorkCompletion {
     pub byte_len: u32,
     /// Immediate data, when `wc_flags` has [`WcFlags::WITH_IMM`].
     pub imm_data: u32,
+    /// The rkey a SEND with invalidate named, when `wc_flags` has [`WcFlags::WITH_INV`]
+    /// (uhca registers no memory windows, so nothing is invalidated locally).
+    pub invalidated_rkey: u32,
     /// The local QP.
     pub qp_num: u32,
     /// The sender's QP (UD receives).
     pub src_qp: u32,
     /// The sender's LID (InfiniBand receives).
     pub slid: u16,
+    /// The destination LID's path bits (InfiniBand receives, with an LMC above 0).
+    pub dlid_path_bits: u8,
     /// The service level the CQE reports for a receive (every QP type, as libmlx5 and
     /// Linux report it).
     pub sl: u8,

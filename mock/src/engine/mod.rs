@@ -161,6 +161,27 @@ pub(crate) struct Engine {
     pub(crate) now: u64,
     /// Queue counters by counter set id.
     pub(crate) q_counters: BTreeMap<u8, QCounters>,
+    /// Payload buffers of acknowledged messages, kept for the next ones (a fresh 64 KiB
+    /// allocation per message cost page faults when the allocator gave the memory back).
+    pub(crate) spare_payloads: Vec<Vec<u8>>,
+}
+
+/// Most payload buffers [`Engine::spare_payloads`] keeps.
+const SPARE_PAYLOADS: usize = 64;
+
+impl Engine {
+    /// An empty buffer for a message's payload, with the capacity of an earlier one if any.
+    pub(crate) fn payload_buffer(&mut self) -> Vec<u8> {
+        self.spare_payloads.pop().unwrap_or_default()
+    }
+
+    /// Keeps the buffer of an acknowledged message's payload for a later one.
+    pub(crate) fn recycle_payload(&mut self, mut buf: Vec<u8>) {
+        if self.spare_payloads.len() < SPARE_PAYLOADS && buf.capacity() > 0 {
+            buf.clear();
+            self.spare_payloads.push(buf);
+        }
+    }
 }
 
 /// Most frames kept waiting in the transmit queue; beyond it the oldest are dropped (a

@@ -2,7 +2,7 @@
 //! address vector, for RoCEv2 (GID table entries installed with SET_ROCE_ADDRESS) and
 //! native InfiniBand (LRH, and a GRH when asked for).
 
-use crate::caps::{IB_GID_TABLE_ENTRIES, PortType};
+use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer};
 use crate::device::Device;
 use crate::firmware::{DEFAULT_PKEY, GID_PREFIX};
 use crate::wire::{
@@ -53,7 +53,7 @@ impl Device {
     /// The GID at `index` of the port's table (IB: index 0 is the link-local GID).
     pub(crate) fn sgid(&self, index: usize) -> Option<[u8; 16]> {
         match self.fw.port_type() {
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 if index >= IB_GID_TABLE_ENTRIES {
                     return None;
                 }
@@ -62,7 +62,7 @@ impl Device {
                 g[8..].copy_from_slice(&self.config.node_guid().to_be_bytes());
                 (index == 0).then_some(g)
             }
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 let e = self.fw.roce_addrs.get(index)?.as_ref()?;
                 Some(*e.source_l3_address())
             }
@@ -122,7 +122,7 @@ impl Device {
     /// The path of an RC or UC QP (its primary address path).
     pub(crate) fn qp_path(&self, ads: &Ads) -> Option<Path> {
         match self.fw.port_type() {
-            PortType::Ethernet if ads.fl() => {
+            LinkLayer::Ethernet if ads.fl() => {
                 // Force loopback: to this port's own MAC, from GID `src_addr_index` if it
                 // is programmed, else between unspecified addresses.
                 let mac = self.config.mac;
@@ -144,7 +144,7 @@ impl Device {
                     flow_label: 0,
                 })
             }
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 let h = ads.rmac_47_32().to_be_bytes();
                 let l = ads.rmac_31_0().to_be_bytes();
                 let mut dgid = [0u8; 16];
@@ -159,7 +159,7 @@ impl Device {
                     ads.flow_label(),
                 )
             }
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 let grh = if ads.grh() {
                     let mut dgid = [0u8; 16];
                     dgid.copy_from_slice(ads.rgid_rip());
@@ -184,7 +184,7 @@ impl Device {
     /// The path of a UD work request (its address vector).
     pub(crate) fn av_path(&self, av: &Av) -> Option<Path> {
         match self.fw.port_type() {
-            PortType::Ethernet => self.roce_path(
+            LinkLayer::Ethernet => self.roce_path(
                 av.sgid_index() as usize,
                 av.rgid,
                 av.rmac,
@@ -193,7 +193,7 @@ impl Device {
                 av.tclass,
                 av.flow_label(),
             ),
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 let grh = if av.grh_gid_fl.get() & Av::GRH_GID_FL_GRH != 0 {
                     let mut g = GrhRepr::new(self.sgid(av.sgid_index() as usize)?, av.rgid);
                     g.traffic_class = av.tclass;

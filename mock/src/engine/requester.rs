@@ -78,7 +78,7 @@ impl Device {
             return;
         }
         let max_msg = if st == QpServiceType::Ud {
-            ud_mtu(self.fw.port_type() == crate::caps::PortType::InfiniBand)
+            ud_mtu(self.fw.port_type() == crate::caps::LinkLayer::InfiniBand)
         } else {
             1u64 << qpc.log_msg_max().max(1)
         };
@@ -95,7 +95,7 @@ impl Device {
             return;
         }
         // Gather (SEND, WRITE) or check the local targets (READ, atomics).
-        let mut payload = Vec::new();
+        let mut payload = self.engine.payload_buffer();
         let mut local = Vec::new();
         let gathers = matches!(
             op,
@@ -428,10 +428,11 @@ impl Device {
                 break;
             }
             let w = s.outstanding.pop_front();
-            if let Some(w) = w
-                && w.signaled
-            {
-                self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+            if let Some(w) = w {
+                if w.signaled {
+                    self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+                }
+                self.engine.recycle_payload(w.payload);
             }
         }
         progressed

@@ -9,7 +9,7 @@
 use super::mem::{Access, KeyError};
 use super::requester::{path_mtu, ud_mtu};
 use super::{ACK_COALESCE_PACKETS, RESPONDER_RESOURCES, RecvProgress, RespResource, WriteProgress};
-use crate::caps::PortType;
+use crate::caps::LinkLayer;
 use crate::device::Device;
 use crate::firmware::DEFAULT_PKEY;
 use crate::wire::ib::psn;
@@ -94,7 +94,7 @@ impl Device {
         }
         self.engine.counters.rx_packets += 1;
         match self.fw.port_type() {
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 let Ok(r) = RoceV2Repr::parse(f) else {
                     self.engine.counters.rx_malformed += 1;
                     return;
@@ -122,7 +122,7 @@ impl Device {
                 };
                 self.dispatch(&r.transport, &info, now);
             }
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 let Ok(p) = IbPacketRepr::parse(f) else {
                     self.engine.counters.rx_malformed += 1;
                     return;
@@ -343,7 +343,19 @@ impl Device {
                     .get(&qpn)
                     .map(|q| q.qpc.min_rnr_nak())
                     .unwrap_or(0);
-                let e = self.engine.qps.get(&qpn).map(|s| s.epsn).unwrap_or(p);
+                // Like a sequence NAK, an RNR NAK puts the responder in the NAK state:
+                // the requests the requester pipelined behind this one arrive out of
+                // sequence and are dropped silently until it retries this PSN. Answering
+                // them with a sequence NAK would cost the
+                // requester a transport retry per RNR round, and a slow receiver would
+                // end the connection with "retry exceeded".
+                let e = match self.engine.qps.get_mut(&qpn) {
+                    Some(s) => {
+                        s.nak_sent = true;
+                        s.epsn
+                    }
+                    None => p,
+                };
                 self.send_aeth(qpn, e, AethSyndrome::RnrNak { timer });
             }
             Err(Fail::Nak(code, syndrome)) => {
@@ -799,7 +811,7 @@ impl Device {
             self.engine.counters.rx_qkey_violations += 1;
             return;
         }
-        let ib = self.fw.port_type() == PortType::InfiniBand;
+        let ib = self.fw.port_type() == LinkLayer::InfiniBand;
         if t.payload.len() as u64 > ud_mtu(ib) {
             self.engine.counters.rx_discarded += 1;
             return;

@@ -40,14 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// The link layer of a fabric (all its HCAs must have ports of this type).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkLayer {
-    /// Ethernet: RoCEv2 frames, delivered by destination MAC or IP.
-    Ethernet,
-    /// InfiniBand: native IB packets, delivered by DLID; a subnet manager assigns LIDs.
-    InfiniBand,
-}
+pub use crate::caps::LinkLayer;
 
 /// What the fabric did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -184,13 +177,9 @@ impl Fabric {
     /// If the HCA's port type is not the fabric's link layer (a programming error).
     pub fn attach(&self, hca: &MockHca) -> usize {
         let mut i = self.lock();
-        let want = match i.link {
-            LinkLayer::Ethernet => crate::PortType::Ethernet,
-            LinkLayer::InfiniBand => crate::PortType::InfiniBand,
-        };
         assert_eq!(
             hca.config().port_type,
-            want,
+            i.link,
             "an HCA attached to a fabric of another link layer"
         );
         if i.link == LinkLayer::InfiniBand {

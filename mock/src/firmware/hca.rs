@@ -2,7 +2,7 @@
 //! ACCESS_REGISTER (host endianness) and QUERY_SPECIAL_CONTEXTS.
 
 use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
-use crate::caps::{PortType, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
+use crate::caps::{LinkLayer, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -94,7 +94,7 @@ impl Device {
                 };
                 cap[..CmdHcaCap::SIZE].copy_from_slice(g.as_bytes());
             }
-            HcaCapType::Roce if self.fw.port_type() == PortType::Ethernet => {
+            HcaCapType::Roce if self.fw.port_type() == LinkLayer::Ethernet => {
                 let r = if cur {
                     &self.fw.caps.roce_cur
                 } else {
@@ -133,7 +133,7 @@ impl Device {
                     SETTABLE_GENERAL,
                 )
             }
-            HcaCapType::Roce if caps.port_type() == PortType::Ethernet => {
+            HcaCapType::Roce if caps.port_type() == LinkLayer::Ethernet => {
                 let (req, _) = RoceCap::read_from_prefix(i.capability())
                     .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
                 apply_settable(&mut caps.roce_cur, &caps.roce_max, &req, SETTABLE_ROCE)

@@ -32,7 +32,7 @@ pub use qp::optpar;
 pub use srq::ARM_RQ_OP_MOD_SRQ;
 pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED};
 
-use crate::caps::{Caps, PortType};
+use crate::caps::{Caps, LinkLayer};
 use crate::device::Device;
 use std::collections::{BTreeMap, BTreeSet};
 use uhca_fwif::PrmLayout;
@@ -143,7 +143,6 @@ pub(crate) struct Eq {
 pub(crate) struct Cq {
     pub(crate) cqc: Cqc,
     /// The queue buffer's pages (read by the datapath engine).
-    #[allow(dead_code)]
     pub(crate) pas: Vec<u64>,
     /// Producer counter (CQEs written; the datapath engine advances it).
     pub(crate) pi: u32,
@@ -157,7 +156,6 @@ pub(crate) struct Cq {
 pub(crate) struct Qp {
     pub(crate) qpc: Qpc,
     /// The work queue buffer's pages (read by the datapath engine).
-    #[allow(dead_code)]
     pub(crate) pas: Vec<u64>,
 }
 
@@ -382,8 +380,8 @@ impl Firmware {
             .set_mac_addr_47_32(u16::from_be_bytes([mac[0], mac[1]]))
             .set_mac_addr_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]));
         let table = match cfg.port_type {
-            PortType::Ethernet => crate::caps::ROCE_ADDRESS_TABLE_ENTRIES,
-            PortType::InfiniBand => 0,
+            LinkLayer::Ethernet => crate::caps::ROCE_ADDRESS_TABLE_ENTRIES,
+            LinkLayer::InfiniBand => 0,
         };
         Firmware {
             boot_ns: now,
@@ -459,7 +457,7 @@ impl Firmware {
         id
     }
 
-    pub(crate) fn port_type(&self) -> PortType {
+    pub(crate) fn port_type(&self) -> LinkLayer {
         self.caps.port_type()
     }
 

@@ -6,7 +6,7 @@ use super::{
     CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
     syndrome,
 };
-use crate::caps::{PKEY_TABLE_ENTRIES, PortType};
+use crate::caps::{LinkLayer, PKEY_TABLE_ENTRIES};
 use crate::device::Device;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, QpServiceType, QpState};
@@ -309,7 +309,7 @@ impl Device {
         }
         let idx = p.src_addr_index() as usize;
         match self.fw.port_type() {
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 if !self.fw.nic_vport.roce_en() && !p.fl() {
                     return Err(bad_param(syndrome::ROCE_DISABLED));
                 }
@@ -317,7 +317,7 @@ impl Device {
                     return Err(bad_param(syndrome::BAD_GID_INDEX));
                 }
             }
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 if p.grh() && idx >= crate::caps::IB_GID_TABLE_ENTRIES {
                     return Err(bad_param(syndrome::BAD_GID_INDEX));
                 }

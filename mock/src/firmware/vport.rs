@@ -2,7 +2,7 @@
 //! the RoCE address (GID) table, and MAD_IFC for InfiniBand ports.
 
 use super::{CmdResult, Ctx, Fail, bad_param, out, syndrome};
-use crate::caps::{IB_GID_TABLE_ENTRIES, PKEY_TABLE_ENTRIES, PortType};
+use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer, PKEY_TABLE_ENTRIES};
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -88,7 +88,7 @@ impl Device {
             return Err(bad_param(syndrome::BAD_FIELD_SELECT));
         }
         let req = i.nic_vport_context();
-        if sel.roce_en() && self.fw.port_type() != PortType::Ethernet && req.roce_en() {
+        if sel.roce_en() && self.fw.port_type() != LinkLayer::Ethernet && req.roce_en() {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         let v = &mut self.fw.nic_vport;
@@ -128,15 +128,15 @@ impl Device {
         let guid = self.config.node_guid();
         let up = self.port_up();
         let mut ctx = HcaVportContext::default();
-        ctx.set_has_smi(self.fw.port_type() == PortType::InfiniBand)
-            .set_grh_required(self.fw.port_type() == PortType::Ethernet)
+        ctx.set_has_smi(self.fw.port_type() == LinkLayer::InfiniBand)
+            .set_grh_required(self.fw.port_type() == LinkLayer::Ethernet)
             .set_port_physical_state(if up { 5 } else { 2 })
             .set_port_state(self.fw.port_state.raw())
             .set_vport_state(self.fw.port_state.raw())
             .set_system_image_guid(guid)
             .set_port_guid(guid)
             .set_node_guid(guid);
-        if self.fw.port_type() == PortType::InfiniBand {
+        if self.fw.port_type() == LinkLayer::InfiniBand {
             ctx.set_lid(self.fw.lid)
                 .set_sm_lid(self.fw.sm_lid)
                 .set_lmc(0)
@@ -150,7 +150,7 @@ impl Device {
     /// The GID at `index` of this port's table, if the index exists.
     fn gid(&self, index: usize) -> Option<[u8; 16]> {
         match self.fw.port_type() {
-            PortType::InfiniBand => {
+            LinkLayer::InfiniBand => {
                 if index >= IB_GID_TABLE_ENTRIES {
                     return None;
                 }
@@ -161,7 +161,7 @@ impl Device {
                 }
                 Some(g)
             }
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 let e = self.fw.roce_addrs.get(index)?;
                 Some(e.map(|a| *a.source_l3_address()).unwrap_or([0; 16]))
             }
@@ -170,8 +170,8 @@ impl Device {
 
     fn gid_table_len(&self) -> usize {
         match self.fw.port_type() {
-            PortType::InfiniBand => IB_GID_TABLE_ENTRIES,
-            PortType::Ethernet => self.fw.roce_addrs.len(),
+            LinkLayer::InfiniBand => IB_GID_TABLE_ENTRIES,
+            LinkLayer::Ethernet => self.fw.roce_addrs.len(),
         }
     }
 
@@ -237,7 +237,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_set_roce_address(&mut self, _c: &Ctx, i: &SetRoceAddressIn) -> CmdResult {
-        if self.fw.port_type() != PortType::Ethernet {
+        if self.fw.port_type() != LinkLayer::Ethernet {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         self.roce_port(i.vhca_port_num())?;
@@ -259,7 +259,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_query_roce_address(&mut self, _c: &Ctx, i: &QueryRoceAddressIn) -> CmdResult {
-        if self.fw.port_type() != PortType::Ethernet {
+        if self.fw.port_type() != LinkLayer::Ethernet {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         self.roce_port(i.vhca_port_num())?;
@@ -274,7 +274,7 @@ impl Device {
     /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeInfo) and
     /// SubnGet(PortInfo); other MADs get the "unsupported" MAD status.
     pub(crate) fn cmd_mad_ifc(&mut self, _c: &Ctx, i: &MadIfcIn) -> CmdResult {
-        if self.fw.port_type() != PortType::InfiniBand {
+        if self.fw.port_type() != LinkLayer::InfiniBand {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         if i.port() != 1 {

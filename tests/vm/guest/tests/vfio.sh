@@ -1,6 +1,6 @@
 #!/bin/sh
 # uhca's VFIO platform against real Linux VFIO and QEMU's emulated Intel IOMMU: binds the
-# devices of conf/vfio.conf to vfio-pci and runs examples/vfio_edu.rs on them.
+# devices of conf/vfio.conf to vfio-pci and runs vfio_edu (tests/vm/vfio_edu/) on them.
 . /tests/lib.sh
 t0=$(up)
 modprobe vfio_iommu_type1 && modprobe vfio_pci || { echo "cannot load vfio_pci"; exit 2; }

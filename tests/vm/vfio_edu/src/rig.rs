@@ -8,7 +8,7 @@
 //! The VM rig (`tests/vm/`) runs it in a QEMU guest with an emulated Intel IOMMU:
 //!
 //! ```text
-//! cargo run --example vfio_edu --features vfio -- 0000:00:02.0 \
+//! cargo run --release -p uhca-vm-vfio-edu -- 0000:00:02.0 \
 //!     [--not-bound BDF]...        a device bound to another driver or to none
 //!     [--reset-device BDF]...     a PCIe device with MSI-X and a reset (QEMU's e1000e, NVMe)
 //!     [--pair BDF,BDF]            two edu functions of one IOMMU group
@@ -29,10 +29,10 @@ use std::process::{Command, ExitCode, Stdio};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use uhca::driver::vfio::{
+use uhca_hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
+use uhca_vfio::{
     HugePages, InterruptFd, IrqKind, MIN_IOVA, VfioError, VfioOptions, VfioPlatform, pci,
 };
-use uhca::hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
 
 /// QEMU's edu device: registers of BAR0 and their bits (QEMU's `docs/specs/edu.rst`).
 mod edu {
@@ -1253,7 +1253,7 @@ fn group_pair(r: &mut Report, x: &str, y: &str) {
 const USAGE: &str = "usage: vfio_edu EDU_BDF [--not-bound BDF]... [--reset-device BDF]... \
                      [--pair BDF,BDF]";
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, bdf] = args.as_slice()
         && flag == "--hold"

@@ -1,5 +1,9 @@
-//! The VFIO platform: a real PCI function, bound to `vfio-pci`, behind `uhca-hal`'s platform
-//! traits.
+//! # uhca-vfio: the VFIO platform
+//!
+//! A real PCI function, bound to `vfio-pci`, behind `uhca-hal`'s platform traits (Linux;
+//! elsewhere the crate is empty). `uhca-driver` re-exports it as `uhca_driver::vfio` behind
+//! its `vfio` feature; it depends on nothing of the driver, so a bare-metal build of the
+//! driver never compiles it.
 //!
 //! [`VfioPlatform`] implements [`Bar`], [`Dma`], [`PciConfig`] and [`Clock`] (hence
 //! [`Platform`](uhca_hal::platform::Platform)) for one device:
@@ -12,8 +16,9 @@
 //!   function of a group already open in this process joins its container). BAR0 is
 //!   `mmap`ed whole; the configuration space is read and written through the VFIO config
 //!   region; memory space and bus mastering are turned on.
-//! * **BAR0** ([`Bar`]): volatile loads and stores of the stated width through a raw pointer
-//!   into the mapping; no reference into it ever exists. Out-of-range or misaligned offsets
+//! * **BAR0** ([`Bar`]): volatile loads and stores of the stated width through
+//!   `volatile::VolatilePtr`s into the mapping (read-only or write-only, as the access); no
+//!   reference into it ever exists. Out-of-range or misaligned offsets
 //!   panic.
 //! * **DMA** ([`Dma`]): the IOVA ranges come from `VFIO_IOMMU_GET_INFO`'s IOVA-range
 //!   capability ([`IommuInfo`]; [`LEGACY_IOVA_RANGES`] on kernels without it), IOVAs from a
@@ -83,7 +88,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use uhca_driver::vfio::{IrqKind, VfioError, VfioOptions, VfioPlatform};
+//! use uhca_vfio::{IrqKind, VfioError, VfioOptions, VfioPlatform};
 //! use uhca_hal::platform::{Bar, Dma, PciConfig};
 //!
 //! // edu reaches only the first 256 MiB.
@@ -109,6 +114,13 @@
 //! unsafe { p.free_coherent(buf) };
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+#![cfg(target_os = "linux")]
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    missing_docs
+)]
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("the VFIO platform needs 64-bit targets (single 8-byte MMIO accesses)");
@@ -138,6 +150,7 @@ use vfio_bindings::bindings::vfio::{
     VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioOps};
+use volatile::{VolatilePtr, access};
 
 pub use address::PciAddress;
 pub use error::{GroupMember, VfioError};
@@ -813,7 +826,7 @@ impl VfioPlatform {
     }
 
     #[inline(always)]
-    fn bar_ptr<T>(&self, offset: usize) -> *mut T {
+    fn bar_ptr<T>(&self, offset: usize) -> NonNull<T> {
         let size = core::mem::size_of::<T>();
         assert!(
             access_in_bounds(offset, size, self.bar.len),
@@ -821,7 +834,9 @@ impl VfioPlatform {
              {:#x}-byte BAR",
             self.bar.len
         );
-        self.bar.ptr.as_ptr().wrapping_add(offset).cast()
+        // SAFETY: `offset` is inside the mapping (checked above), so the result is inside
+        // it too and not null.
+        unsafe { self.bar.ptr.add(offset).cast() }
     }
 
     fn config_access<const N: usize>(&self, offset: u16) -> Result<u64, ConfigError> {
@@ -862,11 +877,12 @@ impl Drop for VfioPlatform {
 }
 
 // SAFETY: every access is a single volatile load or store of the stated width through a
-// raw pointer into the BAR0 mapping (`read_volatile`/`write_volatile` of a naturally aligned
-// u32/u64 compile to one access on the 64-bit targets this module builds for); no
-// reference into the BAR is created; `bar_ptr` panics on misaligned or out-of-range
-// offsets before any access; concurrent accesses from several threads are serialised by the
-// device, and the mapping lives as long as `self`.
+// `volatile::VolatilePtr` made from a raw pointer into the BAR0 mapping (read-only for loads,
+// write-only for stores; its `read`/`write` are `read_volatile`/`write_volatile`, which for a
+// naturally aligned u32/u64 compile to one access on the 64-bit targets this crate builds
+// for); no reference into the BAR is created; `bar_ptr` panics on misaligned or
+// out-of-range offsets before any access; concurrent accesses from several threads are
+// serialised by the device, and the mapping lives as long as `self`.
 unsafe impl Bar for VfioPlatform {
     fn bar_len(&self) -> usize {
         self.bar.len
@@ -874,26 +890,27 @@ unsafe impl Bar for VfioPlatform {
     #[inline(always)]
     fn read32(&self, offset: usize) -> u32 {
         let p = self.bar_ptr::<u32>(offset);
-        // SAFETY: `p` is in bounds and aligned (checked by bar_ptr), inside a live mapping.
-        unsafe { p.read_volatile() }
+        // SAFETY: `p` is non-null (inside the mapping), in bounds and aligned (checked by
+        // bar_ptr), inside a live mapping; the pointer is used for this one load.
+        unsafe { VolatilePtr::new_read_only(p) }.read()
     }
     #[inline(always)]
     fn write32(&self, offset: usize, value: u32) {
         let p = self.bar_ptr::<u32>(offset);
         // SAFETY: as for read32.
-        unsafe { p.write_volatile(value) }
+        unsafe { VolatilePtr::new_restricted(access::WriteOnly, p) }.write(value)
     }
     #[inline(always)]
     fn read64(&self, offset: usize) -> u64 {
         let p = self.bar_ptr::<u64>(offset);
         // SAFETY: as for read32.
-        unsafe { p.read_volatile() }
+        unsafe { VolatilePtr::new_read_only(p) }.read()
     }
     #[inline(always)]
     fn write64(&self, offset: usize, value: u64) {
         let p = self.bar_ptr::<u64>(offset);
         // SAFETY: as for read32.
-        unsafe { p.write_volatile(value) }
+        unsafe { VolatilePtr::new_restricted(access::WriteOnly, p) }.write(value)
     }
 }
 

@@ -665,8 +665,8 @@ impl<M: IommuMap> Drop for DmaPool<M> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::vfio::iova::IovaRange;
-    use crate::vfio::paths::fake::FakeSys;
+    use crate::iova::IovaRange;
+    use crate::paths::fake::FakeSys;
     use std::sync::Arc;
 
     /// Records IOMMU calls; fails maps with `fail_with` when set.
