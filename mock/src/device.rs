@@ -20,12 +20,35 @@ pub(crate) struct Device {
     pub(crate) notes: Ring<Note>,
     pub(crate) msix_table: Vec<u8>,
     pub(crate) interrupts: Vec<u64>,
+    /// What runs when the device raises an MSI-X vector (a vfio-user server's eventfds).
+    pub(crate) interrupt_handler: Option<InterruptHandler>,
     pub(crate) resets: u64,
     /// The datapath engine's state.
     pub(crate) engine: crate::engine::Engine,
 }
 
+/// What runs when the device raises an MSI-X vector: it gets the vector number. It runs with
+/// the device's lock held, so it must not call back into the HCA.
+#[derive(Clone)]
+pub(crate) struct InterruptHandler(pub(crate) std::sync::Arc<dyn Fn(u16) + Send + Sync>);
+
+impl core::fmt::Debug for InterruptHandler {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("InterruptHandler")
+    }
+}
+
 impl Device {
+    /// Counts an interrupt on MSI-X `vector` and hands it to the interrupt handler.
+    pub(crate) fn raise_interrupt(&mut self, vector: u16) {
+        if let Some(c) = self.interrupts.get_mut(vector as usize) {
+            *c += 1;
+            if let Some(h) = &self.interrupt_handler {
+                (h.0)(vector);
+            }
+        }
+    }
+
     pub(crate) fn new(config: MockConfig, now: u64) -> Self {
         let infiniband = config.port_type == crate::LinkLayer::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
@@ -39,6 +62,7 @@ impl Device {
             notes: Ring::new(),
             msix_table: msix_power_on(vectors),
             interrupts: vec![0; vectors as usize],
+            interrupt_handler: None,
             resets: 0,
             engine: crate::engine::Engine::default(),
             config,
@@ -51,14 +75,19 @@ impl Device {
     }
 
     /// Function level reset: back to the power-on state, except the host side (IOMMU
-    /// mappings, which belong to the platform) and the injected faults other than the
-    /// fatal health state (the firmware restarts).
+    /// mappings, which belong to the platform), the injected faults other than the fatal
+    /// health state (the firmware restarts), and the port's LID and SM LID: the subnet
+    /// manager owns those and gives a port back the LID it had (OpenSM keeps a GUID-to-LID
+    /// table), so a reset does not undo what the fabric's subnet manager configured.
     pub(crate) fn function_level_reset(&mut self, now: u64) {
         let infiniband = self.config.port_type == crate::LinkLayer::InfiniBand;
         let vectors = crate::caps::MSIX_VECTORS;
         self.pci = PciFunction::new(infiniband, vectors);
         self.iommu.set_bus_master(false);
+        let (lid, sm_lid) = (self.fw.lid, self.fw.sm_lid);
         self.fw = Firmware::new(&self.config, now);
+        self.fw.lid = lid;
+        self.fw.sm_lid = sm_lid;
         self.msix_table = msix_power_on(vectors);
         self.engine = crate::engine::Engine::default();
         self.resets += 1;

@@ -36,7 +36,44 @@ pub enum FaultKind {
     Unmapped,
     /// The command register's bus-master bit is clear, so the device may not DMA at all.
     BusMasterDisabled,
+    /// A device write to memory its owner mapped for device reads only (a vfio-user
+    /// client's DMA map without the writeable flag).
+    ReadOnly,
+    /// The range is mapped, but with no memory the device can reach: a vfio-user client
+    /// mapped it without a file (ROM or device memory of the VMM), and the model does not
+    /// carry DMA over messages.
+    Unbacked,
 }
+
+/// Why memory from a file descriptor could not be mapped for the device
+/// ([`MockHca::map_fd`](crate::MockHca::map_fd)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapFdError {
+    /// The size is zero, above [`MAX_MAPPING`], or the IOVA, file offset or size is not a
+    /// multiple of the 4 KiB page.
+    Invalid,
+    /// The range overlaps a live mapping.
+    Overlap,
+    /// The range reaches past the end of the file.
+    OutsideFile,
+    /// The host refused (`fstat` or `mmap` failed with this errno).
+    Host(i32),
+}
+
+impl core::fmt::Display for MapFdError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MapFdError::Invalid => {
+                f.write_str("size, IOVA or file offset invalid or not page aligned")
+            }
+            MapFdError::Overlap => f.write_str("the IOVA range overlaps a live mapping"),
+            MapFdError::OutsideFile => f.write_str("the range reaches past the end of the file"),
+            MapFdError::Host(e) => write!(f, "the host refused the mapping (errno {e})"),
+        }
+    }
+}
+
+impl std::error::Error for MapFdError {}
 
 /// A device access the IOMMU refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +98,16 @@ enum MappingKind {
     Coherent(Layout),
     /// A caller's buffer; not ours to free.
     User,
+    /// Memory of a file descriptor that this IOMMU mapped into the process (a vfio-user
+    /// client's DMA map); unmapped with `munmap` when the mapping goes.
+    #[cfg(target_os = "linux")]
+    External {
+        /// Whether the device may write it.
+        writable: bool,
+    },
+    /// A range a client mapped with no memory behind it that the device can reach; every
+    /// device access to it faults (`FaultKind::Unbacked`).
+    Unbacked,
 }
 
 #[derive(Debug)]
@@ -70,9 +117,22 @@ struct Mapping {
     kind: MappingKind,
 }
 
+#[cfg(target_os = "linux")]
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let MappingKind::External { .. } = self.kind {
+            // SAFETY: `cpu..cpu+len` is exactly the range `mmap` returned in `map_fd`; the
+            // mapping was removed from the table (or the table is being dropped), so no device
+            // access can reach it any more, and it is unmapped exactly once (here).
+            let r = unsafe { rustix::mm::munmap(self.cpu.as_ptr().cast(), self.len) };
+            debug_assert!(r.is_ok(), "munmap of an external mapping failed: {r:?}");
+        }
+    }
+}
+
 // SAFETY: a Mapping is the address of memory that is either owned by the IOMMU (coherent
-// allocations, freed only by the IOMMU) or lent by the caller for as long as it is mapped
-// (the `Dma::map` contract). The IOMMU only lives inside the device mutex, so the pointer is
+// allocations and mmaps of external files, freed only by the IOMMU) or lent by the caller for
+// as long as it is mapped (the `Dma::map` contract). The IOMMU only lives inside the device mutex, so the pointer is
 // used from one thread at a time, and all accesses through it are volatile.
 unsafe impl Send for Mapping {}
 
@@ -118,7 +178,7 @@ impl Iommu {
             let iova = base + page_offset;
             let end = (iova + len as u64).next_multiple_of(IOVA_PAGE);
             self.next_iova = end + IOVA_PAGE;
-            if iova != cpu as u64 {
+            if iova != cpu as u64 && !self.overlaps(base, end + IOVA_PAGE - base) {
                 return iova;
             }
         }
@@ -167,7 +227,7 @@ impl Iommu {
                 unsafe { std::alloc::dealloc(m.cpu.as_ptr(), layout) };
                 true
             }
-            MappingKind::User => {
+            _ => {
                 self.maps.insert(region.iova, m);
                 false
             }
@@ -203,17 +263,183 @@ impl Iommu {
         }
     }
 
-    /// The mapping that holds `[iova, iova + len)` entirely, as (CPU pointer to `iova`).
-    fn translate(&self, iova: u64, len: usize) -> Option<NonNull<u8>> {
+    /// Whether `[iova, iova + len)` shares a byte with a live mapping.
+    fn overlaps(&self, iova: u64, len: u64) -> bool {
+        let end = iova.saturating_add(len);
+        if let Some((&base, m)) = self.maps.range(..=iova).next_back()
+            && base + m.len as u64 > iova
+        {
+            return true;
+        }
+        self.maps.range(iova..end).next().is_some()
+    }
+
+    /// Maps `len` bytes of the file `fd` from `offset` at the caller's `iova` (a vfio-user
+    /// client's DMA map: its memory, shared through a memfd). The IOMMU maps the file into
+    /// this process itself, keeps the mapping until [`Iommu::unmap_client_range`] or its drop,
+    /// and serves device accesses to it like any other mapping; writes fault unless
+    /// `writable`.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn map_fd(
+        &mut self,
+        iova: u64,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        writable: bool,
+    ) -> Result<(), MapFdError> {
+        use rustix::mm::{MapFlags, ProtFlags};
+        let page = IOVA_PAGE;
+        if len == 0
+            || len > MAX_MAPPING as u64
+            || !iova.is_multiple_of(page)
+            || !offset.is_multiple_of(page)
+            || !len.is_multiple_of(page)
+            || iova.checked_add(len).is_none()
+        {
+            return Err(MapFdError::Invalid);
+        }
+        if self.overlaps(iova, len) {
+            return Err(MapFdError::Overlap);
+        }
+        let st = rustix::fs::fstat(fd).map_err(|e| MapFdError::Host(e.raw_os_error()))?;
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(MapFdError::OutsideFile);
+        }
+        let prot = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
+        // SAFETY: a new shared mapping at an address the kernel picks (a null hint), so it
+        // replaces nothing of ours; the file range was checked to lie inside the file, so
+        // every byte of the mapping is backed. The pointer is used only through volatile
+        // accesses under the device mutex, and unmapped exactly once when the Mapping drops.
+        let p = unsafe {
+            rustix::mm::mmap(
+                core::ptr::null_mut(),
+                len as usize,
+                prot,
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )
+        }
+        .map_err(|e| MapFdError::Host(e.raw_os_error()))?;
+        let cpu = NonNull::new(p.cast::<u8>()).ok_or(MapFdError::Host(0))?;
+        self.maps.insert(
+            iova,
+            Mapping {
+                cpu,
+                len: len as usize,
+                kind: MappingKind::External { writable },
+            },
+        );
+        Ok(())
+    }
+
+    /// Records `[iova, iova + len)` as mapped by a client without memory the device can
+    /// reach (a DMA map without a file): it takes IOVA space like any map, and every device
+    /// access to it faults with [`FaultKind::Unbacked`].
+    pub(crate) fn map_unbacked(&mut self, iova: u64, len: u64) -> Result<(), MapFdError> {
+        if len == 0
+            || len > MAX_MAPPING as u64
+            || !iova.is_multiple_of(IOVA_PAGE)
+            || !len.is_multiple_of(IOVA_PAGE)
+            || iova.checked_add(len).is_none()
+        {
+            return Err(MapFdError::Invalid);
+        }
+        if self.overlaps(iova, len) {
+            return Err(MapFdError::Overlap);
+        }
+        self.maps.insert(
+            iova,
+            Mapping {
+                cpu: NonNull::dangling(),
+                len: len as usize,
+                kind: MappingKind::Unbacked,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes every client map ([`Iommu::map_fd`], [`Iommu::map_unbacked`]) lying entirely
+    /// inside `[iova, iova + len)`, as Linux VFIO's type1 v2 unmap does: a range that cuts
+    /// a client map at its start or end is refused and removes nothing
+    /// (`DmaError::InvalidRequest`); a range with no map in it is not an error. Returns how
+    /// many maps were removed.
+    pub(crate) fn unmap_client_range(&mut self, iova: u64, len: u64) -> Result<usize, DmaError> {
+        // The last byte, inclusive: a range may end at the top of the 64-bit IOVA space
+        // (QEMU unmaps up to 2^64 when the guest invalidates everything above an address).
+        let last = len
+            .checked_sub(1)
+            .and_then(|l| iova.checked_add(l))
+            .ok_or(DmaError::InvalidRequest)?;
+        let client = |m: &Mapping| !matches!(m.kind, MappingKind::Coherent(_) | MappingKind::User);
+        if let Some((&base, m)) = self.maps.range(..iova).next_back()
+            && client(m)
+            && base + m.len as u64 > iova
+        {
+            return Err(DmaError::InvalidRequest);
+        }
+        let inside: Vec<u64> = self
+            .maps
+            .range(iova..=last)
+            .filter(|(_, m)| client(m))
+            .map(|(&b, _)| b)
+            .collect();
+        if let Some(&b) = inside.last()
+            && b + (self.maps[&b].len as u64 - 1) > last
+        {
+            return Err(DmaError::InvalidRequest);
+        }
+        for b in &inside {
+            self.maps.remove(b);
+        }
+        Ok(inside.len())
+    }
+
+    /// Removes every client map ([`Iommu::map_fd`], [`Iommu::map_unbacked`]); returns how
+    /// many there were.
+    pub(crate) fn unmap_all_client(&mut self) -> usize {
+        let before = self.maps.len();
+        self.maps
+            .retain(|_, m| matches!(m.kind, MappingKind::Coherent(_) | MappingKind::User));
+        before - self.maps.len()
+    }
+
+    /// Whether `iova` lies in a client map without memory ([`Iommu::map_unbacked`]).
+    fn unbacked_holds(&self, iova: u64) -> bool {
+        self.maps.range(..=iova).next_back().is_some_and(|(&b, m)| {
+            matches!(m.kind, MappingKind::Unbacked) && iova - b < m.len as u64
+        })
+    }
+
+    /// The mapping that holds `[iova, iova + len)` entirely, as (CPU pointer to `iova`,
+    /// whether the device may write it).
+    fn translate_rw(&self, iova: u64, len: usize) -> Option<(NonNull<u8>, bool)> {
         let (&base, m) = self.maps.range(..=iova).next_back()?;
         let off = iova - base;
         let end = off.checked_add(len as u64)?;
         if end > m.len as u64 {
             return None;
         }
+        let writable = match m.kind {
+            #[cfg(target_os = "linux")]
+            MappingKind::External { writable } => writable,
+            MappingKind::Unbacked => return None,
+            _ => true,
+        };
         // SAFETY: `off < m.len` (or `off == m.len` with `len == 0`), so the result stays within
         // (or one past the end of) the mapped object.
-        Some(unsafe { m.cpu.add(off as usize) })
+        Some((unsafe { m.cpu.add(off as usize) }, writable))
+    }
+
+    /// The mapping that holds `[iova, iova + len)` entirely, as (CPU pointer to `iova`).
+    fn translate(&self, iova: u64, len: usize) -> Option<NonNull<u8>> {
+        self.translate_rw(iova, len).map(|(p, _)| p)
     }
 
     fn check(
@@ -226,8 +452,13 @@ impl Iommu {
     ) -> Result<NonNull<u8>, IommuFault> {
         let kind = if !self.bus_master {
             FaultKind::BusMasterDisabled
-        } else if let Some(p) = self.translate(iova, len) {
-            return Ok(p);
+        } else if let Some((p, writable)) = self.translate_rw(iova, len) {
+            if writable || !write {
+                return Ok(p);
+            }
+            FaultKind::ReadOnly
+        } else if self.unbacked_holds(iova) {
+            FaultKind::Unbacked
         } else {
             FaultKind::Unmapped
         };
@@ -289,7 +520,7 @@ impl Iommu {
 
     /// Host-side (CPU) write of mapped memory by IOVA, for tests.
     pub(crate) fn host_write(&self, iova: u64, data: &[u8]) -> bool {
-        let Some(p) = self.translate(iova, data.len()) else {
+        let Some((p, true)) = self.translate_rw(iova, data.len()) else {
             return false;
         };
         // SAFETY: as in `dma_write`: the range lies within one live mapping.

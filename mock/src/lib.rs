@@ -45,6 +45,6 @@ pub use engine::DatapathCounters;
 pub use fabric::{Fabric, FabricCounters, FaultConfig};
 pub use faults::CommandFault;
 pub use firmware::HcaState;
-pub use iommu::{FaultKind, IommuFault};
+pub use iommu::{FaultKind, IommuFault, MapFdError};
 pub use log::{CommandOutcome, CommandRecord, DoorbellRecord, LOG_CAPACITY, Note};
 pub use model::{MockConfig, MockHca, MockPlatform, ObjectCounts, PageCounts};

@@ -660,6 +660,88 @@ impl MockHca {
     pub fn is_mapped(&self, iova: u64, len: usize) -> bool {
         self.dev().iommu.is_mapped(iova, len)
     }
+
+    // ---- the host side of a device served to another process (vfio-user) -------------
+
+    /// Maps `len` bytes of the file `fd` from `offset` for the device at `iova`, as a
+    /// VMM's DMA map does: the model maps the file into this process and translates device
+    /// accesses to `[iova, iova + len)` into it (the memory of a vfio-user client, shared
+    /// through a memfd). Writes fault unless `writable`. The mapping lives until
+    /// [`MockHca::unmap_fd`] or [`MockHca::unmap_all_fds`]; a function level reset keeps it
+    /// (it belongs to the host, not the device). IOVA, offset and length must be multiples
+    /// of 4 KiB, and the range must neither overlap a live mapping nor reach past the end of
+    /// the file.
+    #[cfg(target_os = "linux")]
+    pub fn map_fd(
+        &self,
+        iova: u64,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        writable: bool,
+    ) -> Result<(), crate::iommu::MapFdError> {
+        self.dev().iommu.map_fd(iova, fd, offset, len, writable)
+    }
+
+    /// Records `[iova, iova + len)` as mapped by a client without memory the device can
+    /// reach (a vfio-user DMA map without a file: ROM or device memory of the VMM). It takes
+    /// IOVA space like any map (overlaps are refused, unmaps remove it), and every device
+    /// access to it is an IOMMU fault of kind `Unbacked`: the model does not carry DMA over
+    /// messages.
+    pub fn map_unbacked(&self, iova: u64, len: u64) -> Result<(), crate::iommu::MapFdError> {
+        self.dev().iommu.map_unbacked(iova, len)
+    }
+
+    /// Removes every client map ([`MockHca::map_fd`], [`MockHca::map_unbacked`]) that lies
+    /// entirely inside `[iova, iova + len)`, with the semantics of Linux VFIO's type1 v2
+    /// unmap (which QEMU's vIOMMU relies on when it invalidates whole address ranges): a
+    /// range that cuts a map at its start or end is refused and removes nothing
+    /// (`DmaError::InvalidRequest`); a range without maps is not an error. Returns how many
+    /// maps went. The device no longer reaches them once this returns.
+    pub fn unmap_fd(&self, iova: u64, len: u64) -> Result<usize, DmaError> {
+        self.dev().iommu.unmap_client_range(iova, len)
+    }
+
+    /// Removes every client map (a client went away); returns how many there were.
+    pub fn unmap_all_fds(&self) -> usize {
+        self.dev().iommu.unmap_all_client()
+    }
+
+    /// Installs (or, with `None`, removes) what runs each time the device raises an MSI-X
+    /// vector (an EQE written to an armed EQ); it gets the vector number. A vfio-user server
+    /// signals the client's eventfd for that vector. It runs with the device's lock held, so
+    /// it must return promptly and must not call back into this HCA. [`MockHca::interrupts`]
+    /// counts the interrupts either way.
+    pub fn set_interrupt_handler(&self, handler: Option<Arc<dyn Fn(u16) + Send + Sync>>) {
+        self.dev().interrupt_handler = handler.map(crate::device::InterruptHandler);
+    }
+
+    /// Reads configuration space bytes at `offset` into `buf`, any length inside the 4 KiB
+    /// space (a VMM reads it in bulk). All ones while the device is off the bus.
+    pub fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), ConfigError> {
+        let off = offset as usize;
+        if off
+            .checked_add(buf.len())
+            .is_none_or(|e| e > CONFIG_SPACE_SIZE)
+        {
+            return Err(ConfigError::OutOfRange);
+        }
+        let d = self.dev();
+        if d.faults.pci_all_ones {
+            buf.fill(0xff);
+            return Ok(());
+        }
+        d.pci.read_into(offset, buf);
+        Ok(())
+    }
+
+    /// Writes configuration space bytes at `offset` through the registers' write masks, any
+    /// length inside the 4 KiB space. Follows the bus-master bit, and a write of "initiate
+    /// function level reset" to the PCI Express device control register resets the
+    /// function.
+    pub fn config_write(&self, offset: u16, data: &[u8]) -> Result<(), ConfigError> {
+        self.platform().config_write(offset, data)
+    }
 }
 
 impl MockPlatform {
@@ -784,10 +866,16 @@ impl PciConfig for MockPlatform {
     }
 
     fn config_write16(&self, offset: u16, value: u16) -> Result<(), ConfigError> {
+        if !offset.is_multiple_of(2) {
+            return Err(ConfigError::OutOfRange);
+        }
         self.config_write(offset, &value.to_le_bytes())
     }
 
     fn config_write32(&self, offset: u16, value: u32) -> Result<(), ConfigError> {
+        if !offset.is_multiple_of(4) {
+            return Err(ConfigError::OutOfRange);
+        }
         self.config_write(offset, &value.to_le_bytes())
     }
 }
@@ -806,7 +894,10 @@ impl MockPlatform {
 
     fn config_write(&self, offset: u16, data: &[u8]) -> Result<(), ConfigError> {
         let n = data.len();
-        if !(offset as usize).is_multiple_of(n) || offset as usize + n > CONFIG_SPACE_SIZE {
+        if (offset as usize)
+            .checked_add(n)
+            .is_none_or(|e| e > CONFIG_SPACE_SIZE)
+        {
             return Err(ConfigError::OutOfRange);
         }
         let now = self.shared.clock.now_ns();

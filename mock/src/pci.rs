@@ -149,6 +149,11 @@ impl PciFunction {
         out
     }
 
+    /// Copies `buf.len()` bytes from `off` (the caller checked the range).
+    pub(crate) fn read_into(&self, off: u16, buf: &mut [u8]) {
+        buf.copy_from_slice(&self.bytes[off as usize..off as usize + buf.len()]);
+    }
+
     /// Writes bytes at `off` through the write mask. Returns true if the write initiated a
     /// function level reset (the caller resets the device, including this space).
     pub(crate) fn write(&mut self, off: u16, data: &[u8]) -> bool {

@@ -303,3 +303,23 @@ fn virtual_clock_is_deterministic() {
     p.delay_us(200);
     assert!(p.now_ns() - t0 >= 200_000);
 }
+
+/// The LIDs the fabric's subnet manager gave survive a function level reset of a port (a
+/// VMM resets each function when it starts): two InfiniBand functions keep distinct LIDs
+/// instead of both falling back to the configured default.
+#[test]
+fn function_level_reset_keeps_the_subnet_managers_lids() {
+    let fabric = uhca_mock::Fabric::infiniband();
+    let a = uhca_mock::MockHca::new(MockConfig::infiniband());
+    let b = uhca_mock::MockHca::new(MockConfig::infiniband());
+    fabric.attach(&a);
+    fabric.attach(&b);
+    assert_eq!((a.lid(), b.lid()), (1, 2));
+    a.function_level_reset();
+    b.function_level_reset();
+    assert_eq!(
+        (a.lid(), b.lid()),
+        (1, 2),
+        "the SM's LIDs, not MockConfig's"
+    );
+}

@@ -3,14 +3,19 @@
 # rig (Debian packages, kernel, initramfs), boots it and runs the tests. Prints how long each
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
-#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio,rxe)
+#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio,rxe,vfiouser;
+#                                    vfiouser runs tests/vm/vfio-user.sh, its own boot)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio,rxe}
+TESTS=${1:-vfio,rxe,vfiouser}
+# vfiouser needs QEMU 11.1 and its own boot (vfio-user.sh); the others share one boot.
+VFIO_USER=0
+[[ ",$TESTS," == *,vfiouser,* ]] && VFIO_USER=1
+TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/^,//; s/,$//')
 cd "$REPO"
 
 names=() secs=() results=()
@@ -44,9 +49,16 @@ build_programs() {
 }
 
 start=$(date +%s.%N)
-phase "build the test programs" build_programs &&
-  phase "build the rig" bash "$VM/build-rig.sh" "$TESTS" &&
-  phase "boot and run: $TESTS" bash "$VM/run-vm.sh" "$TESTS"
+if [ -n "$TESTS" ]; then
+  phase "build the test programs" build_programs &&
+    phase "build the rig" bash "$VM/build-rig.sh" "$TESTS" &&
+    phase "boot and run: $TESTS" bash "$VM/run-vm.sh" "$TESTS"
+fi
+# The mock behind real Linux VFIO, through QEMU 11.1's vfio-user client (its own QEMU, rig
+# and boot).
+if [ -z "$failed" ] && [ $VFIO_USER = 1 ]; then
+  phase "vfio-user: the mock ConnectX behind real VFIO" bash "$VM/vfio-user.sh"
+fi
 
 echo
 echo "=== vm-rig: timings"

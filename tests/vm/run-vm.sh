@@ -7,7 +7,9 @@
 # died. The guest console goes to stdout and to RIG_DIR/logs/<tests>.log.
 # Environment: RIG_DIR (<repo>/target/vm), TIMEOUT (QEMU wall-clock limit in s, 300),
 #   TEST_TIMEOUT (per test, in the guest, 120), SMP (2), MEM (1024), ACCEL (tcg),
-#   LOG (log file), EXTRA_QEMU, EXTRA_APPEND (kernel command line; rig.shell for a shell).
+#   LOG (log file), EXTRA_QEMU, EXTRA_APPEND (kernel command line; rig.shell for a shell),
+#   QEMU (the QEMU program, qemu-system-x86_64), IOMMU_OPTS (options of the emulated Intel
+#   IOMMU, intremap=on), MEM_SHARED=1 (guest RAM in a shared memfd, as vfio-user needs).
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
@@ -34,10 +36,16 @@ LOG=${LOG:-$RIG_DIR/logs/${TESTS//,/_}.log}
 # q35 with an emulated Intel IOMMU (interrupt remapping needs the split irqchip): the
 # Debian kernel offers neither VFIO no-IOMMU mode nor iommufd, so VFIO needs it.
 # isa-debug-exit lets the guest set QEMU's exit status.
-cmd=(qemu-system-x86_64
-  -accel "${ACCEL:-tcg}" -machine q35,kernel-irqchip=split -cpu max
-  -smp "${SMP:-2}" -m "${MEM:-1024}"
-  -device intel-iommu,intremap=on
+machine=q35,kernel-irqchip=split
+mem=()
+if [ "${MEM_SHARED:-0}" = 1 ]; then
+  mem=(-object "memory-backend-memfd,id=rig_mem,size=${MEM:-1024}M,share=on")
+  machine=$machine,memory-backend=rig_mem
+fi
+cmd=(${QEMU:-qemu-system-x86_64}
+  -accel "${ACCEL:-tcg}" -machine "$machine" -cpu max
+  -smp "${SMP:-2}" -m "${MEM:-1024}" "${mem[@]}"
+  -device "intel-iommu,${IOMMU_OPTS:-intremap=on}"
   -nic none
   "${devices[@]}"
   -device isa-debug-exit,iobase=0xf4,iosize=0x04

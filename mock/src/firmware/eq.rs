@@ -239,10 +239,8 @@ impl Device {
         eq.pi = eq.pi.wrapping_add(1);
         if eq.armed {
             eq.armed = false;
-            let v = eq.intr as usize;
-            if let Some(c) = self.interrupts.get_mut(v) {
-                *c += 1;
-            }
+            let v = eq.intr;
+            self.raise_interrupt(v);
         }
         true
     }

@@ -1,0 +1,75 @@
+#!/bin/sh
+# The mock ConnectX behind real Linux VFIO: the functions uhca-vfio-user-server serves to
+# QEMU's vfio-user-pci appear as PCI devices, are bound to vfio-pci as a user binds a
+# ConnectX, and uhca's examples run on them with --device. One PASS/FAIL line per check.
+# rig.link=ethernet|infiniband on the kernel command line says which fabric the server
+# runs (vfio-user.sh sets it).
+. /tests/lib.sh
+t0=$(up)
+pass=0 fail=0
+ok() { echo "PASS $*"; pass=$((pass + 1)); }
+ko() { echo "FAIL $*"; fail=$((fail + 1)); }
+check() { name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
+link=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^rig.link=//p' | tail -1)
+link=${link:-ethernet}
+echo "fabric: $link"
+
+modprobe vfio_iommu_type1 && modprobe vfio_pci || { echo "cannot load vfio_pci"; exit 2; }
+echo 16 > /proc/sys/vm/nr_hugepages
+
+fns=$(pci_find 0x15b3 0x101d)
+echo "mock functions:" $fns
+check "two ConnectX functions (15b3:101d) enumerated" [ "$(echo $fns | wc -w)" -eq 2 ]
+for f in $fns; do check "$f bound to vfio-pci" bind_vfio "$f"; done
+first=$(echo $fns | cut -d' ' -f1)
+second=$(echo $fns | cut -d' ' -f2)
+[ -n "$second" ] || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+
+t=$(up)
+devinfo --device "$first" > /tmp/devinfo.out 2>&1
+rc=$?
+cat /tmp/devinfo.out
+echo "devinfo took $(since "$t") s"
+check "devinfo --device $first exits 0" [ $rc -eq 0 ]
+check "devinfo: firmware 22.39.1002" grep -q "fw_ver:.*22\.39\.1002" /tmp/devinfo.out
+check "devinfo: port 1 active" grep -q "PORT_ACTIVE" /tmp/devinfo.out
+if [ "$link" = infiniband ]; then
+  check "devinfo: InfiniBand link layer, LID from the subnet manager" \
+    grep -q "port_lid:.*[1-9]" /tmp/devinfo.out
+  grep -q "link_layer:.*InfiniBand" /tmp/devinfo.out || ko "devinfo: InfiniBand link layer"
+else
+  check "devinfo: Ethernet link layer" grep -q "link_layer:.*Ethernet" /tmp/devinfo.out
+fi
+# A second run in a new process: the first one ended with a fast teardown, which only a
+# function level reset undoes; vfio-pci's reset on release must have reached the model.
+devinfo --device "$first" > /tmp/devinfo2.out 2>&1
+check "devinfo --device again (after the close's reset)" [ $? -eq 0 ]
+
+# Server on the second function, client on the first, through the guest's loopback for
+# the out-of-band exchange and the mock fabric for the traffic.
+pair() {
+  prog=$1; shift
+  t=$(up)
+  "$prog" --device "$second" "$@" > "/tmp/$prog.server" 2>&1 &
+  srv=$!
+  sleep 1
+  "$prog" --device "$first" "$@" 127.0.0.1 > "/tmp/$prog.client" 2>&1
+  crc=$?
+  wait $srv
+  src=$?
+  echo "--- $prog server:"; cat "/tmp/$prog.server"
+  echo "--- $prog client:"; cat "/tmp/$prog.client"
+  echo "$prog took $(since "$t") s"
+  check "$prog --device: server ($second)" [ $src -eq 0 ]
+  check "$prog --device: client ($first)" [ $crc -eq 0 ]
+  check "$prog: 100 iterations reported by both sides" \
+    [ "$(grep -c "^100 iters" "/tmp/$prog.server" "/tmp/$prog.client" | grep -c ':1$')" -eq 2 ]
+}
+if [ "$link" = infiniband ]; then
+  pair rc_pingpong -n 100
+  pair ud_pingpong -n 100
+fi
+
+echo "vfiouser ($link): $(since "$t0") s"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

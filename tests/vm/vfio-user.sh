@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The mock ConnectX behind real Linux VFIO: fetches QEMU 11.1 (fetch-qemu11.sh), builds the
+# server and the examples the guest runs, builds the rig, then for each fabric (Ethernet,
+# InfiniBand) starts uhca-vfio-user-server with two mock functions on it, boots the guest
+# with two vfio-user-pci devices and runs guest/tests/vfiouser.sh in it. Prints the guest's
+# PASS/FAIL lines and its tally per boot.
+#
+#   bash tests/vm/vfio-user.sh    environment: as run-vm.sh, and LINKS (ethernet infiniband)
+set -uo pipefail
+VM=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$VM/../.." && pwd)
+RIG_DIR=${RIG_DIR:-$REPO/target/vm}
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-vfio-user.XXXXXX)}
+cd "$REPO"
+
+phase() { echo; echo "=== vfio-user: $* ($(date -u +%H:%M:%S))"; }
+phase "fetch QEMU 11.1"
+bash "$VM/fetch-qemu11.sh" || exit 1
+phase "build the server and the guest's programs"
+cargo build --release -p uhca-vfio-user --bin uhca-vfio-user-server || exit 1
+. "$VM/conf/vfiouser.conf"
+# shellcheck disable=SC2086
+cargo build $CARGO_BUILD || exit 1
+phase "build the rig"
+bash "$VM/build-rig.sh" vfiouser || exit 1
+
+# One boot per fabric: Ethernet (RoCE) and InfiniBand (LIDs from the subnet manager).
+rc=0
+for link in ${LINKS:-ethernet infiniband}; do
+  phase "start the server ($link)"
+  log=$RIG_DIR/logs/vfio-user-server-$link.log
+  mkdir -p "$RIG_DIR/logs"
+  rm -f "$VFIO_USER_DIR"/fn*.sock
+  "$TARGET_DIR/release/uhca-vfio-user-server" --link "$link" --log \
+    --pcap "$RIG_DIR/logs/vfio-user-$link.pcap" \
+    --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" > "$log" 2>&1 &
+  server=$!
+  trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
+  for _ in $(seq 100); do
+    [ -S "$VFIO_USER_DIR/fn0.sock" ] && [ -S "$VFIO_USER_DIR/fn1.sock" ] && break
+    sleep 0.1
+  done
+  if [ ! -S "$VFIO_USER_DIR/fn1.sock" ]; then
+    echo "vfio-user: the server did not start"; cat "$log"; rc=1; break
+  fi
+  phase "boot and run ($link)"
+  QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
+    LOG=$RIG_DIR/logs/vfiouser-$link.log EXTRA_APPEND="rig.link=$link ${EXTRA_APPEND:-}" \
+    bash "$VM/run-vm.sh" vfiouser || rc=1
+  kill "$server" 2>/dev/null
+  wait "$server" 2>/dev/null
+  echo "--- server log ($log):"
+  tail -5 "$log"
+done
+rm -rf "$VFIO_USER_DIR"
+exit $rc

@@ -1,0 +1,117 @@
+//! `uhca-vfio-user-server`: serves mock ConnectX functions to a VMM over vfio-user.
+//!
+//! ```text
+//! uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] --socket PATH...
+//! ```
+//!
+//! One mock function per `--socket` (in order: MAC 02:c0:ff:ee:00:01, :02, ...; on
+//! InfiniBand the fabric's subnet manager gives LIDs 1, 2, ...), all on one mock fabric whose
+//! pump runs in real time. Each socket takes one client at a time; when a client goes, its
+//! DMA maps and eventfds are dropped and the socket waits for the next. The server runs
+//! until it is killed.
+
+use std::os::unix::net::UnixListener;
+use std::process::ExitCode;
+use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca, PortType};
+use uhca_vfio_user::{Function, serve};
+
+struct Args {
+    sockets: Vec<String>,
+    link: LinkLayer,
+    pcap: Option<String>,
+    log: bool,
+}
+
+const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] --socket PATH...";
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        sockets: Vec::new(),
+        link: LinkLayer::Ethernet,
+        pcap: None,
+        log: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--socket" => a.sockets.push(it.next().ok_or("--socket needs a path")?),
+            "--link" => {
+                a.link = match it.next().as_deref() {
+                    Some("ethernet") => LinkLayer::Ethernet,
+                    Some("infiniband") => LinkLayer::InfiniBand,
+                    _ => return Err("--link takes ethernet or infiniband".into()),
+                }
+            }
+            "--pcap" => a.pcap = Some(it.next().ok_or("--pcap needs a file")?),
+            "--log" => a.log = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    if a.sockets.is_empty() {
+        return Err(USAGE.into());
+    }
+    Ok(a)
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let fabric = Fabric::new(args.link);
+    if let Some(p) = &args.pcap
+        && let Err(e) = fabric.capture_file(p)
+    {
+        eprintln!("cannot write the capture {p}: {e}");
+        return ExitCode::FAILURE;
+    }
+    let port_type = match args.link {
+        LinkLayer::Ethernet => PortType::Ethernet,
+        LinkLayer::InfiniBand => PortType::InfiniBand,
+    };
+    let mut listeners = Vec::new();
+    for (i, path) in args.sockets.iter().enumerate() {
+        let mut mac = MockConfig::default().mac;
+        mac[5] = (i + 1) as u8;
+        let hca = MockHca::new(MockConfig {
+            port_type,
+            clock: ClockMode::RealTime,
+            mac,
+            ..MockConfig::default()
+        });
+        fabric.attach(&hca);
+        let _ = std::fs::remove_file(path);
+        match UnixListener::bind(path) {
+            Ok(l) => listeners.push((path.clone(), l, Function::new(hca))),
+            Err(e) => {
+                eprintln!("cannot listen on {path}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let _pump = fabric.start_pump(100);
+    let mut threads = Vec::new();
+    for (path, listener, function) in listeners {
+        println!("uhca-vfio-user-server: function {path} ready");
+        let log = args.log;
+        threads.push(std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(stream) => match serve(stream, &function, log) {
+                        Ok(s) => eprintln!("{path}: client gone: {s:?}"),
+                        Err(e) => eprintln!("{path}: connection failed: {e}"),
+                    },
+                    Err(e) => eprintln!("{path}: accept failed: {e}"),
+                }
+            }
+        }));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    ExitCode::SUCCESS
+}
