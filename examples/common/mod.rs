@@ -59,6 +59,23 @@ pub struct Args {
     pub op: Option<String>,
     /// The server to connect to; none means "be the server".
     pub server: Option<String>,
+    /// `-e`/`--events`: sleep on completion events instead of polling the CQ (rdma-core's
+    /// `--events`).
+    pub events: bool,
+    /// Under `--device -e`: the interrupt the driver's event queue raises (MSI-X vector 0,
+    /// through VFIO's eventfd). Without it, events are waited for by serving the event
+    /// queue in a loop.
+    pub interrupt: Option<Interrupt>,
+}
+
+/// A wait for an interrupt: returns how many arrived within the given time (0: none).
+#[derive(Clone)]
+pub struct Interrupt(pub std::sync::Arc<dyn Fn(Duration) -> std::io::Result<u64> + Send + Sync>);
+
+impl std::fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupt")
+    }
 }
 
 /// Parses the command line with the given defaults for `-s` and `-n`.
@@ -216,8 +233,17 @@ pub fn pingpong_loop<P: Platform + Clone>(
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let mut wc = [WorkCompletion::default(); 2];
     let mut last_progress = std::time::Instant::now();
+    let (mut num_events, mut interrupts) = (0u64, 0u64);
+    if args.events {
+        cq.req_notify(hca, false);
+    }
     while rcnt < args.iters || scnt < args.iters {
         let n = cq.poll(hca, &mut wc)?;
+        if n == 0 && args.events {
+            wait_cq_event(hca, cq, args, &mut interrupts)?;
+            num_events += 1;
+            continue;
+        }
         if n == 0 {
             if last_progress.elapsed() > OOB_TIMEOUT {
                 return Err(format!(
@@ -265,7 +291,42 @@ pub fn pingpong_loop<P: Platform + Clone>(
         args.iters,
         secs * 1e6 / args.iters as f64
     );
+    if args.events {
+        println!("{num_events} completion events, {interrupts} interrupts");
+    }
     Ok(secs)
+}
+
+/// Waits up to [`OOB_TIMEOUT`] for the next completion event of `cq` (`ibv_get_cq_event`),
+/// acknowledges it and arms the CQ again (`ibv_ack_cq_events`, `ibv_req_notify_cq`). With
+/// `args.interrupt` it sleeps on the interrupt between visits to the event queue, counting
+/// the interrupts in `interrupts`; without, it serves the event queue in a loop. A missing
+/// interrupt is a timeout, not a fall back to polling.
+pub fn wait_cq_event<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    cq: &mut uhca::driver::verbs::Cq<P>,
+    args: &Args,
+    interrupts: &mut u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let deadline = std::time::Instant::now() + OOB_TIMEOUT;
+    loop {
+        hca.process_events()?;
+        if cq.take_event(hca) {
+            cq.req_notify(hca, false);
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no completion event for {OOB_TIMEOUT:?} ({interrupts} interrupts so far)"
+            )
+            .into());
+        }
+        match &args.interrupt {
+            Some(irq) => *interrupts += (irq.0)(left)?,
+            None => relax(false),
+        }
+    }
 }
 
 /// Runs the server half of an out-of-band exchange (on `listener` or on `args.port`),
@@ -380,6 +441,8 @@ pub fn parse_args_with(
         dmac: None,
         op: None,
         server: None,
+        events: false,
+        interrupt: None,
     };
     let mut values = vec![None; extra.len()];
     let extra_usage: String = extra.iter().map(|(f, v)| format!(" [{f} {v}]")).collect();
@@ -390,7 +453,7 @@ pub fn parse_args_with(
         eprintln!(
             "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
              [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op]\
-             {extra_usage} [SERVER]"
+             [-e] {extra_usage} [SERVER]"
         );
         std::process::exit(2);
     };
@@ -432,6 +495,7 @@ pub fn parse_args_with(
             "--dmac" => {
                 a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
             }
+            "-e" | "--events" => a.events = true,
             "-h" | "--help" => usage("help"),
             s if s.starts_with('-') => usage(&format!("unknown flag {s}")),
             s => a.server = Some(s.to_string()),
@@ -647,7 +711,18 @@ pub fn device(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
     let mut hca = Hca::open(&platform)?;
-    side(&mut hca, args)?;
+    let mut args = args.clone();
+    if args.events {
+        // The driver's event queue raises MSI-X vector 0 (its `intr`); VFIO signals this
+        // eventfd for it.
+        let mut fds = platform.enable_interrupts(uhca::driver::vfio::IrqKind::MsiX, 1)?;
+        let irq = fds.remove(0);
+        args.interrupt = Some(Interrupt(std::sync::Arc::new(move |t| irq.wait(t))));
+    }
+    side(&mut hca, &args)?;
+    if args.events {
+        platform.disable_interrupts()?;
+    }
     hca.close()?;
     Ok(())
 }
