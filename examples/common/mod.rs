@@ -66,6 +66,10 @@ pub struct Args {
     /// through VFIO's eventfd). Without it, events are waited for by serving the event
     /// queue in a loop.
     pub interrupt: Option<Interrupt>,
+    /// `--ip ADDR` (with `--device`, on an Ethernet port): the IP address whose RoCEv2 GID
+    /// the example installs at `-g` (default 0) before it starts. Without a kernel driver
+    /// nobody else fills the port's GID table.
+    pub ip: Option<IpAddr>,
 }
 
 /// A wait for an interrupt: returns how many arrived within the given time (0: none).
@@ -443,6 +447,7 @@ pub fn parse_args_with(
         server: None,
         events: false,
         interrupt: None,
+        ip: None,
     };
     let mut values = vec![None; extra.len()];
     let extra_usage: String = extra.iter().map(|(f, v)| format!(" [{f} {v}]")).collect();
@@ -453,7 +458,7 @@ pub fn parse_args_with(
         eprintln!(
             "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
              [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op]\
-             [-e] {extra_usage} [SERVER]"
+             [-e] [--ip ADDR] {extra_usage} [SERVER]"
         );
         std::process::exit(2);
     };
@@ -496,6 +501,13 @@ pub fn parse_args_with(
                 a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
             }
             "-e" | "--events" => a.events = true,
+            "--ip" => {
+                let v = val("--ip");
+                a.ip = Some(
+                    v.parse()
+                        .unwrap_or_else(|_| usage(&format!("bad IP address {v:?}"))),
+                );
+            }
             "-h" | "--help" => usage("help"),
             s if s.starts_with('-') => usage(&format!("unknown flag {s}")),
             s => a.server = Some(s.to_string()),
@@ -712,6 +724,28 @@ pub fn device(
     let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
     let mut hca = Hca::open(&platform)?;
     let mut args = args.clone();
+    if hca.caps().link_layer == LinkLayer::Ethernet {
+        let index = *args.gid_index.get_or_insert(0);
+        match args.ip {
+            Some(ip) => {
+                let mac = hca
+                    .query_port(args.ib_port)?
+                    .mac
+                    .ok_or("the Ethernet port reports no MAC address")?;
+                let gid = hca.add_roce_gid(args.ib_port, u16::from(index), ip, mac, None)?;
+                println!("  RoCEv2 GID {index}: {gid} ({ip}, MAC {mac})");
+            }
+            None if hca.query_gid(args.ib_port, u16::from(index))?.gid.is_zero() => {
+                return Err(format!(
+                    "port {} is Ethernet and its GID {index} is empty (no kernel driver fills \
+                     the GID table under VFIO): give the port an address with --ip ADDR",
+                    args.ib_port
+                )
+                .into());
+            }
+            None => {}
+        }
+    }
     if args.events {
         // The driver's event queue raises MSI-X vector 0 (its `intr`); VFIO signals this
         // eventfd for it.

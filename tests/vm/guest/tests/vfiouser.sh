@@ -46,14 +46,18 @@ devinfo --device "$first" > /tmp/devinfo2.out 2>&1
 check "devinfo --device again (after the close's reset)" [ $? -eq 0 ]
 
 # Server on the second function, client on the first, through the guest's loopback for
-# the out-of-band exchange and the mock fabric for the traffic.
+# the out-of-band exchange and the mock fabric for the traffic. On Ethernet each side gives
+# its port an IP address (--ip: the RoCEv2 GID the example installs, as no kernel driver
+# fills the GID table under VFIO): the server 10.0.0.2, the client 10.0.0.1.
+sip= cip=
+if [ "$link" = ethernet ]; then sip="--ip 10.0.0.2" cip="--ip 10.0.0.1"; fi
 pair() {
   prog=$1; shift
   t=$(up)
-  "$prog" --device "$second" "$@" > "/tmp/$prog.server" 2>&1 &
+  "$prog" --device "$second" $sip "$@" > "/tmp/$prog.server" 2>&1 &
   srv=$!
   sleep 1
-  "$prog" --device "$first" "$@" 127.0.0.1 > "/tmp/$prog.client" 2>&1
+  "$prog" --device "$first" $cip "$@" 127.0.0.1 > "/tmp/$prog.client" 2>&1
   crc=$?
   wait $srv
   src=$?
@@ -64,10 +68,19 @@ pair() {
   check "$prog --device: client ($first)" [ $crc -eq 0 ]
   check "$prog: 100 iterations reported by both sides" \
     [ "$(grep -c "^100 iters" "/tmp/$prog.server" "/tmp/$prog.client" | grep -c ':1$')" -eq 2 ]
+  if [ "$link" = ethernet ]; then
+    # Each side sent the RoCEv2 GID of its --ip (::ffff:10.0.0.x) in the exchange.
+    check "$prog: RoCEv2 GIDs ::ffff:10.0.0.2 and ::ffff:10.0.0.1 exchanged" \
+      grep -q "remote address:.*GID 0000:0000:0000:0000:0000:ffff:0a00:0002" "/tmp/$prog.client"
+    grep -q "remote address:.*GID 0000:0000:0000:0000:0000:ffff:0a00:0001" "/tmp/$prog.server" ||
+      ko "$prog: the server saw the client's GID ::ffff:10.0.0.1"
+  fi
 }
+pair rc_pingpong -n 100
+# A UD message fits the path MTU: 2048 (the default) on InfiniBand, 1024 on Ethernet (the
+# model's port MTU there, as ud_pingpong says when asked for more).
+if [ "$link" = ethernet ]; then pair ud_pingpong -n 100 -s 1024; else pair ud_pingpong -n 100; fi
 if [ "$link" = infiniband ]; then
-  pair rc_pingpong -n 100
-  pair ud_pingpong -n 100
   # -e: each side sleeps on its CQ's completion events instead of polling. Under --device
   # the example enables MSI-X vector 0 (its event queue's) with VFIO_DEVICE_SET_IRQS: the
   # model's interrupt goes to the server's eventfd, QEMU injects it into the guest, vfio-pci
