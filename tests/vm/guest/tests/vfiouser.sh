@@ -51,7 +51,9 @@ check "devinfo --device again (after the close's reset)" [ $? -eq 0 ]
 # fills the GID table under VFIO): the server 10.0.0.2, the client 10.0.0.1.
 sip= cip=
 if [ "$link" = ethernet ]; then sip="--ip 10.0.0.2" cip="--ip 10.0.0.1"; fi
-pair() {
+# run_pair PROG ARGS...: both sides, their outputs in /tmp/PROG.server and /tmp/PROG.client,
+# a PASS/FAIL line for each side's exit status.
+run_pair() {
   prog=$1; shift
   t=$(up)
   "$prog" --device "$second" $sip "$@" > "/tmp/$prog.server" 2>&1 &
@@ -64,8 +66,12 @@ pair() {
   echo "--- $prog server:"; cat "/tmp/$prog.server"
   echo "--- $prog client:"; cat "/tmp/$prog.client"
   echo "$prog took $(since "$t") s"
-  check "$prog --device: server ($second)" [ $src -eq 0 ]
-  check "$prog --device: client ($first)" [ $crc -eq 0 ]
+  check "$prog --device $*: server ($second)" [ $src -eq 0 ]
+  check "$prog --device $*: client ($first)" [ $crc -eq 0 ]
+}
+pair() {
+  prog=$1
+  run_pair "$@"
   check "$prog: 100 iterations reported by both sides" \
     [ "$(grep -c "^100 iters" "/tmp/$prog.server" "/tmp/$prog.client" | grep -c ':1$')" -eq 2 ]
   if [ "$link" = ethernet ]; then
@@ -90,6 +96,29 @@ if [ "$link" = infiniband ]; then
     check "rc_pingpong -e ($side): completion events woken by MSI-X interrupts" \
       grep -Eq "^[1-9][0-9]* completion events, [1-9][0-9]* interrupts" "/tmp/rc_pingpong.$side"
   done
+fi
+
+# RDMA WRITE and READ both ways (rdma_rw): 5 rounds of 64 KiB each way, each side checks
+# what the peer wrote into its buffer and what it read from the peer's, and they compare
+# verdicts.
+run_pair rdma_rw -n 5
+for side in server client; do
+  check "rdma_rw ($side): 5 rounds of WRITE and READ each way, data verified on both sides" \
+    grep -q "^rdma_rw: 5 rounds of RDMA WRITE 65536 B + RDMA READ 65536 B each way, data verified on both sides" \
+    "/tmp/rdma_rw.$side"
+done
+if [ "$link" = ethernet ]; then
+  # perftest's tables, briefly: bandwidth of RDMA WRITE, latency of SEND.
+  run_pair rdma_bw -s 4096 -n 200
+  check "rdma_bw: the table's row (4096 B, 200 iterations)" \
+    grep -Eq "^ 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+" /tmp/rdma_bw.server /tmp/rdma_bw.client
+  check "rdma_bw: the data arrived intact" \
+    grep -q "arrived intact" /tmp/rdma_bw.server /tmp/rdma_bw.client
+  run_pair rdma_lat -n 100
+  check "rdma_lat: the table's row (2 B, 100 iterations)" \
+    grep -Eq "^ 2 +100 +[0-9.]+ +[0-9.]+ +[0-9.]+" /tmp/rdma_lat.server /tmp/rdma_lat.client
+  check "rdma_lat: the data arrived intact" \
+    grep -q "arrived intact" /tmp/rdma_lat.server /tmp/rdma_lat.client
 fi
 
 echo "vfiouser ($link): $(since "$t0") s"
