@@ -121,6 +121,17 @@ if [ "$link" = ethernet ]; then
     grep -q "arrived intact" /tmp/rdma_lat.server /tmp/rdma_lat.client
 fi
 
+# Bring-up, teardown, a second bring-up, VFIO_DEVICE_RESET while the driver runs and a
+# bring-up after it, in one process (tests/vm/vfio_mlx5); its PASS/FAIL lines count here.
+t=$(up)
+vfio_mlx5 "$first" > /tmp/vfio_mlx5.out 2>&1
+rc=$?
+cat /tmp/vfio_mlx5.out
+echo "vfio_mlx5 took $(since "$t") s"
+pass=$((pass + $(grep -c '^PASS' /tmp/vfio_mlx5.out)))
+fail=$((fail + $(grep -c '^FAIL' /tmp/vfio_mlx5.out)))
+[ $rc -eq 0 ] || ko "vfio_mlx5 $first exits 0"
+
 echo "vfiouser ($link): $(since "$t0") s"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
