@@ -6,6 +6,7 @@
 //! cargo run --example rdma_rw -- --mock                        # both sides in one process
 //! cargo run --example rdma_rw -- --udp 10.0.0.2                # server, RoCEv2 over UDP
 //! rdma_rw -d rxe0 -g 1 10.0.0.2                                # the rdma-core client
+//! cargo run --features vfio --example rdma_rw -- --device 0000:03:00.0 --ip 10.0.0.2
 //! ```
 //!
 //! Each side registers a buffer of `3 * size` bytes (default 65536) for remote reads and
@@ -246,7 +247,9 @@ fn main() {
     let r = match &args.mode {
         Mode::Mock => common::run_mock_pair(&args, rw),
         Mode::Udp(ip) => common::run_udp(&args, *ip, rw),
-        Mode::Device(_) => Err("rdma_rw runs on the mock (--mock, --udp)".into()),
+        Mode::Device(bdf) => {
+            common::device(&args, bdf, |hca, a| rw(hca, a, a.server.as_deref(), None))
+        }
     };
     if let Err(e) = r {
         eprintln!("rdma_rw: {e}");

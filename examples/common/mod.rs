@@ -59,6 +59,27 @@ pub struct Args {
     pub op: Option<String>,
     /// The server to connect to; none means "be the server".
     pub server: Option<String>,
+    /// `-e`/`--events`: sleep on completion events instead of polling the CQ (rdma-core's
+    /// `--events`).
+    pub events: bool,
+    /// Under `--device -e`: the interrupt the driver's event queue raises (MSI-X vector 0,
+    /// through VFIO's eventfd). Without it, events are waited for by serving the event
+    /// queue in a loop.
+    pub interrupt: Option<Interrupt>,
+    /// `--ip ADDR` (with `--device`, on an Ethernet port): the IP address whose RoCEv2 GID
+    /// the example installs at `-g` (default 0) before it starts. Without a kernel driver
+    /// nobody else fills the port's GID table.
+    pub ip: Option<IpAddr>,
+}
+
+/// A wait for an interrupt: returns how many arrived within the given time (0: none).
+#[derive(Clone)]
+pub struct Interrupt(pub std::sync::Arc<dyn Fn(Duration) -> std::io::Result<u64> + Send + Sync>);
+
+impl std::fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupt")
+    }
 }
 
 /// Parses the command line with the given defaults for `-s` and `-n`.
@@ -216,8 +237,17 @@ pub fn pingpong_loop<P: Platform + Clone>(
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let mut wc = [WorkCompletion::default(); 2];
     let mut last_progress = std::time::Instant::now();
+    let (mut num_events, mut interrupts) = (0u64, 0u64);
+    if args.events {
+        cq.req_notify(hca, false);
+    }
     while rcnt < args.iters || scnt < args.iters {
         let n = cq.poll(hca, &mut wc)?;
+        if n == 0 && args.events {
+            wait_cq_event(hca, cq, args, &mut interrupts)?;
+            num_events += 1;
+            continue;
+        }
         if n == 0 {
             if last_progress.elapsed() > OOB_TIMEOUT {
                 return Err(format!(
@@ -265,7 +295,42 @@ pub fn pingpong_loop<P: Platform + Clone>(
         args.iters,
         secs * 1e6 / args.iters as f64
     );
+    if args.events {
+        println!("{num_events} completion events, {interrupts} interrupts");
+    }
     Ok(secs)
+}
+
+/// Waits up to [`OOB_TIMEOUT`] for the next completion event of `cq` (`ibv_get_cq_event`),
+/// acknowledges it and arms the CQ again (`ibv_ack_cq_events`, `ibv_req_notify_cq`). With
+/// `args.interrupt` it sleeps on the interrupt between visits to the event queue, counting
+/// the interrupts in `interrupts`; without, it serves the event queue in a loop. A missing
+/// interrupt is a timeout, not a fall back to polling.
+pub fn wait_cq_event<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    cq: &mut uhca::driver::verbs::Cq<P>,
+    args: &Args,
+    interrupts: &mut u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let deadline = std::time::Instant::now() + OOB_TIMEOUT;
+    loop {
+        hca.process_events()?;
+        if cq.take_event(hca) {
+            cq.req_notify(hca, false);
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no completion event for {OOB_TIMEOUT:?} ({interrupts} interrupts so far)"
+            )
+            .into());
+        }
+        match &args.interrupt {
+            Some(irq) => *interrupts += (irq.0)(left)?,
+            None => relax(false),
+        }
+    }
 }
 
 /// Runs the server half of an out-of-band exchange (on `listener` or on `args.port`),
@@ -380,6 +445,9 @@ pub fn parse_args_with(
         dmac: None,
         op: None,
         server: None,
+        events: false,
+        interrupt: None,
+        ip: None,
     };
     let mut values = vec![None; extra.len()];
     let extra_usage: String = extra.iter().map(|(f, v)| format!(" [{f} {v}]")).collect();
@@ -390,7 +458,7 @@ pub fn parse_args_with(
         eprintln!(
             "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
              [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op]\
-             {extra_usage} [SERVER]"
+             [-e] [--ip ADDR] {extra_usage} [SERVER]"
         );
         std::process::exit(2);
     };
@@ -431,6 +499,14 @@ pub fn parse_args_with(
             "-t" | "--test" => a.op = Some(val("-t")),
             "--dmac" => {
                 a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
+            }
+            "-e" | "--events" => a.events = true,
+            "--ip" => {
+                let v = val("--ip");
+                a.ip = Some(
+                    v.parse()
+                        .unwrap_or_else(|_| usage(&format!("bad IP address {v:?}"))),
+                );
             }
             "-h" | "--help" => usage("help"),
             s if s.starts_with('-') => usage(&format!("unknown flag {s}")),
@@ -647,7 +723,40 @@ pub fn device(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
     let mut hca = Hca::open(&platform)?;
-    side(&mut hca, args)?;
+    let mut args = args.clone();
+    if hca.caps().link_layer == LinkLayer::Ethernet {
+        let index = *args.gid_index.get_or_insert(0);
+        match args.ip {
+            Some(ip) => {
+                let mac = hca
+                    .query_port(args.ib_port)?
+                    .mac
+                    .ok_or("the Ethernet port reports no MAC address")?;
+                let gid = hca.add_roce_gid(args.ib_port, u16::from(index), ip, mac, None)?;
+                println!("  RoCEv2 GID {index}: {gid} ({ip}, MAC {mac})");
+            }
+            None if hca.query_gid(args.ib_port, u16::from(index))?.gid.is_zero() => {
+                return Err(format!(
+                    "port {} is Ethernet and its GID {index} is empty (no kernel driver fills \
+                     the GID table under VFIO): give the port an address with --ip ADDR",
+                    args.ib_port
+                )
+                .into());
+            }
+            None => {}
+        }
+    }
+    if args.events {
+        // The driver's event queue raises MSI-X vector 0 (its `intr`); VFIO signals this
+        // eventfd for it.
+        let mut fds = platform.enable_interrupts(uhca::driver::vfio::IrqKind::MsiX, 1)?;
+        let irq = fds.remove(0);
+        args.interrupt = Some(Interrupt(std::sync::Arc::new(move |t| irq.wait(t))));
+    }
+    side(&mut hca, &args)?;
+    if args.events {
+        platform.disable_interrupts()?;
+    }
     hca.close()?;
     Ok(())
 }

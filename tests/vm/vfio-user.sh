@@ -22,6 +22,7 @@ cargo build --release -p uhca-vfio-user --bin uhca-vfio-user-server || exit 1
 . "$VM/conf/vfiouser.conf"
 # shellcheck disable=SC2086
 cargo build $CARGO_BUILD || exit 1
+cargo build --release -p uhca-vm-vfio-mlx5 || exit 1
 phase "build the rig"
 bash "$VM/build-rig.sh" vfiouser || exit 1
 
