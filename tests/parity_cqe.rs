@@ -52,11 +52,13 @@
 //! `bash tests/parity/build.sh` printed; with `UHCA_REQUIRE_LIBMLX5=1` a missing harness
 //! fails.
 
+#[path = "parity/common.rs"]
+mod common;
+
 use std::collections::{BTreeSet, VecDeque};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
+
+use common::{Pipe, Rng, harness_path, seed};
 
 use uhca::driver::addr::AddressHandle;
 use uhca::driver::verbs::{
@@ -212,77 +214,23 @@ struct IbvWc {
 // ---------------------------------------------------------------------------------------
 // The harness process.
 
-fn required() -> bool {
-    std::env::var("UHCA_REQUIRE_LIBMLX5").is_ok_and(|v| v == "1")
-}
-
-fn harness_path() -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("UHCA_LIBMLX5_HARNESS_DIR");
-    let bin = dir
-        .as_ref()
-        .map(|d| std::path::Path::new(d).join("harness_cqe"));
-    match bin {
-        Some(b) if b.is_file() => Some(b),
-        _ => {
-            let why = match &dir {
-                None => "UHCA_LIBMLX5_HARNESS_DIR is not set".to_string(),
-                Some(d) => format!("{} has no harness_cqe", d.to_string_lossy()),
-            };
-            assert!(
-                !required(),
-                "libmlx5 parity required (UHCA_REQUIRE_LIBMLX5=1) but {why}"
-            );
-            eprintln!(
-                "SKIPPED: {why}; build libmlx5's harness with `bash tests/parity/build.sh` \
-                 and run with UHCA_LIBMLX5_HARNESS_DIR=<the folder it prints>"
-            );
-            None
-        }
-    }
-}
-
 struct Harness {
-    child: Child,
-    stdin: std::io::BufWriter<ChildStdin>,
-    lines: Receiver<String>,
+    pipe: Pipe,
 }
 
 impl Harness {
     fn start(bin: &std::path::Path) -> Harness {
-        let mut child = Command::new(bin)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = std::io::BufWriter::new(child.stdin.take().unwrap());
         Harness {
-            child,
-            stdin,
-            lines,
+            pipe: Pipe::start(bin),
         }
     }
 
     fn send(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").expect("harness_cqe exited");
+        self.pipe.send(line);
     }
 
     fn recv(&mut self) -> String {
-        self.stdin.flush().expect("harness_cqe exited");
-        let line = self
-            .lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("harness_cqe did not answer within 20 s");
+        let line = self.pipe.recv(Duration::from_secs(20));
         assert!(!line.starts_with("error"), "harness_cqe: {line}");
         line
     }
@@ -348,34 +296,6 @@ impl Harness {
             *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
         }
         (wcs, rec)
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// A seeded generator (splitmix64), so a failing run can be replayed.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
     }
 }
 
@@ -693,7 +613,7 @@ impl World {
             len: if atomic { 8 } else { 1 + rng.below(512) as u32 },
             lkey,
         }];
-        let signaled = last || rng.chance(60);
+        let signaled = last || rng.percent(60);
         let mut flags = SendFlags::empty();
         if signaled {
             flags |= SendFlags::SIGNALED;
@@ -971,7 +891,7 @@ fn episode(w: &mut World, rng: &mut Rng, synd_next: &mut [usize; 2], total: &mut
         let mut rq: VecDeque<Src> = t.rq.iter().map(|&(c, _)| Src::Rq(c)).collect();
         let mut seq = VecDeque::new();
         while !sq.is_empty() || !rq.is_empty() {
-            let from_sq = rq.is_empty() || (!sq.is_empty() && rng.chance(50));
+            let from_sq = rq.is_empty() || (!sq.is_empty() && rng.percent(50));
             seq.push_back(
                 if from_sq {
                     sq.pop_front()
@@ -989,7 +909,7 @@ fn episode(w: &mut World, rng: &mut Rng, synd_next: &mut [usize; 2], total: &mut
             .filter(|&i| w.qps[i].srq == Some(s))
             .collect();
         for &(idx, _) in &srq.posted {
-            if rng.chance(70) {
+            if rng.percent(70) {
                 let q = users[rng.below(users.len() as u64) as usize];
                 let at = rng.below(per_qp[q].len() as u64 + 1) as usize;
                 per_qp[q].insert(at, Src::Srq(idx));
@@ -1000,7 +920,7 @@ fn episode(w: &mut World, rng: &mut Rng, synd_next: &mut [usize; 2], total: &mut
     // queues is a flush error, and its SRQ receives after the point do not happen.
     let mut error_at: Vec<Option<usize>> = vec![None; w.qps.len()];
     for (q, seq) in per_qp.iter_mut().enumerate() {
-        if !seq.is_empty() && rng.chance(18) {
+        if !seq.is_empty() && rng.percent(18) {
             let at = rng.below(seq.len() as u64) as usize;
             // Unsignalled sends after the point are flushed too.
             let t = &w.qps[q];
@@ -1101,7 +1021,7 @@ fn episode(w: &mut World, rng: &mut Rng, synd_next: &mut [usize; 2], total: &mut
                 // random on the responder side (neither side reads it).
                 let top = if side == 0 { sop } else { b[CQE_SOP_DROP_QPN] };
                 be32(&mut b, CQE_SOP_DROP_QPN, (top as u32) << 24 | qpn);
-                if rng.chance(30) {
+                if rng.percent(30) {
                     b[CQE_VENDOR_ERR_SYND] = 0;
                 }
             }
@@ -1246,17 +1166,11 @@ fn required_cases() -> Vec<String> {
 
 #[test]
 fn uhca_and_libmlx5_decode_the_same_cqes_alike() {
-    let Some(bin) = harness_path() else { return };
-    let seed = std::env::var("UHCA_PARITY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("CQE parity seed {seed} (UHCA_PARITY_SEED={seed} replays this run)");
+    let Some(bin) = harness_path("harness_cqe") else {
+        return;
+    };
+    let seed = seed();
+    eprintln!("CQE parity seed {seed:#x} (UHCA_PARITY_SEED={seed:#x} replays this run)");
     let mut rng = Rng(seed);
     let mut w = World::new(&bin);
     let mut synd_next = [0usize; 2];

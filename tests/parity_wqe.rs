@@ -10,11 +10,13 @@
 //! `UHCA_REQUIRE_LIBMLX5=1` (CI sets it) makes that a failure. `UHCA_PARITY_SEED` replays a
 //! random run. `tests/parity/README.md` says what is compared and why.
 
+#[path = "parity/common.rs"]
+mod common;
+
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
+
+use common::{Pipe, Rng, harness_path, seed};
 
 use uhca::driver::addr::{AddressHandle, Gid, Grh, Mac, StaticRate};
 use uhca::driver::verbs::{
@@ -82,66 +84,25 @@ fn allowed_in_srq(buf: &[u8], stride: usize) -> Vec<Option<usize>> {
 // The harness process
 // ---------------------------------------------------------------------------------------
 
-fn required() -> bool {
-    std::env::var("UHCA_REQUIRE_LIBMLX5").is_ok_and(|v| v == "1")
-}
-
 /// libmlx5 behind a pipe: one request per line, answered by result lines and "ok".
 struct Harness {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
+    pipe: Pipe,
 }
 
 impl Harness {
     /// Starts the harness, or says why the test is skipped (`None`).
     fn start() -> Option<Harness> {
-        let Some(dir) = std::env::var_os("UHCA_LIBMLX5_HARNESS_DIR").filter(|d| !d.is_empty())
-        else {
-            assert!(
-                !required(),
-                "UHCA_REQUIRE_LIBMLX5=1 but UHCA_LIBMLX5_HARNESS_DIR is not set: build the \
-                 harness with `bash tests/parity/build.sh` and set the variable to the folder \
-                 it prints"
-            );
-            eprintln!(
-                "SKIPPED: libmlx5 parity needs UHCA_LIBMLX5_HARNESS_DIR (not set). Run \
-                 `bash tests/parity/build.sh`, then `UHCA_LIBMLX5_HARNESS_DIR=<the folder it \
-                 prints> cargo test --test parity_wqe`"
-            );
-            return None;
-        };
-        let path = std::path::Path::new(&dir).join("harness_wqe");
-        let mut child = Command::new(&path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", path.display()));
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let bin = harness_path("harness_wqe")?;
         Some(Harness {
-            child,
-            stdin,
-            lines,
+            pipe: Pipe::start(&bin),
         })
     }
 
     /// Sends requests (one per line) and returns the result lines of each.
     fn ask_all(&mut self, requests: &[String]) -> Vec<Vec<String>> {
         for r in requests {
-            writeln!(self.stdin, "{r}").expect("libmlx5 harness gone");
+            self.pipe.send(r);
         }
-        self.stdin.flush().expect("libmlx5 harness gone");
         requests.iter().map(|r| self.reply(r)).collect()
     }
 
@@ -152,12 +113,7 @@ impl Harness {
     fn reply(&mut self, request: &str) -> Vec<String> {
         let mut out = Vec::new();
         loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| {
-                    panic!("libmlx5 harness: no answer to {request:?} within 30 s (died or hung)")
-                });
+            let line = self.pipe.recv(Duration::from_secs(30));
             if line == "ok" {
                 return out;
             }
@@ -166,13 +122,6 @@ impl Harness {
             }
             out.push(line);
         }
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -200,41 +149,6 @@ fn field<'a>(lines: &'a [String], key: &str) -> Vec<&'a str> {
 // ---------------------------------------------------------------------------------------
 // Comparison and bookkeeping
 // ---------------------------------------------------------------------------------------
-
-/// A small PRNG of our own (SplitMix64), seeded so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var("UHCA_PARITY_SEED") {
-        Ok(s) => {
-            let s = s.trim_start_matches("0x");
-            u64::from_str_radix(s, 16).expect("UHCA_PARITY_SEED: hex")
-        }
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
 
 /// What was compared.
 #[derive(Default)]
@@ -1377,7 +1291,7 @@ fn receive_wqes_match_libmlx5() {
             .map(|k| {
                 let m = 1 + (round + k) % max;
                 let mut l: Vec<Sge> = (0..m).map(|i| sge(i + k)).collect();
-                if rng.chance(3) {
+                if rng.one_in(3) {
                     let z = rng.below(m) as usize;
                     l[z].len = 0;
                 }
@@ -1673,11 +1587,11 @@ fn cq_doorbells_match_libmlx5() {
         );
         stats.dbrecs += 1;
         // Arm, solicited or not; sometimes a completion event first (arm_sn moves on).
-        if rng.chance(2) {
+        if rng.one_in(2) {
             rig.cq.ack_event();
             h.ask("event 0");
         }
-        let solicited = rng.chance(2);
+        let solicited = rng.one_in(2);
         rig.dev.take_doorbells();
         rig.cq.req_notify(&rig.hca, solicited);
         let theirs = h.ask(&format!("arm 0 {}", solicited as u8));
@@ -1770,7 +1684,7 @@ fn random_req(rng: &mut Rng, st: &str, caps: QpCaps, n_ahs: usize) -> Req {
     r.flags = SendFlags::from_bits_truncate(rng.below(8) as u8);
     let sge_of = |rng: &mut Rng| Sge {
         addr: rng.next(),
-        len: if rng.chance(8) {
+        len: if rng.one_in(8) {
             0
         } else {
             rng.next() as u32 & 0x7fff_ffff
@@ -1785,7 +1699,7 @@ fn random_req(rng: &mut Rng, st: &str, caps: QpCaps, n_ahs: usize) -> Req {
             len: 8,
             ..sge_of(rng)
         }];
-    } else if !matches!(op, SendOp::RdmaRead { .. }) && caps.max_inline_data > 0 && rng.chance(2) {
+    } else if !matches!(op, SendOp::RdmaRead { .. }) && caps.max_inline_data > 0 && rng.one_in(2) {
         let len = rng.below(caps.max_inline_data as u64 + 1) as usize;
         r.inline = Some(rng.bytes(len));
     } else {
@@ -1818,7 +1732,7 @@ fn random_requests_match_libmlx5() {
     h.ask("link ib");
     let mut ahs = Vec::new();
     for slot in 0..4 {
-        let grh = rng.chance(2).then(|| Grh {
+        let grh = rng.one_in(2).then(|| Grh {
             dgid: Gid(rng.bytes(16).try_into().unwrap()),
             sgid_index: rng.below(2) as u8,
             flow_label: rng.next() as u32 & 0xf_ffff,
@@ -1848,7 +1762,7 @@ fn random_requests_match_libmlx5() {
             max_recv_sge: 1,
             max_inline_data: [0, 16, 60, 128, 300][rng.below(5) as usize],
         };
-        let sig_all = rng.chance(4);
+        let sig_all = rng.one_in(4);
         let per_qp = 200 + rng.below(400) as usize;
         let case = format!("random {st} QP (seed {seed:#x})");
         macro_rules! run {
