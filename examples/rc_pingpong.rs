@@ -21,26 +21,13 @@ use std::net::TcpListener;
 use common::{Args, RECV_WRID, SEND_WRID};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvReady, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
-    state,
+    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge, state,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
 use uhca::oob::Dest;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// Posts up to `n` copies of `recv`; returns how many went in.
-fn post_recvs<P: Platform + Clone, S: RecvReady>(
-    qp: &mut Qp<P, Rc, S>,
-    hca: &mut Hca<P>,
-    recv: RecvWr<'_>,
-    n: u32,
-) -> u32 {
-    (0..n)
-        .take_while(|_| qp.post_recv(hca, &[recv]).is_ok())
-        .count() as u32
-}
 
 /// One side of the ping-pong on an HCA that is up. `server`: `None` to listen.
 fn pingpong<P: Platform + Clone>(
@@ -83,7 +70,7 @@ fn pingpong<P: Platform + Clone>(
         wr_id: RECV_WRID,
         sg_list: &sge,
     };
-    let routs = post_recvs(&mut qp, hca, recv, args.rx_depth);
+    let routs = common::post_recvs(&mut qp, &recv, args.rx_depth);
     if routs < args.rx_depth {
         return Err(format!("couldn't post receive ({routs})").into());
     }
@@ -114,20 +101,15 @@ fn pingpong<P: Platform + Clone>(
 
     mr.mem_mut().fill(0, args.size, 0x7b);
     let send = SendWr::new(SEND_WRID, SendOp::Send, &sge);
-    let qp_cell = std::cell::RefCell::new(&mut qp);
     common::pingpong_loop(
         hca,
         &mut cq,
+        &mut qp,
         args,
         server.is_some(),
         routs,
-        &mut |hca| {
-            qp_cell
-                .borrow_mut()
-                .post_send(hca, &[send])
-                .map_err(|e| format!("couldn't post send: {e:?}"))
-        },
-        &mut |hca, n| post_recvs(*qp_cell.borrow_mut(), hca, recv, n),
+        &send,
+        &recv,
     )?;
 
     // Take the QP down in order: flush what is left, then destroy.

@@ -210,7 +210,7 @@ fn side<P: Platform + Clone>(
     // The SEND server's receives go in before the client can send.
     let mut recv_posted = 0u64;
     if receiver {
-        post_recvs(&mut qp, hca, &sges, 0, args.rx_depth as u64)?;
+        post_recvs(&mut qp, &sges, 0, args.rx_depth as u64)?;
         recv_posted = args.rx_depth as u64;
     }
 
@@ -250,7 +250,7 @@ fn side<P: Platform + Clone>(
 
     let mut wc = [WorkCompletion::default(); 32];
     if client {
-        let (secs, peak) = stream(hca, &mut qp, &mut cq, args, &o, &sges, &peer, spin)?;
+        let (secs, peak) = stream(&mut qp, &mut cq, args, &o, &sges, &peer, spin)?;
         report(size, args.iters, secs, peak);
         if args.mode == Mode::Mock {
             // The model moves bytes in memory: the same bytes copied plainly are its ceiling.
@@ -280,7 +280,7 @@ fn side<P: Platform + Clone>(
             let mut got = 0u64;
             let mut stamps = vec![(0u64, 0.0f64)];
             while got < args.iters {
-                let n = common::poll_some(hca, &mut cq, &mut wc, spin)?;
+                let n = common::poll_some(&mut cq, &mut wc, spin)?;
                 for c in &wc[..n] {
                     if c.status != WcStatus::Success {
                         return Err(format!("receive {} failed: {:?}", c.wr_id, c.status).into());
@@ -298,7 +298,7 @@ fn side<P: Platform + Clone>(
                 let outstanding = recv_posted - got;
                 if outstanding <= args.rx_depth as u64 / 2 && recv_posted < args.iters {
                     let n = args.rx_depth as u64 - outstanding;
-                    post_recvs(&mut qp, hca, &sges, recv_posted, n)?;
+                    post_recvs(&mut qp, &sges, recv_posted, n)?;
                     recv_posted += n;
                 }
             }
@@ -330,7 +330,6 @@ fn side<P: Platform + Clone>(
 /// doorbell-record update.
 fn post_recvs<P: Platform + Clone, S: RecvReady>(
     qp: &mut Qp<P, Rc, S>,
-    hca: &mut Hca<P>,
     sges: &[[Sge; 1]],
     from: u64,
     n: u64,
@@ -341,7 +340,7 @@ fn post_recvs<P: Platform + Clone, S: RecvReady>(
             sg_list: &sges[(j % sges.len() as u64) as usize],
         })
         .collect();
-    qp.post_recv(hca, &wrs)
+    qp.post_recv(&wrs)
         .map_err(|e| format!("couldn't post receives: {e}"))?;
     Ok(())
 }
@@ -351,7 +350,6 @@ fn post_recvs<P: Platform + Clone, S: RecvReady>(
 /// post to the last completion and the peak rate in bytes per second.
 #[allow(clippy::too_many_arguments)]
 fn stream<P: Platform + Clone>(
-    hca: &mut Hca<P>,
     qp: &mut Qp<P, Rc, state::Rts>,
     cq: &mut uhca::driver::verbs::Cq<P>,
     args: &Args,
@@ -396,11 +394,11 @@ fn stream<P: Platform + Clone>(
                 };
                 wrs.push(SendWr::new(i, op, &sges[b as usize]).with_flags(flags));
             }
-            qp.post_send(hca, &wrs)
+            qp.post_send(&wrs)
                 .map_err(|e| format!("couldn't post send: {e}"))?;
             posted += n;
         }
-        let got = common::poll_some(hca, cq, &mut wc, spin)?;
+        let got = common::poll_some(cq, &mut wc, spin)?;
         for c in &wc[..got] {
             if c.status != WcStatus::Success {
                 return Err(format!(

@@ -145,11 +145,11 @@ impl<P: Platform + Clone> Ends<P> {
 
     /// Polls once (or until something completes, with `block`); counts completions and
     /// reposts receives.
-    fn poll(&mut self, hca: &mut Hca<P>, block: bool) -> Res<()> {
+    fn poll(&mut self, block: bool) -> Res<()> {
         let n = if block {
-            common::poll_some(hca, &mut self.cq, &mut self.wc, self.spin)?
+            common::poll_some(&mut self.cq, &mut self.wc, self.spin)?
         } else {
-            self.cq.poll(hca, &mut self.wc)?
+            self.cq.poll(&mut self.wc)?
         };
         let sge = self.recv_sge();
         for c in &self.wc[..n] {
@@ -168,7 +168,7 @@ impl<P: Platform + Clone> Ends<P> {
                     sg_list: &sge,
                 };
                 self.qp
-                    .post_recv(hca, &[recv])
+                    .post_recv(&[recv])
                     .map_err(|e| format!("couldn't post receive: {e}"))?;
             } else {
                 self.sends -= 1;
@@ -179,38 +179,38 @@ impl<P: Platform + Clone> Ends<P> {
 
     /// Posts one signalled request after making room: from the send region, or for a
     /// READ into the receive region.
-    fn post(&mut self, hca: &mut Hca<P>, op: SendOp) -> Res<()> {
+    fn post(&mut self, op: SendOp) -> Res<()> {
         while self.sends + 1 >= SQ_DEPTH {
-            self.poll(hca, true)?;
+            self.poll(true)?;
         }
         let sge = match op {
             SendOp::RdmaRead { .. } => self.recv_sge(),
             _ => self.send_sge(),
         };
         self.qp
-            .post_send(hca, &[SendWr::new(0, op, &sge)])
+            .post_send(&[SendWr::new(0, op, &sge)])
             .map_err(|e| format!("couldn't post send: {e}"))?;
         self.sends += 1;
         Ok(())
     }
 
     /// Waits for the next receive completion.
-    fn wait_recv(&mut self, hca: &mut Hca<P>) -> Res<()> {
+    fn wait_recv(&mut self) -> Res<()> {
         while self.recvs == 0 {
-            self.poll(hca, true)?;
+            self.poll(true)?;
         }
         self.recvs -= 1;
         Ok(())
     }
 
     /// Waits until the receive region's last byte is `m`, completing sends meanwhile.
-    fn wait_marker(&mut self, hca: &mut Hca<P>, m: u8) -> Res<()> {
+    fn wait_marker(&mut self, m: u8) -> Res<()> {
         let start = Instant::now();
         let mut turns = 0u32;
         while self.mr.mem().read_u8(self.size - 1) != m {
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(64) {
-                self.poll(hca, false)?;
+                self.poll(false)?;
                 if start.elapsed() > common::OOB_TIMEOUT {
                     return Err(format!(
                         "the peer's WRITE did not arrive in {:?}",
@@ -298,7 +298,7 @@ fn side<P: Platform + Clone>(
             wr_id: 0,
             sg_list: &sge,
         };
-        qp.post_recv(hca, std::iter::repeat_n(&recv, RX_DEPTH as usize))
+        qp.post_recv(std::iter::repeat_n(&recv, RX_DEPTH as usize))
             .map_err(|e| format!("couldn't post receives: {e}"))?;
     }
 
@@ -358,39 +358,39 @@ fn side<P: Platform + Clone>(
         (Op::Send, true) => {
             for _ in 0..args.iters {
                 let t = Instant::now();
-                e.post(hca, SendOp::Send)?;
-                e.wait_recv(hca)?;
+                e.post(SendOp::Send)?;
+                e.wait_recv()?;
                 samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
             }
         }
         (Op::Send, false) => {
             for _ in 0..args.iters {
-                e.wait_recv(hca)?;
-                e.post(hca, SendOp::Send)?;
+                e.wait_recv()?;
+                e.post(SendOp::Send)?;
             }
         }
         (Op::Write, true) => {
             for i in 0..args.iters {
                 let t = Instant::now();
                 e.mr.mem_mut().write_u8(2 * size - 1, marker(i));
-                e.post(hca, write_to)?;
-                e.wait_marker(hca, marker(i))?;
+                e.post(write_to)?;
+                e.wait_marker(marker(i))?;
                 samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
             }
         }
         (Op::Write, false) => {
             for i in 0..args.iters {
-                e.wait_marker(hca, marker(i))?;
+                e.wait_marker(marker(i))?;
                 e.mr.mem_mut().write_u8(2 * size - 1, marker(i));
-                e.post(hca, write_to)?;
+                e.post(write_to)?;
             }
         }
         (Op::Read, true) => {
             for _ in 0..args.iters {
                 let t = Instant::now();
-                e.post(hca, read_from)?;
+                e.post(read_from)?;
                 while e.sends > 0 {
-                    e.poll(hca, true)?;
+                    e.poll(true)?;
                 }
                 samples.push(t.elapsed().as_secs_f64() * 1e6);
             }
@@ -399,7 +399,7 @@ fn side<P: Platform + Clone>(
     }
     // Let the last sends complete before the QP goes down.
     while e.sends > 0 {
-        e.poll(hca, true)?;
+        e.poll(true)?;
     }
     if client {
         report(size, args.iters, &mut samples);

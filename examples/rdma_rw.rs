@@ -176,13 +176,13 @@ fn rw<P: Platform + Clone>(
             },
             &dst,
         );
-        qp.post_send(hca, &[write, read])
+        qp.post_send(&[write, read])
             .map_err(|e| format!("couldn't post: {e:?}"))?;
         let mut pending = WRITE_WRID | READ_WRID;
         let mut wc = [WorkCompletion::default(); 4];
         let t = std::time::Instant::now();
         while pending != 0 {
-            let n = cq.poll(hca, &mut wc)?;
+            let n = cq.poll(&mut wc)?;
             for w in &wc[..n] {
                 if w.status != WcStatus::Success {
                     return Err(format!(

@@ -18,9 +18,7 @@ use std::net::TcpListener;
 
 use common::{Args, RECV_WRID, SEND_WRID};
 use uhca::driver::Hca;
-use uhca::driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, RecvReady, RecvWr, SendOp, SendWr, Sge, Ud, UdDest,
-};
+use uhca::driver::verbs::{InitAttr, QpCaps, QpInitAttr, RecvWr, SendOp, SendWr, Sge, Ud, UdDest};
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
 use uhca::oob::Dest;
@@ -31,17 +29,6 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 const QKEY: u32 = 0x1111_1111;
 /// The GRH the HCA writes at the start of every UD receive buffer.
 const GRH_BYTES: usize = 40;
-
-fn post_recvs<P: Platform + Clone, S: RecvReady>(
-    qp: &mut Qp<P, Ud, S>,
-    hca: &mut Hca<P>,
-    recv: RecvWr<'_>,
-    n: u32,
-) -> u32 {
-    (0..n)
-        .take_while(|_| qp.post_recv(hca, &[recv]).is_ok())
-        .count() as u32
-}
 
 fn pingpong<P: Platform + Clone>(
     hca: &mut Hca<P>,
@@ -92,7 +79,7 @@ fn pingpong<P: Platform + Clone>(
         wr_id: RECV_WRID,
         sg_list: &rsge,
     };
-    let routs = post_recvs(&mut qp, hca, recv, args.rx_depth);
+    let routs = common::post_recvs(&mut qp, &recv, args.rx_depth);
     if routs < args.rx_depth {
         return Err(format!("couldn't post receive ({routs})").into());
     }
@@ -119,20 +106,15 @@ fn pingpong<P: Platform + Clone>(
         remote_qkey: QKEY,
     };
     let send = SendWr::new(SEND_WRID, SendOp::Send, &ssge).with_ud(dest);
-    let qp_cell = std::cell::RefCell::new(&mut qp);
     common::pingpong_loop(
         hca,
         &mut cq,
+        &mut qp,
         args,
         server.is_some(),
         routs,
-        &mut |hca| {
-            qp_cell
-                .borrow_mut()
-                .post_send(hca, &[send])
-                .map_err(|e| format!("couldn't post send: {e:?}"))
-        },
-        &mut |hca, n| post_recvs(*qp_cell.borrow_mut(), hca, recv, n),
+        &send,
+        &recv,
     )?;
 
     common::take_down(hca, qp, cq, mr, pd)

@@ -150,7 +150,7 @@ fn poll_one(fabric: &Fabric, n: &mut Node) -> DemoResult<WorkCompletion> {
     let mut wc = [WorkCompletion::default(); 1];
     for _ in 0..1000 {
         fabric.run_until_idle();
-        if n.cq.poll(&mut n.hca, &mut wc)? == 1 {
+        if n.cq.poll(&mut wc)? == 1 {
             if wc[0].status != WcStatus::Success {
                 return Err(
                     format!("work request {} failed: {:?}", wc[0].wr_id, wc[0].status).into(),
@@ -216,20 +216,17 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
         len: 4096,
         lkey: lb,
     }];
-    qb.post_recv(
-        &mut b.hca,
-        &[RecvWr {
-            wr_id: 100,
-            sg_list: &recv,
-        }],
-    )
+    qb.post_recv(&[RecvWr {
+        wr_id: 100,
+        sg_list: &recv,
+    }])
     .map_err(|e| format!("{e:?}"))?;
     let src = [Sge {
         addr: ia,
         len: 3000,
         lkey: la,
     }];
-    qa.post_send(&mut a.hca, &[SendWr::new(1, SendOp::Send, &src)])
+    qa.post_send(&[SendWr::new(1, SendOp::Send, &src)])
         .map_err(|e| format!("{e:?}"))?;
     poll_one(&fabric, &mut a)?;
     let wc = poll_one(&fabric, &mut b)?;
@@ -262,8 +259,7 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
         },
         &src,
     );
-    qa.post_send(&mut a.hca, &[wr])
-        .map_err(|e| format!("{e:?}"))?;
+    qa.post_send(&[wr]).map_err(|e| format!("{e:?}"))?;
     poll_one(&fabric, &mut a)?;
     let mut got = vec![0u8; text.len()];
     b.mr.mem().read_bytes(4096, &mut got);
@@ -295,8 +291,7 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
         },
         &dst,
     );
-    qa.post_send(&mut a.hca, &[wr])
-        .map_err(|e| format!("{e:?}"))?;
+    qa.post_send(&[wr]).map_err(|e| format!("{e:?}"))?;
     let wc = poll_one(&fabric, &mut a)?;
     let mut got = vec![0u8; 2048];
     a.mr.mem().read_bytes(8192, &mut got);
@@ -344,8 +339,7 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
             &faa_to,
         )
         .with_flags(SendFlags::SIGNALED | SendFlags::FENCE);
-        qa.post_send(&mut a.hca, &[cas, faa])
-            .map_err(|e| format!("{e:?}"))?;
+        qa.post_send(&[cas, faa]).map_err(|e| format!("{e:?}"))?;
         poll_one(&fabric, &mut a)?;
         poll_one(&fabric, &mut a)?;
         // The original values land in the local buffer in the host's byte order (the

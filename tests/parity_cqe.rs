@@ -629,8 +629,8 @@ impl World {
         }
         self.dev.take_doorbells();
         match self.qps[i].qp.as_mut().unwrap() {
-            AnyQp::Rc(q) => q.post_send(&mut self.hca, &[wr]).unwrap(),
-            AnyQp::Ud(q) => q.post_send(&mut self.hca, &[wr]).unwrap(),
+            AnyQp::Rc(q) => q.post_send(&[wr]).unwrap(),
+            AnyQp::Ud(q) => q.post_send(&[wr]).unwrap(),
         }
         // The held send doorbell carries the first 8 bytes of the WQE's control segment:
         // opmod_idx_opcode gives the WQE counter and the opcode uhca wrote.
@@ -666,8 +666,8 @@ impl World {
             sg_list: &sge,
         };
         match self.qps[i].qp.as_mut().unwrap() {
-            AnyQp::Rc(q) => q.post_recv(&mut self.hca, &[wr]).unwrap(),
-            AnyQp::Ud(q) => q.post_recv(&mut self.hca, &[wr]).unwrap(),
+            AnyQp::Rc(q) => q.post_recv(&[wr]).unwrap(),
+            AnyQp::Ud(q) => q.post_recv(&[wr]).unwrap(),
         }
         let t = &mut self.qps[i];
         let counter = t.rq_posted as u16;
@@ -698,7 +698,7 @@ impl World {
             wr_id,
             sg_list: &sge,
         };
-        self.srqs[s].srq.post_recv(&mut self.hca, &[wr]).unwrap();
+        self.srqs[s].srq.post_recv(&[wr]).unwrap();
         let idx = (0..n)
             .find(|&k| self.srq_addr(s, k) == addr && !self.srqs[s].posted.iter().any(|p| p.0 == k))
             .expect("the posted SRQ WQE is in the SRQ buffer");
@@ -1066,7 +1066,7 @@ fn episode(w: &mut World, rng: &mut Rng, synd_next: &mut [usize; 2], total: &mut
         let ne = 1 + rng.below(8) as usize;
         let mut wc = [WorkCompletion::default(); 8];
         let n =
-            w.cq.poll(&mut w.hca, &mut wc[..ne])
+            w.cq.poll(&mut wc[..ne])
                 .unwrap_or_else(|e| panic!("uhca refused a CQE: {e}"));
         let (lib, lib_rec) = w.harness.poll(ne);
         assert_eq!(n, lib.len(), "completions in a poll of {ne}");

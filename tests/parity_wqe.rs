@@ -312,10 +312,7 @@ impl Rig {
 
     fn poll(&mut self, n: usize) -> Vec<WorkCompletion> {
         let mut wc = vec![WorkCompletion::default(); n];
-        let got = self
-            .cq
-            .poll(&mut self.hca, &mut wc)
-            .expect("CQEs the driver accepts");
+        let got = self.cq.poll(&mut wc).expect("CQEs the driver accepts");
         wc.truncate(got);
         wc
     }
@@ -342,7 +339,7 @@ where
         cap,
     };
     let mut qp = rig.hca.create_qp::<T>(&rig.pd, &attr).unwrap();
-    qp.set_sq_sig_all(&mut rig.hca, sig_all);
+    qp.set_sq_sig_all(sig_all);
     let access = if T::ST == uhca::fwif::consts::QpServiceType::Rc {
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
     } else {
@@ -686,7 +683,7 @@ fn post_and_compare<T: QpTransport>(
         .enumerate()
         .map(|(i, r)| r.wr(i as u64, ahs))
         .collect();
-    let ours = t.qp.post_send(&mut rig.hca, &wrs);
+    let ours = t.qp.post_send(&wrs);
     let mut lines: Vec<String> = reqs.iter().map(Req::line).collect();
     lines.push(format!("post {}", t.slot));
     let theirs = h.ask_all(&lines).pop().unwrap();
@@ -1307,7 +1304,7 @@ fn receive_wqes_match_libmlx5() {
             })
             .collect();
         let before = t.qp.rings().rq_head();
-        t.qp.post_recv(&mut rig.hca, &wrs).unwrap();
+        t.qp.post_recv(&wrs).unwrap();
         t.rq_outstanding += n as u32;
         let mut lines: Vec<String> = lists.iter().map(|l| recv_line(l)).collect();
         lines.push(format!("postrecv {}", t.slot));
@@ -1431,7 +1428,7 @@ fn srq_rounds(
                 sg_list: l,
             })
             .collect();
-        let ours = srq.post_recv(&mut rig.hca, &wrs);
+        let ours = srq.post_recv(&wrs);
         let mut lines: Vec<String> = lists.iter().map(|l| recv_line(l)).collect();
         lines.push(format!("postsrq {slot}"));
         let theirs = h.ask_all(&lines).pop().unwrap();
@@ -1593,7 +1590,7 @@ fn cq_doorbells_match_libmlx5() {
         }
         let solicited = rng.one_in(2);
         rig.dev.take_doorbells();
-        rig.cq.req_notify(&rig.hca, solicited);
+        rig.cq.req_notify(solicited);
         let theirs = h.ask(&format!("arm 0 {}", solicited as u8));
         assert!(rig.dev.host_read(cq_dbr, &mut dbr));
         let replay = format!("{replay}, solicited {solicited}");
@@ -1815,7 +1812,7 @@ fn random_requests_match_libmlx5() {
                         },
                     )
                     .unwrap();
-                qp.set_sq_sig_all(&mut rig.hca, sig_all);
+                qp.set_sq_sig_all(sig_all);
                 let qp = qp
                     .to_init(&mut rig.hca, InitAttr::default())
                     .unwrap()

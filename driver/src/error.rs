@@ -38,6 +38,12 @@ pub enum Error {
     DeviceMisbehaved(&'static str),
     /// The HCA was already torn down.
     TornDown,
+    /// An object created by another [`Hca`](crate::Hca) was handed to this one (its number
+    /// would name a different object of this device); nothing was sent.
+    WrongHca,
+    /// The device wrote a CQE that does not match what was posted (see
+    /// [`PollError`](crate::verbs::PollError)).
+    BadCompletion(crate::verbs::PollError),
     /// The device refused a QP state transition because the QP is not in the state the
     /// transition starts from (BAD_QP_STATE): the device moved it on its own, for example
     /// to ERR after an error completion, or to SQER.
@@ -71,6 +77,8 @@ impl core::fmt::Display for Error {
             Error::OutOfPages => f.write_str("firmware page pool exhausted"),
             Error::DeviceMisbehaved(what) => write!(f, "device misbehaved: {what}"),
             Error::TornDown => f.write_str("the HCA was torn down"),
+            Error::WrongHca => f.write_str("the object belongs to another HCA"),
+            Error::BadCompletion(e) => e.fmt(f),
             Error::BadQpState {
                 qpn,
                 command,

@@ -42,7 +42,7 @@ use crate::caps::{
 };
 use crate::error::{Error, Result};
 use crate::pages::{PageError, PagePool};
-use crate::verbs::dp::{CompletionEvents, Datapath};
+use crate::verbs::dp::CompletionEvents;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -75,6 +75,8 @@ const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
 const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
 /// Most functions the driver holds firmware pages for (a lone function needs one).
 const MAX_PAGE_FUNCTIONS: usize = 4;
+/// The identity of the next HCA opened in this process.
+static NEXT_HCA_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
 /// Entries the EQ has beyond the events it is sized for, and the most EQEs the driver
@@ -295,8 +297,9 @@ pub struct Hca<P: Platform + Clone> {
     /// How many of the pool's given pages each function holds.
     page_owners: PageOwners,
     events: EventLog,
-    /// The datapath's shadow of every QP and SRQ (see `verbs::dp`).
-    dp: Datapath<P>,
+    /// This HCA among all opened in the process: every object it creates carries it, so an
+    /// object handed to another HCA is refused ([`Error::WrongHca`]).
+    id: u64,
     health: HealthMonitor,
     fatal: Option<FatalHealth>,
     caps: DeviceCaps,
@@ -592,7 +595,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
-            dp: Datapath::default(),
+            id: NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
             health: HealthMonitor::new(),
             fatal: None,
             caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
@@ -986,14 +989,23 @@ impl<P: Platform + Clone> Hca<P> {
         self.events.completions.dropped
     }
 
-    /// The datapath table.
-    pub(crate) fn datapath(&self) -> &Datapath<P> {
-        &self.dp
+    /// This HCA's identity among the HCAs of the process (objects carry it).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
-    /// The platform (for doorbells) and the datapath table, together.
-    pub(crate) fn datapath_mut(&mut self) -> (&P, &mut Datapath<P>) {
-        (&self.p, &mut self.dp)
+    /// Checks that an object carrying HCA identity `id` was created by this HCA.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongHca`].
+    #[inline]
+    pub(crate) fn check_owner(&self, id: u64) -> Result<()> {
+        if id == self.id {
+            Ok(())
+        } else {
+            Err(Error::WrongHca)
+        }
     }
 
     /// The platform.

@@ -148,7 +148,7 @@ fn atomics_are_refused(mut hca: Hca<MockPlatform>) {
         },
         &result,
     );
-    let bad = qp.post_send(&mut hca, &[wr]).unwrap_err();
+    let bad = qp.post_send(&[wr]).unwrap_err();
     assert_eq!((bad.index, bad.error), (0, WrError::OpNotSupported));
 }
 

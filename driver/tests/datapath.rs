@@ -194,9 +194,7 @@ fn poll(n: &mut Node) -> Vec<WorkCompletion> {
     let mut all = Vec::new();
     let mut wc = [WorkCompletion::default(); 16];
     loop {
-        let k =
-            n.cq.poll(&mut n.hca, &mut wc)
-                .expect("CQEs match what was posted");
+        let k = n.cq.poll(&mut wc).expect("CQEs match what was posted");
         all.extend_from_slice(&wc[..k]);
         if k < wc.len() {
             return all;
@@ -232,23 +230,20 @@ fn rc_every_opcode(link: LinkLayer) {
         }]
     };
     let (r0, r1, r2) = (r(0), r(1), r(2));
-    qb.post_recv(
-        &mut b.hca,
-        &[
-            RecvWr {
-                wr_id: 200,
-                sg_list: &r0,
-            },
-            RecvWr {
-                wr_id: 201,
-                sg_list: &r1,
-            },
-            RecvWr {
-                wr_id: 202,
-                sg_list: &r2,
-            },
-        ],
-    )
+    qb.post_recv(&[
+        RecvWr {
+            wr_id: 200,
+            sg_list: &r0,
+        },
+        RecvWr {
+            wr_id: 201,
+            sg_list: &r1,
+        },
+        RecvWr {
+            wr_id: 202,
+            sg_list: &r2,
+        },
+    ])
     .unwrap();
 
     let src100 = [Sge {
@@ -339,7 +334,7 @@ fn rc_every_opcode(link: LinkLayer) {
     ];
     // The model offers 8-byte atomics (the `atomic` capability).
     assert!(a.hca.caps().atomic && b.hca.caps().atomic);
-    qa.post_send(&mut a.hca, &wrs).unwrap();
+    qa.post_send(&wrs).unwrap();
     run(&fabric);
 
     let wa = poll(&mut a);
@@ -440,7 +435,7 @@ fn many_batches_with_unsignalled_requests_wrap_the_queues() {
                 }
             })
             .collect();
-        qb.post_recv(&mut b.hca, &rwrs).unwrap();
+        qb.post_recv(&rwrs).unwrap();
         let src: Vec<[Sge; 1]> = (0..8u64)
             .map(|i| {
                 [Sge {
@@ -463,7 +458,7 @@ fn many_batches_with_unsignalled_requests_wrap_the_queues() {
                 SendWr::new(round * 8 + i as u64, SendOp::Send, s).with_flags(flags)
             })
             .collect();
-        qa.post_send(&mut a.hca, &swrs).unwrap();
+        qa.post_send(&swrs).unwrap();
         run(&fabric);
         let wa = poll(&mut a);
         assert_eq!(
@@ -516,13 +511,10 @@ fn ud_send_and_receive_with_address_handles() {
             len: 1024,
             lkey: b.mr.lkey(),
         }];
-        qb.post_recv(
-            &mut b.hca,
-            &[RecvWr {
-                wr_id: 9,
-                sg_list: &rbuf,
-            }],
-        )
+        qb.post_recv(&[RecvWr {
+            wr_id: 9,
+            sg_list: &rbuf,
+        }])
         .unwrap();
         let ah = a.hca.create_ah(1, path(&fabric, &b)).unwrap();
         let dest = UdDest {
@@ -531,13 +523,10 @@ fn ud_send_and_receive_with_address_handles() {
             remote_qkey: 0x1111_2222,
         };
         let msg = b"a datagram";
-        qa.post_send(
-            &mut a.hca,
-            &[SendWr::new(1, SendOp::SendWithImm { imm: 5 }, &[])
-                .with_inline(msg)
-                .with_ud(dest)],
-        )
-        .unwrap();
+        qa.post_send(&[SendWr::new(1, SendOp::SendWithImm { imm: 5 }, &[])
+            .with_inline(msg)
+            .with_ud(dest)])
+            .unwrap();
         run(&fabric);
         let wa = poll(&mut a);
         assert_eq!((wa[0].wr_id, wa[0].status), (1, WcStatus::Success));
@@ -636,27 +625,15 @@ fn srq_receives_from_two_qps() {
                 sg_list: s,
             })
             .collect();
-        srq.post_recv(&mut b.hca, &wrs).unwrap();
-        a1.post_send(
-            &mut a.hca,
-            &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"one")],
-        )
-        .unwrap();
-        a2.post_send(
-            &mut a.hca,
-            &[SendWr::new(2, SendOp::Send, &[]).with_inline(b"two!")],
-        )
-        .unwrap();
-        a1.post_send(
-            &mut a.hca,
-            &[SendWr::new(3, SendOp::Send, &[]).with_inline(b"three")],
-        )
-        .unwrap();
-        a2.post_send(
-            &mut a.hca,
-            &[SendWr::new(4, SendOp::Send, &[]).with_inline(b"four!!")],
-        )
-        .unwrap();
+        srq.post_recv(&wrs).unwrap();
+        a1.post_send(&[SendWr::new(1, SendOp::Send, &[]).with_inline(b"one")])
+            .unwrap();
+        a2.post_send(&[SendWr::new(2, SendOp::Send, &[]).with_inline(b"two!")])
+            .unwrap();
+        a1.post_send(&[SendWr::new(3, SendOp::Send, &[]).with_inline(b"three")])
+            .unwrap();
+        a2.post_send(&[SendWr::new(4, SendOp::Send, &[]).with_inline(b"four!!")])
+            .unwrap();
         run(&fabric);
         assert_eq!(poll(&mut a).len(), 4);
         let wb = poll(&mut b);
@@ -740,7 +717,7 @@ fn srq_limit_event_reaches_the_user_once() {
             sg_list: s,
         })
         .collect();
-    srq.post_recv(&mut b.hca, &wrs).unwrap();
+    srq.post_recv(&wrs).unwrap();
     srq.arm_limit(&mut b.hca, 3).unwrap();
     assert_eq!(srq.query(&mut b.hca).unwrap().limit, 3);
     let limit_events = |b: &mut Node| {
@@ -759,21 +736,15 @@ fn srq_limit_event_reaches_the_user_once() {
         n
     };
     // One receive: three WQEs left, not fewer than the limit.
-    qa.post_send(
-        &mut a.hca,
-        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"one")],
-    )
-    .unwrap();
+    qa.post_send(&[SendWr::new(1, SendOp::Send, &[]).with_inline(b"one")])
+        .unwrap();
     run(&fabric);
     assert_eq!(poll(&mut b).len(), 1);
     assert_eq!(limit_events(&mut b), []);
     // Two more: one left, below the limit: one event, then disarmed.
     for i in 2..4 {
-        qa.post_send(
-            &mut a.hca,
-            &[SendWr::new(i, SendOp::Send, &[]).with_inline(b"more")],
-        )
-        .unwrap();
+        qa.post_send(&[SendWr::new(i, SendOp::Send, &[]).with_inline(b"more")])
+            .unwrap();
     }
     run(&fabric);
     assert_eq!(poll(&mut b).len(), 2);
@@ -791,26 +762,20 @@ fn completion_events_reach_an_armed_cq() {
         len: 64,
         lkey: b.mr.lkey(),
     }];
-    qb.post_recv(
-        &mut b.hca,
-        &[
-            RecvWr {
-                wr_id: 1,
-                sg_list: &rbuf,
-            },
-            RecvWr {
-                wr_id: 2,
-                sg_list: &rbuf,
-            },
-        ],
-    )
+    qb.post_recv(&[
+        RecvWr {
+            wr_id: 1,
+            sg_list: &rbuf,
+        },
+        RecvWr {
+            wr_id: 2,
+            sg_list: &rbuf,
+        },
+    ])
     .unwrap();
-    b.cq.req_notify(&b.hca, false);
-    qa.post_send(
-        &mut a.hca,
-        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"ping")],
-    )
-    .unwrap();
+    b.cq.req_notify(false);
+    qa.post_send(&[SendWr::new(1, SendOp::Send, &[]).with_inline(b"ping")])
+        .unwrap();
     run(&fabric);
     b.hca.process_events().unwrap();
     assert_eq!(b.hca.next_completion_event(), Some(b.cq.cqn()));
@@ -818,16 +783,13 @@ fn completion_events_reach_an_armed_cq() {
     b.cq.ack_event();
     assert_eq!(poll(&mut b).len(), 1);
     // Not armed: a second completion raises no event.
-    qa.post_send(
-        &mut a.hca,
-        &[SendWr::new(2, SendOp::Send, &[]).with_inline(b"pong")],
-    )
-    .unwrap();
+    qa.post_send(&[SendWr::new(2, SendOp::Send, &[]).with_inline(b"pong")])
+        .unwrap();
     run(&fabric);
     b.hca.process_events().unwrap();
     assert_eq!(b.hca.next_completion_event(), None);
     // Armed again (sequence number 1): the CQ already holds a CQE, so an event comes.
-    b.cq.req_notify(&b.hca, false);
+    b.cq.req_notify(false);
     run(&fabric);
     b.hca.process_events().unwrap();
     assert!(b.cq.take_event(&mut b.hca));
@@ -879,7 +841,7 @@ fn remote_access_error_puts_the_qp_in_error_and_flushes_the_rest() {
         .with_flags(SendFlags::empty()),
         SendWr::new(4, SendOp::Send, &src),
     ];
-    qa.post_send(&mut a.hca, &wrs).unwrap();
+    qa.post_send(&wrs).unwrap();
     run(&fabric);
     let wa = poll(&mut a);
     assert_eq!(wa[0].wr_id, 1);
@@ -889,16 +851,16 @@ fn remote_access_error_puts_the_qp_in_error_and_flushes_the_rest() {
         "{wa:?}"
     );
     assert_eq!(wa.last().unwrap().wr_id, 4, "every WQE retired");
-    assert!(qa.in_error(&a.hca));
+    assert!(qa.in_error());
     assert_eq!(a.dev.qp_state(qa.qpn()), Some(QpState::Err));
     let mut after = vec![0u8; 64];
     b.mr.mem().read_bytes(0, &mut after);
     assert_eq!(after, before, "nothing written");
-    let e = qa.post_send(&mut a.hca, &wrs[1..2]).unwrap_err();
+    let e = qa.post_send(&wrs[1..2]).unwrap_err();
     assert_eq!(e.error, WrError::QpInError { qpn: qa.qpn() });
     // Back through RESET.
     let qa = qa.to_reset(&mut a.hca).unwrap();
-    assert!(!qa.in_error(&a.hca));
+    assert!(!qa.in_error());
 }
 
 #[test]
@@ -915,13 +877,10 @@ fn rnr_retry_exceeded_without_a_receive() {
         len: 16,
         lkey: a.mr.lkey(),
     }];
-    qa.post_send(
-        &mut a.hca,
-        &[
-            SendWr::new(1, SendOp::Send, &src),
-            SendWr::new(2, SendOp::Send, &src),
-        ],
-    )
+    qa.post_send(&[
+        SendWr::new(1, SendOp::Send, &src),
+        SendWr::new(2, SendOp::Send, &src),
+    ])
     .unwrap();
     run(&fabric);
     let wa = poll(&mut a);
@@ -929,9 +888,9 @@ fn rnr_retry_exceeded_without_a_receive() {
         wa.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         [(1, WcStatus::RnrRetryExceeded), (2, WcStatus::WrFlushed)]
     );
-    assert!(qa.in_error(&a.hca));
+    assert!(qa.in_error());
     let e = qa
-        .post_send(&mut a.hca, &[SendWr::new(3, SendOp::Send, &src)])
+        .post_send(&[SendWr::new(3, SendOp::Send, &src)])
         .unwrap_err();
     assert_eq!(e.error, WrError::QpInError { qpn: qa.qpn() });
 }
@@ -975,19 +934,16 @@ fn uc_send_and_write_with_immediate() {
         len: 64,
         lkey: b.mr.lkey(),
     }];
-    qb.post_recv(
-        &mut b.hca,
-        &[
-            RecvWr {
-                wr_id: 1,
-                sg_list: &r,
-            },
-            RecvWr {
-                wr_id: 2,
-                sg_list: &r,
-            },
-        ],
-    )
+    qb.post_recv(&[
+        RecvWr {
+            wr_id: 1,
+            sg_list: &r,
+        },
+        RecvWr {
+            wr_id: 2,
+            sg_list: &r,
+        },
+    ])
     .unwrap();
     let src = [Sge {
         addr: a.mr.iova(),
@@ -1003,23 +959,20 @@ fn uc_send_and_write_with_immediate() {
         },
         &src,
     );
-    let e = qa.post_send(&mut a.hca, [&read]).unwrap_err();
+    let e = qa.post_send([&read]).unwrap_err();
     assert_eq!(e.error, WrError::OpNotSupported, "UC has no RDMA READ");
-    qa.post_send(
-        &mut a.hca,
-        &[
-            SendWr::new(10, SendOp::Send, &[]).with_inline(b"uc send"),
-            SendWr::new(
-                11,
-                SendOp::RdmaWriteWithImm {
-                    remote_addr: b.mr.iova() + 1024,
-                    rkey: b.mr.rkey(),
-                    imm: 0xfeed,
-                },
-                &src,
-            ),
-        ],
-    )
+    qa.post_send(&[
+        SendWr::new(10, SendOp::Send, &[]).with_inline(b"uc send"),
+        SendWr::new(
+            11,
+            SendOp::RdmaWriteWithImm {
+                remote_addr: b.mr.iova() + 1024,
+                rkey: b.mr.rkey(),
+                imm: 0xfeed,
+            },
+            &src,
+        ),
+    ])
     .unwrap();
     run(&fabric);
     let wa = poll(&mut a);
@@ -1056,13 +1009,10 @@ fn moving_a_qp_to_err_flushes_its_receives_then_reset_brings_it_back() {
             sg_list: &r,
         })
         .collect();
-    qb.post_recv(&mut b.hca, &wrs).unwrap();
+    qb.post_recv(&wrs).unwrap();
     // One is used, four are outstanding when the QP goes to ERR.
-    qa.post_send(
-        &mut a.hca,
-        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"x")],
-    )
-    .unwrap();
+    qa.post_send(&[SendWr::new(1, SendOp::Send, &[]).with_inline(b"x")])
+        .unwrap();
     run(&fabric);
     assert_eq!(poll(&mut a).len(), 1);
     let qb = qb.to_err(&mut b.hca).unwrap();
@@ -1078,13 +1028,13 @@ fn moving_a_qp_to_err_flushes_its_receives_then_reset_brings_it_back() {
             (54, WcStatus::WrFlushed),
         ]
     );
-    assert!(qb.in_error(&b.hca));
+    assert!(qb.in_error());
     // Drained: back to RESET and up again, the shadow starts over.
     let qb = qb.to_reset(&mut b.hca).unwrap();
-    assert!(!qb.in_error(&b.hca));
+    assert!(!qb.in_error());
     let qb = rc_init_again(&mut b, qb);
     let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
-    qb.post_recv(&mut b.hca, &wrs[..1]).unwrap();
+    qb.post_recv(&wrs[..1]).unwrap();
     assert_eq!(qb.rings().rq_head(), 1, "the RQ starts over at 0");
 }
 
@@ -1111,29 +1061,26 @@ fn fence_orders_a_write_after_a_read() {
         len: 1024,
         lkey: a.mr.lkey(),
     }];
-    qa.post_send(
-        &mut a.hca,
-        &[
-            SendWr::new(
-                1,
-                SendOp::RdmaRead {
-                    remote_addr: ib,
-                    rkey,
-                },
-                &here,
-            ),
-            // Sends what the READ brings back only if it waits for it.
-            SendWr::new(
-                2,
-                SendOp::RdmaWrite {
-                    remote_addr: ib + 4096,
-                    rkey,
-                },
-                &here,
-            )
-            .with_flags(SendFlags::SIGNALED | SendFlags::FENCE),
-        ],
-    )
+    qa.post_send(&[
+        SendWr::new(
+            1,
+            SendOp::RdmaRead {
+                remote_addr: ib,
+                rkey,
+            },
+            &here,
+        ),
+        // Sends what the READ brings back only if it waits for it.
+        SendWr::new(
+            2,
+            SendOp::RdmaWrite {
+                remote_addr: ib + 4096,
+                rkey,
+            },
+            &here,
+        )
+        .with_flags(SendFlags::SIGNALED | SendFlags::FENCE),
+    ])
     .unwrap();
     run(&fabric);
     assert_eq!(poll(&mut a).len(), 2);
@@ -1157,10 +1104,10 @@ fn solicited_only_arming_waits_for_a_solicited_send() {
         wr_id: 0,
         sg_list: &r,
     }; 2];
-    qb.post_recv(&mut b.hca, &recvs).unwrap();
-    b.cq.req_notify(&b.hca, true);
+    qb.post_recv(&recvs).unwrap();
+    b.cq.req_notify(true);
     let plain = SendWr::new(1, SendOp::Send, &[]).with_inline(b"quiet");
-    qa.post_send(&mut a.hca, [&plain]).unwrap();
+    qa.post_send([&plain]).unwrap();
     run(&fabric);
     b.hca.process_events().unwrap();
     assert!(
@@ -1170,7 +1117,7 @@ fn solicited_only_arming_waits_for_a_solicited_send() {
     let loud = SendWr::new(2, SendOp::Send, &[])
         .with_inline(b"wake up")
         .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
-    qa.post_send(&mut a.hca, [&loud]).unwrap();
+    qa.post_send([&loud]).unwrap();
     run(&fabric);
     b.hca.process_events().unwrap();
     assert!(b.cq.take_event(&mut b.hca), "a solicited send does");
@@ -1190,7 +1137,7 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
         wr_id: 7,
         sg_list: &rb,
     }; 3];
-    qb.post_recv(&mut b.hca, &recvs).unwrap();
+    qb.post_recv(&recvs).unwrap();
     // ERR flushes the three receives into B's CQ; RESET comes before anyone polls them.
     let cqes = b.dev.datapath_counters().cqes;
     let qb = qb.to_err(&mut b.hca).unwrap();
@@ -1208,25 +1155,19 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
     // Up again: its new CQEs count.
     let qb = rc_init_again(&mut b, qb);
     let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
-    qb.post_recv(&mut b.hca, &recvs[..1]).unwrap();
+    qb.post_recv(&recvs[..1]).unwrap();
     let ra = [Sge {
         addr: a.mr.iova(),
         len: 64,
         lkey: a.mr.lkey(),
     }];
-    qa.post_recv(
-        &mut a.hca,
-        &[RecvWr {
-            wr_id: 8,
-            sg_list: &ra,
-        }],
-    )
+    qa.post_recv(&[RecvWr {
+        wr_id: 8,
+        sg_list: &ra,
+    }])
     .unwrap();
-    qb.post_send(
-        &mut b.hca,
-        &[SendWr::new(9, SendOp::Send, &[]).with_inline(b"again")],
-    )
-    .unwrap();
+    qb.post_send(&[SendWr::new(9, SendOp::Send, &[]).with_inline(b"again")])
+        .unwrap();
     run(&fabric);
     assert_eq!(
         poll(&mut b).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
@@ -1237,13 +1178,10 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
         [8]
     );
     // A destroyed QP's flushes are dropped too.
-    qa.post_recv(
-        &mut a.hca,
-        &[RecvWr {
-            wr_id: 10,
-            sg_list: &ra,
-        }],
-    )
+    qa.post_recv(&[RecvWr {
+        wr_id: 10,
+        sg_list: &ra,
+    }])
     .unwrap();
     let cqes = a.dev.datapath_counters().cqes;
     let qa = qa.to_err(&mut a.hca).unwrap();
@@ -1295,19 +1233,16 @@ fn a_destroyed_qps_leftover_srq_receive_gives_its_wqe_back() {
         lkey: b.mr.lkey(),
     }];
     let r = |wr_id| RecvWr { wr_id, sg_list: &s };
-    srq.post_recv(&mut b.hca, &[r(1), r(2), r(3)]).unwrap();
-    qa.post_send(
-        &mut a.hca,
-        &[SendWr::new(1, SendOp::Send, &[]).with_inline(b"to the SRQ")],
-    )
-    .unwrap();
+    srq.post_recv(&[r(1), r(2), r(3)]).unwrap();
+    qa.post_send(&[SendWr::new(1, SendOp::Send, &[]).with_inline(b"to the SRQ")])
+        .unwrap();
     run(&fabric);
     assert_eq!(poll(&mut a).len(), 1);
     // The receive's CQE waits in B's CQ while its QP is destroyed.
     qb.destroy(&mut b.hca).unwrap();
     assert!(poll(&mut b).is_empty(), "the destroyed QP's CQE is dropped");
     // ... and its SRQ WQE is free again: exactly one more receive fits.
-    let e = srq.post_recv(&mut b.hca, &[r(4), r(5)]).unwrap_err();
+    let e = srq.post_recv(&[r(4), r(5)]).unwrap_err();
     assert_eq!(
         e,
         uhca_driver::verbs::BadWr {
@@ -1354,7 +1289,7 @@ fn a_hundred_thousand_rc_sends_through_a_lossy_fabric() {
                 sg_list: s,
             })
             .collect();
-        qb.post_recv(&mut b.hca, &recvs).unwrap();
+        qb.post_recv(&recvs).unwrap();
         let mut msg = [0u8; LEN];
         for i in 0..k {
             let seq = next + i;
@@ -1385,11 +1320,11 @@ fn a_hundred_thousand_rc_sends_through_a_lossy_fabric() {
                 SendWr::new(next + i as u64, SendOp::Send, s).with_flags(flags)
             })
             .collect();
-        qa.post_send(&mut a.hca, &sends).unwrap();
+        qa.post_send(&sends).unwrap();
         run(&fabric);
         let mut got_recv = 0;
         while got_recv < k {
-            let n = b.cq.poll(&mut b.hca, &mut wc).unwrap();
+            let n = b.cq.poll(&mut wc).unwrap();
             assert!(
                 n > 0,
                 "receives missing after the fabric settled: {got_recv} of {k}"
@@ -1416,7 +1351,7 @@ fn a_hundred_thousand_rc_sends_through_a_lossy_fabric() {
                 got_recv += 1;
             }
         }
-        let n = a.cq.poll(&mut a.hca, &mut wc).unwrap();
+        let n = a.cq.poll(&mut wc).unwrap();
         assert_eq!(n, 1, "one signalled completion per batch");
         assert_eq!(
             (wc[0].wr_id, wc[0].status),
@@ -1443,7 +1378,7 @@ fn sends_past_the_receivers_last_receive_wait_for_the_next_receives() {
     let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
     let (la, lb) = (a.mr.lkey(), b.mr.lkey());
     let (ia, ib) = (a.mr.iova(), b.mr.iova());
-    let post_recvs = |qb: &mut RcRts, b: &mut Node, from: u64, n: u64| {
+    let post_recvs = |qb: &mut RcRts, from: u64, n: u64| {
         let rs: Vec<[Sge; 1]> = (from..from + n)
             .map(|i| {
                 [Sge {
@@ -1461,9 +1396,9 @@ fn sends_past_the_receivers_last_receive_wait_for_the_next_receives() {
                 sg_list: s,
             })
             .collect();
-        qb.post_recv(&mut b.hca, &recvs).unwrap();
+        qb.post_recv(&recvs).unwrap();
     };
-    post_recvs(&mut qb, &mut b, 0, K / 2);
+    post_recvs(&mut qb, 0, K / 2);
     let ss: Vec<[Sge; 1]> = (0..K)
         .map(|i| {
             [Sge {
@@ -1482,7 +1417,7 @@ fn sends_past_the_receivers_last_receive_wait_for_the_next_receives() {
         .zip(0..)
         .map(|(s, i)| SendWr::new(i, SendOp::Send, s).with_flags(SendFlags::SIGNALED))
         .collect();
-    qa.post_send(&mut a.hca, &sends).unwrap();
+    qa.post_send(&sends).unwrap();
     // 10 ms of model time: the first half arrives, the rest is RNR-NAKed and retried.
     fabric.run_for(10_000_000);
     let first = poll(&mut b);
@@ -1493,7 +1428,7 @@ fn sends_past_the_receivers_last_receive_wait_for_the_next_receives() {
         "the rest wait, RNR-NAKed: {early:?}"
     );
     assert_eq!(first.len() as u64, K / 2, "the posted receives are used");
-    post_recvs(&mut qb, &mut b, K / 2, K / 2);
+    post_recvs(&mut qb, K / 2, K / 2);
     fabric.run_for(100_000_000);
     let second = poll(&mut b);
     let got: Vec<u64> = first.iter().chain(&second).map(|c| c.wr_id).collect();

@@ -155,6 +155,21 @@ impl PciConfig for Holding {
     }
 }
 
+// SAFETY: forwards to the global allocator (test platform).
+unsafe impl uhca_hal::HostMem for Holding {
+    fn alloc_host(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<core::ptr::NonNull<u8>, uhca_hal::DmaError> {
+        uhca_hal::host::GlobalHostMem.alloc_host(len, align)
+    }
+    unsafe fn free_host(&self, ptr: core::ptr::NonNull<u8>, len: usize, align: usize) {
+        // SAFETY: the caller's obligations are those of GlobalHostMem::free_host.
+        unsafe { uhca_hal::host::GlobalHostMem.free_host(ptr, len, align) }
+    }
+}
+
 impl Clock for Holding {
     fn now_ns(&self) -> u64 {
         self.mock.now_ns()
@@ -322,23 +337,23 @@ fn post_and_poll_allocate_nothing() {
     let mut wc = [WorkCompletion::default(); 16];
     let (mut got_a, mut got_b) = (0, 0);
     for round in 0..100 {
-        let (r, n) = counted(|| qb.post_recv(&mut b.hca, &recvs));
+        let (r, n) = counted(|| qb.post_recv(&recvs));
         r.unwrap();
         assert_eq!(n, 0, "post_recv allocated (round {round})");
         a.platform.held.hold.store(true, Ordering::SeqCst);
-        let (r, n) = counted(|| qa.post_send(&mut a.hca, &sends));
+        let (r, n) = counted(|| qa.post_send(&sends));
         a.platform.held.hold.store(false, Ordering::SeqCst);
         r.unwrap();
         assert_eq!(n, 0, "post_send allocated (round {round})");
         assert_eq!(a.platform.held.n.load(Ordering::SeqCst), 1, "one doorbell");
         a.platform.release();
         assert!(fabric.run_until_idle());
-        let (r, n) = counted(|| a.cq.poll(&mut a.hca, &mut wc));
+        let (r, n) = counted(|| a.cq.poll(&mut wc));
         assert_eq!(n, 0, "poll allocated (round {round})");
         let k = r.unwrap();
         assert!(wc[..k].iter().all(|c| c.status == WcStatus::Success));
         got_a += k;
-        let (r, n) = counted(|| b.cq.poll(&mut b.hca, &mut wc));
+        let (r, n) = counted(|| b.cq.poll(&mut wc));
         assert_eq!(n, 0, "poll allocated (round {round})");
         let k = r.unwrap();
         assert!(wc[..k].iter().all(|c| c.status == WcStatus::Success));

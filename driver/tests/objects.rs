@@ -196,7 +196,7 @@ fn cq_create_query_moderate_destroy() {
     assert_eq!((m.period_us, m.max_count), (16, 32));
 
     // Arming rings the CQ doorbell on the HCA's UAR.
-    cq.arm(&hca, false);
+    cq.req_notify(false);
     assert_eq!(dev.cq_arm(cq.cqn()), Some((0, false, 0)));
 
     cq.destroy(&mut hca).unwrap();

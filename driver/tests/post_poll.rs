@@ -210,9 +210,9 @@ impl CqWriter {
     }
 }
 
-fn poll_all(hca: &mut TestHca, cq: &mut Cq<P>) -> Vec<WorkCompletion> {
+fn poll_all(cq: &mut Cq<P>) -> Vec<WorkCompletion> {
     let mut wc = [WorkCompletion::default(); 8];
-    let n = cq.poll(hca, &mut wc).expect("good CQEs");
+    let n = cq.poll(&mut wc).expect("good CQEs");
     wc[..n].to_vec()
 }
 
@@ -332,7 +332,7 @@ fn every_send_operation_encodes_as_the_prm_says_with_one_doorbell() {
         ),
     ];
     send_doorbells(&dev);
-    qp.post_send(&mut hca, &wrs).unwrap();
+    qp.post_send(&wrs).unwrap();
     assert_eq!(send_doorbells(&dev), 1, "one doorbell for the batch");
     assert_eq!(qp.rings().sq_producer(), 7, "each WQE fits one WQEBB");
 
@@ -395,7 +395,7 @@ fn every_send_operation_encodes_as_the_prm_says_with_one_doorbell() {
     let a = WqeAtomicSeg::read_from_bytes(&b[32..48]).unwrap();
     assert_eq!((a.swap_add.get(), a.compare.get()), (5, 0));
     // The model took every WQE: no error CQE.
-    assert!(poll_all(&mut hca, &mut cq).is_empty());
+    assert!(poll_all(&mut cq).is_empty());
 }
 
 #[test]
@@ -421,7 +421,7 @@ fn a_bad_work_request_stops_the_batch_after_posting_the_ones_before_it() {
     assert_eq!((qp.caps().max_send_sge, qp.caps().max_inline_data), (5, 76));
     let wrs = [ok, ok, SendWr::new(9, SendOp::Send, &six), ok];
     send_doorbells(&dev);
-    let e = qp.post_send(&mut hca, &wrs).unwrap_err();
+    let e = qp.post_send(&wrs).unwrap_err();
     assert_eq!(
         e,
         BadWr {
@@ -494,7 +494,7 @@ fn a_bad_work_request_stops_the_batch_after_posting_the_ones_before_it() {
         (SendWr::new(1, SendOp::Send, &huge), WrError::SgeTooLong),
     ];
     for (wr, want) in cases {
-        let e = qp.post_send(&mut hca, [&ok, &wr]).unwrap_err();
+        let e = qp.post_send([&ok, &wr]).unwrap_err();
         assert_eq!(
             e,
             BadWr {
@@ -507,7 +507,7 @@ fn a_bad_work_request_stops_the_batch_after_posting_the_ones_before_it() {
     // 2 + 6 posted; the SQ holds 32 single-WQEBB sends.
     assert_eq!(qp.rings().sq_producer(), 8);
     let fill = vec![ok; 30];
-    let e = qp.post_send(&mut hca, &fill).unwrap_err();
+    let e = qp.post_send(&fill).unwrap_err();
     assert_eq!(
         e,
         BadWr {
@@ -542,10 +542,10 @@ fn signalled_completions_retire_earlier_unsignalled_requests() {
         SendWr { wr_id: 12, ..loud },
         SendWr { wr_id: 13, ..loud },
     ];
-    qp.post_send(&mut hca, &wrs).unwrap();
+    qp.post_send(&wrs).unwrap();
     let mut w = CqWriter::new(&cq);
     w.req(&dev, qpn, 2, WqeOpcode::Send, 0);
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     assert_eq!(wc.len(), 1);
     assert_eq!(
         (wc[0].wr_id, wc[0].status, wc[0].opcode),
@@ -556,7 +556,7 @@ fn signalled_completions_retire_earlier_unsignalled_requests() {
     w.req(&dev, qpn, 1, WqeOpcode::Send, 0);
     w.req(&dev, qpn, 3, WqeOpcode::Send, 0);
     let mut out = [WorkCompletion::default(); 4];
-    let e = cq.poll(&mut hca, &mut out).unwrap_err();
+    let e = cq.poll(&mut out).unwrap_err();
     assert_eq!(e.polled, 0);
     assert_eq!(
         e.cqe,
@@ -566,11 +566,11 @@ fn signalled_completions_retire_earlier_unsignalled_requests() {
         }
     );
     // The bad CQE was consumed; the good one behind it is still there.
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     assert_eq!(wc.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [13]);
     // The whole SQ (32 WQEBBs) is free again.
     let again = vec![loud; 32];
-    qp.post_send(&mut hca, &again).unwrap();
+    qp.post_send(&again).unwrap();
     assert_eq!(qp.rings().sq_free(), 0);
 }
 
@@ -590,7 +590,7 @@ fn sq_sig_all_signals_every_request() {
         cap: caps(),
     };
     let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
-    qp.set_sq_sig_all(&mut hca, true);
+    qp.set_sq_sig_all(true);
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
     let qp = qp
         .to_rtr(
@@ -617,7 +617,7 @@ fn sq_sig_all_signals_every_request() {
         lkey: mr.lkey(),
     }];
     let quiet = SendWr::new(1, SendOp::Send, &one).with_flags(SendFlags::empty());
-    qp.post_send(&mut hca, [&quiet]).unwrap();
+    qp.post_send([&quiet]).unwrap();
     assert_eq!(ctrl(&wqe_bytes(&qp, 0)).flags(), WqeCtrlFlags::CQ_UPDATE);
 }
 
@@ -668,13 +668,13 @@ fn error_completions_decode_every_syndrome_and_put_the_qp_in_error() {
             )
         })
         .collect();
-    qp.post_send(&mut hca, &wrs).unwrap();
+    qp.post_send(&wrs).unwrap();
     let mut w = CqWriter::new(&cq);
     for (i, (synd, _)) in table.iter().enumerate() {
         w.err(&dev, CqeOpcode::ReqErr, qpn, i as u16, synd.raw(), i as u8);
     }
     let mut out = [WorkCompletion::default(); 16];
-    let n = cq.poll(&mut hca, &mut out).unwrap();
+    let n = cq.poll(&mut out).unwrap();
     assert_eq!(n, table.len());
     for (i, (_, status)) in table.iter().enumerate() {
         let c = &out[i];
@@ -684,8 +684,8 @@ fn error_completions_decode_every_syndrome_and_put_the_qp_in_error() {
         );
         assert_eq!(c.opcode, WcOpcode::RdmaWrite, "the opcode that was posted");
     }
-    assert!(qp.in_error(&hca));
-    let e = qp.post_send(&mut hca, &wrs[..1]).unwrap_err();
+    assert!(qp.in_error());
+    let e = qp.post_send(&wrs[..1]).unwrap_err();
     assert_eq!(
         e,
         BadWr {
@@ -694,18 +694,15 @@ fn error_completions_decode_every_syndrome_and_put_the_qp_in_error() {
         }
     );
     assert!(
-        qp.post_recv(
-            &mut hca,
-            &[RecvWr {
-                wr_id: 1,
-                sg_list: &one
-            }]
-        )
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &one
+        }])
         .is_err()
     );
     // Through RESET back to RTS: posting works again, counters from zero.
     let qp = qp.to_reset(&mut hca).unwrap();
-    assert!(!qp.in_error(&hca));
+    assert!(!qp.in_error());
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
     let qp = qp
         .to_rtr(
@@ -726,9 +723,9 @@ fn error_completions_decode_every_syndrome_and_put_the_qp_in_error() {
             },
         )
         .unwrap();
-    qp.post_send(&mut hca, &wrs[..1]).unwrap();
+    qp.post_send(&wrs[..1]).unwrap();
     w.req(&dev, qpn, 0, WqeOpcode::RdmaWrite, 0);
-    assert_eq!(poll_all(&mut hca, &mut cq)[0].wr_id, 100);
+    assert_eq!(poll_all(&mut cq)[0].wr_id, 100);
 }
 
 #[test]
@@ -778,7 +775,7 @@ fn receives_complete_in_order_with_immediates_and_flush() {
             sg_list: &a,
         },
     ];
-    qp.post_recv(&mut hca, &wrs).unwrap();
+    qp.post_recv(&wrs).unwrap();
     // The RQ WQEs: 64-byte stride, data segments then the invalid-lkey terminator.
     let mem = qp.rings().mem();
     let mut rq = [0u8; 128];
@@ -789,13 +786,10 @@ fn receives_complete_in_order_with_immediates_and_flush() {
     assert_eq!(data_seg(&rq, 64 + 32).1, INVALID_LKEY);
     let many = [a[0]; 5];
     assert_eq!(
-        qp.post_recv(
-            &mut hca,
-            &[RecvWr {
-                wr_id: 1,
-                sg_list: &many
-            }]
-        )
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &many
+        }])
         .unwrap_err()
         .error,
         WrError::TooManySges { given: 5, max: 4 }
@@ -808,7 +802,7 @@ fn receives_complete_in_order_with_immediates_and_flush() {
     // The device names the wrong receive WQE: refused.
     w.resp(&dev, CqeOpcode::RespSend, qpn, 7, 0, 0);
     let mut out = [WorkCompletion::default(); 8];
-    let e = cq.poll(&mut hca, &mut out).unwrap_err();
+    let e = cq.poll(&mut out).unwrap_err();
     assert_eq!(e.polled, 3);
     assert_eq!(
         e.cqe,
@@ -848,12 +842,12 @@ fn receives_complete_in_order_with_immediates_and_flush() {
         CqeSyndrome::WrFlushErr.raw(),
         0,
     );
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     assert_eq!(
         (wc[0].wr_id, wc[0].status, wc[0].opcode),
         (34, WcStatus::WrFlushed, WcOpcode::Recv)
     );
-    assert!(qp.in_error(&hca));
+    assert!(qp.in_error());
 }
 
 #[test]
@@ -881,38 +875,32 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
         lkey: mr.lkey(),
     }];
     let big = [one[0]; 4];
-    q1.post_send(
-        &mut hca,
-        &[
-            SendWr::new(1, SendOp::Send, &one),
-            SendWr::new(2, SendOp::Send, &big),
-        ],
-    )
+    q1.post_send(&[
+        SendWr::new(1, SendOp::Send, &one),
+        SendWr::new(2, SendOp::Send, &big),
+    ])
     .unwrap();
-    q2.post_send(
-        &mut hca,
-        &[
-            SendWr::new(
-                21,
-                SendOp::RdmaRead {
-                    remote_addr: 0,
-                    rkey: 2,
-                },
-                &one,
-            ),
-            SendWr::new(
-                22,
-                SendOp::AtomicFetchAdd {
-                    remote_addr: 8,
-                    rkey: 2,
-                    add: 1,
-                },
-                &eight,
-            ),
-        ],
-    )
+    q2.post_send(&[
+        SendWr::new(
+            21,
+            SendOp::RdmaRead {
+                remote_addr: 0,
+                rkey: 2,
+            },
+            &one,
+        ),
+        SendWr::new(
+            22,
+            SendOp::AtomicFetchAdd {
+                remote_addr: 8,
+                rkey: 2,
+                add: 1,
+            },
+            &eight,
+        ),
+    ])
     .unwrap();
-    q3.post_send(&mut hca, &[SendWr::new(31, SendOp::Send, &one)])
+    q3.post_send(&[SendWr::new(31, SendOp::Send, &one)])
         .unwrap();
     let (n1, n2, n3) = (q1.qpn(), q2.qpn(), q3.qpn());
     let cqn = cq.cqn();
@@ -924,7 +912,7 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
     w.req(&dev, n1, 0, WqeOpcode::Send, 0);
     w.req(&dev, n2, 1, WqeOpcode::AtomicFa, 8);
     w.req(&dev, n1, 1, WqeOpcode::Send, 0);
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     let got: Vec<_> = wc
         .iter()
         .map(|c| (c.qp_num, c.wr_id, c.opcode, c.byte_len))
@@ -940,34 +928,23 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
     );
 
     // Garbage, one CQE at a time; each is refused, consumed, and changes nothing.
-    q1.post_send(
-        &mut hca,
-        &[
-            SendWr::new(3, SendOp::Send, &big),
-            SendWr::new(4, SendOp::Send, &one),
-        ],
-    )
+    q1.post_send(&[
+        SendWr::new(3, SendOp::Send, &big),
+        SendWr::new(4, SendOp::Send, &one),
+    ])
     .unwrap(); // WQEBBs 3-4 and 5
     let mut one_wc = [WorkCompletion::default(); 1];
-    let mut expect_bad = |w: &mut CqWriter,
-                          hca: &mut TestHca,
-                          cq: &mut Cq<P>,
-                          want: BadCqe,
-                          f: &dyn Fn(&mut CqWriter)| {
-        f(w);
-        let e = cq.poll(hca, &mut one_wc).unwrap_err();
-        assert_eq!(e.cqe, want);
-    };
+    let mut expect_bad =
+        |w: &mut CqWriter, cq: &mut Cq<P>, want: BadCqe, f: &dyn Fn(&mut CqWriter)| {
+            f(w);
+            let e = cq.poll(&mut one_wc).unwrap_err();
+            assert_eq!(e.cqe, want);
+        };
+    expect_bad(&mut w, &mut cq, BadCqe::UnknownQp { qpn: 0xabcde }, &|w| {
+        w.req(&dev, 0xabcde, 0, WqeOpcode::Send, 0)
+    });
     expect_bad(
         &mut w,
-        &mut hca,
-        &mut cq,
-        BadCqe::UnknownQp { qpn: 0xabcde },
-        &|w| w.req(&dev, 0xabcde, 0, WqeOpcode::Send, 0),
-    );
-    expect_bad(
-        &mut w,
-        &mut hca,
         &mut cq,
         BadCqe::NotOutstanding {
             qpn: n1,
@@ -979,7 +956,6 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
     );
     expect_bad(
         &mut w,
-        &mut hca,
         &mut cq,
         BadCqe::NotOutstanding {
             qpn: n1,
@@ -991,7 +967,6 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
     );
     expect_bad(
         &mut w,
-        &mut hca,
         &mut cq,
         BadCqe::OpcodeMismatch {
             qpn: n1,
@@ -1000,18 +975,11 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
         },
         &|w| w.req(&dev, n1, 3, WqeOpcode::RdmaRead, 0),
     );
+    expect_bad(&mut w, &mut cq, BadCqe::WrongCq { qpn: n3, cqn }, &|w| {
+        w.req(&dev, n3, 0, WqeOpcode::Send, 0) // q3's sends complete to the other CQ
+    });
     expect_bad(
         &mut w,
-        &mut hca,
-        &mut cq,
-        BadCqe::WrongCq { qpn: n3, cqn },
-        &|w| {
-            w.req(&dev, n3, 0, WqeOpcode::Send, 0) // q3's sends complete to the other CQ
-        },
-    );
-    expect_bad(
-        &mut w,
-        &mut hca,
         &mut cq,
         BadCqe::UnexpectedOpcode {
             qpn: n1,
@@ -1025,7 +993,7 @@ fn two_qps_share_a_cq_and_garbage_cqes_are_refused() {
     );
     // Nothing was retired by the garbage: the real completions still map.
     w.req(&dev, n1, 5, WqeOpcode::Send, 0);
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     assert_eq!((wc[0].qp_num, wc[0].wr_id), (n1, 4));
     assert_eq!(q1.rings().sq_producer(), 6);
 }
@@ -1062,13 +1030,10 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
         len: 2048,
         lkey: mr.lkey(),
     }];
-    qp.post_recv(
-        &mut hca,
-        &[RecvWr {
-            wr_id: 77,
-            sg_list: &rbuf,
-        }],
-    )
+    qp.post_recv(&[RecvWr {
+        wr_id: 77,
+        sg_list: &rbuf,
+    }])
     .unwrap();
     let mut qp = qp.to_rts(&mut hca, 0).unwrap();
     let ah = hca.create_ah(1, ib_path(0x33)).unwrap();
@@ -1083,31 +1048,25 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
         remote_qkey: 0x2222,
     };
     let e = qp
-        .post_send(&mut hca, &[SendWr::new(1, SendOp::Send, &one)])
+        .post_send(&[SendWr::new(1, SendOp::Send, &one)])
         .unwrap_err();
     assert_eq!(e.error, WrError::Destination);
     let e = qp
-        .post_send(
-            &mut hca,
-            &[SendWr::new(
-                1,
-                SendOp::RdmaWrite {
-                    remote_addr: 0,
-                    rkey: 0,
-                },
-                &one,
-            )
-            .with_ud(dest)],
+        .post_send(&[SendWr::new(
+            1,
+            SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            &one,
         )
+        .with_ud(dest)])
         .unwrap_err();
     assert_eq!(e.error, WrError::OpNotSupported);
     // Queue the send but read it before the doorbell reaches the engine? The engine
     // completes UD sends at once: read the WQE back, then expect its CQE.
-    qp.post_send(
-        &mut hca,
-        &[SendWr::new(5, SendOp::SendWithImm { imm: 9 }, &one).with_ud(dest)],
-    )
-    .unwrap();
+    qp.post_send(&[SendWr::new(5, SendOp::SendWithImm { imm: 9 }, &one).with_ud(dest)])
+        .unwrap();
     let b = wqe_bytes(&qp, 0);
     let c = ctrl(&b);
     assert_eq!(
@@ -1124,7 +1083,7 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
     // Whatever the engine did with the send, a receive CQE for the posted receive maps.
     let mut w = CqWriter::new(&cq);
     let mut out = [WorkCompletion::default(); 4];
-    let before = cq.poll(&mut hca, &mut out).unwrap();
+    let before = cq.poll(&mut out).unwrap();
     // A model with a datapath engine completes the UD send once it is on the wire.
     assert!(before <= 1);
     if before == 1 {
@@ -1141,7 +1100,7 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
     c.flags_rqpn.set((1 << 28) | (5 << 24) | 0x789);
     c.slid.set(0x21);
     w.write(&dev, c, CqeOpcode::RespSend);
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     assert_eq!(wc.len(), 1);
     let r = wc[0];
     assert_eq!((r.wr_id, r.opcode, r.byte_len), (77, WcOpcode::Recv, 56));
@@ -1191,40 +1150,34 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
     };
     let (s0, s1, s2, s3) = ([s(0)], [s(1)], [s(2)], [s(3)]);
     assert_eq!(
-        qp.post_recv(
-            &mut hca,
-            &[RecvWr {
-                wr_id: 1,
-                sg_list: &s0
-            }]
-        )
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &s0
+        }])
         .unwrap_err()
         .error,
         WrError::NoQueue,
         "the QP receives from its SRQ"
     );
     let e = srq
-        .post_recv(
-            &mut hca,
-            &[
-                RecvWr {
-                    wr_id: 40,
-                    sg_list: &s0,
-                },
-                RecvWr {
-                    wr_id: 41,
-                    sg_list: &s1,
-                },
-                RecvWr {
-                    wr_id: 42,
-                    sg_list: &s2,
-                },
-                RecvWr {
-                    wr_id: 43,
-                    sg_list: &s3,
-                },
-            ],
-        )
+        .post_recv(&[
+            RecvWr {
+                wr_id: 40,
+                sg_list: &s0,
+            },
+            RecvWr {
+                wr_id: 41,
+                sg_list: &s1,
+            },
+            RecvWr {
+                wr_id: 42,
+                sg_list: &s2,
+            },
+            RecvWr {
+                wr_id: 43,
+                sg_list: &s3,
+            },
+        ])
         .unwrap_err();
     assert_eq!(
         e,
@@ -1254,7 +1207,7 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
     w.resp(&dev, CqeOpcode::RespSend, qpn, 0, 20, 0);
     w.resp(&dev, CqeOpcode::RespSend, qpn, 0, 20, 0); // WQE 0 again: not posted now
     let mut out = [WorkCompletion::default(); 4];
-    let e = cq.poll(&mut hca, &mut out).unwrap_err();
+    let e = cq.poll(&mut out).unwrap_err();
     assert_eq!(e.polled, 2);
     assert_eq!(
         e.cqe,
@@ -1266,19 +1219,16 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
     assert_eq!((out[0].wr_id, out[1].wr_id), (42, 40));
     // Two are free again: the next posts take WQE 3 (the old spare) and WQE 2, and the
     // buffer's links follow the frees (3 → 2 → 0).
-    srq.post_recv(
-        &mut hca,
-        &[
-            RecvWr {
-                wr_id: 50,
-                sg_list: &s0,
-            },
-            RecvWr {
-                wr_id: 51,
-                sg_list: &s1,
-            },
-        ],
-    )
+    srq.post_recv(&[
+        RecvWr {
+            wr_id: 50,
+            sg_list: &s0,
+        },
+        RecvWr {
+            wr_id: 51,
+            sg_list: &s1,
+        },
+    ])
     .unwrap();
     let m = srq.mem();
     let next = |i: usize| m.read_be32(i * stride) & 0xffff;
@@ -1286,7 +1236,7 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
     assert_eq!(m.read_be32(srq.dbr_offset()), 5);
     w.resp(&dev, CqeOpcode::RespSend, qpn, 3, 1, 0);
     w.resp(&dev, CqeOpcode::RespSend, qpn, 2, 1, 0);
-    let wc = poll_all(&mut hca, &mut cq);
+    let wc = poll_all(&mut cq);
     assert_eq!(wc.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [50, 51]);
 }
 
@@ -1298,11 +1248,11 @@ fn arming_follows_the_event_sequence_number() {
         mut cq,
         ..
     } = setup();
-    cq.req_notify(&hca, false);
+    cq.req_notify(false);
     assert_eq!(dev.cq_arm(cq.cqn()), Some((0, false, 0)));
     assert!(!cq.take_event(&mut hca), "no event yet");
     cq.ack_event();
-    cq.req_notify(&hca, true);
+    cq.req_notify(true);
     assert_eq!(dev.cq_arm(cq.cqn()), Some((1, true, 0)));
     assert_eq!(hca.next_completion_event(), None);
 }
@@ -1331,18 +1281,15 @@ fn empty_scatter_gather_entries_are_left_out() {
             lkey,
         },
     ];
-    qp.post_send(&mut hca, &[SendWr::new(1, SendOp::Send, &sges)])
+    qp.post_send(&[SendWr::new(1, SendOp::Send, &sges)])
         .unwrap();
     let b = wqe_bytes(&qp, 0);
     assert_eq!(ctrl(&b).ds(), 2);
     assert_eq!(data_seg(&b, 16), (10, lkey, mr.iova()));
-    qp.post_recv(
-        &mut hca,
-        &[RecvWr {
-            wr_id: 1,
-            sg_list: &sges,
-        }],
-    )
+    qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &sges,
+    }])
     .unwrap();
     let mut rq = [0u8; 32];
     qp.rings().mem().read_bytes(0, &mut rq);

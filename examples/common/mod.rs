@@ -214,24 +214,45 @@ pub const RECV_WRID: u64 = 1;
 /// The send `wr_id`.
 pub const SEND_WRID: u64 = 2;
 
+/// Posts up to `n` copies of `recv`; returns how many went in.
+pub fn post_recvs<P: Platform + Clone, T, S>(
+    qp: &mut uhca::driver::verbs::Qp<P, T, S>,
+    recv: &uhca::driver::verbs::RecvWr<'_>,
+    n: u32,
+) -> u32
+where
+    T: uhca::driver::verbs::QpTransport,
+    S: uhca::driver::verbs::RecvReady,
+{
+    (0..n)
+        .take_while(|_| qp.post_recv(std::slice::from_ref(recv)).is_ok())
+        .count() as u32
+}
+
 /// rdma-core's ping-pong loop: the client sends first; each side sends again once its
 /// previous send and a receive completed; receives are reposted when they run low.
-/// `post_send` posts one send, `post_recvs(n)` up to `n` receives and says how many.
+/// Each send is `send`, each receive `recv`, on `qp`, whose completions go to `cq`.
 /// Returns the elapsed seconds and prints rdma-core's two result lines.
-pub fn pingpong_loop<P: Platform + Clone>(
+#[allow(clippy::too_many_arguments)]
+pub fn pingpong_loop<P: Platform + Clone, T: uhca::driver::verbs::QpTransport>(
     hca: &mut Hca<P>,
     cq: &mut uhca::driver::verbs::Cq<P>,
+    qp: &mut uhca::driver::verbs::Qp<P, T, uhca::driver::verbs::state::Rts>,
     args: &Args,
     client: bool,
     mut routs: u32,
-    post_send: &mut dyn FnMut(&mut Hca<P>) -> Result<(), String>,
-    post_recvs: &mut dyn FnMut(&mut Hca<P>, u32) -> u32,
+    send: &uhca::driver::verbs::SendWr<'_>,
+    recv: &uhca::driver::verbs::RecvWr<'_>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
+    let post_send = |qp: &mut uhca::driver::verbs::Qp<P, T, _>| {
+        qp.post_send(std::slice::from_ref(send))
+            .map_err(|e| format!("couldn't post send: {e:?}"))
+    };
     use uhca::driver::verbs::{WcStatus, WorkCompletion};
     let start = std::time::Instant::now();
     let mut pending = RECV_WRID;
     if client {
-        post_send(hca)?;
+        post_send(qp)?;
         pending |= SEND_WRID;
     }
     let (mut rcnt, mut scnt) = (0u64, 0u64);
@@ -239,10 +260,10 @@ pub fn pingpong_loop<P: Platform + Clone>(
     let mut last_progress = std::time::Instant::now();
     let (mut num_events, mut interrupts) = (0u64, 0u64);
     if args.events {
-        cq.req_notify(hca, false);
+        cq.req_notify(false);
     }
     while rcnt < args.iters || scnt < args.iters {
-        let n = cq.poll(hca, &mut wc)?;
+        let n = cq.poll(&mut wc)?;
         if n == 0 && args.events {
             wait_cq_event(hca, cq, args, &mut interrupts)?;
             num_events += 1;
@@ -268,7 +289,7 @@ pub fn pingpong_loop<P: Platform + Clone>(
                 RECV_WRID => {
                     routs -= 1;
                     if routs <= 1 {
-                        routs += post_recvs(hca, args.rx_depth - routs);
+                        routs += post_recvs(qp, recv, args.rx_depth - routs);
                         if routs < args.rx_depth {
                             return Err(format!("couldn't post receive ({routs})").into());
                         }
@@ -279,7 +300,7 @@ pub fn pingpong_loop<P: Platform + Clone>(
             }
             pending &= !c.wr_id;
             if scnt < args.iters && pending == 0 {
-                post_send(hca)?;
+                post_send(qp)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
@@ -316,7 +337,7 @@ pub fn wait_cq_event<P: Platform + Clone>(
     loop {
         hca.process_events()?;
         if cq.take_event(hca) {
-            cq.req_notify(hca, false);
+            cq.req_notify(false);
             return Ok(());
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -524,7 +545,6 @@ pub fn parse_args_with(
 /// [`OOB_TIMEOUT`] without one. On the mock the fabric moves packets on a pump thread,
 /// so an empty poll yields the CPU to it; on hardware (`spin`) it spins as perftest does.
 pub fn poll_some<P: Platform + Clone>(
-    hca: &mut Hca<P>,
     cq: &mut uhca::driver::verbs::Cq<P>,
     wc: &mut [uhca::driver::verbs::WorkCompletion],
     spin: bool,
@@ -532,7 +552,7 @@ pub fn poll_some<P: Platform + Clone>(
     let start = std::time::Instant::now();
     let mut n = 0u32;
     loop {
-        let got = cq.poll(hca, wc)?;
+        let got = cq.poll(wc)?;
         if got > 0 {
             return Ok(got);
         }
@@ -810,7 +830,7 @@ where
 {
     let qp = qp.to_err(hca).map_err(|f| f.error)?;
     let mut drain = [uhca::driver::verbs::WorkCompletion::default(); 16];
-    while cq.poll(hca, &mut drain)? != 0 {}
+    while cq.poll(&mut drain)? != 0 {}
     qp.destroy(hca).map_err(|f| f.error)?;
     cq.destroy(hca).map_err(|f| f.error)?;
     mr.destroy(hca).map_err(|f| f.error)?;

@@ -10,9 +10,14 @@
 //! * [`cmdq`]: the command-queue engine (slots, tokens, mailboxes, completion, timeouts).
 //! * [`wq`], [`cq`], [`eq`]: the rings: send and receive queues with their WQE builders and
 //!   doorbells, the completion-queue poller, the event-queue poller.
+//! * [`host`]: host memory from the platform (never reachable by the device) and the owners
+//!   built on it: arrays, shared values, a spin lock.
+//! * [`wrid`]: the work-request tables a poster and a poller share, and their protocol.
 //!
-//! `no_std`, and no allocator needed. The `testing` feature adds a memory-backed fake
-//! platform (`uhca_hal::testing`, needs `std`).
+//! `no_std`, and no allocator needed. The `alloc` feature adds
+//! [`host::GlobalHostMem`] (host memory from the global allocator, for platforms with one);
+//! the `testing` feature adds a memory-backed fake platform (`uhca_hal::testing`, needs
+//! `std`).
 #![no_std]
 #![deny(
     unsafe_op_in_unsafe_fn,
@@ -28,9 +33,11 @@ pub mod cmdq;
 pub mod cq;
 pub mod dma;
 pub mod eq;
+pub mod host;
 pub mod init_seg;
 pub mod platform;
 pub mod wq;
+pub mod wrid;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -39,4 +46,5 @@ pub mod testing;
 mod loom_models;
 
 pub use dma::{DmaBuf, DmaMem};
+pub use host::HostMem;
 pub use platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig, Platform};

@@ -1,7 +1,8 @@
 //! The platform seam: everything hardware-specific that the HAL and the driver need.
 //!
 //! A platform provides access to one PCI function: its BAR0 ([`Bar`]), coherent DMA memory
-//! and mappings of caller buffers ([`Dma`]), its configuration space ([`PciConfig`]) and a
+//! and mappings of caller buffers ([`Dma`]), host memory the device never reaches for the
+//! driver's bookkeeping ([`HostMem`]), its configuration space ([`PciConfig`]) and a
 //! monotonic clock with a delay ([`Clock`]). The VFIO platform implements them over a real
 //! device; the mock implements them over a model of one. Code generic over [`Platform`]
 //! compiles to direct volatile accesses on real hardware.
@@ -10,6 +11,8 @@
 //! states its obligations under "Implementation safety".
 
 use core::ptr::NonNull;
+
+pub use crate::host::HostMem;
 
 /// Volatile access to a memory BAR (BAR0 of an mlx5 function: the initialization segment,
 /// then UAR pages).
@@ -198,9 +201,9 @@ pub trait Clock {
 }
 
 /// Everything the HAL needs from one device's platform.
-pub trait Platform: Bar + Dma + PciConfig + Clock {}
+pub trait Platform: Bar + Dma + HostMem + PciConfig + Clock {}
 
-impl<T: Bar + Dma + PciConfig + Clock> Platform for T {}
+impl<T: Bar + Dma + HostMem + PciConfig + Clock> Platform for T {}
 
 // A shared reference to a platform is a platform handle: the HAL's owners (DMA buffers,
 // the command queue) keep a handle so they can free memory and reach the device, and

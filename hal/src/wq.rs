@@ -429,6 +429,19 @@ impl<M: DmaMem> QpRings<M> {
         Ok(())
     }
 
+    /// Sets the SQ consumer counter (basic blocks retired) to `ci`, as the thread that polls
+    /// the completions published it ([`SqTable::consumer`](crate::wrid::SqTable::consumer)):
+    /// the ring's free room follows it. Nothing changes if `ci` lies outside the window
+    /// between the current consumer and the producer (a counter from before a reset).
+    #[inline(always)]
+    pub fn sq_set_consumer(&mut self, ci: u32) {
+        if let Some(sq) = self.sq.as_mut()
+            && ci.wrapping_sub(sq.ci) <= sq.pi.wrapping_sub(sq.ci)
+        {
+            sq.ci = ci;
+        }
+    }
+
     /// Publishes the WQEs posted since the last doorbell: store barrier, send counter to
     /// the doorbell record, then the UAR doorbell (the first 8 bytes of the last control
     /// segment, or the whole WQE through BlueFlame when enabled and exactly one WQE of at
@@ -532,6 +545,33 @@ impl<M: DmaMem> QpRings<M> {
         barriers::wqe_before_doorbell_record();
         self.mem
             .write_be32(self.dbr + RCV_DBR_OFF, rq.head & 0xffff);
+    }
+
+    /// Sets the RQ consumer counter (WQEs retired) to `tail`, as the poller published it
+    /// ([`RqTable::consumer`](crate::wrid::RqTable::consumer)). Nothing changes if `tail`
+    /// lies outside the window between the current consumer and the producer.
+    #[inline(always)]
+    pub fn rq_set_consumer(&mut self, tail: u32) {
+        if let Some(rq) = self.rq.as_mut()
+            && tail.wrapping_sub(rq.tail) <= rq.head.wrapping_sub(rq.tail)
+        {
+            rq.tail = tail;
+        }
+    }
+
+    /// Starts both queues over at counter 0 (the QP went back to RESET, where the device
+    /// starts its counters over too), with the doorbell record zeroed.
+    pub fn reset(&mut self) {
+        if let Some(sq) = self.sq.as_mut() {
+            sq.pi = 0;
+            sq.ci = 0;
+            sq.batch = 0;
+        }
+        if let Some(rq) = self.rq.as_mut() {
+            rq.head = 0;
+            rq.tail = 0;
+        }
+        self.mem.write_be64(self.dbr, 0);
     }
 
     /// Retires `n` receive WQEs (responder completions consume the RQ in order).

@@ -7,6 +7,7 @@ use uhca_hal::Platform;
 use uhca_hal::cq::{CqLayout, CqRing};
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
+use super::dp::{QpHandle, QpMap};
 use super::{Failed, MAX_PAS, PagePlan, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
@@ -53,13 +54,23 @@ pub struct CqAttr {
     pub dbr_addr: u64,
 }
 
-/// A completion queue with its ring (CQEs and doorbell record in one DMA buffer).
+/// A completion queue with its ring (CQEs and doorbell record in one DMA buffer) and the
+/// map of the QPs that complete to it.
+///
+/// A `Cq` is [`Send`]: it can be polled on another thread than the one that created it,
+/// while its QPs post on theirs. Polling ([`Cq::poll`]) and arming ([`Cq::req_notify`])
+/// need only the CQ.
 #[derive(Debug)]
 pub struct Cq<P: Platform + Clone> {
     ring: Option<CqRing<DmaBuf<P>>>,
     cqn: u32,
     cqe: u32,
     uar_page: usize,
+    /// The platform, for the arm doorbell.
+    p: P,
+    /// The QPs that complete here (filled when they are created; see `verbs::dp`).
+    map: core::cell::RefCell<QpMap<P>>,
+    hca_id: u64,
 }
 
 impl<P: Platform + Clone> Cq<P> {
@@ -96,10 +107,35 @@ impl<P: Platform + Clone> Cq<P> {
         }
     }
 
-    /// Arms the CQ for the next (or next solicited) completion event (`ibv_req_notify_cq`).
-    pub fn arm(&mut self, hca: &Hca<P>, solicited_only: bool) {
-        let uar = self.uar_page;
-        self.ring_mut().arm(hca.platform(), uar, solicited_only);
+    /// Notes a QP that completes to this CQ.
+    pub(crate) fn attach(&self, qp: QpHandle<P>) -> Result<()> {
+        self.map.borrow_mut().insert(qp)
+    }
+
+    /// The map of QPs and the ring, for polling.
+    pub(crate) fn poll_parts(&mut self) -> (&mut QpMap<P>, &mut CqRing<DmaBuf<P>>) {
+        match &mut self.ring {
+            Some(r) => (self.map.get_mut(), r),
+            None => unreachable!("the ring is only taken by destroy and drop"),
+        }
+    }
+
+    /// The platform handle and the ring, for arming.
+    pub(crate) fn arm_parts(&mut self) -> (&P, usize, &mut CqRing<DmaBuf<P>>) {
+        match &mut self.ring {
+            Some(r) => (&self.p, self.uar_page, r),
+            None => unreachable!("the ring is only taken by destroy and drop"),
+        }
+    }
+
+    /// The identity of the HCA that created it.
+    pub(crate) fn hca_id(&self) -> u64 {
+        self.hca_id
+    }
+
+    /// QPs (and recently destroyed QPs) in the CQ's map, and the map's capacity.
+    pub fn qp_map_occupancy(&self) -> (usize, usize) {
+        self.map.borrow().occupancy()
     }
 
     /// QUERY_CQ.
@@ -108,6 +144,7 @@ impl<P: Platform + Clone> Cq<P> {
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<CqAttr> {
+        hca.check_owner(self.hca_id)?;
         let mut q = QueryCqIn::new_cmd();
         q.set_cqn(self.cqn);
         let out = hca.exec(&q, &[], &mut [])?;
@@ -135,6 +172,7 @@ impl<P: Platform + Clone> Cq<P> {
     /// [`Error::InvalidArgument`] for a period above 4095 µs (no command is sent); the
     /// command's error.
     pub fn modify_moderation(&mut self, hca: &mut Hca<P>, m: CqModeration) -> Result<()> {
+        hca.check_owner(self.hca_id)?;
         if !hca.hca_cap().cq_moderation() {
             return Err(Error::Unsupported("CQ moderation"));
         }
@@ -157,6 +195,12 @@ impl<P: Platform + Clone> Cq<P> {
     ///
     /// The CQ back with the error (RES_BUSY while a QP uses it).
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<(), Failed<Self>> {
+        if let Err(error) = hca.check_owner(self.hca_id) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
         let mut d = DestroyCqIn::new_cmd();
         d.set_cqn(self.cqn);
         match hca.exec(&d, &[], &mut []) {
@@ -203,6 +247,7 @@ impl<P: Platform + Clone> Hca<P> {
             ));
         }
         let log = log2_ceil(entries);
+        let map = QpMap::new(self.platform().clone(), 16)?;
         let layout = CqLayout::new(0, log);
         let plan = PagePlan::for_bytes(layout.cqe_bytes());
         let mut buf = self.alloc_dma(
@@ -252,6 +297,9 @@ impl<P: Platform + Clone> Hca<P> {
             cqn,
             cqe: (entries - 1) as u32,
             uar_page: uar as usize * ADAPTER_PAGE_SIZE,
+            p: self.platform().clone(),
+            map: core::cell::RefCell::new(map),
+            hca_id: self.id(),
         })
     }
 }

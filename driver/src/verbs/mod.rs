@@ -3,12 +3,16 @@
 //! address handles, and the port and GID-table queries.
 //!
 //! Every object is created through the [`Hca`](crate::Hca) that owns the device
-//! (`hca.alloc_pd()`, `hca.create_cq(..)`, `hca.create_qp::<Rc>(..)` ...) and every later
-//! operation takes that `Hca` again (`cq.query(&mut hca)`, `qp.to_init(&mut hca, ..)`,
+//! (`hca.alloc_pd()`, `hca.create_cq(..)`, `hca.create_qp::<Rc>(..)` ...), and every later
+//! *command* on it takes that `Hca` again (`cq.query(&mut hca)`, `qp.to_init(&mut hca, ..)`,
 //! `mr.destroy(&mut hca)`). Objects do not borrow the `Hca`, so the application keeps
-//! `&mut Hca` for commands and event processing; it must pass the `Hca` that created the
-//! object (an object handed to another `Hca` would name a different device's object).
+//! `&mut Hca` for commands and event processing. Each object remembers the HCA that made
+//! it: handed to another `Hca`, a command is refused with
+//! [`Error::WrongHca`] and nothing is sent.
 //!
+//! The *datapath* needs no `Hca` at all: `qp.post_send(&wrs)`, `qp.post_recv(&wrs)`,
+//! `srq.post_recv(&wrs)`, `cq.poll(&mut wc)`, `cq.req_notify(..)` (see below).
+
 //! # Destroying, and what dropping does
 //!
 //! `destroy` sends the firmware's destroy command and only then frees the object's DMA
@@ -42,7 +46,7 @@
 //!   posting the ones before it ([`BadWr`]).
 //! - [`Cq::poll`] fills [`WorkCompletion`]s (`wr_id`, typed [`WcStatus`], [`WcOpcode`],
 //!   byte count, immediate, QPN, UD source) after checking every CQE against the driver's
-//!   shadow of what was posted ([`PollError`] otherwise). A signalled completion retires the
+//!   tables of what was posted ([`PollError`] otherwise). A signalled completion retires the
 //!   unsignalled requests before it. After an error completion the device has the QP in ERR:
 //!   posting is refused with [`WrError::QpInError`] until the QP goes through RESET, and
 //!   the rest of its requests complete as [`WcStatus::WrFlushed`].
@@ -50,12 +54,21 @@
 //!   (after [`Hca::process_events`](crate::Hca::process_events)) reports the CQs that
 //!   raised an event, and [`Cq::ack_event`] acknowledges one.
 //!
-//! The shadow of every QP and SRQ lives in the [`Hca`](crate::Hca) (rdma-core keeps the
-//! same table per context), so posting and polling take `&mut Hca`; they allocate nothing
-//! and take no lock. CQEs a QP leaves in a CQ when it is destroyed, or moved to RESET
-//! and not posted to since, are dropped by the poller (rdma-core removes them from the
-//! CQ; see [`Cq::poll`]); to keep its completions, drain a QP (move it to ERR and poll its
-//! flushed requests) before moving it to RESET or destroying it.
+//! Each queue owns what the datapath needs: a QP its rings, its UAR page and the tables of
+//! the work requests it posted (in host memory the device cannot reach); a CQ its ring and
+//! a map of the QPs that complete to it, through which it reads their tables (the
+//! protocol between the two sides is [`uhca_hal::wrid`]'s). So [`Qp`], [`Cq`] and [`Srq`]
+//! are [`Send`]: N threads can each own QPs and CQs and post and poll with no lock between
+//! them, and one thread can poll a CQ while other threads post on its QPs. An SRQ's free
+//! list is shared by its poster and the pollers of its QPs' CQs under a spin lock (as
+//! rdma-core's SRQ lock). Posting and polling allocate nothing; there is no cap on QPs,
+//! CQs or SRQs but the device's.
+//!
+//! CQEs a QP leaves in a CQ when it is destroyed, or moved to RESET and not posted to
+//! since, are dropped by the poller (rdma-core removes them from the CQ; see [`Cq::poll`]);
+//! to keep its completions, drain a QP (move it to ERR and poll its flushed requests) before
+//! moving it to RESET or destroying it. Move a QP to RESET only while no thread polls its
+//! CQs.
 
 // A failed transition hands the QP back by value inside `Failed`, so the error variant is
 // as large as the object (a few hundred bytes); without an allocator there is nothing to
@@ -89,7 +102,7 @@ pub use qp::{
 };
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
-pub use dp::{MAX_DATAPATH_QPS, MAX_DATAPATH_SRQS, MAX_PENDING_CQ_EVENTS};
+pub use dp::MAX_PENDING_CQ_EVENTS;
 pub use poll::{BadCqe, PollError};
 pub use post::RecvReady;
 pub use wr::{

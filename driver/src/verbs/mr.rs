@@ -58,6 +58,7 @@ pub struct Mr<P: Platform + Clone> {
     key: u32,
     pdn: u32,
     access: AccessFlags,
+    hca_id: u64,
 }
 
 /// What QUERY_MKEY reports about a memory region.
@@ -149,6 +150,7 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<MrAttr> {
+        hca.check_owner(self.hca_id)?;
         let mut q = QueryMkeyIn::new_cmd();
         q.set_mkey_index(self.mkey_index);
         let out = hca.exec(&q, &[], &mut [])?;
@@ -176,6 +178,12 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The region back with the error; its buffer stays registered.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<DmaBuf<P>, Failed<Self>> {
+        if let Err(error) = hca.check_owner(self.hca_id) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
         let mut d = DestroyMkeyIn::new_cmd();
         d.set_mkey_index(self.mkey_index);
         match hca.exec(&d, &[], &mut []) {
@@ -247,6 +255,7 @@ impl<P: Platform + Clone> Hca<P> {
                 key,
                 pdn: pd.pdn(),
                 access,
+                hca_id: self.id(),
             }),
             Err(error) => {
                 let object = if device_may_hold(&error) {
@@ -268,6 +277,7 @@ impl<P: Platform + Clone> Hca<P> {
         len: usize,
         access: AccessFlags,
     ) -> Result<(u32, u32)> {
+        self.check_owner(pd.hca_id())?;
         if len == 0 {
             return Err(Error::InvalidArgument("memory region length 0"));
         }

@@ -13,12 +13,18 @@ use crate::hca::Hca;
 #[derive(Debug, PartialEq, Eq)]
 pub struct Pd {
     pdn: u32,
+    hca_id: u64,
 }
 
 impl Pd {
     /// The PD number (`pd` in the contexts).
     pub fn pdn(&self) -> u32 {
         self.pdn
+    }
+
+    /// The identity of the HCA that created it.
+    pub(crate) fn hca_id(&self) -> u64 {
+        self.hca_id
     }
 
     /// DEALLOC_PD.
@@ -30,6 +36,12 @@ impl Pd {
         self,
         hca: &mut Hca<P>,
     ) -> core::result::Result<(), Failed<Pd>> {
+        if let Err(error) = hca.check_owner(self.hca_id) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
         let mut d = DeallocPdIn::new_cmd();
         d.set_pd(self.pdn);
         match hca.exec(&d, &[], &mut []) {
@@ -84,7 +96,10 @@ impl<P: Platform + Clone> Hca<P> {
     /// The command's error (LIM when the device has no more PDs).
     pub fn alloc_pd(&mut self) -> Result<Pd> {
         let out = self.exec(&AllocPdIn::new_cmd(), &[], &mut [])?;
-        Ok(Pd { pdn: out.pd() })
+        Ok(Pd {
+            pdn: out.pd(),
+            hca_id: self.id(),
+        })
     }
 
     /// Allocates a transport domain (ALLOC_TRANSPORT_DOMAIN).

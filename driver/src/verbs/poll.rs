@@ -2,7 +2,7 @@
 //! completion events.
 //!
 //! [`Cq::poll`] takes CQEs the device wrote (owner bit, then a read barrier — the HAL's
-//! [`CqRing`](uhca_hal::cq::CqRing)), checks each against the driver's shadow of the QP
+//! [`CqRing`](uhca_hal::cq::CqRing)), checks each against the work-request tables of the QP
 //! it names, and fills the caller's [`WorkCompletion`]s:
 //!
 //! - a requester CQE at WQE counter N retires every send WQE up to N (earlier unsignalled
@@ -16,9 +16,10 @@
 //!
 //! A CQE that names a QP the driver does not know, a QP that does not use this CQ, a WQE
 //! that is not outstanding, or that contradicts what was posted is consumed and reported
-//! as a [`PollError`]; the shadow state stays as it was. CQEs left over from a QP that was
-//! destroyed (one of the last 16), or from a queue of a QP that was moved to RESET and not
-//! posted to since, are dropped, as rdma-core removes them from the CQ at those
+//! as a [`PollError`]; the work-request tables stay as they were. CQEs left over from a QP
+//! that was destroyed (until its number is used again, or, when the CQ's map is rebuilt,
+//! one of the 16 most recently destroyed), or from a queue of a QP that was moved to RESET
+//! and not posted to since, are dropped, as rdma-core removes them from the CQ at those
 //! transitions (a dropped receive from an SRQ gives its WQE back; receives from an SRQ of a
 //! QP that was reset are delivered). Polling allocates nothing.
 
@@ -27,8 +28,10 @@ use uhca_fwif::cqe::{Cqe64, ErrCqe};
 use uhca_fwif::zerocopy::{FromBytes, IntoBytes};
 use uhca_hal::Platform;
 
+use core::sync::atomic::Ordering;
+
 use super::Cq;
-use super::dp::Datapath;
+use super::dp::QpMap;
 use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::Error;
 use crate::hca::Hca;
@@ -43,7 +46,7 @@ const FLAGS_RQPN_G_SHIFT: u32 = 28;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BadCqe {
-    /// It names a QP the driver has no shadow for.
+    /// It names a QP that does not complete to this CQ (nor did lately).
     UnknownQp {
         /// The QPN in the CQE.
         qpn: u32,
@@ -80,11 +83,6 @@ pub enum BadCqe {
         /// The CQE opcode.
         opcode: CqeOpcode,
     },
-    /// A responder CQE of a QP attached to an SRQ the driver has no shadow for.
-    UnknownSrq {
-        /// The SRQ.
-        srqn: u32,
-    },
 }
 
 impl core::fmt::Display for BadCqe {
@@ -112,7 +110,6 @@ impl core::fmt::Display for BadCqe {
             BadCqe::UnexpectedOpcode { qpn, opcode } => {
                 write!(f, "unexpected {opcode} for QP {qpn:#x}")
             }
-            BadCqe::UnknownSrq { srqn } => write!(f, "CQE for unknown SRQ {srqn:#x}"),
         }
     }
 }
@@ -123,6 +120,8 @@ impl core::fmt::Display for BadCqe {
 pub struct PollError {
     /// Completions written to the slice before the bad CQE.
     pub polled: usize,
+    /// The CQ.
+    pub cqn: u32,
     /// What was wrong with it.
     pub cqe: BadCqe,
 }
@@ -131,8 +130,8 @@ impl core::fmt::Display for PollError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "device wrote a bad CQE (after {} good ones): {}",
-            self.polled, self.cqe
+            "device wrote a bad CQE to CQ {:#x} (after {} good ones): {}",
+            self.cqn, self.polled, self.cqe
         )
     }
 }
@@ -141,8 +140,8 @@ impl core::fmt::Display for PollError {
 impl std::error::Error for PollError {}
 
 impl From<PollError> for Error {
-    fn from(_: PollError) -> Error {
-        Error::DeviceMisbehaved("a CQE that does not match what was posted")
+    fn from(e: PollError) -> Error {
+        Error::BadCompletion(e)
     }
 }
 
@@ -168,147 +167,141 @@ fn error_status(cqe: &Cqe64) -> (WcStatus, u8) {
     }
 }
 
-impl<P: Platform + Clone> Datapath<P> {
-    /// Checks one CQE of CQ `cqn` against the shadow and turns it into a completion. The
-    /// CQE is read field by field where the PRM puts them (an error CQE keeps the QPN and
-    /// the WQE counter where a good one has them).
-    ///
-    /// `Ok(None)` for a CQE left over from a QP that was destroyed, or from a queue of a QP
-    /// that was moved to RESET and not posted to since: it is dropped, as rdma-core removes
-    /// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back).
-    #[inline(always)]
-    fn complete(&mut self, cqn: u32, cqe: &Cqe64) -> Result<Option<WorkCompletion>, BadCqe> {
-        let opcode = cqe.opcode();
-        let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter.get());
-        let Datapath {
-            qps,
-            srqs,
-            destroyed,
-        } = self;
-        let responder = matches!(
-            opcode,
-            CqeOpcode::RespSend
-                | CqeOpcode::RespSendImm
-                | CqeOpcode::RespSendInv
-                | CqeOpcode::RespWrImm
-                | CqeOpcode::RespErr
-        );
-        let Some(qp) = qps.get_mut(&qpn) else {
-            let Some(&(_, srqn)) = destroyed.iter().find(|d| d.0 == qpn) else {
-                return Err(BadCqe::UnknownQp { qpn });
-            };
-            if let Some(srq) = srqn.and_then(|n| srqs.get_mut(&n))
-                && responder
-            {
-                // The SRQ WQE was consumed: back to the free list.
-                let _ = srq.complete(counter);
-            }
-            return Ok(None);
-        };
-        // Left over from before RESET (SRQ receives are delivered: their WQEs were used).
-        let requester = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
-        if (responder && qp.rq_stale && qp.srqn.is_none()) || (requester && qp.sq_stale) {
-            return Ok(None);
-        }
-        let mut wc = WorkCompletion {
-            qp_num: qpn,
-            wqe_counter: counter,
-            ..WorkCompletion::default()
-        };
-        match opcode {
-            CqeOpcode::Req | CqeOpcode::ReqErr => {
-                if qp.send_cqn != cqn || qp.sq_log.is_none() {
-                    return Err(BadCqe::WrongCq { qpn, cqn });
-                }
-                let slot = qp.outstanding_send(counter).ok_or(BadCqe::NotOutstanding {
-                    qpn,
-                    wqe_counter: counter,
-                })?;
-                wc.wr_id = slot.wr_id;
-                wc.opcode = slot.opcode;
-                if opcode == CqeOpcode::Req {
-                    let sop = (cqe.sop_drop_qpn.get() >> 24) as u8;
-                    if wc_opcode_of_wqe(WqeOpcode::from_raw(sop)) != Some(slot.opcode) {
-                        return Err(BadCqe::OpcodeMismatch {
-                            qpn,
-                            wqe_counter: counter,
-                            reported: sop,
-                        });
-                    }
-                    wc.byte_len = match slot.opcode {
-                        WcOpcode::RdmaRead => cqe.byte_cnt.get(),
-                        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                        _ => 0,
-                    };
-                } else {
-                    (wc.status, wc.vendor_err) = error_status(cqe);
-                    qp.error = true;
-                }
-                qp.retire_send(&slot);
-            }
-            CqeOpcode::RespSend
+/// Checks one CQE of CQ `cqn` against the tables of the QP it names and turns it into a
+/// completion. The CQE is read field by field where the PRM puts them (an error CQE keeps
+/// the QPN and the WQE counter where a good one has them).
+///
+/// `Ok(None)` for a CQE left over from a QP that was destroyed, or from a queue of a QP
+/// that was moved to RESET and not posted to since: it is dropped, as rdma-core removes
+/// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back).
+#[inline(always)]
+fn complete<P: Platform + Clone>(
+    map: &mut QpMap<P>,
+    cqn: u32,
+    cqe: &Cqe64,
+) -> Result<Option<WorkCompletion>, BadCqe> {
+    let opcode = cqe.opcode();
+    let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter.get());
+    let responder = matches!(
+        opcode,
+        CqeOpcode::RespSend
             | CqeOpcode::RespSendImm
             | CqeOpcode::RespSendInv
             | CqeOpcode::RespWrImm
-            | CqeOpcode::RespErr => {
-                if qp.recv_cqn != cqn {
-                    return Err(BadCqe::WrongCq { qpn, cqn });
-                }
-                let not_outstanding = BadCqe::NotOutstanding {
-                    qpn,
-                    wqe_counter: counter,
-                };
-                wc.wr_id = match qp.srqn {
-                    Some(srqn) => srqs
-                        .get_mut(&srqn)
-                        .ok_or(BadCqe::UnknownSrq { srqn })?
-                        .complete(counter)
-                        .ok_or(not_outstanding)?,
-                    None => {
-                        if qp.rq_log.is_none() {
-                            return Err(BadCqe::WrongCq { qpn, cqn });
-                        }
-                        qp.take_recv(counter).ok_or(not_outstanding)?
-                    }
-                };
-                if opcode == CqeOpcode::RespErr {
-                    wc.opcode = WcOpcode::Recv;
-                    (wc.status, wc.vendor_err) = error_status(cqe);
-                    qp.error = true;
-                } else {
-                    wc.opcode = if opcode == CqeOpcode::RespWrImm {
-                        WcOpcode::RecvRdmaWithImm
-                    } else {
-                        WcOpcode::Recv
-                    };
-                    wc.byte_len = cqe.byte_cnt.get();
-                    if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
-                        wc.imm_data = cqe.immediate.get();
-                        wc.wc_flags |= WcFlags::WITH_IMM;
-                    }
-                    if opcode == CqeOpcode::RespSendInv {
-                        // The CQE's immediate field carries the invalidated rkey.
-                        wc.invalidated_rkey = cqe.immediate.get();
-                        wc.wc_flags |= WcFlags::WITH_INV;
-                    }
-                    let flags_rqpn = cqe.flags_rqpn.get();
-                    if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
-                        wc.wc_flags |= WcFlags::GRH;
-                    }
-                    // The service level on every receive, as libmlx5 (cq.c) and Linux's
-                    // mlx5_ib report it; the source QP only where verbs defines it (UD).
-                    wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
-                    if qp.st == QpServiceType::Ud {
-                        wc.src_qp = flags_rqpn & 0x00ff_ffff;
-                    }
-                    wc.slid = cqe.slid.get();
-                    wc.dlid_path_bits = cqe.ml_path & 0x7f;
-                }
-            }
-            other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
+            | CqeOpcode::RespErr
+    );
+    let qp = map.get(qpn).ok_or(BadCqe::UnknownQp { qpn })?;
+    if qp.is_destroyed() {
+        if let Some(srq) = &qp.srq
+            && responder
+        {
+            // The SRQ WQE was consumed: back to the free list.
+            let _ = srq.shadow.lock().complete(counter);
         }
-        Ok(Some(wc))
+        return Ok(None);
     }
+    // Left over from before RESET (SRQ receives are delivered: their WQEs were used).
+    let requester = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
+    if (responder && qp.srq.is_none() && qp.rq_stale.load(Ordering::Relaxed))
+        || (requester && qp.sq_stale.load(Ordering::Relaxed))
+    {
+        return Ok(None);
+    }
+    let mut wc = WorkCompletion {
+        qp_num: qpn,
+        wqe_counter: counter,
+        ..WorkCompletion::default()
+    };
+    match opcode {
+        CqeOpcode::Req | CqeOpcode::ReqErr => {
+            let sq = match &qp.sq {
+                Some(sq) if qp.send_cqn == cqn => sq,
+                _ => return Err(BadCqe::WrongCq { qpn, cqn }),
+            };
+            let slot = sq.outstanding(counter).ok_or(BadCqe::NotOutstanding {
+                qpn,
+                wqe_counter: counter,
+            })?;
+            let posted = WcOpcode::from_raw(slot.tag).ok_or(BadCqe::NotOutstanding {
+                qpn,
+                wqe_counter: counter,
+            })?;
+            wc.wr_id = slot.wr_id;
+            wc.opcode = posted;
+            if opcode == CqeOpcode::Req {
+                let sop = (cqe.sop_drop_qpn.get() >> 24) as u8;
+                if wc_opcode_of_wqe(WqeOpcode::from_raw(sop)) != Some(posted) {
+                    return Err(BadCqe::OpcodeMismatch {
+                        qpn,
+                        wqe_counter: counter,
+                        reported: sop,
+                    });
+                }
+                wc.byte_len = match posted {
+                    WcOpcode::RdmaRead => cqe.byte_cnt.get(),
+                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                    _ => 0,
+                };
+            } else {
+                (wc.status, wc.vendor_err) = error_status(cqe);
+                qp.error.store(true, Ordering::Relaxed);
+            }
+            sq.retire(&slot);
+        }
+        CqeOpcode::RespSend
+        | CqeOpcode::RespSendImm
+        | CqeOpcode::RespSendInv
+        | CqeOpcode::RespWrImm
+        | CqeOpcode::RespErr => {
+            if qp.recv_cqn != cqn {
+                return Err(BadCqe::WrongCq { qpn, cqn });
+            }
+            let not_outstanding = BadCqe::NotOutstanding {
+                qpn,
+                wqe_counter: counter,
+            };
+            wc.wr_id = match (&qp.srq, &qp.rq) {
+                (Some(srq), _) => srq.shadow.lock().complete(counter).ok_or(not_outstanding)?,
+                (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
+                (None, None) => return Err(BadCqe::WrongCq { qpn, cqn }),
+            };
+            if opcode == CqeOpcode::RespErr {
+                wc.opcode = WcOpcode::Recv;
+                (wc.status, wc.vendor_err) = error_status(cqe);
+                qp.error.store(true, Ordering::Relaxed);
+            } else {
+                wc.opcode = if opcode == CqeOpcode::RespWrImm {
+                    WcOpcode::RecvRdmaWithImm
+                } else {
+                    WcOpcode::Recv
+                };
+                wc.byte_len = cqe.byte_cnt.get();
+                if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+                    wc.imm_data = cqe.immediate.get();
+                    wc.wc_flags |= WcFlags::WITH_IMM;
+                }
+                if opcode == CqeOpcode::RespSendInv {
+                    // The CQE's immediate field carries the invalidated rkey.
+                    wc.invalidated_rkey = cqe.immediate.get();
+                    wc.wc_flags |= WcFlags::WITH_INV;
+                }
+                let flags_rqpn = cqe.flags_rqpn.get();
+                if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
+                    wc.wc_flags |= WcFlags::GRH;
+                }
+                // The service level on every receive, as libmlx5 (cq.c) and Linux's
+                // mlx5_ib report it; the source QP only where verbs defines it (UD).
+                wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
+                if qp.st == QpServiceType::Ud {
+                    wc.src_qp = flags_rqpn & 0x00ff_ffff;
+                }
+                wc.slid = cqe.slid.get();
+                wc.dlid_path_bits = cqe.ml_path & 0x7f;
+            }
+        }
+        other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
+    }
+    Ok(Some(wc))
 }
 
 impl<P: Platform + Clone> Cq<P> {
@@ -318,9 +311,9 @@ impl<P: Platform + Clone> Cq<P> {
     ///
     /// ```no_run
     /// # use uhca_driver::verbs::{Cq, WorkCompletion, WcStatus};
-    /// # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, cq: &mut Cq<P>) {
+    /// # fn f<P: uhca_hal::Platform + Clone>(cq: &mut Cq<P>) {
     /// let mut wc = [WorkCompletion::default(); 16];
-    /// let n = cq.poll(hca, &mut wc).unwrap();
+    /// let n = cq.poll(&mut wc).unwrap();
     /// for c in &wc[..n] {
     ///     assert_eq!(c.status, WcStatus::Success, "wr {} failed", c.wr_id);
     /// }
@@ -331,27 +324,26 @@ impl<P: Platform + Clone> Cq<P> {
     ///
     /// [`PollError`] for a CQE that does not match what was posted; the completions before
     /// it are in `wc[..polled]`, and the next call continues after the bad CQE.
-    pub fn poll(
-        &mut self,
-        hca: &mut Hca<P>,
-        wc: &mut [WorkCompletion],
-    ) -> Result<usize, PollError> {
+    pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
         let cqn = self.cqn();
-        let (_, dp) = hca.datapath_mut();
-        let ring = self.ring_mut();
+        let (map, ring) = self.poll_parts();
         let start = ring.consumer_index();
         let mut n = 0;
         let mut result = Ok(());
         while n < wc.len() {
             let Some(cqe) = ring.poll_raw() else { break };
-            match dp.complete(cqn, &cqe) {
+            match complete(map, cqn, &cqe) {
                 Ok(Some(w)) => {
                     wc[n] = w;
                     n += 1;
                 }
                 Ok(None) => {}
                 Err(cqe) => {
-                    result = Err(PollError { polled: n, cqe });
+                    result = Err(PollError {
+                        polled: n,
+                        cqn,
+                        cqe,
+                    });
                     break;
                 }
             }
@@ -366,8 +358,9 @@ impl<P: Platform + Clone> Cq<P> {
     /// next completion (or, with `solicited_only`, the next solicited or error completion);
     /// read it with [`Hca::next_completion_event`] after [`Hca::process_events`], then
     /// [`Cq::ack_event`], poll, and arm again.
-    pub fn req_notify(&mut self, hca: &Hca<P>, solicited_only: bool) {
-        self.arm(hca, solicited_only);
+    pub fn req_notify(&mut self, solicited_only: bool) {
+        let (p, uar, ring) = self.arm_parts();
+        ring.arm(p, uar, solicited_only);
     }
 
     /// Notes that a completion event of this CQ was taken (the arm sequence number moves
@@ -379,7 +372,7 @@ impl<P: Platform + Clone> Cq<P> {
     /// Takes a waiting completion event of this CQ from `hca` and acknowledges it;
     /// returns whether there was one.
     pub fn take_event(&mut self, hca: &mut Hca<P>) -> bool {
-        if hca.take_completion_event(self.cqn()) {
+        if hca.check_owner(self.hca_id()).is_ok() && hca.take_completion_event(self.cqn()) {
             self.ack_event();
             true
         } else {

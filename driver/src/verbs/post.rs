@@ -2,15 +2,17 @@
 //! RTS and on SRQs.
 //!
 //! A post builds one WQE per work request in the queue's DMA memory, records the
-//! request's `wr_id` in the QP's shadow slots, and publishes the whole batch with one
+//! request's `wr_id` in the QP's work-request table, and publishes the whole batch with one
 //! doorbell: for the SQ a store barrier, the send counter in the doorbell record and one
 //! 8-byte doorbell in the UAR (BlueFlame stays off); for the RQ and SRQ a store barrier
 //! and the counter in the doorbell record. A bad request stops the batch: the requests
 //! before it are posted and published, and its index and reason come back in [`BadWr`]
 //! (nothing is lost, as with `ibv_post_send`'s `bad_wr`).
 //!
-//! Posting allocates nothing and takes no lock; it takes the [`Hca`] because the shadow
-//! table of every QP lives there (the CQ poller reads it).
+//! Posting needs only the queue: a QP holds its rings, its UAR page and its work-request
+//! tables (which the CQ's poller reads, through the protocol of
+//! [`uhca_hal::wrid`]). It allocates nothing and takes no lock (an SRQ takes its own spin
+//! lock, which its pollers share).
 
 use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::wqe::INVALID_LKEY;
@@ -19,11 +21,11 @@ use uhca_hal::barriers;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::wq::{QpRings, WqError};
 
-use super::dp::{QpShadow, SendSlot};
 use super::qp::{QpStateKind, QpTransport, state};
 use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WrError};
 use super::{Qp, Srq};
-use crate::hca::Hca;
+use core::sync::atomic::Ordering;
+use uhca_hal::wrid::SendEntry;
 
 /// Most scatter entries of a receive WQE: a 1 KiB stride of 16-byte entries, more than any
 /// device's `max_wqe_sz_rq` gives (the RQ refuses longer lists before this matters).
@@ -38,44 +40,26 @@ impl RecvReady for state::Init {}
 impl RecvReady for state::Rtr {}
 impl RecvReady for state::Rts {}
 
-/// Brings the rings' consumer counters up to what the poller retired.
-fn sync_rings<M: DmaMem, P: Platform + Clone>(rings: &mut QpRings<M>, sh: &QpShadow<P>) {
-    if let Some(log) = sh.sq_log {
-        let ring_ci = rings
-            .sq_producer()
-            .wrapping_sub((1u32 << log) - rings.sq_free());
-        if ring_ci != sh.sq_ci {
-            // `sq_complete` retires up to the end of the WQEBB it is given.
-            let _ = rings.sq_complete(sh.sq_ci.wrapping_sub(1) as u16, 1);
-        }
-    }
-    if let Some(log) = sh.rq_log {
-        let ring_tail = rings
-            .rq_head()
-            .wrapping_sub((1u32 << log) - rings.rq_free());
-        let n = sh.rq_tail.wrapping_sub(ring_tail);
-        if n != 0 {
-            let _ = rings.rq_complete(n);
-        }
-    }
-}
-
-fn wq_error(e: WqError, wr: &SendWr<'_>, max_sge: u32) -> WrError {
+/// The request's fault, for a refusal of the HAL's WQE builder. The request was checked
+/// against the QP's capabilities first ([`check_send`]), so what remains is a full queue or
+/// a WQE the SQ's largest WQE cannot hold.
+fn wq_error(e: WqError, wr: &SendWr<'_>, caps: &super::QpCaps) -> WrError {
     match e {
-        WqError::SqFull { .. } | WqError::RqFull => WrError::QueueFull,
-        WqError::WqeTooLarge { .. } | WqError::TooManySges { .. } => match wr.data {
-            SendData::Sge(s) => WrError::TooManySges {
-                given: s.len(),
-                max: max_sge,
-            },
-            SendData::Inline(b) => WrError::InlineTooLong {
-                given: b.len(),
-                max: 0,
-            },
-        },
-        WqError::InlineTooLong(n) => WrError::InlineTooLong { given: n, max: 0 },
+        WqError::WqeTooLarge { .. } | WqError::TooManySges { .. } | WqError::InlineTooLong(_) => {
+            match wr.data {
+                SendData::Sge(s) => WrError::TooManySges {
+                    given: s.len(),
+                    max: caps.max_send_sge,
+                },
+                SendData::Inline(b) => WrError::InlineTooLong {
+                    given: b.len(),
+                    max: caps.max_inline_data,
+                },
+            }
+        }
         WqError::ByteCountTooLarge(_) => WrError::SgeTooLong,
         WqError::NoSq | WqError::NoRq => WrError::NoQueue,
+        // `SqFull`, `RqFull`; the builder returns nothing else while posting.
         _ => WrError::QueueFull,
     }
 }
@@ -240,14 +224,14 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     ///
     /// ```no_run
     /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, SendFlags, Sge};
-    /// # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: &mut Qp<P, Rc, state::Rts>, lkey: u32, rkey: u32) {
+    /// # fn f<P: uhca_hal::Platform + Clone>(qp: &mut Qp<P, Rc, state::Rts>, lkey: u32, rkey: u32) {
     /// let sge = [Sge { addr: 0x10_0000, len: 64, lkey }];
     /// let wrs = [
     ///     SendWr::new(1, SendOp::RdmaWrite { remote_addr: 0x20_0000, rkey }, &sge)
     ///         .with_flags(SendFlags::empty()),
     ///     SendWr::new(2, SendOp::Send, &sge),
     /// ];
-    /// qp.post_send(hca, &wrs).unwrap();
+    /// qp.post_send(&wrs).unwrap();
     /// # }
     /// ```
     ///
@@ -256,52 +240,50 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     /// [`BadWr`] with the index of the first refused request: [`WrError::QpInError`]
     /// after an error completion (the device moved the QP to ERR), [`WrError::QueueFull`],
     /// or the request's own fault (see [`WrError`]).
-    pub fn post_send<'w, 'd: 'w, I>(&mut self, hca: &mut Hca<P>, wrs: I) -> Result<(), BadWr>
+    pub fn post_send<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
     where
         I: IntoIterator<Item = &'w SendWr<'d>>,
     {
-        let qpn = self.qpn();
-        let caps = self.caps();
-        let (bar, dp) = hca.datapath_mut();
         let bad = |index, error| BadWr { index, error };
-        let Some(sh) = dp.qps.get_mut(&qpn) else {
-            return Err(bad(0, WrError::UnknownQueue));
-        };
-        if sh.error {
-            return Err(bad(0, WrError::QpInError { qpn }));
+        let d = self.datapath();
+        let sh = &**d.shared;
+        if sh.error.load(Ordering::Relaxed) {
+            return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
         }
-        // Posting after RESET: from here on the SQ's CQEs are the new incarnation's.
-        sh.sq_stale = false;
-        if sh.sq_log.is_none() {
+        let Some(table) = sh.sq.as_ref() else {
             return Err(bad(0, WrError::NoQueue));
+        };
+        // Posting after RESET: from here on the SQ's CQEs are the new incarnation's.
+        if sh.sq_stale.load(Ordering::Relaxed) {
+            sh.sq_stale.store(false, Ordering::Relaxed);
         }
-        let rings = self.rings_mut();
-        sync_rings(rings, sh);
+        let caps = *d.caps;
+        d.rings.sq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
-            let (opcode, flags) = match check_send(T::ST, &caps, sh.sq_sig_all, sh.atomics, wr) {
+            let (opcode, flags) = match check_send(T::ST, &caps, *d.sig_all, d.atomics, wr) {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(bad(i, e));
                     break;
                 }
             };
-            match build_send(rings, opcode, flags, wr) {
-                Ok(posted) => sh.record_send(&SendSlot {
+            match build_send(d.rings, opcode, flags, wr) {
+                Ok(posted) => table.record(&SendEntry {
                     wr_id: wr.wr_id,
                     wqe_index: posted.wqe_index,
                     wqebbs: posted.wqebbs,
-                    opcode: wr.op.wc_opcode(),
+                    tag: wr.op.wc_opcode().raw(),
                     signaled: flags.contains(WqeCtrlFlags::CQ_UPDATE),
                 }),
                 Err(e) => {
-                    result = Err(bad(i, wq_error(e, wr, caps.max_send_sge)));
+                    result = Err(bad(i, wq_error(e, wr, &caps)));
                     break;
                 }
             }
         }
-        sh.sq_pi = rings.sq_producer();
-        rings.ring_sq_doorbell(bar);
+        table.publish(d.rings.sq_producer());
+        d.rings.ring_sq_doorbell(d.bar);
         result
     }
 }
@@ -316,27 +298,26 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
     /// posted): [`WrError::NoQueue`] for a QP that receives from an SRQ,
     /// [`WrError::QpInError`], [`WrError::QueueFull`], [`WrError::TooManySges`],
     /// [`WrError::SgeTooLong`].
-    pub fn post_recv<'w, 'd: 'w, I>(&mut self, hca: &mut Hca<P>, wrs: I) -> Result<(), BadWr>
+    pub fn post_recv<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
     where
         I: IntoIterator<Item = &'w RecvWr<'d>>,
     {
-        let qpn = self.qpn();
-        let max_sge = self.caps().max_recv_sge;
-        let (_, dp) = hca.datapath_mut();
         let bad = |index, error| BadWr { index, error };
-        let Some(sh) = dp.qps.get_mut(&qpn) else {
-            return Err(bad(0, WrError::UnknownQueue));
-        };
-        if sh.error {
-            return Err(bad(0, WrError::QpInError { qpn }));
+        let d = self.datapath();
+        let sh = &**d.shared;
+        let max_sge = d.caps.max_recv_sge;
+        if sh.error.load(Ordering::Relaxed) {
+            return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
         }
-        // Posting after RESET: from here on the RQ's CQEs are the new incarnation's.
-        sh.rq_stale = false;
-        if sh.rq_log.is_none() {
+        let Some(table) = sh.rq.as_ref() else {
             return Err(bad(0, WrError::NoQueue));
+        };
+        // Posting after RESET: from here on the RQ's CQEs are the new incarnation's.
+        if sh.rq_stale.load(Ordering::Relaxed) {
+            sh.rq_stale.store(false, Ordering::Relaxed);
         }
-        let rings = self.rings_mut();
-        sync_rings(rings, sh);
+        let rings = d.rings;
+        rings.rq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
             if wr.sg_list.len() > (max_sge as usize).min(MAX_RECV_SGE) {
@@ -364,11 +345,9 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
             } else {
                 wr.sg_list
             };
+            let head = rings.rq_head();
             match rings.post_recv(list) {
-                Ok(_) => {
-                    sh.record_recv(sh.rq_head, wr.wr_id);
-                    sh.rq_head = sh.rq_head.wrapping_add(1);
-                }
+                Ok(_) => table.record(head, wr.wr_id),
                 Err(e) => {
                     let error = match e {
                         WqError::RqFull => WrError::QueueFull,
@@ -384,6 +363,7 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
                 }
             }
         }
+        table.publish(rings.rq_head());
         rings.ring_rq_doorbell();
         result
     }
@@ -396,22 +376,17 @@ impl<P: Platform + Clone> Srq<P> {
     /// # Errors
     ///
     /// [`BadWr`] with the index of the first refused request (the ones before it are
-    /// posted): [`WrError::QueueFull`], [`WrError::TooManySges`], [`WrError::SgeTooLong`],
-    /// [`WrError::UnknownQueue`].
-    pub fn post_recv<'w, 'd: 'w, I>(&mut self, hca: &mut Hca<P>, wrs: I) -> Result<(), BadWr>
+    /// posted): [`WrError::QueueFull`], [`WrError::TooManySges`], [`WrError::SgeTooLong`].
+    pub fn post_recv<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
     where
         I: IntoIterator<Item = &'w RecvWr<'d>>,
     {
-        let srqn = self.srqn();
         let max_sge = self.max_sge();
         let log_stride = self.log_stride();
         let dbr = self.dbr_offset();
-        let (_, dp) = hca.datapath_mut();
         let bad = |index, error| BadWr { index, error };
-        let Some(sh) = dp.srqs.get_mut(&srqn) else {
-            return Err(bad(0, WrError::UnknownQueue));
-        };
-        let mem = self.mem_mut();
+        let (mem, shared) = self.post_parts();
+        let mut sh = shared.shadow.lock();
         // WQEs the poller gave back are linked into the device's free list first.
         sh.flush_links(|wqe, next| link_srq_wqe(mem, log_stride, wqe, next));
         let mut result = Ok(());
@@ -485,20 +460,15 @@ fn link_srq_wqe<P: Platform + Clone>(mem: &mut DmaBuf<P>, log_stride: u8, wqe: u
 impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
     /// Makes every send work request signalled (`sq_sig_all` of `ibv_qp_init_attr`), or
     /// back to per-request signalling. Set it before the QP is brought up.
-    pub fn set_sq_sig_all(&mut self, hca: &mut Hca<P>, on: bool) {
-        if let Some(sh) = hca.datapath_mut().1.qps.get_mut(&self.qpn()) {
-            sh.sq_sig_all = on;
-        }
+    pub fn set_sq_sig_all(&mut self, on: bool) {
+        *self.datapath().sig_all = on;
     }
 }
 
 impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     /// Whether the driver saw an error completion for this QP, after which the device has
     /// it in ERR (posting is refused until the QP is moved to RESET).
-    pub fn in_error(&self, hca: &Hca<P>) -> bool {
-        hca.datapath()
-            .qps
-            .get(&self.qpn())
-            .is_some_and(|sh| sh.error)
+    pub fn in_error(&self) -> bool {
+        self.shared().error.load(Ordering::Relaxed)
     }
 }

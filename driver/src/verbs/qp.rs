@@ -49,8 +49,11 @@ use uhca_fwif::ctx::{CmdHcaCap, Qpc, RoceCap};
 use uhca_hal::Platform;
 use uhca_hal::cmdq::CmdError;
 use uhca_hal::dma::{DmaBuf, DmaMem};
+use uhca_hal::host::HostArc;
 use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
+use uhca_hal::wrid::{RqTable, SqTable};
 
+use super::dp::{QpHandle, QpShared};
 use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil, release_unless_held};
 use crate::addr::{AddressHandle, StaticRate};
 use crate::caps::LinkLayer;
@@ -408,6 +411,15 @@ pub(crate) fn queue_sizes(
 
 struct QpInner<P: Platform + Clone> {
     rings: QpRings<DmaBuf<P>>,
+    /// The platform, for the send doorbell.
+    bar: P,
+    /// What the QP's CQs read: its work-request tables and error state (`verbs::dp`).
+    shared: QpHandle<P>,
+    /// Every send is signalled (`sq_sig_all`).
+    sig_all: bool,
+    /// The device offers the 8-byte atomics the QP may post (`DeviceCaps::atomic`).
+    atomics: bool,
+    hca_id: u64,
     layout: QpLayout,
     doorbell: SqDoorbell,
     qpn: u32,
@@ -420,7 +432,20 @@ struct QpInner<P: Platform + Clone> {
     srqn: Option<u32>,
 }
 
+/// What posting needs of a QP, borrowed apart.
+pub(crate) struct QpDatapath<'a, P: Platform + Clone> {
+    pub(crate) rings: &'a mut QpRings<DmaBuf<P>>,
+    pub(crate) bar: &'a P,
+    pub(crate) shared: &'a QpHandle<P>,
+    pub(crate) caps: &'a QpCaps,
+    pub(crate) sig_all: &'a mut bool,
+    pub(crate) atomics: bool,
+}
+
 /// A queue pair of transport `T` in state `S`, with its work-queue rings.
+///
+/// A `Qp` is [`Send`]: each thread can own its QPs and post on them with no lock and no
+/// [`Hca`]; the CQs they complete to can be polled on other threads.
 pub struct Qp<P: Platform + Clone, T: QpTransport, S: QpStateKind> {
     inner: Option<QpInner<P>>,
     _marker: PhantomData<fn() -> (T, S)>,
@@ -504,6 +529,30 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         self.inner().port
     }
 
+    /// What posting needs, borrowed apart.
+    pub(crate) fn datapath(&mut self) -> QpDatapath<'_, P> {
+        let i = self.inner_mut();
+        QpDatapath {
+            rings: &mut i.rings,
+            bar: &i.bar,
+            shared: &i.shared,
+            caps: &i.caps,
+            sig_all: &mut i.sig_all,
+            atomics: i.atomics,
+        }
+    }
+
+    /// The state the QP shares with its CQs.
+    pub(crate) fn shared(&self) -> &QpShared<P> {
+        &self.inner().shared
+    }
+
+    /// Host memory the driver keeps for this QP's work-request tables, in bytes (besides
+    /// the DMA memory of its queues, [`Qp::rings`]).
+    pub fn host_bytes(&self) -> usize {
+        self.inner().shared.host_bytes()
+    }
+
     /// The work-queue rings: post send and receive WQEs, ring doorbells.
     pub fn rings(&self) -> &QpRings<DmaBuf<P>> {
         &self.inner().rings
@@ -520,12 +569,14 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<QpAttr> {
+        hca.check_owner(self.inner().hca_id)?;
         query_qp(hca, self.qpn())
     }
 
     /// Sends a modify command; a BAD_QP_STATE refusal becomes [`Error::BadQpState`] with
     /// the state the device reports.
     fn modify<C: Command>(&self, hca: &mut Hca<P>, cmd: &C) -> Result<()> {
+        hca.check_owner(self.inner().hca_id)?;
         match hca.exec(cmd, &[], &mut []) {
             Ok(_) => Ok(()),
             Err(Error::Command(
@@ -587,7 +638,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         let mut c = Qp2rstIn::new_cmd();
         c.set_qpn(self.qpn());
         let mut qp: Qp<P, T, state::Reset> = self.transition(hca, &c)?;
-        hca.datapath_mut().1.reset_qp(qp.qpn());
+        qp.shared().reset();
         let inner = qp.inner_mut();
         let layout = inner.layout;
         let doorbell = inner.doorbell;
@@ -612,11 +663,18 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     ///
     /// The QP back with the error.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<(), Failed<Self>> {
+        if let Err(error) = hca.check_owner(self.inner().hca_id) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
         let mut d = DestroyQpIn::new_cmd();
         d.set_qpn(self.qpn());
         match hca.exec(&d, &[], &mut []) {
             Ok(_) => {
-                hca.datapath_mut().1.remove_qp(self.qpn());
+                // Its CQEs still in a CQ are dropped from now on.
+                self.shared().mark_destroyed();
                 drop(self.inner.take());
                 Ok(())
             }
@@ -1008,15 +1066,23 @@ impl<P: Platform + Clone> Hca<P> {
         if let Some((_, bbs)) = sizes.sq {
             layout.max_sq_wqebbs = bbs;
         }
-        // The datapath's shadow of the queues (`verbs::dp`).
-        let shadow = super::dp::QpShadow::new(
-            self,
-            T::ST,
-            sizes.sq.map(|s| s.0),
-            sizes.rq.map(|r| r.0),
-            (attr.send_cq.cqn(), attr.recv_cq.cqn()),
-            attr.srq.map(|s| s.srqn()),
-        )?;
+        for owner in [attr.send_cq.hca_id(), attr.recv_cq.hca_id(), pd.hca_id()]
+            .into_iter()
+            .chain(attr.srq.map(|s| s.hca_id()))
+        {
+            self.check_owner(owner)?;
+        }
+        // The work-request tables the CQs read (`verbs::dp`), before the command so a
+        // lack of memory sends nothing.
+        let host = self.platform().clone();
+        let sq_table = sizes
+            .sq
+            .map(|(log, _)| SqTable::new(host.clone(), log))
+            .transpose()?;
+        let rq_table = sizes
+            .rq
+            .map(|(log, _)| RqTable::new(host.clone(), log))
+            .transpose()?;
         let plan = PagePlan::for_bytes(layout.wq_len());
         let mut buf = self.alloc_dma(layout.buffer_len(), plan.page_bytes())?;
         // The doorbell record must read zero when the device first looks (the memory
@@ -1067,7 +1133,45 @@ impl<P: Platform + Clone> Hca<P> {
             }
         };
         layout.qpn = qpn;
-        self.datapath_mut().1.insert_qp(qpn, shadow);
+        let shared = QpShared::new(
+            qpn,
+            T::ST,
+            (attr.send_cq.cqn(), attr.recv_cq.cqn()),
+            attr.srq.map(|s| s.shared().clone()),
+            sq_table,
+            rq_table,
+        );
+        let attached = HostArc::new(host.clone(), shared)
+            .map_err(Error::from)
+            .and_then(|h| {
+                let noted = attr.send_cq.attach(h.clone()).and_then(|()| {
+                    if attr.recv_cq.cqn() != attr.send_cq.cqn() {
+                        attr.recv_cq.attach(h.clone())?;
+                    }
+                    Ok(())
+                });
+                match noted {
+                    Ok(()) => Ok(h),
+                    Err(e) => {
+                        // A CQ that noted it keeps a tombstone (which drops nothing: the
+                        // QP never posted).
+                        h.mark_destroyed();
+                        Err(e)
+                    }
+                }
+            });
+        let shared = match attached {
+            Ok(h) => h,
+            Err(e) => {
+                // No memory for the tables: the QP goes again.
+                let mut d = DestroyQpIn::new_cmd();
+                d.set_qpn(qpn);
+                if self.exec(&d, &[], &mut []).is_err() {
+                    core::mem::forget(buf);
+                }
+                return Err(e);
+            }
+        };
         let doorbell = SqDoorbell::new(uar as usize * ADAPTER_PAGE_SIZE);
         let rings = match QpRings::new(buf, layout, doorbell) {
             Ok(r) => r,
@@ -1086,6 +1190,11 @@ impl<P: Platform + Clone> Hca<P> {
                 send_cqn: attr.send_cq.cqn(),
                 recv_cqn: attr.recv_cq.cqn(),
                 srqn: attr.srq.map(|s| s.srqn()),
+                bar: host,
+                shared,
+                sig_all: false,
+                atomics: self.caps().atomic,
+                hca_id: self.id(),
             }),
             _marker: PhantomData,
         })

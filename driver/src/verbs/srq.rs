@@ -15,6 +15,9 @@ use uhca_fwif::consts::{RmpcState, SEND_WQE_DS};
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
+use uhca_hal::host::{HostArc, SpinLock};
+
+use super::dp::{SrqHandle, SrqShadow, SrqShared};
 use super::{Failed, MAX_PAS, PagePlan, Pd, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
@@ -60,6 +63,9 @@ pub struct SrqAttr {
 #[derive(Debug)]
 pub struct Srq<P: Platform + Clone> {
     buf: Option<DmaBuf<P>>,
+    /// The free list, shared with the CQs of the QPs that receive from it (`verbs::dp`).
+    shared: SrqHandle<P>,
+    hca_id: u64,
     srqn: u32,
     log_size: u8,
     log_stride: u8,
@@ -117,12 +123,31 @@ impl<P: Platform + Clone> Srq<P> {
         }
     }
 
+    /// The buffer and the shared free list, for posting.
+    pub(crate) fn post_parts(&mut self) -> (&mut DmaBuf<P>, &SrqShared<P>) {
+        match &mut self.buf {
+            Some(b) => (b, &self.shared),
+            None => unreachable!("the buffer is only taken by destroy and drop"),
+        }
+    }
+
+    /// The shared free list.
+    pub(crate) fn shared(&self) -> &SrqHandle<P> {
+        &self.shared
+    }
+
+    /// The identity of the HCA that created it.
+    pub(crate) fn hca_id(&self) -> u64 {
+        self.hca_id
+    }
+
     /// QUERY_RMP.
     ///
     /// # Errors
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<SrqAttr> {
+        hca.check_owner(self.hca_id)?;
         let mut q = QueryRmpIn::new_cmd();
         q.set_rmpn(self.srqn);
         let out = hca.exec(&q, &[], &mut [])?;
@@ -148,6 +173,7 @@ impl<P: Platform + Clone> Srq<P> {
     /// [`Error::InvalidArgument`] for a limit not below the SRQ size (no command is
     /// sent); the command's error.
     pub fn arm_limit(&mut self, hca: &mut Hca<P>, limit: u16) -> Result<()> {
+        hca.check_owner(self.hca_id)?;
         if limit as u32 >= 1u32 << self.log_size {
             return Err(Error::InvalidArgument("SRQ limit not below the SRQ size"));
         }
@@ -166,11 +192,16 @@ impl<P: Platform + Clone> Srq<P> {
     ///
     /// The SRQ back with the error (RES_BUSY while a QP receives from it).
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<(), Failed<Self>> {
+        if let Err(error) = hca.check_owner(self.hca_id) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
         let mut d = DestroyRmpIn::new_cmd();
         d.set_rmpn(self.srqn);
         match hca.exec(&d, &[], &mut []) {
             Ok(_) => {
-                hca.datapath_mut().1.remove_srq(self.srqn);
                 drop(self.buf.take());
                 Ok(())
             }
@@ -200,6 +231,7 @@ impl<P: Platform + Clone> Hca<P> {
     /// entries, or a limit not below the size (no command is sent); [`Error::Dma`]; the
     /// command's error.
     pub fn create_srq(&mut self, pd: &Pd, attr: SrqInitAttr) -> Result<Srq<P>> {
+        self.check_owner(pd.hca_id())?;
         let caps = self.caps();
         if attr.max_wr == 0 || attr.max_wr >= caps.max_srq_wr {
             return Err(Error::InvalidArgument(
@@ -227,7 +259,7 @@ impl<P: Platform + Clone> Hca<P> {
         let dbr_offset = wq_bytes.next_multiple_of(64);
         let plan = PagePlan::for_bytes(wq_bytes);
         // The datapath's shadow of the WQEs (`verbs::dp`).
-        let shadow = super::dp::SrqShadow::new(self, log_size)?;
+        let shadow = SrqShadow::new(self.platform().clone(), log_size)?;
         let mut buf = self.alloc_dma(dbr_offset + 64, plan.page_bytes())?;
         // Link every WQE to the next one; the record starts at zero.
         for i in 0..cnt as usize {
@@ -259,9 +291,27 @@ impl<P: Platform + Clone> Hca<P> {
                 return Err(e);
             }
         };
-        self.datapath_mut().1.insert_srq(out.rmpn(), shadow);
+        let shared = match HostArc::new(
+            self.platform().clone(),
+            SrqShared {
+                srqn: out.rmpn(),
+                shadow: SpinLock::new(shadow),
+            },
+        ) {
+            Ok(h) => h,
+            Err(e) => {
+                let mut d = DestroyRmpIn::new_cmd();
+                d.set_rmpn(out.rmpn());
+                if self.exec(&d, &[], &mut []).is_err() {
+                    core::mem::forget(buf);
+                }
+                return Err(e.into());
+            }
+        };
         Ok(Srq {
             buf: Some(buf),
+            shared,
+            hca_id: self.id(),
             srqn: out.rmpn(),
             log_size,
             log_stride,

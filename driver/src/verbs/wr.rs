@@ -218,9 +218,6 @@ pub enum WrError {
     SgeTooLong,
     /// The QP has no such queue (no send queue; or it receives from an SRQ).
     NoQueue,
-    /// The driver has no shadow state for this QP or SRQ (it was created by another
-    /// `Hca`, or destroyed).
-    UnknownQueue,
 }
 
 impl core::fmt::Display for WrError {
@@ -250,7 +247,6 @@ impl core::fmt::Display for WrError {
             WrError::AtomicAlignment => f.write_str("atomic remote address not 8-byte aligned"),
             WrError::SgeTooLong => f.write_str("scatter/gather entry longer than 2 GiB - 1"),
             WrError::NoQueue => f.write_str("the QP has no such work queue"),
-            WrError::UnknownQueue => f.write_str("no datapath state for this QP or SRQ"),
         }
     }
 }
