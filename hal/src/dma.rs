@@ -90,8 +90,9 @@ pub trait DmaMem {
 pub struct DmaBuf<D: Dma> {
     dma: D,
     // Invariant: `region` came from `dma.alloc_coherent`, is not freed until drop, is
-    // aligned to at least 8 bytes, and no reference into it exists.
-    region: Option<DmaRegion>,
+    // aligned to at least 8 bytes, and no reference into it exists. (ManuallyDrop only so
+    // that `drop` can move it out to free it; reading it costs nothing.)
+    region: core::mem::ManuallyDrop<DmaRegion>,
 }
 
 // SAFETY: a DmaBuf owns its allocation exclusively (like a Box<[u8]>); moving it to
@@ -134,17 +135,13 @@ impl<D: Dma> DmaBuf<D> {
         }
         Ok(DmaBuf {
             dma,
-            region: Some(region),
+            region: core::mem::ManuallyDrop::new(region),
         })
     }
 
     #[inline(always)]
     fn region(&self) -> &DmaRegion {
-        match &self.region {
-            Some(r) => r,
-            // The region is only taken in `drop`.
-            None => unreachable!(),
-        }
+        &self.region
     }
 
     /// The CPU address (for diagnostics; never dereference it outside this module).
@@ -207,11 +204,13 @@ fn bad_access(off: usize, width: usize, len: usize) -> ! {
 
 impl<D: Dma> Drop for DmaBuf<D> {
     fn drop(&mut self) {
-        if let Some(region) = self.region.take() {
-            // SAFETY: the region came from `self.dma.alloc_coherent` and is freed once here;
-            // the type's documented contract is that the device no longer uses it when the
-            // buffer is dropped, and no pointer into it outlives `self`.
-            unsafe { self.dma.free_coherent(region) };
+        // SAFETY: `region` is taken once, here, and never read again. It came from
+        // `self.dma.alloc_coherent` and is freed once; the type's documented contract is
+        // that the device no longer uses it when the buffer is dropped, and no pointer into
+        // it outlives `self`.
+        unsafe {
+            let region = core::mem::ManuallyDrop::take(&mut self.region);
+            self.dma.free_coherent(region);
         }
     }
 }

@@ -64,42 +64,47 @@ fn wq_error(e: WqError, wr: &SendWr<'_>, caps: &super::QpCaps) -> WrError {
     }
 }
 
+/// What an opcode needs of the QP and of the request.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum OpClass {
+    /// SEND, SEND with immediate: every transport.
+    Send,
+    /// RDMA WRITE (with immediate): RC and UC.
+    Write,
+    /// RDMA READ: RC; reads into local memory (no inline data).
+    Read,
+    /// Atomics: RC with the device's 8-byte atomics; one 8-byte local buffer.
+    Atomic,
+}
+
 /// Checks one send request against the QP and returns its WQE opcode and control flags.
+/// `sig_all` is the control-segment bits every request gets (`CQ_UPDATE` with
+/// `sq_sig_all`, else none).
 #[inline(always)]
 fn check_send(
     st: QpServiceType,
     caps: &super::QpCaps,
-    sig_all: bool,
+    sig_all: u8,
     atomics: bool,
     wr: &SendWr<'_>,
 ) -> Result<(WqeOpcode, WqeCtrlFlags), WrError> {
-    let (opcode, reads_local) = match wr.op {
-        SendOp::Send => (WqeOpcode::Send, false),
-        SendOp::SendWithImm { .. } => (WqeOpcode::SendImm, false),
-        SendOp::RdmaWrite { .. } => (WqeOpcode::RdmaWrite, false),
-        SendOp::RdmaWriteWithImm { .. } => (WqeOpcode::RdmaWriteImm, false),
-        SendOp::RdmaRead { .. } => (WqeOpcode::RdmaRead, true),
-        SendOp::AtomicCmpSwap { .. } => (WqeOpcode::AtomicCs, true),
-        SendOp::AtomicFetchAdd { .. } => (WqeOpcode::AtomicFa, true),
+    let (opcode, class) = match wr.op {
+        SendOp::Send => (WqeOpcode::Send, OpClass::Send),
+        SendOp::SendWithImm { .. } => (WqeOpcode::SendImm, OpClass::Send),
+        SendOp::RdmaWrite { .. } => (WqeOpcode::RdmaWrite, OpClass::Write),
+        SendOp::RdmaWriteWithImm { .. } => (WqeOpcode::RdmaWriteImm, OpClass::Write),
+        SendOp::RdmaRead { .. } => (WqeOpcode::RdmaRead, OpClass::Read),
+        SendOp::AtomicCmpSwap { .. } => (WqeOpcode::AtomicCs, OpClass::Atomic),
+        SendOp::AtomicFetchAdd { .. } => (WqeOpcode::AtomicFa, OpClass::Atomic),
     };
     let allowed = match st {
-        QpServiceType::Rc => true,
-        QpServiceType::Uc => matches!(
-            wr.op,
-            SendOp::Send
-                | SendOp::SendWithImm { .. }
-                | SendOp::RdmaWrite { .. }
-                | SendOp::RdmaWriteWithImm { .. }
-        ),
-        QpServiceType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }),
+        // Atomics only where the device's atomic page offers them (`DeviceCaps::atomic`).
+        QpServiceType::Rc => class != OpClass::Atomic || atomics,
+        QpServiceType::Uc => class <= OpClass::Write,
+        QpServiceType::Ud => class == OpClass::Send,
         _ => false,
     };
-    let atomic = matches!(
-        wr.op,
-        SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. }
-    );
-    // Atomics only where the device's atomic page offers them (see `DeviceCaps::atomic`).
-    if !allowed || (atomic && !atomics) {
+    if !allowed {
         return Err(WrError::OpNotSupported);
     }
     if (st == QpServiceType::Ud) != wr.ud.is_some() {
@@ -118,7 +123,7 @@ fn check_send(
             }
         }
         SendData::Inline(b) => {
-            if reads_local {
+            if class >= OpClass::Read {
                 return Err(WrError::InlineNotAllowed);
             }
             if b.len() > caps.max_inline_data as usize {
@@ -129,28 +134,21 @@ fn check_send(
             }
         }
     }
-    if let SendOp::AtomicCmpSwap { remote_addr, .. } | SendOp::AtomicFetchAdd { remote_addr, .. } =
-        wr.op
-    {
+    if class == OpClass::Atomic {
         match wr.data {
             SendData::Sge([s]) if s.len == 8 => {}
             _ => return Err(WrError::AtomicLocalBuffer),
         }
-        if remote_addr % 8 != 0 {
+        if let SendOp::AtomicCmpSwap { remote_addr, .. }
+        | SendOp::AtomicFetchAdd { remote_addr, .. } = wr.op
+            && remote_addr % 8 != 0
+        {
             return Err(WrError::AtomicAlignment);
         }
     }
-    let mut flags = WqeCtrlFlags::empty();
-    if sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-        flags |= WqeCtrlFlags::CQ_UPDATE;
-    }
-    if wr.flags.contains(SendFlags::SOLICITED) {
-        flags |= WqeCtrlFlags::SOLICITED;
-    }
-    if wr.flags.contains(SendFlags::FENCE) {
-        // rdma-core's `MLX5_WQE_CTRL_FENCE`: wait for earlier READs and atomics.
-        flags |= WqeCtrlFlags::FENCE_SMALL_AND_FENCE;
-    }
+    // The flags' bits are the control segment's (see `SendFlags`).
+    let flags =
+        WqeCtrlFlags::from_bits_retain((wr.flags.bits() & SendFlags::all().bits()) | sig_all);
     Ok((opcode, flags))
 }
 
@@ -258,10 +256,15 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
             sh.sq_stale.store(false, Ordering::Relaxed);
         }
         let caps = *d.caps;
+        let sig_all = if *d.sig_all {
+            WqeCtrlFlags::CQ_UPDATE.bits()
+        } else {
+            0
+        };
         d.rings.sq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
-            let (opcode, flags) = match check_send(T::ST, &caps, *d.sig_all, d.atomics, wr) {
+            let (opcode, flags) = match check_send(T::ST, &caps, sig_all, d.atomics, wr) {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(bad(i, e));

@@ -4,6 +4,7 @@
 //! `ibv_recv_wr` and `ibv_wc`.
 
 use uhca_fwif::consts::CqeSyndrome;
+use uhca_fwif::consts::WqeCtrlFlags;
 pub use uhca_hal::wq::Sge;
 
 use super::Ah;
@@ -96,16 +97,19 @@ pub enum SendData<'a> {
 
 bitflags::bitflags! {
     /// Send flags (`ibv_send_flags`; inline data is [`SendData::Inline`]).
+    ///
+    /// Each flag's bit is the control-segment bit it turns into (`fm_ce_se`), so posting
+    /// copies them without translating.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct SendFlags: u8 {
         /// Generate a completion for this request (`IBV_SEND_SIGNALED`). Unsignalled
-        /// requests complete silently when a later signalled one does.
-        const SIGNALED = 1 << 0;
+        /// requests complete silently when a later signalled one does. (`CQ_UPDATE`.)
+        const SIGNALED = WqeCtrlFlags::CQ_UPDATE.bits();
         /// Wait for earlier RDMA READ and atomic requests before starting
-        /// (`IBV_SEND_FENCE`).
-        const FENCE = 1 << 1;
+        /// (`IBV_SEND_FENCE`; rdma-core's `MLX5_WQE_CTRL_FENCE`, small-and-fence).
+        const FENCE = WqeCtrlFlags::FENCE_SMALL_AND_FENCE.bits();
         /// Raise a solicited event at the responder (`IBV_SEND_SOLICITED`).
-        const SOLICITED = 1 << 2;
+        const SOLICITED = WqeCtrlFlags::SOLICITED.bits();
     }
 }
 
