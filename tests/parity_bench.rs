@@ -7,6 +7,8 @@
 //! Like the parity tests, it skips unless `UHCA_LIBMLX5_HARNESS_DIR` names the harnesses'
 //! folder (and fails then under `UHCA_REQUIRE_LIBMLX5=1`).
 
+// Only the harness look-up is used here; the pipes and the generator serve the other two.
+#[allow(dead_code)]
 #[path = "parity/common.rs"]
 mod common;
 
@@ -60,7 +62,10 @@ fn cases(out: &Output) -> BTreeMap<String, (f64, u64)> {
         );
         let ns: f64 = w[3].parse().expect("ns");
         let ops: u64 = w[5].parse().expect("ops");
-        assert!(m.insert(w[1].to_string(), (ns, ops)).is_none(), "{line} twice");
+        assert!(
+            m.insert(w[1].to_string(), (ns, ops)).is_none(),
+            "{line} twice"
+        );
     }
     m
 }
@@ -183,6 +188,9 @@ fn instruction_counts_do_not_depend_on_the_run_length() {
         );
         eprintln!("{case}: {a:.2} and {b:.2} instructions per op");
         assert!((a - b).abs() <= 1.0, "{case}: {a} vs {b}");
-        assert!(a > 10.0, "{case}: {a} instructions per op is not libmlx5 running");
+        assert!(
+            a > 10.0,
+            "{case}: {a} instructions per op is not libmlx5 running"
+        );
     }
 }
