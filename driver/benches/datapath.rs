@@ -232,7 +232,8 @@ fn main() {
         } else {
             env_u64("UHCA_BENCH_RUNS").unwrap_or(5) as usize
         },
-        callgrind_ops: callgrind_n.filter(|_| callgrind::available()),
+        // (A re-executed child counts nothing itself.)
+        callgrind_ops: callgrind_n.filter(|_| !child && callgrind::available()),
     };
 
     // libmlx5, default locks and MLX5_SINGLE_THREADED=1 (not in a re-executed child).
