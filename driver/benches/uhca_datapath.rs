@@ -391,11 +391,10 @@ fn empty_poll_case(rig: &mut Rig, n: u64) -> (f64, u64) {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--test" || a == "--bench") && false;
     let n: u64 = std::env::var("UHCA_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 10_000 } else { 1_000_000 });
+        .unwrap_or(1_000_000);
     let only = std::env::var("UHCA_BENCH_CASE").ok();
     let mut rig = Rig::new();
     let rkey = rig.mr.rkey();
