@@ -262,6 +262,90 @@ impl Completion {
     }
 }
 
+/// Byte offset of the CQE's last eight bytes: `sop_drop_qpn`, `wqe_counter`, `signature`,
+/// `op_own` (the same place in a good and an error CQE).
+const TAIL_OFF: usize = core::mem::offset_of!(Cqe64, sop_drop_qpn);
+const _: () = assert!(TAIL_OFF + 8 == CQE64);
+
+/// A CQE software owns (from [`CqRing::poll_next`]), read in place field by field. Offsets
+/// are those of [`Cqe64`] (and of [`ErrCqe`] for an error CQE).
+#[derive(Debug)]
+pub struct CqeView<'a, M: DmaMem> {
+    mem: &'a M,
+    off: usize,
+    /// Bytes 56..64, big-endian: `sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`.
+    tail: u64,
+}
+
+impl<M: DmaMem> CqeView<'_, M> {
+    /// The CQE opcode (`op_own[7:4]`).
+    #[inline(always)]
+    pub fn opcode(&self) -> CqeOpcode {
+        CqeOpcode::from_raw((self.tail as u8) >> 4)
+    }
+
+    /// The QP number (`sop_drop_qpn[23:0]`; `s_wqe_opcode_qpn` of an error CQE).
+    #[inline(always)]
+    pub fn qpn(&self) -> u32 {
+        (self.tail >> 32) as u32 & 0x00ff_ffff
+    }
+
+    /// The WQE opcode of a requester CQE (`sop_drop_qpn[31:24]`).
+    #[inline(always)]
+    pub fn sop(&self) -> u8 {
+        (self.tail >> 56) as u8
+    }
+
+    /// The WQE counter.
+    #[inline(always)]
+    pub fn wqe_counter(&self) -> u16 {
+        (self.tail >> 16) as u16
+    }
+
+    /// `byte_cnt`.
+    #[inline(always)]
+    pub fn byte_cnt(&self) -> u32 {
+        self.mem
+            .read_be32(self.off + core::mem::offset_of!(Cqe64, byte_cnt))
+    }
+
+    /// `immediate` (immediate data, or the invalidated rkey).
+    #[inline(always)]
+    pub fn immediate(&self) -> u32 {
+        self.mem
+            .read_be32(self.off + core::mem::offset_of!(Cqe64, immediate))
+    }
+
+    /// `flags_rqpn`: GRH present, service level, remote QPN.
+    #[inline(always)]
+    pub fn flags_rqpn(&self) -> u32 {
+        self.mem
+            .read_be32(self.off + core::mem::offset_of!(Cqe64, flags_rqpn))
+    }
+
+    /// `ml_path` and `slid`, read as one word (bytes 16..24: `rss_hash_type`, `ml_path`,
+    /// reserved, `check_sum`, `slid`).
+    #[inline(always)]
+    pub fn ml_path_slid(&self) -> (u8, u16) {
+        const AT: usize = core::mem::offset_of!(Cqe64, rss_hash_type);
+        const _: () = assert!(
+            core::mem::offset_of!(Cqe64, ml_path) == AT + 1
+                && core::mem::offset_of!(Cqe64, slid) == AT + 6
+        );
+        let w = self.mem.read_be64(self.off + AT);
+        ((w >> 48) as u8, w as u16)
+    }
+
+    /// An error CQE's syndrome and vendor syndrome.
+    #[inline(always)]
+    pub fn error_syndromes(&self) -> (CqeSyndrome, u8) {
+        const AT: usize = core::mem::offset_of!(ErrCqe, vendor_err_synd);
+        const _: () = assert!(core::mem::offset_of!(ErrCqe, syndrome) == AT + 1);
+        let w = self.mem.read_be16(self.off + AT);
+        (CqeSyndrome::from_raw(w as u8), (w >> 8) as u8)
+    }
+}
+
 /// Why a CQ could not be set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -388,6 +472,28 @@ impl<M: DmaMem> CqRing<M> {
         }
         self.ci = self.ci.wrapping_add(1);
         Some(cqe)
+    }
+
+    /// Takes the next CQE if software owns it, advancing the consumer index (not yet
+    /// published: see [`CqRing::update_consumer_index`]), and returns a view that reads its
+    /// fields where the PRM puts them: the last eight bytes (QPN, WQE counter, opcode) are
+    /// read at once, anything else only when asked for. Cheaper than
+    /// [`poll_raw`](Self::poll_raw), which copies all 64 bytes.
+    #[inline(always)]
+    pub fn poll_next(&mut self) -> Option<CqeView<'_, M>> {
+        let off = self.cqe_at(self.ci);
+        if !self.sw_owned(self.mem.read_u8(off + OP_OWN_OFF)) {
+            return None;
+        }
+        // The owner bit said the CQE is ours: read the rest only after it.
+        barriers::cqe_owner_before_cqe_read();
+        let tail = self.mem.read_be64(off + TAIL_OFF);
+        self.ci = self.ci.wrapping_add(1);
+        Some(CqeView {
+            mem: &self.mem,
+            off,
+            tail,
+        })
     }
 
     /// Takes and decodes the next CQE if software owns it. The consumer index is not yet

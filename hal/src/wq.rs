@@ -411,6 +411,61 @@ impl<M: DmaMem> QpRings<M> {
         })
     }
 
+    /// Posts a send WQE of the most common shape in one step: a control segment, a
+    /// remote-address segment if `raddr` is given (RDMA WRITE), and one data segment — at
+    /// most three 16-byte units, so one WQEBB that never crosses the ring's end. The bytes
+    /// are exactly what [`sq_wqe`](Self::sq_wqe), [`WqeBuilder::imm`],
+    /// [`WqeBuilder::raddr`], [`WqeBuilder::data`] and [`WqeBuilder::finish`] write, with
+    /// one bounds check instead of four.
+    ///
+    /// # Errors
+    ///
+    /// [`WqError::NoSq`], [`WqError::SqFull`], [`WqError::ByteCountTooLarge`].
+    #[inline(always)]
+    pub fn sq_post_one_sge(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: WqeCtrlFlags,
+        imm: u32,
+        raddr: Option<(u64, u32)>,
+        sge: &Sge,
+    ) -> Result<PostedWqe, WqError> {
+        let sq = self.sq.as_mut().ok_or(WqError::NoSq)?;
+        if sq.free() == 0 {
+            return Err(WqError::SqFull { needed: 1, free: 0 });
+        }
+        if sge.len & INLINE_SEG != 0 {
+            return Err(WqError::ByteCountTooLarge(sge.len));
+        }
+        let start = sq.pi;
+        // A WQEBB-aligned slot inside the ring: the whole WQE is contiguous.
+        let off = sq.off + ((start as usize * SEND_WQE_BB) & sq.ring_mask());
+        let ds = if raddr.is_some() { 3 } else { 2 };
+        let w0 = ((ctrl_opmod_idx_opcode(0, start, opcode.raw()) as u64) << 32)
+            | (self.qpn_bits | ds) as u64;
+        let w1 = ((flags.bits() as u64) << 32) | imm as u64;
+        let d0 = ((sge.len as u64) << 32) | sge.lkey as u64;
+        match raddr {
+            Some((addr, rkey)) => {
+                let words = [w0, w1, addr, (rkey as u64) << 32, d0, sge.addr];
+                self.mem.write_be64_run(off, 6, |i| words[i]);
+            }
+            None => {
+                let words = [w0, w1, d0, sge.addr];
+                self.mem.write_be64_run(off, 4, |i| words[i]);
+            }
+        }
+        sq.pi = start.wrapping_add(1);
+        sq.last_ctrl = w0;
+        sq.last_start = start;
+        sq.last_bbs = 1;
+        sq.batch += 1;
+        Ok(PostedWqe {
+            wqe_index: start as u16,
+            wqebbs: 1,
+        })
+    }
+
     /// Retires send WQEs up to and including the one at `wqe_index` of `wqebbs` WQEBBs (as
     /// a requester CQE's `wqe_counter` reports it; earlier unsignalled WQEs complete with
     /// it).

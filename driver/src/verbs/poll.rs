@@ -24,9 +24,9 @@
 //! QP that was reset are delivered). Polling allocates nothing.
 
 use uhca_fwif::consts::{CqeOpcode, QpServiceType, WqeOpcode};
-use uhca_fwif::cqe::{Cqe64, ErrCqe};
-use uhca_fwif::zerocopy::{FromBytes, IntoBytes};
 use uhca_hal::Platform;
+use uhca_hal::cq::CqeView;
+use uhca_hal::dma::DmaMem;
 
 use core::sync::atomic::Ordering;
 
@@ -160,11 +160,9 @@ fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
 /// The error fields of an error CQE (`mlx5_err_cqe` overlays the CQE): status and vendor
 /// syndrome.
 #[inline(always)]
-fn error_status(cqe: &Cqe64) -> (WcStatus, u8) {
-    match ErrCqe::ref_from_bytes(cqe.as_bytes()) {
-        Ok(e) => (WcStatus::from_syndrome(e.syndrome()), e.vendor_err_synd),
-        Err(_) => unreachable!("ErrCqe and Cqe64 are both 64 bytes"),
-    }
+fn error_status<M: DmaMem>(cqe: &CqeView<'_, M>) -> (WcStatus, u8) {
+    let (syndrome, vendor) = cqe.error_syndromes();
+    (WcStatus::from_syndrome(syndrome), vendor)
 }
 
 /// Checks one CQE of CQ `cqn` against the tables of the QP it names and turns it into a
@@ -175,13 +173,13 @@ fn error_status(cqe: &Cqe64) -> (WcStatus, u8) {
 /// that was moved to RESET and not posted to since: it is dropped, as rdma-core removes
 /// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back).
 #[inline(always)]
-fn complete<P: Platform + Clone>(
+fn complete<P: Platform + Clone, M: DmaMem>(
     map: &mut QpMap<P>,
     cqn: u32,
-    cqe: &Cqe64,
+    cqe: &CqeView<'_, M>,
 ) -> Result<Option<WorkCompletion>, BadCqe> {
     let opcode = cqe.opcode();
-    let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter.get());
+    let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter());
     let responder = matches!(
         opcode,
         CqeOpcode::RespSend
@@ -229,7 +227,7 @@ fn complete<P: Platform + Clone>(
             wc.wr_id = slot.wr_id;
             wc.opcode = posted;
             if opcode == CqeOpcode::Req {
-                let sop = (cqe.sop_drop_qpn.get() >> 24) as u8;
+                let sop = cqe.sop();
                 if wc_opcode_of_wqe(WqeOpcode::from_raw(sop)) != Some(posted) {
                     return Err(BadCqe::OpcodeMismatch {
                         qpn,
@@ -238,7 +236,7 @@ fn complete<P: Platform + Clone>(
                     });
                 }
                 wc.byte_len = match posted {
-                    WcOpcode::RdmaRead => cqe.byte_cnt.get(),
+                    WcOpcode::RdmaRead => cqe.byte_cnt(),
                     WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
                     _ => 0,
                 };
@@ -275,17 +273,17 @@ fn complete<P: Platform + Clone>(
                 } else {
                     WcOpcode::Recv
                 };
-                wc.byte_len = cqe.byte_cnt.get();
+                wc.byte_len = cqe.byte_cnt();
                 if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
-                    wc.imm_data = cqe.immediate.get();
+                    wc.imm_data = cqe.immediate();
                     wc.wc_flags |= WcFlags::WITH_IMM;
                 }
                 if opcode == CqeOpcode::RespSendInv {
                     // The CQE's immediate field carries the invalidated rkey.
-                    wc.invalidated_rkey = cqe.immediate.get();
+                    wc.invalidated_rkey = cqe.immediate();
                     wc.wc_flags |= WcFlags::WITH_INV;
                 }
-                let flags_rqpn = cqe.flags_rqpn.get();
+                let flags_rqpn = cqe.flags_rqpn();
                 if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
                     wc.wc_flags |= WcFlags::GRH;
                 }
@@ -295,8 +293,9 @@ fn complete<P: Platform + Clone>(
                 if qp.st == QpServiceType::Ud {
                     wc.src_qp = flags_rqpn & 0x00ff_ffff;
                 }
-                wc.slid = cqe.slid.get();
-                wc.dlid_path_bits = cqe.ml_path & 0x7f;
+                let (ml_path, slid) = cqe.ml_path_slid();
+                wc.slid = slid;
+                wc.dlid_path_bits = ml_path & 0x7f;
             }
         }
         other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
@@ -331,7 +330,7 @@ impl<P: Platform + Clone> Cq<P> {
         let mut n = 0;
         let mut result = Ok(());
         while n < wc.len() {
-            let Some(cqe) = ring.poll_raw() else { break };
+            let Some(cqe) = ring.poll_next() else { break };
             match complete(map, cqn, &cqe) {
                 Ok(Some(w)) => {
                     wc[n] = w;

@@ -22,7 +22,7 @@ use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::wq::{QpRings, WqError};
 
 use super::qp::{QpStateKind, QpTransport, state};
-use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WrError};
+use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WcOpcode, WrError};
 use super::{Qp, Srq};
 use core::sync::atomic::Ordering;
 use uhca_hal::wrid::SendEntry;
@@ -77,17 +77,14 @@ enum OpClass {
     Atomic,
 }
 
-/// Checks one send request against the QP and returns its WQE opcode and control flags.
-/// `sig_all` is the control-segment bits every request gets (`CQ_UPDATE` with
-/// `sq_sig_all`, else none).
+/// Checks one send request against the QP and returns its WQE opcode.
 #[inline(always)]
 fn check_send(
     st: QpServiceType,
     caps: &super::QpCaps,
-    sig_all: u8,
     atomics: bool,
     wr: &SendWr<'_>,
-) -> Result<(WqeOpcode, WqeCtrlFlags), WrError> {
+) -> Result<WqeOpcode, WrError> {
     let (opcode, class) = match wr.op {
         SendOp::Send => (WqeOpcode::Send, OpClass::Send),
         SendOp::SendWithImm { .. } => (WqeOpcode::SendImm, OpClass::Send),
@@ -146,10 +143,7 @@ fn check_send(
             return Err(WrError::AtomicAlignment);
         }
     }
-    // The flags' bits are the control segment's (see `SendFlags`).
-    let flags =
-        WqeCtrlFlags::from_bits_retain((wr.flags.bits() & SendFlags::all().bits()) | sig_all);
-    Ok((opcode, flags))
+    Ok(opcode)
 }
 
 /// Builds the WQE of one checked send request.
@@ -263,20 +257,71 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
         };
         d.rings.sq_set_consumer(table.consumer());
         let mut result = Ok(());
+        // Only RC and UC take the one-step path (a UD send carries an address vector).
+        let one_step_ok = T::ST != QpServiceType::Ud && caps.max_send_sge != 0;
         for (i, wr) in wrs.into_iter().enumerate() {
-            let (opcode, flags) = match check_send(T::ST, &caps, sig_all, d.atomics, wr) {
-                Ok(x) => x,
-                Err(e) => {
-                    result = Err(bad(i, e));
-                    break;
+            // The control-segment flags: the request's own (their bits are the segment's,
+            // see `SendFlags`) and CQ_UPDATE for `sq_sig_all`.
+            let flags = WqeCtrlFlags::from_bits_retain(
+                (wr.flags.bits() & SendFlags::all().bits()) | sig_all,
+            );
+            // The common shape — SEND or RDMA WRITE (with or without immediate) with one
+            // non-empty gather entry on RC or UC — is valid on every QP that has a send
+            // queue and is written in one step; everything else is checked in full and goes
+            // through the WQE builder.
+            let one_step = match (wr.op, wr.data) {
+                (SendOp::Send, SendData::Sge([sge])) => {
+                    Some((WqeOpcode::Send, WcOpcode::Send, 0, None, sge))
+                }
+                (SendOp::SendWithImm { imm }, SendData::Sge([sge])) => {
+                    Some((WqeOpcode::SendImm, WcOpcode::Send, imm, None, sge))
+                }
+                (SendOp::RdmaWrite { remote_addr, rkey }, SendData::Sge([sge])) => Some((
+                    WqeOpcode::RdmaWrite,
+                    WcOpcode::RdmaWrite,
+                    0,
+                    Some((remote_addr, rkey)),
+                    sge,
+                )),
+                (
+                    SendOp::RdmaWriteWithImm {
+                        remote_addr,
+                        rkey,
+                        imm,
+                    },
+                    SendData::Sge([sge]),
+                ) => Some((
+                    WqeOpcode::RdmaWriteImm,
+                    WcOpcode::RdmaWrite,
+                    imm,
+                    Some((remote_addr, rkey)),
+                    sge,
+                )),
+                _ => None,
+            };
+            let (posted, tag) = match one_step {
+                Some((opcode, tag, imm, raddr, sge))
+                    if one_step_ok && wr.ud.is_none() && sge.len != 0 =>
+                {
+                    (d.rings.sq_post_one_sge(opcode, flags, imm, raddr, sge), tag)
+                }
+                _ => {
+                    let opcode = match check_send(T::ST, &caps, d.atomics, wr) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            result = Err(bad(i, e));
+                            break;
+                        }
+                    };
+                    (build_send(d.rings, opcode, flags, wr), wr.op.wc_opcode())
                 }
             };
-            match build_send(d.rings, opcode, flags, wr) {
+            match posted {
                 Ok(posted) => table.record(&SendEntry {
                     wr_id: wr.wr_id,
                     wqe_index: posted.wqe_index,
                     wqebbs: posted.wqebbs,
-                    tag: wr.op.wc_opcode().raw(),
+                    tag: tag.raw(),
                     signaled: flags.contains(WqeCtrlFlags::CQ_UPDATE),
                 }),
                 Err(e) => {
@@ -333,23 +378,14 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
                 ));
                 break;
             }
-            // Empty entries are left out (a zero length means 2 GiB to the device).
-            let mut kept = [Sge::default(); MAX_RECV_SGE];
-            let list = if wr.sg_list.iter().any(|s| s.len == 0) {
-                let mut n = 0;
-                for (k, s) in kept
-                    .iter_mut()
-                    .zip(wr.sg_list.iter().filter(|s| s.len != 0))
-                {
-                    *k = *s;
-                    n += 1;
-                }
-                &kept[..n]
-            } else {
-                wr.sg_list
-            };
             let head = rings.rq_head();
-            match rings.post_recv(list) {
+            // Empty entries are left out (a zero length means 2 GiB to the device).
+            let posted = if wr.sg_list.iter().any(|s| s.len == 0) {
+                post_recv_without_empty(rings, wr.sg_list)
+            } else {
+                rings.post_recv(wr.sg_list)
+            };
+            match posted {
                 Ok(_) => table.record(head, wr.wr_id),
                 Err(e) => {
                     let error = match e {
@@ -370,6 +406,23 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
         rings.ring_rq_doorbell();
         result
     }
+}
+
+/// Posts a receive WQE of the non-empty entries of `sg_list` (out of line: a gather list
+/// with empty entries is rare, and the copy takes stack room).
+#[cold]
+#[inline(never)]
+fn post_recv_without_empty<M: uhca_hal::DmaMem>(
+    rings: &mut QpRings<M>,
+    sg_list: &[Sge],
+) -> Result<u16, WqError> {
+    let mut kept = [Sge::default(); MAX_RECV_SGE];
+    let mut n = 0;
+    for (k, s) in kept.iter_mut().zip(sg_list.iter().filter(|s| s.len != 0)) {
+        *k = *s;
+        n += 1;
+    }
+    rings.post_recv(&kept[..n])
 }
 
 impl<P: Platform + Clone> Srq<P> {
