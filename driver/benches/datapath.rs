@@ -266,13 +266,9 @@ fn main() {
         }
     }
 
-    // uhca rows: filled in by the datapath rework. For each row of ROWS, build the objects
-    // (a QP and CQ whose doorbell and device are plain memory), implement
-    // `callgrind::Case` for them (`prepare`: retire what was posted / write the next lap of
-    // CQEs; `run`: one chunk of `qp.post_send(&wrs)`, `qp.post_recv(&wrs)`,
-    // `cq.poll(&mut wc)` calls, nothing else) and insert
-    // `callgrind::measure(&format!("uhca_{name}"), &mut case, &opts)` under `name`.
-    let uhca: BTreeMap<&str, Measured> = BTreeMap::new();
+    // uhca: the same cases through the public API (see `common/uhca.rs`).
+    let names: Vec<&'static str> = ROWS.iter().map(|r| r.0).collect();
+    let uhca: BTreeMap<&str, Measured> = common::uhca::measure(&names, &filter, &opts);
 
     let mut copy: BTreeMap<&str, Measured> = BTreeMap::new();
     for (name, _, _) in ROWS {

@@ -466,6 +466,82 @@ impl<M: DmaMem> QpRings<M> {
         })
     }
 
+    /// Posts a send WQE of control segment, optional remote-address segment (RDMA WRITE) and
+    /// one inline-data segment in one step, when it does not reach the ring's end; `None`
+    /// when it would (then build it with [`sq_wqe`](Self::sq_wqe), which wraps). The bytes
+    /// are exactly what the builder writes ([`WqeBuilder::inline`]: the header with the
+    /// first data bytes as one word, the rest of the data, the padding left as it was).
+    ///
+    /// # Errors
+    ///
+    /// [`WqError::NoSq`], [`WqError::SqFull`], [`WqError::WqeTooLarge`],
+    /// [`WqError::InlineTooLong`].
+    #[inline(always)]
+    pub fn sq_post_inline(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: WqeCtrlFlags,
+        imm: u32,
+        raddr: Option<(u64, u32)>,
+        data: &[u8],
+    ) -> Option<Result<PostedWqe, WqError>> {
+        let Some(sq) = self.sq.as_mut() else {
+            return Some(Err(WqError::NoSq));
+        };
+        let len = data.len();
+        if len > WQE_INLINE_SEG_BYTE_COUNT_MASK as usize {
+            return Some(Err(WqError::InlineTooLong(len)));
+        }
+        let head_units = if raddr.is_some() { 2 } else { 1 };
+        let ds = head_units + (4 + len).div_ceil(SEND_WQE_DS) as u32;
+        if ds > sq.limit_ds {
+            return Some(Err(WqError::WqeTooLarge { ds }));
+        }
+        let bbs = ds.div_ceil(4);
+        let free = sq.free();
+        if bbs > free {
+            return Some(Err(WqError::SqFull { needed: bbs, free }));
+        }
+        let start = sq.pi;
+        let slot = (start as usize * SEND_WQE_BB) & sq.ring_mask();
+        if slot + bbs as usize * SEND_WQE_BB > sq.ring_mask() + 1 {
+            return None;
+        }
+        let off = sq.off + slot;
+        let w0 = ((ctrl_opmod_idx_opcode(0, start, opcode.raw()) as u64) << 32)
+            | (self.qpn_bits | ds) as u64;
+        let w1 = ((flags.bits() as u64) << 32) | imm as u64;
+        let seg = off + head_units as usize * SEND_WQE_DS;
+        match raddr {
+            Some((addr, rkey)) => {
+                let words = [w0, w1, addr, (rkey as u64) << 32];
+                self.mem.write_be64_run(off, 4, |i| words[i]);
+            }
+            None => {
+                let words = [w0, w1];
+                self.mem.write_be64_run(off, 2, |i| words[i]);
+            }
+        }
+        // The header with up to four data bytes (zero-padded) as one word, then the rest.
+        let mut first = [0u8; 8];
+        first[..4].copy_from_slice(&WqeInlineSeg::byte_count_of(len as u32).to_be_bytes());
+        let m = len.min(4);
+        first[4..4 + m].copy_from_slice(&data[..m]);
+        self.mem.write_be64(seg, u64::from_be_bytes(first));
+        if len > 4 {
+            self.mem.write_bytes(seg + 8, &data[4..]);
+        }
+        sq.pi = start.wrapping_add(bbs);
+        sq.last_ctrl = w0;
+        sq.last_start = start;
+        sq.last_bbs = bbs;
+        sq.batch += 1;
+        Some(Ok(PostedWqe {
+            wqe_index: start as u16,
+            wqebbs: bbs as u8,
+        }))
+    }
+
     /// Retires send WQEs up to and including the one at `wqe_index` of `wqebbs` WQEBBs (as
     /// a requester CQE's `wqe_counter` reports it; earlier unsignalled WQEs complete with
     /// it).

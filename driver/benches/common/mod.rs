@@ -4,6 +4,7 @@
 
 pub mod callgrind;
 pub mod libmlx5;
+pub mod uhca;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -299,12 +299,60 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
                 )),
                 _ => None,
             };
+            let inline = match one_step {
+                None if one_step_ok && wr.ud.is_none() => match (wr.op, wr.data) {
+                    (SendOp::Send, SendData::Inline(b)) => {
+                        Some((WqeOpcode::Send, WcOpcode::Send, 0, None, b))
+                    }
+                    (SendOp::SendWithImm { imm }, SendData::Inline(b)) => {
+                        Some((WqeOpcode::SendImm, WcOpcode::Send, imm, None, b))
+                    }
+                    (SendOp::RdmaWrite { remote_addr, rkey }, SendData::Inline(b)) => Some((
+                        WqeOpcode::RdmaWrite,
+                        WcOpcode::RdmaWrite,
+                        0,
+                        Some((remote_addr, rkey)),
+                        b,
+                    )),
+                    (
+                        SendOp::RdmaWriteWithImm {
+                            remote_addr,
+                            rkey,
+                            imm,
+                        },
+                        SendData::Inline(b),
+                    ) => Some((
+                        WqeOpcode::RdmaWriteImm,
+                        WcOpcode::RdmaWrite,
+                        imm,
+                        Some((remote_addr, rkey)),
+                        b,
+                    )),
+                    _ => None,
+                },
+                _ => None,
+            };
+            // Inline data within the QP's limit, not reaching the ring's end, in one step.
+            let inline_posted = match inline {
+                Some((opcode, tag, imm, raddr, b))
+                    if !b.is_empty() && b.len() <= caps.max_inline_data as usize =>
+                {
+                    d.rings
+                        .sq_post_inline(opcode, flags, imm, raddr, b)
+                        .map(|r| (r, tag))
+                }
+                _ => None,
+            };
             let (posted, tag) = match one_step {
                 Some((opcode, tag, imm, raddr, sge))
                     if one_step_ok && wr.ud.is_none() && sge.len != 0 =>
                 {
                     (d.rings.sq_post_one_sge(opcode, flags, imm, raddr, sge), tag)
                 }
+                _ if inline_posted.is_some() => match inline_posted {
+                    Some(x) => x,
+                    None => unreachable!("checked just above"),
+                },
                 _ => {
                     let opcode = match check_send(T::ST, &caps, d.atomics, wr) {
                         Ok(x) => x,

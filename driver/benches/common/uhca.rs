@@ -1,22 +1,16 @@
-//! The driver's datapath through its public API, on rings whose doorbells are plain memory:
-//! ns and (under callgrind) instructions per operation.
+//! uhca's rows of the driver benchmark: the public datapath API (`qp.post_send(&wrs)`,
+//! `qp.post_recv(&wrs)`, `cq.poll(&mut wc)`) on rings whose doorbells are plain memory.
 //!
-//! Objects are created on the mock (so every context is real), then the UAR doorbells are
-//! caught by the platform wrapper below and never reach the model: the device does nothing,
-//! and completions are written into the CQ by the benchmark itself, outside the timed
-//! calls. So only the driver (and the HAL under it) is timed.
-//!
-//! Run: `cargo bench -p uhca-driver --bench uhca_datapath`. `UHCA_BENCH_CASE=name` runs one
-//! case; `UHCA_BENCH_N` sets the operations per run. Instructions per operation: run one
-//! case under `valgrind --tool=callgrind --toggle-collect='*TIMED*'` (the timed calls are
-//! wrapped in functions whose names contain `TIMED`), and divide the count by the
-//! operations the case prints.
+//! The objects are created on the mock (so every context is real and the rings are what a
+//! device would be given); then the platform wrapper below catches every UAR doorbell in a
+//! word of memory, so the model never sees the work: the device does nothing, and the
+//! completions are written into the CQ by the benchmark itself, in `prepare`, outside the
+//! clock and the instruction count. Only the driver and the HAL under it are timed.
 
-use std::hint::black_box;
+use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
@@ -30,6 +24,9 @@ use uhca_hal::{
     Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, HostMem, PciConfig, dma::DmaMem,
 };
 use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, PortType};
+
+use super::Measured;
+use super::callgrind::{self, Case};
 
 /// The mock platform with every UAR doorbell (offset 0x20 and up within a UAR page, past
 /// the init segment) caught in one word of memory.
@@ -127,7 +124,9 @@ type P = PlainDoorbells;
 /// One RC QP in RTS with its CQ and a memory region, and a writer of CQEs.
 struct Rig {
     dev: MockHca,
-    p: P,
+    /// The platform (its caught doorbells are never read: they only must not reach the
+    /// model).
+    _p: P,
     _hca: Hca<P>,
     cq: Cq<P>,
     qp: Qp<P, Rc, state::Rts>,
@@ -218,7 +217,7 @@ impl Rig {
         let cq_log = (cq.cqe() + 1).trailing_zeros();
         Rig {
             dev,
-            p,
+            _p: p,
             _hca: hca,
             cq,
             qp,
@@ -269,175 +268,268 @@ impl Rig {
     }
 }
 
-#[inline(never)]
-fn timed_post_send(qp: &mut Qp<P, Rc, state::Rts>, wrs: &[SendWr<'_>]) {
-    qp.post_send(black_box(wrs)).unwrap();
+/// A send case: `calls` calls of `per_call` requests each per chunk, the chunk's last
+/// request signalled; `prepare` completes the chunk (one CQE for its last WQE, polled).
+struct SendCase {
+    rig: Rig,
+    per_call: usize,
+    calls: usize,
+    op: SendOp,
+    inline: bool,
+    /// WQEBBs one request takes.
+    bbs: u32,
+    payload: Box<[u8; 64]>,
+    sge: [Sge; 1],
 }
 
-#[inline(never)]
-fn timed_post_recv(qp: &mut Qp<P, Rc, state::Rts>, wrs: &[RecvWr<'_>]) {
-    qp.post_recv(black_box(wrs)).unwrap();
-}
-
-#[inline(never)]
-fn timed_poll(cq: &mut Cq<P>, wc: &mut [WorkCompletion]) -> usize {
-    cq.poll(black_box(wc)).unwrap()
-}
-
-/// A send case: `per_call` requests of `op` per call; returns (ns per request, requests).
-fn send_case(rig: &mut Rig, n: u64, per_call: usize, inline: bool, op: SendOp) -> (f64, u64) {
-    let sge = [Sge {
-        addr: rig.mr.iova(),
-        len: 64,
-        lkey: rig.mr.lkey(),
-    }];
-    let payload = [0x5au8; 64];
-    let mut wrs: Vec<SendWr<'_>> = (0..per_call)
-        .map(|i| {
-            let w = if inline {
-                SendWr::new(i as u64, op, &[]).with_inline(&payload)
-            } else {
-                SendWr::new(i as u64, op, &sge)
-            };
-            w.with_flags(SendFlags::empty())
-        })
-        .collect();
-    if let Some(last) = wrs.last_mut() {
-        *last = last.with_flags(SendFlags::SIGNALED);
-    }
-    let wqe_op = match op {
-        SendOp::RdmaWrite { .. } => WqeOpcode::RdmaWrite,
-        _ => WqeOpcode::Send,
-    };
-    let calls = n / per_call as u64;
-    let mut spent = Duration::ZERO;
-    for _ in 0..calls {
-        let t = Instant::now();
-        timed_post_send(&mut rig.qp, &wrs);
-        spent += t.elapsed();
-        // The last WQE's index: the producer less its size.
-        let pi = rig.sq_producer();
+impl SendCase {
+    fn new(per_call: usize, op_of: impl Fn(&Rig) -> SendOp, inline: bool) -> SendCase {
+        let rig = Rig::new();
+        let sge = [Sge {
+            addr: rig.mr.iova(),
+            len: 64,
+            lkey: rig.mr.lkey(),
+        }];
+        let op = op_of(&rig);
         let bbs = if inline { 2 } else { 1 };
-        rig.retire_sends(pi.wrapping_sub(bbs) as u16, wqe_op);
+        // Half the SQ per chunk.
+        let calls = (256 / bbs as usize) / per_call;
+        SendCase {
+            rig,
+            per_call,
+            calls,
+            op,
+            inline,
+            bbs,
+            payload: Box::new([0x5a; 64]),
+            sge,
+        }
     }
-    (
-        spent.as_nanos() as f64 / (calls * per_call as u64) as f64,
-        calls * per_call as u64,
-    )
 }
 
-fn recv_case(rig: &mut Rig, n: u64) -> (f64, u64) {
-    let sge = [Sge {
+impl Case for SendCase {
+    fn chunk(&self) -> u64 {
+        (self.calls * self.per_call) as u64
+    }
+
+    fn prepare(&mut self) {
+        let pi = self.rig.sq_producer();
+        if pi != 0 {
+            let op = match self.op {
+                SendOp::RdmaWrite { .. } => WqeOpcode::RdmaWrite,
+                _ => WqeOpcode::Send,
+            };
+            self.rig.retire_sends(pi.wrapping_sub(self.bbs) as u16, op);
+        }
+    }
+
+    fn run(&mut self) {
+        let wr = |flags| {
+            let w = if self.inline {
+                SendWr::new(0, self.op, &[]).with_inline(&self.payload[..])
+            } else {
+                SendWr::new(0, self.op, &self.sge)
+            };
+            w.with_flags(flags)
+        };
+        let plain: Vec<SendWr<'_>> = (0..self.per_call).map(|_| wr(SendFlags::empty())).collect();
+        let mut last = plain.clone();
+        if let Some(l) = last.last_mut() {
+            *l = wr(SendFlags::SIGNALED);
+        }
+        for c in 0..self.calls {
+            let wrs = if c + 1 == self.calls { &last } else { &plain };
+            self.rig.qp.post_send(std::hint::black_box(wrs)).unwrap();
+        }
+    }
+}
+
+/// post_recv, 32 per call, 512 per chunk; `prepare` completes them (512 responder CQEs,
+/// polled).
+struct RecvCase {
+    rig: Rig,
+    sge: [Sge; 1],
+    counter: u16,
+    posted: bool,
+}
+
+impl Case for RecvCase {
+    fn chunk(&self) -> u64 {
+        512
+    }
+
+    fn prepare(&mut self) {
+        if !self.posted {
+            return;
+        }
+        let mut wc = [WorkCompletion::default(); 32];
+        for _ in 0..512 / 32 {
+            for _ in 0..32 {
+                self.rig.resp(self.counter);
+                self.counter = self.counter.wrapping_add(1);
+            }
+            assert_eq!(self.rig.cq.poll(&mut wc).unwrap(), 32);
+        }
+        self.posted = false;
+    }
+
+    fn run(&mut self) {
+        let wrs: [RecvWr<'_>; 32] = std::array::from_fn(|i| RecvWr {
+            wr_id: i as u64,
+            sg_list: &self.sge,
+        });
+        for _ in 0..512 / 32 {
+            self.rig.qp.post_recv(std::hint::black_box(&wrs)).unwrap();
+        }
+        self.posted = true;
+    }
+}
+
+/// poll, 16 per call, 256 CQEs per chunk; `prepare` posts 256 signalled SENDs and writes
+/// their CQEs.
+struct PollCase {
+    rig: Rig,
+    sge: [Sge; 1],
+    wc: [WorkCompletion; 16],
+}
+
+impl Case for PollCase {
+    fn chunk(&self) -> u64 {
+        256
+    }
+
+    fn prepare(&mut self) {
+        let wrs: Vec<SendWr<'_>> = (0..32)
+            .map(|i| SendWr::new(i, SendOp::Send, &self.sge).with_flags(SendFlags::SIGNALED))
+            .collect();
+        for _ in 0..256 / 32 {
+            let pi = self.rig.sq_producer();
+            self.rig.qp.post_send(&wrs).unwrap();
+            for k in 0..32u32 {
+                self.rig.req(pi.wrapping_add(k) as u16, WqeOpcode::Send);
+            }
+        }
+    }
+
+    fn run(&mut self) {
+        for _ in 0..256 / 16 {
+            let n = self
+                .rig
+                .cq
+                .poll(std::hint::black_box(&mut self.wc))
+                .unwrap();
+            debug_assert_eq!(n, 16);
+        }
+    }
+}
+
+/// Empty polls, 1000 per chunk.
+struct EmptyPollCase {
+    rig: Rig,
+    wc: [WorkCompletion; 16],
+}
+
+impl Case for EmptyPollCase {
+    fn chunk(&self) -> u64 {
+        1000
+    }
+
+    fn prepare(&mut self) {}
+
+    fn run(&mut self) {
+        for _ in 0..1000 {
+            let n = self
+                .rig
+                .cq
+                .poll(std::hint::black_box(&mut self.wc))
+                .unwrap();
+            debug_assert_eq!(n, 0);
+        }
+    }
+}
+
+fn sge_of(rig: &Rig) -> [Sge; 1] {
+    [Sge {
         addr: rig.mr.iova(),
         len: 64,
         lkey: rig.mr.lkey(),
-    }];
-    let wrs: Vec<RecvWr<'_>> = (0..32)
-        .map(|i| RecvWr {
-            wr_id: i,
-            sg_list: &sge,
-        })
-        .collect();
-    let calls = n / 32;
-    let mut spent = Duration::ZERO;
-    let mut counter = 0u16;
-    let mut wc = [WorkCompletion::default(); 32];
-    for _ in 0..calls {
-        let t = Instant::now();
-        timed_post_recv(&mut rig.qp, &wrs);
-        spent += t.elapsed();
-        for _ in 0..32 {
-            rig.resp(counter);
-            counter = counter.wrapping_add(1);
-        }
-        assert_eq!(rig.cq.poll(&mut wc).unwrap(), 32);
-    }
-    (spent.as_nanos() as f64 / (calls * 32) as f64, calls * 32)
+    }]
 }
 
-fn poll_case(rig: &mut Rig, n: u64) -> (f64, u64) {
-    let sge = [Sge {
-        addr: rig.mr.iova(),
-        len: 64,
-        lkey: rig.mr.lkey(),
-    }];
-    let wrs: Vec<SendWr<'_>> = (0..16)
-        .map(|i| SendWr::new(i, SendOp::Send, &sge).with_flags(SendFlags::SIGNALED))
-        .collect();
-    let calls = n / 16;
-    let mut spent = Duration::ZERO;
-    let mut wc = [WorkCompletion::default(); 16];
-    for _ in 0..calls {
-        let pi = rig.sq_producer();
-        rig.qp.post_send(&wrs).unwrap();
-        for k in 0..16u32 {
-            rig.req(pi.wrapping_add(k) as u16, WqeOpcode::Send);
-        }
-        let t = Instant::now();
-        let got = timed_poll(&mut rig.cq, &mut wc);
-        spent += t.elapsed();
-        assert_eq!(got, 16);
-    }
-    (spent.as_nanos() as f64 / (calls * 16) as f64, calls * 16)
-}
-
-fn empty_poll_case(rig: &mut Rig, n: u64) -> (f64, u64) {
-    let mut wc = [WorkCompletion::default(); 16];
-    let t = Instant::now();
-    for _ in 0..n {
-        assert_eq!(timed_poll(&mut rig.cq, &mut wc), 0);
-    }
-    (t.elapsed().as_nanos() as f64 / n as f64, n)
-}
-
-fn main() {
-    let n: u64 = std::env::var("UHCA_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let only = std::env::var("UHCA_BENCH_CASE").ok();
-    let mut rig = Rig::new();
-    let rkey = rig.mr.rkey();
-    let raddr = rig.mr.iova();
-    type Case = (&'static str, Box<dyn Fn(&mut Rig, u64) -> (f64, u64)>);
-    let cases: Vec<Case> = vec![
-        (
-            "send_1sge_1",
-            Box::new(|r, n| send_case(r, n, 1, false, SendOp::Send)),
-        ),
-        (
-            "send_1sge_32",
-            Box::new(|r, n| send_case(r, n, 32, false, SendOp::Send)),
-        ),
-        (
-            "send_inline64_32",
-            Box::new(|r, n| send_case(r, n, 32, true, SendOp::Send)),
-        ),
-        (
-            "write_1sge_32",
-            Box::new(move |r, n| {
-                send_case(
-                    r,
-                    n,
-                    32,
-                    false,
-                    SendOp::RdmaWrite {
-                        remote_addr: raddr,
-                        rkey,
-                    },
-                )
-            }),
-        ),
-        ("recv_1sge_32", Box::new(recv_case)),
-        ("poll_16", Box::new(poll_case)),
-        ("poll_empty", Box::new(empty_poll_case)),
-    ];
-    for (name, f) in &cases {
-        if only.as_deref().is_some_and(|o| o != *name) {
+/// Measures uhca's case for each row name that contains `filter`.
+pub fn measure(
+    rows: &[&'static str],
+    filter: &str,
+    opts: &callgrind::Options,
+) -> BTreeMap<&'static str, Measured> {
+    let mut out = BTreeMap::new();
+    for &name in rows {
+        if !name.contains(filter) {
             continue;
         }
-        let (ns, ops) = f(&mut rig, n);
-        println!("case {name} ns {ns:.1} ops {ops}");
+        let id = format!("uhca_{name}");
+        let m = match name {
+            "send_sge_1" => {
+                callgrind::measure(&id, &mut SendCase::new(1, |_| SendOp::Send, false), opts)
+            }
+            "send_sge_32" => {
+                callgrind::measure(&id, &mut SendCase::new(32, |_| SendOp::Send, false), opts)
+            }
+            "send_inline64_32" => {
+                callgrind::measure(&id, &mut SendCase::new(32, |_| SendOp::Send, true), opts)
+            }
+            "write_sge_32" => callgrind::measure(
+                &id,
+                &mut SendCase::new(
+                    32,
+                    |r| SendOp::RdmaWrite {
+                        remote_addr: r.mr.iova() + 4096,
+                        rkey: r.mr.rkey(),
+                    },
+                    false,
+                ),
+                opts,
+            ),
+            "recv_sge_32" => {
+                let rig = Rig::new();
+                let sge = sge_of(&rig);
+                callgrind::measure(
+                    &id,
+                    &mut RecvCase {
+                        rig,
+                        sge,
+                        counter: 0,
+                        posted: false,
+                    },
+                    opts,
+                )
+            }
+            "poll_16_v1" => {
+                let rig = Rig::new();
+                let sge = sge_of(&rig);
+                callgrind::measure(
+                    &id,
+                    &mut PollCase {
+                        rig,
+                        sge,
+                        wc: [WorkCompletion::default(); 16],
+                    },
+                    opts,
+                )
+            }
+            "poll_empty_v1" => callgrind::measure(
+                &id,
+                &mut EmptyPollCase {
+                    rig: Rig::new(),
+                    wc: [WorkCompletion::default(); 16],
+                },
+                opts,
+            ),
+            _ => None,
+        };
+        if let Some(m) = m {
+            out.insert(name, m);
+        }
     }
-    black_box(&rig.p.catch);
+    out
 }
