@@ -7,11 +7,11 @@
 //! platform here holds the send doorbells written while counting and hands them to the
 //! model right after; everything else goes straight to the mock.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use uhca_test_support::{CountingAlloc, counted};
 
 use uhca_driver::addr::{AddressHandle, Mac};
 use uhca_driver::verbs::{
@@ -24,44 +24,8 @@ use uhca_hal::platform::{Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig
 use uhca_hal::{Bar, DmaMem};
 use uhca_mock::{Fabric, MockConfig, MockHca, MockPlatform};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: the caller's contract is forwarded unchanged.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: as above.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Runs `f` with the allocation counter on; returns how many allocations it made.
-fn counted<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let before = ALLOCS.load(Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    let r = f();
-    COUNTING.store(false, Ordering::SeqCst);
-    (r, ALLOCS.load(Ordering::SeqCst) - before)
-}
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// Send doorbells (UAR offset 0x800 and up) written while `hold` is set.
 #[derive(Default)]

@@ -1,8 +1,7 @@
 //! Posting and polling allocate nothing: a counting global allocator watches every post,
 //! doorbell, poll and consumer-index update.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use uhca_fwif::consts::{CqeOpcode, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, op_own_of};
 use uhca_hal::cq::{Completion, CqLayout, CqRing};
@@ -10,37 +9,11 @@ use uhca_hal::eq::EqRing;
 use uhca_hal::testing::FakePlatform;
 use uhca_hal::wq::{QpLayout, QpRings, Sge, SqDoorbell};
 use uhca_hal::{Bar, DmaBuf, DmaMem};
+use uhca_test_support::{CountingAlloc, counted};
 use zerocopy::{FromZeros, IntoBytes};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: the caller's contract is forwarded unchanged.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: as above.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// A doorbell register that is one word of memory (the fake BAR keeps a log, which
 /// allocates).
@@ -65,13 +38,6 @@ unsafe impl Bar for RegBar {
     }
 }
 
-fn counted<R>(f: impl FnOnce() -> R) -> R {
-    COUNTING.store(true, Ordering::SeqCst);
-    let r = f();
-    COUNTING.store(false, Ordering::SeqCst);
-    r
-}
-
 #[test]
 fn post_doorbell_and_poll_allocate_nothing() {
     let p = FakePlatform::new();
@@ -91,9 +57,9 @@ fn post_doorbell_and_poll_allocate_nothing() {
     let inline = [0x5au8; 64];
     let mut out = [Completion::Success(blank_success()); 16];
     let rounds = if cfg!(miri) { 3 } else { 200 };
-    ALLOCS.store(0, Ordering::SeqCst);
+    let mut allocations = 0;
     for round in 0..rounds {
-        counted(|| {
+        let ((), n) = counted(|| {
             for i in 0..32u32 {
                 let mut w = qp.sq_wqe(WqeOpcode::Send, WqeCtrlFlags::CQ_UPDATE).unwrap();
                 if i % 2 == 0 {
@@ -131,7 +97,7 @@ fn post_doorbell_and_poll_allocate_nothing() {
         let mut e = [0u8; 64];
         e[63] = ((round >> 6) & 1) as u8;
         p.dma.device_write(eq_base + (round as u64 % 64) * 64, &e);
-        let got = counted(|| {
+        let (got, m) = counted(|| {
             let n = cq.poll(&mut out) + cq.poll(&mut out);
             let ev = eq.poll_one().is_some();
             eq.arm(&bar, 0x4000);
@@ -139,8 +105,9 @@ fn post_doorbell_and_poll_allocate_nothing() {
             (n, ev)
         });
         assert_eq!(got, (32, true));
+        allocations += n + m;
     }
-    assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "the datapath allocated");
+    assert_eq!(allocations, 0, "the datapath allocated");
     assert!(bar.read64(0) != 0, "doorbells were rung");
 }
 
