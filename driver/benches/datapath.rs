@@ -351,4 +351,17 @@ fn main() {
             );
         }
     }
+    // Two threads, two QP/CQ pairs of one HCA, no lock between them (not in a quick pass:
+    // it needs the machine's cores to itself to mean anything).
+    if !quick && filter.is_empty() {
+        let (one, two) = common::uhca::two_threads(opts.ops.min(20_000_000));
+        println!();
+        println!(
+            "two threads, SEND 1 SGE 32 per call on two QP/CQ pairs of one HCA: {:.1} M requests/s \
+             in aggregate, {:.1} M/s on one thread alone: {:.2}x (target at least 1.8x)",
+            two / 1e6,
+            one / 1e6,
+            two / one
+        );
+    }
 }

@@ -121,19 +121,106 @@ impl Clock for PlainDoorbells {
 
 type P = PlainDoorbells;
 
-/// One RC QP in RTS with its CQ and a memory region, and a writer of CQEs.
-struct Rig {
+/// One RC QP in RTS (connected to itself) with its CQ and a memory region, and a writer of
+/// the CQEs the device would write.
+struct Pair {
     dev: MockHca,
-    /// The platform (its caught doorbells are never read: they only must not reach the
-    /// model).
-    _p: P,
-    _hca: Hca<P>,
     cq: Cq<P>,
     qp: Qp<P, Rc, state::Rts>,
     mr: Mr<P>,
     cq_iova: u64,
     cq_log: u32,
     cq_pi: u32,
+}
+
+/// An HCA on the mock with one [`Pair`] (more with [`Rig::pair`]); derefs to the pair.
+struct Rig {
+    /// The platform: its doorbells are caught once the objects exist.
+    p: P,
+    /// The HCA (kept open; more pairs are made on it).
+    hca: Hca<P>,
+    gid: uhca_driver::addr::Gid,
+    main: Pair,
+}
+
+impl std::ops::Deref for Rig {
+    type Target = Pair;
+    fn deref(&self) -> &Pair {
+        &self.main
+    }
+}
+
+impl std::ops::DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut Pair {
+        &mut self.main
+    }
+}
+
+/// Creates a QP/CQ/MR on `hca` and brings the QP to RTS connected to itself.
+fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid) -> Pair {
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(4095).unwrap();
+    let mr = hca
+        .alloc_mr(&pd, 1 << 16, AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let qp = hca
+        .create_qp::<Rc>(
+            &pd,
+            &QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap: QpCaps {
+                    max_send_wr: 512,
+                    max_recv_wr: 1024,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 64,
+                },
+            },
+        )
+        .unwrap();
+    let qpn = qp.qpn();
+    let qp = qp
+        .to_init(hca, InitAttr::default())
+        .map_err(|f| f.error)
+        .unwrap();
+    let ah = uhca_driver::addr::AddressHandle::RoceV2 {
+        sgid_index: 0,
+        dgid: gid,
+        dmac: uhca_driver::addr::Mac([2, 0, 0, 0, 0, 1]),
+        udp_sport: 0xc000,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        sl: 0,
+    };
+    let qp = qp
+        .to_rtr(
+            hca,
+            RtrAttr {
+                dest_qpn: qpn,
+                ah,
+                ..RtrAttr::default()
+            },
+        )
+        .map_err(|f| f.error)
+        .unwrap();
+    let qp = qp
+        .to_rts(hca, RtsAttr::default())
+        .map_err(|f| f.error)
+        .unwrap();
+    let cq_iova = cq.ring().mem().iova();
+    let cq_log = (cq.cqe() + 1).trailing_zeros();
+    Pair {
+        dev: dev.clone(),
+        cq,
+        qp,
+        mr,
+        cq_iova,
+        cq_log,
+        cq_pi: 0,
+    }
 }
 
 impl Rig {
@@ -157,77 +244,24 @@ impl Rig {
             },
         )
         .expect("bring-up");
-        let pd = hca.alloc_pd().unwrap();
-        let cq = hca.create_cq(4095).unwrap();
-        let mr = hca
-            .alloc_mr(&pd, 1 << 16, AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        let qp = hca
-            .create_qp::<Rc>(
-                &pd,
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: None,
-                    cap: QpCaps {
-                        max_send_wr: 512,
-                        max_recv_wr: 1024,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 64,
-                    },
-                },
-            )
-            .unwrap();
-        let qpn = qp.qpn();
-        let qp = qp
-            .to_init(&mut hca, InitAttr::default())
-            .map_err(|f| f.error)
-            .unwrap();
         let mac = uhca_driver::addr::Mac([2, 0, 0, 0, 0, 1]);
         let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 0, 1));
         let gid = hca.add_roce_gid(1, 0, ip, mac, None).expect("a RoCE GID");
-        let ah = uhca_driver::addr::AddressHandle::RoceV2 {
-            sgid_index: 0,
-            dgid: gid,
-            dmac: uhca_driver::addr::Mac([2, 0, 0, 0, 0, 1]),
-            udp_sport: 0xc000,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            sl: 0,
-        };
-        let qp = qp
-            .to_rtr(
-                &mut hca,
-                RtrAttr {
-                    dest_qpn: qpn,
-                    ah,
-                    ..RtrAttr::default()
-                },
-            )
-            .map_err(|f| f.error)
-            .unwrap();
-        let qp = qp
-            .to_rts(&mut hca, RtsAttr::default())
-            .map_err(|f| f.error)
-            .unwrap();
+        let main = make_pair(&dev, &mut hca, gid);
         p.on.store(true, Ordering::SeqCst);
-        let cq_iova = cq.ring().mem().iova();
-        let cq_log = (cq.cqe() + 1).trailing_zeros();
-        Rig {
-            dev,
-            _p: p,
-            _hca: hca,
-            cq,
-            qp,
-            mr,
-            cq_iova,
-            cq_log,
-            cq_pi: 0,
-        }
+        Rig { p, hca, gid, main }
     }
 
+    /// Another QP/CQ/MR on the same HCA (commands go to the model meanwhile).
+    fn pair(&mut self) -> Pair {
+        self.p.on.store(false, Ordering::SeqCst);
+        let pair = make_pair(&self.main.dev, &mut self.hca, self.gid);
+        self.p.on.store(true, Ordering::SeqCst);
+        pair
+    }
+}
+
+impl Pair {
     /// Writes a CQE at the CQ's next producer position, as the device would.
     fn cqe(&mut self, mut cqe: Cqe64, opcode: CqeOpcode) {
         let owner = ((self.cq_pi >> self.cq_log) & 1) as u8;
@@ -532,4 +566,57 @@ pub fn measure(
         }
     }
     out
+}
+
+/// SEND 1 SGE, 32 per call, on `pair` for at least `ops` requests, each 256 retired by one
+/// CQE the benchmark writes and polls; the wall time it took (retiring included).
+fn stream(pair: &mut Pair, ops: u64) -> std::time::Duration {
+    let sge = [Sge {
+        addr: pair.mr.iova(),
+        len: 64,
+        lkey: pair.mr.lkey(),
+    }];
+    let plain: [SendWr<'_>; 32] = std::array::from_fn(|i| {
+        SendWr::new(i as u64, SendOp::Send, &sge).with_flags(SendFlags::empty())
+    });
+    let mut last = plain;
+    last[31] = last[31].with_flags(SendFlags::SIGNALED);
+    let start = std::time::Instant::now();
+    let mut done = 0;
+    while done < ops {
+        for c in 0..8 {
+            let wrs = if c == 7 { &last } else { &plain };
+            pair.qp.post_send(std::hint::black_box(wrs)).unwrap();
+        }
+        let pi = pair.qp.rings().sq_producer();
+        pair.retire_sends(pi.wrapping_sub(1) as u16, WqeOpcode::Send);
+        done += 256;
+    }
+    start.elapsed()
+}
+
+/// Requests per second of SEND 1 SGE (32 per call) on one QP/CQ pair on one thread, and in
+/// aggregate on two pairs of the same HCA on two threads at once (no lock between them).
+pub fn two_threads(ops: u64) -> (f64, f64) {
+    let mut rig = Rig::new();
+    let mut second = rig.pair();
+    let first = &mut rig.main;
+    // Warm up both, then one thread alone.
+    stream(first, 4096);
+    stream(&mut second, 4096);
+    let one = ops as f64 / stream(first, ops).as_secs_f64();
+    let barrier = std::sync::Barrier::new(2);
+    let (ta, tb) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            barrier.wait();
+            stream(first, ops)
+        });
+        let b = s.spawn(|| {
+            barrier.wait();
+            stream(&mut second, ops)
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let two = 2.0 * ops as f64 / ta.max(tb).as_secs_f64();
+    (one, two)
 }
