@@ -40,9 +40,20 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 ///   `free_host` with the same `len` and `align`.
 /// * The memory is never made reachable by the device.
 /// * Methods take `&self` and must be sound when called from several threads.
+///
+/// With the `alloc` feature both methods have default bodies that use the global allocator
+/// ([`GlobalHostMem`]): a platform with `std` implements the trait with an empty block.
 pub unsafe trait HostMem {
     /// Allocates `len` (> 0) zeroed bytes aligned to `align` (a power of two).
+    #[cfg(not(feature = "alloc"))]
     fn alloc_host(&self, len: usize, align: usize) -> Result<NonNull<u8>, DmaError>;
+
+    /// Allocates `len` (> 0) zeroed bytes aligned to `align` (a power of two); by default
+    /// from the global allocator.
+    #[cfg(feature = "alloc")]
+    fn alloc_host(&self, len: usize, align: usize) -> Result<NonNull<u8>, DmaError> {
+        GlobalHostMem.alloc_host(len, align)
+    }
 
     /// Frees an allocation.
     ///
@@ -50,7 +61,21 @@ pub unsafe trait HostMem {
     ///
     /// `ptr`, `len` and `align` must be those of a live allocation of this platform, and no
     /// pointer derived from it may be used afterwards.
+    #[cfg(not(feature = "alloc"))]
     unsafe fn free_host(&self, ptr: NonNull<u8>, len: usize, align: usize);
+
+    /// Frees an allocation; by default to the global allocator.
+    ///
+    /// # Safety
+    ///
+    /// `ptr`, `len` and `align` must be those of a live allocation of this platform, and no
+    /// pointer derived from it may be used afterwards.
+    #[cfg(feature = "alloc")]
+    unsafe fn free_host(&self, ptr: NonNull<u8>, len: usize, align: usize) {
+        // SAFETY: the caller's obligations are those of GlobalHostMem::free_host, and the
+        // default `alloc_host` allocated from it.
+        unsafe { GlobalHostMem.free_host(ptr, len, align) }
+    }
 }
 
 // SAFETY: every method forwards to `T`, which upholds the obligations.

@@ -397,16 +397,9 @@ unsafe impl Dma for FakePlatform {
     }
 }
 
-// SAFETY: forwards to the global allocator (host memory is never part of the fake device).
-unsafe impl crate::HostMem for FakePlatform {
-    fn alloc_host(&self, len: usize, align: usize) -> Result<core::ptr::NonNull<u8>, DmaError> {
-        crate::host::GlobalHostMem.alloc_host(len, align)
-    }
-    unsafe fn free_host(&self, ptr: core::ptr::NonNull<u8>, len: usize, align: usize) {
-        // SAFETY: the caller's obligations are those of GlobalHostMem::free_host.
-        unsafe { crate::host::GlobalHostMem.free_host(ptr, len, align) }
-    }
-}
+// SAFETY: host memory from the global allocator (the trait's default bodies);
+// host memory is never part of the fake device.
+unsafe impl crate::HostMem for FakePlatform {}
 
 impl PciConfig for FakePlatform {
     fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {

@@ -915,20 +915,9 @@ impl MockPlatform {
     }
 }
 
-// SAFETY: forwards to the global allocator (the model never reaches memory outside its IOMMU view).
-unsafe impl uhca_hal::HostMem for MockPlatform {
-    fn alloc_host(
-        &self,
-        len: usize,
-        align: usize,
-    ) -> Result<core::ptr::NonNull<u8>, uhca_hal::DmaError> {
-        uhca_hal::host::GlobalHostMem.alloc_host(len, align)
-    }
-    unsafe fn free_host(&self, ptr: core::ptr::NonNull<u8>, len: usize, align: usize) {
-        // SAFETY: the caller's obligations are those of GlobalHostMem::free_host.
-        unsafe { uhca_hal::host::GlobalHostMem.free_host(ptr, len, align) }
-    }
-}
+// SAFETY: host memory from the global allocator (the trait's default bodies);
+// the model never reaches memory outside its IOMMU view.
+unsafe impl uhca_hal::HostMem for MockPlatform {}
 
 impl Clock for MockPlatform {
     fn now_ns(&self) -> u64 {

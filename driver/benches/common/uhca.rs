@@ -81,16 +81,8 @@ unsafe impl Dma for PlainDoorbells {
     }
 }
 
-// SAFETY: forwards to the mock platform.
-unsafe impl HostMem for PlainDoorbells {
-    fn alloc_host(&self, len: usize, align: usize) -> Result<NonNull<u8>, DmaError> {
-        self.mock.alloc_host(len, align)
-    }
-    unsafe fn free_host(&self, ptr: NonNull<u8>, len: usize, align: usize) {
-        // SAFETY: the caller's contract is forwarded unchanged.
-        unsafe { self.mock.free_host(ptr, len, align) }
-    }
-}
+// SAFETY: host memory from the global allocator (the trait's default bodies).
+unsafe impl HostMem for PlainDoorbells {}
 
 impl PciConfig for PlainDoorbells {
     fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {

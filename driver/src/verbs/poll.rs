@@ -237,7 +237,8 @@ fn error_status<M: DmaMem>(cqe: &CqeView<'_, M>) -> (WcStatus, u8) {
 ///
 /// `Ok(None)` for a CQE left over from a QP that was destroyed, or from a queue of a QP
 /// that was moved to RESET and not posted to since: it is dropped, as rdma-core removes
-/// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back).
+/// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back). A successful
+/// requester CQE goes to [`complete_req`] instead (here it is an unexpected opcode).
 #[inline(always)]
 fn complete<P: Platform + Clone, M: DmaMem>(
     map: &mut QpMap<P>,
@@ -277,39 +278,21 @@ fn complete<P: Platform + Clone, M: DmaMem>(
         ..WorkCompletion::default()
     };
     match opcode {
-        CqeOpcode::Req | CqeOpcode::ReqErr => {
+        // A successful requester CQE takes `complete_req`; here only its error twin.
+        CqeOpcode::ReqErr => {
             let sq = match &qp.sq {
                 Some(sq) if qp.send_cqn == cqn => sq,
                 _ => return Err(BadCqe::WrongCq { qpn, cqn }),
             };
-            let slot = sq.outstanding(counter).ok_or(BadCqe::NotOutstanding {
+            let not_outstanding = BadCqe::NotOutstanding {
                 qpn,
                 wqe_counter: counter,
-            })?;
-            let posted = WcOpcode::from_raw(slot.tag).ok_or(BadCqe::NotOutstanding {
-                qpn,
-                wqe_counter: counter,
-            })?;
+            };
+            let slot = sq.outstanding(counter).ok_or(not_outstanding)?;
             wc.wr_id = slot.wr_id;
-            wc.opcode = posted;
-            if opcode == CqeOpcode::Req {
-                let sop = cqe.sop();
-                if wc_opcode_of_wqe(WqeOpcode::from_raw(sop)) != Some(posted) {
-                    return Err(BadCqe::OpcodeMismatch {
-                        qpn,
-                        wqe_counter: counter,
-                        reported: sop,
-                    });
-                }
-                wc.byte_len = match posted {
-                    WcOpcode::RdmaRead => cqe.byte_cnt(),
-                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                    _ => 0,
-                };
-            } else {
-                (wc.status, wc.vendor_err) = error_status(cqe);
-                qp.error.store(true, Ordering::Relaxed);
-            }
+            wc.opcode = WcOpcode::from_raw(slot.tag).ok_or(not_outstanding)?;
+            (wc.status, wc.vendor_err) = error_status(cqe);
+            qp.error.store(true, Ordering::Relaxed);
             sq.retire(&slot);
         }
         CqeOpcode::RespSend

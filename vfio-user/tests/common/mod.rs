@@ -474,20 +474,9 @@ impl PciConfig for SocketPlatform {
     }
 }
 
-// SAFETY: forwards to the global allocator (memory never given to the server).
-unsafe impl uhca_hal::HostMem for SocketPlatform {
-    fn alloc_host(
-        &self,
-        len: usize,
-        align: usize,
-    ) -> Result<core::ptr::NonNull<u8>, uhca_hal::DmaError> {
-        uhca_hal::host::GlobalHostMem.alloc_host(len, align)
-    }
-    unsafe fn free_host(&self, ptr: core::ptr::NonNull<u8>, len: usize, align: usize) {
-        // SAFETY: the caller's obligations are those of GlobalHostMem::free_host.
-        unsafe { uhca_hal::host::GlobalHostMem.free_host(ptr, len, align) }
-    }
-}
+// SAFETY: host memory from the global allocator (the trait's default bodies);
+// memory never given to the server.
+unsafe impl uhca_hal::HostMem for SocketPlatform {}
 
 impl Clock for SocketPlatform {
     fn now_ns(&self) -> u64 {
