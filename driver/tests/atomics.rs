@@ -4,29 +4,23 @@
 //! host-order result (Linux `mlx5_ib` `get_atomic_caps`). The bytes of a fetched value in
 //! the local buffer are checked end to end in `datapath.rs` (`rc_every_opcode_*`).
 
+mod common;
+
+use common::*;
+
 use std::net::{IpAddr, Ipv4Addr};
 
 use uhca_driver::addr::{AddressHandle, Mac};
 use uhca_driver::verbs::{
     InitAttr, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WrError,
 };
-use uhca_driver::{Error, Hca, HcaConfig};
+use uhca_driver::{Error, Hca};
 use uhca_fwif::cmd::{query_hca_cap_op_mod, set_hca_cap_op_mod};
 use uhca_fwif::consts::{
     ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD, ATOMIC_REQ_MODE_BE, ATOMIC_REQ_MODE_HOST_ENDIANNESS,
     ATOMIC_SIZE_QP_8BYTES, AccessFlags, CmdOpcode, HcaCapMode, HcaCapType, IbMtu,
 };
 use uhca_mock::{MockConfig, MockHca, MockPlatform};
-
-fn cfg() -> HcaConfig {
-    HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    }
-}
 
 fn ran(dev: &MockHca, opcode: CmdOpcode, op_mod: u16) -> bool {
     dev.command_log()

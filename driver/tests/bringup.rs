@@ -2,28 +2,13 @@
 //! page accounting, and every injected firmware fault surfacing as a typed error without
 //! a hang.
 
+mod common;
+
+use common::*;
+
 use uhca_driver::{Error, Hca, HcaConfig, TeardownMode};
 use uhca_fwif::consts::{CmdOpcode, CmdStatus};
 use uhca_mock::{ClockMode, MockConfig, MockHca, PortType};
-
-fn cfg() -> HcaConfig {
-    HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    }
-}
-
-fn mock(port_type: PortType) -> MockHca {
-    MockHca::new(MockConfig {
-        port_type,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    })
-}
 
 fn opcodes(hca: &MockHca) -> Vec<CmdOpcode> {
     hca.command_log()

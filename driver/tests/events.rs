@@ -2,36 +2,21 @@
 //! must be served, never overrun it (on hardware an overrun of an asynchronous EQ is a
 //! fatal firmware error, "async EQ buffer overrun", which the mock reports the same way).
 
+mod common;
+
+use common::*;
+
 use uhca_driver::hca::MAX_PENDING_EVENTS;
-use uhca_driver::{AsyncEvent, Hca, HcaConfig};
+use uhca_driver::{AsyncEvent, Hca};
 use uhca_fwif::consts::PortChangeSubtype;
-use uhca_mock::{ClockMode, MockConfig, MockHca, PortType};
-
-fn cfg() -> HcaConfig {
-    HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    }
-}
-
-fn mock() -> MockHca {
-    MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    })
-}
+use uhca_mock::PortType;
 
 /// More events than the 128 the driver plans for (its default `log_eq_size` 7).
 const BURST: usize = 200;
 
 #[test]
 fn a_burst_of_page_requests_past_the_eq_size_is_served() {
-    let dev = mock();
+    let dev = mock(PortType::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     hca.process_events().unwrap();
     let before = hca.firmware_pages();
@@ -54,7 +39,7 @@ fn a_burst_of_page_requests_past_the_eq_size_is_served() {
 
 #[test]
 fn a_burst_of_port_events_past_the_eq_size_reaches_the_user() {
-    let dev = mock();
+    let dev = mock(PortType::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     hca.process_events().unwrap();
     while hca.next_event().is_some() {}

@@ -2,6 +2,10 @@
 //! state machine as the device sees it, input the driver refuses before sending anything,
 //! port queries on InfiniBand and Ethernet, and the RoCE GID table.
 
+mod common;
+
+use common::{cfg, open};
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
@@ -10,7 +14,7 @@ use uhca_driver::verbs::{
     CqModeration, GidType, InitAttr, PhysPortState, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
     SrqInitAttr, Uc, Ud,
 };
-use uhca_driver::{Error, Hca, HcaConfig};
+use uhca_driver::{Error, Hca};
 use uhca_fwif::consts::{
     AccessFlags, CmdOpcode, CmdStatus, IbMtu, MkcAccessMode, PortState, QpState,
 };
@@ -18,27 +22,6 @@ use uhca_hal::DmaMem;
 use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, ObjectCounts, PortType};
 
 type TestHca = Hca<MockPlatform>;
-
-fn cfg() -> HcaConfig {
-    HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    }
-}
-
-fn open(port_type: PortType) -> (MockHca, TestHca) {
-    let dev = MockHca::new(MockConfig {
-        port_type,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
-    (dev, hca)
-}
 
 /// Objects the driver itself holds after bring-up (one UAR, one EQ).
 fn baseline() -> ObjectCounts {

@@ -1,11 +1,12 @@
 //! No cap on QPs but the device's: 65,536 QPs on one mock HCA, all completing to one CQ,
 //! with the host memory each costs reported, and completions still finding their QP.
 
+mod common;
+
 use uhca_driver::verbs::{InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, Sge, WcStatus, state};
-use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
-use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform};
+use uhca_mock::{MockPlatform, PortType};
 
 type P = MockPlatform;
 
@@ -14,19 +15,7 @@ const QPS: usize = 65_536;
 
 #[test]
 fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
-    let dev = MockHca::new(MockConfig {
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let mut hca = Hca::open_with(
-        dev.platform(),
-        HcaConfig {
-            poll_us: 100,
-            ..HcaConfig::default()
-        },
-    )
-    .expect("bring-up");
+    let (dev, mut hca) = common::open(PortType::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let mut cq = hca.create_cq(1024).unwrap();
     let mr = hca

@@ -3,32 +3,17 @@
 //! anything is sent (the object's number would name another object of the other device).
 //! The datapath takes no HCA at all, so there is nothing to mix there.
 
-use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, SrqInitAttr};
-use uhca_driver::{Error, Hca, HcaConfig};
-use uhca_fwif::consts::AccessFlags;
-use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform};
+mod common;
 
-fn open() -> (MockHca, Hca<MockPlatform>) {
-    let dev = MockHca::new(MockConfig {
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let hca = Hca::open_with(
-        dev.platform(),
-        HcaConfig {
-            poll_us: 100,
-            ..HcaConfig::default()
-        },
-    )
-    .expect("bring-up");
-    (dev, hca)
-}
+use uhca_driver::Error;
+use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, SrqInitAttr};
+use uhca_fwif::consts::AccessFlags;
+use uhca_mock::{MockHca, PortType};
 
 #[test]
 fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
-    let (dev_a, mut a) = open();
-    let (dev_b, mut b) = open();
+    let (dev_a, mut a) = common::open(PortType::InfiniBand);
+    let (dev_b, mut b) = common::open(PortType::InfiniBand);
     let pd_a = a.alloc_pd().unwrap();
     let pd_b = b.alloc_pd().unwrap();
     let cq_a = a.create_cq(16).unwrap();
