@@ -25,9 +25,6 @@ pub use uhca_mock as mock;
 pub mod oob;
 
 #[cfg(feature = "mock")]
-pub mod demo;
-
-#[cfg(feature = "mock")]
 pub mod testbed;
 
 pub mod prelude {
