@@ -16,10 +16,11 @@
 //! accesses by offset: the device may write it at any time), and puts
 //! [`Mr::iova`]` + offset` with [`Mr::lkey`]/[`Mr::rkey`] in its work requests.
 //!
-//! Registering memory the application mapped itself with the platform's `unsafe`
-//! `Dma::map` is not offered: it would need an `unsafe` constructor in this crate, which
-//! keeps all `unsafe` in the HAL and the VFIO platform. Allocate the buffer with
-//! [`Hca::alloc_dma`] (or [`Hca::alloc_mr`]) and build the data in it instead.
+//! Memory the application already has (a `Box<[u8]>`, a `Vec<u8>`, a `&'static mut [u8]`)
+//! is registered by handing it over: [`Hca::map_host_buf`] maps it through the platform's
+//! `Dma::map` into a HAL [`MappedBuf`](uhca_hal::dma::MappedBuf) that owns it (all the
+//! `unsafe` stays in the HAL), and [`Hca::reg_user_mr`] makes the same key over it as a
+//! [`UserMr`](super::UserMr), which gives the buffer back only after its key is destroyed.
 //!
 //! The MR's memory is one contiguous IOVA range, so the driver describes it with as few
 //! translation entries as it can: 4 KiB pages while that takes at most 512 entries, larger
