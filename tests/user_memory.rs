@@ -90,3 +90,30 @@ fn dropping_a_mapped_buffer_unmaps_it_and_bad_buffers_are_refused() {
     ));
     assert!(matches!(refused.object, HostBuf::Static(s) if s.len() == 63));
 }
+
+#[test]
+fn a_pd_of_another_hca_is_refused_and_the_buffer_comes_back_mapped() {
+    let mut tb = Testbed::ethernet(2).unwrap();
+    let pd0 = tb.hca(0).alloc_pd().unwrap();
+    let mem = tb.hca(1).map_host_buf(vec![5u8; 4096]).unwrap();
+    let (iova, len) = (mem.iova(), mem.len());
+    let refused = tb
+        .hca(1)
+        .reg_user_mr(&pd0, mem, AccessFlags::LOCAL_WRITE)
+        .unwrap_err();
+    assert!(
+        matches!(refused.error, Error::WrongHca),
+        "{}",
+        refused.error
+    );
+    let mem = refused
+        .object
+        .expect("nothing was sent, so the buffer comes back");
+    assert!(tb.device(1).is_mapped(iova, len));
+    assert_eq!(mem.read_u8(4095), 5);
+    let HostBuf::Boxed(buf) = mem.unmap().unwrap() else {
+        panic!("boxed")
+    };
+    assert!(!tb.device(1).is_mapped(iova, len));
+    assert_eq!(buf.len(), 4096);
+}
