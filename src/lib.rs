@@ -8,7 +8,10 @@
 //! * [`hal`]: typed hardware access (platform traits, command queue, rings);
 //! * [`driver`]: bring-up, verbs objects and the datapath;
 //! * `mock` (feature `mock`): the device model;
-//! * [`oob`] (feature `std`): the out-of-band exchange of rdma-core's pingpong examples.
+//! * [`oob`] (feature `std`): the out-of-band exchange of rdma-core's pingpong examples;
+//! * [`prelude`]: the names a transport author needs, in one `use uhca::prelude::*;`;
+//! * `testbed` (feature `mock`): N mock HCAs on one fabric, RC connections in one call,
+//!   and a poll that moves the fabric until completions arrive or a deadline passes.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 
@@ -22,7 +25,49 @@ pub use uhca_mock as mock;
 pub mod oob;
 
 #[cfg(feature = "mock")]
-pub mod demo;
+pub mod testbed;
+
+pub mod prelude {
+    //! The names a transport author needs to open an HCA, make its objects, connect queue
+    //! pairs and move data, so that one `use uhca::prelude::*;` suffices:
+    //!
+    //! * the HCA and its errors: [`Hca`], [`HcaConfig`], [`Error`], [`Failed`];
+    //! * the objects: [`Pd`], [`Mr`], [`UserMr`], [`Cq`], [`Qp`] with its transports
+    //!   ([`Rc`], [`Uc`], [`Ud`]) and states ([`state`]), [`Srq`];
+    //! * their attributes: [`QpInitAttr`], [`QpCaps`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`],
+    //!   [`SrqInitAttr`], [`AccessFlags`], [`IbMtu`];
+    //! * the datapath: [`SendWr`], [`SendOp`], [`SendFlags`], [`RecvWr`], [`Sge`], [`UdDest`],
+    //!   [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`BadWr`], [`PollError`];
+    //! * addressing: [`AddressHandle`], [`Gid`], [`Mac`], [`Grh`], [`StaticRate`];
+    //! * memory: [`DmaMem`] (the trait whose methods read and write a region's memory),
+    //!   [`MappedBuf`] and [`HostBuf`] (a caller's buffer mapped for the device).
+    //!
+    //! ```
+    //! use uhca::prelude::*;
+    //!
+    //! fn write_with_imm<P: uhca::hal::Platform + Clone>(
+    //!     qp: &mut Qp<P, Rc, state::Rts>,
+    //!     mr: &Mr<P>,
+    //!     remote_addr: u64,
+    //!     rkey: u32,
+    //! ) -> Result<(), Box<dyn std::error::Error>> {
+    //!     let sge = [mr.sge(0, 64)?];
+    //!     let op = SendOp::RdmaWriteWithImm { remote_addr, rkey, imm: 7 };
+    //!     qp.post_send(&[SendWr::new(1, op, &sge)])?;
+    //!     Ok(())
+    //! }
+    //! ```
+
+    pub use uhca_driver::addr::{AddressHandle, Gid, Grh, Mac, StaticRate};
+    pub use uhca_driver::verbs::{
+        BadWr, Cq, InitAttr, Mr, Pd, PollError, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr,
+        RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, UserMr,
+        WcOpcode, WcStatus, WorkCompletion, state,
+    };
+    pub use uhca_driver::{Error, Failed, Hca, HcaConfig};
+    pub use uhca_fwif::consts::{AccessFlags, IbMtu};
+    pub use uhca_hal::{DmaMem, HostBuf, MappedBuf};
+}
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

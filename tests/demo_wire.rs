@@ -8,6 +8,11 @@
 
 use std::process::Command;
 
+// The demo itself, from the example a newcomer opens (its `main` is unused here).
+#[allow(dead_code)]
+#[path = "../examples/demo.rs"]
+mod demo;
+
 fn required(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| v == "1")
 }
@@ -27,10 +32,10 @@ fn tool_missing(tool: &str, var: &str) -> bool {
     !found
 }
 
-fn capture(name: &str) -> (tempfile_path::TempPath, uhca::demo::DemoReport) {
+fn capture(name: &str) -> (tempfile_path::TempPath, demo::DemoReport) {
     // One file per test: the tests run in parallel in one process.
     let path = tempfile_path::TempPath::new(name);
-    let report = uhca::demo::run(Some(path.as_ref()), |_| {}).expect("the demo runs");
+    let report = demo::run(Some(path.as_ref()), |_| {}).expect("the demo runs");
     (path, report)
 }
 
@@ -75,6 +80,7 @@ fn tshark_decodes_the_demo_with_its_opcodes_qpns_and_psns() {
             "infiniband.bth.opcode",
         ])
         .args(["-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn"])
+        .args(["-e", "udp.srcport"])
         .output()
         .expect("tshark runs");
     assert!(
@@ -88,9 +94,17 @@ fn tshark_decodes_the_demo_with_its_opcodes_qpns_and_psns() {
         .collect();
     assert_eq!(rows.len() as u64, report.packets, "every packet decoded");
     // Requests from hca0 (10.0.0.1) to hca1's QP, responses and ACKs back to hca0's QP.
+    // Both sides' paths carry the UDP source port Linux derives for a connection with flow
+    // label 0 (rdma_get_udp_sport: the QPNs' product folded to a flow label, then to a port
+    // in 0xC000-0xFFFF), the same both ways.
+    let sport = uhca::driver::addr::udp_sport_from_flow_label(
+        uhca::driver::addr::flow_label_from_qpns(report.qpn_a, report.qpn_b),
+    );
+    assert!(sport >= 0xc000);
     let mut requests = Vec::new();
     for r in &rows {
         assert_eq!(r[1], "4791", "RoCEv2 UDP port");
+        assert_eq!(r[5], sport.to_string(), "UDP source port");
         let opcode: u32 = r[2].parse().unwrap();
         let qpn = u32::from_str_radix(r[3].trim_start_matches("0x"), 16).unwrap();
         let psn: u32 = r[4].parse().unwrap();

@@ -428,6 +428,132 @@ impl AddressHandle {
     }
 }
 
+/// The lowest UDP source port of a RoCEv2 packet that carries flow entropy (the IB
+/// specification's annex A17 range 0xC000-0xFFFF; rdma-core's
+/// `IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`, `libibverbs/verbs.h:3797`).
+pub const ROCE_UDP_SPORT_MIN: u16 = 0xc000;
+
+/// The UDP source port of a RoCEv2 path whose flow label is `flow_label` (20 bits): the
+/// label's low 14 bits, XORed with its high 6 bits, in the range 0xC000-0xFFFF. This is
+/// rdma-core's `ibv_flow_label_to_udp_sport` (`libibverbs/verbs.h:3801`), which libmlx5's
+/// `mlx5_ah_set_udp_sport` uses for an address handle with a flow label
+/// (`providers/mlx5/verbs.c:3479-3481`), and Linux's `rdma_flow_label_to_udp_sport`
+/// (`include/rdma/ib_verbs.h`).
+pub const fn udp_sport_from_flow_label(flow_label: u32) -> u16 {
+    let fl = flow_label & FLOW_LABEL_MASK;
+    let low = (fl & 0x3fff) ^ (fl >> 14);
+    (low as u16) | ROCE_UDP_SPORT_MIN
+}
+
+/// The flow label Linux gives a connection whose flow label is zero, from its two QP
+/// numbers: their product folded to 20 bits (`rdma_calc_flow_label`,
+/// `include/rdma/ib_verbs.h`). The product is symmetric, so both ends of a connection
+/// compute the same label, and so the same UDP source port.
+pub const fn flow_label_from_qpns(local_qpn: u32, remote_qpn: u32) -> u32 {
+    let mut v = local_qpn as u64 * remote_qpn as u64;
+    v ^= v >> 20;
+    v ^= v >> 40;
+    (v as u32) & FLOW_LABEL_MASK
+}
+
+impl AddressHandle {
+    /// The hop limit of [`AddressHandle::roce_v2`]: 64, the IP default TTL (Linux's
+    /// `sysctl_ip_default_ttl` and `IPV6_DEFAULT_HOPLIMIT`).
+    pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+    /// A RoCEv2 path from the local GID at `sgid_index` to `dgid` through the next hop
+    /// `dmac`, for a connection between `local_qpn` and `remote_qpn` (RC or UC): traffic
+    /// class 0, hop limit 64, service level 0, flow label 0, and the UDP source port derived
+    /// as Linux's `mlx5_ib` derives it for a connected QP whose flow label is zero
+    /// (`mlx5_set_path_udp_sport` in `drivers/infiniband/hw/mlx5/qp.c`, which calls
+    /// `rdma_get_udp_sport(fl, lqpn, rqpn)`): the flow label of the two QP numbers
+    /// ([`flow_label_from_qpns`]) turned into a port ([`udp_sport_from_flow_label`]). Both
+    /// ends get the same port, so both directions of the connection hash alike in ECMP.
+    ///
+    /// For an address handle of a UD QP, libmlx5 picks a random port in 0xC000-0xFFFF when
+    /// the flow label is zero (`mlx5_ah_set_udp_sport`, `providers/mlx5/verbs.c:3482-3485`);
+    /// this constructor stays deterministic: pass the two QP numbers of the exchange, or
+    /// set a flow label with [`AddressHandle::with_flow_label`].
+    ///
+    /// ```
+    /// use uhca_driver::addr::{AddressHandle, Gid, Mac};
+    /// let ah = AddressHandle::roce_v2(0, Gid::from_ipv4([10, 0, 0, 2]), Mac([2, 0, 0, 0, 0, 2]), 0x104, 0x105);
+    /// assert_eq!(ah.udp_sport(), Some(0xc910)); // flow label 0x104 * 0x105 = 0x10914
+    /// ```
+    pub const fn roce_v2(
+        sgid_index: u8,
+        dgid: Gid,
+        dmac: Mac,
+        local_qpn: u32,
+        remote_qpn: u32,
+    ) -> AddressHandle {
+        AddressHandle::RoceV2 {
+            sgid_index,
+            dgid,
+            dmac,
+            udp_sport: udp_sport_from_flow_label(flow_label_from_qpns(local_qpn, remote_qpn)),
+            traffic_class: 0,
+            hop_limit: Self::DEFAULT_HOP_LIMIT,
+            flow_label: 0,
+            sl: 0,
+        }
+    }
+
+    /// A native InfiniBand path to `dlid` inside the subnet: service level 0, source path
+    /// bits 0, the port's rate, no GRH (what `ibv_rc_pingpong` builds without `-g`). Add a
+    /// service level with [`AddressHandle::with_sl`].
+    pub const fn ib(dlid: u16) -> AddressHandle {
+        AddressHandle::Ib {
+            dlid,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: StaticRate::PortCurrent,
+            grh: None,
+        }
+    }
+
+    /// The same path with service level `sl` (4 bits on InfiniBand; on RoCE the Ethernet
+    /// priority, 3 bits: the higher bits are dropped when the path is written, as libmlx5
+    /// and Linux drop them).
+    pub const fn with_sl(mut self, sl: u8) -> AddressHandle {
+        match &mut self {
+            AddressHandle::Ib { sl: s, .. } | AddressHandle::RoceV2 { sl: s, .. } => *s = sl,
+        }
+        self
+    }
+
+    /// The same path with the flow label `flow_label` (20 bits; higher bits are dropped).
+    /// On RoCEv2 a non-zero label also sets the UDP source port from it, as libmlx5 does
+    /// (`providers/mlx5/verbs.c:3479-3481`, [`udp_sport_from_flow_label`]); a zero label
+    /// keeps the port. On InfiniBand it sets the GRH's label, if the path has a GRH.
+    pub const fn with_flow_label(mut self, flow_label: u32) -> AddressHandle {
+        let fl = flow_label & FLOW_LABEL_MASK;
+        match &mut self {
+            AddressHandle::RoceV2 {
+                flow_label: f,
+                udp_sport,
+                ..
+            } => {
+                *f = fl;
+                if fl != 0 {
+                    *udp_sport = udp_sport_from_flow_label(fl);
+                }
+            }
+            AddressHandle::Ib { grh: Some(g), .. } => g.flow_label = fl,
+            AddressHandle::Ib { grh: None, .. } => {}
+        }
+        self
+    }
+
+    /// The UDP source port of a RoCEv2 path; `None` on InfiniBand.
+    pub const fn udp_sport(&self) -> Option<u16> {
+        match self {
+            AddressHandle::RoceV2 { udp_sport, .. } => Some(*udp_sport),
+            AddressHandle::Ib { .. } => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -593,5 +719,89 @@ mod tests {
             (2, 0x12345, 9)
         );
         assert_eq!(ads.rgid_rip(), &grh.dgid.0);
+    }
+}
+
+#[cfg(test)]
+mod constructor_tests {
+    use super::*;
+
+    /// The numbers below are those of rdma-core's `ibv_flow_label_to_udp_sport` and
+    /// Linux's `rdma_calc_flow_label`, worked by hand from their C:
+    /// fl = 0x12345: low 14 bits 0x2345, high bits 0x12345 >> 14 = 0x4, 0x2345 ^ 0x4 =
+    /// 0x2341, | 0xC000 = 0xE341.
+    #[test]
+    fn udp_source_ports_are_the_vendor_codes() {
+        assert_eq!(udp_sport_from_flow_label(0x12345), 0xe341);
+        assert_eq!(udp_sport_from_flow_label(0), 0xc000);
+        assert_eq!(udp_sport_from_flow_label(0xfffff), 0xc000 | (0x3fff ^ 0x3f));
+        // Bits above the 20-bit label are ignored, as the C masks them.
+        assert_eq!(udp_sport_from_flow_label(0xfff1_2345), 0xe341);
+        // rdma_calc_flow_label: 0x104 * 0x105 = 0x10914 (below 2^20: no fold).
+        assert_eq!(flow_label_from_qpns(0x104, 0x105), 0x10914);
+        // 0xabcdef * 0x123456 = 0xc379a59ba4a; the folds XOR bits 20..39 (0x379a5) and
+        // bits 40.. (0xc) into the low 20 bits (0x9ba4a): 0xac3e3.
+        assert_eq!(flow_label_from_qpns(0xabcdef, 0x123456), 0xac3e3);
+        // Symmetric: both ends of a connection derive the same port.
+        assert_eq!(
+            flow_label_from_qpns(0x123456, 0xabcdef),
+            flow_label_from_qpns(0xabcdef, 0x123456)
+        );
+    }
+
+    #[test]
+    fn roce_v2_constructor_derives_the_port_from_the_qpns() {
+        let dgid = Gid::from_ipv4([10, 0, 0, 2]);
+        let dmac = Mac([2, 0, 0, 0, 0, 2]);
+        let ah = AddressHandle::roce_v2(1, dgid, dmac, 0x104, 0x105);
+        // 0x10914: low 14 bits 0x0914, high 0x10914 >> 14 = 0x4: 0x0910 | 0xc000.
+        assert_eq!(ah.udp_sport(), Some(0xc910));
+        assert_eq!(
+            ah,
+            AddressHandle::RoceV2 {
+                sgid_index: 1,
+                dgid,
+                dmac,
+                udp_sport: 0xc910,
+                traffic_class: 0,
+                hop_limit: 64,
+                flow_label: 0,
+                sl: 0,
+            }
+        );
+        // The peer's handle names the same port.
+        let back = AddressHandle::roce_v2(1, dgid, dmac, 0x105, 0x104);
+        assert_eq!(back.udp_sport(), ah.udp_sport());
+        // A flow label takes over the port, as in libmlx5; zero keeps it.
+        let fl = ah.with_flow_label(0x12345);
+        assert_eq!(fl.udp_sport(), Some(0xe341));
+        assert_eq!(ah.with_flow_label(0).udp_sport(), Some(0xc910));
+        assert!(matches!(
+            fl.with_sl(5),
+            AddressHandle::RoceV2 {
+                sl: 5,
+                flow_label: 0x12345,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn ib_constructor_is_lid_routed_with_sl_0() {
+        let ah = AddressHandle::ib(7);
+        assert_eq!(
+            ah,
+            AddressHandle::Ib {
+                dlid: 7,
+                sl: 0,
+                src_path_bits: 0,
+                static_rate: StaticRate::PortCurrent,
+                grh: None,
+            }
+        );
+        assert_eq!(ah.udp_sport(), None);
+        let mut ads = Ads::default();
+        ah.with_sl(3).write_ads(&mut ads, 1, 0);
+        assert_eq!((ads.rlid(), ads.sl(), ads.grh()), (7, 3, false));
     }
 }

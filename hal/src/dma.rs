@@ -215,203 +215,417 @@ impl<D: Dma> Drop for DmaBuf<D> {
     }
 }
 
-impl<D: Dma> DmaMem for DmaBuf<D> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.region().len
-    }
-
-    #[inline(always)]
-    fn iova(&self) -> u64 {
-        self.region().iova
-    }
-
-    #[inline(always)]
-    fn read_u8(&self, off: usize) -> u8 {
-        let p = self.ptr(off, 1, 1);
-        // SAFETY: `ptr` checked that the byte is inside the live allocation, which is valid
-        // for volatile reads (Dma contract).
-        unsafe { read_at(p) }
-    }
-
-    #[inline(always)]
-    fn read_be16(&self, off: usize) -> u16 {
-        let p = self.ptr(off, 2, 2).cast::<u16>();
-        // SAFETY: in bounds and 2-aligned (the base is 8-aligned and `off` is even).
-        u16::from_be(unsafe { read_at(p) })
-    }
-
-    #[inline(always)]
-    fn read_be32(&self, off: usize) -> u32 {
-        let p = self.ptr(off, 4, 4).cast::<u32>();
-        // SAFETY: in bounds and 4-aligned (the base is 8-aligned).
-        u32::from_be(unsafe { read_at(p) })
-    }
-
-    #[inline(always)]
-    fn read_be64(&self, off: usize) -> u64 {
-        let p = self.ptr(off, 8, 8).cast::<u64>();
-        // SAFETY: in bounds and 8-aligned.
-        u64::from_be(unsafe { read_at(p) })
-    }
-
-    #[inline(always)]
-    fn read_be64_array<const N: usize>(&self, off: usize) -> [u64; N] {
-        let p = self.ptr(off, N * 8, 8).cast::<u64>().cast_const();
-        let mut out = [0u64; N];
-        for (i, w) in out.iter_mut().enumerate() {
-            // SAFETY: `ptr` checked that all `N` words are inside the live allocation and
-            // that the first is 8-aligned (so every word is); valid for volatile reads.
-            *w = u64::from_be(unsafe { read_at(p.add(i)) });
-        }
-        out
-    }
-
-    #[inline(always)]
-    fn write_u8(&mut self, off: usize, v: u8) {
-        let p = self.ptr(off, 1, 1);
-        // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
-        // makes this the only CPU-side writer.
-        unsafe { write_at(p, v) }
-    }
-
-    #[inline(always)]
-    fn write_be32(&mut self, off: usize, v: u32) {
-        let p = self.ptr(off, 4, 4).cast::<u32>();
-        // SAFETY: in bounds and 4-aligned; exclusive CPU-side writer.
-        unsafe { write_at(p, v.to_be()) }
-    }
-
-    #[inline(always)]
-    fn write_be64(&mut self, off: usize, v: u64) {
-        let p = self.ptr(off, 8, 8).cast::<u64>();
-        // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
-        unsafe { write_at(p, v.to_be()) }
-    }
-
-    #[inline(always)]
-    fn write_be64_run(&mut self, off: usize, n: usize, mut word: impl FnMut(usize) -> u64) {
-        let p = self.ptr(off, n * 8, 8).cast::<u64>();
-        for i in 0..n {
-            // SAFETY: `ptr` checked that all `n` words are inside the allocation and that
-            // the first is 8-aligned; exclusive CPU-side writer.
-            unsafe { write_at(p.add(i), word(i).to_be()) };
-        }
-    }
-
-    #[inline(always)]
-    fn write_bytes(&mut self, off: usize, src: &[u8]) {
-        let p = self.ptr(off, src.len(), 1);
-        let len = src.len();
-        let s = src.as_ptr();
-        let mut i = 0;
-        // Head up to 8-byte alignment in at most one 1-, one 2- and one 4-byte store, then
-        // 8-byte words, then the tail the same way. Every store is naturally aligned: the
-        // base is 8-aligned and each width is only used at a multiple of itself.
-        if !(off + i).is_multiple_of(2) && i < len {
-            // SAFETY: `p + i` is inside the range `ptr` checked (`i < len`).
-            unsafe { write_at(p.add(i), src[i]) };
-            i += 1;
-        }
-        if !(off + i).is_multiple_of(4) && i + 2 <= len {
-            // SAFETY: `src[i..i + 2]` is in bounds (`i + 2 <= len`); the destination is
-            // inside the checked range and 2-aligned (`off + i` is even here).
-            unsafe {
-                let h = s.add(i).cast::<u16>().read_unaligned();
-                write_at(p.add(i).cast::<u16>(), h);
+/// The volatile [`DmaMem`] accessors of a buffer type whose `ptr(off, width, align)`
+/// bounds-checks an access and returns its CPU pointer, and whose memory starts 8-aligned,
+/// stays valid for volatile reads and writes while the value lives, and is written from the
+/// CPU side only through `&mut self` ([`DmaBuf`] and [`MappedBuf`]).
+macro_rules! impl_dma_mem {
+    ($t:ident) => {
+        impl<D: Dma> DmaMem for $t<D> {
+            #[inline(always)]
+            fn len(&self) -> usize {
+                self.region().len
             }
-            i += 2;
-        }
-        if !(off + i).is_multiple_of(8) && i + 4 <= len {
-            // SAFETY: `src[i..i + 4]` is in bounds; the destination is inside the checked
-            // range and 4-aligned (`off + i` is a multiple of 4 here).
-            unsafe {
-                let w = s.add(i).cast::<u32>().read_unaligned();
-                write_at(p.add(i).cast::<u32>(), w);
+
+            #[inline(always)]
+            fn iova(&self) -> u64 {
+                self.region().iova
             }
-            i += 4;
-        }
-        if (off + i).is_multiple_of(8) {
-            while i + 8 <= len {
-                // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
-                // inside the checked range and 8-aligned (the base is 8-aligned and
-                // `off + i` is a multiple of 8).
-                unsafe {
-                    let w = s.add(i).cast::<u64>().read_unaligned();
-                    write_at(p.add(i).cast::<u64>(), w);
+
+            #[inline(always)]
+            fn read_u8(&self, off: usize) -> u8 {
+                let p = self.ptr(off, 1, 1);
+                // SAFETY: `ptr` checked that the byte is inside the live allocation, which is valid
+                // for volatile reads (Dma contract).
+                unsafe { read_at(p) }
+            }
+
+            #[inline(always)]
+            fn read_be16(&self, off: usize) -> u16 {
+                let p = self.ptr(off, 2, 2).cast::<u16>();
+                // SAFETY: in bounds and 2-aligned (the base is 8-aligned and `off` is even).
+                u16::from_be(unsafe { read_at(p) })
+            }
+
+            #[inline(always)]
+            fn read_be32(&self, off: usize) -> u32 {
+                let p = self.ptr(off, 4, 4).cast::<u32>();
+                // SAFETY: in bounds and 4-aligned (the base is 8-aligned).
+                u32::from_be(unsafe { read_at(p) })
+            }
+
+            #[inline(always)]
+            fn read_be64(&self, off: usize) -> u64 {
+                let p = self.ptr(off, 8, 8).cast::<u64>();
+                // SAFETY: in bounds and 8-aligned.
+                u64::from_be(unsafe { read_at(p) })
+            }
+
+            #[inline(always)]
+            fn read_be64_array<const N: usize>(&self, off: usize) -> [u64; N] {
+                let p = self.ptr(off, N * 8, 8).cast::<u64>().cast_const();
+                let mut out = [0u64; N];
+                for (i, w) in out.iter_mut().enumerate() {
+                    // SAFETY: `ptr` checked that all `N` words are inside the live allocation and
+                    // that the first is 8-aligned (so every word is); valid for volatile reads.
+                    *w = u64::from_be(unsafe { read_at(p.add(i)) });
                 }
-                i += 8;
+                out
             }
-            if i + 4 <= len {
-                // SAFETY: in bounds of `src` and of the checked range; 4-aligned (`off + i`
-                // is a multiple of 8).
-                unsafe {
-                    let w = s.add(i).cast::<u32>().read_unaligned();
-                    write_at(p.add(i).cast::<u32>(), w);
-                }
-                i += 4;
+
+            #[inline(always)]
+            fn write_u8(&mut self, off: usize, v: u8) {
+                let p = self.ptr(off, 1, 1);
+                // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
+                // makes this the only CPU-side writer.
+                unsafe { write_at(p, v) }
             }
-            if i + 2 <= len {
-                // SAFETY: in bounds; 2-aligned (`off + i` is a multiple of 4).
-                unsafe {
-                    let h = s.add(i).cast::<u16>().read_unaligned();
-                    write_at(p.add(i).cast::<u16>(), h);
+
+            #[inline(always)]
+            fn write_be32(&mut self, off: usize, v: u32) {
+                let p = self.ptr(off, 4, 4).cast::<u32>();
+                // SAFETY: in bounds and 4-aligned; exclusive CPU-side writer.
+                unsafe { write_at(p, v.to_be()) }
+            }
+
+            #[inline(always)]
+            fn write_be64(&mut self, off: usize, v: u64) {
+                let p = self.ptr(off, 8, 8).cast::<u64>();
+                // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
+                unsafe { write_at(p, v.to_be()) }
+            }
+
+            #[inline(always)]
+            fn write_be64_run(&mut self, off: usize, n: usize, mut word: impl FnMut(usize) -> u64) {
+                let p = self.ptr(off, n * 8, 8).cast::<u64>();
+                for i in 0..n {
+                    // SAFETY: `ptr` checked that all `n` words are inside the allocation and that
+                    // the first is 8-aligned; exclusive CPU-side writer.
+                    unsafe { write_at(p.add(i), word(i).to_be()) };
                 }
-                i += 2;
+            }
+
+            #[inline(always)]
+            fn write_bytes(&mut self, off: usize, src: &[u8]) {
+                let p = self.ptr(off, src.len(), 1);
+                let len = src.len();
+                let s = src.as_ptr();
+                let mut i = 0;
+                // Head up to 8-byte alignment in at most one 1-, one 2- and one 4-byte store, then
+                // 8-byte words, then the tail the same way. Every store is naturally aligned: the
+                // base is 8-aligned and each width is only used at a multiple of itself.
+                if !(off + i).is_multiple_of(2) && i < len {
+                    // SAFETY: `p + i` is inside the range `ptr` checked (`i < len`).
+                    unsafe { write_at(p.add(i), src[i]) };
+                    i += 1;
+                }
+                if !(off + i).is_multiple_of(4) && i + 2 <= len {
+                    // SAFETY: `src[i..i + 2]` is in bounds (`i + 2 <= len`); the destination is
+                    // inside the checked range and 2-aligned (`off + i` is even here).
+                    unsafe {
+                        let h = s.add(i).cast::<u16>().read_unaligned();
+                        write_at(p.add(i).cast::<u16>(), h);
+                    }
+                    i += 2;
+                }
+                if !(off + i).is_multiple_of(8) && i + 4 <= len {
+                    // SAFETY: `src[i..i + 4]` is in bounds; the destination is inside the checked
+                    // range and 4-aligned (`off + i` is a multiple of 4 here).
+                    unsafe {
+                        let w = s.add(i).cast::<u32>().read_unaligned();
+                        write_at(p.add(i).cast::<u32>(), w);
+                    }
+                    i += 4;
+                }
+                if (off + i).is_multiple_of(8) {
+                    while i + 8 <= len {
+                        // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
+                        // inside the checked range and 8-aligned (the base is 8-aligned and
+                        // `off + i` is a multiple of 8).
+                        unsafe {
+                            let w = s.add(i).cast::<u64>().read_unaligned();
+                            write_at(p.add(i).cast::<u64>(), w);
+                        }
+                        i += 8;
+                    }
+                    if i + 4 <= len {
+                        // SAFETY: in bounds of `src` and of the checked range; 4-aligned (`off + i`
+                        // is a multiple of 8).
+                        unsafe {
+                            let w = s.add(i).cast::<u32>().read_unaligned();
+                            write_at(p.add(i).cast::<u32>(), w);
+                        }
+                        i += 4;
+                    }
+                    if i + 2 <= len {
+                        // SAFETY: in bounds; 2-aligned (`off + i` is a multiple of 4).
+                        unsafe {
+                            let h = s.add(i).cast::<u16>().read_unaligned();
+                            write_at(p.add(i).cast::<u16>(), h);
+                        }
+                        i += 2;
+                    }
+                }
+                // The last byte, or (for a short copy whose head did not reach alignment) the rest.
+                while i < len {
+                    // SAFETY: inside the checked range.
+                    unsafe { write_at(p.add(i), src[i]) };
+                    i += 1;
+                }
+            }
+
+            #[inline]
+            fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+                let p = self.ptr(off, dst.len(), 1);
+                let mut i = 0;
+                while i < dst.len() && !(off + i).is_multiple_of(8) {
+                    // SAFETY: inside the checked range.
+                    dst[i] = unsafe { read_at(p.add(i)) };
+                    i += 1;
+                }
+                while i + 8 <= dst.len() {
+                    // SAFETY: the source is inside the checked range and 8-aligned; `dst[i..i + 8]`
+                    // is in bounds (loop condition).
+                    unsafe {
+                        let w = read_at(p.add(i).cast::<u64>());
+                        dst.as_mut_ptr().add(i).cast::<u64>().write_unaligned(w);
+                    }
+                    i += 8;
+                }
+                while i < dst.len() {
+                    // SAFETY: inside the checked range.
+                    dst[i] = unsafe { read_at(p.add(i)) };
+                    i += 1;
+                }
+            }
+
+            #[inline]
+            fn fill(&mut self, off: usize, len: usize, byte: u8) {
+                let p = self.ptr(off, len, 1);
+                let word = u64::from_ne_bytes([byte; 8]);
+                let mut i = 0;
+                while i < len && !(off + i).is_multiple_of(8) {
+                    // SAFETY: inside the checked range.
+                    unsafe { write_at(p.add(i), byte) };
+                    i += 1;
+                }
+                while i + 8 <= len {
+                    // SAFETY: inside the checked range and 8-aligned.
+                    unsafe { write_at(p.add(i).cast::<u64>(), word) };
+                    i += 8;
+                }
+                while i < len {
+                    // SAFETY: inside the checked range.
+                    unsafe { write_at(p.add(i), byte) };
+                    i += 1;
+                }
             }
         }
-        // The last byte, or (for a short copy whose head did not reach alignment) the rest.
-        while i < len {
-            // SAFETY: inside the checked range.
-            unsafe { write_at(p.add(i), src[i]) };
-            i += 1;
+    };
+}
+
+impl_dma_mem!(DmaBuf);
+impl_dma_mem!(MappedBuf);
+
+/// Memory a caller already has, to be mapped for the device by [`MappedBuf::new`]: an
+/// owned heap buffer (feature `alloc`) or a buffer that lives for the whole program.
+#[derive(Debug)]
+pub enum HostBuf {
+    /// An owned heap buffer (`Box<[u8]>`, or a `Vec<u8>` through `From`).
+    #[cfg(feature = "alloc")]
+    Boxed(alloc::boxed::Box<[u8]>),
+    /// A buffer that lives for the whole program (a `static`, or leaked memory).
+    Static(&'static mut [u8]),
+}
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+#[cfg(feature = "alloc")]
+impl From<alloc::boxed::Box<[u8]>> for HostBuf {
+    fn from(b: alloc::boxed::Box<[u8]>) -> HostBuf {
+        HostBuf::Boxed(b)
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl From<alloc::vec::Vec<u8>> for HostBuf {
+    fn from(v: alloc::vec::Vec<u8>) -> HostBuf {
+        HostBuf::Boxed(v.into_boxed_slice())
+    }
+}
+
+impl From<&'static mut [u8]> for HostBuf {
+    fn from(s: &'static mut [u8]) -> HostBuf {
+        HostBuf::Static(s)
+    }
+}
+
+impl HostBuf {
+    /// Gives up the buffer as a raw range (no reference to it is kept).
+    fn into_raw(self) -> (NonNull<u8>, usize, bool) {
+        match self {
+            #[cfg(feature = "alloc")]
+            HostBuf::Boxed(b) => {
+                let len = b.len();
+                let p = alloc::boxed::Box::into_raw(b).cast::<u8>();
+                // `Box::into_raw` never returns null.
+                (NonNull::new(p).unwrap_or(NonNull::dangling()), len, true)
+            }
+            HostBuf::Static(s) => {
+                let len = s.len();
+                (NonNull::from(s).cast::<u8>(), len, false)
+            }
         }
     }
 
-    #[inline]
-    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-        let p = self.ptr(off, dst.len(), 1);
-        let mut i = 0;
-        while i < dst.len() && !(off + i).is_multiple_of(8) {
-            // SAFETY: inside the checked range.
-            dst[i] = unsafe { read_at(p.add(i)) };
-            i += 1;
+    /// Rebuilds the buffer from [`HostBuf::into_raw`]'s parts.
+    ///
+    /// # Safety
+    ///
+    /// The parts come from `into_raw`, once, and nothing else uses the memory any more.
+    unsafe fn from_raw(cpu: NonNull<u8>, len: usize, boxed: bool) -> HostBuf {
+        let slice = core::ptr::slice_from_raw_parts_mut(cpu.as_ptr(), len);
+        if boxed {
+            #[cfg(feature = "alloc")]
+            // SAFETY: the pointer and length are those `Box::into_raw` gave (caller), and the
+            // box is rebuilt once.
+            return HostBuf::Boxed(unsafe { alloc::boxed::Box::from_raw(slice) });
         }
-        while i + 8 <= dst.len() {
-            // SAFETY: the source is inside the checked range and 8-aligned; `dst[i..i + 8]`
-            // is in bounds (loop condition).
-            unsafe {
-                let w = read_at(p.add(i).cast::<u64>());
-                dst.as_mut_ptr().add(i).cast::<u64>().write_unaligned(w);
+        // SAFETY: the range is the `&'static mut [u8]` `into_raw` gave up (caller); its
+        // exclusive borrow is handed back once.
+        HostBuf::Static(unsafe { &mut *slice })
+    }
+}
+
+/// A caller's buffer mapped for the device through the platform's [`Dma::map`] (under
+/// VFIO: the IOMMU; on the mock: its IOMMU table), owned while it is mapped and unmapped
+/// when dropped. It implements [`DmaMem`] like a [`DmaBuf`], so the driver registers it as
+/// a memory region the same way.
+///
+/// Mapping is safe here because the `MappedBuf` owns the memory: nothing else can read,
+/// write or free it while the device may reach it, and the CPU side reaches it only
+/// through the volatile accessors. The buffer comes back from [`MappedBuf::unmap`].
+///
+/// An IOMMU maps whole pages, so under VFIO the rest of the buffer's first and last page
+/// is reachable by the device too (a memory key over the buffer still bounds every access
+/// it allows to the buffer exactly); where even a faulty device must not reach the
+/// neighbouring memory, hand over page-aligned buffers of whole pages.
+///
+/// # Dropping
+///
+/// Dropping unmaps the buffer and then frees it (a `Box`) or forgets it (a `&'static mut`).
+/// As for a [`DmaBuf`], the device must no longer use it by then: destroy the memory key
+/// over it first (the driver's memory region gives the buffer back only after its key is
+/// destroyed, and leaks it, mapped, when dropped undestroyed). If the platform refuses
+/// the unmap, the memory is leaked rather than freed.
+pub struct MappedBuf<D: Dma> {
+    dma: D,
+    // Invariant: `region.cpu..+len` is the memory of a `HostBuf` given up with `into_raw`
+    // (whether it was boxed is `boxed`), 8-aligned, mapped at `region.iova` by `dma.map`,
+    // not unmapped until drop or `unmap`; no reference into it exists.
+    region: core::mem::ManuallyDrop<DmaRegion>,
+    boxed: bool,
+}
+
+// SAFETY: a MappedBuf owns its memory exclusively (like the Box it may hold); moving it to
+// another thread moves that ownership. D is sent along with it.
+unsafe impl<D: Dma + Send> Send for MappedBuf<D> {}
+// SAFETY: shared access only allows reads (`&self` methods); writes need `&mut self`.
+unsafe impl<D: Dma + Sync> Sync for MappedBuf<D> {}
+
+impl<D: Dma> core::fmt::Debug for MappedBuf<D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MappedBuf")
+            .field("iova", &format_args!("{:#x}", self.region.iova))
+            .field("len", &self.region.len)
+            .finish()
+    }
+}
+
+impl<D: Dma> MappedBuf<D> {
+    /// Maps `buf` for the device through `dma` and takes ownership of it.
+    ///
+    /// # Errors
+    ///
+    /// The buffer back with [`DmaError::InvalidRequest`] when it is empty or its first byte
+    /// is not 8-byte aligned (the 64-bit accessors need it; common allocators align every
+    /// heap block to 16 bytes, though `Vec<u8>` does not promise it), or with the
+    /// platform's error when the mapping fails.
+    pub fn new(dma: D, buf: impl Into<HostBuf>) -> Result<MappedBuf<D>, (HostBuf, DmaError)> {
+        let buf = buf.into();
+        let (cpu, len, boxed) = buf.into_raw();
+        let error = if len == 0 || !(cpu.as_ptr() as usize).is_multiple_of(8) {
+            DmaError::InvalidRequest
+        } else {
+            // SAFETY: the memory stays allocated and unmoved until `unmap` (this value owns
+            // it and unmaps it before giving it back or freeing it), and the caller, by
+            // handing it over, lets the device read and write it.
+            match unsafe { dma.map(cpu, len) } {
+                Ok(iova) => {
+                    return Ok(MappedBuf {
+                        dma,
+                        region: core::mem::ManuallyDrop::new(DmaRegion { cpu, iova, len }),
+                        boxed,
+                    });
+                }
+                Err(e) => e,
             }
-            i += 8;
-        }
-        while i < dst.len() {
-            // SAFETY: inside the checked range.
-            dst[i] = unsafe { read_at(p.add(i)) };
-            i += 1;
-        }
+        };
+        // SAFETY: the parts came from `into_raw` above, are rebuilt once, and the memory
+        // was not mapped.
+        Err((unsafe { HostBuf::from_raw(cpu, len, boxed) }, error))
     }
 
-    #[inline]
-    fn fill(&mut self, off: usize, len: usize, byte: u8) {
-        let p = self.ptr(off, len, 1);
-        let word = u64::from_ne_bytes([byte; 8]);
-        let mut i = 0;
-        while i < len && !(off + i).is_multiple_of(8) {
-            // SAFETY: inside the checked range.
-            unsafe { write_at(p.add(i), byte) };
-            i += 1;
+    /// Unmaps the buffer and gives it back.
+    ///
+    /// The device must no longer use it (see the type's documentation on dropping).
+    ///
+    /// # Errors
+    ///
+    /// The platform's error when it refuses the unmap; the memory is then leaked (never
+    /// freed or handed back while the device might still reach it).
+    pub fn unmap(self) -> Result<HostBuf, DmaError> {
+        let mut this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `region` is taken once; `this` is never dropped, so neither is it again.
+        let region = unsafe { core::mem::ManuallyDrop::take(&mut this.region) };
+        // SAFETY: the handle is moved out once and `this` is never used again.
+        let dma = unsafe { core::ptr::read(&this.dma) };
+        // SAFETY: iova and len are those of the live mapping `new` made; the type's contract
+        // is that the device no longer uses it now.
+        unsafe { dma.unmap(region.iova, region.len) }?;
+        // SAFETY: the parts are those `into_raw` gave in `new`, rebuilt once; the mapping is
+        // gone.
+        Ok(unsafe { HostBuf::from_raw(region.cpu, region.len, this.boxed) })
+    }
+
+    #[inline(always)]
+    fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// Checks that `off..off + width` is inside the buffer and `off` is a multiple of
+    /// `align`, and returns the CPU pointer to `off`.
+    #[inline(always)]
+    fn ptr(&self, off: usize, width: usize, align: usize) -> *mut u8 {
+        let r = self.region();
+        if !(off <= r.len && width <= r.len - off && off.is_multiple_of(align)) {
+            bad_access(off, width, r.len);
         }
-        while i + 8 <= len {
-            // SAFETY: inside the checked range and 8-aligned.
-            unsafe { write_at(p.add(i).cast::<u64>(), word) };
-            i += 8;
-        }
-        while i < len {
-            // SAFETY: inside the checked range.
-            unsafe { write_at(p.add(i), byte) };
-            i += 1;
+        r.cpu.as_ptr().wrapping_add(off)
+    }
+}
+
+impl<D: Dma> Drop for MappedBuf<D> {
+    fn drop(&mut self) {
+        // SAFETY: `region` is taken once, here, and never read again.
+        let region = unsafe { core::mem::ManuallyDrop::take(&mut self.region) };
+        // SAFETY: iova and len are those of the live mapping `new` made; the type's contract
+        // is that the device no longer uses it when the value is dropped.
+        if unsafe { self.dma.unmap(region.iova, region.len) }.is_ok() {
+            // SAFETY: the parts are those `into_raw` gave in `new`, rebuilt once; the mapping
+            // is gone, so the memory is ours alone to free (or to hand back, for a static).
+            drop(unsafe { HostBuf::from_raw(region.cpu, region.len, self.boxed) });
         }
     }
 }
@@ -420,6 +634,38 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
 mod tests {
     use super::*;
     use crate::testing::FakePlatform;
+
+    #[test]
+    fn a_mapped_caller_buffer_is_reachable_until_unmapped_and_comes_back() {
+        extern crate alloc;
+        use alloc::vec;
+        let p = FakePlatform::new();
+        let mut m = MappedBuf::new(&p, vec![0u8; 100]).unwrap();
+        assert_eq!(m.len(), 100);
+        m.write_be64(8, 0x0102_0304_0506_0708);
+        m.write_bytes(97, &[7, 8, 9]);
+        assert_eq!(m.read_be32(8), 0x0102_0304);
+        let iova = m.iova();
+        let back = m.unmap().unwrap();
+        let HostBuf::Boxed(b) = back else {
+            panic!("boxed")
+        };
+        assert_eq!(&b[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[97..], &[7, 8, 9]);
+        // The mapping is gone: unmapping it again fails.
+        // SAFETY: the range is no longer mapped; the fake only looks it up.
+        assert_eq!(unsafe { p.unmap(iova, 100) }, Err(DmaError::NotMapped));
+        // Dropping unmaps too, and frees the box (Miri checks the free).
+        let m = MappedBuf::new(&p, b).unwrap();
+        let iova = m.iova();
+        drop(m);
+        // SAFETY: as above.
+        assert_eq!(unsafe { p.unmap(iova, 100) }, Err(DmaError::NotMapped));
+        // Refused: empty.
+        let (back, e) = MappedBuf::new(&p, vec![]).unwrap_err();
+        assert_eq!(e, DmaError::InvalidRequest);
+        assert!(matches!(back, HostBuf::Boxed(b) if b.is_empty()));
+    }
 
     #[test]
     fn accessors_are_big_endian_and_round_trip() {

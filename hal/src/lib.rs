@@ -45,6 +45,6 @@ pub mod testing;
 #[cfg(all(test, loom))]
 mod loom_models;
 
-pub use dma::{DmaBuf, DmaMem};
+pub use dma::{DmaBuf, DmaMem, HostBuf, MappedBuf};
 pub use host::HostMem;
 pub use platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig, Platform};

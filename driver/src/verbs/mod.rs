@@ -89,6 +89,7 @@ mod port;
 mod post;
 mod qp;
 mod srq;
+mod user_mr;
 mod wr;
 
 pub use ah::Ah;
@@ -101,6 +102,7 @@ pub use qp::{
     Ud, state,
 };
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
+pub use user_mr::UserMr;
 
 pub use dp::MAX_PENDING_CQ_EVENTS;
 pub use poll::{BadCqe, PollError};

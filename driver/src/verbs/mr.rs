@@ -16,10 +16,11 @@
 //! accesses by offset: the device may write it at any time), and puts
 //! [`Mr::iova`]` + offset` with [`Mr::lkey`]/[`Mr::rkey`] in its work requests.
 //!
-//! Registering memory the application mapped itself with the platform's `unsafe`
-//! `Dma::map` is not offered: it would need an `unsafe` constructor in this crate, which
-//! keeps all `unsafe` in the HAL and the VFIO platform. Allocate the buffer with
-//! [`Hca::alloc_dma`] (or [`Hca::alloc_mr`]) and build the data in it instead.
+//! Memory the application already has (a `Box<[u8]>`, a `Vec<u8>`, a `&'static mut [u8]`)
+//! is registered by handing it over: [`Hca::map_host_buf`] maps it through the platform's
+//! `Dma::map` into a HAL [`MappedBuf`](uhca_hal::dma::MappedBuf) that owns it (all the
+//! `unsafe` stays in the HAL), and [`Hca::reg_user_mr`] makes the same key over it as a
+//! [`UserMr`](super::UserMr), which gives the buffer back only after its key is destroyed.
 //!
 //! The MR's memory is one contiguous IOVA range, so the driver describes it with as few
 //! translation entries as it can: 4 KiB pages while that takes at most 512 entries, larger
@@ -33,7 +34,7 @@ use uhca_fwif::ctx::Mkc;
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
-use super::{Failed, MAX_PAS, Pd, device_may_hold};
+use super::{Failed, MAX_PAS, Pd, Sge, device_may_hold};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
 
@@ -269,10 +270,10 @@ impl<P: Platform + Clone> Hca<P> {
         }
     }
 
-    fn create_mtt_mkey(
+    pub(crate) fn create_mtt_mkey(
         &mut self,
         pd: &Pd,
-        buf: &DmaBuf<P>,
+        buf: &impl DmaMem,
         offset: usize,
         len: usize,
         access: AccessFlags,
@@ -354,4 +355,65 @@ fn check_access(access: AccessFlags) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+impl<P: Platform + Clone> Mr<P> {
+    /// The scatter/gather entry for `len` bytes at `offset` in the region (offsets count
+    /// from the region's first byte, [`Mr::iova`]), with this region's local key: what a
+    /// work request names to send from or receive into these bytes.
+    ///
+    /// ```
+    /// # use uhca_driver::{Hca, HcaConfig};
+    /// # use uhca_fwif::consts::AccessFlags;
+    /// # let dev = uhca_mock::MockHca::new(uhca_mock::MockConfig::default());
+    /// # let mut hca = Hca::open_with(dev.platform(), HcaConfig::default())?;
+    /// let pd = hca.alloc_pd()?;
+    /// let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE)?;
+    /// let sge = mr.sge(1024, 512)?;
+    /// assert_eq!((sge.addr, sge.len, sge.lkey), (mr.iova() + 1024, 512, mr.lkey()));
+    /// assert!(mr.sge(4000, 512).is_err()); // past the region's end
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `offset..offset + len` is not inside the region, or
+    /// `len` does not fit the 32-bit length of a scatter/gather entry. It never panics.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<Sge> {
+        region_sge(self.iova(), self.len, self.key, offset, len)
+    }
+
+    /// The scatter/gather entry for the whole region (`sge(0, len())`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the region is longer than a scatter/gather entry can
+    /// say (4 GiB - 1).
+    pub fn sge_all(&self) -> Result<Sge> {
+        self.sge(0, self.len)
+    }
+}
+
+/// The entry for `offset..offset + len` of a region of `region_len` bytes at `iova`,
+/// bounds-checked.
+pub(crate) fn region_sge(
+    iova: u64,
+    region_len: usize,
+    lkey: u32,
+    offset: usize,
+    len: usize,
+) -> Result<Sge> {
+    if offset.checked_add(len).is_none_or(|end| end > region_len) {
+        return Err(Error::InvalidArgument(
+            "scatter/gather range outside its memory region",
+        ));
+    }
+    let len = u32::try_from(len).map_err(|_| {
+        Error::InvalidArgument("scatter/gather entry longer than 4 GiB - 1 (its length is 32 bits)")
+    })?;
+    Ok(Sge {
+        addr: iova + offset as u64,
+        len,
+        lkey,
+    })
 }
