@@ -9,7 +9,8 @@
 //! page requests, port changes, CQ and QP errors and internal errors. From then on every
 //! command completes through that EQ, and page requests are answered while commands wait.
 //!
-//! [`Hca::close`] (or dropping the [`Hca`]) tears down in the opposite order: DESTROY_EQ,
+//! [`Hca::close`] (or dropping the [`Hca`]) first destroys the objects dropped without
+//! `destroy` ([`crate::release`]), then tears down in the opposite order: DESTROY_EQ,
 //! DEALLOC_UAR, TEARDOWN_HCA (fast when the device supports it), page reclaim,
 //! DISABLE_HCA, bus mastering off, and only then is DMA memory freed.
 
@@ -42,6 +43,7 @@ use crate::caps::{
 };
 use crate::error::{Error, Result};
 use crate::pages::{PageError, PagePool};
+use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
 use crate::verbs::dp::CompletionEvents;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
@@ -183,6 +185,15 @@ pub enum AsyncEvent {
         /// Whether `number` is an SRQ.
         srq: bool,
     },
+    /// The device refused to destroy an object that was dropped without `destroy` (or
+    /// the command timed out): its memory is leaked, never freed, since the device may
+    /// still use it ([`Hca::objects_leaked`] counts them).
+    ReleaseFailed {
+        /// What the object was.
+        object: ObjectKind,
+        /// Its number (QPN, SRQ number, CQN, memory key index, PD or transport domain).
+        number: u32,
+    },
 }
 
 /// Bring-up facts worth showing a user (`devinfo`).
@@ -300,6 +311,12 @@ pub struct Hca<P: Platform + Clone> {
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
+    /// Objects with DMA memory dropped without `destroy` (`crate::release`).
+    release: ReleaseQueue<P>,
+    /// Where PDs and transport domains note themselves when dropped.
+    mailbox: MailboxRef,
+    /// Dropped objects whose destroy failed (their memory leaked).
+    objects_leaked: u64,
     health: HealthMonitor,
     fatal: Option<FatalHealth>,
     caps: DeviceCaps,
@@ -589,13 +606,18 @@ impl<P: Platform + Clone> Hca<P> {
                 completion: CompletionMode::Polling,
             },
         )?;
+        let id = NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        let release = ReleaseQueue::new(&p, 16)?;
         let mut hca = Hca {
+            release,
+            mailbox: MailboxRef::claim(id),
+            objects_leaked: 0,
             pages: PagePool::new(p.clone()),
             page_owners: PageOwners::default(),
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
-            id: NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            id,
             health: HealthMonitor::new(),
             fatal: None,
             caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
@@ -817,7 +839,8 @@ impl<P: Platform + Clone> Hca<P> {
     }
 
     /// Executes a firmware command, serving events (command completions, page requests,
-    /// asynchronous events) while it is outstanding. `extra_in` is appended to the input
+    /// asynchronous events) while it is outstanding. Objects dropped without `destroy` are
+    /// destroyed first ([`crate::release`]). `extra_in` is appended to the input
     /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
     /// `C::Out` (for outputs with a flexible array).
     ///
@@ -826,6 +849,17 @@ impl<P: Platform + Clone> Hca<P> {
     /// [`Error::Fatal`] if the device is dead (checked before sending),
     /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
     pub fn exec<C: Command>(
+        &mut self,
+        input: &C,
+        extra_in: &[u8],
+        out_extra: &mut [u8],
+    ) -> Result<C::Out> {
+        self.release_dropped();
+        self.exec_now(input, extra_in, out_extra)
+    }
+
+    /// [`Hca::exec`] without releasing dropped objects first.
+    fn exec_now<C: Command>(
         &mut self,
         input: &C,
         extra_in: &[u8],
@@ -932,6 +966,7 @@ impl<P: Platform + Clone> Hca<P> {
     /// [`Error::Fatal`], or the error of a page command.
     pub fn process_events(&mut self) -> Result<()> {
         self.check_fatal()?;
+        self.release_dropped();
         let Hca {
             p,
             cmdq,
@@ -958,6 +993,95 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq.report_completions(completed);
         }
         r
+    }
+
+    /// Sends the destroy commands of the objects dropped without `destroy` (in release
+    /// order: QPs, SRQs, CQs, memory keys, PDs, transport domains) and frees each one's
+    /// memory once its destroy succeeded. An object the device finds busy (still used by
+    /// another the application holds) waits for the next round; one whose destroy fails
+    /// otherwise is leaked, counted and reported ([`AsyncEvent::ReleaseFailed`]). On a dead
+    /// device nothing is sent: teardown frees the memory once bus mastering is off.
+    fn release_dropped(&mut self) {
+        if self.fatal.is_some() || self.cmdq.is_none() {
+            return;
+        }
+        if !self.mailbox.has_mail() && !self.release.has_work() {
+            return;
+        }
+        // Dropped domains join the queue, so that they go after what uses them.
+        while let Some((kind, n)) = self.mailbox.take() {
+            if self.release.push(Dropped::number_only(kind, n)).is_err() {
+                self.mailbox.put_back(kind, n);
+                break;
+            }
+        }
+        while let Some(d) = self.release.take_next() {
+            let r = match d.command() {
+                Cmd::Qp(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Srq(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Cq(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Mr(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Pd(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Td(c) => self.exec_now(&c, &[], &mut []).map(drop),
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(q) = &d.qp {
+                        // Its CQEs still in a CQ are dropped from now on.
+                        q.mark_destroyed();
+                    }
+                    if d.kind == ObjectKind::Cq {
+                        // Completion events still waiting for this CQ go with it.
+                        while self.events.completions.take(d.number) {}
+                    }
+                    // The device no longer uses the memory: free it.
+                    drop(d);
+                    self.release.finished();
+                }
+                Err(e) if e.command_status() == Some(CmdStatus::ResBusy) => {
+                    self.release.put_back(d);
+                }
+                Err(Error::Fatal(_)) => {
+                    // Teardown frees it once bus mastering is off.
+                    self.release.put_back(d);
+                    return;
+                }
+                Err(_) => {
+                    let (object, number) = (d.kind, d.number);
+                    d.held.leak();
+                    self.release.finished();
+                    self.objects_leaked += 1;
+                    self.events
+                        .push(AsyncEvent::ReleaseFailed { object, number });
+                }
+            }
+        }
+    }
+
+    /// A reservation in the release queue for an object about to be created (so that
+    /// dropping it never allocates).
+    pub(crate) fn release_ticket(&self) -> Result<Ticket<P>> {
+        self.release.reserve()
+    }
+
+    /// Where a PD or transport domain of this HCA notes itself when dropped.
+    pub(crate) fn mailbox(&self) -> MailboxRef {
+        self.mailbox
+    }
+
+    /// Objects dropped without `destroy` whose destroy command then failed: their memory
+    /// is leaked (never freed), since the device may still use it. Each one is also
+    /// reported as an [`AsyncEvent::ReleaseFailed`].
+    pub fn objects_leaked(&self) -> u64 {
+        self.objects_leaked
+    }
+
+    /// PDs and transport domains dropped while this HCA's mailbox was full (more than
+    /// [`MAILBOX_LEN`](crate::release::MAILBOX_LEN) between two commands), or while it had
+    /// none (more than [`MAILBOXES`](crate::release::MAILBOXES) HCAs open): they stay in
+    /// the firmware until teardown.
+    pub fn objects_left_to_teardown(&self) -> u64 {
+        self.mailbox.overflow()
     }
 
     /// The next asynchronous event, oldest first.
@@ -1091,6 +1215,11 @@ impl<P: Platform + Clone> Hca<P> {
             }
         };
         let alive = self.cmdq.is_some() && self.check_fatal().is_ok();
+        if alive {
+            // Objects dropped without destroy go first, while the device can still
+            // destroy them and before DESTROY_EQ (a CQ still on the EQ makes it fail).
+            self.release_dropped();
+        }
         // The EQ's memory stays allocated until the device can no longer write it: if
         // DESTROY_EQ fails (objects still use it), the device keeps posting events there.
         let mut retired_eq = None;
@@ -1132,6 +1261,7 @@ impl<P: Platform + Clone> Hca<P> {
         });
         match quiet {
             Ok(()) => {
+                self.release.close(AfterClose::Free);
                 drop(retired_eq);
                 self.eq = None;
                 self.cmdq = None;
@@ -1141,6 +1271,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
             Err(e) => {
                 note(Err(Error::from(e)));
+                self.release.close(AfterClose::Leak);
                 core::mem::forget(retired_eq);
                 core::mem::forget(self.eq.take());
                 core::mem::forget(self.cmdq.take());
@@ -1148,6 +1279,8 @@ impl<P: Platform + Clone> Hca<P> {
                 core::mem::forget(pages);
             }
         }
+        // PDs and transport domains dropped from now on are not noted.
+        self.mailbox.give_up();
         first
     }
 

@@ -23,8 +23,10 @@ pub mod caps;
 pub mod error;
 pub mod hca;
 pub mod pages;
+pub mod release;
 pub mod verbs;
 
 pub use error::{Error, Result};
 pub use hca::{AsyncEvent, Hca, HcaConfig, TeardownMode};
+pub use release::ObjectKind;
 pub use verbs::Failed;
