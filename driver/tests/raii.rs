@@ -404,3 +404,26 @@ fn many_dropped_objects_grow_the_queue_at_creation() {
     assert_eq!(hca.objects_leaked(), 0);
     hca.close().unwrap();
 }
+
+#[test]
+fn on_a_dead_device_dropped_objects_are_freed_once_bus_mastering_is_off() {
+    let (dev, mut hca) = open();
+    let cq = hca.create_cq(8).unwrap();
+    let (iova, len) = (cq.ring().mem().iova(), cq.ring().mem().len());
+    dev.set_fatal_health(0x1, 0);
+    drop(cq);
+    let n = dev.command_log().len();
+    assert!(matches!(
+        hca.process_events(),
+        Err(uhca_driver::Error::Fatal(_))
+    ));
+    // Nothing is sent to a dead device, and the memory stays while it may still write it.
+    assert_eq!(dev.command_log().len(), n);
+    assert!(dev.is_mapped(iova, len));
+    assert!(hca.close().is_err());
+    assert_eq!(dev.command_log().len(), n);
+    assert!(
+        !dev.is_mapped(iova, len),
+        "freed after bus mastering went off"
+    );
+}
