@@ -14,19 +14,14 @@
 //! DEALLOC_UAR, TEARDOWN_HCA (fast when the device supports it), page reclaim,
 //! DISABLE_HCA, bus mastering off, and only then is DMA memory freed.
 
-use heapless::Deque;
 use uhca_fwif::cmd::{
     ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocUarIn,
-    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ManagePagesIn, ManagePagesOut,
-    ModifyNicVportContextIn, QueryHcaCapIn, QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS,
-    SetHcaCapIn, SetIssiIn, TeardownHcaIn, query_hca_cap_op_mod, set_hca_cap_op_mod,
+    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ModifyNicVportContextIn, QueryHcaCapIn,
+    QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS, SetHcaCapIn, SetIssiIn, TeardownHcaIn,
+    query_hca_cap_op_mod, set_hca_cap_op_mod,
 };
-use uhca_fwif::consts::{
-    ADAPTER_PAGE_SIZE, CmdStatus, EventType, HcaCapMode, HcaCapType, ManagePagesOpMod,
-    PortChangeSubtype, QueryPagesOpMod,
-};
+use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, HcaCapMode, HcaCapType, QueryPagesOpMod};
 use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RegisterHostEndianness, RoceCap};
-use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_fwif::zerocopy::IntoBytes;
 use uhca_hal::Platform;
 use uhca_hal::cmdq::{CmdError, CmdQueue, CmdQueueConfig, CompletionMode, WaitContext};
@@ -42,9 +37,10 @@ use crate::caps::{
     roce_caps_to_set,
 };
 use crate::error::{Error, Result};
-use crate::pages::{PageError, PagePool};
+pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
+use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
+use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
 use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
-use crate::verbs::dp::CompletionEvents;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -55,8 +51,6 @@ const PCI_COMMAND_MEMORY: u16 = 1 << 1;
 /// Command register: bus master enable.
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
 
-/// Most page addresses in one MANAGE_PAGES (4 KiB of `pas`, as Linux and mlx5st batch).
-const PAGES_PER_COMMAND: usize = 512;
 /// TEARDOWN_HCA profiles.
 const TEARDOWN_GRACEFUL: u16 = 0;
 const TEARDOWN_PREPARE_FAST: u16 = 2;
@@ -67,51 +61,10 @@ const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
 const RECLAIM_PAGES_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Pause between MANAGE_PAGES TAKE commands after an empty reply at teardown.
 const RECLAIM_RETRY_US: u32 = 1_000;
-/// Bit 15 of a page request's `ec_function` word: the pages are for the embedded CPU
-/// function (Linux `pagealloc.c` `EC_FUNCTION_MASK`).
-const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
-/// Bit 14 of a page request's `ec_function` word: the firmware released every page of the
-/// function at once; the driver frees them without MANAGE_PAGES (Linux `pagealloc.c`
-/// `RELEASE_ALL_PAGES_MASK` and `release_all_pages`). The firmware sends it only to a
-/// driver that set the `release_all_pages` capability, as this one does.
-const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
-/// Most functions the driver holds firmware pages for (a lone function needs one).
-const MAX_PAGE_FUNCTIONS: usize = 4;
 /// The identity of the next HCA opened in this process.
 static NEXT_HCA_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
-/// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
-pub const MAX_PENDING_EVENTS: usize = 64;
-/// Entries the EQ has beyond the events it is sized for, and the most EQEs the driver
-/// consumes before it gives them back with an EQ doorbell. The device overruns the EQ when
-/// it would write an entry the driver has not given back (consumer index + size), so while
-/// draining a long burst the driver updates the consumer index at least this often (Linux
-/// `eq.c` `MLX5_NUM_SPARE_EQE` 0x80 and its `mlx5_eq_int` loop; rdma-core
-/// `providers/mlx5/mlx5_vfio.c:372` `mlx5_eq_update_cc`, `:1390` for the size).
-pub const NUM_SPARE_EQE: u32 = 0x80;
 /// Most EQ pages the driver's CREATE_EQ lists (so at most 4096 EQEs).
 const MAX_EQ_PAGES: usize = 64;
-
-/// The event types the driver's EQ subscribes to: command completions and page requests
-/// (rdma-core's VFIO provider, `mlx5_vfio.c:1484`) and the asynchronous events of Linux's
-/// `MLX5_ASYNC_EVENT_MASK` (`mlx5/core/eq.c`) that a verbs user acts on.
-///
-/// INTERNAL_ERROR (type 0x8) is left out, as both NVIDIA drivers leave it out: a fatal
-/// device error is found from the health buffer ([`Hca::poll_health`], and every command
-/// checks it), which is how Linux's `health.c` finds it too.
-const EQ_EVENTS: [EventType; 12] = [
-    EventType::Cmd,
-    EventType::PageRequest,
-    EventType::PortChange,
-    EventType::CqError,
-    EventType::WqCatasError,
-    EventType::WqInvalReqError,
-    EventType::WqAccessError,
-    EventType::PathMigFailed,
-    EventType::SrqCatasError,
-    EventType::SrqLastWqe,
-    EventType::SrqRqLimit,
-    EventType::CommEst,
-];
 
 /// How to tear the HCA down.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -156,46 +109,6 @@ impl Default for HcaConfig {
     }
 }
 
-/// An asynchronous event the device reported, for the user to read with
-/// [`Hca::next_event`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AsyncEvent {
-    /// A port changed state.
-    PortChange {
-        /// The port (from 1).
-        port: u8,
-        /// What changed.
-        subtype: PortChangeSubtype,
-    },
-    /// A CQ overran or suffered an access error.
-    CqError {
-        /// The CQ.
-        cqn: u32,
-        /// The syndrome (1: overrun, 2: access violation).
-        syndrome: u8,
-    },
-    /// A QP or SRQ event (communication established, last WQE reached, catastrophic,
-    /// invalid request or access error, SRQ limit).
-    QpSrq {
-        /// The event.
-        event: EventType,
-        /// The QP or SRQ number.
-        number: u32,
-        /// Whether `number` is an SRQ.
-        srq: bool,
-    },
-    /// The device refused to destroy an object that was dropped without `destroy` (or
-    /// the command timed out): its memory is leaked, never freed, since the device may
-    /// still use it ([`Hca::objects_leaked`] counts them).
-    ReleaseFailed {
-        /// What the object was.
-        object: ObjectKind,
-        /// Its number (QPN, SRQ number, CQN, memory key index, PD or transport domain).
-        number: u32,
-    },
-}
-
 /// Bring-up facts worth showing a user (`devinfo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BringUpInfo {
@@ -210,91 +123,6 @@ pub struct BringUpInfo {
     /// Command-queue slots.
     pub cmdq_slots: usize,
 }
-
-struct EventQueue<P: Platform + Clone> {
-    ring: EqRing<DmaBuf<P>>,
-    /// Byte offset of the UAR page whose EQ doorbells this queue uses.
-    uar_offset: usize,
-}
-
-/// Where asynchronous events wait for the user.
-#[derive(Debug, Default)]
-struct EventLog {
-    pending: Deque<AsyncEvent, MAX_PENDING_EVENTS>,
-    dropped: u64,
-    /// Completion events (EQE type COMP), per CQ.
-    completions: CompletionEvents,
-}
-
-impl EventLog {
-    fn push(&mut self, ev: AsyncEvent) {
-        if self.pending.is_full() {
-            self.pending.pop_front();
-            self.dropped += 1;
-        }
-        // Room was made above.
-        let _ = self.pending.push_back(ev);
-    }
-}
-
-/// The function firmware pages are given to or taken from: MANAGE_PAGES `function_id` and
-/// `embedded_cpu_function`, as QUERY_PAGES or the page request named it (rdma-core
-/// `providers/mlx5/mlx5_vfio.c:1660`, `:1676`, `:266`; Linux `pagealloc.c`
-/// `mlx5_satisfy_startup_pages`, `req_pages_handler`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PageFunction {
-    id: u16,
-    ec: bool,
-}
-
-impl PageFunction {
-    fn set_in(self, input: &mut ManagePagesIn) {
-        input
-            .set_function_id(self.id)
-            .set_embedded_cpu_function(self.ec);
-    }
-}
-
-/// How many pages each function holds (the pool only knows the total).
-#[derive(Debug, Default)]
-struct PageOwners {
-    list: heapless::Vec<(PageFunction, u32), MAX_PAGE_FUNCTIONS>,
-}
-
-impl PageOwners {
-    fn count(&self, f: PageFunction) -> u32 {
-        self.list
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map_or(0, |&(_, n)| n)
-    }
-
-    fn add(&mut self, f: PageFunction, n: u32) -> Result<()> {
-        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
-            *c += n;
-            return Ok(());
-        }
-        self.list
-            .push((f, n))
-            .map_err(|_| Error::Unsupported("firmware pages for more than 4 functions"))
-    }
-
-    fn sub(&mut self, f: PageFunction, n: u32) {
-        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
-            *c = c.saturating_sub(n);
-        }
-        self.list.retain(|&(_, c)| c > 0);
-    }
-
-    /// The first function that still holds pages.
-    fn first(&self) -> Option<PageFunction> {
-        self.list.first().map(|&(f, _)| f)
-    }
-}
-
-/// Sends one MANAGE_PAGES (through the page slot, from wherever the driver is).
-type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) -> core::result::Result<ManagePagesOut, CmdError>
-    + 'a;
 
 /// One HCA, brought up and ready for verbs objects.
 pub struct Hca<P: Platform + Clone> {
@@ -338,237 +166,6 @@ impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
             .field("fatal", &self.fatal)
             .finish_non_exhaustive()
     }
-}
-
-/// Serves the EQ: reports command completions to the command queue, answers page requests
-/// through `manage_pages`, and queues everything else for the user.
-fn drain_eq<P: Platform + Clone>(
-    p: &P,
-    eq: &mut EventQueue<P>,
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    log: &mut EventLog,
-    report: &mut dyn FnMut(u32),
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<()> {
-    let mut seen = false;
-    // EQEs consumed and not yet given back to the device.
-    let mut unreleased = 0u32;
-    let mut result = Ok(());
-    while let Some(eqe) = eq.ring.poll_one() {
-        seen = true;
-        unreleased += 1;
-        // A page request makes the driver issue MANAGE_PAGES, whose completion the device
-        // posts to this EQ: give back what was consumed first, so those entries are free.
-        if unreleased >= NUM_SPARE_EQE || eqe.event_type() == EventType::PageRequest {
-            eq.ring.update_ci(p, eq.uar_offset);
-            unreleased = 0;
-        }
-        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages) {
-            result = Err(e);
-        }
-    }
-    if seen {
-        eq.ring.arm(p, eq.uar_offset);
-    }
-    result
-}
-
-fn handle_eqe<P: Platform + Clone>(
-    eqe: &Eqe,
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    log: &mut EventLog,
-    report: &mut dyn FnMut(u32),
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<()> {
-    match eqe.event_type() {
-        // A CQ armed with `Cq::req_notify` got a completion: note it for the user.
-        EventType::Comp => log
-            .completions
-            .push(eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff),
-        EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
-        EventType::PageRequest => {
-            let req = eqe.data_as::<EqePageReq>();
-            let flags = req.ec_function.get();
-            let function = PageFunction {
-                id: req.func_id.get(),
-                ec: flags & PAGE_REQ_EC_FUNCTION != 0,
-            };
-            let n = req.num_pages_signed();
-            if flags & PAGE_REQ_RELEASE_ALL != 0 {
-                release_all_pages(pages, owners, function)?;
-            } else if n > 0 {
-                give_pages(pages, owners, function, n as u32, manage_pages)?;
-            } else if n < 0 {
-                take_pages(pages, owners, function, n.unsigned_abs(), manage_pages)?;
-            }
-        }
-        EventType::PortChange => {
-            let port = eqe.data_as::<EqePortState>().port_num();
-            let subtype = PortChangeSubtype::from_raw(eqe.sub_type);
-            log.push(AsyncEvent::PortChange { port, subtype });
-        }
-        EventType::CqError => {
-            let e = eqe.data_as::<EqeCqErr>();
-            let ev = AsyncEvent::CqError {
-                cqn: e.cqn.get() & 0x00ff_ffff,
-                syndrome: e.syndrome,
-            };
-            log.push(ev);
-        }
-        // The QP and SRQ events subscribed to; anything else (not asked for) is ignored.
-        event if EQ_EVENTS.contains(&event) => {
-            let e = eqe.data_as::<EqeQpSrq>();
-            let ev = AsyncEvent::QpSrq {
-                event,
-                number: e.qp_srq_n.get() & 0x00ff_ffff,
-                srq: e.r#type == 1,
-            };
-            log.push(ev);
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// The firmware dropped every page of `function` at once: they are free again, with no
-/// command (Linux `pagealloc.c` `release_all_pages`).
-fn release_all_pages<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-) -> Result<()> {
-    let n = owners.count(function);
-    if n == 0 {
-        // Nothing given to that function (Linux warns and does nothing).
-        return Ok(());
-    }
-    if n as usize != pages.given() {
-        // The pool does not know which pages are whose.
-        return Err(Error::Unsupported(
-            "release of all pages of one of several functions",
-        ));
-    }
-    pages.forget_all();
-    owners.sub(function, n);
-    Ok(())
-}
-
-/// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
-/// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
-fn give_pages<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-    mut n: u32,
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<()> {
-    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
-    while n > 0 {
-        let batch = (n as usize).min(PAGES_PER_COMMAND);
-        let mut got = 0;
-        let mut failure = None;
-        while got < batch {
-            match pages.give_one() {
-                Ok(iova) => {
-                    pas[got * 8..got * 8 + 8].copy_from_slice(&iova.to_be_bytes());
-                    got += 1;
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        if got > 0 {
-            let mut input = ManagePagesIn::new_cmd();
-            input
-                .set_op_mod(ManagePagesOpMod::Give.raw())
-                .set_input_num_entries(got as u32);
-            function.set_in(&mut input);
-            let given = owners.add(function, got as u32).and_then(|()| {
-                manage_pages(&input, &pas[..got * 8], &mut []).map_err(|e| {
-                    owners.sub(function, got as u32);
-                    Error::from(e)
-                })
-            });
-            if let Err(e) = given {
-                // The firmware did not take them: they are ours again.
-                for chunk in pas[..got * 8].chunks_exact(8) {
-                    let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
-                    let _ = pages.take_back(iova);
-                }
-                return Err(e);
-            }
-        }
-        if let Some(e) = failure {
-            let mut input = ManagePagesIn::new_cmd();
-            input.set_op_mod(ManagePagesOpMod::CantGive.raw());
-            function.set_in(&mut input);
-            manage_pages(&input, &[], &mut [])?;
-            return Err(match e {
-                PageError::Dma(d) => Error::Dma(d),
-                _ => Error::OutOfPages,
-            });
-        }
-        n -= got as u32;
-    }
-    Ok(())
-}
-
-/// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
-/// (stops at the first empty reply).
-fn take_pages<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-    mut n: u32,
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<u32> {
-    let mut total = 0;
-    while n > 0 {
-        let returned = take_pages_once(pages, owners, function, n, manage_pages)?;
-        total += returned;
-        if returned == 0 {
-            break;
-        }
-        n -= returned;
-    }
-    Ok(total)
-}
-
-/// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
-/// returns how many the firmware gave back.
-fn take_pages_once<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-    n: u32,
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<u32> {
-    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
-    let batch = (n as usize).min(PAGES_PER_COMMAND);
-    let mut input = ManagePagesIn::new_cmd();
-    input
-        .set_op_mod(ManagePagesOpMod::Take.raw())
-        .set_input_num_entries(batch as u32);
-    function.set_in(&mut input);
-    let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
-    let returned = out.output_num_entries() as usize;
-    if returned > batch {
-        return Err(Error::DeviceMisbehaved(
-            "MANAGE_PAGES returned more pages than asked",
-        ));
-    }
-    for chunk in pas[..returned * 8].chunks_exact(8) {
-        let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
-        pages
-            .take_back(iova)
-            .map_err(|_| Error::DeviceMisbehaved("firmware returned a page it was not given"))?;
-        owners.sub(function, 1);
-    }
-    Ok(returned as u32)
 }
 
 impl<P: Platform + Clone> Hca<P> {
@@ -1357,70 +954,5 @@ impl<P: Platform + Clone> Drop for Hca<P> {
         if self.cmdq.is_some() {
             let _ = self.teardown();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use uhca_fwif::doorbell::{EQ_DOORBELL_OFFSET, EQ_DOORBELL_UPDATE_CI_OFFSET};
-    use uhca_fwif::eqe::EQE_DATA_OFFSET;
-    use uhca_hal::testing::{FAKE_UAR, FakePlatform};
-
-    /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs
-    /// (update only), then arms once at the end: the device may keep writing during the
-    /// drain and must find released entries.
-    #[test]
-    fn a_long_drain_updates_the_consumer_index_every_spare_count() {
-        let p = FakePlatform::new();
-        let log = 9u8;
-        let buf = DmaBuf::alloc(&p, 64 << log, ADAPTER_PAGE_SIZE).unwrap();
-        let base = buf.iova();
-        let mut eq = EventQueue {
-            ring: EqRing::new(buf, 5, log).unwrap(),
-            uar_offset: FAKE_UAR,
-        };
-        const N: u32 = 300;
-        for i in 0..N as u64 {
-            let e = Eqe {
-                r#type: EventType::PortChange.raw(),
-                sub_type: PortChangeSubtype::Active.raw(),
-                ..Default::default()
-            };
-            let mut bytes = [0u8; 64];
-            bytes.copy_from_slice(e.as_bytes());
-            bytes[EQE_DATA_OFFSET + 8] = 1 << 4;
-            // First pass over the ring: owner bit 0 is software's.
-            bytes[63] = 0;
-            p.dma.device_write(base + i * 64, &bytes);
-        }
-        let mut pages = PagePool::new(&p);
-        let mut events = EventLog::default();
-        p.bar.clear_log();
-        drain_eq(
-            &&p,
-            &mut eq,
-            &mut pages,
-            &mut PageOwners::default(),
-            &mut events,
-            &mut |_| {},
-            &mut |_, _, _| unreachable!("no page request"),
-        )
-        .unwrap();
-        let doorbells: Vec<(usize, u64)> = p
-            .bar
-            .write_log()
-            .into_iter()
-            .filter(|&(off, _)| (FAKE_UAR + EQ_DOORBELL_OFFSET..FAKE_UAR + 0x50).contains(&off))
-            .collect();
-        let db = |off: usize, ci: u32| (FAKE_UAR + off, ((5u32 << 24) | ci) as u64);
-        assert_eq!(
-            doorbells,
-            vec![
-                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 128),
-                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 256),
-                db(EQ_DOORBELL_OFFSET, N),
-            ]
-        );
     }
 }

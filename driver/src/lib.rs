@@ -21,6 +21,7 @@ pub use uhca_vfio as vfio;
 pub mod addr;
 pub mod caps;
 pub mod error;
+mod events;
 pub mod hca;
 pub mod pages;
 pub mod release;
