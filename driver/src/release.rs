@@ -13,7 +13,10 @@
 //!
 //! * Objects with DMA memory (QP, SRQ, CQ, MR) share a release queue with their HCA: a
 //!   list in host memory of the platform, sized at creation (every object holds a
-//!   reservation in it), so that `Drop` never allocates and always finds room.
+//!   reservation in it), so that `Drop` never allocates and always finds room. A slot is
+//!   the object's number, its one DMA buffer and, for a QP, the handle its CQs share (64
+//!   bytes on a 64-bit host); the queue doubles when full, so it holds at most twice as
+//!   many slots as there are live objects.
 //! * Protection and transport domains hold nothing but a number and carry no platform
 //!   type (`Pd` is not generic), so they note themselves in a process-wide mailbox of
 //!   their HCA ([`MAILBOXES`] of [`MAILBOX_LEN`] entries, in static memory). An HCA that
@@ -67,19 +70,32 @@ pub enum ObjectKind {
     TransportDomain,
 }
 
-/// Memory a dropped object leaves for after its destroy.
-pub(crate) enum Held<P: Platform + Clone> {
-    /// Nothing (a PD or transport domain).
-    Nothing,
-    /// A buffer (an MR's registered memory, an SRQ's queue).
-    Buf(DmaBuf<P>),
-    /// A CQ's ring.
-    Cq(CqRing<DmaBuf<P>>),
-    /// A QP's rings.
-    Qp(QpRings<DmaBuf<P>>),
-}
+/// Memory a dropped object leaves for after its destroy: an MR's registered buffer, an
+/// SRQ's queue, a CQ's ring, a QP's rings (each one DMA buffer), or nothing (a PD or
+/// transport domain).
+pub(crate) struct Held<P: Platform + Clone>(Option<DmaBuf<P>>);
 
 impl<P: Platform + Clone> Held<P> {
+    /// No memory.
+    pub(crate) fn nothing() -> Self {
+        Held(None)
+    }
+
+    /// A buffer.
+    pub(crate) fn buf(b: DmaBuf<P>) -> Self {
+        Held(Some(b))
+    }
+
+    /// A CQ's ring.
+    pub(crate) fn cq(r: CqRing<DmaBuf<P>>) -> Self {
+        Held(Some(r.into_mem()))
+    }
+
+    /// A QP's rings.
+    pub(crate) fn qp(r: QpRings<DmaBuf<P>>) -> Self {
+        Held(Some(r.into_mem()))
+    }
+
     /// Never gives the memory back (the device may still use it).
     pub(crate) fn leak(self) {
         core::mem::forget(self);
@@ -105,7 +121,7 @@ impl<P: Platform + Clone> Dropped<P> {
         Dropped {
             kind,
             number,
-            held: Held::Nothing,
+            held: Held::nothing(),
             qp: None,
             busy_at: None,
         }

@@ -230,7 +230,7 @@ impl<P: Platform + Clone> Drop for Cq<P> {
                 Some(t) => t.release(Dropped {
                     kind: ObjectKind::Cq,
                     number: self.cqn,
-                    held: Held::Cq(r),
+                    held: Held::cq(r),
                     qp: None,
                     busy_at: None,
                 }),

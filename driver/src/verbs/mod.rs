@@ -29,7 +29,8 @@
 //! dropped in an order the device accepts (QPs, then SRQs, CQs, memory keys, PDs,
 //! transport domains), whatever order they were dropped in; an object the device still
 //! finds in use (a CQ dropped while the application keeps a QP on it) waits until
-//! something else is destroyed. Its DMA memory (queues, doorbell records, registered
+//! something else is destroyed. Until its destroy, a dropped QP's completions still reach
+//! its CQs (after it, they are dropped, as after `destroy`). Its DMA memory (queues, doorbell records, registered
 //! buffers) goes back to the platform only once its destroy succeeded: if the device
 //! refuses otherwise or times out, the memory is leaked, never freed, and the HCA counts
 //! it ([`Hca::objects_leaked`](crate::Hca::objects_leaked)) and reports an

@@ -211,7 +211,7 @@ impl<P: Platform + Clone> Drop for Mr<P> {
                 Some(t) => t.release(Dropped {
                     kind: ObjectKind::Mr,
                     number: self.mkey_index,
-                    held: Held::Buf(b),
+                    held: Held::buf(b),
                     qp: None,
                     busy_at: None,
                 }),

@@ -472,7 +472,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
             i.ticket.release(Dropped {
                 kind: ObjectKind::Qp,
                 number: i.qpn,
-                held: Held::Qp(i.rings),
+                held: Held::qp(i.rings),
                 qp: Some(i.shared),
                 busy_at: None,
             });

@@ -225,7 +225,7 @@ impl<P: Platform + Clone> Drop for Srq<P> {
                 Some(t) => t.release(Dropped {
                     kind: ObjectKind::Srq,
                     number: self.srqn,
-                    held: Held::Buf(b),
+                    held: Held::buf(b),
                     qp: None,
                     busy_at: None,
                 }),
