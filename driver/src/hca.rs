@@ -556,7 +556,8 @@ impl<P: Platform + Clone> Hca<P> {
 
     /// Serves the event queue outside a command: answers page requests and collects
     /// asynchronous events. Call it from the application's loop (rdma-core's VFIO provider
-    /// asks the same of its users).
+    /// asks the same of its users). Objects dropped without `destroy` are destroyed here
+    /// too ([`crate::release`]).
     ///
     /// # Errors
     ///

@@ -25,7 +25,7 @@
 //!   in [`Hca::objects_left_to_teardown`](crate::Hca::objects_left_to_teardown).
 //!
 //! Order: a QP uses its CQs, its SRQ and its PD; an SRQ its PD; a memory key its PD. The
-//! device refuses to destroy an object still in use (RES_BUSY), so the HCA releases QPs,
+//! device refuses to destroy an object still in use (command status RES_BUSY, 0x6), so the HCA releases QPs,
 //! then SRQs, CQs, memory keys, PDs and transport domains, and an object the device
 //! still finds busy (a CQ dropped while the application keeps its QP) stays queued and is
 //! tried again after the next object is destroyed. That is how Linux cleans up the
