@@ -195,6 +195,9 @@ impl<P: Platform + Clone> Hca<P> {
 
         let iseg = InitSeg::new(&p);
         iseg.wait_ready(&p, cfg.fw_pre_init_timeout_ns, cfg.poll_us.max(1))?;
+        // Before the command queue: once the device knows the queue's address, nothing may
+        // fail until the Hca exists to tear it down.
+        let release = ReleaseQueue::new(&p, 16)?;
         let cmdq = CmdQueue::new(
             p.clone(),
             CmdQueueConfig {
@@ -204,7 +207,6 @@ impl<P: Platform + Clone> Hca<P> {
             },
         )?;
         let id = NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        let release = ReleaseQueue::new(&p, 16)?;
         let mut hca = Hca {
             release,
             mailbox: MailboxRef::claim(id),
