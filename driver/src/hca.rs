@@ -677,11 +677,18 @@ impl<P: Platform + Clone> Hca<P> {
     }
 
     /// PDs and transport domains dropped while this HCA's mailbox was full (more than
-    /// [`MAILBOX_LEN`](crate::release::MAILBOX_LEN) between two commands), or while it had
-    /// none (more than [`MAILBOXES`](crate::release::MAILBOXES) HCAs open): they stay in
+    /// [`MAILBOX_LEN`](crate::release::MAILBOX_LEN) between two commands): they stay in
     /// the firmware until teardown.
     pub fn objects_left_to_teardown(&self) -> u64 {
         self.mailbox.overflow()
+    }
+
+    /// Whether dropping a PD or transport domain of this HCA deallocates it: false when
+    /// more than [`MAILBOXES`](crate::release::MAILBOXES) HCAs were open when this one
+    /// was, and it got no mailbox (its dropped domains then stay in the firmware until
+    /// teardown; destroy them to free them earlier).
+    pub fn releases_dropped_domains(&self) -> bool {
+        self.mailbox.is_claimed()
     }
 
     /// The next asynchronous event, oldest first.

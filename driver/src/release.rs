@@ -20,9 +20,12 @@
 //! * Protection and transport domains hold nothing but a number and carry no platform
 //!   type (`Pd` is not generic), so they note themselves in a process-wide mailbox of
 //!   their HCA ([`MAILBOXES`] of [`MAILBOX_LEN`] entries, in static memory). An HCA that
-//!   found no free mailbox, or a mailbox full when a domain is dropped, leaves that domain
-//!   to teardown (TEARDOWN_HCA removes every object), as before; the overflow is counted
-//!   in [`Hca::objects_left_to_teardown`](crate::Hca::objects_left_to_teardown).
+//!   found no free mailbox (more than [`MAILBOXES`] HCAs open at once), or a mailbox full
+//!   when a domain is dropped, leaves that domain to teardown (TEARDOWN_HCA removes every
+//!   object), as before. A full mailbox counts what it could not take
+//!   ([`Hca::objects_left_to_teardown`](crate::Hca::objects_left_to_teardown)); an HCA
+//!   without one has nowhere to count, and says so with
+//!   [`Hca::releases_dropped_domains`](crate::Hca::releases_dropped_domains).
 //!
 //! Order: a QP uses its CQs, its SRQ and its PD; an SRQ its PD; a memory key its PD. The
 //! device refuses to destroy an object still in use (command status RES_BUSY, 0x6), so the HCA releases QPs,
@@ -429,6 +432,11 @@ impl MailboxRef {
         if m.owner == self.hca_id && m.entries.push((kind, number)).is_err() {
             m.overflow += 1;
         }
+    }
+
+    /// Whether the HCA got a mailbox.
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.index.is_some()
     }
 
     /// Whether a dropped domain waits.

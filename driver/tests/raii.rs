@@ -427,3 +427,17 @@ fn on_a_dead_device_dropped_objects_are_freed_once_bus_mastering_is_off() {
         "freed after bus mastering went off"
     );
 }
+
+#[test]
+fn pds_dropped_past_the_mailbox_are_left_to_teardown_and_counted() {
+    let (dev, mut hca) = open();
+    assert!(hca.releases_dropped_domains());
+    let n = uhca_driver::release::MAILBOX_LEN + 6;
+    let pds: Vec<_> = (0..n).map(|_| hca.alloc_pd().unwrap()).collect();
+    drop(pds);
+    hca.process_events().unwrap();
+    assert_eq!(dev.objects().pds, 6);
+    assert_eq!(hca.objects_left_to_teardown(), 6);
+    // Teardown removes them with the function.
+    hca.close().unwrap();
+}
