@@ -9,23 +9,19 @@
 //! page requests, port changes, CQ and QP errors and internal errors. From then on every
 //! command completes through that EQ, and page requests are answered while commands wait.
 //!
-//! [`Hca::close`] (or dropping the [`Hca`]) tears down in the opposite order: DESTROY_EQ,
+//! [`Hca::close`] (or dropping the [`Hca`]) first destroys the objects dropped without
+//! `destroy` ([`crate::release`]), then tears down in the opposite order: DESTROY_EQ,
 //! DEALLOC_UAR, TEARDOWN_HCA (fast when the device supports it), page reclaim,
 //! DISABLE_HCA, bus mastering off, and only then is DMA memory freed.
 
-use heapless::Deque;
 use uhca_fwif::cmd::{
     ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocUarIn,
-    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ManagePagesIn, ManagePagesOut,
-    ModifyNicVportContextIn, QueryHcaCapIn, QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS,
-    SetHcaCapIn, SetIssiIn, TeardownHcaIn, query_hca_cap_op_mod, set_hca_cap_op_mod,
+    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ModifyNicVportContextIn, QueryHcaCapIn,
+    QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS, SetHcaCapIn, SetIssiIn, TeardownHcaIn,
+    query_hca_cap_op_mod, set_hca_cap_op_mod,
 };
-use uhca_fwif::consts::{
-    ADAPTER_PAGE_SIZE, CmdStatus, EventType, HcaCapMode, HcaCapType, ManagePagesOpMod,
-    PortChangeSubtype, QueryPagesOpMod,
-};
+use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, HcaCapMode, HcaCapType, QueryPagesOpMod};
 use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RegisterHostEndianness, RoceCap};
-use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_fwif::zerocopy::IntoBytes;
 use uhca_hal::Platform;
 use uhca_hal::cmdq::{CmdError, CmdQueue, CmdQueueConfig, CompletionMode, WaitContext};
@@ -41,8 +37,10 @@ use crate::caps::{
     roce_caps_to_set,
 };
 use crate::error::{Error, Result};
-use crate::pages::{PageError, PagePool};
-use crate::verbs::dp::CompletionEvents;
+pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
+use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
+use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
+use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -53,8 +51,6 @@ const PCI_COMMAND_MEMORY: u16 = 1 << 1;
 /// Command register: bus master enable.
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
 
-/// Most page addresses in one MANAGE_PAGES (4 KiB of `pas`, as Linux and mlx5st batch).
-const PAGES_PER_COMMAND: usize = 512;
 /// TEARDOWN_HCA profiles.
 const TEARDOWN_GRACEFUL: u16 = 0;
 const TEARDOWN_PREPARE_FAST: u16 = 2;
@@ -65,51 +61,10 @@ const FAST_TEARDOWN_TIMEOUT_NS: u64 = 3_000_000_000;
 const RECLAIM_PAGES_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Pause between MANAGE_PAGES TAKE commands after an empty reply at teardown.
 const RECLAIM_RETRY_US: u32 = 1_000;
-/// Bit 15 of a page request's `ec_function` word: the pages are for the embedded CPU
-/// function (Linux `pagealloc.c` `EC_FUNCTION_MASK`).
-const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
-/// Bit 14 of a page request's `ec_function` word: the firmware released every page of the
-/// function at once; the driver frees them without MANAGE_PAGES (Linux `pagealloc.c`
-/// `RELEASE_ALL_PAGES_MASK` and `release_all_pages`). The firmware sends it only to a
-/// driver that set the `release_all_pages` capability, as this one does.
-const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
-/// Most functions the driver holds firmware pages for (a lone function needs one).
-const MAX_PAGE_FUNCTIONS: usize = 4;
 /// The identity of the next HCA opened in this process.
 static NEXT_HCA_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
-/// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
-pub const MAX_PENDING_EVENTS: usize = 64;
-/// Entries the EQ has beyond the events it is sized for, and the most EQEs the driver
-/// consumes before it gives them back with an EQ doorbell. The device overruns the EQ when
-/// it would write an entry the driver has not given back (consumer index + size), so while
-/// draining a long burst the driver updates the consumer index at least this often (Linux
-/// `eq.c` `MLX5_NUM_SPARE_EQE` 0x80 and its `mlx5_eq_int` loop; rdma-core
-/// `providers/mlx5/mlx5_vfio.c:372` `mlx5_eq_update_cc`, `:1390` for the size).
-pub const NUM_SPARE_EQE: u32 = 0x80;
 /// Most EQ pages the driver's CREATE_EQ lists (so at most 4096 EQEs).
 const MAX_EQ_PAGES: usize = 64;
-
-/// The event types the driver's EQ subscribes to: command completions and page requests
-/// (rdma-core's VFIO provider, `mlx5_vfio.c:1484`) and the asynchronous events of Linux's
-/// `MLX5_ASYNC_EVENT_MASK` (`mlx5/core/eq.c`) that a verbs user acts on.
-///
-/// INTERNAL_ERROR (type 0x8) is left out, as both NVIDIA drivers leave it out: a fatal
-/// device error is found from the health buffer ([`Hca::poll_health`], and every command
-/// checks it), which is how Linux's `health.c` finds it too.
-const EQ_EVENTS: [EventType; 12] = [
-    EventType::Cmd,
-    EventType::PageRequest,
-    EventType::PortChange,
-    EventType::CqError,
-    EventType::WqCatasError,
-    EventType::WqInvalReqError,
-    EventType::WqAccessError,
-    EventType::PathMigFailed,
-    EventType::SrqCatasError,
-    EventType::SrqLastWqe,
-    EventType::SrqRqLimit,
-    EventType::CommEst,
-];
 
 /// How to tear the HCA down.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -154,37 +109,6 @@ impl Default for HcaConfig {
     }
 }
 
-/// An asynchronous event the device reported, for the user to read with
-/// [`Hca::next_event`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AsyncEvent {
-    /// A port changed state.
-    PortChange {
-        /// The port (from 1).
-        port: u8,
-        /// What changed.
-        subtype: PortChangeSubtype,
-    },
-    /// A CQ overran or suffered an access error.
-    CqError {
-        /// The CQ.
-        cqn: u32,
-        /// The syndrome (1: overrun, 2: access violation).
-        syndrome: u8,
-    },
-    /// A QP or SRQ event (communication established, last WQE reached, catastrophic,
-    /// invalid request or access error, SRQ limit).
-    QpSrq {
-        /// The event.
-        event: EventType,
-        /// The QP or SRQ number.
-        number: u32,
-        /// Whether `number` is an SRQ.
-        srq: bool,
-    },
-}
-
 /// Bring-up facts worth showing a user (`devinfo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BringUpInfo {
@@ -199,91 +123,6 @@ pub struct BringUpInfo {
     /// Command-queue slots.
     pub cmdq_slots: usize,
 }
-
-struct EventQueue<P: Platform + Clone> {
-    ring: EqRing<DmaBuf<P>>,
-    /// Byte offset of the UAR page whose EQ doorbells this queue uses.
-    uar_offset: usize,
-}
-
-/// Where asynchronous events wait for the user.
-#[derive(Debug, Default)]
-struct EventLog {
-    pending: Deque<AsyncEvent, MAX_PENDING_EVENTS>,
-    dropped: u64,
-    /// Completion events (EQE type COMP), per CQ.
-    completions: CompletionEvents,
-}
-
-impl EventLog {
-    fn push(&mut self, ev: AsyncEvent) {
-        if self.pending.is_full() {
-            self.pending.pop_front();
-            self.dropped += 1;
-        }
-        // Room was made above.
-        let _ = self.pending.push_back(ev);
-    }
-}
-
-/// The function firmware pages are given to or taken from: MANAGE_PAGES `function_id` and
-/// `embedded_cpu_function`, as QUERY_PAGES or the page request named it (rdma-core
-/// `providers/mlx5/mlx5_vfio.c:1660`, `:1676`, `:266`; Linux `pagealloc.c`
-/// `mlx5_satisfy_startup_pages`, `req_pages_handler`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PageFunction {
-    id: u16,
-    ec: bool,
-}
-
-impl PageFunction {
-    fn set_in(self, input: &mut ManagePagesIn) {
-        input
-            .set_function_id(self.id)
-            .set_embedded_cpu_function(self.ec);
-    }
-}
-
-/// How many pages each function holds (the pool only knows the total).
-#[derive(Debug, Default)]
-struct PageOwners {
-    list: heapless::Vec<(PageFunction, u32), MAX_PAGE_FUNCTIONS>,
-}
-
-impl PageOwners {
-    fn count(&self, f: PageFunction) -> u32 {
-        self.list
-            .iter()
-            .find(|(g, _)| *g == f)
-            .map_or(0, |&(_, n)| n)
-    }
-
-    fn add(&mut self, f: PageFunction, n: u32) -> Result<()> {
-        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
-            *c += n;
-            return Ok(());
-        }
-        self.list
-            .push((f, n))
-            .map_err(|_| Error::Unsupported("firmware pages for more than 4 functions"))
-    }
-
-    fn sub(&mut self, f: PageFunction, n: u32) {
-        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
-            *c = c.saturating_sub(n);
-        }
-        self.list.retain(|&(_, c)| c > 0);
-    }
-
-    /// The first function that still holds pages.
-    fn first(&self) -> Option<PageFunction> {
-        self.list.first().map(|&(f, _)| f)
-    }
-}
-
-/// Sends one MANAGE_PAGES (through the page slot, from wherever the driver is).
-type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) -> core::result::Result<ManagePagesOut, CmdError>
-    + 'a;
 
 /// One HCA, brought up and ready for verbs objects.
 pub struct Hca<P: Platform + Clone> {
@@ -300,6 +139,12 @@ pub struct Hca<P: Platform + Clone> {
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
+    /// Objects with DMA memory dropped without `destroy` (`crate::release`).
+    release: ReleaseQueue<P>,
+    /// Where PDs and transport domains note themselves when dropped.
+    mailbox: MailboxRef,
+    /// Dropped objects whose destroy failed (their memory leaked).
+    objects_leaked: u64,
     health: HealthMonitor,
     fatal: Option<FatalHealth>,
     caps: DeviceCaps,
@@ -321,237 +166,6 @@ impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
             .field("fatal", &self.fatal)
             .finish_non_exhaustive()
     }
-}
-
-/// Serves the EQ: reports command completions to the command queue, answers page requests
-/// through `manage_pages`, and queues everything else for the user.
-fn drain_eq<P: Platform + Clone>(
-    p: &P,
-    eq: &mut EventQueue<P>,
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    log: &mut EventLog,
-    report: &mut dyn FnMut(u32),
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<()> {
-    let mut seen = false;
-    // EQEs consumed and not yet given back to the device.
-    let mut unreleased = 0u32;
-    let mut result = Ok(());
-    while let Some(eqe) = eq.ring.poll_one() {
-        seen = true;
-        unreleased += 1;
-        // A page request makes the driver issue MANAGE_PAGES, whose completion the device
-        // posts to this EQ: give back what was consumed first, so those entries are free.
-        if unreleased >= NUM_SPARE_EQE || eqe.event_type() == EventType::PageRequest {
-            eq.ring.update_ci(p, eq.uar_offset);
-            unreleased = 0;
-        }
-        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages) {
-            result = Err(e);
-        }
-    }
-    if seen {
-        eq.ring.arm(p, eq.uar_offset);
-    }
-    result
-}
-
-fn handle_eqe<P: Platform + Clone>(
-    eqe: &Eqe,
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    log: &mut EventLog,
-    report: &mut dyn FnMut(u32),
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<()> {
-    match eqe.event_type() {
-        // A CQ armed with `Cq::req_notify` got a completion: note it for the user.
-        EventType::Comp => log
-            .completions
-            .push(eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff),
-        EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
-        EventType::PageRequest => {
-            let req = eqe.data_as::<EqePageReq>();
-            let flags = req.ec_function.get();
-            let function = PageFunction {
-                id: req.func_id.get(),
-                ec: flags & PAGE_REQ_EC_FUNCTION != 0,
-            };
-            let n = req.num_pages_signed();
-            if flags & PAGE_REQ_RELEASE_ALL != 0 {
-                release_all_pages(pages, owners, function)?;
-            } else if n > 0 {
-                give_pages(pages, owners, function, n as u32, manage_pages)?;
-            } else if n < 0 {
-                take_pages(pages, owners, function, n.unsigned_abs(), manage_pages)?;
-            }
-        }
-        EventType::PortChange => {
-            let port = eqe.data_as::<EqePortState>().port_num();
-            let subtype = PortChangeSubtype::from_raw(eqe.sub_type);
-            log.push(AsyncEvent::PortChange { port, subtype });
-        }
-        EventType::CqError => {
-            let e = eqe.data_as::<EqeCqErr>();
-            let ev = AsyncEvent::CqError {
-                cqn: e.cqn.get() & 0x00ff_ffff,
-                syndrome: e.syndrome,
-            };
-            log.push(ev);
-        }
-        // The QP and SRQ events subscribed to; anything else (not asked for) is ignored.
-        event if EQ_EVENTS.contains(&event) => {
-            let e = eqe.data_as::<EqeQpSrq>();
-            let ev = AsyncEvent::QpSrq {
-                event,
-                number: e.qp_srq_n.get() & 0x00ff_ffff,
-                srq: e.r#type == 1,
-            };
-            log.push(ev);
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// The firmware dropped every page of `function` at once: they are free again, with no
-/// command (Linux `pagealloc.c` `release_all_pages`).
-fn release_all_pages<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-) -> Result<()> {
-    let n = owners.count(function);
-    if n == 0 {
-        // Nothing given to that function (Linux warns and does nothing).
-        return Ok(());
-    }
-    if n as usize != pages.given() {
-        // The pool does not know which pages are whose.
-        return Err(Error::Unsupported(
-            "release of all pages of one of several functions",
-        ));
-    }
-    pages.forget_all();
-    owners.sub(function, n);
-    Ok(())
-}
-
-/// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
-/// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
-fn give_pages<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-    mut n: u32,
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<()> {
-    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
-    while n > 0 {
-        let batch = (n as usize).min(PAGES_PER_COMMAND);
-        let mut got = 0;
-        let mut failure = None;
-        while got < batch {
-            match pages.give_one() {
-                Ok(iova) => {
-                    pas[got * 8..got * 8 + 8].copy_from_slice(&iova.to_be_bytes());
-                    got += 1;
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        if got > 0 {
-            let mut input = ManagePagesIn::new_cmd();
-            input
-                .set_op_mod(ManagePagesOpMod::Give.raw())
-                .set_input_num_entries(got as u32);
-            function.set_in(&mut input);
-            let given = owners.add(function, got as u32).and_then(|()| {
-                manage_pages(&input, &pas[..got * 8], &mut []).map_err(|e| {
-                    owners.sub(function, got as u32);
-                    Error::from(e)
-                })
-            });
-            if let Err(e) = given {
-                // The firmware did not take them: they are ours again.
-                for chunk in pas[..got * 8].chunks_exact(8) {
-                    let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
-                    let _ = pages.take_back(iova);
-                }
-                return Err(e);
-            }
-        }
-        if let Some(e) = failure {
-            let mut input = ManagePagesIn::new_cmd();
-            input.set_op_mod(ManagePagesOpMod::CantGive.raw());
-            function.set_in(&mut input);
-            manage_pages(&input, &[], &mut [])?;
-            return Err(match e {
-                PageError::Dma(d) => Error::Dma(d),
-                _ => Error::OutOfPages,
-            });
-        }
-        n -= got as u32;
-    }
-    Ok(())
-}
-
-/// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
-/// (stops at the first empty reply).
-fn take_pages<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-    mut n: u32,
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<u32> {
-    let mut total = 0;
-    while n > 0 {
-        let returned = take_pages_once(pages, owners, function, n, manage_pages)?;
-        total += returned;
-        if returned == 0 {
-            break;
-        }
-        n -= returned;
-    }
-    Ok(total)
-}
-
-/// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
-/// returns how many the firmware gave back.
-fn take_pages_once<P: Platform + Clone>(
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    function: PageFunction,
-    n: u32,
-    manage_pages: &mut ManagePagesFn<'_>,
-) -> Result<u32> {
-    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
-    let batch = (n as usize).min(PAGES_PER_COMMAND);
-    let mut input = ManagePagesIn::new_cmd();
-    input
-        .set_op_mod(ManagePagesOpMod::Take.raw())
-        .set_input_num_entries(batch as u32);
-    function.set_in(&mut input);
-    let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
-    let returned = out.output_num_entries() as usize;
-    if returned > batch {
-        return Err(Error::DeviceMisbehaved(
-            "MANAGE_PAGES returned more pages than asked",
-        ));
-    }
-    for chunk in pas[..returned * 8].chunks_exact(8) {
-        let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
-        pages
-            .take_back(iova)
-            .map_err(|_| Error::DeviceMisbehaved("firmware returned a page it was not given"))?;
-        owners.sub(function, 1);
-    }
-    Ok(returned as u32)
 }
 
 impl<P: Platform + Clone> Hca<P> {
@@ -581,6 +195,9 @@ impl<P: Platform + Clone> Hca<P> {
 
         let iseg = InitSeg::new(&p);
         iseg.wait_ready(&p, cfg.fw_pre_init_timeout_ns, cfg.poll_us.max(1))?;
+        // Before the command queue: once the device knows the queue's address, nothing may
+        // fail until the Hca exists to tear it down.
+        let release = ReleaseQueue::new(&p, 16)?;
         let cmdq = CmdQueue::new(
             p.clone(),
             CmdQueueConfig {
@@ -589,13 +206,17 @@ impl<P: Platform + Clone> Hca<P> {
                 completion: CompletionMode::Polling,
             },
         )?;
+        let id = NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let mut hca = Hca {
+            release,
+            mailbox: MailboxRef::claim(id),
+            objects_leaked: 0,
             pages: PagePool::new(p.clone()),
             page_owners: PageOwners::default(),
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
-            id: NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            id,
             health: HealthMonitor::new(),
             fatal: None,
             caps: DeviceCaps::from_hca_cap(&CmdHcaCap::default()),
@@ -817,7 +438,8 @@ impl<P: Platform + Clone> Hca<P> {
     }
 
     /// Executes a firmware command, serving events (command completions, page requests,
-    /// asynchronous events) while it is outstanding. `extra_in` is appended to the input
+    /// asynchronous events) while it is outstanding. Objects dropped without `destroy` are
+    /// destroyed first ([`crate::release`]). `extra_in` is appended to the input
     /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
     /// `C::Out` (for outputs with a flexible array).
     ///
@@ -826,6 +448,17 @@ impl<P: Platform + Clone> Hca<P> {
     /// [`Error::Fatal`] if the device is dead (checked before sending),
     /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
     pub fn exec<C: Command>(
+        &mut self,
+        input: &C,
+        extra_in: &[u8],
+        out_extra: &mut [u8],
+    ) -> Result<C::Out> {
+        self.release_dropped();
+        self.exec_now(input, extra_in, out_extra)
+    }
+
+    /// [`Hca::exec`] without releasing dropped objects first.
+    fn exec_now<C: Command>(
         &mut self,
         input: &C,
         extra_in: &[u8],
@@ -925,13 +558,15 @@ impl<P: Platform + Clone> Hca<P> {
 
     /// Serves the event queue outside a command: answers page requests and collects
     /// asynchronous events. Call it from the application's loop (rdma-core's VFIO provider
-    /// asks the same of its users).
+    /// asks the same of its users). Objects dropped without `destroy` are destroyed here
+    /// too ([`crate::release`]).
     ///
     /// # Errors
     ///
     /// [`Error::Fatal`], or the error of a page command.
     pub fn process_events(&mut self) -> Result<()> {
         self.check_fatal()?;
+        self.release_dropped();
         let Hca {
             p,
             cmdq,
@@ -958,6 +593,102 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq.report_completions(completed);
         }
         r
+    }
+
+    /// Sends the destroy commands of the objects dropped without `destroy` (in release
+    /// order: QPs, SRQs, CQs, memory keys, PDs, transport domains) and frees each one's
+    /// memory once its destroy succeeded. An object the device finds busy (still used by
+    /// another the application holds) waits for the next round; one whose destroy fails
+    /// otherwise is leaked, counted and reported ([`AsyncEvent::ReleaseFailed`]). On a dead
+    /// device nothing is sent: teardown frees the memory once bus mastering is off.
+    fn release_dropped(&mut self) {
+        if self.fatal.is_some() || self.cmdq.is_none() {
+            return;
+        }
+        if !self.mailbox.has_mail() && !self.release.has_work() {
+            return;
+        }
+        // Dropped domains join the queue, so that they go after what uses them.
+        while let Some((kind, n)) = self.mailbox.take() {
+            if self.release.push(Dropped::number_only(kind, n)).is_err() {
+                self.mailbox.put_back(kind, n);
+                break;
+            }
+        }
+        while let Some(d) = self.release.take_next() {
+            let r = match d.command() {
+                Cmd::Qp(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Srq(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Cq(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Mr(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Pd(c) => self.exec_now(&c, &[], &mut []).map(drop),
+                Cmd::Td(c) => self.exec_now(&c, &[], &mut []).map(drop),
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(q) = &d.qp {
+                        // Its CQEs still in a CQ are dropped from now on.
+                        q.mark_destroyed();
+                    }
+                    if d.kind == ObjectKind::Cq {
+                        // Completion events still waiting for this CQ go with it.
+                        while self.events.completions.take(d.number) {}
+                    }
+                    // The device no longer uses the memory: free it.
+                    drop(d);
+                    self.release.finished();
+                }
+                Err(e) if e.command_status() == Some(CmdStatus::ResBusy) => {
+                    self.release.put_back(d);
+                }
+                Err(Error::Fatal(_)) => {
+                    // Teardown frees it once bus mastering is off.
+                    self.release.put_back(d);
+                    return;
+                }
+                Err(_) => {
+                    let (object, number) = (d.kind, d.number);
+                    d.held.leak();
+                    self.release.finished();
+                    self.objects_leaked += 1;
+                    self.events
+                        .push(AsyncEvent::ReleaseFailed { object, number });
+                }
+            }
+        }
+    }
+
+    /// A reservation in the release queue for an object about to be created (so that
+    /// dropping it never allocates).
+    pub(crate) fn release_ticket(&self) -> Result<Ticket<P>> {
+        self.release.reserve()
+    }
+
+    /// Where a PD or transport domain of this HCA notes itself when dropped.
+    pub(crate) fn mailbox(&self) -> MailboxRef {
+        self.mailbox
+    }
+
+    /// Objects dropped without `destroy` whose destroy command then failed: their memory
+    /// is leaked (never freed), since the device may still use it. Each one is also
+    /// reported as an [`AsyncEvent::ReleaseFailed`].
+    pub fn objects_leaked(&self) -> u64 {
+        self.objects_leaked
+    }
+
+    /// PDs and transport domains dropped while this HCA's mailbox was full (more than
+    /// [`MAILBOX_LEN`](crate::release::MAILBOX_LEN) between two commands): they stay in
+    /// the firmware until teardown.
+    pub fn objects_left_to_teardown(&self) -> u64 {
+        self.mailbox.overflow()
+    }
+
+    /// Whether dropping a PD or transport domain of this HCA deallocates it: false when
+    /// more than [`MAILBOXES`](crate::release::MAILBOXES) HCAs were open when this one
+    /// was, and it got no mailbox (its dropped domains then stay in the firmware until
+    /// teardown; destroy them to free them earlier).
+    pub fn releases_dropped_domains(&self) -> bool {
+        self.mailbox.is_claimed()
     }
 
     /// The next asynchronous event, oldest first.
@@ -1091,6 +822,11 @@ impl<P: Platform + Clone> Hca<P> {
             }
         };
         let alive = self.cmdq.is_some() && self.check_fatal().is_ok();
+        if alive {
+            // Objects dropped without destroy go first, while the device can still
+            // destroy them and before DESTROY_EQ (a CQ still on the EQ makes it fail).
+            self.release_dropped();
+        }
         // The EQ's memory stays allocated until the device can no longer write it: if
         // DESTROY_EQ fails (objects still use it), the device keeps posting events there.
         let mut retired_eq = None;
@@ -1132,6 +868,7 @@ impl<P: Platform + Clone> Hca<P> {
         });
         match quiet {
             Ok(()) => {
+                self.release.close(AfterClose::Free);
                 drop(retired_eq);
                 self.eq = None;
                 self.cmdq = None;
@@ -1141,6 +878,7 @@ impl<P: Platform + Clone> Hca<P> {
             }
             Err(e) => {
                 note(Err(Error::from(e)));
+                self.release.close(AfterClose::Leak);
                 core::mem::forget(retired_eq);
                 core::mem::forget(self.eq.take());
                 core::mem::forget(self.cmdq.take());
@@ -1148,6 +886,8 @@ impl<P: Platform + Clone> Hca<P> {
                 core::mem::forget(pages);
             }
         }
+        // PDs and transport domains dropped from now on are not noted.
+        self.mailbox.give_up();
         first
     }
 
@@ -1224,70 +964,5 @@ impl<P: Platform + Clone> Drop for Hca<P> {
         if self.cmdq.is_some() {
             let _ = self.teardown();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use uhca_fwif::doorbell::{EQ_DOORBELL_OFFSET, EQ_DOORBELL_UPDATE_CI_OFFSET};
-    use uhca_fwif::eqe::EQE_DATA_OFFSET;
-    use uhca_hal::testing::{FAKE_UAR, FakePlatform};
-
-    /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs
-    /// (update only), then arms once at the end: the device may keep writing during the
-    /// drain and must find released entries.
-    #[test]
-    fn a_long_drain_updates_the_consumer_index_every_spare_count() {
-        let p = FakePlatform::new();
-        let log = 9u8;
-        let buf = DmaBuf::alloc(&p, 64 << log, ADAPTER_PAGE_SIZE).unwrap();
-        let base = buf.iova();
-        let mut eq = EventQueue {
-            ring: EqRing::new(buf, 5, log).unwrap(),
-            uar_offset: FAKE_UAR,
-        };
-        const N: u32 = 300;
-        for i in 0..N as u64 {
-            let e = Eqe {
-                r#type: EventType::PortChange.raw(),
-                sub_type: PortChangeSubtype::Active.raw(),
-                ..Default::default()
-            };
-            let mut bytes = [0u8; 64];
-            bytes.copy_from_slice(e.as_bytes());
-            bytes[EQE_DATA_OFFSET + 8] = 1 << 4;
-            // First pass over the ring: owner bit 0 is software's.
-            bytes[63] = 0;
-            p.dma.device_write(base + i * 64, &bytes);
-        }
-        let mut pages = PagePool::new(&p);
-        let mut events = EventLog::default();
-        p.bar.clear_log();
-        drain_eq(
-            &&p,
-            &mut eq,
-            &mut pages,
-            &mut PageOwners::default(),
-            &mut events,
-            &mut |_| {},
-            &mut |_, _, _| unreachable!("no page request"),
-        )
-        .unwrap();
-        let doorbells: Vec<(usize, u64)> = p
-            .bar
-            .write_log()
-            .into_iter()
-            .filter(|&(off, _)| (FAKE_UAR + EQ_DOORBELL_OFFSET..FAKE_UAR + 0x50).contains(&off))
-            .collect();
-        let db = |off: usize, ci: u32| (FAKE_UAR + off, ((5u32 << 24) | ci) as u64);
-        assert_eq!(
-            doorbells,
-            vec![
-                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 128),
-                db(EQ_DOORBELL_UPDATE_CI_OFFSET, 256),
-                db(EQ_DOORBELL_OFFSET, N),
-            ]
-        );
     }
 }

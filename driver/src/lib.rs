@@ -21,10 +21,13 @@ pub use uhca_vfio as vfio;
 pub mod addr;
 pub mod caps;
 pub mod error;
+mod events;
 pub mod hca;
 pub mod pages;
+pub mod release;
 pub mod verbs;
 
 pub use error::{Error, Result};
 pub use hca::{AsyncEvent, Hca, HcaConfig, TeardownMode};
+pub use release::ObjectKind;
 pub use verbs::Failed;

@@ -1,14 +1,21 @@
-//! The firmware page pool.
+//! Firmware pages: the pool, and giving and taking them with MANAGE_PAGES.
 //!
 //! The firmware runs on memory the driver gives it, in 4 KiB pages (boot and init pages
 //! during bring-up, more on request at run time, all taken back at teardown). The pool
 //! allocates DMA memory in 2 MiB chunks and hands out their pages, tracking each with a
 //! bit, so it needs no allocator and can find a returned page from its address alone.
+//! The driver gives and takes pages in MANAGE_PAGES batches of at most 512 addresses, for
+//! the function the firmware names, and counts how many each function holds.
 
 use heapless::Vec;
-use uhca_fwif::consts::ADAPTER_PAGE_SIZE;
+use uhca_fwif::cmd::{Command, ManagePagesIn, ManagePagesOut};
+use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, ManagePagesOpMod};
+use uhca_hal::Platform;
+use uhca_hal::cmdq::CmdError;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::{Dma, DmaError};
+
+use crate::error::Error;
 
 /// Bytes per chunk of pages.
 pub const CHUNK_BYTES: usize = 2 << 20;
@@ -159,6 +166,220 @@ impl<D: Dma + Clone> PagePool<D> {
             }
         }
     }
+}
+
+// MANAGE_PAGES: giving pages to the firmware and taking them back, in batches, for the
+// function the firmware names.
+
+/// Most page addresses in one MANAGE_PAGES (4 KiB of `pas`, as Linux and mlx5st batch).
+const PAGES_PER_COMMAND: usize = 512;
+/// Bit 15 of a page request's `ec_function` word: the pages are for the embedded CPU
+/// function (Linux `pagealloc.c` `EC_FUNCTION_MASK`).
+pub(crate) const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
+/// Bit 14 of a page request's `ec_function` word: the firmware released every page of the
+/// function at once; the driver frees them without MANAGE_PAGES (Linux `pagealloc.c`
+/// `RELEASE_ALL_PAGES_MASK` and `release_all_pages`). The firmware sends it only to a
+/// driver that set the `release_all_pages` capability, as this one does.
+pub(crate) const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
+/// Most functions the driver holds firmware pages for (a lone function needs one).
+const MAX_PAGE_FUNCTIONS: usize = 4;
+
+/// The function firmware pages are given to or taken from: MANAGE_PAGES `function_id` and
+/// `embedded_cpu_function`, as QUERY_PAGES or the page request named it (rdma-core
+/// `providers/mlx5/mlx5_vfio.c:1660`, `:1676`, `:266`; Linux `pagealloc.c`
+/// `mlx5_satisfy_startup_pages`, `req_pages_handler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageFunction {
+    pub(crate) id: u16,
+    pub(crate) ec: bool,
+}
+
+impl PageFunction {
+    pub(crate) fn set_in(self, input: &mut ManagePagesIn) {
+        input
+            .set_function_id(self.id)
+            .set_embedded_cpu_function(self.ec);
+    }
+}
+
+/// How many pages each function holds (the pool only knows the total).
+#[derive(Debug, Default)]
+pub(crate) struct PageOwners {
+    list: heapless::Vec<(PageFunction, u32), MAX_PAGE_FUNCTIONS>,
+}
+
+impl PageOwners {
+    pub(crate) fn count(&self, f: PageFunction) -> u32 {
+        self.list
+            .iter()
+            .find(|(g, _)| *g == f)
+            .map_or(0, |&(_, n)| n)
+    }
+
+    pub(crate) fn add(&mut self, f: PageFunction, n: u32) -> crate::error::Result<()> {
+        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
+            *c += n;
+            return Ok(());
+        }
+        self.list
+            .push((f, n))
+            .map_err(|_| Error::Unsupported("firmware pages for more than 4 functions"))
+    }
+
+    pub(crate) fn sub(&mut self, f: PageFunction, n: u32) {
+        if let Some((_, c)) = self.list.iter_mut().find(|(g, _)| *g == f) {
+            *c = c.saturating_sub(n);
+        }
+        self.list.retain(|&(_, c)| c > 0);
+    }
+
+    /// The first function that still holds pages.
+    pub(crate) fn first(&self) -> Option<PageFunction> {
+        self.list.first().map(|&(f, _)| f)
+    }
+}
+
+/// Sends one MANAGE_PAGES (through the page slot, from wherever the driver is).
+pub(crate) type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) -> core::result::Result<ManagePagesOut, CmdError>
+    + 'a;
+
+/// The firmware dropped every page of `function` at once: they are free again, with no
+/// command (Linux `pagealloc.c` `release_all_pages`).
+pub(crate) fn release_all_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+) -> crate::error::Result<()> {
+    let n = owners.count(function);
+    if n == 0 {
+        // Nothing given to that function (Linux warns and does nothing).
+        return Ok(());
+    }
+    if n as usize != pages.given() {
+        // The pool does not know which pages are whose.
+        return Err(Error::Unsupported(
+            "release of all pages of one of several functions",
+        ));
+    }
+    pages.forget_all();
+    owners.sub(function, n);
+    Ok(())
+}
+
+/// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
+/// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
+pub(crate) fn give_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+    mut n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> crate::error::Result<()> {
+    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
+    while n > 0 {
+        let batch = (n as usize).min(PAGES_PER_COMMAND);
+        let mut got = 0;
+        let mut failure = None;
+        while got < batch {
+            match pages.give_one() {
+                Ok(iova) => {
+                    pas[got * 8..got * 8 + 8].copy_from_slice(&iova.to_be_bytes());
+                    got += 1;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if got > 0 {
+            let mut input = ManagePagesIn::new_cmd();
+            input
+                .set_op_mod(ManagePagesOpMod::Give.raw())
+                .set_input_num_entries(got as u32);
+            function.set_in(&mut input);
+            let given = owners.add(function, got as u32).and_then(|()| {
+                manage_pages(&input, &pas[..got * 8], &mut []).map_err(|e| {
+                    owners.sub(function, got as u32);
+                    Error::from(e)
+                })
+            });
+            if let Err(e) = given {
+                // The firmware did not take them: they are ours again.
+                for chunk in pas[..got * 8].chunks_exact(8) {
+                    let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
+                    let _ = pages.take_back(iova);
+                }
+                return Err(e);
+            }
+        }
+        if let Some(e) = failure {
+            let mut input = ManagePagesIn::new_cmd();
+            input.set_op_mod(ManagePagesOpMod::CantGive.raw());
+            function.set_in(&mut input);
+            manage_pages(&input, &[], &mut [])?;
+            return Err(match e {
+                PageError::Dma(d) => Error::Dma(d),
+                _ => Error::OutOfPages,
+            });
+        }
+        n -= got as u32;
+    }
+    Ok(())
+}
+
+/// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
+/// (stops at the first empty reply).
+pub(crate) fn take_pages<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+    mut n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> crate::error::Result<u32> {
+    let mut total = 0;
+    while n > 0 {
+        let returned = take_pages_once(pages, owners, function, n, manage_pages)?;
+        total += returned;
+        if returned == 0 {
+            break;
+        }
+        n -= returned;
+    }
+    Ok(total)
+}
+
+/// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
+/// returns how many the firmware gave back.
+pub(crate) fn take_pages_once<P: Platform + Clone>(
+    pages: &mut PagePool<P>,
+    owners: &mut PageOwners,
+    function: PageFunction,
+    n: u32,
+    manage_pages: &mut ManagePagesFn<'_>,
+) -> crate::error::Result<u32> {
+    let mut pas = [0u8; PAGES_PER_COMMAND * 8];
+    let batch = (n as usize).min(PAGES_PER_COMMAND);
+    let mut input = ManagePagesIn::new_cmd();
+    input
+        .set_op_mod(ManagePagesOpMod::Take.raw())
+        .set_input_num_entries(batch as u32);
+    function.set_in(&mut input);
+    let out = manage_pages(&input, &[], &mut pas[..batch * 8])?;
+    let returned = out.output_num_entries() as usize;
+    if returned > batch {
+        return Err(Error::DeviceMisbehaved(
+            "MANAGE_PAGES returned more pages than asked",
+        ));
+    }
+    for chunk in pas[..returned * 8].chunks_exact(8) {
+        let iova = u64::from_be_bytes(chunk.try_into().unwrap_or([0; 8]));
+        pages
+            .take_back(iova)
+            .map_err(|_| Error::DeviceMisbehaved("firmware returned a page it was not given"))?;
+        owners.sub(function, 1);
+    }
+    Ok(returned as u32)
 }
 
 #[cfg(test)]

@@ -767,7 +767,7 @@ fn roce_gids_install_query_and_clear() {
 }
 
 #[test]
-fn objects_dropped_without_destroy_leak_safely() {
+fn an_object_dropped_without_destroy_keeps_its_memory_until_the_hca_destroys_it() {
     let (dev, mut hca) = open(PortType::Ethernet);
     let pd = hca.alloc_pd().unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
@@ -776,8 +776,13 @@ fn objects_dropped_without_destroy_leak_safely() {
     // The key still names the memory, so the memory stays mapped (never reused).
     assert!(dev.is_mapped(iova, 4096));
     assert_eq!(dev.objects().mkeys, 1);
-    // Teardown takes the firmware objects with it.
+    // Close destroys it (and the PD) before the teardown, then frees its memory.
+    let n = commands(&dev);
+    drop(pd);
     hca.close().unwrap();
+    let ops: Vec<CmdOpcode> = dev.command_log()[n..].iter().map(|c| c.opcode).collect();
+    assert_eq!(&ops[..2], &[CmdOpcode::DestroyMkey, CmdOpcode::DeallocPd]);
+    assert!(!dev.is_mapped(iova, 4096));
     assert_eq!(dev.hca_state(), uhca_mock::HcaState::TornDown);
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
 }

@@ -430,6 +430,11 @@ impl<M: DmaMem> CqRing<M> {
         &self.mem
     }
 
+    /// Gives the memory back (for freeing once the device no longer uses the CQ).
+    pub fn into_mem(self) -> M {
+        self.mem
+    }
+
     /// The IOVA of the doorbell record (CREATE_CQ's `dbr_addr`).
     pub fn dbr_iova(&self) -> u64 {
         self.mem.iova() + self.dbr as u64

@@ -11,6 +11,7 @@ use super::dp::{QpHandle, QpMap};
 use super::{Failed, MAX_PAS, PagePlan, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
+use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
 /// MODIFY_CQ `modify_field_select`: `cq_period`.
 const MODIFY_CQ_PERIOD: u32 = 1 << 0;
@@ -71,6 +72,8 @@ pub struct Cq<P: Platform + Clone> {
     /// The QPs that complete here (filled when they are created; see `verbs::dp`).
     map: core::cell::RefCell<QpMap<P>>,
     hca_id: u64,
+    /// Its place in the HCA's release queue (`None` once destroyed).
+    ticket: Option<Ticket<P>>,
 }
 
 impl<P: Platform + Clone> Cq<P> {
@@ -220,9 +223,19 @@ impl<P: Platform + Clone> Cq<P> {
 
 impl<P: Platform + Clone> Drop for Cq<P> {
     fn drop(&mut self) {
-        // Not destroyed: the device may still write CQEs and read the doorbell record.
+        // Not destroyed: the device may still write CQEs and read the doorbell record, so
+        // the ring is freed only after the HCA's DESTROY_CQ (`crate::release`).
         if let Some(r) = self.ring.take() {
-            core::mem::forget(r);
+            match self.ticket.take() {
+                Some(t) => t.release(Dropped {
+                    kind: ObjectKind::Cq,
+                    number: self.cqn,
+                    held: Held::cq(r),
+                    qp: None,
+                    busy_at: None,
+                }),
+                None => core::mem::forget(r),
+            }
         }
     }
 }
@@ -247,6 +260,7 @@ impl<P: Platform + Clone> Hca<P> {
             ));
         }
         let log = log2_ceil(entries);
+        let ticket = self.release_ticket()?;
         let map = QpMap::new(self.platform().clone(), 16)?;
         let layout = CqLayout::new(0, log);
         let plan = PagePlan::for_bytes(layout.cqe_bytes());
@@ -300,6 +314,7 @@ impl<P: Platform + Clone> Hca<P> {
             p: self.platform().clone(),
             map: core::cell::RefCell::new(map),
             hca_id: self.id(),
+            ticket: Some(ticket),
         })
     }
 }

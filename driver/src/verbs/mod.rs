@@ -18,16 +18,29 @@
 //! `destroy` sends the firmware's destroy command and only then frees the object's DMA
 //! memory. If the device refuses (an object still in use, a dead device), `destroy` gives
 //! the object back inside [`Failed`], so it can be retried; `?` turns a [`Failed`] into its
-//! [`Error`] (dropping the object).
+//! [`Error`] (dropping the object, see below). Call `destroy` to see the device's answer.
 //!
-//! Dropping an object that was not destroyed **leaks** it: the firmware keeps the object
-//! until the HCA is torn down, and its DMA memory (queues, doorbell records, registered
-//! buffers) is never given back to the platform, because the device may still write it.
-//! That is safe, never a use-after-free; destroy objects to get the memory back.
+//! Dropping an object that was not destroyed **releases** it, as dropping an `ibverbs`
+//! object does, but later: `Drop` has no `Hca` to send a command with, so the object goes
+//! on its HCA's release queue ([`crate::release`]), and the [`Hca`](crate::Hca) sends its
+//! destroy before its next command, in [`Hca::process_events`](crate::Hca::process_events)
+//! and in [`Hca::close`](crate::Hca::close). Dropping sends nothing, allocates nothing and
+//! takes no `Hca`, so objects may be dropped on any thread. The HCA destroys what was
+//! dropped in an order the device accepts (QPs, then SRQs, CQs, memory keys, PDs,
+//! transport domains), whatever order they were dropped in; an object the device still
+//! finds in use (a CQ dropped while the application keeps a QP on it) waits until
+//! something else is destroyed. Until its destroy, a dropped QP's completions still reach
+//! its CQs (after it, they are dropped, as after `destroy`). Its DMA memory (queues, doorbell records, registered
+//! buffers) goes back to the platform only once its destroy succeeded: if the device
+//! refuses otherwise or times out, the memory is leaked, never freed, and the HCA counts
+//! it ([`Hca::objects_leaked`](crate::Hca::objects_leaked)) and reports an
+//! [`AsyncEvent::ReleaseFailed`](crate::AsyncEvent::ReleaseFailed).
 //!
-//! Destroy every object before [`Hca::close`](crate::Hca::close): TEARDOWN_HCA removes
-//! whatever is left, but a CQ still attached to the driver's EQ makes DESTROY_EQ fail, and
-//! `close` reports that error (after finishing the teardown).
+//! Objects may outlive their `Hca`: once it is closed or dropped, bus mastering is off, and
+//! an object dropped afterwards has its memory freed at once (or leaked, if the HCA could
+//! not turn bus mastering off). A CQ still alive at [`Hca::close`](crate::Hca::close) is
+//! still attached to the driver's EQ and makes DESTROY_EQ fail; `close` reports that
+//! error (after finishing the teardown, which removes whatever objects are left).
 //!
 //! # The datapath
 //!
@@ -114,8 +127,8 @@ pub use wr::{
 
 /// A verbs operation failed; the object it consumed is given back.
 ///
-/// `?` converts it into its [`Error`] (the object is then dropped, which leaks it: see the
-/// [module documentation](self)). Match on it to keep the object, for example to move a
+/// `?` converts it into its [`Error`] (the object is then dropped, which queues it for
+/// release by its HCA: see the [module documentation](self). Match on it to keep the object, for example to move a
 /// QP to RESET after a refused transition, or to retry a destroy.
 #[derive(Debug)]
 pub struct Failed<T> {

@@ -37,6 +37,7 @@ use uhca_hal::dma::{DmaBuf, DmaMem};
 use super::{Failed, MAX_PAS, Pd, Sge, device_may_hold};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
+use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
 /// `mkc.qpn` of a key not bound to a QP.
 const MKEY_QPN_UNBOUND: u32 = 0x00ff_ffff;
@@ -60,6 +61,8 @@ pub struct Mr<P: Platform + Clone> {
     pdn: u32,
     access: AccessFlags,
     hca_id: u64,
+    /// Its place in the HCA's release queue (`None` once destroyed).
+    ticket: Option<Ticket<P>>,
 }
 
 /// What QUERY_MKEY reports about a memory region.
@@ -203,9 +206,18 @@ impl<P: Platform + Clone> Mr<P> {
 impl<P: Platform + Clone> Drop for Mr<P> {
     fn drop(&mut self) {
         // Not destroyed: the key may still let the device (and remote peers) reach the
-        // memory, so it must never return to the allocator.
+        // memory, so it goes back only after the HCA's DESTROY_MKEY (`crate::release`).
         if let Some(b) = self.buf.take() {
-            core::mem::forget(b);
+            match self.ticket.take() {
+                Some(t) => t.release(Dropped {
+                    kind: ObjectKind::Mr,
+                    number: self.mkey_index,
+                    held: Held::buf(b),
+                    qp: None,
+                    busy_at: None,
+                }),
+                None => core::mem::forget(b),
+            }
         }
     }
 }
@@ -247,8 +259,18 @@ impl<P: Platform + Clone> Hca<P> {
         len: usize,
         access: AccessFlags,
     ) -> core::result::Result<Mr<P>, Failed<Option<DmaBuf<P>>>> {
+        let ticket = match self.release_ticket() {
+            Ok(t) => t,
+            Err(error) => {
+                return Err(Failed {
+                    object: Some(buf),
+                    error,
+                });
+            }
+        };
         match self.create_mtt_mkey(pd, &buf, offset, len, access) {
             Ok((mkey_index, key)) => Ok(Mr {
+                ticket: Some(ticket),
                 buf: Some(buf),
                 offset,
                 len,

@@ -8,12 +8,27 @@ use uhca_hal::Platform;
 use super::Failed;
 use crate::error::Result;
 use crate::hca::Hca;
+use crate::release::{MailboxRef, ObjectKind};
 
 /// A protection domain: memory regions, QPs and SRQs of one PD may work together.
+///
+/// Dropped without [`Pd::destroy`], it is deallocated at its HCA's next command (see
+/// [`crate::release`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Pd {
     pdn: u32,
     hca_id: u64,
+    mailbox: MailboxRef,
+    /// Not deallocated yet: dropping it queues DEALLOC_PD.
+    live: bool,
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        if self.live {
+            self.mailbox.post(ObjectKind::Pd, self.pdn);
+        }
+    }
 }
 
 impl Pd {
@@ -33,7 +48,7 @@ impl Pd {
     ///
     /// The PD back with the error, e.g. RES_BUSY while a memory region, QP or SRQ uses it.
     pub fn destroy<P: Platform + Clone>(
-        self,
+        mut self,
         hca: &mut Hca<P>,
     ) -> core::result::Result<(), Failed<Pd>> {
         if let Err(error) = hca.check_owner(self.hca_id) {
@@ -45,7 +60,10 @@ impl Pd {
         let mut d = DeallocPdIn::new_cmd();
         d.set_pd(self.pdn);
         match hca.exec(&d, &[], &mut []) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.live = false;
+                Ok(())
+            }
             Err(error) => Err(Failed {
                 object: self,
                 error,
@@ -56,9 +74,24 @@ impl Pd {
 
 /// A transport domain (`transport_domain`), the scope of Ethernet transport objects
 /// (TIRs and TISes) and of local loopback between them.
+///
+/// Dropped without [`TransportDomain::destroy`], it is deallocated at its HCA's next
+/// command (see [`crate::release`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct TransportDomain {
     tdn: u32,
+    hca_id: u64,
+    mailbox: MailboxRef,
+    /// Not deallocated yet: dropping it queues DEALLOC_TRANSPORT_DOMAIN.
+    live: bool,
+}
+
+impl Drop for TransportDomain {
+    fn drop(&mut self) {
+        if self.live {
+            self.mailbox.post(ObjectKind::TransportDomain, self.tdn);
+        }
+    }
 }
 
 impl TransportDomain {
@@ -73,13 +106,22 @@ impl TransportDomain {
     ///
     /// The domain back with the error.
     pub fn destroy<P: Platform + Clone>(
-        self,
+        mut self,
         hca: &mut Hca<P>,
     ) -> core::result::Result<(), Failed<TransportDomain>> {
+        if let Err(error) = hca.check_owner(self.hca_id) {
+            return Err(Failed {
+                object: self,
+                error,
+            });
+        }
         let mut d = DeallocTransportDomainIn::new_cmd();
         d.set_transport_domain(self.tdn);
         match hca.exec(&d, &[], &mut []) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.live = false;
+                Ok(())
+            }
             Err(error) => Err(Failed {
                 object: self,
                 error,
@@ -99,6 +141,8 @@ impl<P: Platform + Clone> Hca<P> {
         Ok(Pd {
             pdn: out.pd(),
             hca_id: self.id(),
+            mailbox: self.mailbox(),
+            live: true,
         })
     }
 
@@ -111,6 +155,9 @@ impl<P: Platform + Clone> Hca<P> {
         let out = self.exec(&AllocTransportDomainIn::new_cmd(), &[], &mut [])?;
         Ok(TransportDomain {
             tdn: out.transport_domain(),
+            hca_id: self.id(),
+            mailbox: self.mailbox(),
+            live: true,
         })
     }
 }

@@ -59,6 +59,7 @@ use crate::addr::{AddressHandle, StaticRate};
 use crate::caps::LinkLayer;
 use crate::error::{Error, Result};
 use crate::hca::Hca;
+use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
 mod sealed {
     pub trait Sealed {}
@@ -430,6 +431,8 @@ struct QpInner<P: Platform + Clone> {
     send_cqn: u32,
     recv_cqn: u32,
     srqn: Option<u32>,
+    /// Its place in the HCA's release queue.
+    ticket: Ticket<P>,
 }
 
 /// What posting needs of a QP, borrowed apart.
@@ -463,9 +466,16 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> core::fmt::Debug for Q
 
 impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
     fn drop(&mut self) {
-        // Not destroyed: the device may still use the queues and the doorbell record.
+        // Not destroyed: the device may still use the queues and the doorbell record, so
+        // the rings are freed only after the HCA's DESTROY_QP (`crate::release`).
         if let Some(i) = self.inner.take() {
-            core::mem::forget(i.rings);
+            i.ticket.release(Dropped {
+                kind: ObjectKind::Qp,
+                number: i.qpn,
+                held: Held::qp(i.rings),
+                qp: Some(i.shared),
+                busy_at: None,
+            });
         }
     }
 }
@@ -1072,8 +1082,9 @@ impl<P: Platform + Clone> Hca<P> {
         {
             self.check_owner(owner)?;
         }
-        // The work-request tables the CQs read (`verbs::dp`), before the command so a
-        // lack of memory sends nothing.
+        // The work-request tables the CQs read (`verbs::dp`) and the place in the release
+        // queue, before the command so a lack of memory sends nothing.
+        let ticket = self.release_ticket()?;
         let host = self.platform().clone();
         let sq_table = sizes
             .sq
@@ -1195,6 +1206,7 @@ impl<P: Platform + Clone> Hca<P> {
                 sig_all: false,
                 atomics: self.caps().atomic,
                 hca_id: self.id(),
+                ticket,
             }),
             _marker: PhantomData,
         })

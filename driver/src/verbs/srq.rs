@@ -21,6 +21,7 @@ use super::dp::{SrqHandle, SrqShadow, SrqShared};
 use super::{Failed, MAX_PAS, PagePlan, Pd, log2_ceil, release_unless_held};
 use crate::error::{Error, Result};
 use crate::hca::Hca;
+use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
 /// `wq.wq_type` of a linked-list work queue.
 const WQ_TYPE_LINKED_LIST: u8 = 0;
@@ -72,6 +73,8 @@ pub struct Srq<P: Platform + Clone> {
     dbr_offset: usize,
     max_wr: u32,
     max_sge: u32,
+    /// Its place in the HCA's release queue (`None` once destroyed).
+    ticket: Option<Ticket<P>>,
 }
 
 impl<P: Platform + Clone> Srq<P> {
@@ -215,9 +218,19 @@ impl<P: Platform + Clone> Srq<P> {
 
 impl<P: Platform + Clone> Drop for Srq<P> {
     fn drop(&mut self) {
-        // Not destroyed: the device may still read WQEs and the doorbell record.
+        // Not destroyed: the device may still read WQEs and the doorbell record, so the
+        // buffer is freed only after the HCA's DESTROY_RMP (`crate::release`).
         if let Some(b) = self.buf.take() {
-            core::mem::forget(b);
+            match self.ticket.take() {
+                Some(t) => t.release(Dropped {
+                    kind: ObjectKind::Srq,
+                    number: self.srqn,
+                    held: Held::buf(b),
+                    qp: None,
+                    busy_at: None,
+                }),
+                None => core::mem::forget(b),
+            }
         }
     }
 }
@@ -258,6 +271,7 @@ impl<P: Platform + Clone> Hca<P> {
         let wq_bytes = (cnt as usize) << log_stride;
         let dbr_offset = wq_bytes.next_multiple_of(64);
         let plan = PagePlan::for_bytes(wq_bytes);
+        let ticket = self.release_ticket()?;
         // The datapath's shadow of the WQEs (`verbs::dp`).
         let shadow = SrqShadow::new(self.platform().clone(), log_size)?;
         let mut buf = self.alloc_dma(dbr_offset + 64, plan.page_bytes())?;
@@ -318,6 +332,7 @@ impl<P: Platform + Clone> Hca<P> {
             dbr_offset,
             max_wr: (cnt - 1) as u32,
             max_sge: (stride / SEND_WQE_DS - 1) as u32,
+            ticket: Some(ticket),
         })
     }
 }

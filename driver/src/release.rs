@@ -1,0 +1,480 @@
+//! Releasing objects dropped without `destroy`: the release queue.
+//!
+//! Dropping a verbs object must not send a command (`Drop` has no `Hca` to send it with:
+//! objects do not borrow the `Hca`, and they may be dropped on another thread), and must
+//! not free DMA memory the device may still use. So dropping an object that was not
+//! destroyed *queues* it: "destroy QP n (or SRQ, CQ, MKEY, PD, transport domain), then
+//! free this memory". The [`Hca`](crate::Hca) sends those commands before its next command,
+//! in [`Hca::process_events`](crate::Hca::process_events) and in
+//! [`Hca::close`](crate::Hca::close), and frees each object's memory only once its destroy
+//! succeeded.
+//!
+//! Two places hold dropped objects:
+//!
+//! * Objects with DMA memory (QP, SRQ, CQ, MR) share a release queue with their HCA: a
+//!   list in host memory of the platform, sized at creation (every object holds a
+//!   reservation in it), so that `Drop` never allocates and always finds room. A slot is
+//!   the object's number, its one DMA buffer and, for a QP, the handle its CQs share (64
+//!   bytes on a 64-bit host); the queue doubles when full, so it holds at most twice as
+//!   many slots as there are live objects.
+//! * Protection and transport domains hold nothing but a number and carry no platform
+//!   type (`Pd` is not generic), so they note themselves in a process-wide mailbox of
+//!   their HCA ([`MAILBOXES`] of [`MAILBOX_LEN`] entries, in static memory). An HCA that
+//!   found no free mailbox (more than [`MAILBOXES`] HCAs open at once), or a mailbox full
+//!   when a domain is dropped, leaves that domain to teardown (TEARDOWN_HCA removes every
+//!   object), as before. A full mailbox counts what it could not take
+//!   ([`Hca::objects_left_to_teardown`](crate::Hca::objects_left_to_teardown)); an HCA
+//!   without one has nowhere to count, and says so with
+//!   [`Hca::releases_dropped_domains`](crate::Hca::releases_dropped_domains).
+//!
+//! Order: a QP uses its CQs, its SRQ and its PD; an SRQ its PD; a memory key its PD. The
+//! device refuses to destroy an object still in use (command status RES_BUSY, 0x6), so the HCA releases QPs,
+//! then SRQs, CQs, memory keys, PDs and transport domains, and an object the device
+//! still finds busy (a CQ dropped while the application keeps its QP) stays queued and is
+//! tried again after the next object is destroyed. That is how Linux cleans up the
+//! objects a process left behind (`drivers/infiniband/core/rdma_core.c`,
+//! `uverbs_destroy_ufile_hw` and `__uverbs_cleanup_ufile`: pass over every object, and
+//! pass again while the last pass destroyed something), with the dependency order as a
+//! first guess so that one pass usually suffices.
+//!
+//! After the HCA is gone (closed or dropped), bus mastering is off: an object dropped then
+//! has its memory freed at once (the device can no longer reach it), or leaked if the
+//! HCA could not turn bus mastering off.
+
+use uhca_fwif::cmd::{
+    Command, DeallocPdIn, DeallocTransportDomainIn, DestroyCqIn, DestroyMkeyIn, DestroyQpIn,
+    DestroyRmpIn,
+};
+use uhca_hal::Platform;
+use uhca_hal::cq::CqRing;
+use uhca_hal::dma::DmaBuf;
+use uhca_hal::host::{HostArc, HostArray, SpinLock};
+use uhca_hal::wq::QpRings;
+
+use crate::error::Result;
+use crate::verbs::dp::QpHandle;
+
+/// A kind of device object, in the order dropped objects are released (users before what
+/// they use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum ObjectKind {
+    /// A queue pair (DESTROY_QP).
+    Qp,
+    /// A shared receive queue (DESTROY_RMP).
+    Srq,
+    /// A completion queue (DESTROY_CQ).
+    Cq,
+    /// A memory key (DESTROY_MKEY).
+    Mr,
+    /// A protection domain (DEALLOC_PD).
+    Pd,
+    /// A transport domain (DEALLOC_TRANSPORT_DOMAIN).
+    TransportDomain,
+}
+
+/// Memory a dropped object leaves for after its destroy: an MR's registered buffer, an
+/// SRQ's queue, a CQ's ring, a QP's rings (each one DMA buffer), or nothing (a PD or
+/// transport domain).
+pub(crate) struct Held<P: Platform + Clone>(Option<DmaBuf<P>>);
+
+impl<P: Platform + Clone> Held<P> {
+    /// No memory.
+    pub(crate) fn nothing() -> Self {
+        Held(None)
+    }
+
+    /// A buffer.
+    pub(crate) fn buf(b: DmaBuf<P>) -> Self {
+        Held(Some(b))
+    }
+
+    /// A CQ's ring.
+    pub(crate) fn cq(r: CqRing<DmaBuf<P>>) -> Self {
+        Held(Some(r.into_mem()))
+    }
+
+    /// A QP's rings.
+    pub(crate) fn qp(r: QpRings<DmaBuf<P>>) -> Self {
+        Held(Some(r.into_mem()))
+    }
+
+    /// Never gives the memory back (the device may still use it).
+    pub(crate) fn leak(self) {
+        core::mem::forget(self);
+    }
+}
+
+/// A dropped object waiting for its destroy command.
+pub(crate) struct Dropped<P: Platform + Clone> {
+    pub(crate) kind: ObjectKind,
+    /// QPN, RMP number, CQN, memory key index, PD or transport domain number.
+    pub(crate) number: u32,
+    pub(crate) held: Held<P>,
+    /// A QP's state shared with its CQs: marked destroyed once DESTROY_QP succeeded.
+    pub(crate) qp: Option<QpHandle<P>>,
+    /// The destroy was refused as busy when `State::epoch` had this value: not tried again
+    /// until another object is destroyed.
+    pub(crate) busy_at: Option<u64>,
+}
+
+impl<P: Platform + Clone> Dropped<P> {
+    /// A dropped object with no memory.
+    pub(crate) fn number_only(kind: ObjectKind, number: u32) -> Self {
+        Dropped {
+            kind,
+            number,
+            held: Held::nothing(),
+            qp: None,
+            busy_at: None,
+        }
+    }
+
+    /// Its destroy command.
+    pub(crate) fn command(&self) -> Cmd {
+        let n = self.number;
+        match self.kind {
+            ObjectKind::Qp => {
+                let mut d = DestroyQpIn::new_cmd();
+                d.set_qpn(n);
+                Cmd::Qp(d)
+            }
+            ObjectKind::Srq => {
+                let mut d = DestroyRmpIn::new_cmd();
+                d.set_rmpn(n);
+                Cmd::Srq(d)
+            }
+            ObjectKind::Cq => {
+                let mut d = DestroyCqIn::new_cmd();
+                d.set_cqn(n);
+                Cmd::Cq(d)
+            }
+            ObjectKind::Mr => {
+                let mut d = DestroyMkeyIn::new_cmd();
+                d.set_mkey_index(n);
+                Cmd::Mr(d)
+            }
+            ObjectKind::Pd => {
+                let mut d = DeallocPdIn::new_cmd();
+                d.set_pd(n);
+                Cmd::Pd(d)
+            }
+            ObjectKind::TransportDomain => {
+                let mut d = DeallocTransportDomainIn::new_cmd();
+                d.set_transport_domain(n);
+                Cmd::Td(d)
+            }
+        }
+    }
+}
+
+/// One destroy command.
+pub(crate) enum Cmd {
+    Qp(DestroyQpIn),
+    Srq(DestroyRmpIn),
+    Cq(DestroyCqIn),
+    Mr(DestroyMkeyIn),
+    Pd(DeallocPdIn),
+    Td(DeallocTransportDomainIn),
+}
+
+/// What happens to an object dropped after its HCA is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterClose {
+    /// Bus mastering is off: free the memory.
+    Free,
+    /// Bus mastering could not be turned off: leak the memory.
+    Leak,
+}
+
+pub(crate) struct State<P: Platform + Clone> {
+    /// `slots[..len]` hold dropped objects.
+    slots: HostArray<Option<Dropped<P>>, P>,
+    len: usize,
+    /// Reservations: live objects plus queued ones (never above `slots.len()`).
+    reserved: usize,
+    /// Objects destroyed so far (a busy refusal is retried once it moved).
+    pub(crate) epoch: u64,
+    /// `Some` once the HCA is torn down.
+    closed: Option<AfterClose>,
+}
+
+/// The list of dropped objects an HCA shares with the objects it created.
+pub(crate) struct ReleaseQueue<P: Platform + Clone> {
+    state: HostArc<SpinLock<State<P>>, P>,
+}
+
+impl<P: Platform + Clone> ReleaseQueue<P> {
+    /// An empty queue with room for `cap` objects.
+    pub(crate) fn new(p: &P, cap: usize) -> Result<Self> {
+        let slots = HostArray::new(p.clone(), cap, |_| None)?;
+        let state = HostArc::new(
+            p.clone(),
+            SpinLock::new(State {
+                slots,
+                len: 0,
+                reserved: 0,
+                epoch: 0,
+                closed: None,
+            }),
+        )?;
+        Ok(ReleaseQueue { state })
+    }
+
+    /// A reservation for one more object, growing the queue first if needed (at creation,
+    /// never in `Drop`).
+    pub(crate) fn reserve(&self) -> Result<Ticket<P>> {
+        loop {
+            let cap = {
+                let mut s = self.state.lock();
+                if s.reserved < s.slots.len() {
+                    s.reserved += 1;
+                    return Ok(Ticket {
+                        state: Some(self.state.clone()),
+                    });
+                }
+                s.slots.len()
+            };
+            // Allocate outside the lock, then move the entries over.
+            let host = self.state.lock().slots.host().clone();
+            let mut bigger = HostArray::new(host, (cap * 2).max(16), |_| None)?;
+            let mut s = self.state.lock();
+            if bigger.len() > s.slots.len() {
+                let len = s.len;
+                for (dst, src) in bigger.iter_mut().zip(s.slots[..len].iter_mut()) {
+                    *dst = src.take();
+                }
+                // The old array (all `None` now) is freed when the guard's value is replaced.
+                core::mem::swap(&mut s.slots, &mut bigger);
+            }
+            drop(s);
+            drop(bigger);
+        }
+    }
+
+    /// Whether any dropped object waits that may be released now.
+    pub(crate) fn has_work(&self) -> bool {
+        let s = self.state.lock();
+        s.slots[..s.len]
+            .iter()
+            .flatten()
+            .any(|d| d.busy_at != Some(s.epoch))
+    }
+
+    /// Takes the next dropped object to release (the first kind in release order not
+    /// refused as busy since the last destroy).
+    pub(crate) fn take_next(&self) -> Option<Dropped<P>> {
+        let mut s = self.state.lock();
+        let epoch = s.epoch;
+        let len = s.len;
+        let i = s.slots[..len]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.as_ref().map(|d| (i, d)))
+            .filter(|(_, d)| d.busy_at != Some(epoch))
+            .min_by_key(|(_, d)| d.kind)
+            .map(|(i, _)| i)?;
+        let d = s.slots[i].take();
+        s.slots.swap(i, len - 1);
+        s.len -= 1;
+        d
+    }
+
+    /// Puts back an object the device found busy.
+    pub(crate) fn put_back(&self, mut d: Dropped<P>) {
+        let mut s = self.state.lock();
+        d.busy_at = Some(s.epoch);
+        let len = s.len;
+        // Room: it was taken out just before, and its reservation is still held.
+        s.slots[len] = Some(d);
+        s.len += 1;
+    }
+
+    /// An object was destroyed (or given up): its reservation goes.
+    pub(crate) fn finished(&self) {
+        let mut s = self.state.lock();
+        s.reserved = s.reserved.saturating_sub(1);
+        s.epoch += 1;
+    }
+
+    /// Queues an object (a PD from a mailbox) under a new reservation.
+    pub(crate) fn push(&self, d: Dropped<P>) -> Result<()> {
+        let t = self.reserve()?;
+        t.release(d);
+        Ok(())
+    }
+
+    /// The HCA is torn down: what is still queued is freed (`Free`) or leaked, and so is
+    /// what is dropped later.
+    pub(crate) fn close(&self, after: AfterClose) {
+        let mut s = self.state.lock();
+        s.closed = Some(after);
+        let len = s.len;
+        for slot in s.slots[..len].iter_mut() {
+            if let Some(d) = slot.take() {
+                dispose(d, after);
+            }
+        }
+        s.len = 0;
+    }
+}
+
+fn dispose<P: Platform + Clone>(d: Dropped<P>, after: AfterClose) {
+    match after {
+        AfterClose::Free => drop(d),
+        AfterClose::Leak => d.held.leak(),
+    }
+}
+
+/// An object's reservation in its HCA's release queue: dropping the object hands its
+/// destroy to the queue ([`Ticket::release`]); dropping the ticket alone (the object was
+/// destroyed, or never created) gives the reservation back.
+pub(crate) struct Ticket<P: Platform + Clone> {
+    state: Option<HostArc<SpinLock<State<P>>, P>>,
+}
+
+impl<P: Platform + Clone> Ticket<P> {
+    /// Queues the dropped object for its HCA (or frees or leaks its memory if the HCA is
+    /// gone). Never allocates.
+    pub(crate) fn release(mut self, d: Dropped<P>) {
+        let Some(state) = self.state.take() else {
+            d.held.leak();
+            return;
+        };
+        let mut s = state.lock();
+        if let Some(after) = s.closed {
+            s.reserved = s.reserved.saturating_sub(1);
+            drop(s);
+            dispose(d, after);
+            return;
+        }
+        let len = s.len;
+        if len < s.slots.len() {
+            s.slots[len] = Some(d);
+            s.len += 1;
+        } else {
+            // Cannot happen (every reservation has a slot); never free what the device
+            // may use.
+            s.reserved = s.reserved.saturating_sub(1);
+            d.held.leak();
+        }
+    }
+}
+
+impl<P: Platform + Clone> Drop for Ticket<P> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            let mut s = state.lock();
+            s.reserved = s.reserved.saturating_sub(1);
+            s.epoch += 1;
+        }
+    }
+}
+
+impl<P: Platform + Clone> core::fmt::Debug for Ticket<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Ticket")
+    }
+}
+
+/// Process-wide mailboxes for dropped PDs and transport domains, one per open HCA.
+pub const MAILBOXES: usize = 64;
+/// Dropped PDs and transport domains one mailbox holds until its HCA's next command.
+pub const MAILBOX_LEN: usize = 64;
+
+pub(crate) struct Mailbox {
+    /// The HCA id using it; 0 when free.
+    owner: u64,
+    entries: heapless::Vec<(ObjectKind, u32), MAILBOX_LEN>,
+    /// Domains dropped while the mailbox was full.
+    overflow: u64,
+}
+
+static MAILBOX_TABLE: [SpinLock<Mailbox>; MAILBOXES] = [const {
+    SpinLock::new(Mailbox {
+        owner: 0,
+        entries: heapless::Vec::new(),
+        overflow: 0,
+    })
+}; MAILBOXES];
+
+/// Where a PD or transport domain notes itself when dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MailboxRef {
+    index: Option<u8>,
+    hca_id: u64,
+}
+
+impl MailboxRef {
+    /// Claims a free mailbox for HCA `hca_id` (none if all are taken).
+    pub(crate) fn claim(hca_id: u64) -> Self {
+        let index = MAILBOX_TABLE.iter().position(|m| {
+            let mut m = m.lock();
+            if m.owner == 0 {
+                m.owner = hca_id;
+                m.entries.clear();
+                m.overflow = 0;
+                true
+            } else {
+                false
+            }
+        });
+        MailboxRef {
+            index: index.map(|i| i as u8),
+            hca_id,
+        }
+    }
+
+    /// Notes a dropped domain, if its HCA still owns the mailbox.
+    pub(crate) fn post(&self, kind: ObjectKind, number: u32) {
+        let Some(i) = self.index else { return };
+        let mut m = MAILBOX_TABLE[i as usize].lock();
+        if m.owner == self.hca_id && m.entries.push((kind, number)).is_err() {
+            m.overflow += 1;
+        }
+    }
+
+    /// Whether the HCA got a mailbox.
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.index.is_some()
+    }
+
+    /// Whether a dropped domain waits.
+    pub(crate) fn has_mail(&self) -> bool {
+        self.index
+            .is_some_and(|i| !MAILBOX_TABLE[i as usize].lock().entries.is_empty())
+    }
+
+    /// Takes the oldest dropped domain.
+    pub(crate) fn take(&self) -> Option<(ObjectKind, u32)> {
+        let i = self.index?;
+        let mut m = MAILBOX_TABLE[i as usize].lock();
+        if m.owner != self.hca_id || m.entries.is_empty() {
+            return None;
+        }
+        Some(m.entries.remove(0))
+    }
+
+    /// Puts a domain back (no room left in the release queue).
+    pub(crate) fn put_back(&self, kind: ObjectKind, number: u32) {
+        self.post(kind, number);
+    }
+
+    /// Domains dropped while the mailbox was full.
+    pub(crate) fn overflow(&self) -> u64 {
+        self.index
+            .map_or(0, |i| MAILBOX_TABLE[i as usize].lock().overflow)
+    }
+
+    /// The HCA is gone: frees the mailbox (domains dropped later are not noted).
+    pub(crate) fn give_up(&self) {
+        if let Some(i) = self.index {
+            let mut m = MAILBOX_TABLE[i as usize].lock();
+            if m.owner == self.hca_id {
+                m.owner = 0;
+                m.entries.clear();
+                m.overflow = 0;
+            }
+        }
+    }
+}
