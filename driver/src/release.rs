@@ -47,7 +47,7 @@ use uhca_fwif::cmd::{
 };
 use uhca_hal::Platform;
 use uhca_hal::cq::CqRing;
-use uhca_hal::dma::DmaBuf;
+use uhca_hal::dma::{DmaBuf, MappedBuf};
 use uhca_hal::host::{HostArc, HostArray, SpinLock};
 use uhca_hal::wq::QpRings;
 
@@ -73,30 +73,43 @@ pub enum ObjectKind {
     TransportDomain,
 }
 
-/// Memory a dropped object leaves for after its destroy: an MR's registered buffer, an
+/// Memory a dropped object leaves for after its destroy: an MR's registered buffer (one the
+/// driver allocated, or a caller's buffer mapped for the device, which is unmapped), an
 /// SRQ's queue, a CQ's ring, a QP's rings (each one DMA buffer), or nothing (a PD or
 /// transport domain).
-pub(crate) struct Held<P: Platform + Clone>(Option<DmaBuf<P>>);
+pub(crate) enum Held<P: Platform + Clone> {
+    /// No memory.
+    Nothing,
+    /// A DMA buffer, freed after the destroy.
+    Buf(DmaBuf<P>),
+    /// A caller's buffer mapped for the device, unmapped (and freed) after the destroy.
+    Mapped(MappedBuf<P>),
+}
 
 impl<P: Platform + Clone> Held<P> {
     /// No memory.
     pub(crate) fn nothing() -> Self {
-        Held(None)
+        Held::Nothing
     }
 
     /// A buffer.
     pub(crate) fn buf(b: DmaBuf<P>) -> Self {
-        Held(Some(b))
+        Held::Buf(b)
+    }
+
+    /// A caller's mapped buffer.
+    pub(crate) fn mapped(m: MappedBuf<P>) -> Self {
+        Held::Mapped(m)
     }
 
     /// A CQ's ring.
     pub(crate) fn cq(r: CqRing<DmaBuf<P>>) -> Self {
-        Held(Some(r.into_mem()))
+        Held::Buf(r.into_mem())
     }
 
     /// A QP's rings.
     pub(crate) fn qp(r: QpRings<DmaBuf<P>>) -> Self {
-        Held(Some(r.into_mem()))
+        Held::Buf(r.into_mem())
     }
 
     /// Never gives the memory back (the device may still use it).

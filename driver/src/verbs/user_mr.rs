@@ -23,12 +23,15 @@ use super::mr::region_sge;
 use super::{Failed, Pd, Sge, device_may_hold};
 use crate::error::Result;
 use crate::hca::Hca;
+use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
 /// A registered memory region over a caller's buffer (an MTT memory key over a
 /// [`MappedBuf`] it owns).
 #[derive(Debug)]
 pub struct UserMr<P: Platform + Clone> {
     mem: Option<MappedBuf<P>>,
+    /// Its place in the HCA's release queue (`crate::release`), used if it is dropped.
+    ticket: Option<Ticket<P>>,
     mkey_index: u32,
     key: u32,
     pdn: u32,
@@ -142,9 +145,18 @@ impl<P: Platform + Clone> UserMr<P> {
 impl<P: Platform + Clone> Drop for UserMr<P> {
     fn drop(&mut self) {
         // Not destroyed: the key may still let the device (and remote peers) reach the
-        // memory, so it stays mapped and is never freed.
+        // memory, so it is unmapped only after the HCA's DESTROY_MKEY (`crate::release`).
         if let Some(m) = self.mem.take() {
-            core::mem::forget(m);
+            match self.ticket.take() {
+                Some(t) => t.release(Dropped {
+                    kind: ObjectKind::Mr,
+                    number: self.mkey_index,
+                    held: Held::mapped(m),
+                    qp: None,
+                    busy_at: None,
+                }),
+                None => core::mem::forget(m),
+            }
         }
     }
 }
@@ -200,10 +212,20 @@ impl<P: Platform + Clone> Hca<P> {
         mem: MappedBuf<P>,
         access: AccessFlags,
     ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
+        let ticket = match self.release_ticket() {
+            Ok(t) => t,
+            Err(error) => {
+                return Err(Failed {
+                    object: Some(mem),
+                    error,
+                });
+            }
+        };
         let len = mem.len();
         match self.create_mtt_mkey(pd, &mem, 0, len, access) {
             Ok((mkey_index, key)) => Ok(UserMr {
                 mem: Some(mem),
+                ticket: Some(ticket),
                 mkey_index,
                 key,
                 pdn: pd.pdn(),
