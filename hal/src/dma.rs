@@ -169,6 +169,151 @@ impl<D: Dma> DmaBuf<D> {
         // The offset is in bounds, so the result stays inside the allocation.
         r.cpu.as_ptr().wrapping_add(off)
     }
+
+    #[inline(always)]
+    fn raw_len(&self) -> usize {
+        self.region().len
+    }
+
+    #[inline(always)]
+    fn raw_iova(&self) -> u64 {
+        self.region().iova
+    }
+}
+
+/// A range of byte offsets `start..end` of a DMA buffer.
+pub type Window = core::ops::Range<usize>;
+
+/// DMA memory that can lend two views of itself for disjoint byte ranges, each usable from
+/// its own thread while the memory is borrowed: how a QP's send and receive queues, which
+/// share one buffer, are posted to from two threads ([`QpRings::split`]).
+///
+/// Each view accepts the buffer's own offsets but only inside its windows: any access
+/// outside them panics, as an access outside the buffer does.
+///
+/// [`QpRings::split`]: crate::wq::QpRings::split
+pub trait DmaSplit: DmaMem {
+    /// A view of some windows of the memory.
+    type View<'a>: DmaMem + Send
+    where
+        Self: 'a;
+
+    /// Two views, the first for the windows `a` and the second for `b` (empty windows are
+    /// allowed and give no access).
+    ///
+    /// # Panics
+    ///
+    /// If a window lies outside the memory, or a window of `a` overlaps one of `b`.
+    fn split_windows(&mut self, a: [Window; 2], b: [Window; 2])
+    -> (Self::View<'_>, Self::View<'_>);
+}
+
+/// Checks that the windows lie in `0..len` and that no window of `a` overlaps one of `b`.
+fn check_windows(len: usize, a: &[Window; 2], b: &[Window; 2]) {
+    for w in a.iter().chain(b) {
+        assert!(
+            w.start <= w.end && w.end <= len,
+            "DMA window {w:?} outside a buffer of {len:#x} bytes"
+        );
+    }
+    for x in a.iter().filter(|w| !w.is_empty()) {
+        for y in b.iter().filter(|w| !w.is_empty()) {
+            assert!(
+                x.end <= y.start || y.end <= x.start,
+                "DMA windows {x:?} and {y:?} overlap"
+            );
+        }
+    }
+}
+
+/// A view of some byte ranges (windows) of a [`DmaBuf`], made by
+/// [`DmaSplit::split_windows`]: it reads and writes only inside its windows, through the
+/// same volatile, bounds-checked accessors as the buffer, at the buffer's offsets.
+///
+/// Two views of one buffer have disjoint windows and borrow the buffer mutably, so each is
+/// the only CPU-side accessor of its bytes while it lives: they can be used from two
+/// threads with no data race, while the buffer itself cannot be touched.
+pub struct DmaAlias<'a> {
+    // Invariant: `cpu` is the start of a live allocation of `len` bytes, 8-aligned, which
+    // lives for 'a; no one else accesses the bytes of `windows` from the CPU while the view
+    // lives (the buffer is mutably borrowed for 'a and the other view's windows are
+    // disjoint from these).
+    cpu: NonNull<u8>,
+    len: usize,
+    iova: u64,
+    windows: [Window; 2],
+    _borrow: core::marker::PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: the view is the only CPU-side accessor of its windows (invariant) and holds no
+// thread-bound state, so moving it to another thread moves that exclusive access.
+unsafe impl Send for DmaAlias<'_> {}
+
+impl core::fmt::Debug for DmaAlias<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DmaAlias")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("windows", &self.windows)
+            .finish()
+    }
+}
+
+impl DmaAlias<'_> {
+    /// Checks that `off..off + width` is inside one window and `off` is a multiple of
+    /// `align`, and returns the CPU pointer to `off`.
+    #[inline(always)]
+    fn ptr(&self, off: usize, width: usize, align: usize) -> *mut u8 {
+        let inside = |w: &Window| off >= w.start && off <= w.end && width <= w.end - off;
+        if !((inside(&self.windows[0]) || inside(&self.windows[1])) && off.is_multiple_of(align)) {
+            bad_window(off, width, &self.windows);
+        }
+        // The windows lie inside the allocation (checked at the split).
+        self.cpu.as_ptr().wrapping_add(off)
+    }
+
+    #[inline(always)]
+    fn raw_len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn raw_iova(&self) -> u64 {
+        self.iova
+    }
+}
+
+/// The panic of an access outside a view's windows.
+#[cold]
+#[inline(never)]
+fn bad_window(off: usize, width: usize, windows: &[Window; 2]) -> ! {
+    panic!(
+        "DMA access out of bounds or misaligned: offset {off:#x}, width {width}, outside the \
+         view's windows {windows:?}"
+    )
+}
+
+impl<D: Dma> DmaSplit for DmaBuf<D> {
+    type View<'a>
+        = DmaAlias<'a>
+    where
+        D: 'a;
+
+    fn split_windows(&mut self, a: [Window; 2], b: [Window; 2]) -> (DmaAlias<'_>, DmaAlias<'_>) {
+        let len = self.raw_len();
+        check_windows(len, &a, &b);
+        let cpu = self.region().cpu;
+        let iova = self.raw_iova();
+        let view = |windows| DmaAlias {
+            cpu,
+            len,
+            iova,
+            windows,
+            _borrow: core::marker::PhantomData,
+        };
+        // Both views borrow `self` mutably for their lifetime: the buffer cannot be used
+        // (nor dropped) while they live, and their windows are disjoint (checked above).
+        (view(a), view(b))
+    }
 }
 
 /// One volatile load of the `T` at `p`, through a read-only [`VolatilePtr`].
@@ -216,15 +361,21 @@ impl<D: Dma> Drop for DmaBuf<D> {
     }
 }
 
-impl<D: Dma> DmaMem for DmaBuf<D> {
+/// The [`DmaMem`] accessors of a type that has `raw_len`, `raw_iova` and
+/// `ptr(off, width, align)` (which checks the access and returns the CPU pointer to `off`,
+/// inside a live allocation that no one else on the CPU side accesses at those bytes while
+/// the value is borrowed: [`DmaBuf`], and [`DmaAlias`] within its windows).
+macro_rules! impl_dma_mem {
+    ([$($gen:tt)*] $ty:ty) => {
+impl<$($gen)*> DmaMem for $ty {
     #[inline(always)]
     fn len(&self) -> usize {
-        self.region().len
+        self.raw_len()
     }
 
     #[inline(always)]
     fn iova(&self) -> u64 {
-        self.region().iova
+        self.raw_iova()
     }
 
     #[inline(always)]
@@ -416,6 +567,11 @@ impl<D: Dma> DmaMem for DmaBuf<D> {
         }
     }
 }
+    };
+}
+
+impl_dma_mem!([D: Dma] DmaBuf<D>);
+impl_dma_mem!(['a] DmaAlias<'a>);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
