@@ -104,7 +104,7 @@ pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
 pub use dp::MAX_PENDING_CQ_EVENTS;
 pub use poll::{BadCqe, PollError};
-pub use post::RecvReady;
+pub use post::{RecvQueue, RecvReady, SendQueue};
 pub use wr::{
     BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrError,

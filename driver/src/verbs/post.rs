@@ -18,12 +18,16 @@ use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, Wq
 use uhca_fwif::wqe::INVALID_LKEY;
 use uhca_hal::Platform;
 use uhca_hal::barriers;
+use uhca_hal::dma::DmaAlias;
 use uhca_hal::dma::{DmaBuf, DmaMem};
-use uhca_hal::wq::{QpRings, WqError};
+use uhca_hal::platform::Bar;
+use uhca_hal::wq::{RecvRing, RqRing, SendRing, SqRing, WqError};
 
+use super::dp::QpShared;
 use super::qp::{QpStateKind, QpTransport, state};
 use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WrError};
 use super::{Qp, Srq};
+use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 use uhca_hal::wrid::SendEntry;
 
@@ -156,8 +160,8 @@ fn check_send(
 
 /// Builds the WQE of one checked send request.
 #[inline(always)]
-fn build_send<M: DmaMem>(
-    rings: &mut QpRings<M>,
+fn build_send<R: SendRing>(
+    rings: &mut R,
     opcode: WqeOpcode,
     flags: WqeCtrlFlags,
     wr: &SendWr<'_>,
@@ -244,9 +248,157 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     where
         I: IntoIterator<Item = &'w SendWr<'d>>,
     {
-        let bad = |index, error| BadWr { index, error };
         let d = self.datapath();
-        let sh = &**d.shared;
+        let side = SendSide {
+            shared: d.shared,
+            caps: *d.caps,
+            sig_all: *d.sig_all,
+            atomics: d.atomics,
+            st: T::ST,
+        };
+        side.post(d.rings, d.bar, wrs)
+    }
+
+    /// Splits the QP into its send side and its receive side, to be driven from two threads
+    /// at once (like `TcpStream`'s halves, or rdma-core's separate SQ and RQ locks):
+    /// [`SendQueue::post_send`] on one, [`RecvQueue::post_recv`] on the other, each exactly
+    /// as [`Qp::post_send`] and [`Qp::post_recv`] post. Both are [`Send`] and borrow the QP
+    /// until they are gone.
+    ///
+    /// They share nothing that either writes: the send side writes only the SQ, the send
+    /// counter of the doorbell record and the SQ's work-request table; the receive side
+    /// only the RQ, the receive counter and the RQ's table. The DMA buffer that holds both
+    /// queues is lent to each through a view restricted to its own bytes
+    /// ([`uhca_hal::dma::DmaSplit`]), and each table is shared with the CQ's poller through
+    /// its own protocol ([`uhca_hal::wrid`]).
+    ///
+    /// ```no_run
+    /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, RecvWr, Sge};
+    /// # fn f<P: uhca_hal::Platform + Clone + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
+    /// let (mut tx, mut rx) = qp.split();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || tx.post_send(&[SendWr::new(1, SendOp::Send, &[sge])]).unwrap());
+    ///     s.spawn(move || rx.post_recv(&[RecvWr { wr_id: 2, sg_list: &[sge] }]).unwrap());
+    /// });
+    /// # }
+    /// ```
+    pub fn split(&mut self) -> (SendQueue<'_, P, T>, RecvQueue<'_, P, T>) {
+        let d = self.datapath();
+        let (sq, rq) = d.rings.split();
+        (
+            SendQueue {
+                rings: sq,
+                bar: d.bar,
+                side: SendSide {
+                    shared: d.shared,
+                    caps: *d.caps,
+                    sig_all: *d.sig_all,
+                    atomics: d.atomics,
+                    st: T::ST,
+                },
+                _transport: PhantomData,
+            },
+            RecvQueue {
+                rings: rq,
+                side: RecvSide {
+                    shared: d.shared,
+                    caps: *d.caps,
+                },
+                _transport: PhantomData,
+            },
+        )
+    }
+}
+
+/// The send side of a QP in RTS, split from it with [`Qp::split`].
+pub struct SendQueue<'a, P: Platform + Clone, T: QpTransport> {
+    rings: SqRing<'a, DmaAlias<'a>>,
+    bar: &'a P,
+    side: SendSide<'a, P>,
+    _transport: PhantomData<fn() -> T>,
+}
+
+impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for SendQueue<'_, P, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SendQueue")
+            .field("qpn", &self.side.shared.qpn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> SendQueue<'_, P, T> {
+    /// Posts send work requests, as [`Qp::post_send`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::post_send`].
+    pub fn post_send<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w SendWr<'d>>,
+    {
+        self.side.post(&mut self.rings, self.bar, wrs)
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.side.shared.qpn
+    }
+}
+
+/// The receive side of a QP in RTS, split from it with [`Qp::split`].
+pub struct RecvQueue<'a, P: Platform + Clone, T: QpTransport> {
+    rings: RqRing<'a, DmaAlias<'a>>,
+    side: RecvSide<'a, P>,
+    _transport: PhantomData<fn() -> T>,
+}
+
+impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for RecvQueue<'_, P, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RecvQueue")
+            .field("qpn", &self.side.shared.qpn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> RecvQueue<'_, P, T> {
+    /// Posts receive work requests, as [`Qp::post_recv`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::post_recv`].
+    pub fn post_recv<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w RecvWr<'d>>,
+    {
+        self.side.post(&mut self.rings, wrs)
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.side.shared.qpn
+    }
+}
+
+/// What posting sends needs besides the rings: the one posting code of [`Qp::post_send`]
+/// and [`SendQueue::post_send`].
+struct SendSide<'a, P: Platform + Clone> {
+    shared: &'a QpShared<P>,
+    caps: super::QpCaps,
+    sig_all: bool,
+    atomics: bool,
+    st: QpServiceType,
+}
+
+impl<P: Platform + Clone> SendSide<'_, P> {
+    #[inline(always)]
+    fn post<'w, 'd: 'w, I, R, B>(&self, rings: &mut R, bar: &B, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w SendWr<'d>>,
+        R: SendRing,
+        B: Bar + ?Sized,
+    {
+        let bad = |index, error| BadWr { index, error };
+        let sh = self.shared;
         if sh.error.load(Ordering::Relaxed) {
             return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
         }
@@ -257,18 +409,18 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
         if sh.sq_stale.load(Ordering::Relaxed) {
             sh.sq_stale.store(false, Ordering::Relaxed);
         }
-        let caps = *d.caps;
-        d.rings.sq_set_consumer(table.consumer());
+        let caps = self.caps;
+        rings.sq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
-            let (opcode, flags) = match check_send(T::ST, &caps, *d.sig_all, d.atomics, wr) {
+            let (opcode, flags) = match check_send(self.st, &caps, self.sig_all, self.atomics, wr) {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(bad(i, e));
                     break;
                 }
             };
-            match build_send(d.rings, opcode, flags, wr) {
+            match build_send(rings, opcode, flags, wr) {
                 Ok(posted) => table.record(&SendEntry {
                     wr_id: wr.wr_id,
                     wqe_index: posted.wqe_index,
@@ -282,8 +434,8 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
                 }
             }
         }
-        table.publish(d.rings.sq_producer());
-        d.rings.ring_sq_doorbell(d.bar);
+        table.publish(rings.sq_producer());
+        rings.ring_sq_doorbell(bar);
         result
     }
 }
@@ -302,10 +454,32 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
     where
         I: IntoIterator<Item = &'w RecvWr<'d>>,
     {
-        let bad = |index, error| BadWr { index, error };
         let d = self.datapath();
-        let sh = &**d.shared;
-        let max_sge = d.caps.max_recv_sge;
+        let side = RecvSide {
+            shared: d.shared,
+            caps: *d.caps,
+        };
+        side.post(d.rings, wrs)
+    }
+}
+
+/// What posting receives needs besides the rings: the one posting code of
+/// [`Qp::post_recv`] and [`RecvQueue::post_recv`].
+struct RecvSide<'a, P: Platform + Clone> {
+    shared: &'a QpShared<P>,
+    caps: super::QpCaps,
+}
+
+impl<P: Platform + Clone> RecvSide<'_, P> {
+    #[inline(always)]
+    fn post<'w, 'd: 'w, I, R>(&self, rings: &mut R, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w RecvWr<'d>>,
+        R: RecvRing,
+    {
+        let bad = |index, error| BadWr { index, error };
+        let sh = self.shared;
+        let max_sge = self.caps.max_recv_sge;
         if sh.error.load(Ordering::Relaxed) {
             return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
         }
@@ -316,7 +490,6 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
         if sh.rq_stale.load(Ordering::Relaxed) {
             sh.rq_stale.store(false, Ordering::Relaxed);
         }
-        let rings = d.rings;
         rings.rq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
