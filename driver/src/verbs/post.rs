@@ -262,8 +262,9 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     /// Splits the QP into its send side and its receive side, to be driven from two threads
     /// at once (like `TcpStream`'s halves, or rdma-core's separate SQ and RQ locks):
     /// [`SendQueue::post_send`] on one, [`RecvQueue::post_recv`] on the other, each exactly
-    /// as [`Qp::post_send`] and [`Qp::post_recv`] post. Both are [`Send`] and borrow the QP
-    /// until they are gone.
+    /// as [`Qp::post_send`] and [`Qp::post_recv`] post. Both are [`Send`] (for a platform
+    /// that is `Send + Sync`, as a `Qp` is `Send` for one that is) and borrow the QP until
+    /// they are gone.
     ///
     /// They share nothing that either writes: the send side writes only the SQ, the send
     /// counter of the doorbell record and the SQ's work-request table; the receive side
@@ -274,7 +275,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     ///
     /// ```no_run
     /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, RecvWr, Sge};
-    /// # fn f<P: uhca_hal::Platform + Clone + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
+    /// # fn f<P: uhca_hal::Platform + Clone + Send + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
     /// let (mut tx, mut rx) = qp.split();
     /// std::thread::scope(|s| {
     ///     s.spawn(move || tx.post_send(&[SendWr::new(1, SendOp::Send, &[sge])]).unwrap());
