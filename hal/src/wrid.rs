@@ -39,41 +39,66 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// The release ordering of the protocol, weakened to relaxed in a loom twin.
+/// The two edges of the protocol between poster and poller (see the module documentation),
+/// each a release store on one side and an acquire load on the other; a loom model can
+/// weaken one of them ([`loom_weaken`]).
+#[cfg(loom)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// The poster's release of the producer counter (`pi`, `head`) and the poller's
+    /// acquire of it: what the poller reads of a slot was written before.
+    Publish,
+    /// The poller's release of the consumer counter (`ci`, `tail`) and the poster's acquire
+    /// of it: a slot is rewritten only after the poller is done reading it.
+    Retire,
+}
+
+/// The protocol's edges, for the orderings below (a plain name outside loom builds).
+#[cfg(not(loom))]
+#[derive(Clone, Copy)]
+enum Edge {
+    Publish,
+    Retire,
+}
+
+/// The release ordering of `edge`, relaxed in a loom twin that weakens it.
 #[inline(always)]
-fn release() -> Ordering {
+fn release(edge: Edge) -> Ordering {
     #[cfg(loom)]
-    if weakened() {
+    if weakened() == Some(edge) {
         return Ordering::Relaxed;
     }
+    let _ = edge;
     Ordering::Release
 }
 
-/// The acquire ordering of the protocol, weakened to relaxed in a loom twin.
+/// The acquire ordering of `edge`, relaxed in a loom twin that weakens it.
 #[inline(always)]
-fn acquire() -> Ordering {
+fn acquire(edge: Edge) -> Ordering {
     #[cfg(loom)]
-    if weakened() {
+    if weakened() == Some(edge) {
         return Ordering::Relaxed;
     }
+    let _ = edge;
     Ordering::Acquire
 }
 
 #[cfg(loom)]
 std::thread_local! {
-    static WEAK: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    static WEAK: core::cell::Cell<Option<Edge>> = const { core::cell::Cell::new(None) };
 }
 
 #[cfg(loom)]
-fn weakened() -> bool {
+fn weakened() -> Option<Edge> {
     WEAK.with(|w| w.get())
 }
 
-/// Loom builds only: on the calling thread, makes the protocol's release stores and acquire
-/// loads relaxed, so a model can show that loom finds the bug they prevent.
+/// Loom builds only: on the calling thread, makes both orderings of `edge` (its release
+/// store and its acquire load) relaxed, so a model can show that loom finds the bug they
+/// prevent; `None` restores them.
 #[cfg(loom)]
-pub fn loom_weaken(on: bool) {
-    WEAK.with(|w| w.set(on));
+pub fn loom_weaken(edge: Option<Edge>) {
+    WEAK.with(|w| w.set(edge));
 }
 
 /// Descriptor word: bit 0 marks the first basic block of a WQE.
@@ -156,7 +181,7 @@ impl<H: HostMem> SqTable<H> {
     /// are free again.
     #[inline(always)]
     pub fn consumer(&self) -> u32 {
-        self.ci.load(acquire())
+        self.ci.load(acquire(Edge::Retire))
     }
 
     /// Poster: records the WQE `e` (at basic blocks `e.wqe_index ..+ e.wqebbs`, which the
@@ -183,14 +208,14 @@ impl<H: HostMem> SqTable<H> {
     /// Poster: publishes every WQE recorded up to producer counter `pi` (basic blocks).
     #[inline(always)]
     pub fn publish(&self, pi: u32) {
-        self.pi.store(pi, release());
+        self.pi.store(pi, release(Edge::Publish));
     }
 
     /// Poller: the send WQE starting at `wqe_index`, if one is outstanding there (recorded,
     /// published and not retired). Changes nothing.
     #[inline(always)]
     pub fn outstanding(&self, wqe_index: u16) -> Option<SendEntry> {
-        let pi = self.pi.load(acquire());
+        let pi = self.pi.load(acquire(Edge::Publish));
         // Only this thread stores `ci`.
         let ci = self.ci.load(Ordering::Relaxed);
         let live = pi.wrapping_sub(ci);
@@ -223,8 +248,10 @@ impl<H: HostMem> SqTable<H> {
     pub fn retire(&self, e: &SendEntry) {
         let ci = self.ci.load(Ordering::Relaxed);
         let ahead = e.wqe_index.wrapping_sub(ci as u16) as u32;
-        self.ci
-            .store(ci.wrapping_add(ahead + e.wqebbs as u32), release());
+        self.ci.store(
+            ci.wrapping_add(ahead + e.wqebbs as u32),
+            release(Edge::Retire),
+        );
     }
 
     /// Basic blocks posted and not yet retired.
@@ -286,7 +313,7 @@ impl<H: HostMem> RqTable<H> {
     /// Poster: the WQEs the poller retired (the RQ's consumer counter).
     #[inline(always)]
     pub fn consumer(&self) -> u32 {
-        self.tail.load(acquire())
+        self.tail.load(acquire(Edge::Retire))
     }
 
     /// Poster: records the WQE at producer counter `index`.
@@ -298,20 +325,20 @@ impl<H: HostMem> RqTable<H> {
     /// Poster: publishes the WQEs recorded below producer counter `head`.
     #[inline(always)]
     pub fn publish(&self, head: u32) {
-        self.head.store(head, release());
+        self.head.store(head, release(Edge::Publish));
     }
 
     /// Poller: takes the oldest outstanding WQE if `wqe_counter` names it, and returns its
     /// `wr_id`; `None` (nothing changed) otherwise.
     #[inline(always)]
     pub fn take(&self, wqe_counter: u16) -> Option<u64> {
-        let head = self.head.load(acquire());
+        let head = self.head.load(acquire(Edge::Publish));
         let tail = self.tail.load(Ordering::Relaxed);
         if head == tail || wqe_counter != tail as u16 {
             return None;
         }
         let wr_id = self.slots[(tail & self.mask) as usize].load(Ordering::Relaxed);
-        self.tail.store(tail.wrapping_add(1), release());
+        self.tail.store(tail.wrapping_add(1), release(Edge::Retire));
         Some(wr_id)
     }
 
