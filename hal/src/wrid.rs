@@ -25,8 +25,36 @@
 //!   slot (the queue's free room is `size − (pi − ci)`). So a slot is never overwritten while
 //!   the poller may still read it.
 //!
-//! The receive table is the same with `head` and `tail`. Both are modelled in loom, each with
-//! a twin whose one ordering is weakened to relaxed and which must fail.
+//! The receive table is the same with `head` and `tail`. Both are modelled in loom
+//! (`loom_models.rs`): a poster records and publishes WQEs around a two-slot table while a
+//! poller takes them, and each of the two edges (`pi` published to the poller, `ci` to the
+//! poster) has a twin in which its two orderings are relaxed and which must fail: without
+//! the publish edge the poller reads a stale `wr_id`; without the retire edge the poster
+//! rewrites a slot the poller may still be reading, which loom reports as a race.
+//!
+//! # Posting on two threads: the split
+//!
+//! A QP's send and receive sides may be posted from two threads at once
+//! ([`QpRings::split`](crate::wq::QpRings::split) in the HAL, `Qp::split` in the driver),
+//! while a third polls. What that guarantees, and why it is sound:
+//!
+//! * The two posters share nothing they write. The send side writes the SQ, the send
+//!   counter of the doorbell record, the UAR doorbell and the [`SqTable`]; the receive side
+//!   the RQ, the receive counter and the [`RqTable`]. Their ring state (producer and
+//!   consumer counters, doorbell toggle) is split into two `&mut` borrows.
+//! * The SQ, the RQ and the doorbell record are one DMA buffer, written through volatile
+//!   accesses that need `&mut` of the buffer. The split borrows the buffer mutably once and
+//!   lends each side a view of it ([`DmaAlias`](crate::dma::DmaAlias)) that reaches only
+//!   its own bytes: its queue and its 4-byte word of the record. The windows are checked
+//!   disjoint when the views are made, every access is checked inside its view's windows
+//!   (an access outside panics, as one outside the buffer does), and the views borrow the
+//!   buffer, so nothing else touches it while they live. Two threads therefore never access
+//!   the same byte, which is what makes the views `Send` without a lock.
+//! * Each table still has one poster and one poller, with the protocol above: the split
+//!   adds a second poster only on the *other* table.
+//! * The halves run the same posting code as the unsplit rings (the HAL's `SendRing` and
+//!   `RecvRing`), so a WQE posted through a half is byte for byte the one the whole rings
+//!   would post; when the halves are dropped the rings carry on from their counters.
 //!
 //! The WQE counter in a CQE is only 16 bits; the tables keep 32-bit counters (the rings'
 //! own) and compare the low bits within the outstanding window.

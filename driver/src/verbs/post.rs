@@ -12,7 +12,9 @@
 //! Posting needs only the queue: a QP holds its rings, its UAR page and its work-request
 //! tables (which the CQ's poller reads, through the protocol of
 //! [`uhca_hal::wrid`]). It allocates nothing and takes no lock (an SRQ takes its own spin
-//! lock, which its pollers share).
+//! lock, which its pollers share). [`Qp::split`] lends the send side and the receive side of
+//! a QP in RTS to two threads ([`SendQueue`], [`RecvQueue`]); they post through the same
+//! code as the QP itself.
 
 use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::wqe::INVALID_LKEY;
