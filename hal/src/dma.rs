@@ -90,8 +90,7 @@ pub trait DmaMem {
 pub struct DmaBuf<D: Dma> {
     dma: D,
     // Invariant: `region` came from `dma.alloc_coherent`, is not freed until drop, is
-    // aligned to at least 8 bytes, and no reference into it exists. (ManuallyDrop only so
-    // that `drop` can move it out to free it; reading it costs nothing.)
+    // aligned to at least 8 bytes, and no reference into it exists.
     region: core::mem::ManuallyDrop<DmaRegion>,
 }
 
@@ -166,6 +165,151 @@ impl<D: Dma> DmaBuf<D> {
         // The offset is in bounds, so the result stays inside the allocation.
         r.cpu.as_ptr().wrapping_add(off)
     }
+
+    #[inline(always)]
+    fn raw_len(&self) -> usize {
+        self.region().len
+    }
+
+    #[inline(always)]
+    fn raw_iova(&self) -> u64 {
+        self.region().iova
+    }
+}
+
+/// A range of byte offsets `start..end` of a DMA buffer.
+pub type Window = core::ops::Range<usize>;
+
+/// DMA memory that can lend two views of itself for disjoint byte ranges, each usable from
+/// its own thread while the memory is borrowed: how a QP's send and receive queues, which
+/// share one buffer, are posted to from two threads ([`QpRings::split`]).
+///
+/// Each view accepts the buffer's own offsets but only inside its windows: any access
+/// outside them panics, as an access outside the buffer does.
+///
+/// [`QpRings::split`]: crate::wq::QpRings::split
+pub trait DmaSplit: DmaMem {
+    /// A view of some windows of the memory.
+    type View<'a>: DmaMem + Send
+    where
+        Self: 'a;
+
+    /// Two views, the first for the windows `a` and the second for `b` (empty windows are
+    /// allowed and give no access).
+    ///
+    /// # Panics
+    ///
+    /// If a window lies outside the memory, or a window of `a` overlaps one of `b`.
+    fn split_windows(&mut self, a: [Window; 2], b: [Window; 2])
+    -> (Self::View<'_>, Self::View<'_>);
+}
+
+/// Checks that the windows lie in `0..len` and that no window of `a` overlaps one of `b`.
+fn check_windows(len: usize, a: &[Window; 2], b: &[Window; 2]) {
+    for w in a.iter().chain(b) {
+        assert!(
+            w.start <= w.end && w.end <= len,
+            "DMA window {w:?} outside a buffer of {len:#x} bytes"
+        );
+    }
+    for x in a.iter().filter(|w| !w.is_empty()) {
+        for y in b.iter().filter(|w| !w.is_empty()) {
+            assert!(
+                x.end <= y.start || y.end <= x.start,
+                "DMA windows {x:?} and {y:?} overlap"
+            );
+        }
+    }
+}
+
+/// A view of some byte ranges (windows) of a [`DmaBuf`], made by
+/// [`DmaSplit::split_windows`]: it reads and writes only inside its windows, through the
+/// same volatile, bounds-checked accessors as the buffer, at the buffer's offsets.
+///
+/// Two views of one buffer have disjoint windows and borrow the buffer mutably, so each is
+/// the only CPU-side accessor of its bytes while it lives: they can be used from two
+/// threads with no data race, while the buffer itself cannot be touched.
+pub struct DmaAlias<'a> {
+    // Invariant: `cpu` is the start of a live allocation of `len` bytes, 8-aligned, which
+    // lives for 'a; no one else accesses the bytes of `windows` from the CPU while the view
+    // lives (the buffer is mutably borrowed for 'a and the other view's windows are
+    // disjoint from these).
+    cpu: NonNull<u8>,
+    len: usize,
+    iova: u64,
+    windows: [Window; 2],
+    _borrow: core::marker::PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: the view is the only CPU-side accessor of its windows (invariant) and holds no
+// thread-bound state, so moving it to another thread moves that exclusive access.
+unsafe impl Send for DmaAlias<'_> {}
+
+impl core::fmt::Debug for DmaAlias<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DmaAlias")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("windows", &self.windows)
+            .finish()
+    }
+}
+
+impl DmaAlias<'_> {
+    /// Checks that `off..off + width` is inside one window and `off` is a multiple of
+    /// `align`, and returns the CPU pointer to `off`.
+    #[inline(always)]
+    fn ptr(&self, off: usize, width: usize, align: usize) -> *mut u8 {
+        let inside = |w: &Window| off >= w.start && off <= w.end && width <= w.end - off;
+        if !((inside(&self.windows[0]) || inside(&self.windows[1])) && off.is_multiple_of(align)) {
+            bad_window(off, width, &self.windows);
+        }
+        // The windows lie inside the allocation (checked at the split).
+        self.cpu.as_ptr().wrapping_add(off)
+    }
+
+    #[inline(always)]
+    fn raw_len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn raw_iova(&self) -> u64 {
+        self.iova
+    }
+}
+
+/// The panic of an access outside a view's windows.
+#[cold]
+#[inline(never)]
+fn bad_window(off: usize, width: usize, windows: &[Window; 2]) -> ! {
+    panic!(
+        "DMA access out of bounds or misaligned: offset {off:#x}, width {width}, outside the \
+         view's windows {windows:?}"
+    )
+}
+
+impl<D: Dma> DmaSplit for DmaBuf<D> {
+    type View<'a>
+        = DmaAlias<'a>
+    where
+        D: 'a;
+
+    fn split_windows(&mut self, a: [Window; 2], b: [Window; 2]) -> (DmaAlias<'_>, DmaAlias<'_>) {
+        let len = self.raw_len();
+        check_windows(len, &a, &b);
+        let cpu = self.region().cpu;
+        let iova = self.raw_iova();
+        let view = |windows| DmaAlias {
+            cpu,
+            len,
+            iova,
+            windows,
+            _borrow: core::marker::PhantomData,
+        };
+        // Both views borrow `self` mutably for their lifetime: the buffer cannot be used
+        // (nor dropped) while they live, and their windows are disjoint (checked above).
+        (view(a), view(b))
+    }
 }
 
 /// One volatile load of the `T` at `p`, through a read-only [`VolatilePtr`].
@@ -215,217 +359,218 @@ impl<D: Dma> Drop for DmaBuf<D> {
     }
 }
 
-/// The volatile [`DmaMem`] accessors of a buffer type whose `ptr(off, width, align)`
-/// bounds-checks an access and returns its CPU pointer, and whose memory starts 8-aligned,
-/// stays valid for volatile reads and writes while the value lives, and is written from the
-/// CPU side only through `&mut self` ([`DmaBuf`] and [`MappedBuf`]).
+/// The [`DmaMem`] accessors of a type that has `raw_len`, `raw_iova` and
+/// `ptr(off, width, align)` (which checks the access and returns the CPU pointer to `off`,
+/// inside a live allocation that no one else on the CPU side accesses at those bytes while
+/// the value is borrowed: [`DmaBuf`], and [`DmaAlias`] within its windows).
 macro_rules! impl_dma_mem {
-    ($t:ident) => {
-        impl<D: Dma> DmaMem for $t<D> {
-            #[inline(always)]
-            fn len(&self) -> usize {
-                self.region().len
-            }
+    ([$($gen:tt)*] $ty:ty) => {
+impl<$($gen)*> DmaMem for $ty {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.raw_len()
+    }
 
-            #[inline(always)]
-            fn iova(&self) -> u64 {
-                self.region().iova
-            }
+    #[inline(always)]
+    fn iova(&self) -> u64 {
+        self.raw_iova()
+    }
 
-            #[inline(always)]
-            fn read_u8(&self, off: usize) -> u8 {
-                let p = self.ptr(off, 1, 1);
-                // SAFETY: `ptr` checked that the byte is inside the live allocation, which is valid
-                // for volatile reads (Dma contract).
-                unsafe { read_at(p) }
-            }
+    #[inline(always)]
+    fn read_u8(&self, off: usize) -> u8 {
+        let p = self.ptr(off, 1, 1);
+        // SAFETY: `ptr` checked that the byte is inside the live allocation, which is valid
+        // for volatile reads (Dma contract).
+        unsafe { read_at(p) }
+    }
 
-            #[inline(always)]
-            fn read_be16(&self, off: usize) -> u16 {
-                let p = self.ptr(off, 2, 2).cast::<u16>();
-                // SAFETY: in bounds and 2-aligned (the base is 8-aligned and `off` is even).
-                u16::from_be(unsafe { read_at(p) })
-            }
+    #[inline(always)]
+    fn read_be16(&self, off: usize) -> u16 {
+        let p = self.ptr(off, 2, 2).cast::<u16>();
+        // SAFETY: in bounds and 2-aligned (the base is 8-aligned and `off` is even).
+        u16::from_be(unsafe { read_at(p) })
+    }
 
-            #[inline(always)]
-            fn read_be32(&self, off: usize) -> u32 {
-                let p = self.ptr(off, 4, 4).cast::<u32>();
-                // SAFETY: in bounds and 4-aligned (the base is 8-aligned).
-                u32::from_be(unsafe { read_at(p) })
-            }
+    #[inline(always)]
+    fn read_be32(&self, off: usize) -> u32 {
+        let p = self.ptr(off, 4, 4).cast::<u32>();
+        // SAFETY: in bounds and 4-aligned (the base is 8-aligned).
+        u32::from_be(unsafe { read_at(p) })
+    }
 
-            #[inline(always)]
-            fn read_be64(&self, off: usize) -> u64 {
-                let p = self.ptr(off, 8, 8).cast::<u64>();
-                // SAFETY: in bounds and 8-aligned.
-                u64::from_be(unsafe { read_at(p) })
-            }
+    #[inline(always)]
+    fn read_be64(&self, off: usize) -> u64 {
+        let p = self.ptr(off, 8, 8).cast::<u64>();
+        // SAFETY: in bounds and 8-aligned.
+        u64::from_be(unsafe { read_at(p) })
+    }
 
-            #[inline(always)]
-            fn read_be64_array<const N: usize>(&self, off: usize) -> [u64; N] {
-                let p = self.ptr(off, N * 8, 8).cast::<u64>().cast_const();
-                let mut out = [0u64; N];
-                for (i, w) in out.iter_mut().enumerate() {
-                    // SAFETY: `ptr` checked that all `N` words are inside the live allocation and
-                    // that the first is 8-aligned (so every word is); valid for volatile reads.
-                    *w = u64::from_be(unsafe { read_at(p.add(i)) });
-                }
-                out
-            }
+    #[inline(always)]
+    fn read_be64_array<const N: usize>(&self, off: usize) -> [u64; N] {
+        let p = self.ptr(off, N * 8, 8).cast::<u64>().cast_const();
+        let mut out = [0u64; N];
+        for (i, w) in out.iter_mut().enumerate() {
+            // SAFETY: `ptr` checked that all `N` words are inside the live allocation and
+            // that the first is 8-aligned (so every word is); valid for volatile reads.
+            *w = u64::from_be(unsafe { read_at(p.add(i)) });
+        }
+        out
+    }
 
-            #[inline(always)]
-            fn write_u8(&mut self, off: usize, v: u8) {
-                let p = self.ptr(off, 1, 1);
-                // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
-                // makes this the only CPU-side writer.
-                unsafe { write_at(p, v) }
-            }
+    #[inline(always)]
+    fn write_u8(&mut self, off: usize, v: u8) {
+        let p = self.ptr(off, 1, 1);
+        // SAFETY: in bounds of the live allocation, valid for volatile writes; `&mut self`
+        // makes this the only CPU-side writer.
+        unsafe { write_at(p, v) }
+    }
 
-            #[inline(always)]
-            fn write_be32(&mut self, off: usize, v: u32) {
-                let p = self.ptr(off, 4, 4).cast::<u32>();
-                // SAFETY: in bounds and 4-aligned; exclusive CPU-side writer.
-                unsafe { write_at(p, v.to_be()) }
-            }
+    #[inline(always)]
+    fn write_be32(&mut self, off: usize, v: u32) {
+        let p = self.ptr(off, 4, 4).cast::<u32>();
+        // SAFETY: in bounds and 4-aligned; exclusive CPU-side writer.
+        unsafe { write_at(p, v.to_be()) }
+    }
 
-            #[inline(always)]
-            fn write_be64(&mut self, off: usize, v: u64) {
-                let p = self.ptr(off, 8, 8).cast::<u64>();
-                // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
-                unsafe { write_at(p, v.to_be()) }
-            }
+    #[inline(always)]
+    fn write_be64(&mut self, off: usize, v: u64) {
+        let p = self.ptr(off, 8, 8).cast::<u64>();
+        // SAFETY: in bounds and 8-aligned; exclusive CPU-side writer.
+        unsafe { write_at(p, v.to_be()) }
+    }
 
-            #[inline(always)]
-            fn write_be64_run(&mut self, off: usize, n: usize, mut word: impl FnMut(usize) -> u64) {
-                let p = self.ptr(off, n * 8, 8).cast::<u64>();
-                for i in 0..n {
-                    // SAFETY: `ptr` checked that all `n` words are inside the allocation and that
-                    // the first is 8-aligned; exclusive CPU-side writer.
-                    unsafe { write_at(p.add(i), word(i).to_be()) };
-                }
-            }
+    #[inline(always)]
+    fn write_be64_run(&mut self, off: usize, n: usize, mut word: impl FnMut(usize) -> u64) {
+        let p = self.ptr(off, n * 8, 8).cast::<u64>();
+        for i in 0..n {
+            // SAFETY: `ptr` checked that all `n` words are inside the allocation and that
+            // the first is 8-aligned; exclusive CPU-side writer.
+            unsafe { write_at(p.add(i), word(i).to_be()) };
+        }
+    }
 
-            #[inline(always)]
-            fn write_bytes(&mut self, off: usize, src: &[u8]) {
-                let p = self.ptr(off, src.len(), 1);
-                let len = src.len();
-                let s = src.as_ptr();
-                let mut i = 0;
-                // Head up to 8-byte alignment in at most one 1-, one 2- and one 4-byte store, then
-                // 8-byte words, then the tail the same way. Every store is naturally aligned: the
-                // base is 8-aligned and each width is only used at a multiple of itself.
-                if !(off + i).is_multiple_of(2) && i < len {
-                    // SAFETY: `p + i` is inside the range `ptr` checked (`i < len`).
-                    unsafe { write_at(p.add(i), src[i]) };
-                    i += 1;
-                }
-                if !(off + i).is_multiple_of(4) && i + 2 <= len {
-                    // SAFETY: `src[i..i + 2]` is in bounds (`i + 2 <= len`); the destination is
-                    // inside the checked range and 2-aligned (`off + i` is even here).
-                    unsafe {
-                        let h = s.add(i).cast::<u16>().read_unaligned();
-                        write_at(p.add(i).cast::<u16>(), h);
-                    }
-                    i += 2;
-                }
-                if !(off + i).is_multiple_of(8) && i + 4 <= len {
-                    // SAFETY: `src[i..i + 4]` is in bounds; the destination is inside the checked
-                    // range and 4-aligned (`off + i` is a multiple of 4 here).
-                    unsafe {
-                        let w = s.add(i).cast::<u32>().read_unaligned();
-                        write_at(p.add(i).cast::<u32>(), w);
-                    }
-                    i += 4;
-                }
-                if (off + i).is_multiple_of(8) {
-                    while i + 8 <= len {
-                        // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
-                        // inside the checked range and 8-aligned (the base is 8-aligned and
-                        // `off + i` is a multiple of 8).
-                        unsafe {
-                            let w = s.add(i).cast::<u64>().read_unaligned();
-                            write_at(p.add(i).cast::<u64>(), w);
-                        }
-                        i += 8;
-                    }
-                    if i + 4 <= len {
-                        // SAFETY: in bounds of `src` and of the checked range; 4-aligned (`off + i`
-                        // is a multiple of 8).
-                        unsafe {
-                            let w = s.add(i).cast::<u32>().read_unaligned();
-                            write_at(p.add(i).cast::<u32>(), w);
-                        }
-                        i += 4;
-                    }
-                    if i + 2 <= len {
-                        // SAFETY: in bounds; 2-aligned (`off + i` is a multiple of 4).
-                        unsafe {
-                            let h = s.add(i).cast::<u16>().read_unaligned();
-                            write_at(p.add(i).cast::<u16>(), h);
-                        }
-                        i += 2;
-                    }
-                }
-                // The last byte, or (for a short copy whose head did not reach alignment) the rest.
-                while i < len {
-                    // SAFETY: inside the checked range.
-                    unsafe { write_at(p.add(i), src[i]) };
-                    i += 1;
-                }
+    #[inline(always)]
+    fn write_bytes(&mut self, off: usize, src: &[u8]) {
+        let p = self.ptr(off, src.len(), 1);
+        let len = src.len();
+        let s = src.as_ptr();
+        let mut i = 0;
+        // Head up to 8-byte alignment in at most one 1-, one 2- and one 4-byte store, then
+        // 8-byte words, then the tail the same way. Every store is naturally aligned: the
+        // base is 8-aligned and each width is only used at a multiple of itself.
+        if !(off + i).is_multiple_of(2) && i < len {
+            // SAFETY: `p + i` is inside the range `ptr` checked (`i < len`).
+            unsafe { write_at(p.add(i), src[i]) };
+            i += 1;
+        }
+        if !(off + i).is_multiple_of(4) && i + 2 <= len {
+            // SAFETY: `src[i..i + 2]` is in bounds (`i + 2 <= len`); the destination is
+            // inside the checked range and 2-aligned (`off + i` is even here).
+            unsafe {
+                let h = s.add(i).cast::<u16>().read_unaligned();
+                write_at(p.add(i).cast::<u16>(), h);
             }
-
-            #[inline]
-            fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-                let p = self.ptr(off, dst.len(), 1);
-                let mut i = 0;
-                while i < dst.len() && !(off + i).is_multiple_of(8) {
-                    // SAFETY: inside the checked range.
-                    dst[i] = unsafe { read_at(p.add(i)) };
-                    i += 1;
-                }
-                while i + 8 <= dst.len() {
-                    // SAFETY: the source is inside the checked range and 8-aligned; `dst[i..i + 8]`
-                    // is in bounds (loop condition).
-                    unsafe {
-                        let w = read_at(p.add(i).cast::<u64>());
-                        dst.as_mut_ptr().add(i).cast::<u64>().write_unaligned(w);
-                    }
-                    i += 8;
-                }
-                while i < dst.len() {
-                    // SAFETY: inside the checked range.
-                    dst[i] = unsafe { read_at(p.add(i)) };
-                    i += 1;
-                }
+            i += 2;
+        }
+        if !(off + i).is_multiple_of(8) && i + 4 <= len {
+            // SAFETY: `src[i..i + 4]` is in bounds; the destination is inside the checked
+            // range and 4-aligned (`off + i` is a multiple of 4 here).
+            unsafe {
+                let w = s.add(i).cast::<u32>().read_unaligned();
+                write_at(p.add(i).cast::<u32>(), w);
             }
-
-            #[inline]
-            fn fill(&mut self, off: usize, len: usize, byte: u8) {
-                let p = self.ptr(off, len, 1);
-                let word = u64::from_ne_bytes([byte; 8]);
-                let mut i = 0;
-                while i < len && !(off + i).is_multiple_of(8) {
-                    // SAFETY: inside the checked range.
-                    unsafe { write_at(p.add(i), byte) };
-                    i += 1;
+            i += 4;
+        }
+        if (off + i).is_multiple_of(8) {
+            while i + 8 <= len {
+                // SAFETY: `src[i..i + 8]` is in bounds (loop condition); the destination is
+                // inside the checked range and 8-aligned (the base is 8-aligned and
+                // `off + i` is a multiple of 8).
+                unsafe {
+                    let w = s.add(i).cast::<u64>().read_unaligned();
+                    write_at(p.add(i).cast::<u64>(), w);
                 }
-                while i + 8 <= len {
-                    // SAFETY: inside the checked range and 8-aligned.
-                    unsafe { write_at(p.add(i).cast::<u64>(), word) };
-                    i += 8;
+                i += 8;
+            }
+            if i + 4 <= len {
+                // SAFETY: in bounds of `src` and of the checked range; 4-aligned (`off + i`
+                // is a multiple of 8).
+                unsafe {
+                    let w = s.add(i).cast::<u32>().read_unaligned();
+                    write_at(p.add(i).cast::<u32>(), w);
                 }
-                while i < len {
-                    // SAFETY: inside the checked range.
-                    unsafe { write_at(p.add(i), byte) };
-                    i += 1;
+                i += 4;
+            }
+            if i + 2 <= len {
+                // SAFETY: in bounds; 2-aligned (`off + i` is a multiple of 4).
+                unsafe {
+                    let h = s.add(i).cast::<u16>().read_unaligned();
+                    write_at(p.add(i).cast::<u16>(), h);
                 }
+                i += 2;
             }
         }
+        // The last byte, or (for a short copy whose head did not reach alignment) the rest.
+        while i < len {
+            // SAFETY: inside the checked range.
+            unsafe { write_at(p.add(i), src[i]) };
+            i += 1;
+        }
+    }
+
+    #[inline]
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        let p = self.ptr(off, dst.len(), 1);
+        let mut i = 0;
+        while i < dst.len() && !(off + i).is_multiple_of(8) {
+            // SAFETY: inside the checked range.
+            dst[i] = unsafe { read_at(p.add(i)) };
+            i += 1;
+        }
+        while i + 8 <= dst.len() {
+            // SAFETY: the source is inside the checked range and 8-aligned; `dst[i..i + 8]`
+            // is in bounds (loop condition).
+            unsafe {
+                let w = read_at(p.add(i).cast::<u64>());
+                dst.as_mut_ptr().add(i).cast::<u64>().write_unaligned(w);
+            }
+            i += 8;
+        }
+        while i < dst.len() {
+            // SAFETY: inside the checked range.
+            dst[i] = unsafe { read_at(p.add(i)) };
+            i += 1;
+        }
+    }
+
+    #[inline]
+    fn fill(&mut self, off: usize, len: usize, byte: u8) {
+        let p = self.ptr(off, len, 1);
+        let word = u64::from_ne_bytes([byte; 8]);
+        let mut i = 0;
+        while i < len && !(off + i).is_multiple_of(8) {
+            // SAFETY: inside the checked range.
+            unsafe { write_at(p.add(i), byte) };
+            i += 1;
+        }
+        while i + 8 <= len {
+            // SAFETY: inside the checked range and 8-aligned.
+            unsafe { write_at(p.add(i).cast::<u64>(), word) };
+            i += 8;
+        }
+        while i < len {
+            // SAFETY: inside the checked range.
+            unsafe { write_at(p.add(i), byte) };
+            i += 1;
+        }
+    }
+}
     };
 }
 
-impl_dma_mem!(DmaBuf);
-impl_dma_mem!(MappedBuf);
+impl_dma_mem!([D: Dma] DmaBuf<D>);
+impl_dma_mem!(['a] DmaAlias<'a>);
+impl_dma_mem!([D: Dma] MappedBuf<D>);
 
 /// Memory a caller already has, to be mapped for the device by [`MappedBuf::new`]: an
 /// owned heap buffer (feature `alloc`) or a buffer that lives for the whole program.
@@ -613,6 +758,16 @@ impl<D: Dma> MappedBuf<D> {
             bad_access(off, width, r.len);
         }
         r.cpu.as_ptr().wrapping_add(off)
+    }
+
+    #[inline(always)]
+    fn raw_len(&self) -> usize {
+        self.region().len
+    }
+
+    #[inline(always)]
+    fn raw_iova(&self) -> u64 {
+        self.region().iova
     }
 }
 

@@ -29,7 +29,13 @@ use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
+// The lock's flag is a loom atomic in loom builds, so the model in `loom_models` checks the
+// lock's orderings.
+#[cfg(not(loom))]
+use core::sync::atomic::AtomicBool;
+#[cfg(loom)]
+use loom::sync::atomic::AtomicBool;
 
 /// Host memory for the driver's bookkeeping: never mapped for the device.
 ///
@@ -327,7 +333,17 @@ unsafe impl<T: Send> Send for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
     /// A lock around `value`.
+    #[cfg(not(loom))]
     pub const fn new(value: T) -> Self {
+        SpinLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// A lock around `value` (loom builds: not `const`, as loom's atomics are not).
+    #[cfg(loom)]
+    pub fn new(value: T) -> Self {
         SpinLock {
             locked: AtomicBool::new(false),
             value: UnsafeCell::new(value),
@@ -341,16 +357,22 @@ impl<T> SpinLock<T> {
             if let Some(g) = self.try_lock() {
                 return g;
             }
+            #[cfg(not(loom))]
             while self.locked.load(Ordering::Relaxed) {
                 core::hint::spin_loop();
             }
+            // Under loom the thread yields to the holder and tries the swap again (a relaxed
+            // load may read a stale `true` for as long as loom likes, which it would explore
+            // without end).
+            #[cfg(loom)]
+            loom::thread::yield_now();
         }
     }
 
     /// Takes the lock if it is free.
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        if self.locked.swap(true, Ordering::Acquire) {
+        if self.locked.swap(true, lock_ordering(Ordering::Acquire)) {
             None
         } else {
             Some(SpinGuard { lock: self })
@@ -399,8 +421,41 @@ impl<T> Drop for SpinGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         // Release: the critical section's accesses happen before the next holder's.
-        self.lock.locked.store(false, Ordering::Release);
+        #[cfg(not(loom))]
+        self.lock
+            .locked
+            .store(false, lock_ordering(Ordering::Release));
+        // Loom 0.7 can order a plain store before an earlier swap of another thread that
+        // read the old value (an RMW then reads a stale `true` and the lock stays taken
+        // in its model, which real atomics never do); a swap, with the same release
+        // ordering, keeps its model coherent.
+        #[cfg(loom)]
+        self.lock
+            .locked
+            .swap(false, lock_ordering(Ordering::Release));
     }
+}
+
+/// The lock's acquire (or release) ordering, relaxed in a loom twin ([`loom_weaken_lock`]).
+#[inline(always)]
+fn lock_ordering(strong: Ordering) -> Ordering {
+    #[cfg(loom)]
+    if WEAK_LOCK.with(|w| w.get()) {
+        return Ordering::Relaxed;
+    }
+    strong
+}
+
+#[cfg(loom)]
+std::thread_local! {
+    static WEAK_LOCK: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Loom builds only: on the calling thread, makes [`SpinLock`]'s acquire and release
+/// relaxed, so a model can show that loom finds what they prevent.
+#[cfg(loom)]
+pub fn loom_weaken_lock(on: bool) {
+    WEAK_LOCK.with(|w| w.set(on));
 }
 
 /// Host memory from the global allocator (feature `alloc`): what a platform with `std`

@@ -25,8 +25,36 @@
 //!   slot (the queue's free room is `size − (pi − ci)`). So a slot is never overwritten while
 //!   the poller may still read it.
 //!
-//! The receive table is the same with `head` and `tail`. Both are modelled in loom, each with
-//! a twin whose one ordering is weakened to relaxed and which must fail.
+//! The receive table is the same with `head` and `tail`. Both are modelled in loom
+//! (`loom_models.rs`): a poster records and publishes WQEs around a two-slot table while a
+//! poller takes them, and each of the two edges (`pi` published to the poller, `ci` to the
+//! poster) has a twin in which its two orderings are relaxed and which must fail: without
+//! the publish edge the poller reads a stale `wr_id`; without the retire edge the poster
+//! rewrites a slot the poller may still be reading, which loom reports as a race.
+//!
+//! # Posting on two threads: the split
+//!
+//! A QP's send and receive sides may be posted from two threads at once
+//! ([`QpRings::split`](crate::wq::QpRings::split) in the HAL, `Qp::split` in the driver),
+//! while a third polls. What that guarantees, and why it is sound:
+//!
+//! * The two posters share nothing they write. The send side writes the SQ, the send
+//!   counter of the doorbell record, the UAR doorbell and the [`SqTable`]; the receive side
+//!   the RQ, the receive counter and the [`RqTable`]. Their ring state (producer and
+//!   consumer counters, doorbell toggle) is split into two `&mut` borrows.
+//! * The SQ, the RQ and the doorbell record are one DMA buffer, written through volatile
+//!   accesses that need `&mut` of the buffer. The split borrows the buffer mutably once and
+//!   lends each side a view of it ([`DmaAlias`](crate::dma::DmaAlias)) that reaches only
+//!   its own bytes: its queue and its 4-byte word of the record. The windows are checked
+//!   disjoint when the views are made, every access is checked inside its view's windows
+//!   (an access outside panics, as one outside the buffer does), and the views borrow the
+//!   buffer, so nothing else touches it while they live. Two threads therefore never access
+//!   the same byte, which is what makes the views `Send` without a lock.
+//! * Each table still has one poster and one poller, with the protocol above: the split
+//!   adds a second poster only on the *other* table.
+//! * The halves run the same posting code as the unsplit rings (the HAL's `SendRing` and
+//!   `RecvRing`), so a WQE posted through a half is byte for byte the one the whole rings
+//!   would post; when the halves are dropped the rings carry on from their counters.
 //!
 //! The WQE counter in a CQE is only 16 bits; the tables keep 32-bit counters (the rings'
 //! own) and compare the low bits within the outstanding window.
@@ -39,41 +67,66 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// The release ordering of the protocol, weakened to relaxed in a loom twin.
+/// The two edges of the protocol between poster and poller (see the module documentation),
+/// each a release store on one side and an acquire load on the other; a loom model can
+/// weaken one of them ([`loom_weaken`]).
+#[cfg(loom)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// The poster's release of the producer counter (`pi`, `head`) and the poller's
+    /// acquire of it: what the poller reads of a slot was written before.
+    Publish,
+    /// The poller's release of the consumer counter (`ci`, `tail`) and the poster's acquire
+    /// of it: a slot is rewritten only after the poller is done reading it.
+    Retire,
+}
+
+/// The protocol's edges, for the orderings below (a plain name outside loom builds).
+#[cfg(not(loom))]
+#[derive(Clone, Copy)]
+enum Edge {
+    Publish,
+    Retire,
+}
+
+/// The release ordering of `edge`, relaxed in a loom twin that weakens it.
 #[inline(always)]
-fn release() -> Ordering {
+fn release(edge: Edge) -> Ordering {
     #[cfg(loom)]
-    if weakened() {
+    if weakened() == Some(edge) {
         return Ordering::Relaxed;
     }
+    let _ = edge;
     Ordering::Release
 }
 
-/// The acquire ordering of the protocol, weakened to relaxed in a loom twin.
+/// The acquire ordering of `edge`, relaxed in a loom twin that weakens it.
 #[inline(always)]
-fn acquire() -> Ordering {
+fn acquire(edge: Edge) -> Ordering {
     #[cfg(loom)]
-    if weakened() {
+    if weakened() == Some(edge) {
         return Ordering::Relaxed;
     }
+    let _ = edge;
     Ordering::Acquire
 }
 
 #[cfg(loom)]
 std::thread_local! {
-    static WEAK: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    static WEAK: core::cell::Cell<Option<Edge>> = const { core::cell::Cell::new(None) };
 }
 
 #[cfg(loom)]
-fn weakened() -> bool {
+fn weakened() -> Option<Edge> {
     WEAK.with(|w| w.get())
 }
 
-/// Loom builds only: on the calling thread, makes the protocol's release stores and acquire
-/// loads relaxed, so a model can show that loom finds the bug they prevent.
+/// Loom builds only: on the calling thread, makes both orderings of `edge` (its release
+/// store and its acquire load) relaxed, so a model can show that loom finds the bug they
+/// prevent; `None` restores them.
 #[cfg(loom)]
-pub fn loom_weaken(on: bool) {
-    WEAK.with(|w| w.set(on));
+pub fn loom_weaken(edge: Option<Edge>) {
+    WEAK.with(|w| w.set(edge));
 }
 
 /// Descriptor word: bit 0 marks the first basic block of a WQE.
@@ -156,7 +209,7 @@ impl<H: HostMem> SqTable<H> {
     /// are free again.
     #[inline(always)]
     pub fn consumer(&self) -> u32 {
-        self.ci.load(acquire())
+        self.ci.load(acquire(Edge::Retire))
     }
 
     /// Poster: records the WQE `e` (at basic blocks `e.wqe_index ..+ e.wqebbs`, which the
@@ -183,14 +236,14 @@ impl<H: HostMem> SqTable<H> {
     /// Poster: publishes every WQE recorded up to producer counter `pi` (basic blocks).
     #[inline(always)]
     pub fn publish(&self, pi: u32) {
-        self.pi.store(pi, release());
+        self.pi.store(pi, release(Edge::Publish));
     }
 
     /// Poller: the send WQE starting at `wqe_index`, if one is outstanding there (recorded,
     /// published and not retired). Changes nothing.
     #[inline(always)]
     pub fn outstanding(&self, wqe_index: u16) -> Option<SendEntry> {
-        let pi = self.pi.load(acquire());
+        let pi = self.pi.load(acquire(Edge::Publish));
         // Only this thread stores `ci`.
         let ci = self.ci.load(Ordering::Relaxed);
         let live = pi.wrapping_sub(ci);
@@ -223,8 +276,10 @@ impl<H: HostMem> SqTable<H> {
     pub fn retire(&self, e: &SendEntry) {
         let ci = self.ci.load(Ordering::Relaxed);
         let ahead = e.wqe_index.wrapping_sub(ci as u16) as u32;
-        self.ci
-            .store(ci.wrapping_add(ahead + e.wqebbs as u32), release());
+        self.ci.store(
+            ci.wrapping_add(ahead + e.wqebbs as u32),
+            release(Edge::Retire),
+        );
     }
 
     /// Basic blocks posted and not yet retired.
@@ -286,7 +341,7 @@ impl<H: HostMem> RqTable<H> {
     /// Poster: the WQEs the poller retired (the RQ's consumer counter).
     #[inline(always)]
     pub fn consumer(&self) -> u32 {
-        self.tail.load(acquire())
+        self.tail.load(acquire(Edge::Retire))
     }
 
     /// Poster: records the WQE at producer counter `index`.
@@ -298,20 +353,20 @@ impl<H: HostMem> RqTable<H> {
     /// Poster: publishes the WQEs recorded below producer counter `head`.
     #[inline(always)]
     pub fn publish(&self, head: u32) {
-        self.head.store(head, release());
+        self.head.store(head, release(Edge::Publish));
     }
 
     /// Poller: takes the oldest outstanding WQE if `wqe_counter` names it, and returns its
     /// `wr_id`; `None` (nothing changed) otherwise.
     #[inline(always)]
     pub fn take(&self, wqe_counter: u16) -> Option<u64> {
-        let head = self.head.load(acquire());
+        let head = self.head.load(acquire(Edge::Publish));
         let tail = self.tail.load(Ordering::Relaxed);
         if head == tail || wqe_counter != tail as u16 {
             return None;
         }
         let wr_id = self.slots[(tail & self.mask) as usize].load(Ordering::Relaxed);
-        self.tail.store(tail.wrapping_add(1), release());
+        self.tail.store(tail.wrapping_add(1), release(Edge::Retire));
         Some(wr_id)
     }
 

@@ -72,7 +72,11 @@
 //! a map of the QPs that complete to it, through which it reads their tables (the
 //! protocol between the two sides is [`uhca_hal::wrid`]'s). So [`Qp`], [`Cq`] and [`Srq`]
 //! are [`Send`]: N threads can each own QPs and CQs and post and poll with no lock between
-//! them, and one thread can poll a CQ while other threads post on its QPs. An SRQ's free
+//! them, and one thread can poll a CQ while other threads post on its QPs. A QP's own send
+//! and receive sides can be driven from two threads too: [`Qp::split`] hands out a
+//! [`SendQueue`] and a [`RecvQueue`], each [`Send`], each writing only its own queue, its
+//! own word of the doorbell record and its own work-request table (how that is made sound
+//! is written in [`uhca_hal::wrid`]). An SRQ's free
 //! list is shared by its poster and the pollers of its QPs' CQs under a spin lock (as
 //! rdma-core's SRQ lock). Posting and polling allocate nothing; there is no cap on QPs,
 //! CQs or SRQs but the device's.
@@ -119,7 +123,7 @@ pub use user_mr::UserMr;
 
 pub use dp::MAX_PENDING_CQ_EVENTS;
 pub use poll::{BadCqe, PollError};
-pub use post::RecvReady;
+pub use post::{RecvQueue, RecvReady, SendQueue};
 pub use wr::{
     BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrError,

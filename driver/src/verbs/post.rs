@@ -12,18 +12,24 @@
 //! Posting needs only the queue: a QP holds its rings, its UAR page and its work-request
 //! tables (which the CQ's poller reads, through the protocol of
 //! [`uhca_hal::wrid`]). It allocates nothing and takes no lock (an SRQ takes its own spin
-//! lock, which its pollers share).
+//! lock, which its pollers share). [`Qp::split`] lends the send side and the receive side of
+//! a QP in RTS to two threads ([`SendQueue`], [`RecvQueue`]); they post through the same
+//! code as the QP itself.
 
 use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::wqe::INVALID_LKEY;
 use uhca_hal::Platform;
 use uhca_hal::barriers;
+use uhca_hal::dma::DmaAlias;
 use uhca_hal::dma::{DmaBuf, DmaMem};
-use uhca_hal::wq::{QpRings, WqError};
+use uhca_hal::platform::Bar;
+use uhca_hal::wq::{RecvRing, RqRing, SendRing, SqRing, WqError};
 
+use super::dp::QpShared;
 use super::qp::{QpStateKind, QpTransport, state};
 use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WcOpcode, WrError};
 use super::{Qp, Srq};
+use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 use uhca_hal::wrid::SendEntry;
 
@@ -148,8 +154,8 @@ fn check_send(
 
 /// Builds the WQE of one checked send request.
 #[inline(always)]
-fn build_send<M: DmaMem>(
-    rings: &mut QpRings<M>,
+fn build_send<R: SendRing>(
+    rings: &mut R,
     opcode: WqeOpcode,
     flags: WqeCtrlFlags,
     wr: &SendWr<'_>,
@@ -236,9 +242,158 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     where
         I: IntoIterator<Item = &'w SendWr<'d>>,
     {
-        let bad = |index, error| BadWr { index, error };
         let d = self.datapath();
-        let sh = &**d.shared;
+        let side = SendSide {
+            shared: d.shared,
+            caps: *d.caps,
+            sig_all: *d.sig_all,
+            atomics: d.atomics,
+            st: T::ST,
+        };
+        side.post(d.rings, d.bar, wrs)
+    }
+
+    /// Splits the QP into its send side and its receive side, to be driven from two threads
+    /// at once (like `TcpStream`'s halves, or rdma-core's separate SQ and RQ locks):
+    /// [`SendQueue::post_send`] on one, [`RecvQueue::post_recv`] on the other, each exactly
+    /// as [`Qp::post_send`] and [`Qp::post_recv`] post. Both are [`Send`] (for a platform
+    /// that is `Send + Sync`, as a `Qp` is `Send` for one that is) and borrow the QP until
+    /// they are gone.
+    ///
+    /// They share nothing that either writes: the send side writes only the SQ, the send
+    /// counter of the doorbell record and the SQ's work-request table; the receive side
+    /// only the RQ, the receive counter and the RQ's table. The DMA buffer that holds both
+    /// queues is lent to each through a view restricted to its own bytes
+    /// ([`uhca_hal::dma::DmaSplit`]), and each table is shared with the CQ's poller through
+    /// its own protocol ([`uhca_hal::wrid`]).
+    ///
+    /// ```no_run
+    /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, RecvWr, Sge};
+    /// # fn f<P: uhca_hal::Platform + Clone + Send + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
+    /// let (mut tx, mut rx) = qp.split();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || tx.post_send(&[SendWr::new(1, SendOp::Send, &[sge])]).unwrap());
+    ///     s.spawn(move || rx.post_recv(&[RecvWr { wr_id: 2, sg_list: &[sge] }]).unwrap());
+    /// });
+    /// # }
+    /// ```
+    pub fn split(&mut self) -> (SendQueue<'_, P, T>, RecvQueue<'_, P, T>) {
+        let d = self.datapath();
+        let (sq, rq) = d.rings.split();
+        (
+            SendQueue {
+                rings: sq,
+                bar: d.bar,
+                side: SendSide {
+                    shared: d.shared,
+                    caps: *d.caps,
+                    sig_all: *d.sig_all,
+                    atomics: d.atomics,
+                    st: T::ST,
+                },
+                _transport: PhantomData,
+            },
+            RecvQueue {
+                rings: rq,
+                side: RecvSide {
+                    shared: d.shared,
+                    caps: *d.caps,
+                },
+                _transport: PhantomData,
+            },
+        )
+    }
+}
+
+/// The send side of a QP in RTS, split from it with [`Qp::split`].
+pub struct SendQueue<'a, P: Platform + Clone, T: QpTransport> {
+    rings: SqRing<'a, DmaAlias<'a>>,
+    bar: &'a P,
+    side: SendSide<'a, P>,
+    _transport: PhantomData<fn() -> T>,
+}
+
+impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for SendQueue<'_, P, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SendQueue")
+            .field("qpn", &self.side.shared.qpn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> SendQueue<'_, P, T> {
+    /// Posts send work requests, as [`Qp::post_send`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::post_send`].
+    pub fn post_send<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w SendWr<'d>>,
+    {
+        self.side.post(&mut self.rings, self.bar, wrs)
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.side.shared.qpn
+    }
+}
+
+/// The receive side of a QP in RTS, split from it with [`Qp::split`].
+pub struct RecvQueue<'a, P: Platform + Clone, T: QpTransport> {
+    rings: RqRing<'a, DmaAlias<'a>>,
+    side: RecvSide<'a, P>,
+    _transport: PhantomData<fn() -> T>,
+}
+
+impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for RecvQueue<'_, P, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RecvQueue")
+            .field("qpn", &self.side.shared.qpn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform + Clone, T: QpTransport> RecvQueue<'_, P, T> {
+    /// Posts receive work requests, as [`Qp::post_recv`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::post_recv`].
+    pub fn post_recv<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w RecvWr<'d>>,
+    {
+        self.side.post(&mut self.rings, wrs)
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.side.shared.qpn
+    }
+}
+
+/// What posting sends needs besides the rings: the one posting code of [`Qp::post_send`]
+/// and [`SendQueue::post_send`].
+struct SendSide<'a, P: Platform + Clone> {
+    shared: &'a QpShared<P>,
+    caps: super::QpCaps,
+    sig_all: bool,
+    atomics: bool,
+    st: QpServiceType,
+}
+
+impl<P: Platform + Clone> SendSide<'_, P> {
+    #[inline(always)]
+    fn post<'w, 'd: 'w, I, R, B>(&self, rings: &mut R, bar: &B, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w SendWr<'d>>,
+        R: SendRing,
+        B: Bar + ?Sized,
+    {
+        let bad = |index, error| BadWr { index, error };
+        let sh = self.shared;
         if sh.error.load(Ordering::Relaxed) {
             return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
         }
@@ -249,16 +404,16 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
         if sh.sq_stale.load(Ordering::Relaxed) {
             sh.sq_stale.store(false, Ordering::Relaxed);
         }
-        let caps = *d.caps;
-        let sig_all = if *d.sig_all {
+        let caps = self.caps;
+        let sig_all = if self.sig_all {
             WqeCtrlFlags::CQ_UPDATE.bits()
         } else {
             0
         };
-        d.rings.sq_set_consumer(table.consumer());
+        rings.sq_set_consumer(table.consumer());
         let mut result = Ok(());
         // Only RC and UC take the one-step path (a UD send carries an address vector).
-        let one_step_ok = T::ST != QpServiceType::Ud && caps.max_send_sge != 0;
+        let one_step_ok = self.st != QpServiceType::Ud && caps.max_send_sge != 0;
         for (i, wr) in wrs.into_iter().enumerate() {
             // The control-segment flags: the request's own (their bits are the segment's,
             // see `SendFlags`) and CQ_UPDATE for `sq_sig_all`.
@@ -337,7 +492,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
                 Some((opcode, tag, imm, raddr, b))
                     if !b.is_empty() && b.len() <= caps.max_inline_data as usize =>
                 {
-                    d.rings
+                    rings
                         .sq_post_inline(opcode, flags, imm, raddr, b)
                         .map(|r| (r, tag))
                 }
@@ -347,21 +502,21 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
                 Some((opcode, tag, imm, raddr, sge))
                     if one_step_ok && wr.ud.is_none() && sge.len != 0 =>
                 {
-                    (d.rings.sq_post_one_sge(opcode, flags, imm, raddr, sge), tag)
+                    (rings.sq_post_one_sge(opcode, flags, imm, raddr, sge), tag)
                 }
                 _ if inline_posted.is_some() => match inline_posted {
                     Some(x) => x,
                     None => unreachable!("checked just above"),
                 },
                 _ => {
-                    let opcode = match check_send(T::ST, &caps, d.atomics, wr) {
+                    let opcode = match check_send(self.st, &caps, self.atomics, wr) {
                         Ok(x) => x,
                         Err(e) => {
                             result = Err(bad(i, e));
                             break;
                         }
                     };
-                    (build_send(d.rings, opcode, flags, wr), wr.op.wc_opcode())
+                    (build_send(rings, opcode, flags, wr), wr.op.wc_opcode())
                 }
             };
             match posted {
@@ -378,8 +533,8 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
                 }
             }
         }
-        table.publish(d.rings.sq_producer());
-        d.rings.ring_sq_doorbell(d.bar);
+        table.publish(rings.sq_producer());
+        rings.ring_sq_doorbell(bar);
         result
     }
 }
@@ -398,10 +553,32 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
     where
         I: IntoIterator<Item = &'w RecvWr<'d>>,
     {
-        let bad = |index, error| BadWr { index, error };
         let d = self.datapath();
-        let sh = &**d.shared;
-        let max_sge = d.caps.max_recv_sge;
+        let side = RecvSide {
+            shared: d.shared,
+            caps: *d.caps,
+        };
+        side.post(d.rings, wrs)
+    }
+}
+
+/// What posting receives needs besides the rings: the one posting code of
+/// [`Qp::post_recv`] and [`RecvQueue::post_recv`].
+struct RecvSide<'a, P: Platform + Clone> {
+    shared: &'a QpShared<P>,
+    caps: super::QpCaps,
+}
+
+impl<P: Platform + Clone> RecvSide<'_, P> {
+    #[inline(always)]
+    fn post<'w, 'd: 'w, I, R>(&self, rings: &mut R, wrs: I) -> Result<(), BadWr>
+    where
+        I: IntoIterator<Item = &'w RecvWr<'d>>,
+        R: RecvRing,
+    {
+        let bad = |index, error| BadWr { index, error };
+        let sh = self.shared;
+        let max_sge = self.caps.max_recv_sge;
         if sh.error.load(Ordering::Relaxed) {
             return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
         }
@@ -412,7 +589,6 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
         if sh.rq_stale.load(Ordering::Relaxed) {
             sh.rq_stale.store(false, Ordering::Relaxed);
         }
-        let rings = d.rings;
         rings.rq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
@@ -460,10 +636,7 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
 /// with empty entries is rare, and the copy takes stack room).
 #[cold]
 #[inline(never)]
-fn post_recv_without_empty<M: uhca_hal::DmaMem>(
-    rings: &mut QpRings<M>,
-    sg_list: &[Sge],
-) -> Result<u16, WqError> {
+fn post_recv_without_empty<R: RecvRing>(rings: &mut R, sg_list: &[Sge]) -> Result<u16, WqError> {
     let mut kept = [Sge::default(); MAX_RECV_SGE];
     let mut n = 0;
     for (k, s) in kept.iter_mut().zip(sg_list.iter().filter(|s| s.len != 0)) {
