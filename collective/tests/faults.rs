@@ -161,8 +161,8 @@ fn a_rank_that_never_joins_ends_the_others_with_a_timeout() {
         comm.all_reduce_ring(&mut vec![1.0f32; 5000], ReduceOp::Sum)
     });
     assert!(start.elapsed() < Duration::from_secs(10), "no hang");
-    for rank in 0..2 {
-        match out[rank] {
+    for (rank, got) in out.iter().enumerate().take(2) {
+        match *got {
             Err(Error::Timeout { rank: r, step, .. }) => {
                 assert_eq!(r, rank);
                 assert_eq!(step.collective, Collective::AllReduceRing);
