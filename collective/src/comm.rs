@@ -686,6 +686,7 @@ impl<P: Platform + Clone> Communicator<P> {
         let mut inp = Cursor::start(plan, &plan.inp, ce);
         let (mut out_posted, mut in_done) = (0usize, 0usize);
         let mut last_progress = self.clock.now_ns();
+        let mut idle_rounds = 0u32;
         loop {
             let mut moved = false;
             // Inbound: chunks that landed, in order. A chunk is taken only once the
@@ -793,6 +794,7 @@ impl<P: Platform + Clone> Communicator<P> {
             let now = self.clock.now_ns();
             if moved {
                 last_progress = now;
+                idle_rounds = 0;
             } else if now.saturating_sub(last_progress) > self.cfg.stall_timeout_ns {
                 let peer = if in_done < in_total {
                     plan.prev
@@ -805,7 +807,10 @@ impl<P: Platform + Clone> Communicator<P> {
                     step: self.step,
                 });
             } else {
-                (self.cfg.idle)();
+                idle_rounds = idle_rounds.saturating_add(1);
+                if let Some(idle) = self.cfg.idle {
+                    idle(idle_rounds);
+                }
             }
         }
     }

@@ -89,9 +89,10 @@ pub struct Config {
     pub ack_timeout: u8,
     /// Retries after an ACK timeout (0..=7).
     pub retry_cnt: u8,
-    /// Called when a wait made no progress (e.g. `std::thread::yield_now`); a no-op by
-    /// default.
-    pub idle: fn(),
+    /// Called each time a wait made no progress, with the number of rounds in a row
+    /// without progress (1, 2, …): a hook to yield or sleep when ranks share CPUs. `None`
+    /// (the default): pure polling.
+    pub idle: Option<fn(u32)>,
 }
 
 impl Default for Config {
@@ -103,7 +104,7 @@ impl Default for Config {
             stall_timeout_ns: 5_000_000_000,
             ack_timeout: 12,
             retry_cnt: 7,
-            idle: || {},
+            idle: None,
         }
     }
 }

@@ -47,6 +47,20 @@ pub struct MockCluster {
     pump: Option<PumpHandle>,
 }
 
+/// The idle hook of mock ranks, which are threads that may outnumber the CPUs: yield for
+/// a few rounds, then sleep briefly, so that the rank that holds the next step gets a
+/// CPU instead of waiting for spinning ranks' time slices to end.
+pub fn share_cpu(rounds: u32) {
+    if rounds < 32 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(SLEEP_US));
+    }
+}
+
+/// How long an idle mock rank sleeps.
+const SLEEP_US: u64 = 20;
+
 /// Bring-up settings for the mock: short timeouts, polling every 100 µs.
 fn hca_config() -> HcaConfig {
     HcaConfig {
@@ -60,8 +74,7 @@ fn hca_config() -> HcaConfig {
 
 impl MockCluster {
     /// Brings up `n` mock HCAs on a fabric of `link`, creates a communicator on each with
-    /// `cfg` (its idle hook set to `std::thread::yield_now` when it is the default
-    /// no-op), exchanges the endpoints and connects them, and starts the fabric's pump.
+    /// `cfg` (its idle hook set to [`share_cpu`] when it has none), exchanges the endpoints and connects them, and starts the fabric's pump.
     ///
     /// # Errors
     ///
@@ -71,8 +84,8 @@ impl MockCluster {
         if n == 0 || n > 250 {
             return Err(Error::InvalidArgument("mock clusters have 1 to 250 ranks"));
         }
-        if cfg.idle as usize == Config::default().idle as usize {
-            cfg.idle = std::thread::yield_now;
+        if cfg.idle.is_none() {
+            cfg.idle = Some(share_cpu);
         }
         let fabric = Fabric::new(link);
         let mut devs = Vec::with_capacity(n);

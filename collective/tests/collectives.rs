@@ -210,3 +210,22 @@ fn bad_arguments_are_refused_before_anything_moves() {
     }
     c.close().unwrap();
 }
+
+#[test]
+fn mock_ranks_get_an_idle_hook_that_shares_the_cpus() {
+    // Ranks are threads that may outnumber the CPUs: a rank that spins without yielding
+    // holds back the rank whose step it waits for (8 ranks on 2 CPUs took 30 ms per
+    // 16-element all-reduce, 0.5 ms with the hook).
+    let c = cluster(2, small_chunks());
+    assert!(c.ranks.iter().all(|r| r.comm.config().idle.is_some()));
+    let custom = cluster(
+        2,
+        uhca_collective::Config {
+            idle: Some(|_| {}),
+            ..small_chunks()
+        },
+    );
+    assert!(custom.ranks.iter().all(|r| r.comm.config().idle.is_some()));
+    c.close().unwrap();
+    custom.close().unwrap();
+}
