@@ -318,3 +318,19 @@ impl core::fmt::Display for Error {
 
 #[cfg(feature = "std")]
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_factors_are_nccl_tests() {
+        // all_reduce.cu: 2(n-1)/n; all_gather.cu and reduce_scatter.cu: (n-1)/n;
+        // broadcast.cu: 1.
+        assert_eq!(Collective::AllReduceRing.bus_factor(8), 1.75);
+        assert_eq!(Collective::AllReduceRecursiveDoubling.bus_factor(2), 1.0);
+        assert_eq!(Collective::AllGather.bus_factor(4), 0.75);
+        assert_eq!(Collective::ReduceScatter.bus_factor(8), 0.875);
+        assert_eq!(Collective::Broadcast.bus_factor(16), 1.0);
+    }
+}
