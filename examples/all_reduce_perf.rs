@@ -677,8 +677,27 @@ fn udp_rank(a: &Args, ip: Ipv4Addr) -> Res<UdpRank> {
         for l in mine.lines() {
             put(l)?;
         }
+        listener.set_nonblocking(true)?;
+        let start = Instant::now();
         for _ in 1..n {
-            let (s, _) = listener.accept()?;
+            let s = loop {
+                match listener.accept() {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if start.elapsed() > OOB_TIMEOUT {
+                            return Err(format!(
+                                "only {} of {} ranks joined within {OOB_TIMEOUT:?}",
+                                peers.len() + 1,
+                                n
+                            )
+                            .into());
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            s.set_nonblocking(false)?;
             s.set_read_timeout(Some(OOB_TIMEOUT))?;
             let mut r = BufReader::new(s);
             for l in read_lines(&mut r, n - 1)? {

@@ -229,3 +229,15 @@ fn mock_ranks_get_an_idle_hook_that_shares_the_cpus() {
     c.close().unwrap();
     custom.close().unwrap();
 }
+
+#[test]
+fn collectives_over_infiniband() {
+    let mut c = MockCluster::new(4, uhca_mock::LinkLayer::InfiniBand, small_chunks())
+        .expect("the cluster comes up");
+    all_reduce::<f32>(&mut c, 900, ReduceOp::Sum, false);
+    all_reduce::<i32>(&mut c, 901, ReduceOp::Max, true);
+    reduce_scatter::<u8>(&mut c, 902, ReduceOp::Sum);
+    all_gather::<Bf16>(&mut c, 903);
+    broadcast::<F16>(&mut c, 904, 3);
+    c.close().unwrap();
+}
