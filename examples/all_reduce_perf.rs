@@ -27,7 +27,7 @@
 //! `half`, `bfloat16`, `int32`, `uint8`), `-o` op (`sum`, `max`, `min`), `-r` broadcast
 //! root (0), `-w` warm-up iterations (1), `--iters` timed iterations (5; nccl-tests'
 //! `-n`, which here is the number of ranks as in the issue that asked for this tool), `-c
-//! 0` to skip the check, `--chunk` bytes per chunk (32K), `--window` chunks in flight per
+//! 0` to skip the check, `--chunk` bytes per chunk (128K), `--window` chunks in flight per
 //! peer (4), `--seed`/`--faults PER_MILLE` for the fabric's seeded drop, duplication and
 //! reordering. Sizes take K, M, G suffixes (powers of 1024).
 //!

@@ -98,7 +98,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            chunk_bytes: 32 * 1024,
+            chunk_bytes: 128 * 1024,
             window: 4,
             small_bytes: 4096,
             stall_timeout_ns: 5_000_000_000,
