@@ -29,7 +29,10 @@
 //!   reduce-scatter steps rank r sends segment r − 1 − t to rank r + 1 and reduces segment
 //!   r − 2 − t coming from rank r − 1, so that it ends holding segment r fully reduced; N − 1
 //!   all-gather steps pass the reduced segments around the ring. A received chunk is
-//!   forwarded as soon as it has been reduced: the steps overlap, chunk by chunk.
+//!   forwarded as soon as it has been reduced: the steps overlap, chunk by chunk. The
+//!   segment order is NCCL's (`runRing` in NCCL's `src/device/all_reduce.h`, lines 60-93
+//!   at commit 0e35f5d: send segment r − 1, receive-reduce-send down to segment r, which
+//!   ends fully reduced, then receive-copy-send, and receive segment r + 1 last).
 //! * **Reduce-scatter** and **all-gather**: the two halves of the ring, on a buffer of N
 //!   blocks (block r is rank r's result, or rank r's contribution).
 //! * **Broadcast**: a chain from the root around the ring, pipelined by chunks.
