@@ -1,6 +1,6 @@
 //! N ranks on N mock HCAs of one mock fabric, each rank on its own thread.
 //!
-//! ```no_run
+//! ```
 //! use uhca_collective::{Config, ReduceOp, mock::MockCluster};
 //! let mut cluster = MockCluster::new(4, uhca_mock::LinkLayer::Ethernet, Config::default())?;
 //! let sums = cluster.run(|comm| {
@@ -8,6 +8,7 @@
 //!     comm.all_reduce(&mut v, ReduceOp::Sum).map(|()| v[0])
 //! });
 //! assert!(sums.iter().all(|s| *s.as_ref().unwrap() == 6));
+//! cluster.close()?;
 //! # Ok::<(), uhca_collective::Error>(())
 //! ```
 //!
