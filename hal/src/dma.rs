@@ -795,7 +795,19 @@ mod tests {
         extern crate alloc;
         use alloc::vec;
         let p = FakePlatform::new();
-        let mut m = MappedBuf::new(&p, vec![0u8; 100]).unwrap();
+        // A byte vector is only 1-aligned by type; MappedBuf needs 8. The system allocator
+        // gives 16 anyway, Miri's places allocations anywhere: take the first 8-aligned one.
+        let mut tries = std::vec::Vec::new();
+        let buf = loop {
+            let v = vec![0u8; 100];
+            if (v.as_ptr() as usize).is_multiple_of(8) {
+                break v;
+            }
+            assert!(tries.len() < 256, "no 8-aligned allocation");
+            tries.push(v);
+        };
+        drop(tries);
+        let mut m = MappedBuf::new(&p, buf).unwrap();
         assert_eq!(m.len(), 100);
         m.write_be64(8, 0x0102_0304_0506_0708);
         m.write_bytes(97, &[7, 8, 9]);
