@@ -2,31 +2,19 @@
 //! HCA's next command (or `process_events`, or `close`), in an order the device accepts,
 //! and its DMA memory is given back only after the destroy succeeded.
 
+mod common;
+
 use uhca_driver::hca::AsyncEvent;
 use uhca_driver::verbs::{QpCaps, QpInitAttr, Rc, SrqInitAttr};
-use uhca_driver::{Hca, HcaConfig, ObjectKind};
+use uhca_driver::{Hca, ObjectKind};
 use uhca_fwif::consts::{AccessFlags, CmdOpcode, CmdStatus};
 use uhca_hal::DmaMem;
-use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, ObjectCounts, PortType};
+use uhca_mock::{MockHca, MockPlatform, ObjectCounts, PortType};
 
 type TestHca = Hca<MockPlatform>;
 
 fn open() -> (MockHca, TestHca) {
-    let dev = MockHca::new(MockConfig {
-        port_type: PortType::InfiniBand,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
-    (dev, hca)
+    common::open(PortType::InfiniBand)
 }
 
 /// Objects the driver itself holds after bring-up (one UAR, one EQ).

@@ -182,16 +182,8 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The region back with the error; its buffer stays registered.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<DmaBuf<P>, Failed<Self>> {
-        if let Err(error) = hca.check_owner(self.hca_id) {
-            return Err(Failed {
-                object: self,
-                error,
-            });
-        }
-        let mut d = DestroyMkeyIn::new_cmd();
-        d.set_mkey_index(self.mkey_index);
-        match hca.exec(&d, &[], &mut []) {
-            Ok(_) => match self.buf.take() {
+        match destroy_mkey(hca, self.hca_id, self.mkey_index) {
+            Ok(()) => match self.buf.take() {
                 Some(b) => Ok(b),
                 None => unreachable!("the buffer is only taken by destroy and drop"),
             },
@@ -201,6 +193,20 @@ impl<P: Platform + Clone> Mr<P> {
             }),
         }
     }
+}
+
+/// DESTROY_MKEY of key `mkey_index`, after checking that `hca` made it (the one command of
+/// [`Mr::destroy`] and [`UserMr::destroy`](super::UserMr::destroy)).
+pub(crate) fn destroy_mkey<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    hca_id: u64,
+    mkey_index: u32,
+) -> Result<()> {
+    hca.check_owner(hca_id)?;
+    let mut d = DestroyMkeyIn::new_cmd();
+    d.set_mkey_index(mkey_index);
+    hca.exec(&d, &[], &mut [])?;
+    Ok(())
 }
 
 impl<P: Platform + Clone> Drop for Mr<P> {

@@ -14,12 +14,11 @@
 //! the `Box` or the slice back). No `unsafe` is needed in the driver or the caller: the
 //! HAL owns the memory while the device may reach it.
 
-use uhca_fwif::cmd::{Command, DestroyMkeyIn};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaMem, HostBuf, MappedBuf};
 
-use super::mr::region_sge;
+use super::mr::{destroy_mkey, region_sge};
 use super::{Failed, Pd, Sge, device_may_hold};
 use crate::error::Result;
 use crate::hca::Hca;
@@ -121,16 +120,8 @@ impl<P: Platform + Clone> UserMr<P> {
     ///
     /// The region back with the error; its buffer stays registered and mapped.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<MappedBuf<P>, Failed<Self>> {
-        if let Err(error) = hca.check_owner(self.hca_id) {
-            return Err(Failed {
-                object: self,
-                error,
-            });
-        }
-        let mut d = DestroyMkeyIn::new_cmd();
-        d.set_mkey_index(self.mkey_index);
-        match hca.exec(&d, &[], &mut []) {
-            Ok(_) => match self.mem.take() {
+        match destroy_mkey(hca, self.hca_id, self.mkey_index) {
+            Ok(()) => match self.mem.take() {
                 Some(m) => Ok(m),
                 None => unreachable!("the buffer is only taken by destroy and drop"),
             },
