@@ -105,6 +105,7 @@ mod poll;
 mod port;
 mod post;
 mod qp;
+pub mod reserved;
 mod srq;
 mod user_mr;
 mod wr;
@@ -118,6 +119,7 @@ pub use qp::{
     InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpStateKind, QpTransport, Rc, RtrAttr, RtsAttr, Uc,
     Ud, state,
 };
+pub use reserved::ReservedLkey;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 pub use user_mr::UserMr;
 
