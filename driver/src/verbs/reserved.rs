@@ -29,6 +29,23 @@
 //! into it, an RDMA READ response lands in it. Prefer a registered [`Mr`](super::Mr), whose
 //! key bounds every access to its own buffer.
 //!
+//! ```
+//! use uhca_driver::verbs::{QpInitAttr, Rc, SendOp, SendWr};
+//! # fn f<P: uhca_hal::Platform + Clone + Send + Sync>(
+//! #     hca: &mut uhca_driver::Hca<P>,
+//! #     pd: &uhca_driver::verbs::Pd,
+//! #     attr: &QpInitAttr<'_, P>,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! let key = hca.reserved_lkey()?;
+//! let qp = hca.create_qp_with_reserved_lkey::<Rc>(pd, attr, &key)?;
+//! // 64 bytes at device address 0x20_0000, whatever the IOMMU maps there.
+//! let sge = [key.sge(0x20_0000, 64)];
+//! let wr = SendWr::new(1, SendOp::Send, &sge);
+//! # let _ = (qp, wr);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! This module is not part of `uhca`'s prelude.
 
 use uhca_fwif::cmd::{Command, QuerySpecialContextsIn};
