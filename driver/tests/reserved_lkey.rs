@@ -5,7 +5,8 @@
 //! which the mock logs, and the work request completes in error with no memory changed:
 //! a gather fault is a local access error for the sender (nothing goes on the wire), a
 //! scatter fault a local access error for the receiver and a NAK (remote operational
-//! error) for the sender. On a QP created without `rlky` the key is no key at all.
+//! error) for the sender. On a QP created without `rlky` the key is no key at all, and
+//! neither is it for a receive through an SRQ (created without `srqc.rlky`).
 
 use uhca_driver::Error;
 use uhca_driver::verbs::{
@@ -249,4 +250,69 @@ fn on_a_qp_created_without_rlky_the_reserved_lkey_is_a_local_protection_error() 
     assert_eq!(statuses(&poll(&mut a)), [(1, WcStatus::LocalProtection)]);
     assert!(poll(&mut b).is_empty());
     assert!(a.dev.iommu_faults().is_empty(), "refused before any DMA");
+}
+
+#[test]
+fn a_receive_through_an_srq_cannot_use_the_reserved_lkey_even_on_a_qp_with_rlky() {
+    // SRQs are created without `srqc.rlky` (and at ISSI 1 they are RMPs, whose context has
+    // no such bit): the receive WQE's key is the SRQ's business, not the QP's.
+    let fabric = Fabric::new(LinkLayer::Ethernet);
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let ka = a.hca.reserved_lkey().unwrap();
+    let kb = b.hca.reserved_lkey().unwrap();
+    let mut srq = b
+        .hca
+        .create_srq(
+            &b.pd,
+            uhca_driver::verbs::SrqInitAttr {
+                max_wr: 3,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let attr = QpInitAttr {
+        send_cq: &b.cq,
+        recv_cq: &b.cq,
+        srq: Some(&srq),
+        cap: uhca_driver::verbs::QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..caps()
+        },
+    };
+    let access = qp_access(&b.hca);
+    let qb = b
+        .hca
+        .create_qp_with_reserved_lkey::<Rc>(&b.pd, &attr, &kb)
+        .unwrap()
+        .to_init(
+            &mut b.hca,
+            uhca_driver::verbs::InitAttr {
+                access,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let qa = rlky_qp(&mut a, &ka);
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());
+    let qb = connect(&fabric, &mut b, qb, &a, na, RtsAttr::default());
+    // Inside B's own buffer: through the QP's own receive queue this would work.
+    let rsge = [kb.sge(b.mr.iova() + 1024, 512)];
+    srq.post_recv(&[RecvWr {
+        wr_id: 8,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    let before_b = snapshot(&b);
+    let src = [a.mr.sge(0, 128).unwrap()];
+    qa.post_send(&[SendWr::new(1, SendOp::Send, &src)]).unwrap();
+    run(&fabric);
+    assert_eq!(statuses(&poll(&mut b)), [(8, WcStatus::LocalProtection)]);
+    assert_eq!(statuses(&poll(&mut a)), [(1, WcStatus::RemoteOperation)]);
+    assert_eq!(snapshot(&b), before_b);
+    assert!(b.dev.iommu_faults().is_empty(), "refused before any DMA");
+    drop(qb);
 }
