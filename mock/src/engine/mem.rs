@@ -27,9 +27,10 @@ pub(crate) struct Sge {
     pub(crate) len: u32,
 }
 
-/// Whose local keys a gather or scatter goes through: the PD of the QP (or of the SRQ
-/// the receive WQE came from), and whether that context allows the reserved lkey
-/// (`qpc.rlky`, `srqc.rlky`: when clear, the reserved lkey is no key of this queue).
+/// Whose local keys a gather or scatter goes through: the QP's PD, and whether the
+/// context of the queue the WQE came from allows the reserved lkey (`qpc.rlky` for the
+/// send queue and the QP's own receive queue, `srqc.rlky` for an SRQ's receive WQEs: when
+/// clear, the reserved lkey is no key of this queue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LocalKeys {
     pub(crate) pd: u32,
