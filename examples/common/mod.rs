@@ -324,9 +324,11 @@ pub fn pingpong_loop<P: Platform + Clone, T: uhca::driver::verbs::QpTransport>(
 
 /// Waits up to [`OOB_TIMEOUT`] for the next completion event of `cq` (`ibv_get_cq_event`),
 /// acknowledges it and arms the CQ again (`ibv_ack_cq_events`, `ibv_req_notify_cq`). With
-/// `args.interrupt` it sleeps on the interrupt between visits to the event queue, counting
-/// the interrupts in `interrupts`; without, it serves the event queue in a loop. A missing
-/// interrupt is a timeout, not a fall back to polling.
+/// `args.interrupt` it sleeps on the interrupt between visits to the event queue, and
+/// counts in `interrupts` every interrupt delivered to it: the ones it slept on, and the
+/// ones that arrived while it was busy, taken (without waiting) when it takes the event, so
+/// that a later sleep does not wake on an old one. Without, it serves the event queue in a
+/// loop. A missing interrupt is a timeout, not a fall back to polling.
 pub fn wait_cq_event<P: Platform + Clone>(
     hca: &mut Hca<P>,
     cq: &mut uhca::driver::verbs::Cq<P>,
@@ -338,6 +340,9 @@ pub fn wait_cq_event<P: Platform + Clone>(
         hca.process_events()?;
         if cq.take_event(hca) {
             cq.req_notify(false);
+            if let Some(irq) = &args.interrupt {
+                *interrupts += (irq.0)(Duration::ZERO)?;
+            }
             return Ok(());
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());

@@ -164,6 +164,10 @@ impl Iommu {
         &self.faults
     }
 
+    pub(crate) fn take_faults(&mut self) -> Vec<IommuFault> {
+        core::mem::take(&mut self.faults)
+    }
+
     pub(crate) fn clear_faults(&mut self) {
         self.faults.clear();
     }

@@ -275,6 +275,13 @@ impl MockHca {
         self.dev().iommu.faults().to_vec()
     }
 
+    /// Takes the recorded IOMMU faults (oldest first), leaving none: a reporter that calls
+    /// it now and then sees each fault once (at most [`LOG_CAPACITY`](crate::LOG_CAPACITY)
+    /// between two calls are kept).
+    pub fn take_iommu_faults(&self) -> Vec<IommuFault> {
+        self.dev().iommu.take_faults()
+    }
+
     /// Forgets the recorded IOMMU faults.
     pub fn clear_iommu_faults(&self) {
         self.dev().iommu.clear_faults();

@@ -127,6 +127,10 @@ fn misaligned_and_unmapped_mailboxes() {
     assert_eq!(f[0].iova, 0x4000_0000);
     assert_eq!(f[0].kind, FaultKind::Unmapped);
     assert_eq!(f[0].context, "input mailbox");
+    // Taking them hands each fault out once (the vfio-user server's reporter prints them so).
+    assert_eq!(h.hca.take_iommu_faults(), f);
+    assert!(h.hca.iommu_faults().is_empty());
+    assert!(h.hca.take_iommu_faults().is_empty());
 }
 
 trait ClearFaults {

@@ -28,6 +28,11 @@ bash "$VM/build-rig.sh" vfiouser || exit 1
 
 # One boot per fabric: Ethernet (RoCE) and InfiniBand (LIDs from the subnet manager).
 rc=0
+# host_check NAME CMD...: a check on the host side (the server's log), one PASS/FAIL line.
+host_check() {
+  name=$1; shift
+  if "$@"; then echo "PASS host ($link): $name"; else echo "FAIL host ($link): $name"; rc=1; fi
+}
 for link in ${LINKS:-ethernet infiniband}; do
   phase "start the server ($link)"
   log=$RIG_DIR/logs/vfio-user-server-$link.log
@@ -52,7 +57,20 @@ for link in ${LINKS:-ethernet infiniband}; do
   kill "$server" 2>/dev/null
   wait "$server" 2>/dev/null
   echo "--- server log ($log):"
-  tail -5 "$log"
+  grep -v "IOMMU fault:" "$log" | tail -5
+  # The device's side of vfio_mlx5's DMA to an IOVA the guest never mapped: the server
+  # prints one line per IOMMU fault; both of the program's faults must be there, at the
+  # IOVA it printed, and no other fault.
+  echo "--- IOMMU faults the server reported ($link):"
+  grep "IOMMU fault:" "$log"
+  iova=$(sed -n 's/.*vfio_mlx5: unmapped IOVA \(0x[0-9a-f]*\).*/\1/p' "$RIG_DIR/logs/vfiouser-$link.log" | tail -1)
+  faults=$(grep -c "IOMMU fault:" "$log")
+  host_check "vfio_mlx5 printed the unmapped IOVA it used ($iova)" [ -n "$iova" ]
+  host_check "the server reported the IOMMU fault of the SEND's gather (device read at $iova, unmapped)" \
+    grep -Eq "IOMMU fault: .*: device read of [0-9]+ B at IOVA $iova \(data \(gather\)\): unmapped" "$log"
+  host_check "the server reported the IOMMU fault of the RECV's scatter (device write at $iova, unmapped)" \
+    grep -Eq "IOMMU fault: .*: device write of [0-9]+ B at IOVA $iova \(data \(scatter\)\): unmapped" "$log"
+  host_check "no other IOMMU fault in this boot ($faults in all)" [ "$faults" -eq 2 ]
 done
 rm -rf "$VFIO_USER_DIR"
 exit $rc

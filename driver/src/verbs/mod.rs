@@ -12,6 +12,13 @@
 //!
 //! The *datapath* needs no `Hca` at all: `qp.post_send(&wrs)`, `qp.post_recv(&wrs)`,
 //! `srq.post_recv(&wrs)`, `cq.poll(&mut wc)`, `cq.req_notify(..)` (see below).
+//!
+//! Scatter/gather entries name memory through a registered region's key ([`Mr::sge`],
+//! [`UserMr::sge`]), which bounds every access to that region. The one exception is the
+//! firmware's reserved lkey ([`reserved`]: [`Hca::reserved_lkey`](crate::Hca::reserved_lkey),
+//! [`ReservedLkey::sge`]), whose addresses are raw IOVAs with no protection but the
+//! IOMMU's, honoured only on QPs created with
+//! [`Hca::create_qp_with_reserved_lkey`](crate::Hca::create_qp_with_reserved_lkey).
 
 //! # Destroying, and what dropping does
 //!
@@ -105,6 +112,7 @@ mod poll;
 mod port;
 mod post;
 mod qp;
+pub mod reserved;
 mod srq;
 mod user_mr;
 mod wr;
@@ -118,6 +126,7 @@ pub use qp::{
     InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpStateKind, QpTransport, Rc, RtrAttr, RtsAttr, Uc,
     Ud, state,
 };
+pub use reserved::ReservedLkey;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 pub use user_mr::UserMr;
 

@@ -54,7 +54,7 @@ use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
 use uhca_hal::wrid::{RqTable, SqTable};
 
 use super::dp::{QpHandle, QpShared};
-use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, Srq, log2_ceil, release_unless_held};
+use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, ReservedLkey, Srq, log2_ceil, release_unless_held};
 use crate::addr::{AddressHandle, StaticRate};
 use crate::caps::LinkLayer;
 use crate::error::{Error, Result};
@@ -1056,6 +1056,34 @@ impl<P: Platform + Clone> Hca<P> {
         pd: &Pd,
         attr: &QpInitAttr<'_, P>,
     ) -> Result<Qp<P, T, state::Reset>> {
+        self.create_qp_rlky(pd, attr, false)
+    }
+
+    /// [`Hca::create_qp`] for a QP on which the reserved lkey works (the QP context's
+    /// `rlky` bit): its work requests may carry [`ReservedLkey::sge`] entries, which name
+    /// raw IOVAs with no protection but the IOMMU's (see
+    /// [`verbs::reserved`](super::reserved)). On a QP made by [`Hca::create_qp`] such an
+    /// entry completes with [`WcStatus::LocalProtection`](super::WcStatus::LocalProtection).
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::create_qp`]; [`Error::WrongHca`] for a key asked of another HCA.
+    pub fn create_qp_with_reserved_lkey<T: QpTransport>(
+        &mut self,
+        pd: &Pd,
+        attr: &QpInitAttr<'_, P>,
+        key: &ReservedLkey,
+    ) -> Result<Qp<P, T, state::Reset>> {
+        self.check_reserved_lkey(key)?;
+        self.create_qp_rlky(pd, attr, true)
+    }
+
+    fn create_qp_rlky<T: QpTransport>(
+        &mut self,
+        pd: &Pd,
+        attr: &QpInitAttr<'_, P>,
+        rlky: bool,
+    ) -> Result<Qp<P, T, state::Reset>> {
         let caps = self.caps();
         let supported = match T::ST {
             QpServiceType::Rc => caps.rc,
@@ -1112,7 +1140,8 @@ impl<P: Platform + Clone> Hca<P> {
             .set_cqn_snd(attr.send_cq.cqn())
             .set_cqn_rcv(attr.recv_cq.cqn())
             .set_dbr_addr(buf.iova() + layout.dbr_offset as u64)
-            .set_ts_format(default_ts_format(self.hca_cap(), self.roce_cap()));
+            .set_ts_format(default_ts_format(self.hca_cap(), self.roce_cap()))
+            .set_rlky(rlky);
         match sizes.sq {
             Some((log, _)) => {
                 q.set_log_sq_size(log);

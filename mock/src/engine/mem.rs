@@ -27,6 +27,16 @@ pub(crate) struct Sge {
     pub(crate) len: u32,
 }
 
+/// Whose local keys a gather or scatter goes through: the QP's PD, and whether the
+/// context of the queue the WQE came from allows the reserved lkey (`qpc.rlky` for the
+/// send queue and the QP's own receive queue, `srqc.rlky` for an SRQ's receive WQEs: when
+/// clear, the reserved lkey is no key of this queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LocalKeys {
+    pub(crate) pd: u32,
+    pub(crate) rlky: bool,
+}
+
 /// Why a memory-key access failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KeyError {
@@ -114,9 +124,28 @@ impl Device {
         Some(u32::from_be_bytes(b))
     }
 
+    /// Translates `[va, va + len)` of local key `key` for a gather or scatter of a queue
+    /// with `keys`: the reserved lkey, when the queue's context allows it (`rlky`), names
+    /// IOVAs directly (no translation, no PD, no bounds: the IOMMU alone decides what the
+    /// device reaches); any other key goes through [`Device::key_translate`].
+    pub(crate) fn local_translate(
+        &self,
+        key: u32,
+        keys: LocalKeys,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Vec<(u64, u64)>, KeyError> {
+        if key == RESERVED_LKEY && keys.rlky && len != 0 {
+            return Ok(vec![(va, len)]);
+        }
+        self.key_translate(key, keys.pd, va, len, access)
+    }
+
     /// Translates `[va, va + len)` of memory key `key` for an access by a QP of `pd`:
     /// the key must exist (index and variant byte), belong to `pd`, grant `access` and cover
-    /// the range. Returns IOVA pieces.
+    /// the range. Returns IOVA pieces. (The reserved lkey is no memory key: its index is
+    /// below the first one CREATE_MKEY hands out, so here it is a protection error.)
     pub(crate) fn key_translate(
         &self,
         key: u32,
@@ -127,10 +156,6 @@ impl Device {
     ) -> Result<Vec<(u64, u64)>, KeyError> {
         if len == 0 {
             return Ok(Vec::new());
-        }
-        if key == RESERVED_LKEY && matches!(access, Access::LocalRead | Access::LocalWrite) {
-            // The reserved lkey addresses IOVAs directly.
-            return Ok(vec![(va, len)]);
         }
         let Some(m) = self.fw.mkeys.get(&(key >> 8)) else {
             return Err(KeyError::Protection);
@@ -206,13 +231,13 @@ impl Device {
     /// Gathers the data of a list of SGEs (local read).
     pub(crate) fn gather_sges(
         &mut self,
-        pd: u32,
+        keys: LocalKeys,
         sges: &[Sge],
         out: &mut Vec<u8>,
         now: u64,
     ) -> Result<(), KeyError> {
         for s in sges {
-            let p = self.key_translate(s.lkey, pd, s.addr, s.len as u64, Access::LocalRead)?;
+            let p = self.local_translate(s.lkey, keys, s.addr, s.len as u64, Access::LocalRead)?;
             self.dma_gather(&p, out, now)?;
         }
         Ok(())
@@ -223,7 +248,7 @@ impl Device {
     /// is written.
     pub(crate) fn scatter_sges(
         &mut self,
-        pd: u32,
+        keys: LocalKeys,
         sges: &[Sge],
         offset: u64,
         data: &[u8],
@@ -245,9 +270,9 @@ impl Device {
                 continue;
             }
             let n = ((len - skip) as usize).min(data.len() - at);
-            let p = self.key_translate(
+            let p = self.local_translate(
                 s.lkey,
-                pd,
+                keys,
                 s.addr.wrapping_add(skip),
                 n as u64,
                 Access::LocalWrite,
@@ -261,9 +286,13 @@ impl Device {
 
     /// Checks that every SGE may be written locally (for the targets of RDMA READ and
     /// atomic results).
-    pub(crate) fn check_sges_writable(&self, pd: u32, sges: &[Sge]) -> Result<(), KeyError> {
+    pub(crate) fn check_sges_writable(
+        &self,
+        keys: LocalKeys,
+        sges: &[Sge],
+    ) -> Result<(), KeyError> {
         for s in sges {
-            self.key_translate(s.lkey, pd, s.addr, s.len as u64, Access::LocalWrite)?;
+            self.local_translate(s.lkey, keys, s.addr, s.len as u64, Access::LocalWrite)?;
         }
         Ok(())
     }

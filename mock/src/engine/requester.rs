@@ -5,7 +5,7 @@
 //! state.
 
 use super::SentWqe;
-use super::mem::{KeyError, Sge};
+use super::mem::{KeyError, LocalKeys, Sge};
 use super::sq::{Piece, Wqe};
 use crate::device::Device;
 use crate::wire::ib::ext::rnr_timer_micros;
@@ -69,7 +69,10 @@ impl Device {
             return;
         };
         let st = QpServiceType::from_raw(qpc.st());
-        let pd = qpc.pd();
+        let keys = LocalKeys {
+            pd: qpc.pd(),
+            rlky: qpc.rlky(),
+        };
         let op = w.opcode;
         if op == WqeOpcode::Nop {
             if w.signaled {
@@ -107,7 +110,8 @@ impl Device {
                 Piece::Inline(d) if gathers => payload.extend_from_slice(d),
                 Piece::Inline(_) => failed = Some(CqeSyndrome::LocalQpOpErr),
                 Piece::Sge(s) if gathers => {
-                    if let Err(e) = self.gather_sges(pd, std::slice::from_ref(s), &mut payload, now)
+                    if let Err(e) =
+                        self.gather_sges(keys, std::slice::from_ref(s), &mut payload, now)
                     {
                         failed = Some(match e {
                             KeyError::Protection => CqeSyndrome::LocalProtErr,
@@ -127,7 +131,7 @@ impl Device {
             _ => payload.len() as u64,
         };
         if failed.is_none() && !gathers {
-            if self.check_sges_writable(pd, &local).is_err() {
+            if self.check_sges_writable(keys, &local).is_err() {
                 failed = Some(CqeSyndrome::LocalProtErr);
             } else if w.atomic.is_some() && local.iter().map(|s| s.len as u64).sum::<u64>() < 8 {
                 failed = Some(CqeSyndrome::LocalLengthErr);
@@ -722,7 +726,10 @@ impl Device {
         complete: bool,
         now: u64,
     ) {
-        let Some(pd) = self.fw.qps.get(&qpn).map(|q| q.qpc.pd()) else {
+        let Some(keys) = self.fw.qps.get(&qpn).map(|q| LocalKeys {
+            pd: q.qpc.pd(),
+            rlky: q.qpc.rlky(),
+        }) else {
             return;
         };
         let local: Vec<Sge> = w.local.clone();
@@ -731,7 +738,7 @@ impl Device {
         } else {
             data
         };
-        match self.scatter_sges(pd, &local, offset, data, now) {
+        match self.scatter_sges(keys, &local, offset, data, now) {
             Ok(true) => {}
             Ok(false) => {
                 self.post_send_error_for(qpn, w, CqeSyndrome::LocalLengthErr, now);

@@ -6,7 +6,7 @@
 //! UC drops packets after a PSN gap; UD checks the Q_Key and places the GRH (or the IP
 //! header) in the first 40 bytes of the receive buffer.
 
-use super::mem::{Access, KeyError};
+use super::mem::{Access, KeyError, LocalKeys};
 use super::requester::{path_mtu, ud_mtu};
 use super::{ACK_COALESCE_PACKETS, RESPONDER_RESOURCES, RecvProgress, RespResource, WriteProgress};
 use crate::caps::LinkLayer;
@@ -471,7 +471,16 @@ impl Device {
         let Some(r) = self.engine.qps.get(&qpn).and_then(|s| s.recv.clone()) else {
             return Err(Fail::Drop);
         };
-        match self.scatter_sges(pd, &r.wqe.sges, r.offset, t.payload, now) {
+        match self.scatter_sges(
+            LocalKeys {
+                pd,
+                rlky: r.wqe.rlky,
+            },
+            &r.wqe.sges,
+            r.offset,
+            t.payload,
+            now,
+        ) {
             Ok(true) => {}
             Ok(false) => {
                 return Err(Fail::Nak(
@@ -824,7 +833,16 @@ impl Device {
         let mut data = Vec::with_capacity(UD_GRH_BYTES + t.payload.len());
         data.extend_from_slice(&info.grh.unwrap_or([0; UD_GRH_BYTES]));
         data.extend_from_slice(t.payload);
-        match self.scatter_sges(qpc.pd(), &wqe.sges, 0, &data, now) {
+        match self.scatter_sges(
+            LocalKeys {
+                pd: qpc.pd(),
+                rlky: wqe.rlky,
+            },
+            &wqe.sges,
+            0,
+            &data,
+            now,
+        ) {
             Ok(true) => {
                 let (op, imm) = match t.imm_dt {
                     Some(v) => (CqeOpcode::RespSendImm, Some(v)),

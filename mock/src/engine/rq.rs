@@ -14,6 +14,9 @@ pub(crate) struct RecvWqe {
     /// The WQE counter the CQE reports (RQ: the consumer counter; SRQ: the WQE index).
     pub(crate) counter: u16,
     pub(crate) sges: Vec<Sge>,
+    /// Whether the queue it came from allows the reserved lkey (`qpc.rlky` for the QP's
+    /// own receive queue, `srqc.rlky` for an SRQ; an RMP's context has no such bit).
+    pub(crate) rlky: bool,
 }
 
 /// The scatter list of a receive WQE (data segments until [`INVALID_LKEY`]).
@@ -65,6 +68,7 @@ impl Device {
                 Some(RecvWqe {
                     counter: ci as u16,
                     sges: parse_sges(&raw),
+                    rlky: qpc.rlky(),
                 })
             }
             1 => {
@@ -75,6 +79,7 @@ impl Device {
                 let (size, stride) = (1u32 << srq.log_size(), srq.stride());
                 let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
                 let lwm = srq.lwm();
+                let rlky = srq.rlky();
                 let pi = self.dbr_dword(srq.dbr_addr(), 0, now)? as u16;
                 let (consumed, next) = self.engine.srq_pos.get(&srqn).copied().unwrap_or((0, 0));
                 if pi == consumed {
@@ -101,6 +106,7 @@ impl Device {
                 Some(RecvWqe {
                     counter: idx,
                     sges: parse_sges(raw.get(16..).unwrap_or(&[])),
+                    rlky,
                 })
             }
             _ => None,

@@ -220,6 +220,15 @@ impl Srq {
         }
     }
 
+    /// Whether its receive WQEs may use the reserved lkey (`srqc.rlky`; an RMP's `rmpc`
+    /// has no such bit, so never).
+    pub(crate) fn rlky(&self) -> bool {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.rlky(),
+            SrqCtx::Rmp(_) => false,
+        }
+    }
+
     /// The armed limit (`lwm`; 0: not armed).
     pub(crate) fn lwm(&self) -> u16 {
         match &self.ctx {

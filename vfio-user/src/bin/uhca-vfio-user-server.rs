@@ -9,10 +9,21 @@
 //! pump runs in real time. Each socket takes one client at a time; when a client goes, its
 //! DMA maps and eventfds are dropped and the socket waits for the next. The server runs
 //! until it is killed.
+//!
+//! Every device access the model's IOMMU refuses (an IOVA outside the client's DMA maps, a
+//! write to a read-only map, DMA with bus mastering off) is printed on standard output,
+//! one line each, within about 50 ms:
+//!
+//! ```text
+//! uhca-vfio-user-server: IOMMU fault: PATH: device write of 256 B at IOVA 0x7ffffff000 (data (scatter)): unmapped
+//! ```
 
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
-use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca, PortType};
+use std::time::Duration;
+use uhca_mock::{
+    ClockMode, Fabric, FaultKind, IommuFault, LinkLayer, MockConfig, MockHca, PortType,
+};
 use uhca_vfio_user::{Function, serve};
 
 struct Args {
@@ -52,6 +63,26 @@ fn parse() -> Result<Args, String> {
         return Err(USAGE.into());
     }
     Ok(a)
+}
+
+/// How often the reporter looks for new IOMMU faults.
+const FAULT_POLL: Duration = Duration::from_millis(50);
+
+/// The line printed for one IOMMU fault of the function served on `path`.
+fn fault_line(path: &str, f: &IommuFault) -> String {
+    let why = match f.kind {
+        FaultKind::Unmapped => "unmapped",
+        FaultKind::BusMasterDisabled => "bus mastering off",
+        FaultKind::ReadOnly => "write to a read-only map",
+        FaultKind::Unbacked => "mapped without memory the server can reach",
+    };
+    format!(
+        "uhca-vfio-user-server: IOMMU fault: {path}: device {} of {} B at IOVA {:#x} ({}): {why}",
+        if f.write { "write" } else { "read" },
+        f.len,
+        f.iova,
+        f.context,
+    )
 }
 
 fn main() -> ExitCode {
@@ -94,6 +125,22 @@ fn main() -> ExitCode {
         }
     }
     let _pump = fabric.start_pump(100);
+    // One reporter for every function's IOMMU faults, whichever thread caused them (a
+    // socket's, for BAR writes, or the fabric's pump, for received packets).
+    let watched: Vec<(String, MockHca)> = listeners
+        .iter()
+        .map(|(path, _, function)| (path.clone(), function.hca().clone()))
+        .collect();
+    std::thread::spawn(move || {
+        loop {
+            for (path, hca) in &watched {
+                for f in hca.take_iommu_faults() {
+                    println!("{}", fault_line(path, &f));
+                }
+            }
+            std::thread::sleep(FAULT_POLL);
+        }
+    });
     let mut threads = Vec::new();
     for (path, listener, function) in listeners {
         println!("uhca-vfio-user-server: function {path} ready");

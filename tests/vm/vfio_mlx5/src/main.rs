@@ -7,7 +7,11 @@
 //!    and everything on it down;
 //! 3. a bring-up after the reset: the firmware starts over, so the first QP of this
 //!    bring-up gets the number the first QP of the earlier one had (the old QP, never
-//!    destroyed, is gone with the reset); the port is active again; the objects are destroyed and a fast teardown ends it.
+//!    destroyed, is gone with the reset); the port is active again; the objects are destroyed;
+//! 4. a DMA to an IOVA the driver never mapped (`dma.rs`): with the reserved lkey, a SEND
+//!    gathering from it and a RECV scattering to it complete in error and change no memory
+//!    the driver mapped (the vfio-user server reports the IOMMU faults on the host);
+//! 5. a fast teardown.
 //!
 //! Prints one `PASS`/`FAIL` line per check and `N passed, M failed`; exits 0 only if all
 //! passed.
@@ -16,6 +20,8 @@
 //! vfio_mlx5 0000:00:02.0
 //! ```
 
+#[cfg(target_os = "linux")]
+mod dma;
 #[cfg(target_os = "linux")]
 mod rig;
 

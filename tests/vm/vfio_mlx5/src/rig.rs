@@ -7,17 +7,17 @@ use uhca_driver::verbs::{QpCaps, QpInitAttr, Rc};
 use uhca_driver::vfio::VfioPlatform;
 use uhca_driver::{Hca, HcaConfig, TeardownMode};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+pub(crate) type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// PASS/FAIL lines and their tally.
 #[derive(Default)]
-struct Report {
+pub(crate) struct Report {
     passed: u32,
     failed: u32,
 }
 
 impl Report {
-    fn check(&mut self, ok: bool, what: &str) -> bool {
+    pub(crate) fn check(&mut self, ok: bool, what: &str) -> bool {
         if ok {
             println!("PASS {what}");
             self.passed += 1;
@@ -29,7 +29,7 @@ impl Report {
     }
 
     /// A step that must work for the next ones to mean anything.
-    fn require<T>(&mut self, what: &str, r: Res<T>) -> Option<T> {
+    pub(crate) fn require<T>(&mut self, what: &str, r: Res<T>) -> Option<T> {
         match r {
             Ok(v) => {
                 self.check(true, what);
@@ -139,6 +139,14 @@ fn run(r: &mut Report, bdf: &str) -> Option<()> {
         "port 1 active after the reset",
     );
     r.require("objects destroyed", objects.destroy(&mut hca))?;
+
+    // 4. A DMA to an IOVA the driver never mapped (see dma.rs).
+    if let Some(o) = crate::dma::check(r, &p, &mut hca) {
+        r.require(
+            "the DMA-fault checks' objects destroyed",
+            o.destroy(&mut hca),
+        )?;
+    }
     r.require(
         "fast teardown after the reset",
         hca.close().map_err(Into::into),
