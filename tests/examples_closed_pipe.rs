@@ -6,27 +6,12 @@
 //! The examples are the ones `cargo test` built beside this test (`target/<profile>/examples/`);
 //! run the whole suite, or `cargo build --examples` first, when running this file alone.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The example `name`, built by the same `cargo test` run.
-fn example(name: &str) -> PathBuf {
-    // This test is target/<profile>/deps/examples_closed_pipe-<hash>.
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: `cargo test` builds the examples; alone, run `cargo build --examples` first",
-        path.display()
-    );
-    path
-}
+use common::example;
 
 /// Runs an example with standard output and error a pipe nobody reads any more (every write
 /// fails with `EPIPE`), within a minute; returns its exit status.

@@ -18,18 +18,18 @@ use std::time::Duration;
 
 use common::{Pipe, Rng, harness_path, seed};
 
+use uhca::driver::Hca;
 use uhca::driver::addr::{AddressHandle, Gid, Grh, Mac, StaticRate};
 use uhca::driver::verbs::{
     Ah, Cq, InitAttr, Pd, Qp, QpCaps, QpInitAttr, QpTransport, Rc, RecvWr, RtrAttr, RtsAttr,
     SendData, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, WorkCompletion,
     WrError, state,
 };
-use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::{AccessFlags, CqeOpcode};
 use uhca::fwif::cqe::{Cqe64, op_own_of};
 use uhca::fwif::zerocopy::{FromZeros, IntoBytes};
 use uhca::hal::DmaMem;
-use uhca::mock::{ClockMode, MockConfig, MockHca, MockPlatform, PortType};
+use uhca::mock::{MockHca, MockPlatform, PortType};
 
 type P = MockPlatform;
 
@@ -271,21 +271,7 @@ struct Rig {
 }
 
 fn rig(port_type: PortType) -> Rig {
-    let dev = MockHca::new(MockConfig {
-        port_type,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let mut hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
-    dev.hold_send_doorbells(true);
+    let (dev, mut hca) = common::open_held(port_type);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(15).unwrap();
     Rig {

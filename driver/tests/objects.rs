@@ -203,13 +203,7 @@ fn a_cq_too_large_is_refused_before_any_command() {
 }
 
 fn caps() -> QpCaps {
-    QpCaps {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
+    common::qp_caps(64, 2, 64)
 }
 
 #[test]
@@ -315,12 +309,7 @@ fn uc_and_ud_qps_on_infiniband() {
     let (dev, mut hca) = open(PortType::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let uc = hca.create_qp::<Uc>(&pd, &attr).unwrap();
     let ucn = uc.qpn();
     let uc = uc
@@ -431,12 +420,7 @@ fn a_transition_the_device_refuses_is_a_typed_error_and_the_qp_comes_back() {
     let (dev, mut hca) = open(PortType::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
@@ -521,12 +505,7 @@ fn bad_qp_capabilities_are_refused_before_any_command() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let before = commands(&dev);
-    let with = |cap: QpCaps| QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap,
-    };
+    let with = |cap: QpCaps| common::on_cq(&cq, cap);
     for (name, cap) in [
         (
             "send SGEs",
@@ -795,12 +774,7 @@ fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
     let mut qp = qp
@@ -911,12 +885,7 @@ fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(64).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
     let uc = hca.create_qp::<Uc>(&pd, &attr).expect("UC QP");
     let ud = hca.create_qp::<Ud>(&pd, &attr).expect("UD QP");
@@ -934,12 +903,7 @@ fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(64).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
     assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 0);
 }
@@ -997,12 +961,7 @@ fn static_rates_are_mapped_to_the_device_encoding_and_clamped() {
     assert_eq!(support & (1 << 6), 0, "the mock offers no 400 Gb/s");
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     // (verbs rate, PRM code the path must carry)
     for (rate, code) in [
         (StaticRate::PortCurrent, 0),

@@ -29,12 +29,7 @@ fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
     let (before_a, before_b) = (sent(&dev_a), sent(&dev_b));
 
     // Creation with another HCA's PD, CQ or SRQ.
-    let mixed = |cq| QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap,
-    };
+    let mixed = |cq| common::on_cq(cq, cap);
     assert_eq!(
         b.create_qp::<Rc>(&pd_b, &mixed(&cq_a)).unwrap_err(),
         Error::WrongHca
