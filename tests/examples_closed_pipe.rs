@@ -76,6 +76,14 @@ fn perftest_like_tables_go_into_a_closed_pipe() {
 }
 
 #[test]
+fn all_reduce_perf_prints_its_table_into_a_closed_pipe() {
+    assert_eq!(
+        run_into_closed_pipe("all_reduce_perf", &["--mock", "-n", "2", "-e", "64"]),
+        0
+    );
+}
+
+#[test]
 fn the_demo_runs_to_its_end_with_a_closed_pipe() {
     assert_eq!(run_into_closed_pipe("demo", &[]), 0);
 }
