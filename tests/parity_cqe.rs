@@ -68,7 +68,7 @@ use uhca::driver::verbs::{
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::DmaMem;
-use uhca::mock::{MockHca, MockPlatform, PortType};
+use uhca::mock::{LinkLayer, MockHca, MockPlatform};
 
 type P = MockPlatform;
 
@@ -303,7 +303,7 @@ impl Harness {
 // uhca's side: a mock HCA, QPs in RTS with their send doorbells held.
 
 fn open() -> (MockHca, Hca<P>) {
-    common::open_held(PortType::InfiniBand)
+    common::open_held(LinkLayer::InfiniBand)
 }
 
 fn ib_path(dlid: u16) -> AddressHandle {

@@ -5,7 +5,7 @@
 use uhca_driver::{Error, Hca, HcaConfig, TeardownMode};
 use uhca_fwif::consts::{CmdOpcode, CmdStatus};
 use uhca_mock::firmware::FUNCTION_ID;
-use uhca_mock::{ClockMode, CommandOutcome, MockConfig, MockHca, PortType};
+use uhca_mock::{ClockMode, CommandOutcome, LinkLayer, MockConfig, MockHca};
 
 fn cfg() -> HcaConfig {
     HcaConfig {
@@ -20,7 +20,7 @@ fn cfg() -> HcaConfig {
 
 fn mock() -> MockHca {
     MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
+        port_type: LinkLayer::Ethernet,
         clock: ClockMode::Virtual,
         init_delay_us: 5_000,
         ..MockConfig::default()

@@ -6,7 +6,7 @@ mod common;
 use uhca_driver::verbs::{InitAttr, Qp, QpCaps, Rc, RecvWr, Sge, WcStatus, state};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
-use uhca_mock::{MockPlatform, PortType};
+use uhca_mock::{LinkLayer, MockPlatform};
 
 type P = MockPlatform;
 
@@ -15,7 +15,7 @@ const QPS: usize = 65_536;
 
 #[test]
 fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
-    let (dev, mut hca) = common::open(PortType::InfiniBand);
+    let (dev, mut hca) = common::open(LinkLayer::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let mut cq = hca.create_cq(1024).unwrap();
     let mr = hca

@@ -8,12 +8,12 @@ mod common;
 use uhca_driver::Error;
 use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, SrqInitAttr};
 use uhca_fwif::consts::AccessFlags;
-use uhca_mock::{MockHca, PortType};
+use uhca_mock::{LinkLayer, MockHca};
 
 #[test]
 fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
-    let (dev_a, mut a) = common::open(PortType::InfiniBand);
-    let (dev_b, mut b) = common::open(PortType::InfiniBand);
+    let (dev_a, mut a) = common::open(LinkLayer::InfiniBand);
+    let (dev_b, mut b) = common::open(LinkLayer::InfiniBand);
     let pd_a = a.alloc_pd().unwrap();
     let pd_b = b.alloc_pd().unwrap();
     let cq_a = a.create_cq(16).unwrap();

@@ -23,7 +23,7 @@ use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::{AccessFlags, IbMtu};
 use uhca::hal::Platform;
 use uhca::mock::fabric::PumpHandle;
-use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform, PortType};
+use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform};
 use uhca::oob::{Dest, OobError, RdmaDest, Session};
 
 /// What the examples return: any error, printed by [`run_modes`] with the example's name.
@@ -127,7 +127,7 @@ pub fn mock_node(
 ) -> Result<(MockHca, Hca<MockPlatform>), uhca::driver::Error> {
     let mac = Mac([0x02, 0x00, 0x00, 0x00, 0x01, n]);
     let dev = MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
+        port_type: uhca::mock::LinkLayer::Ethernet,
         mac: mac.0,
         ..MockConfig::default()
     });

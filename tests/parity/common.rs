@@ -142,7 +142,7 @@ pub fn seed() -> u64 {
 /// short timeouts, its send doorbells held so that the tests read the WQEs before the
 /// model executes them.
 pub fn open_held(
-    port_type: uhca::mock::PortType,
+    port_type: uhca::mock::LinkLayer,
 ) -> (
     uhca::mock::MockHca,
     uhca::driver::Hca<uhca::mock::MockPlatform>,

@@ -14,7 +14,7 @@ use uhca_driver::verbs::{
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
 use uhca_hal::Platform;
-use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca, MockPlatform, PortType};
+use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca, MockPlatform};
 
 /// Bring-up settings for the mock: short timeouts (a hang fails in seconds, not minutes),
 /// polling every 100 µs.
@@ -29,7 +29,7 @@ pub fn cfg() -> HcaConfig {
 }
 
 /// A mock HCA with a virtual clock whose firmware takes 5 ms to get ready.
-pub fn mock(port_type: PortType) -> MockHca {
+pub fn mock(port_type: LinkLayer) -> MockHca {
     MockHca::new(MockConfig {
         port_type,
         clock: ClockMode::Virtual,
@@ -39,7 +39,7 @@ pub fn mock(port_type: PortType) -> MockHca {
 }
 
 /// [`mock`], brought up by the driver with [`cfg`].
-pub fn open(port_type: PortType) -> (MockHca, Hca<MockPlatform>) {
+pub fn open(port_type: LinkLayer) -> (MockHca, Hca<MockPlatform>) {
     let dev = mock(port_type);
     let hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     (dev, hca)
@@ -54,7 +54,7 @@ pub const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
 
 /// [`open`] on an InfiniBand port.
 pub fn open_ib() -> (MockHca, Hca<P>) {
-    open(PortType::InfiniBand)
+    open(LinkLayer::InfiniBand)
 }
 
 /// Every right the device can give a QP's responder (remote atomics only when the device
@@ -108,10 +108,7 @@ pub fn node_on<Q: Platform + Clone>(
     platform: impl FnOnce(&MockHca) -> Q,
 ) -> Node<Q> {
     let mac = Mac([0x02, 0xc0, 0xff, 0xee, 0x00, n]);
-    let port_type = match fabric.link_layer() {
-        LinkLayer::Ethernet => PortType::Ethernet,
-        LinkLayer::InfiniBand => PortType::InfiniBand,
-    };
+    let port_type = fabric.link_layer();
     let dev = MockHca::new(MockConfig {
         port_type,
         mac: mac.0,

@@ -12,7 +12,7 @@
 
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
-use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca, PortType};
+use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca};
 use uhca_vfio_user::{Function, serve};
 
 struct Args {
@@ -69,10 +69,7 @@ fn main() -> ExitCode {
         eprintln!("cannot write the capture {p}: {e}");
         return ExitCode::FAILURE;
     }
-    let port_type = match args.link {
-        LinkLayer::Ethernet => PortType::Ethernet,
-        LinkLayer::InfiniBand => PortType::InfiniBand,
-    };
+    let port_type = args.link;
     let mut listeners = Vec::new();
     for (i, path) in args.sockets.iter().enumerate() {
         let mut mac = MockConfig::default().mac;
