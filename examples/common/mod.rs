@@ -571,6 +571,9 @@ pub fn exchange<M: OobMessage, T>(
     Ok((peer, session, out.ok_or("not connected")?))
 }
 
+/// An RC QP ready to send.
+pub type RcRts<P> = Qp<P, Rc, state::Rts>;
+
 /// [`exchange`] for an RC QP: `qp` goes from INIT to RTS towards the peer (its first send
 /// PSN the one `me` announces, up to `rd_atomic` RDMA READs at once; [`rc_connect`]).
 pub fn exchange_rc<P: Platform + Clone, M: OobMessage>(
@@ -579,7 +582,7 @@ pub fn exchange_rc<P: Platform + Clone, M: OobMessage>(
     me: &M,
     qp: Qp<P, Rc, state::Init>,
     rd_atomic: u8,
-) -> Res<(M, M::Session, Qp<P, Rc, state::Rts>)> {
+) -> Res<(M, M::Session, RcRts<P>)> {
     let psn = me.dest().psn;
     let args = side.args;
     exchange(side, me, |peer| {
