@@ -22,7 +22,7 @@ use uhca::driver::verbs::{Rc, RecvWr, SendOp, SendWr};
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
 
-/// One side of the ping-pong on an HCA that is up. `server`: `None` to listen.
+/// One side of the ping-pong on an HCA that is up (`side`: client or server).
 fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let spec = common::Spec {

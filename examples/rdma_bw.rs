@@ -106,7 +106,7 @@ fn main() {
     common::run_modes!("rdma_bw", args, side);
 }
 
-/// One side of the test on an HCA that is up. `server`: `None` to be the server.
+/// One side of the test on an HCA that is up (`side`: client or server).
 fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let o = opts();

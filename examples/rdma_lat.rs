@@ -201,7 +201,7 @@ impl<P: Platform + Clone> Ends<P> {
     }
 }
 
-/// One side of the test on an HCA that is up. `server`: `None` to be the server.
+/// One side of the test on an HCA that is up (`side`: client or server).
 fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let op = Op::parse(args, Op::Send)?;

@@ -39,6 +39,7 @@ fn pattern(client: bool, round: u64, i: usize) -> u8 {
     (((i as u32).wrapping_mul(7) + (i as u32 >> 8) + seed + round as u32 * 13) & 0xff) as u8
 }
 
+/// One side of the test on an HCA that is up (`side`: client or server).
 fn rw<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let client = side.is_client();
