@@ -7,8 +7,8 @@
 //! later requests flush, and the QP comes back through RESET.
 
 use uhca_driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge,
-    Srq, SrqInitAttr, Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError, state,
+    InitAttr, Qp, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr,
+    Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError, state,
 };
 use uhca_fwif::consts::{AccessFlags, QpState};
 use uhca_hal::DmaMem;
@@ -385,16 +385,7 @@ fn srq_receives_from_two_qps() {
         )
         .unwrap();
     let mk_b = |b: &mut Node, srq: &Srq<P>| {
-        let attr = QpInitAttr {
-            send_cq: &b.cq,
-            recv_cq: &b.cq,
-            srq: Some(srq),
-            cap: QpCaps {
-                max_recv_wr: 0,
-                max_recv_sge: 0,
-                ..caps()
-            },
-        };
+        let attr = common::on_srq(&b.cq, srq, caps());
         let qp = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
         let access = qp_access(&b.hca);
         qp.to_init(
@@ -482,16 +473,7 @@ fn srq_limit_event_reaches_the_user_once() {
             },
         )
         .unwrap();
-    let attr = QpInitAttr {
-        send_cq: &b.cq,
-        recv_cq: &b.cq,
-        srq: Some(&srq),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..caps()
-        },
-    };
+    let attr = common::on_srq(&b.cq, &srq, caps());
     let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
     let access = qp_access(&b.hca);
     let qb = qb
@@ -1001,16 +983,7 @@ fn a_destroyed_qps_leftover_srq_receive_gives_its_wqe_back() {
             },
         )
         .unwrap();
-    let attr = QpInitAttr {
-        send_cq: &b.cq,
-        recv_cq: &b.cq,
-        srq: Some(&srq),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..caps()
-        },
-    };
+    let attr = common::on_srq(&b.cq, &srq, caps());
     let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
     let qb = rc_init(&mut b.hca, qb);
     let qa = rc_qp(&mut a);

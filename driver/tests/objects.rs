@@ -602,16 +602,15 @@ fn srq_create_query_arm_destroy_and_a_qp_on_it() {
     let qp = hca
         .create_qp::<Rc>(
             &pd,
-            &QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: Some(&srq),
-                cap: QpCaps {
+            &common::on_srq(
+                &cq,
+                &srq,
+                QpCaps {
                     max_send_wr: 8,
                     max_send_sge: 1,
                     ..QpCaps::default()
                 },
-            },
+            ),
         )
         .unwrap();
     let q = qp.query(&mut hca).unwrap().qpc;

@@ -1100,16 +1100,7 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
         )
         .unwrap();
     assert_eq!(srq.max_wr(), 3);
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: Some(&srq),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..caps()
-        },
-    };
+    let attr = common::on_srq(&cq, &srq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     let mut qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();

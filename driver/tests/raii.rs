@@ -8,7 +8,7 @@ use common::open_ib as open;
 
 use uhca_driver::ObjectKind;
 use uhca_driver::hca::AsyncEvent;
-use uhca_driver::verbs::{QpCaps, QpInitAttr, Rc, SrqInitAttr};
+use uhca_driver::verbs::{QpCaps, Rc, SrqInitAttr};
 use uhca_fwif::consts::{AccessFlags, CmdOpcode, CmdStatus};
 use uhca_hal::DmaMem;
 use uhca_mock::{MockHca, ObjectCounts};
@@ -52,19 +52,7 @@ fn dropped_objects_are_destroyed_users_first_and_their_memory_freed() {
         )
         .unwrap();
     let qp = hca
-        .create_qp::<Rc>(
-            &pd,
-            &QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: Some(&srq),
-                cap: QpCaps {
-                    max_recv_wr: 0,
-                    max_recv_sge: 0,
-                    ..caps()
-                },
-            },
-        )
+        .create_qp::<Rc>(&pd, &common::on_srq(&cq, &srq, caps()))
         .unwrap();
     let mem = [
         (mr.iova(), mr.len()),

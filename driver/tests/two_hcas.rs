@@ -6,7 +6,7 @@
 mod common;
 
 use uhca_driver::Error;
-use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, SrqInitAttr};
+use uhca_driver::verbs::{InitAttr, QpCaps, Rc, SrqInitAttr};
 use uhca_fwif::consts::AccessFlags;
 use uhca_mock::{LinkLayer, MockHca};
 
@@ -50,16 +50,7 @@ fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
         Error::WrongHca
     );
     let srq_a = a.create_srq(&pd_a, srq_attr).unwrap();
-    let with_srq = QpInitAttr {
-        send_cq: &cq_b,
-        recv_cq: &cq_b,
-        srq: Some(&srq_a),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..cap
-        },
-    };
+    let with_srq = common::on_srq(&cq_b, &srq_a, cap);
     assert_eq!(
         b.create_qp::<Rc>(&pd_b, &with_srq).unwrap_err(),
         Error::WrongHca

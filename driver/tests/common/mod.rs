@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{
-    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, WorkCompletion, state,
+    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, Srq, WorkCompletion, state,
 };
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
@@ -183,6 +183,25 @@ pub fn on_cq<Q: Platform + Clone>(cq: &Cq<Q>, cap: QpCaps) -> QpInitAttr<'_, Q> 
         recv_cq: cq,
         srq: None,
         cap,
+    }
+}
+
+/// The attributes of a QP whose sends and receives complete on `cq` and whose receives
+/// come from `srq` (so it has no receive queue of its own: `cap`'s receive sizes are 0).
+pub fn on_srq<'a, Q: Platform + Clone>(
+    cq: &'a Cq<Q>,
+    srq: &'a Srq<Q>,
+    cap: QpCaps,
+) -> QpInitAttr<'a, Q> {
+    QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        cap: QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..cap
+        },
     }
 }
 
