@@ -206,15 +206,8 @@ struct Setup {
 
 fn setup() -> Setup {
     let (dev, mut hca) = open();
-    let pd = hca.alloc_pd().unwrap();
-    let cq = hca.create_cq(31).unwrap();
-    let mr = hca
-        .alloc_mr(
-            &pd,
-            8192,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (pd, cq, mr) = common::pd_cq_mr(&mut hca, 31, 8192, access);
     Setup {
         dev,
         hca,
