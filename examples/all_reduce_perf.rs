@@ -43,6 +43,10 @@
 //! is measured (uhca-collective's collectives work in place). Any #wrong makes the
 //! program exit with status 1.
 
+#[path = "common/print.rs"]
+#[macro_use] // println!/eprintln! that stay quiet on a closed pipe (`| head`)
+mod print;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -254,7 +258,7 @@ impl Rng {
 
 /// Rank `rank`'s data: floats in [-4, 4), integers across the type's range.
 fn data<T: Element>(seed: u64, rank: usize, count: usize) -> Vec<T> {
-    let mut g = Rng((seed ^ ((rank as u64 + 1) * 0x9e37_79b9_7f4a_7c15)) | 1);
+    let mut g = Rng((seed ^ (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1);
     (0..count)
         .map(|_| {
             let x = g.next();

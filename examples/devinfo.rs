@@ -82,12 +82,12 @@ fn main() -> ExitCode {
 
 #[cfg(feature = "mock")]
 fn run_mock(ib: bool) -> Result<(), Box<dyn std::error::Error>> {
-    use uhca::mock::{ClockMode, MockConfig, MockHca, PortType};
+    use uhca::mock::{ClockMode, MockConfig, MockHca};
     let dev = MockHca::new(MockConfig {
         port_type: if ib {
-            PortType::InfiniBand
+            uhca::mock::LinkLayer::InfiniBand
         } else {
-            PortType::Ethernet
+            uhca::mock::LinkLayer::Ethernet
         },
         clock: ClockMode::Virtual,
         ..MockConfig::default()

@@ -41,51 +41,22 @@
 #[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
-use std::net::TcpListener;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{Args, Mode};
+use common::{Args, Mode, Op, Res, Side};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvReady, RecvWr, SendFlags, SendOp, SendWr, Sge,
-    WcStatus, WorkCompletion, state,
+    Qp, Rc, RecvReady, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion, state,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
 use uhca::oob::RdmaDest;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
 /// Most buffers a side registers (each `-s` bytes).
 const MAX_BUFFERS: u64 = 16;
 /// How long the passive server waits for the client to finish.
 const RUN_TIMEOUT: Duration = Duration::from_secs(3600);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
-    Write,
-    Read,
-    Send,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Write => "write",
-            Op::Read => "read",
-            Op::Send => "send",
-        }
-    }
-
-    fn title(self) -> &'static str {
-        match self {
-            Op::Write => "RDMA_Write BW Test",
-            Op::Read => "RDMA_Read BW Test",
-            Op::Send => "Send BW Test",
-        }
-    }
-}
 
 /// The flags `common::Args` does not have.
 #[derive(Clone, Copy, Debug)]
@@ -112,12 +83,7 @@ fn main() {
         eprintln!("rdma_bw: {msg}");
         std::process::exit(2);
     };
-    let op = match args.op.as_deref().unwrap_or("write") {
-        "write" => Op::Write,
-        "read" => Op::Read,
-        "send" => Op::Send,
-        other => bad(format!("-t {other}: the tests are write, read and send")),
-    };
+    let op = Op::parse(&args, Op::Write).unwrap_or_else(|e| bad(e));
     let num = |v: &Option<String>, flag: &str, default: u32| -> u32 {
         match v {
             None => default,
@@ -140,15 +106,11 @@ fn main() {
     common::run_modes!("rdma_bw", args, side);
 }
 
-/// One side of the test on an HCA that is up. `server`: `None` to be the server.
-fn side<P: Platform + Clone>(
-    hca: &mut Hca<P>,
-    args: &Args,
-    server: Option<&str>,
-    listener: Option<TcpListener>,
-) -> Res<()> {
+/// One side of the test on an HCA that is up (`side`: client or server).
+fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+    let args = side.args;
     let o = opts();
-    let client = server.is_some();
+    let client = side.is_client();
     // With both sides in one process only the client prints; the server's verdict on
     // the data reaches it over the exchange.
     let quiet = !client && args.mode == Mode::Mock;
@@ -158,10 +120,16 @@ fn side<P: Platform + Clone>(
     let len = buffers * size;
     let receiver = !client && o.op == Op::Send;
 
-    let pd = hca.alloc_pd()?;
-    let mut cq = hca.create_cq(o.tx_depth + args.rx_depth + 1)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mut mr = hca.alloc_mr(&pd, len, access)?;
+    let spec = common::Spec {
+        cq_depth: o.tx_depth + args.rx_depth + 1,
+        mr_len: len,
+        access,
+        send_wr: if client { o.tx_depth } else { 1 },
+        recv_wr: if receiver { args.rx_depth } else { 1 },
+        qkey: 0,
+    };
+    let (pd, mut cq, mut mr, mut qp) = common::open_objects::<_, Rc>(hca, args, &spec)?;
     // The source of the data holds the pattern; the target starts zeroed.
     let source = (o.op == Op::Read) != client;
     if source {
@@ -170,42 +138,9 @@ fn side<P: Platform + Clone>(
                 .write_bytes(b * size, &common::pattern_buf(b, size));
         }
     }
-    let sges: Vec<[Sge; 1]> = (0..buffers)
-        .map(|b| {
-            [Sge {
-                addr: mr.iova() + (b * size) as u64,
-                len: size as u32,
-                lkey: mr.lkey(),
-            }]
-        })
-        .collect();
-
-    let cap = QpCaps {
-        max_send_wr: if client { o.tx_depth } else { 1 },
-        max_recv_wr: if receiver { args.rx_depth } else { 1 },
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = hca.create_qp::<Rc>(
-        &pd,
-        &QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap,
-        },
-    )?;
-    let mut qp = qp
-        .to_init(
-            hca,
-            InitAttr {
-                port: args.ib_port,
-                access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-                ..InitAttr::default()
-            },
-        )
-        .map_err(|f| f.error)?;
+    let sges = (0..buffers)
+        .map(|b| Ok([mr.sge(b * size, size)?]))
+        .collect::<Res<Vec<[Sge; 1]>>>()?;
 
     // The SEND server's receives go in before the client can send.
     let mut recv_posted = 0u64;
@@ -215,16 +150,8 @@ fn side<P: Platform + Clone>(
     }
 
     let rd_atomic = common::rd_atomic_depth(hca);
-    let psn = common::random_psn();
-    let me = RdmaDest {
-        dest: common::my_dest(hca, args, qp.qpn(), psn)?,
-        rkey: mr.rkey(),
-        addr: mr.iova(),
-        len: len as u32,
-    };
-    let (peer, mut session, mut qp) = common::rdma_exchange(args, server, listener, &me, |p| {
-        common::rc_connect(hca, args, qp, &p.dest, psn, rd_atomic)
-    })?;
+    let me = common::my_rdma_dest(hca, args, qp.qpn(), common::random_psn(), &mr, len)?;
+    let (peer, mut session, mut qp) = common::exchange_rc(hca, &mut side, &me, qp, rd_atomic)?;
     common::agree(
         &mut session,
         &format!("rdma_bw {} {size} {} {buffers}", o.op.name(), args.iters),
@@ -233,18 +160,11 @@ fn side<P: Platform + Clone>(
         return Err(format!("the server's buffer is {} bytes, {len} needed", peer.len).into());
     }
     if !quiet {
-        common::perftest_banner(
-            hca,
-            args,
-            o.op.title(),
-            &[
-                ("TX depth", o.tx_depth.to_string()),
-                ("CQ Moderation", o.cq_mod.to_string()),
-            ],
-        );
-        common::perftest_address("local", &me);
-        common::perftest_address("remote", &peer);
-        println!("{}", "-".repeat(87));
+        let settings = [
+            ("TX depth", o.tx_depth.to_string()),
+            ("CQ Moderation", o.cq_mod.to_string()),
+        ];
+        common::perftest_header(hca, args, &o.op.title("BW"), &settings, &me, &peer);
     }
     common::agree(&mut session, "start")?;
 

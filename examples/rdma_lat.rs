@@ -34,20 +34,15 @@
 #[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use common::{Args, Mode};
+use common::{Mode, Op, Res, Side};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
-    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion, state,
+    Cq, Mr, Qp, Rc, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, state,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
-use uhca::oob::RdmaDest;
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Send queue depth (requests are signalled and polled as they complete).
 const SQ_DEPTH: u32 = 16;
@@ -56,47 +51,10 @@ const RX_DEPTH: u32 = 16;
 /// How long the passive server waits for the client to finish.
 const RUN_TIMEOUT: Duration = Duration::from_secs(3600);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
-    Send,
-    Write,
-    Read,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Send => "send",
-            Op::Write => "write",
-            Op::Read => "read",
-        }
-    }
-
-    fn title(self) -> &'static str {
-        match self {
-            Op::Send => "Send Latency Test",
-            Op::Write => "RDMA_Write Latency Test",
-            Op::Read => "RDMA_Read Latency Test",
-        }
-    }
-}
-
-fn op_of(args: &Args) -> Op {
-    match args.op.as_deref().unwrap_or("send") {
-        "write" => Op::Write,
-        "read" => Op::Read,
-        _ => Op::Send,
-    }
-}
-
 fn main() {
     let args = common::parse_args("rdma_lat", 2, 1000);
-    if let Some(other) = args
-        .op
-        .as_deref()
-        .filter(|o| !["send", "write", "read"].contains(o))
-    {
-        eprintln!("rdma_lat: -t {other}: the tests are send, write and read");
+    if let Err(e) = Op::parse(&args, Op::Send) {
+        eprintln!("rdma_lat: {e}");
         std::process::exit(2);
     }
     if args.size > u32::MAX as usize / 2 {
@@ -243,57 +201,29 @@ impl<P: Platform + Clone> Ends<P> {
     }
 }
 
-/// One side of the test on an HCA that is up. `server`: `None` to be the server.
-fn side<P: Platform + Clone>(
-    hca: &mut Hca<P>,
-    args: &Args,
-    server: Option<&str>,
-    listener: Option<TcpListener>,
-) -> Res<()> {
-    let op = op_of(args);
-    let client = server.is_some();
+/// One side of the test on an HCA that is up (`side`: client or server).
+fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+    let args = side.args;
+    let op = Op::parse(args, Op::Send)?;
+    let client = side.is_client();
     let quiet = !client && args.mode == Mode::Mock;
     let spin = matches!(args.mode, Mode::Device(_));
     let size = args.size;
 
-    let pd = hca.alloc_pd()?;
-    let cq = hca.create_cq(SQ_DEPTH + RX_DEPTH + 1)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mut mr = hca.alloc_mr(&pd, 2 * size, access)?;
+    let spec = common::Spec {
+        cq_depth: SQ_DEPTH + RX_DEPTH + 1,
+        mr_len: 2 * size,
+        access,
+        send_wr: SQ_DEPTH,
+        recv_wr: RX_DEPTH,
+        qkey: 0,
+    };
+    let (pd, cq, mut mr, mut qp) = common::open_objects::<_, Rc>(hca, args, &spec)?;
     mr.mem_mut()
         .write_bytes(size, &common::pattern_buf(0, size));
-    let cap = QpCaps {
-        max_send_wr: SQ_DEPTH,
-        max_recv_wr: RX_DEPTH,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = hca.create_qp::<Rc>(
-        &pd,
-        &QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap,
-        },
-    )?;
-    let mut qp = qp
-        .to_init(
-            hca,
-            InitAttr {
-                port: args.ib_port,
-                access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-                ..InitAttr::default()
-            },
-        )
-        .map_err(|f| f.error)?;
     if op == Op::Send {
-        let sge = [Sge {
-            addr: mr.iova(),
-            len: size as u32,
-            lkey: mr.lkey(),
-        }];
+        let sge = [mr.sge(0, size)?];
         let recv = RecvWr {
             wr_id: 0,
             sg_list: &sge,
@@ -303,16 +233,8 @@ fn side<P: Platform + Clone>(
     }
 
     let rd_atomic = common::rd_atomic_depth(hca);
-    let psn = common::random_psn();
-    let me = RdmaDest {
-        dest: common::my_dest(hca, args, qp.qpn(), psn)?,
-        rkey: mr.rkey(),
-        addr: mr.iova(),
-        len: (2 * size) as u32,
-    };
-    let (peer, mut session, qp) = common::rdma_exchange(args, server, listener, &me, |p| {
-        common::rc_connect(hca, args, qp, &p.dest, psn, rd_atomic)
-    })?;
+    let me = common::my_rdma_dest(hca, args, qp.qpn(), common::random_psn(), &mr, 2 * size)?;
+    let (peer, mut session, qp) = common::exchange_rc(hca, &mut side, &me, qp, rd_atomic)?;
     common::agree(
         &mut session,
         &format!("rdma_lat {} {size} {}", op.name(), args.iters),
@@ -326,10 +248,8 @@ fn side<P: Platform + Clone>(
         .into());
     }
     if !quiet {
-        common::perftest_banner(hca, args, op.title(), &[("TX depth", "1".to_string())]);
-        common::perftest_address("local", &me);
-        common::perftest_address("remote", &peer);
-        println!("{}", "-".repeat(87));
+        let settings = [("TX depth", "1".to_string())];
+        common::perftest_header(hca, args, &op.title("Latency"), &settings, &me, &peer);
     }
     let mut e = Ends {
         qp,

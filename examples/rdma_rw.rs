@@ -22,19 +22,12 @@
 #[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
 mod common;
 
-use std::net::TcpListener;
-
-use common::{Args, Mode};
+use common::{Res, Side};
 use uhca::driver::Hca;
-use uhca::driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus,
-    WorkCompletion, state,
-};
+use uhca::driver::verbs::{Rc, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
-use uhca::oob::{RdmaDest, Session};
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+use uhca::oob::Session;
 
 const WRITE_WRID: u64 = 1;
 const READ_WRID: u64 = 2;
@@ -46,90 +39,25 @@ fn pattern(client: bool, round: u64, i: usize) -> u8 {
     (((i as u32).wrapping_mul(7) + (i as u32 >> 8) + seed + round as u32 * 13) & 0xff) as u8
 }
 
-fn rw<P: Platform + Clone>(
-    hca: &mut Hca<P>,
-    args: &Args,
-    server: Option<&str>,
-    listener: Option<TcpListener>,
-) -> Res<()> {
-    let client = server.is_some();
+/// One side of the test on an HCA that is up (`side`: client or server).
+fn rw<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+    let args = side.args;
+    let client = side.is_client();
     let size = args.size;
-    let pd = hca.alloc_pd()?;
-    let mut cq = hca.create_cq(16)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mut mr = hca.alloc_mr(&pd, 3 * size, access)?;
+    let spec = common::Spec {
+        cq_depth: 16,
+        mr_len: 3 * size,
+        access,
+        send_wr: 4,
+        recv_wr: 1,
+        qkey: 0,
+    };
+    let (pd, mut cq, mut mr, qp) = common::open_objects::<_, Rc>(hca, args, &spec)?;
     mr.mem_mut().fill(0, 3 * size, 0);
-    let qp = hca.create_qp::<Rc>(
-        &pd,
-        &QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: QpCaps {
-                max_send_wr: 4,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        },
-    )?;
-    let init = InitAttr {
-        port: args.ib_port,
-        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        ..InitAttr::default()
-    };
-    let qp = qp.to_init(hca, init).map_err(|f| f.error)?;
-    let psn = common::random_psn();
-    let me = RdmaDest {
-        dest: common::my_dest(hca, args, qp.qpn(), psn)?,
-        rkey: mr.rkey(),
-        addr: mr.iova(),
-        len: (3 * size) as u32,
-    };
+    let me = common::my_rdma_dest(hca, args, qp.qpn(), common::random_psn(), &mr, 3 * size)?;
     println!("  local:  {}", String::from_utf8_lossy(&me.to_wire()[..86]));
-    let connect = |hca: &mut Hca<P>, qp: Qp<P, Rc, state::Init>, peer: &RdmaDest| -> Res<_> {
-        let rtr = RtrAttr {
-            path_mtu: args.mtu,
-            dest_qpn: peer.dest.qpn,
-            rq_psn: peer.dest.psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah: common::path_to(hca, args, &peer.dest),
-        };
-        let qp: Qp<P, Rc, state::Rtr> = qp.to_rtr(hca, rtr).map_err(|f| f.error)?;
-        let rts = RtsAttr {
-            sq_psn: psn,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 1,
-        };
-        Ok(qp.to_rts(hca, rts).map_err(|f| f.error)?)
-    };
-    let (peer, mut sess, mut qp): (RdmaDest, Session, _) = match server {
-        Some(s) => {
-            let (peer, sess) =
-                uhca::oob::rdma_client_exchange(s, args.port, &me, common::OOB_TIMEOUT)?;
-            let qp = connect(hca, qp, &peer)?;
-            (peer, sess, qp)
-        }
-        None => {
-            let listener = match listener {
-                Some(l) => l,
-                None => TcpListener::bind(("0.0.0.0", args.port))?,
-            };
-            let mut out = None;
-            let mut qp = Some(qp);
-            let (peer, sess) =
-                uhca::oob::rdma_server_exchange(&listener, &me, common::OOB_TIMEOUT, |peer| {
-                    let q = qp.take().ok_or("connected twice")?;
-                    out = Some(connect(hca, q, peer).map_err(|e| e.to_string())?);
-                    Ok(())
-                })?;
-            (peer, sess, out.ok_or("not connected")?)
-        }
-    };
+    let (peer, mut sess, mut qp) = common::exchange_rc(hca, &mut side, &me, qp, 1)?;
     println!(
         "  remote: {}",
         String::from_utf8_lossy(&peer.to_wire()[..86])
@@ -244,15 +172,5 @@ fn first_diff(x: &[u8], y: &[u8]) -> usize {
 
 fn main() {
     let args = common::parse_args("rdma_rw", 65536, 10);
-    let r = match &args.mode {
-        Mode::Mock => common::run_mock_pair(&args, rw),
-        Mode::Udp(ip) => common::run_udp(&args, *ip, rw),
-        Mode::Device(bdf) => {
-            common::device(&args, bdf, |hca, a| rw(hca, a, a.server.as_deref(), None))
-        }
-    };
-    if let Err(e) = r {
-        eprintln!("rdma_rw: {e}");
-        std::process::exit(1);
-    }
+    common::run_modes!("rdma_rw", args, rw);
 }

@@ -35,7 +35,7 @@ use uhca_driver::verbs::{
 };
 use uhca_driver::{Error, Failed, Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
-use uhca_mock::{Fabric, IommuFault, MockConfig, MockHca, MockPlatform, PortType};
+use uhca_mock::{Fabric, IommuFault, LinkLayer, MockConfig, MockHca, MockPlatform};
 
 /// The platform of every testbed HCA.
 pub type Platform = MockPlatform;
@@ -223,7 +223,7 @@ impl Testbed {
     ///
     /// [`TestbedError::BadSize`]; a bring-up or GID-install error.
     pub fn ethernet(n: usize) -> Result<Testbed, TestbedError> {
-        Self::new(PortType::Ethernet, n)
+        Self::new(LinkLayer::Ethernet, n)
     }
 
     /// `n` HCAs (1 to 254) with InfiniBand ports on a fabric with a subnet manager.
@@ -232,10 +232,10 @@ impl Testbed {
     ///
     /// [`TestbedError::BadSize`]; a bring-up error.
     pub fn infiniband(n: usize) -> Result<Testbed, TestbedError> {
-        Self::new(PortType::InfiniBand, n)
+        Self::new(LinkLayer::InfiniBand, n)
     }
 
-    fn new(link: PortType, n: usize) -> Result<Testbed, TestbedError> {
+    fn new(link: LinkLayer, n: usize) -> Result<Testbed, TestbedError> {
         if !(1..=254).contains(&n) {
             return Err(TestbedError::BadSize(n));
         }
@@ -252,11 +252,11 @@ impl Testbed {
             let mut hca = Hca::open_with(dev.platform(), HcaConfig::default())?;
             fabric.attach(&dev);
             let gid = match link {
-                PortType::Ethernet => {
+                LinkLayer::Ethernet => {
                     let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, k));
                     hca.add_roce_gid(1, 0, ip, mac, None)?
                 }
-                PortType::InfiniBand => Gid::ZERO,
+                LinkLayer::InfiniBand => Gid::ZERO,
             };
             let lid = hca.query_port(1)?.lid;
             nodes.push(Node {
@@ -354,10 +354,10 @@ impl Testbed {
         self.node(from)?;
         let peer = self.node(to)?;
         Ok(match self.fabric.link_layer() {
-            PortType::Ethernet => {
+            LinkLayer::Ethernet => {
                 AddressHandle::roce_v2(0, peer.gid, peer.mac, local_qpn, remote_qpn)
             }
-            PortType::InfiniBand => AddressHandle::ib(peer.lid),
+            LinkLayer::InfiniBand => AddressHandle::ib(peer.lid),
         })
     }
 

@@ -6,27 +6,12 @@
 //! The examples are the ones `cargo test` built beside this test (`target/<profile>/examples/`);
 //! run the whole suite, or `cargo build --examples` first, when running this file alone.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The example `name`, built by the same `cargo test` run.
-fn example(name: &str) -> PathBuf {
-    // This test is target/<profile>/deps/examples_closed_pipe-<hash>.
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: `cargo test` builds the examples; alone, run `cargo build --examples` first",
-        path.display()
-    );
-    path
-}
+use common::example;
 
 /// Runs an example with standard output and error a pipe nobody reads any more (every write
 /// fails with `EPIPE`), within a minute; returns its exit status.
@@ -88,6 +73,14 @@ fn perftest_like_tables_go_into_a_closed_pipe() {
         0
     );
     assert_eq!(run_into_closed_pipe("rdma_rw", &["--mock"]), 0);
+}
+
+#[test]
+fn all_reduce_perf_prints_its_table_into_a_closed_pipe() {
+    assert_eq!(
+        run_into_closed_pipe("all_reduce_perf", &["--mock", "-n", "2", "-e", "64"]),
+        0
+    );
 }
 
 #[test]

@@ -60,15 +60,15 @@ use std::time::Duration;
 
 use common::{Pipe, Rng, harness_path, seed};
 
+use uhca::driver::Hca;
 use uhca::driver::addr::AddressHandle;
 use uhca::driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
     SendWr, Sge, Srq, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, state,
 };
-use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::DmaMem;
-use uhca::mock::{ClockMode, MockConfig, MockHca, MockPlatform, PortType};
+use uhca::mock::{LinkLayer, MockHca, MockPlatform};
 
 type P = MockPlatform;
 
@@ -303,22 +303,7 @@ impl Harness {
 // uhca's side: a mock HCA, QPs in RTS with their send doorbells held.
 
 fn open() -> (MockHca, Hca<P>) {
-    let dev = MockHca::new(MockConfig {
-        port_type: PortType::InfiniBand,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
-    dev.hold_send_doorbells(true);
-    (dev, hca)
+    common::open_held(LinkLayer::InfiniBand)
 }
 
 fn ib_path(dlid: u16) -> AddressHandle {

@@ -18,18 +18,18 @@ use std::time::Duration;
 
 use common::{Pipe, Rng, harness_path, seed};
 
+use uhca::driver::Hca;
 use uhca::driver::addr::{AddressHandle, Gid, Grh, Mac, StaticRate};
 use uhca::driver::verbs::{
     Ah, Cq, InitAttr, Pd, Qp, QpCaps, QpInitAttr, QpTransport, Rc, RecvWr, RtrAttr, RtsAttr,
     SendData, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, WorkCompletion,
     WrError, state,
 };
-use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::{AccessFlags, CqeOpcode};
 use uhca::fwif::cqe::{Cqe64, op_own_of};
 use uhca::fwif::zerocopy::{FromZeros, IntoBytes};
 use uhca::hal::DmaMem;
-use uhca::mock::{ClockMode, MockConfig, MockHca, MockPlatform, PortType};
+use uhca::mock::{LinkLayer, MockHca, MockPlatform};
 
 type P = MockPlatform;
 
@@ -270,22 +270,8 @@ struct Rig {
     cq_pi: u32,
 }
 
-fn rig(port_type: PortType) -> Rig {
-    let dev = MockHca::new(MockConfig {
-        port_type,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let mut hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
-    dev.hold_send_doorbells(true);
+fn rig(port_type: LinkLayer) -> Rig {
+    let (dev, mut hca) = common::open_held(port_type);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(15).unwrap();
     Rig {
@@ -805,7 +791,7 @@ fn send_wqes_match_libmlx5() {
     let Some(mut h) = Harness::start() else {
         return;
     };
-    let mut rig = rig(PortType::InfiniBand);
+    let mut rig = rig(LinkLayer::InfiniBand);
     let mut stats = Stats::default();
     let ops = [
         SendOp::Send,
@@ -1076,7 +1062,7 @@ fn ud_address_vectors_match_libmlx5() {
         max_inline_data: 100,
     };
     // InfiniBand.
-    let mut ib = rig(PortType::InfiniBand);
+    let mut ib = rig(LinkLayer::InfiniBand);
     h.ask("link ib");
     let mut ahs = Vec::new();
     let mut paths = Vec::new();
@@ -1168,7 +1154,7 @@ fn ud_address_vectors_match_libmlx5() {
     drop(ib);
 
     // RoCEv2.
-    let mut eth = rig(PortType::Ethernet);
+    let mut eth = rig(LinkLayer::Ethernet);
     h.ask("link eth");
     let mut ahs = Vec::new();
     let dests = [
@@ -1255,7 +1241,7 @@ fn receive_wqes_match_libmlx5() {
     let Some(mut h) = Harness::start() else {
         return;
     };
-    let mut rig = rig(PortType::InfiniBand);
+    let mut rig = rig(LinkLayer::InfiniBand);
     let mut stats = Stats::default();
     let mut rng = Rng(0x5eed);
     // RQ.
@@ -1538,7 +1524,7 @@ fn cq_doorbells_match_libmlx5() {
     let Some(mut h) = Harness::start() else {
         return;
     };
-    let mut rig = rig(PortType::InfiniBand);
+    let mut rig = rig(LinkLayer::InfiniBand);
     let mut stats = Stats::default();
     let mut rng = Rng(0xc0);
     let qp = connected_qp::<Rc>(&mut rig, rc_caps(1, 0), false);
@@ -1725,7 +1711,7 @@ fn random_requests_match_libmlx5() {
     println!("libmlx5 parity: random requests with UHCA_PARITY_SEED={seed:#x}");
     let mut rng = Rng(seed);
     let mut stats = Stats::default();
-    let mut rig = rig(PortType::InfiniBand);
+    let mut rig = rig(LinkLayer::InfiniBand);
     h.ask("link ib");
     let mut ahs = Vec::new();
     for slot in 0..4 {

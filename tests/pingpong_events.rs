@@ -3,26 +3,11 @@
 //! events come from the driver's event queue; under `--device` also through the MSI-X
 //! eventfd (checked in the VM rig, `tests/vm/guest/tests/vfiouser.sh`).
 
-use std::process::Command;
-
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    dir.join("examples").join(name)
-}
+mod common;
 
 #[test]
 fn rc_pingpong_with_events_completes_every_round_trip_through_completion_events() {
-    let out = Command::new(example("rc_pingpong"))
-        .args(["--mock", "-e", "-n", "20", "-s", "512"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "rc_pingpong -e failed:\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::run_ok("rc_pingpong", &["--mock", "-e", "-n", "20", "-s", "512"]);
     // Two sides (client and server), each with its iteration line and its event count.
     assert_eq!(stdout.matches("20 iters in").count(), 2, "{stdout}");
     let events: Vec<u64> = stdout

@@ -1,46 +1,11 @@
 //! `rdma_bw` and `rdma_lat --mock`: both sides in one process on two mock HCAs; every
 //! test (`-t`) exits 0, prints perftest's table and reports the data intact.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-/// The example binaries `cargo test` built beside this test.
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} not built (cargo test builds the examples)",
-        bin.display()
-    );
-    bin
-}
+use std::time::Duration;
 
-/// Runs `name args`, killing it after `limit`.
-fn run(name: &str, args: &[&str], limit: Duration) -> (Output, String) {
-    let mut child = Command::new(example(name))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out, text)
-}
+use common::run;
 
 /// The row under `header`: its whitespace-separated numbers.
 fn row(text: &str, header: &str) -> Vec<f64> {

@@ -2,72 +2,11 @@
 //! HCAs, each behind its own kernel UDP socket on port 4791, with the exchange of the
 //! bandwidth and latency examples over TCP.
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-/// The example binaries `cargo test` built beside this test.
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} not built (cargo test builds the examples)",
-        bin.display()
-    );
-    bin
-}
+use std::time::Duration;
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn(name: &str, args: &[&str]) -> Child {
-    Command::new(example(name))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn wait(mut child: Child, limit: Duration) -> (Output, String) {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out, text)
-}
-
-/// Runs `name` as server on `server_ip` and as client on `client_ip`, both with `args`.
-fn pair(name: &str, server_ip: &str, client_ip: &str, args: &[&str]) -> [(Output, String); 2] {
-    let port = free_tcp_port().to_string();
-    let mut s_args = vec!["--udp", server_ip, "-p", &port];
-    s_args.extend_from_slice(args);
-    let server = spawn(name, &s_args);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut c_args = vec!["--udp", client_ip, "-p", &port];
-    c_args.extend_from_slice(args);
-    c_args.push("127.0.0.1");
-    let client = spawn(name, &c_args);
-    let c = wait(client, Duration::from_secs(60));
-    let s = wait(server, Duration::from_secs(60));
-    [c, s]
-}
+use common::{free_tcp_port, pair, spawn, wait};
 
 #[test]
 fn rdma_bw_write_between_two_processes_over_real_udp() {

@@ -8,7 +8,7 @@ use common::*;
 
 use uhca_driver::{Error, Hca, HcaConfig, TeardownMode};
 use uhca_fwif::consts::{CmdOpcode, CmdStatus};
-use uhca_mock::{ClockMode, MockConfig, MockHca, PortType};
+use uhca_mock::{ClockMode, LinkLayer, MockConfig, MockHca};
 
 fn opcodes(hca: &MockHca) -> Vec<CmdOpcode> {
     hca.command_log()
@@ -20,7 +20,7 @@ fn opcodes(hca: &MockHca) -> Vec<CmdOpcode> {
 
 #[test]
 fn ethernet_bring_up_follows_rdma_core_order_and_fast_teardown_disables_the_nic() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     use CmdOpcode::*;
     let seq = opcodes(&dev);
@@ -77,7 +77,7 @@ fn ethernet_bring_up_follows_rdma_core_order_and_fast_teardown_disables_the_nic(
 
 #[test]
 fn graceful_teardown_reclaims_pages_and_disables_the_hca() {
-    let dev = mock(PortType::InfiniBand);
+    let dev = mock(LinkLayer::InfiniBand);
     let hca = Hca::open_with(
         dev.platform(),
         HcaConfig {
@@ -104,7 +104,7 @@ fn graceful_teardown_reclaims_pages_and_disables_the_hca() {
 
 #[test]
 fn page_requests_at_run_time_are_served() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     hca.process_events().unwrap();
     let before = hca.firmware_pages();
@@ -122,7 +122,7 @@ fn page_requests_at_run_time_are_served() {
 
 #[test]
 fn a_failing_command_is_a_typed_error_naming_it() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     dev.fail_next_command(CmdOpcode::InitHca, CmdStatus::BadParamErr, 0x1234);
     let err = Hca::open_with(dev.platform(), cfg()).unwrap_err();
     assert_eq!(err.command_status(), Some(CmdStatus::BadParamErr));
@@ -141,7 +141,7 @@ fn a_failing_command_is_a_typed_error_naming_it() {
 
 #[test]
 fn a_command_that_never_completes_times_out() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     dev.hang_next_command(CmdOpcode::QueryHcaCap);
     let err = Hca::open_with(dev.platform(), cfg()).unwrap_err();
     assert!(
@@ -156,7 +156,7 @@ fn a_command_that_never_completes_times_out() {
 
 #[test]
 fn firmware_that_never_gets_ready_is_reported() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     dev.set_stuck_initializing(true);
     let err = Hca::open_with(dev.platform(), cfg()).unwrap_err();
     assert!(
@@ -170,7 +170,7 @@ fn firmware_that_never_gets_ready_is_reported() {
 
 #[test]
 fn fatal_health_turns_every_later_call_into_an_error_and_teardown_does_not_hang() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     dev.set_fatal_health(0x8, 0);
     let err = hca.poll_health().unwrap_err();
@@ -187,7 +187,7 @@ fn fatal_health_turns_every_later_call_into_an_error_and_teardown_does_not_hang(
 
 #[test]
 fn a_device_that_fell_off_the_bus_is_fatal() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     dev.set_pci_all_ones(true);
     assert!(matches!(hca.poll_health(), Err(Error::Fatal(_))));
@@ -198,7 +198,7 @@ fn a_device_that_fell_off_the_bus_is_fatal() {
 fn not_a_connectx() {
     // Vendor id is checked before anything else; the mock is always a ConnectX, so make
     // its config space read all ones, as a missing device would.
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     dev.set_pci_all_ones(true);
     let err = Hca::open_with(dev.platform(), cfg()).unwrap_err();
     assert!(
@@ -209,7 +209,7 @@ fn not_a_connectx() {
 
 #[test]
 fn closing_with_a_cq_still_alive_keeps_the_eq_memory_until_the_device_is_quiet() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     let cq = hca.create_cq(16).expect("cq");
     // The CQ still uses the EQ: DESTROY_EQ is refused, and the teardown goes on.
@@ -232,7 +232,7 @@ fn closing_with_a_cq_still_alive_keeps_the_eq_memory_until_the_device_is_quiet()
 fn the_event_queue_subscribes_to_what_the_nvidia_drivers_do_and_not_internal_error() {
     use uhca_fwif::cmd::{Command, QueryEqIn};
     use uhca_fwif::consts::EventType;
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     let mut q = QueryEqIn::new_cmd();
     q.set_eq_number(hca.eqn());
@@ -268,7 +268,7 @@ fn the_event_queue_subscribes_to_what_the_nvidia_drivers_do_and_not_internal_err
 #[test]
 fn a_command_waiting_when_the_device_dies_fails_fatal_at_once() {
     let dev = MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
+        port_type: LinkLayer::Ethernet,
         clock: ClockMode::RealTime,
         init_delay_us: 1_000,
         ..MockConfig::default()

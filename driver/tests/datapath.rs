@@ -7,8 +7,8 @@
 //! later requests flush, and the QP comes back through RESET.
 
 use uhca_driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge,
-    Srq, SrqInitAttr, Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError, state,
+    InitAttr, Qp, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr,
+    Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError, state,
 };
 use uhca_fwif::consts::{AccessFlags, QpState};
 use uhca_hal::DmaMem;
@@ -297,12 +297,7 @@ fn ud_send_and_receive_with_address_handles() {
         let mut a = node(&fabric, 1);
         let mut b = node(&fabric, 2);
         let ud = |n: &mut Node| {
-            let attr = QpInitAttr {
-                send_cq: &n.cq,
-                recv_cq: &n.cq,
-                srq: None,
-                cap: caps(),
-            };
+            let attr = common::on_cq(&n.cq, caps());
             let qp = n.hca.create_qp::<Ud>(&n.pd, &attr).unwrap();
             let qp = qp
                 .to_init(
@@ -390,16 +385,7 @@ fn srq_receives_from_two_qps() {
         )
         .unwrap();
     let mk_b = |b: &mut Node, srq: &Srq<P>| {
-        let attr = QpInitAttr {
-            send_cq: &b.cq,
-            recv_cq: &b.cq,
-            srq: Some(srq),
-            cap: QpCaps {
-                max_recv_wr: 0,
-                max_recv_sge: 0,
-                ..caps()
-            },
-        };
+        let attr = common::on_srq(&b.cq, srq, caps());
         let qp = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
         let access = qp_access(&b.hca);
         qp.to_init(
@@ -487,16 +473,7 @@ fn srq_limit_event_reaches_the_user_once() {
             },
         )
         .unwrap();
-    let attr = QpInitAttr {
-        send_cq: &b.cq,
-        recv_cq: &b.cq,
-        srq: Some(&srq),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..caps()
-        },
-    };
+    let attr = common::on_srq(&b.cq, &srq, caps());
     let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
     let access = qp_access(&b.hca);
     let qb = qb
@@ -713,12 +690,7 @@ fn uc_send_and_write_with_immediate() {
     let mut a = node(&fabric, 1);
     let mut b = node(&fabric, 2);
     let uc = |n: &mut Node| {
-        let attr = QpInitAttr {
-            send_cq: &n.cq,
-            recv_cq: &n.cq,
-            srq: None,
-            cap: caps(),
-        };
+        let attr = common::on_cq(&n.cq, caps());
         let qp = n.hca.create_qp::<Uc>(&n.pd, &attr).unwrap();
         qp.to_init(
             &mut n.hca,
@@ -844,22 +816,10 @@ fn moving_a_qp_to_err_flushes_its_receives_then_reset_brings_it_back() {
     // Drained: back to RESET and up again, the shadow starts over.
     let qb = qb.to_reset(&mut b.hca).unwrap();
     assert!(!qb.in_error());
-    let qb = rc_init_again(&mut b, qb);
+    let qb = rc_init(&mut b.hca, qb);
     let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
     qb.post_recv(&wrs[..1]).unwrap();
     assert_eq!(qb.rings().rq_head(), 1, "the RQ starts over at 0");
-}
-
-fn rc_init_again(n: &mut Node, qp: Qp<P, Rc, state::Reset>) -> Qp<P, Rc, state::Init> {
-    let access = qp_access(&n.hca);
-    qp.to_init(
-        &mut n.hca,
-        InitAttr {
-            access,
-            ..InitAttr::default()
-        },
-    )
-    .unwrap()
 }
 
 #[test]
@@ -965,7 +925,7 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
         "the old incarnation's CQEs are dropped"
     );
     // Up again: its new CQEs count.
-    let qb = rc_init_again(&mut b, qb);
+    let qb = rc_init(&mut b.hca, qb);
     let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
     qb.post_recv(&recvs[..1]).unwrap();
     let ra = [Sge {
@@ -1023,18 +983,9 @@ fn a_destroyed_qps_leftover_srq_receive_gives_its_wqe_back() {
             },
         )
         .unwrap();
-    let attr = QpInitAttr {
-        send_cq: &b.cq,
-        recv_cq: &b.cq,
-        srq: Some(&srq),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..caps()
-        },
-    };
+    let attr = common::on_srq(&b.cq, &srq, caps());
     let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
-    let qb = rc_init_again(&mut b, qb);
+    let qb = rc_init(&mut b.hca, qb);
     let qa = rc_qp(&mut a);
     let (na, nb) = (qa.qpn(), qb.qpn());
     let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());

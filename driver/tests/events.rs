@@ -9,14 +9,14 @@ use common::*;
 use uhca_driver::hca::MAX_PENDING_EVENTS;
 use uhca_driver::{AsyncEvent, Hca};
 use uhca_fwif::consts::PortChangeSubtype;
-use uhca_mock::PortType;
+use uhca_mock::LinkLayer;
 
 /// More events than the 128 the driver plans for (its default `log_eq_size` 7).
 const BURST: usize = 200;
 
 #[test]
 fn a_burst_of_page_requests_past_the_eq_size_is_served() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     hca.process_events().unwrap();
     let before = hca.firmware_pages();
@@ -39,7 +39,7 @@ fn a_burst_of_page_requests_past_the_eq_size_is_served() {
 
 #[test]
 fn a_burst_of_port_events_past_the_eq_size_reaches_the_user() {
-    let dev = mock(PortType::Ethernet);
+    let dev = mock(LinkLayer::Ethernet);
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     hca.process_events().unwrap();
     while hca.next_event().is_some() {}

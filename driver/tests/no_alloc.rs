@@ -7,22 +7,19 @@
 //! platform here holds the send doorbells written while counting and hands them to the
 //! model right after; everything else goes straight to the mock.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use uhca_test_support::{CountingAlloc, counted};
 
-use uhca_driver::addr::{AddressHandle, Mac};
+mod common;
+
 use uhca_driver::verbs::{
-    InitAttr, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge,
-    WcStatus, WorkCompletion,
+    RecvWr, RtsAttr, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
-use uhca_driver::{Hca, HcaConfig};
-use uhca_fwif::consts::{AccessFlags, IbMtu};
 use uhca_hal::platform::{Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
 use uhca_hal::{Bar, DmaMem};
-use uhca_mock::{Fabric, MockConfig, MockHca, MockPlatform};
+use uhca_mock::{Fabric, MockHca, MockPlatform};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -132,110 +129,17 @@ impl Clock for Holding {
     }
 }
 
-struct Node {
-    platform: Holding,
-    hca: Hca<Holding>,
-    pd: uhca_driver::verbs::Pd,
-    cq: uhca_driver::verbs::Cq<Holding>,
-    mr: uhca_driver::verbs::Mr<Holding>,
-    mac: Mac,
-    gid: uhca_driver::addr::Gid,
-}
-
-fn node(fabric: &Fabric, n: u8) -> Node {
-    let mac = Mac([0x02, 0, 0, 0, 0, n]);
-    let dev = MockHca::new(MockConfig {
-        mac: mac.0,
-        ..MockConfig::ethernet()
-    });
-    let platform = Holding {
-        mock: dev.platform(),
-        held: Arc::new(Held::default()),
-    };
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let mut hca = Hca::open_with(platform.clone(), cfg).expect("bring-up");
-    fabric.attach(&dev);
-    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, n));
-    let gid = hca.add_roce_gid(1, 0, ip, mac, None).unwrap();
-    let pd = hca.alloc_pd().unwrap();
-    let cq = hca.create_cq(255).unwrap();
-    let mr = hca
-        .alloc_mr(
-            &pd,
-            8192,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
-    Node {
-        platform,
-        hca,
-        pd,
-        cq,
-        mr,
-        mac,
-        gid,
-    }
-}
-
 #[test]
 fn post_and_poll_allocate_nothing() {
     // The counter sees allocations.
     assert_eq!(counted(|| std::hint::black_box(vec![1u8; 8])).1, 1);
     let fabric = Fabric::ethernet();
-    let mut a = node(&fabric, 1);
-    let mut b = node(&fabric, 2);
-    let caps = QpCaps {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 1,
-        max_inline_data: 64,
+    let holding = |dev: &MockHca| Holding {
+        mock: dev.platform(),
+        held: Arc::new(Held::default()),
     };
-    let mk = |n: &mut Node| {
-        let attr = QpInitAttr {
-            send_cq: &n.cq,
-            recv_cq: &n.cq,
-            srq: None,
-            cap: caps,
-        };
-        let qp = n.hca.create_qp::<Rc>(&n.pd, &attr).unwrap();
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        qp.to_init(
-            &mut n.hca,
-            InitAttr {
-                access,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap()
-    };
-    let (qa, qb) = (mk(&mut a), mk(&mut b));
-    let (na, nb) = (qa.qpn(), qb.qpn());
-    let rtr = |to: &Node, dest_qpn| RtrAttr {
-        path_mtu: IbMtu::Mtu1024,
-        dest_qpn,
-        ah: AddressHandle::RoceV2 {
-            sgid_index: 0,
-            dgid: to.gid,
-            dmac: to.mac,
-            udp_sport: 0xc001,
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            sl: 0,
-        },
-        ..RtrAttr::default()
-    };
-    let qa = qa.to_rtr(&mut a.hca, rtr(&b, nb)).unwrap();
-    let qb = qb.to_rtr(&mut b.hca, rtr(&a, na)).unwrap();
-    let mut qa = qa.to_rts(&mut a.hca, RtsAttr::default()).unwrap();
-    let mut qb = qb.to_rts(&mut b.hca, RtsAttr::default()).unwrap();
+    let (mut a, mut b, mut qa, mut qb) = common::rc_pair_on(&fabric, RtsAttr::default(), holding);
+    let held = a.hca.platform().clone();
 
     let (la, lb) = (a.mr.lkey(), b.mr.lkey());
     let (ia, ib) = (a.mr.iova(), b.mr.iova());
@@ -293,13 +197,13 @@ fn post_and_poll_allocate_nothing() {
         let (r, n) = counted(|| qb.post_recv(&recvs));
         r.unwrap();
         assert_eq!(n, 0, "post_recv allocated (round {round})");
-        a.platform.held.hold.store(true, Ordering::SeqCst);
+        held.held.hold.store(true, Ordering::SeqCst);
         let (r, n) = counted(|| qa.post_send(&sends));
-        a.platform.held.hold.store(false, Ordering::SeqCst);
+        held.held.hold.store(false, Ordering::SeqCst);
         r.unwrap();
         assert_eq!(n, 0, "post_send allocated (round {round})");
-        assert_eq!(a.platform.held.n.load(Ordering::SeqCst), 1, "one doorbell");
-        a.platform.release();
+        assert_eq!(held.held.n.load(Ordering::SeqCst), 1, "one doorbell");
+        held.release();
         assert!(fabric.run_until_idle());
         let (r, n) = counted(|| a.cq.poll(&mut wc));
         assert_eq!(n, 0, "poll allocated (round {round})");

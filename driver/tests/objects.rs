@@ -9,7 +9,6 @@ use common::{cfg, open};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
-use uhca_driver::caps::LinkLayer;
 use uhca_driver::verbs::{
     CqModeration, GidType, InitAttr, PhysPortState, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
     SrqInitAttr, Uc, Ud,
@@ -19,7 +18,7 @@ use uhca_fwif::consts::{
     AccessFlags, CmdOpcode, CmdStatus, IbMtu, MkcAccessMode, PortState, QpState,
 };
 use uhca_hal::DmaMem;
-use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, ObjectCounts, PortType};
+use uhca_mock::{ClockMode, LinkLayer, MockConfig, MockHca, MockPlatform, ObjectCounts};
 
 type TestHca = Hca<MockPlatform>;
 
@@ -63,7 +62,7 @@ fn ib_path(dlid: u16) -> AddressHandle {
 
 #[test]
 fn pd_and_transport_domain_round_trip() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let pd = hca.alloc_pd().unwrap();
     let pd2 = hca.alloc_pd().unwrap();
     let td = hca.alloc_transport_domain().unwrap();
@@ -79,7 +78,7 @@ fn pd_and_transport_domain_round_trip() {
 
 #[test]
 fn memory_region_keys_cover_the_buffer_and_query_back() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let pd = hca.alloc_pd().unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let mut mr = hca.alloc_mr(&pd, 3 * 4096 + 100, access).unwrap();
@@ -126,7 +125,7 @@ fn memory_region_keys_cover_the_buffer_and_query_back() {
 
 #[test]
 fn bad_memory_registrations_are_refused_before_any_command() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let pd = hca.alloc_pd().unwrap();
     let before = commands(&dev);
     let e = hca.alloc_mr(&pd, 0, AccessFlags::LOCAL_WRITE).unwrap_err();
@@ -150,7 +149,7 @@ fn bad_memory_registrations_are_refused_before_any_command() {
 
 #[test]
 fn cq_create_query_moderate_destroy() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let mut cq = hca.create_cq(100).unwrap();
     assert_eq!(cq.cqe(), 127, "100 + 1 rounded up to 128 entries");
     let a = cq.query(&mut hca).unwrap();
@@ -189,7 +188,7 @@ fn cq_create_query_moderate_destroy() {
 
 #[test]
 fn a_cq_too_large_is_refused_before_any_command() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let max = hca.caps().max_cqe;
     let before = commands(&dev);
     let e = hca.create_cq(max).unwrap_err();
@@ -203,18 +202,12 @@ fn a_cq_too_large_is_refused_before_any_command() {
 }
 
 fn caps() -> QpCaps {
-    QpCaps {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
+    common::qp_caps(64, 2, 64)
 }
 
 #[test]
 fn rc_qp_walks_the_state_machine_on_roce() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let gid = hca
         .add_roce_gid(1, 0, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), MAC, None)
         .unwrap();
@@ -312,15 +305,10 @@ fn rc_qp_walks_the_state_machine_on_roce() {
 
 #[test]
 fn uc_and_ud_qps_on_infiniband() {
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let uc = hca.create_qp::<Uc>(&pd, &attr).unwrap();
     let ucn = uc.qpn();
     let uc = uc
@@ -428,15 +416,10 @@ fn uc_and_ud_qps_on_infiniband() {
 
 #[test]
 fn a_transition_the_device_refuses_is_a_typed_error_and_the_qp_comes_back() {
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
@@ -517,16 +500,11 @@ fn a_transition_the_device_refuses_is_a_typed_error_and_the_qp_comes_back() {
 
 #[test]
 fn bad_qp_capabilities_are_refused_before_any_command() {
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let before = commands(&dev);
-    let with = |cap: QpCaps| QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap,
-    };
+    let with = |cap: QpCaps| common::on_cq(&cq, cap);
     for (name, cap) in [
         (
             "send SGEs",
@@ -591,7 +569,7 @@ fn bad_qp_capabilities_are_refused_before_any_command() {
 /// refuses at ISSI 1), and a QP attaches to the RMP number with `rq_type` 1.
 #[test]
 fn srq_create_query_arm_destroy_and_a_qp_on_it() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     assert_eq!(hca.info().issi, 1);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
@@ -624,16 +602,15 @@ fn srq_create_query_arm_destroy_and_a_qp_on_it() {
     let qp = hca
         .create_qp::<Rc>(
             &pd,
-            &QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: Some(&srq),
-                cap: QpCaps {
+            &common::on_srq(
+                &cq,
+                &srq,
+                QpCaps {
                     max_send_wr: 8,
                     max_send_sge: 1,
                     ..QpCaps::default()
                 },
-            },
+            ),
         )
         .unwrap();
     let q = qp.query(&mut hca).unwrap().qpc;
@@ -667,9 +644,9 @@ fn srq_create_query_arm_destroy_and_a_qp_on_it() {
 
 #[test]
 fn infiniband_port_query() {
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     let p = hca.query_port(1).unwrap();
-    assert_eq!(p.link_layer, LinkLayer::InfiniBand);
+    assert_eq!(p.link_layer, uhca_driver::caps::LinkLayer::InfiniBand);
     assert_eq!(p.state, PortState::Active);
     assert_eq!(p.phys_state, PhysPortState::LinkUp);
     let cfg = dev.config();
@@ -699,9 +676,9 @@ fn infiniband_port_query() {
 
 #[test]
 fn ethernet_port_query() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let p = hca.query_port(1).unwrap();
-    assert_eq!(p.link_layer, LinkLayer::Ethernet);
+    assert_eq!(p.link_layer, uhca_driver::caps::LinkLayer::Ethernet);
     assert_eq!(p.state, PortState::Active);
     assert_eq!(p.phys_state, PhysPortState::LinkUp);
     assert_eq!(p.mac, Some(Mac(dev.config().mac)));
@@ -724,7 +701,7 @@ fn ethernet_port_query() {
 
 #[test]
 fn roce_gids_install_query_and_clear() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     assert_eq!(hca.query_gid(1, 3).unwrap().kind, GidType::Empty);
     let g4 = hca
         .add_roce_gid(1, 3, IpAddr::V4(Ipv4Addr::new(192, 168, 7, 9)), MAC, None)
@@ -768,7 +745,7 @@ fn roce_gids_install_query_and_clear() {
 
 #[test]
 fn an_object_dropped_without_destroy_keeps_its_memory_until_the_hca_destroys_it() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     let pd = hca.alloc_pd().unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
     let iova = mr.iova();
@@ -791,16 +768,11 @@ fn an_object_dropped_without_destroy_keeps_its_memory_until_the_hca_destroys_it(
 fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
     use uhca_fwif::consts::{WqeCtrlFlags, WqeOpcode};
     use uhca_hal::wq::Sge;
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
     let mut qp = qp
@@ -871,7 +843,7 @@ fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
 
 #[test]
 fn a_creation_that_times_out_is_a_typed_error_and_the_hca_stays_usable() {
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     dev.hang_next_command(CmdOpcode::CreateCq);
     let e = hca.create_cq(8).unwrap_err();
     assert!(
@@ -902,7 +874,7 @@ fn a_creation_that_times_out_is_a_typed_error_and_the_hca_stays_usable() {
 #[test]
 fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
     let dev = MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
+        port_type: LinkLayer::Ethernet,
         clock: ClockMode::Virtual,
         init_delay_us: 5_000,
         ..MockConfig::default()
@@ -911,12 +883,7 @@ fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(64).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
     let uc = hca.create_qp::<Uc>(&pd, &attr).expect("UC QP");
     let ud = hca.create_qp::<Ud>(&pd, &attr).expect("UD QP");
@@ -934,12 +901,7 @@ fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
     let mut hca = Hca::open_with(dev.platform(), cfg()).expect("bring-up");
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(64).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let rc = hca.create_qp::<Rc>(&pd, &attr).expect("RC QP");
     assert_eq!(rc.query(&mut hca).unwrap().qpc.ts_format(), 0);
 }
@@ -952,7 +914,7 @@ fn qp_timestamp_format_comes_from_the_roce_qp_capability() {
 #[test]
 fn port_fields_are_filled_only_where_the_device_reads_them() {
     // A single-port InfiniBand function: port_num stays 0.
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     assert_eq!(hca.hca_cap().num_ports(), 1);
     let p = hca.query_port(1).expect("QUERY_HCA_VPORT_CONTEXT");
     assert_eq!(p.lid, dev.config().lid);
@@ -979,7 +941,7 @@ fn port_fields_are_filled_only_where_the_device_reads_them() {
     hca.close().unwrap();
 
     // With vHCA ports (the default profile) the port is named.
-    let (dev, mut hca) = open(PortType::Ethernet);
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
     assert_eq!(hca.hca_cap().num_vhca_ports(), 1);
     let gid = hca.add_roce_gid(1, 2, ip, MAC, None).unwrap();
     assert_eq!(hca.query_gid(1, 2).unwrap().gid, gid);
@@ -992,17 +954,12 @@ fn port_fields_are_filled_only_where_the_device_reads_them() {
 /// address vector alike; the mock refuses a code it does not list.
 #[test]
 fn static_rates_are_mapped_to_the_device_encoding_and_clamped() {
-    let (dev, mut hca) = open(PortType::InfiniBand);
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
     let support = hca.hca_cap().stat_rate_support();
     assert_eq!(support & (1 << 6), 0, "the mock offers no 400 Gb/s");
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     // (verbs rate, PRM code the path must carry)
     for (rate, code) in [
         (StaticRate::PortCurrent, 0),

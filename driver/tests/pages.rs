@@ -2,29 +2,23 @@
 //! release-all page request frees them without a command, and the reclaim at teardown
 //! waits for a firmware that returns its pages slowly.
 
+mod common;
+
 use uhca_driver::{Error, Hca, HcaConfig, TeardownMode};
 use uhca_fwif::consts::{CmdOpcode, CmdStatus};
 use uhca_mock::firmware::FUNCTION_ID;
-use uhca_mock::{ClockMode, CommandOutcome, MockConfig, MockHca, PortType};
+use uhca_mock::{CommandOutcome, LinkLayer, MockHca};
 
+/// The fixture's settings, with the graceful teardown that returns the firmware's pages.
 fn cfg() -> HcaConfig {
     HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
         teardown: TeardownMode::Graceful,
-        ..HcaConfig::default()
+        ..common::cfg()
     }
 }
 
 fn mock() -> MockHca {
-    MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    })
+    common::mock(LinkLayer::Ethernet)
 }
 
 fn refused_manage_pages(dev: &MockHca) -> usize {

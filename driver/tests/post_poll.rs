@@ -9,13 +9,13 @@
 //! the model's engine sends (queues) their packets and then waits: every CQE the tests see
 //! is one they wrote.
 
+use uhca_driver::Hca;
 use uhca_driver::addr::{AddressHandle, StaticRate};
 use uhca_driver::verbs::{
     BadCqe, BadWr, Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr,
     SendFlags, SendOp, SendWr, Sge, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrError, state,
 };
-use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, CqeOpcode, CqeSyndrome, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, ErrCqe, op_own_of};
 use uhca_fwif::wqe::{
@@ -23,37 +23,17 @@ use uhca_fwif::wqe::{
 };
 use uhca_fwif::zerocopy::{FromBytes, FromZeros, IntoBytes};
 use uhca_hal::DmaMem;
-use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, PortType};
+use uhca_mock::MockHca;
 
-type P = MockPlatform;
+mod common;
+
+use common::open_ib as open;
+
+use common::P;
 type TestHca = Hca<P>;
 
-fn open() -> (MockHca, TestHca) {
-    let dev = MockHca::new(MockConfig {
-        port_type: PortType::InfiniBand,
-        clock: ClockMode::Virtual,
-        init_delay_us: 5_000,
-        ..MockConfig::default()
-    });
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
-    (dev, hca)
-}
-
 fn caps() -> QpCaps {
-    QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 4,
-        max_recv_sge: 4,
-        max_inline_data: 64,
-    }
+    common::qp_caps(16, 4, 64)
 }
 
 fn ib_path(dlid: u16) -> AddressHandle {
@@ -226,15 +206,8 @@ struct Setup {
 
 fn setup() -> Setup {
     let (dev, mut hca) = open();
-    let pd = hca.alloc_pd().unwrap();
-    let cq = hca.create_cq(31).unwrap();
-    let mr = hca
-        .alloc_mr(
-            &pd,
-            8192,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (pd, cq, mr) = common::pd_cq_mr(&mut hca, 31, 8192, access);
     Setup {
         dev,
         hca,
@@ -583,12 +556,7 @@ fn sq_sig_all_signals_every_request() {
         mr,
         ..
     } = setup();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     qp.set_sq_sig_all(true);
     let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
@@ -1007,12 +975,7 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
         mut cq,
         mr,
     } = setup();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Ud>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     let qp = qp
@@ -1130,16 +1093,7 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
         )
         .unwrap();
     assert_eq!(srq.max_wr(), 3);
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: Some(&srq),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..caps()
-        },
-    };
+    let attr = common::on_srq(&cq, &srq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     let mut qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();

@@ -4,18 +4,14 @@
 
 mod common;
 
+use common::open_ib as open;
+
+use uhca_driver::ObjectKind;
 use uhca_driver::hca::AsyncEvent;
-use uhca_driver::verbs::{QpCaps, QpInitAttr, Rc, SrqInitAttr};
-use uhca_driver::{Hca, ObjectKind};
+use uhca_driver::verbs::{QpCaps, Rc, SrqInitAttr};
 use uhca_fwif::consts::{AccessFlags, CmdOpcode, CmdStatus};
 use uhca_hal::DmaMem;
-use uhca_mock::{MockHca, MockPlatform, ObjectCounts, PortType};
-
-type TestHca = Hca<MockPlatform>;
-
-fn open() -> (MockHca, TestHca) {
-    common::open(PortType::InfiniBand)
-}
+use uhca_mock::{MockHca, ObjectCounts};
 
 /// Objects the driver itself holds after bring-up (one UAR, one EQ).
 fn baseline() -> ObjectCounts {
@@ -27,13 +23,7 @@ fn baseline() -> ObjectCounts {
 }
 
 fn caps() -> QpCaps {
-    QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::qp_caps(16, 1, 0)
 }
 
 /// The opcodes of the commands sent since `from`, with their status.
@@ -62,19 +52,7 @@ fn dropped_objects_are_destroyed_users_first_and_their_memory_freed() {
         )
         .unwrap();
     let qp = hca
-        .create_qp::<Rc>(
-            &pd,
-            &QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: Some(&srq),
-                cap: QpCaps {
-                    max_recv_wr: 0,
-                    max_recv_sge: 0,
-                    ..caps()
-                },
-            },
-        )
+        .create_qp::<Rc>(&pd, &common::on_srq(&cq, &srq, caps()))
         .unwrap();
     let mem = [
         (mr.iova(), mr.len()),
@@ -157,12 +135,7 @@ fn a_qp_dropped_after_its_cq_or_before_it() {
 
     // QP first, then the CQ: one round, no refusal.
     let cq = hca.create_cq(8).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     drop(qp);
     drop(cq);
@@ -180,12 +153,7 @@ fn a_qp_dropped_after_its_cq_or_before_it() {
     // (RES_BUSY), it stays queued with its memory, and goes once the QP is destroyed.
     let cq = hca.create_cq(8).unwrap();
     let (iova, len) = (cq.ring().mem().iova(), cq.ring().mem().len());
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     drop(cq);
     let n = dev.command_log().len();
@@ -217,12 +185,7 @@ fn a_qp_dropped_after_its_cq_or_before_it() {
 
     // The same, with the QP dropped as well: both go in one round, QP first.
     let cq = hca.create_cq(8).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     drop(cq);
     drop(qp);
@@ -246,12 +209,7 @@ fn close_destroys_dropped_objects_first_and_reports_no_error() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(8).unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qp_mem = (qp.rings().mem().iova(), qp.rings().mem().len());
     drop((pd, cq, mr, qp));
@@ -310,12 +268,7 @@ fn objects_dropped_after_their_hca_neither_panic_nor_hang() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(8).unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let mem = [
         (mr.iova(), mr.len()),
@@ -360,12 +313,7 @@ fn an_object_dropped_on_another_thread_is_released_by_the_hca() {
     let (dev, mut hca) = open();
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(8).unwrap();
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: caps(),
-    };
+    let attr = common::on_cq(&cq, caps());
     let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     std::thread::spawn(move || drop((qp, cq, pd)))

@@ -3,10 +3,10 @@
 
 mod common;
 
-use uhca_driver::verbs::{InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, Sge, WcStatus, state};
+use uhca_driver::verbs::{InitAttr, Qp, QpCaps, Rc, RecvWr, Sge, WcStatus, state};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
-use uhca_mock::{MockPlatform, PortType};
+use uhca_mock::{LinkLayer, MockPlatform};
 
 type P = MockPlatform;
 
@@ -15,7 +15,7 @@ const QPS: usize = 65_536;
 
 #[test]
 fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
-    let (dev, mut hca) = common::open(PortType::InfiniBand);
+    let (dev, mut hca) = common::open(LinkLayer::InfiniBand);
     let pd = hca.alloc_pd().unwrap();
     let mut cq = hca.create_cq(1024).unwrap();
     let mr = hca
@@ -32,15 +32,7 @@ fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
     let mut qps: Vec<Qp<P, Rc, state::Reset>> = Vec::with_capacity(QPS);
     for i in 0..QPS {
         let qp = hca
-            .create_qp::<Rc>(
-                &pd,
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: None,
-                    cap,
-                },
-            )
+            .create_qp::<Rc>(&pd, &common::on_cq(&cq, cap))
             .unwrap_or_else(|e| panic!("QP {i} of {QPS}: {e}"));
         qps.push(qp);
     }

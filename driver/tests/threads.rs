@@ -4,23 +4,20 @@
 //! QPs, polled by one thread while the QPs post on others. All data is checked, and every
 //! thread gives up with a message after a deadline instead of hanging.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
 use uhca_driver::verbs::{
-    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvQueue, RecvWr, RtrAttr, RtsAttr,
-    SendFlags, SendOp, SendQueue, SendWr, Sge, Srq, WcOpcode, WcStatus, WorkCompletion, WrError,
-    state,
+    Cq, Mr, Qp, Rc, RecvQueue, RecvWr, RtsAttr, SendFlags, SendOp, SendQueue, SendWr, Sge, Srq,
+    WcOpcode, WcStatus, WorkCompletion, WrError, state,
 };
-use uhca_driver::{Hca, HcaConfig};
-use uhca_fwif::consts::{AccessFlags, IbMtu};
+use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
-use uhca_mock::{Fabric, LinkLayer, MockConfig, MockHca, MockPlatform, PortType};
+use uhca_mock::{Fabric, LinkLayer};
 
-type P = MockPlatform;
-type RcRts = Qp<P, Rc, state::Rts>;
+mod common;
+
+use common::{Node, P, RcRts, connect, node, rc_qp_on};
 
 /// How long any one test may run before its threads give up.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -29,119 +26,23 @@ const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_READ);
 
-struct Node {
-    _dev: MockHca,
-    hca: Hca<P>,
-    pd: Pd,
-    mac: Mac,
-    gid: Gid,
-}
-
-fn node(fabric: &Fabric, n: u8) -> Node {
-    let mac = Mac([0x02, 0xc0, 0xff, 0xee, 0x01, n]);
-    let dev = MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
-        mac: mac.0,
-        ..MockConfig::default()
-    });
-    let cfg = HcaConfig {
-        fw_pre_init_timeout_ns: 2_000_000_000,
-        fw_init_timeout_ns: 200_000_000,
-        cmd_timeout_ns: 200_000_000,
-        poll_us: 100,
-        ..HcaConfig::default()
-    };
-    let mut hca = Hca::open_with(dev.platform(), cfg).expect("bring-up");
-    fabric.attach(&dev);
-    let ip = IpAddr::V4(Ipv4Addr::new(192, 168, 1, n));
-    let gid = hca.add_roce_gid(1, 0, ip, mac, None).unwrap();
-    let pd = hca.alloc_pd().unwrap();
-    Node {
-        _dev: dev,
-        hca,
-        pd,
-        mac,
-        gid,
-    }
-}
-
-fn caps() -> QpCaps {
-    QpCaps {
-        max_send_wr: 32,
-        max_recv_wr: 32,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 64,
-    }
-}
-
-/// An RC QP of `n` on the CQs `send` and `recv`, in INIT.
-fn rc_qp(n: &mut Node, send: &Cq<P>, recv: &Cq<P>) -> Qp<P, Rc, state::Init> {
-    let attr = QpInitAttr {
-        send_cq: send,
-        recv_cq: recv,
-        srq: None,
-        cap: caps(),
-    };
-    let qp = n.hca.create_qp::<Rc>(&n.pd, &attr).unwrap();
-    qp.to_init(
-        &mut n.hca,
-        InitAttr {
-            access: ACCESS,
-            ..InitAttr::default()
-        },
-    )
-    .unwrap()
-}
-
-/// Moves `qp` of `n` to RTS, connected to `peer_qpn` of `peer`.
-fn connect(n: &mut Node, qp: Qp<P, Rc, state::Init>, peer: &Node, peer_qpn: u32) -> RcRts {
-    let ah = AddressHandle::RoceV2 {
-        sgid_index: 0,
-        dgid: peer.gid,
-        dmac: peer.mac,
-        udp_sport: 0xc000,
-        traffic_class: 0,
-        hop_limit: 64,
-        flow_label: 0,
-        sl: 0,
-    };
-    let qp = qp
-        .to_rtr(
-            &mut n.hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: peer_qpn,
-                rq_psn: 0x100,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 1,
-                ah,
-            },
-        )
-        .unwrap();
-    qp.to_rts(
-        &mut n.hca,
-        RtsAttr {
-            sq_psn: 0x100,
-            max_rd_atomic: 4,
-            ..RtsAttr::default()
-        },
-    )
-    .unwrap()
-}
-
 /// Two QPs connected to each other: `qa` of `a` on CQs (`sa`, `ra`), `qb` of `b` on
 /// (`sb`, `rb`).
 fn pair(
+    fabric: &Fabric,
     a: &mut Node,
     b: &mut Node,
     (sa, ra): (&Cq<P>, &Cq<P>),
     (sb, rb): (&Cq<P>, &Cq<P>),
 ) -> (RcRts, RcRts) {
-    let qa = rc_qp(a, sa, ra);
-    let qb = rc_qp(b, sb, rb);
+    let qa = rc_qp_on(&mut a.hca, &a.pd, sa, ra);
+    let qb = rc_qp_on(&mut b.hca, &b.pd, sb, rb);
     let (na, nb) = (qa.qpn(), qb.qpn());
-    (connect(a, qa, b, nb), connect(b, qb, a, na))
+    let rts = RtsAttr::default();
+    (
+        connect(fabric, a, qa, b, nb, rts),
+        connect(fabric, b, qb, a, na, rts),
+    )
 }
 
 /// The bytes of message `k` of stream `s` (`len` of them).
@@ -350,7 +251,7 @@ fn n_qp_cq_pairs_on_n_threads() {
         .map(|id| {
             let cqa = a.hca.create_cq(127).unwrap();
             let cqb = b.hca.create_cq(127).unwrap();
-            let (qa, qb) = pair(&mut a, &mut b, (&cqa, &cqa), (&cqb, &cqb));
+            let (qa, qb) = pair(&fabric, &mut a, &mut b, (&cqa, &cqa), (&cqb, &cqb));
             let mut src = a.hca.alloc_mr(&a.pd, REGION, ACCESS).unwrap();
             let dst = b.hca.alloc_mr(&b.pd, REGION, ACCESS).unwrap();
             for k in 0..MSGS {
@@ -400,7 +301,7 @@ fn a_qps_send_and_receive_sides_on_two_threads() {
     let mut b = node(&fabric, 2);
     let (mut sa, mut ra) = (a.hca.create_cq(63).unwrap(), a.hca.create_cq(63).unwrap());
     let cqb = b.hca.create_cq(127).unwrap();
-    let (mut qa, qb) = pair(&mut a, &mut b, (&sa, &ra), (&cqb, &cqb));
+    let (mut qa, qb) = pair(&fabric, &mut a, &mut b, (&sa, &ra), (&cqb, &cqb));
     let mut mra = a
         .hca
         .alloc_mr(&a.pd, WINDOW as usize * SLOT, ACCESS)
@@ -569,7 +470,7 @@ fn one_cq_shared_by_qps_posting_on_other_threads() {
     let mut qps = Vec::new();
     let mut peers = Vec::new();
     for j in 0..SHARED_QPS {
-        let (qa, qb) = pair(&mut a, &mut b, (&shared, &shared), (&cqb, &cqb));
+        let (qa, qb) = pair(&fabric, &mut a, &mut b, (&shared, &shared), (&cqb, &cqb));
         qps.push(qa);
         peers.push(qb);
         for k in 0..SHARED_WRITES {

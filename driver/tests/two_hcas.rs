@@ -6,14 +6,14 @@
 mod common;
 
 use uhca_driver::Error;
-use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, SrqInitAttr};
+use uhca_driver::verbs::{InitAttr, QpCaps, Rc, SrqInitAttr};
 use uhca_fwif::consts::AccessFlags;
-use uhca_mock::{MockHca, PortType};
+use uhca_mock::{LinkLayer, MockHca};
 
 #[test]
 fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
-    let (dev_a, mut a) = common::open(PortType::InfiniBand);
-    let (dev_b, mut b) = common::open(PortType::InfiniBand);
+    let (dev_a, mut a) = common::open(LinkLayer::InfiniBand);
+    let (dev_b, mut b) = common::open(LinkLayer::InfiniBand);
     let pd_a = a.alloc_pd().unwrap();
     let pd_b = b.alloc_pd().unwrap();
     let cq_a = a.create_cq(16).unwrap();
@@ -29,12 +29,7 @@ fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
     let (before_a, before_b) = (sent(&dev_a), sent(&dev_b));
 
     // Creation with another HCA's PD, CQ or SRQ.
-    let mixed = |cq| QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap,
-    };
+    let mixed = |cq| common::on_cq(cq, cap);
     assert_eq!(
         b.create_qp::<Rc>(&pd_b, &mixed(&cq_a)).unwrap_err(),
         Error::WrongHca
@@ -55,16 +50,7 @@ fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
         Error::WrongHca
     );
     let srq_a = a.create_srq(&pd_a, srq_attr).unwrap();
-    let with_srq = QpInitAttr {
-        send_cq: &cq_b,
-        recv_cq: &cq_b,
-        srq: Some(&srq_a),
-        cap: QpCaps {
-            max_recv_wr: 0,
-            max_recv_sge: 0,
-            ..cap
-        },
-    };
+    let with_srq = common::on_srq(&cq_b, &srq_a, cap);
     assert_eq!(
         b.create_qp::<Rc>(&pd_b, &with_srq).unwrap_err(),
         Error::WrongHca

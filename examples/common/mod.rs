@@ -1,23 +1,33 @@
 //! What the examples share: rdma-core-like flags, and opening an HCA on the mock (two in
 //! one process over the in-memory fabric), over real UDP (one mock HCA whose RoCEv2 port is
-//! a kernel UDP socket) or on real hardware under VFIO.
+//! a kernel UDP socket) or on real hardware under VFIO; and the bones of every side of a
+//! two-sided example, so that an example holds only its own test: its verbs objects
+//! ([`open_objects`]), the out-of-band exchange that connects its QP ([`exchange`],
+//! [`exchange_rc`]) and their teardown ([`take_down`]).
 
 #![allow(dead_code)]
 
 #[macro_use]
 mod print;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::time::Duration;
 
 use uhca::driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca::driver::caps::LinkLayer;
+use uhca::driver::verbs::{
+    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, QpStateKind, QpTransport, Rc, RecvReady, RecvWr,
+    RtrAttr, RtsAttr, SendWr, WcStatus, WorkCompletion, state,
+};
 use uhca::driver::{Hca, HcaConfig};
-use uhca::fwif::consts::IbMtu;
+use uhca::fwif::consts::{AccessFlags, IbMtu};
 use uhca::hal::Platform;
 use uhca::mock::fabric::PumpHandle;
-use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform, PortType};
-use uhca::oob::Dest;
+use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform};
+use uhca::oob::{Dest, OobError, RdmaDest, Session};
+
+/// What the examples return: any error, printed by [`run_modes`] with the example's name.
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Where the HCA comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,7 +127,7 @@ pub fn mock_node(
 ) -> Result<(MockHca, Hca<MockPlatform>), uhca::driver::Error> {
     let mac = Mac([0x02, 0x00, 0x00, 0x00, 0x01, n]);
     let dev = MockHca::new(MockConfig {
-        port_type: PortType::Ethernet,
+        port_type: uhca::mock::LinkLayer::Ethernet,
         mac: mac.0,
         ..MockConfig::default()
     });
@@ -139,7 +149,7 @@ pub fn mock_fabric() -> (Fabric, PumpHandle) {
 pub type UdpNode = (Fabric, PumpHandle, MockHca, Hca<MockPlatform>);
 
 /// One mock HCA whose port is `local:4791` on a UDP socket, with `::ffff:local` as GID 0.
-pub fn udp_node(local: Ipv4Addr) -> Result<UdpNode, Box<dyn std::error::Error>> {
+pub fn udp_node(local: Ipv4Addr) -> Res<UdpNode> {
     let fabric = Fabric::ethernet();
     let (dev, hca) = mock_node(&fabric, 1, Some(local))?;
     fabric.attach_udp(&dev, local)?;
@@ -165,6 +175,90 @@ pub fn my_dest<P: Platform + Clone>(
         psn,
         gid,
     })
+}
+
+/// This side's address for the exchange of the bandwidth and latency examples: the QP as
+/// in [`my_dest`] and the first `len` bytes of `mr`, which the peer may read and write.
+pub fn my_rdma_dest<P: Platform + Clone>(
+    hca: &mut Hca<P>,
+    args: &Args,
+    qpn: u32,
+    psn: u32,
+    mr: &Mr<P>,
+    len: usize,
+) -> Res<RdmaDest> {
+    Ok(RdmaDest {
+        dest: my_dest(hca, args, qpn, psn)?,
+        rkey: mr.rkey(),
+        addr: mr.iova(),
+        len: u32::try_from(len).map_err(|_| format!("a buffer of {len} bytes is too large"))?,
+    })
+}
+
+/// rdma-core's pingpong address line (`what` is `"local address: "` or `"remote address:"`).
+pub fn print_dest(what: &str, d: &Dest) {
+    println!(
+        "  {what} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        d.lid, d.qpn, d.psn, d.gid
+    );
+}
+
+/// What one side of an example asks for before the exchange: one CQ of `cq_depth` entries
+/// for both queues, an MR of `mr_len` bytes with `access`, and a QP with room for
+/// `send_wr` sends and `recv_wr` receives (one scatter/gather entry each, no inline data)
+/// that peers may reach with `access`'s remote rights (UD: with Q_Key `qkey`).
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// CQ entries.
+    pub cq_depth: u32,
+    /// The MR's length in bytes.
+    pub mr_len: usize,
+    /// The MR's rights; the QP gets its remote ones.
+    pub access: AccessFlags,
+    /// Send queue depth.
+    pub send_wr: u32,
+    /// Receive queue depth.
+    pub recv_wr: u32,
+    /// The Q_Key (UD; 0 otherwise).
+    pub qkey: u32,
+}
+
+/// A side's verbs objects from [`open_objects`] (torn down by [`take_down`]): the PD, the
+/// CQ of both of the QP's queues, the registered buffer, and the QP in INIT on port `-i`.
+pub type Objects<P, T> = (Pd, Cq<P>, Mr<P>, Qp<P, T, state::Init>);
+
+/// Allocates what `spec` asks for, in the order rdma-core's examples do (PD, CQ, MR, QP),
+/// and moves the QP to INIT on port `-i`.
+pub fn open_objects<P: Platform + Clone, T: QpTransport>(
+    hca: &mut Hca<P>,
+    args: &Args,
+    spec: &Spec,
+) -> Res<Objects<P, T>> {
+    let pd = hca.alloc_pd()?;
+    let cq = hca.create_cq(spec.cq_depth)?;
+    let mr = hca.alloc_mr(&pd, spec.mr_len, spec.access)?;
+    let cap = QpCaps {
+        max_send_wr: spec.send_wr,
+        max_recv_wr: spec.recv_wr,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap,
+    };
+    let qp = hca.create_qp::<T>(&pd, &attr)?;
+    let init = InitAttr {
+        port: args.ib_port,
+        access: spec.access - AccessFlags::LOCAL_WRITE,
+        qkey: spec.qkey,
+        ..InitAttr::default()
+    };
+    let qp = qp.to_init(hca, init).map_err(|f| f.error)?;
+    Ok((pd, cq, mr, qp))
 }
 
 /// The path to the peer, as rdma-core's pingpong builds it: global (GRH / RoCE) when the
@@ -215,40 +309,49 @@ pub const RECV_WRID: u64 = 1;
 pub const SEND_WRID: u64 = 2;
 
 /// Posts up to `n` copies of `recv`; returns how many went in.
-pub fn post_recvs<P: Platform + Clone, T, S>(
-    qp: &mut uhca::driver::verbs::Qp<P, T, S>,
-    recv: &uhca::driver::verbs::RecvWr<'_>,
+pub fn post_recvs<P: Platform + Clone, T: QpTransport, S: RecvReady>(
+    qp: &mut Qp<P, T, S>,
+    recv: &RecvWr<'_>,
     n: u32,
-) -> u32
-where
-    T: uhca::driver::verbs::QpTransport,
-    S: uhca::driver::verbs::RecvReady,
-{
+) -> u32 {
     (0..n)
         .take_while(|_| qp.post_recv(std::slice::from_ref(recv)).is_ok())
         .count() as u32
 }
 
+/// Fills the receive queue with `-r` copies of `recv` before the exchange, as rdma-core's
+/// ping-pong does, so that the peer's first message finds one.
+pub fn post_rx_depth<P: Platform + Clone, T: QpTransport, S: RecvReady>(
+    qp: &mut Qp<P, T, S>,
+    recv: &RecvWr<'_>,
+    args: &Args,
+) -> Res<()> {
+    let routs = post_recvs(qp, recv, args.rx_depth);
+    if routs < args.rx_depth {
+        return Err(format!("couldn't post receive ({routs})").into());
+    }
+    Ok(())
+}
+
 /// rdma-core's ping-pong loop: the client sends first; each side sends again once its
-/// previous send and a receive completed; receives are reposted when they run low.
-/// Each send is `send`, each receive `recv`, on `qp`, whose completions go to `cq`.
-/// Returns the elapsed seconds and prints rdma-core's two result lines.
-#[allow(clippy::too_many_arguments)]
-pub fn pingpong_loop<P: Platform + Clone, T: uhca::driver::verbs::QpTransport>(
+/// previous send and a receive completed; receives are reposted when they run low (the
+/// queue starts with `-r` of them, [`post_rx_depth`]). Each send is `send`, each receive
+/// `recv`, on `qp`, whose completions go to `cq`. Returns the elapsed seconds and prints
+/// rdma-core's two result lines.
+pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
     hca: &mut Hca<P>,
-    cq: &mut uhca::driver::verbs::Cq<P>,
-    qp: &mut uhca::driver::verbs::Qp<P, T, uhca::driver::verbs::state::Rts>,
+    cq: &mut Cq<P>,
+    qp: &mut Qp<P, T, state::Rts>,
     args: &Args,
     client: bool,
-    mut routs: u32,
-    send: &uhca::driver::verbs::SendWr<'_>,
-    recv: &uhca::driver::verbs::RecvWr<'_>,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let post_send = |qp: &mut uhca::driver::verbs::Qp<P, T, _>| {
+    send: &SendWr<'_>,
+    recv: &RecvWr<'_>,
+) -> Res<f64> {
+    let post_send = |qp: &mut Qp<P, T, _>| {
         qp.post_send(std::slice::from_ref(send))
             .map_err(|e| format!("couldn't post send: {e:?}"))
     };
-    use uhca::driver::verbs::{WcStatus, WorkCompletion};
+    let mut routs = args.rx_depth;
     let start = std::time::Instant::now();
     let mut pending = RECV_WRID;
     if client {
@@ -331,10 +434,10 @@ pub fn pingpong_loop<P: Platform + Clone, T: uhca::driver::verbs::QpTransport>(
 /// loop. A missing interrupt is a timeout, not a fall back to polling.
 pub fn wait_cq_event<P: Platform + Clone>(
     hca: &mut Hca<P>,
-    cq: &mut uhca::driver::verbs::Cq<P>,
+    cq: &mut Cq<P>,
     args: &Args,
     interrupts: &mut u64,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Res<()> {
     let deadline = std::time::Instant::now() + OOB_TIMEOUT;
     loop {
         hca.process_events()?;
@@ -359,63 +462,168 @@ pub fn wait_cq_event<P: Platform + Clone>(
     }
 }
 
-/// Runs the server half of an out-of-band exchange (on `listener` or on `args.port`),
-/// connecting with `connect` before answering, or the client half towards `server`.
-pub fn exchange<T>(
-    args: &Args,
-    server: Option<&str>,
-    listener: Option<std::net::TcpListener>,
-    me: &Dest,
-    connect: impl FnOnce(&Dest) -> Result<T, Box<dyn std::error::Error>>,
-) -> Result<(Dest, T), Box<dyn std::error::Error>> {
-    match server {
-        Some(s) => {
-            let peer = uhca::oob::client_exchange(s, args.port, me, OOB_TIMEOUT)?;
-            let t = connect(&peer)?;
-            Ok((peer, t))
-        }
-        None => {
-            let listener = match listener {
-                Some(l) => l,
-                None => std::net::TcpListener::bind(("0.0.0.0", args.port))?,
-            };
-            let mut out = None;
-            let mut connect = Some(connect);
-            let peer = uhca::oob::server_exchange(&listener, me, OOB_TIMEOUT, |peer| {
-                let f = connect.take().ok_or("connected twice")?;
-                out = Some(f(peer).map_err(|e| e.to_string())?);
-                Ok(())
-            })?;
-            Ok((peer, out.ok_or("not connected")?))
-        }
+/// A message of an out-of-band exchange: rdma-core's pingpong address ([`Dest`]), or
+/// uhca's ([`RdmaDest`]: the same and the buffer's key, address and length), which leaves a
+/// line [`Session`] open behind it.
+pub trait OobMessage: Sized {
+    /// What the exchange leaves open: nothing for rdma-core's, the line session for uhca's.
+    type Session;
+    /// The queue pair the message names.
+    fn dest(&self) -> &Dest;
+    /// The client half: connects to `server:port`, sends `me`, returns the server's.
+    fn client(server: &str, port: u16, me: &Self) -> Result<(Self, Self::Session), OobError>;
+    /// The server half: reads the client's message on `listener`, calls `connect` with it,
+    /// then answers with `me`.
+    fn server(
+        listener: &TcpListener,
+        me: &Self,
+        connect: impl FnOnce(&Self) -> Result<(), String>,
+    ) -> Result<(Self, Self::Session), OobError>;
+}
+
+impl OobMessage for Dest {
+    type Session = ();
+    fn dest(&self) -> &Dest {
+        self
+    }
+    fn client(server: &str, port: u16, me: &Self) -> Result<(Self, ()), OobError> {
+        Ok((
+            uhca::oob::client_exchange(server, port, me, OOB_TIMEOUT)?,
+            (),
+        ))
+    }
+    fn server(
+        listener: &TcpListener,
+        me: &Self,
+        connect: impl FnOnce(&Self) -> Result<(), String>,
+    ) -> Result<(Self, ()), OobError> {
+        Ok((
+            uhca::oob::server_exchange(listener, me, OOB_TIMEOUT, connect)?,
+            (),
+        ))
     }
 }
 
-/// One side of an example on a mock HCA: the HCA, the flags, the server to connect to
-/// (`None`: be the server) and, for the server, a listener already bound.
-pub type MockSide = fn(
-    &mut Hca<MockPlatform>,
-    &Args,
-    Option<&str>,
-    Option<std::net::TcpListener>,
-) -> Result<(), Box<dyn std::error::Error>>;
+impl OobMessage for RdmaDest {
+    type Session = Session;
+    fn dest(&self) -> &Dest {
+        &self.dest
+    }
+    fn client(server: &str, port: u16, me: &Self) -> Result<(Self, Session), OobError> {
+        uhca::oob::rdma_client_exchange(server, port, me, OOB_TIMEOUT)
+    }
+    fn server(
+        listener: &TcpListener,
+        me: &Self,
+        connect: impl FnOnce(&Self) -> Result<(), String>,
+    ) -> Result<(Self, Session), OobError> {
+        uhca::oob::rdma_server_exchange(listener, me, OOB_TIMEOUT, connect)
+    }
+}
+
+/// Where one side of an example stands: the flags, the server to connect to (`None`: be
+/// the server) and, for a server, a listener already bound (`None`: bind `-p` when the
+/// exchange starts).
+pub struct Side<'a> {
+    /// The flags.
+    pub args: &'a Args,
+    /// The server to connect to; `None` to be the server.
+    pub server: Option<&'a str>,
+    /// The server's bound listener, if any.
+    pub listener: Option<TcpListener>,
+}
+
+impl<'a> Side<'a> {
+    /// The side the command line asks for: a client of `SERVER` if given, a server on `-p`
+    /// otherwise.
+    pub fn of(args: &'a Args) -> Side<'a> {
+        Side {
+            args,
+            server: args.server.as_deref(),
+            listener: None,
+        }
+    }
+
+    /// Whether this side is the client (it connects, sends first, prints the results).
+    pub fn is_client(&self) -> bool {
+        self.server.is_some()
+    }
+}
+
+/// The one out-of-band exchange of every example: the client half towards the server,
+/// then `connect`; or the server half on the side's listener (or on `-p`), which
+/// `connect`s before it answers, as rdma-core's examples do. Returns the peer's message,
+/// what the exchange leaves open, and what `connect` made.
+pub fn exchange<M: OobMessage, T>(
+    side: &mut Side<'_>,
+    me: &M,
+    connect: impl FnOnce(&M) -> Res<T>,
+) -> Res<(M, M::Session, T)> {
+    if let Some(s) = side.server {
+        let (peer, session) = M::client(s, side.args.port, me)?;
+        let t = connect(&peer)?;
+        return Ok((peer, session, t));
+    }
+    let listener = match side.listener.take() {
+        Some(l) => l,
+        None => TcpListener::bind(("0.0.0.0", side.args.port))?,
+    };
+    let mut out = None;
+    let (peer, session) = M::server(&listener, me, |peer| {
+        out = Some(connect(peer).map_err(|e| e.to_string())?);
+        Ok(())
+    })?;
+    Ok((peer, session, out.ok_or("not connected")?))
+}
+
+/// An RC QP ready to send.
+pub type RcRts<P> = Qp<P, Rc, state::Rts>;
+
+/// [`exchange`] for an RC QP: `qp` goes from INIT to RTS towards the peer (its first send
+/// PSN the one `me` announces, up to `rd_atomic` RDMA READs at once; [`rc_connect`]).
+pub fn exchange_rc<P: Platform + Clone, M: OobMessage>(
+    hca: &mut Hca<P>,
+    side: &mut Side<'_>,
+    me: &M,
+    qp: Qp<P, Rc, state::Init>,
+    rd_atomic: u8,
+) -> Res<(M, M::Session, RcRts<P>)> {
+    let psn = me.dest().psn;
+    let args = side.args;
+    exchange(side, me, |peer| {
+        rc_connect(hca, args, qp, peer.dest(), psn, rd_atomic)
+    })
+}
+
+/// One side of an example, on a mock HCA that is up.
+pub type MockSide = fn(&mut Hca<MockPlatform>, Side<'_>) -> Res<()>;
 
 /// Runs `side` as server (10.0.0.2, on a thread) and client (10.0.0.1) on two mock HCAs
 /// over the in-memory fabric, the out-of-band exchange over loopback TCP.
-pub fn run_mock_pair(args: &Args, side: MockSide) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_mock_pair(args: &Args, side: MockSide) -> Res<()> {
     let (fabric, _pump) = mock_fabric();
     let (_dev_s, mut hca_s) = mock_node(&fabric, 2, None)?;
     let (_dev_c, mut hca_c) = mock_node(&fabric, 1, None)?;
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
     let mut cargs = args.clone();
     cargs.port = listener.local_addr()?.port();
     cargs.gid_index.get_or_insert(0);
     let sargs = cargs.clone();
     let server = std::thread::spawn(move || -> Result<(), String> {
-        side(&mut hca_s, &sargs, None, Some(listener)).map_err(|e| format!("server: {e}"))?;
+        let me = Side {
+            args: &sargs,
+            server: None,
+            listener: Some(listener),
+        };
+        side(&mut hca_s, me).map_err(|e| format!("server: {e}"))?;
         hca_s.close().map_err(|e| e.to_string())
     });
-    let client = side(&mut hca_c, &cargs, Some("127.0.0.1"), None);
+    let me = Side {
+        args: &cargs,
+        server: Some("127.0.0.1"),
+        listener: None,
+    };
+    let client = side(&mut hca_c, me);
     let server = server.join().map_err(|_| "server thread panicked")?;
     client.map_err(|e| format!("client: {e}"))?;
     server?;
@@ -424,15 +632,11 @@ pub fn run_mock_pair(args: &Args, side: MockSide) -> Result<(), Box<dyn std::err
 }
 
 /// Runs `side` on one mock HCA behind a UDP socket on `ip` (GID index 0 by default).
-pub fn run_udp(
-    args: &Args,
-    ip: Ipv4Addr,
-    side: MockSide,
-) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_udp(args: &Args, ip: Ipv4Addr, side: MockSide) -> Res<()> {
     let (fabric, _pump, dev, mut hca) = udp_node(ip)?;
     let mut a = args.clone();
     a.gid_index.get_or_insert(0);
-    side(&mut hca, &a, args.server.as_deref(), None)?;
+    side(&mut hca, Side::of(&a))?;
     // A send completes when the model's engine has built its packets; they leave through
     // the UDP socket on the pump's next steps. Let them go before the process exits (a
     // last UD reply would otherwise be lost and the peer would wait for it).
@@ -550,10 +754,10 @@ pub fn parse_args_with(
 /// [`OOB_TIMEOUT`] without one. On the mock the fabric moves packets on a pump thread,
 /// so an empty poll yields the CPU to it; on hardware (`spin`) it spins as perftest does.
 pub fn poll_some<P: Platform + Clone>(
-    cq: &mut uhca::driver::verbs::Cq<P>,
-    wc: &mut [uhca::driver::verbs::WorkCompletion],
+    cq: &mut Cq<P>,
+    wc: &mut [WorkCompletion],
     spin: bool,
-) -> Result<usize, Box<dyn std::error::Error>> {
+) -> Res<usize> {
     let start = std::time::Instant::now();
     let mut n = 0u32;
     loop {
@@ -584,15 +788,11 @@ pub fn relax(spin: bool) {
 pub fn rc_connect<P: Platform + Clone>(
     hca: &mut Hca<P>,
     args: &Args,
-    qp: uhca::driver::verbs::Qp<P, uhca::driver::verbs::Rc, uhca::driver::verbs::state::Init>,
+    qp: Qp<P, Rc, state::Init>,
     peer: &Dest,
     psn: u32,
     rd_atomic: u8,
-) -> Result<
-    uhca::driver::verbs::Qp<P, uhca::driver::verbs::Rc, uhca::driver::verbs::state::Rts>,
-    Box<dyn std::error::Error>,
-> {
-    use uhca::driver::verbs::{RtrAttr, RtsAttr};
+) -> Res<Qp<P, Rc, state::Rts>> {
     let rtr = RtrAttr {
         path_mtu: args.mtu,
         dest_qpn: peer.qpn,
@@ -621,46 +821,64 @@ pub fn rd_atomic_depth<P: Platform + Clone>(hca: &Hca<P>) -> u8 {
         .clamp(1, 16) as u8
 }
 
-/// Runs the server half (on `listener` or on `args.port`; `connect` brings the QP up
-/// before the answer) or the client half (towards `server`) of the exchange of the
-/// bandwidth and latency examples, which carries the buffer's address and rkey too.
-pub fn rdma_exchange<T>(
-    args: &Args,
-    server: Option<&str>,
-    listener: Option<std::net::TcpListener>,
-    me: &uhca::oob::RdmaDest,
-    connect: impl FnOnce(&uhca::oob::RdmaDest) -> Result<T, Box<dyn std::error::Error>>,
-) -> Result<(uhca::oob::RdmaDest, uhca::oob::Session, T), Box<dyn std::error::Error>> {
-    match server {
-        Some(s) => {
-            let (peer, session) = uhca::oob::rdma_client_exchange(s, args.port, me, OOB_TIMEOUT)?;
-            let t = connect(&peer)?;
-            Ok((peer, session, t))
+/// The test of the bandwidth and latency examples (`-t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// SEND into the peer's posted receives.
+    Send,
+    /// RDMA WRITE into the peer's buffer.
+    Write,
+    /// RDMA READ from the peer's buffer.
+    Read,
+}
+
+impl Op {
+    /// The name `-t` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::Write => "write",
+            Op::Read => "read",
         }
-        None => {
-            let listener = match listener {
-                Some(l) => l,
-                None => std::net::TcpListener::bind(("0.0.0.0", args.port))?,
-            };
-            let mut out = None;
-            let mut connect = Some(connect);
-            let (peer, session) =
-                uhca::oob::rdma_server_exchange(&listener, me, OOB_TIMEOUT, |peer| {
-                    let f = connect.take().ok_or("connected twice")?;
-                    out = Some(f(peer).map_err(|e| e.to_string())?);
-                    Ok(())
-                })?;
-            Ok((peer, session, out.ok_or("not connected")?))
+    }
+
+    /// perftest's title of the test, for `kind` `"BW"` or `"Latency"`.
+    pub fn title(self, kind: &str) -> String {
+        let what = match self {
+            Op::Send => "Send",
+            Op::Write => "RDMA_Write",
+            Op::Read => "RDMA_Read",
+        };
+        format!("{what} {kind} Test")
+    }
+
+    /// The test `-t` names, `default` without `-t`; an unknown one is an error that lists
+    /// the tests, `default` first.
+    pub fn parse(args: &Args, default: Op) -> Result<Op, String> {
+        let all = [Op::Write, Op::Read, Op::Send];
+        let Some(name) = args.op.as_deref() else {
+            return Ok(default);
+        };
+        if let Some(op) = all.into_iter().find(|o| o.name() == name) {
+            return Ok(op);
         }
+        let others: Vec<&str> = all
+            .into_iter()
+            .filter(|&o| o != default)
+            .map(Op::name)
+            .collect();
+        Err(format!(
+            "-t {name}: the tests are {}, {} and {}",
+            default.name(),
+            others[0],
+            others[1]
+        ))
     }
 }
 
 /// Both sides say what test they run (`what`) and must say the same, so that flags that
 /// differ between client and server fail at once with a clear message.
-pub fn agree(
-    session: &mut uhca::oob::Session,
-    what: &str,
-) -> Result<(), Box<dyn std::error::Error>> {
+pub fn agree(session: &mut Session, what: &str) -> Res<()> {
     let theirs = session.exchange_line(what)?;
     if theirs != what {
         return Err(format!(
@@ -728,7 +946,7 @@ pub fn perftest_banner<P: Platform + Clone>(
 }
 
 /// perftest's address lines for one side.
-pub fn perftest_address(side: &str, d: &uhca::oob::RdmaDest) {
+pub fn perftest_address(side: &str, d: &RdmaDest) {
     println!(
         " {side} address: LID {:04x} QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
         d.dest.lid, d.dest.qpn, d.dest.psn, d.rkey, d.addr
@@ -736,16 +954,29 @@ pub fn perftest_address(side: &str, d: &uhca::oob::RdmaDest) {
     println!(" GID: {}", d.dest.gid);
 }
 
+/// perftest's header once both sides are connected: the banner, both address lines and
+/// the rule under them.
+pub fn perftest_header<P: Platform + Clone>(
+    hca: &Hca<P>,
+    args: &Args,
+    title: &str,
+    settings: &[(&str, String)],
+    me: &RdmaDest,
+    peer: &RdmaDest,
+) {
+    perftest_banner(hca, args, title, settings);
+    perftest_address("local", me);
+    perftest_address("remote", peer);
+    println!("{}", "-".repeat(87));
+}
+
 /// Runs `side` on a real ConnectX under VFIO (`--device BDF`).
 #[cfg(feature = "vfio")]
 pub fn device(
     args: &Args,
     bdf: &str,
-    side: impl FnOnce(
-        &mut Hca<&uhca::driver::vfio::VfioPlatform>,
-        &Args,
-    ) -> Result<(), Box<dyn std::error::Error>>,
-) -> Result<(), Box<dyn std::error::Error>> {
+    side: impl FnOnce(&mut Hca<&uhca::driver::vfio::VfioPlatform>, &Args) -> Res<()>,
+) -> Res<()> {
     let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
     let mut hca = Hca::open(&platform)?;
     let mut args = args.clone();
@@ -791,12 +1022,12 @@ pub fn device(
 pub fn device(
     _: &Args,
     _: &str,
-    _side: impl FnOnce(&mut Hca<MockPlatform>, &Args) -> Result<(), Box<dyn std::error::Error>>,
-) -> Result<(), Box<dyn std::error::Error>> {
+    _side: impl FnOnce(&mut Hca<MockPlatform>, &Args) -> Res<()>,
+) -> Res<()> {
     Err("--device needs the VFIO platform: build with `--features vfio`".into())
 }
 
-/// Runs an example's `side` (`fn(&mut Hca<P>, &Args, server, listener)`, generic over the
+/// Runs an example's `side` (`fn(&mut Hca<P>, Side) -> Res<()>`, generic over the
 /// platform) in the mode the flags chose, and exits with status 1 and the example's name
 /// on failure.
 #[allow(unused_macros)] // not every example has all three modes
@@ -807,7 +1038,7 @@ macro_rules! run_modes {
             common::Mode::Mock => common::run_mock_pair(args, $side),
             common::Mode::Udp(ip) => common::run_udp(args, *ip, $side),
             common::Mode::Device(bdf) => {
-                common::device(args, bdf, |hca, a| $side(hca, a, a.server.as_deref(), None))
+                common::device(args, bdf, |hca, a| $side(hca, common::Side::of(a)))
             }
         };
         if let Err(e) = result {
@@ -823,18 +1054,18 @@ pub(crate) use run_modes;
 /// then QP, CQ, MR (its memory comes back and is dropped) and PD destroyed.
 pub fn take_down<P, T, S>(
     hca: &mut Hca<P>,
-    qp: uhca::driver::verbs::Qp<P, T, S>,
-    mut cq: uhca::driver::verbs::Cq<P>,
-    mr: uhca::driver::verbs::Mr<P>,
-    pd: uhca::driver::verbs::Pd,
-) -> Result<(), Box<dyn std::error::Error>>
+    qp: Qp<P, T, S>,
+    mut cq: Cq<P>,
+    mr: Mr<P>,
+    pd: Pd,
+) -> Res<()>
 where
     P: Platform + Clone,
-    T: uhca::driver::verbs::QpTransport,
-    S: uhca::driver::verbs::QpStateKind,
+    T: QpTransport,
+    S: QpStateKind,
 {
     let qp = qp.to_err(hca).map_err(|f| f.error)?;
-    let mut drain = [uhca::driver::verbs::WorkCompletion::default(); 16];
+    let mut drain = [WorkCompletion::default(); 16];
     while cq.poll(&mut drain)? != 0 {}
     qp.destroy(hca).map_err(|f| f.error)?;
     cq.destroy(hca).map_err(|f| f.error)?;

@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
-"""Bootstraps src/consts.rs's enums from the PRM constants table (see gen_layouts.py)."""
+"""Bootstraps src/consts.rs's enums from the PRM constants table.
+
+Usage: python3 firmware-interface/tools/gen_consts.py PRM_DIR
+
+PRM_DIR holds constants.csv (group, name, value, where it is declared), in the format of
+tests/prm/constants.csv (see gen_layouts.py).
+"""
 import csv, os, sys
-PRM = sys.argv[1] if len(sys.argv) > 1 else "../shared/prm"
+if len(sys.argv) != 2:
+    sys.exit(__doc__)
+PRM = sys.argv[1]
 CRATE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (enum name, repr, group, prefix stripped from the C name, doc)

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Bootstraps uhca-fwif's PRM layout declarations and its copy of the reference rows.
 
-Usage: python3 firmware-interface/tools/gen_layouts.py ../shared/prm
+Usage: python3 firmware-interface/tools/gen_layouts.py PRM_DIR
 
-It writes, from the PRM reference tables (names and numbers only, see shared/prm/README.md):
+PRM_DIR holds the PRM reference tables, names and numbers only, in the format of the rows
+this script keeps in tests/prm/: prm_layouts.csv (one row per field of a PRM layout:
+struct, field, bit offset, bit width, where the layout is declared, its kind),
+datapath_layouts.csv (the same in bytes, for the datapath structures) and constants.csv
+(group, name, value, where it is declared). The tables in tests/prm/ are such a folder for
+every layout the crate already declares. From them it writes:
   * src/{cmd,ctx,init_seg}/layouts.rs: one `prm_struct!` declaration per layout, one line per
     field (name, bit offset, width, Rust kind);
   * tests/prm/*.csv: the reference rows, unchanged, of every layout and constant group the
@@ -16,7 +21,9 @@ import csv
 import os
 import sys
 
-PRM = sys.argv[1] if len(sys.argv) > 1 else "../shared/prm"
+if len(sys.argv) != 2:
+    sys.exit(__doc__)
+PRM = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRATE = os.path.dirname(HERE)
 

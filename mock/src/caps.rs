@@ -37,10 +37,6 @@ impl LinkLayer {
     }
 }
 
-/// [`LinkLayer`] under the name `MockConfig::port_type` was first given: the same enum, kept
-/// so that existing code (`LinkLayer::InfiniBand`) compiles; new code says `LinkLayer`.
-pub type PortType = LinkLayer;
-
 /// Number of P_Key table entries (`pkey_table_size` 0 encodes 128).
 pub const PKEY_TABLE_ENTRIES: usize = 128;
 /// Entries of the GID table of an InfiniBand port.

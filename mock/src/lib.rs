@@ -39,7 +39,7 @@ pub(crate) mod model;
 pub mod pci;
 pub mod wire;
 
-pub use caps::{LinkLayer, PortType};
+pub use caps::LinkLayer;
 pub use clock::ClockMode;
 pub use engine::DatapathCounters;
 pub use fabric::{Fabric, FabricCounters, FaultConfig};

@@ -1,5 +1,6 @@
 //! What the two libmlx5 parity tests (`tests/parity_wqe.rs`, `tests/parity_cqe.rs`) share:
-//! finding and running a harness process, and the seeded generator of their random cases.
+//! finding and running a harness process, the seeded generator of their random cases, and
+//! uhca's side: a mock HCA brought up by the driver with its send doorbells held.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -135,4 +136,31 @@ pub fn seed() -> u64 {
             .unwrap()
             .as_nanos() as u64,
     }
+}
+
+/// A mock HCA (virtual clock, firmware ready after 5 ms) brought up by the driver with
+/// short timeouts, its send doorbells held so that the tests read the WQEs before the
+/// model executes them.
+pub fn open_held(
+    port_type: uhca::mock::LinkLayer,
+) -> (
+    uhca::mock::MockHca,
+    uhca::driver::Hca<uhca::mock::MockPlatform>,
+) {
+    let dev = uhca::mock::MockHca::new(uhca::mock::MockConfig {
+        port_type,
+        clock: uhca::mock::ClockMode::Virtual,
+        init_delay_us: 5_000,
+        ..uhca::mock::MockConfig::default()
+    });
+    let cfg = uhca::driver::HcaConfig {
+        fw_pre_init_timeout_ns: 2_000_000_000,
+        fw_init_timeout_ns: 200_000_000,
+        cmd_timeout_ns: 200_000_000,
+        poll_us: 100,
+        ..uhca::driver::HcaConfig::default()
+    };
+    let hca = uhca::driver::Hca::open_with(dev.platform(), cfg).expect("bring-up");
+    dev.hold_send_doorbells(true);
+    (dev, hca)
 }

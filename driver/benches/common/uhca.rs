@@ -23,7 +23,7 @@ use uhca_fwif::zerocopy::{FromZeros, IntoBytes};
 use uhca_hal::{
     Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, HostMem, PciConfig, dma::DmaMem,
 };
-use uhca_mock::{ClockMode, MockConfig, MockHca, MockPlatform, PortType};
+use uhca_mock::{ClockMode, LinkLayer, MockConfig, MockHca, MockPlatform};
 
 use super::Measured;
 use super::callgrind::{self, Case};
@@ -218,7 +218,7 @@ fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid) -> Pa
 impl Rig {
     fn new() -> Rig {
         let dev = MockHca::new(MockConfig {
-            port_type: PortType::Ethernet,
+            port_type: LinkLayer::Ethernet,
             clock: ClockMode::Virtual,
             init_delay_us: 5_000,
             ..MockConfig::default()

@@ -65,8 +65,8 @@ fn wq_error(e: WqError, wr: &SendWr<'_>, caps: &super::QpCaps) -> WrError {
         }
         WqError::ByteCountTooLarge(_) => WrError::SgeTooLong,
         WqError::NoSq | WqError::NoRq => WrError::NoQueue,
-        // `SqFull`, `RqFull`; the builder returns nothing else while posting.
-        _ => WrError::QueueFull,
+        WqError::SqFull { .. } | WqError::RqFull => WrError::QueueFull,
+        other => WrError::Ring(other),
     }
 }
 
@@ -619,7 +619,8 @@ impl<P: Platform + Clone> RecvSide<'_, P> {
                             given,
                             max: max_sge,
                         },
-                        _ => WrError::NoQueue,
+                        WqError::NoRq | WqError::NoSq => WrError::NoQueue,
+                        other => WrError::Ring(other),
                     };
                     result = Err(bad(i, error));
                     break;
@@ -747,5 +748,34 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     /// it in ERR (posting is refused until the QP is moved to RESET).
     pub fn in_error(&self) -> bool {
         self.shared().error.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal of the HAL's send ring becomes the error that names it: a full ring is
+    /// `QueueFull`, and an error posting should never meet is reported as itself, not
+    /// disguised as a full queue.
+    #[test]
+    fn ring_errors_map_to_the_error_that_names_them() {
+        let caps = super::super::QpCaps {
+            max_send_sge: 2,
+            max_inline_data: 16,
+            ..Default::default()
+        };
+        let sges = [Sge::default(); 3];
+        let wr = SendWr::new(1, SendOp::Send, &sges);
+        let full = WqError::SqFull { needed: 2, free: 1 };
+        assert_eq!(wq_error(full, &wr, &caps), WrError::QueueFull);
+        assert_eq!(
+            wq_error(WqError::TooManySges { given: 3, max: 2 }, &wr, &caps),
+            WrError::TooManySges { given: 3, max: 2 }
+        );
+        assert_eq!(wq_error(WqError::NoSq, &wr, &caps), WrError::NoQueue);
+        for other in [WqError::NotOutstanding, WqError::BadLayout("test")] {
+            assert_eq!(wq_error(other, &wr, &caps), WrError::Ring(other));
+        }
     }
 }

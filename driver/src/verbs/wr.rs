@@ -222,6 +222,9 @@ pub enum WrError {
     SgeTooLong,
     /// The QP has no such queue (no send queue; or it receives from an SRQ).
     NoQueue,
+    /// The HAL's work queue refused the request for a reason none of the above names (one
+    /// that posting should never meet: a driver bug to report, with the HAL's error).
+    Ring(uhca_hal::wq::WqError),
 }
 
 impl core::fmt::Display for WrError {
@@ -251,6 +254,7 @@ impl core::fmt::Display for WrError {
             WrError::AtomicAlignment => f.write_str("atomic remote address not 8-byte aligned"),
             WrError::SgeTooLong => f.write_str("scatter/gather entry longer than 2 GiB - 1"),
             WrError::NoQueue => f.write_str("the QP has no such work queue"),
+            WrError::Ring(e) => write!(f, "the work queue refused the request: {e}"),
         }
     }
 }

@@ -18,13 +18,27 @@
 //! uhca-vfio-user-server: IOMMU fault: PATH: device write of 256 B at IOVA 0x7ffffff000 (data (scatter)): unmapped
 //! ```
 
+use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
 use std::time::Duration;
-use uhca_mock::{
-    ClockMode, Fabric, FaultKind, IommuFault, LinkLayer, MockConfig, MockHca, PortType,
-};
+use uhca_mock::{ClockMode, Fabric, FaultKind, IommuFault, LinkLayer, MockConfig, MockHca};
 use uhca_vfio_user::{Function, serve};
+
+/// Writes one line to standard output. The server's output is a log: a reader that has gone
+/// (`| head`) or any other failed write must not stop it serving, so the line is dropped.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// [`say!`] for standard error.
+macro_rules! warn {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 struct Args {
     sockets: Vec<String>,
@@ -89,7 +103,7 @@ fn main() -> ExitCode {
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}");
+            warn!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -97,13 +111,10 @@ fn main() -> ExitCode {
     if let Some(p) = &args.pcap
         && let Err(e) = fabric.capture_file(p)
     {
-        eprintln!("cannot write the capture {p}: {e}");
+        warn!("cannot write the capture {p}: {e}");
         return ExitCode::FAILURE;
     }
-    let port_type = match args.link {
-        LinkLayer::Ethernet => PortType::Ethernet,
-        LinkLayer::InfiniBand => PortType::InfiniBand,
-    };
+    let port_type = args.link;
     let mut listeners = Vec::new();
     for (i, path) in args.sockets.iter().enumerate() {
         let mut mac = MockConfig::default().mac;
@@ -119,7 +130,7 @@ fn main() -> ExitCode {
         match UnixListener::bind(path) {
             Ok(l) => listeners.push((path.clone(), l, Function::new(hca))),
             Err(e) => {
-                eprintln!("cannot listen on {path}: {e}");
+                warn!("cannot listen on {path}: {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -135,7 +146,7 @@ fn main() -> ExitCode {
         loop {
             for (path, hca) in &watched {
                 for f in hca.take_iommu_faults() {
-                    println!("{}", fault_line(path, &f));
+                    say!("{}", fault_line(path, &f));
                 }
             }
             std::thread::sleep(FAULT_POLL);
@@ -143,16 +154,16 @@ fn main() -> ExitCode {
     });
     let mut threads = Vec::new();
     for (path, listener, function) in listeners {
-        println!("uhca-vfio-user-server: function {path} ready");
+        say!("uhca-vfio-user-server: function {path} ready");
         let log = args.log;
         threads.push(std::thread::spawn(move || {
             for conn in listener.incoming() {
                 match conn {
                     Ok(stream) => match serve(stream, &function, log) {
-                        Ok(s) => eprintln!("{path}: client gone: {s:?}"),
-                        Err(e) => eprintln!("{path}: connection failed: {e}"),
+                        Ok(s) => warn!("{path}: client gone: {s:?}"),
+                        Err(e) => warn!("{path}: connection failed: {e}"),
                     },
-                    Err(e) => eprintln!("{path}: accept failed: {e}"),
+                    Err(e) => warn!("{path}: accept failed: {e}"),
                 }
             }
         }));
