@@ -157,6 +157,17 @@ S_RES = ("9.5 / 9.7.5.2.8 table 45: responder resources bound the RDMA READ and 
          "Request for exceeding them is for requests it cannot hold)")
 
 
+RXE_DUP_ACK = {
+    "wire": ["ACK psn=0xffffff"],
+    "why": "rxe ACKs a duplicate SEND or WRITE with the PSN before the next one it would "
+           "ACK (resp.ack_psn - 1), and on a QP that has not ACKed anything yet that is "
+           "0xFFFFFF, a PSN unrelated to the connection (psn_dup_after_one shows the same "
+           "duplicate answered right once a request was ACKed). An ACK acknowledges every "
+           "request up to its PSN (9.7.5.1), so the re-ACK of a duplicate must carry a PSN "
+           "the responder has executed: the mock sends ePSN - 1",
+}
+
+
 def case(name, target, build, wire, state, mem, recv="none", spec="", rxe=None, rd=1,
          what=""):
     return dict(name=name, target=target, build=build, wire=wire, state=state, mem=mem,
@@ -184,9 +195,15 @@ CASES = [
          ["NAK:PSN_SEQ psn+0"], "RTS", "same", spec=S_PSN_AHEAD,
          what="WRITE at ePSN+2^23-1, the farthest PSN still ahead"),
     case("psn_beyond_window", "rc", lambda t: [write_only(t, 1 << 23)], ["ACK psn-1"], "RTS",
-         "same", spec=S_PSN_DUP, what="WRITE at ePSN+2^23: past the window, so a duplicate"),
+         "same", spec=S_PSN_DUP, rxe=RXE_DUP_ACK,
+         what="WRITE at ePSN+2^23: past the window, so a duplicate"),
     case("psn_dup_far", "rc", lambda t: [write_only(t, -(1 << 22))], ["ACK psn-1"], "RTS",
-         "same", spec=S_PSN_DUP, what="WRITE at ePSN-2^22, a duplicate far behind"),
+         "same", spec=S_PSN_DUP, rxe=RXE_DUP_ACK,
+         what="WRITE at ePSN-2^22, a duplicate far behind"),
+    case("psn_dup_after_one", "rc", lambda t: [write_only(t), write_only(t, -(1 << 22))],
+         ["ACK psn+0", "ACK psn+0"], "RTS", "changed", spec=S_PSN_DUP,
+         what="a WRITE at ePSN, then one at ePSN-2^22: the duplicate is ACKed with the "
+              "newest PSN executed"),
     # Lengths.
     case("write_over_mtu", "rc", lambda t: [write_only(t, n=MTU + 64)], ["NAK:INV_REQ psn+0"],
          "ERROR", "same", recv="flush", spec=S_INV,
@@ -243,5 +260,9 @@ CASES = [
     case("ud_bad_pkey", "ud", lambda t: [ud_send(t, pkey=0x8123)], [], "RTS", "same",
          spec=S_HDR, what="UD SEND with a wrong P_Key"),
     case("ud_over_mtu", "ud", lambda t: [ud_send(t, n=MTU + 64)], [], "RTS", "same",
-         spec=S_UD_DROP, what="UD SEND of 1088 B on a 1024-byte MTU"),
+         spec=S_UD_DROP, what="UD SEND of 1088 B on a 1024-byte MTU",
+         rxe={"mem": "changed", "recv": "ok:%d:1128" % PEER_QPN,
+              "why": "rxe delivers a UD datagram longer than the port's MTU (1024 here: "
+                     "rxe0 on a 1500-byte veth); a UD message is one packet of at most the "
+                     "path MTU, and a longer one is malformed (9.6, 9.8): the mock drops it"}),
 ]
