@@ -18,7 +18,7 @@
 //!
 //! An `rc` QP is in RTS, connected to `PEER_QPN` at `::ffff:PEER_IP`, path MTU 1024, with
 //! remote write, read and atomic access, and one receive posted. Its memory: one region
-//! (`va`, 8192 bytes: the first 4096 are `len`, the window the packets aim at, the rest the
+//! (`va`, `len` = 8192 bytes: the packets aim at its first half, the second half is the
 //! receive buffer) in its PD, and a second region (`va_other`, 4096 bytes) in another PD.
 //! Both are filled with a fixed pattern at every `rc`/`ud`/`reset`.
 //!
@@ -37,15 +37,15 @@ use std::time::{Duration, Instant};
 use uhca::driver::Hca;
 use uhca::driver::addr::{AddressHandle, Gid};
 use uhca::driver::verbs::{
-    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Ud,
-    WcStatus, WorkCompletion, state,
+    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Ud, WcStatus,
+    WorkCompletion, state,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// Bytes of the region the packets aim at; the receive buffer follows it.
+/// Bytes of the part of the region the packets aim at; the receive buffer follows it.
 const WINDOW: usize = 4096;
 /// The receive buffer (a UD receive gets the 40-byte GRH first).
 const RECV: usize = 4096;
@@ -123,7 +123,14 @@ impl<P: Platform + Clone> Ctx<P> {
         }]
     }
 
-    fn rc(&mut self, hca: &mut Hca<P>, peer: Ipv4Addr, peer_qpn: u32, rq_psn: u32, rd: u8) -> Res<String> {
+    fn rc(
+        &mut self,
+        hca: &mut Hca<P>,
+        peer: Ipv4Addr,
+        peer_qpn: u32,
+        rq_psn: u32,
+        rd: u8,
+    ) -> Res<String> {
         self.clear(hca)?;
         let qp = hca.create_qp::<Rc>(
             &self.pd,

@@ -48,7 +48,13 @@ fn crafted_packets_get_the_specifications_answers_from_the_mock() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hostile_net/hostile.py");
     let mut child = Command::new("python3")
         .arg(&script)
-        .args(["--local", "127.0.13.2", "--remote", "127.0.13.1", "--target-cmd"])
+        .args([
+            "--local",
+            "127.0.13.2",
+            "--remote",
+            "127.0.13.1",
+            "--target-cmd",
+        ])
         .arg(format!("'{}' --udp 127.0.13.1", bin.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -725,7 +725,11 @@ fn a_write_longer_than_the_path_mtu_is_an_invalid_request_and_writes_nothing() {
             "{op:?} of {n} bytes"
         );
         assert_eq!(p.b.qp_state(&p.bqp), QpState::Err, "{op:?}");
-        assert_eq!(p.b.read(&bmr, 0, 4096), vec![0u8; 4096], "{op:?}: nothing written");
+        assert_eq!(
+            p.b.read(&bmr, 0, 4096),
+            vec![0u8; 4096],
+            "{op:?}: nothing written"
+        );
     }
     // The same WRITE at the path MTU is executed.
     let mut p = Pair::rc(LinkLayer::Ethernet);
