@@ -88,12 +88,19 @@ def payload(n, seed=0xA5):
     return bytes(((i * 7 + seed) & 0xFF) for i in range(n))
 
 
-def pkt(t, opcode, psn_off, *layers, dqpn=None, pkey=DEFAULT_PKEY, ackreq=1, src=None):
+def corrupt_icrc(p):
+    """The packet's bytes with one bit of its ICRC (the last four bytes) flipped."""
+    b = bytearray(bytes(p))
+    b[-1] ^= 0x01
+    return bytes(b)
+
+
+def pkt(t, opcode, psn_off, *layers, dqpn=None, pkey=DEFAULT_PKEY, ackreq=1, src=None, tver=0):
     """One RoCEv2 packet to the target, as Linux sends from a UDP socket (DF, Identification 0);
     scapy fills the lengths, the UDP checksum and the ICRC."""
     ip = IP(src=src or t.local, dst=t.remote, flags="DF", id=0, ttl=64)
     bth = BTH(opcode=opcode, pkey=pkey, dqpn=t.qpn if dqpn is None else dqpn, ackreq=ackreq,
-              psn=(t.psn + psn_off) & PSN_MASK)
+              psn=(t.psn + psn_off) & PSN_MASK, version=tver)
     p = ip / UDP(sport=0xC000, dport=ROCEV2_PORT) / bth
     for layer in layers:
         p = p / layer
@@ -145,6 +152,10 @@ S_INV = ("9.7.5.2.8 table 45 (NAK Invalid Request) / 9.9 responder class C: an o
 S_ACC = ("9.7.5.2.8 table 45 (NAK Remote Access Error) / 9.9 responder class C: an R_Key "
          "that does not cover the request (bounds, access, another PD); NAK, the QP goes to "
          "Error, nothing written or read")
+S_ICRC = ("7.8 (the ICRC; RoCEv2: annex A17) / 9.6: a packet whose ICRC does not match is "
+          "dropped before the transport looks at it")
+S_ATOMIC_DUP = ("9.7.5.1 (duplicate requests): a duplicate atomic is not executed again; the "
+                "responder answers it with the original value it saved the first time")
 S_OK = "9.4 (Send, RDMA Write, RDMA Read, Atomic): executed and acknowledged"
 S_UD = ("9.8 (UD) / 9.6: a UD datagram with the QP's Q_Key is delivered whatever DETH's "
         "source QP says; the receive completion reports that source QP (the datagram "
@@ -183,8 +194,11 @@ CASES = [
          "changed", recv="ok:0:64", spec=S_OK, what="SEND ONLY, 64 B"),
     case("read_ok", "rc", lambda t: [read_req(t)], ["READ_RESPONSE_ONLY psn+0"], "RTS",
          "same", spec=S_OK, what="RDMA READ, 64 B inside the R_Key"),
-    case("atomic_ok", "rc", lambda t: [fetch_add(t)], ["ATOMIC_ACK psn+0"], "RTS",
+    case("atomic_ok", "rc", lambda t: [fetch_add(t)], ["ATOMIC_ACK psn+0 orig=A"], "RTS",
          "changed", spec=S_OK, what="FETCH ADD on an aligned VA"),
+    case("atomic_dup", "rc", lambda t: [fetch_add(t), fetch_add(t)],
+         ["ATOMIC_ACK psn+0 orig=A", "ATOMIC_ACK psn+0 orig=A"], "RTS", "changed",
+         spec=S_ATOMIC_DUP, what="the same FETCH ADD twice (a retransmission)"),
     # PSN outside the window.
     case("psn_ahead", "rc", lambda t: [write_only(t, 5)], ["NAK:PSN_SEQ psn+0"], "RTS",
          "same", spec=S_PSN_AHEAD, what="WRITE ONLY at ePSN+5"),
@@ -208,6 +222,11 @@ CASES = [
     case("write_over_mtu", "rc", lambda t: [write_only(t, n=MTU + 64)], ["NAK:INV_REQ psn+0"],
          "ERROR", "same", recv="flush", spec=S_INV,
          what="WRITE ONLY of 1088 B (RETH length 1088) on a 1024-byte path MTU"),
+    case("write_first_short", "rc",
+         lambda t: [pkt(t, OP["WRITE_FIRST"], 0, RETH(va=t.va, rkey=t.rkey, dlen=2 * MTU),
+                        Raw(payload(MTU // 2)))], ["NAK:INV_REQ psn+0"], "ERROR", "same",
+         recv="flush", spec=S_INV,
+         what="WRITE FIRST of 512 B (a FIRST carries exactly the path MTU)"),
     case("write_len_mismatch", "rc", lambda t: [write_only(t, n=64, dlen=128)],
          ["NAK:INV_REQ psn+0"], "ERROR", "same", recv="flush", spec=S_INV,
          what="WRITE ONLY of 64 B whose RETH says 128"),
@@ -241,6 +260,10 @@ CASES = [
          lambda t: [pkt(t, OP["SEND_LAST"], 0, Raw(payload(64)))], ["NAK:INV_REQ psn+0"],
          "ERROR", "same", recv="flush", spec=S_INV, what="SEND LAST with no FIRST before it"),
     # Header checks: silence.
+    case("bad_icrc", "rc", lambda t: [corrupt_icrc(write_only(t))], [], "RTS", "same",
+         spec=S_ICRC, what="WRITE whose ICRC is off by one bit"),
+    case("bad_tver", "rc", lambda t: [write_only(t, tver=1)], [], "RTS", "same", spec=S_HDR,
+         what="WRITE with BTH transport header version 1 (0 is the only one); ICRC valid"),
     case("bad_pkey", "rc", lambda t: [write_only(t, pkey=0x8123)], [], "RTS", "same",
          spec=S_HDR, what="WRITE with P_Key 0x8123 (the QP's is 0xffff); ICRC valid"),
     case("qp_in_reset", "reset", lambda t: [write_only(t)], [], "RESET", "same", spec=S_HDR,
