@@ -139,17 +139,17 @@ def other_source(t):
 S_HDR = ("9.6 (transport header validation): a packet that fails a header check -- P_Key, "
          "destination QP, QP state, Q_Key, source of a connected QP -- is silently dropped; "
          "no response, the QP is not affected")
-S_PSN_AHEAD = ("9.7.5.1 (responder PSN check) / 9.9 class B: a PSN ahead of the expected one "
+S_PSN_AHEAD = ("9.7.5.1 (responder PSN check) / 9.9 (responder errors): a PSN ahead of the expected one "
                "(within the 2^23 after it) is a sequence error, NAKed (PSN Sequence Error, "
                "PSN = the expected PSN) once per gap, the QP stays in RTS")
 S_PSN_DUP = ("9.7.5.1 (responder PSN check): a PSN in the 2^23 behind the expected one is a "
              "duplicate; a duplicate SEND or WRITE is not executed again and is ACKed "
              "(PSN = the expected PSN - 1 here)")
-S_INV = ("9.7.5.2.8 table 45 (NAK Invalid Request) / 9.9 responder class C: an opcode out "
+S_INV = ("9.7.5.2.8 table 45 (NAK Invalid Request) / 9.9 (responder errors): an opcode out "
          "of sequence, a length error (payload beyond the path MTU or not matching the "
          "RETH length), a misaligned atomic; NAK Invalid Request, the QP goes to Error, "
          "nothing written")
-S_ACC = ("9.7.5.2.8 table 45 (NAK Remote Access Error) / 9.9 responder class C: an R_Key "
+S_ACC = ("9.7.5.2.8 table 45 (NAK Remote Access Error) / 9.9 (responder errors): an R_Key "
          "that does not cover the request (bounds, access, another PD); NAK, the QP goes to "
          "Error, nothing written or read")
 S_ICRC = ("7.8 (the ICRC; RoCEv2: annex A17) / 9.6: a packet whose ICRC does not match is "
@@ -162,10 +162,10 @@ S_UD = ("9.8 (UD) / 9.6: a UD datagram with the QP's Q_Key is delivered whatever
         "service does not authenticate senders: that is what the Q_Key is for)")
 S_UD_DROP = ("9.6 (Q_Key check), 9.8: a UD datagram with a wrong Q_Key, or larger than the "
              "path MTU, is silently dropped; no receive is consumed")
-S_RES = ("9.5 / 9.7.5.2.8 table 45: responder resources bound the RDMA READ and atomic "
-         "requests whose responses are still being produced; a responder that has "
-         "answered each request before the next arrives is within them (the NAK Invalid "
-         "Request for exceeding them is for requests it cannot hold)")
+S_RES = ("9.5 / 9.7.5.2.8 table 45, as we read them: responder resources bound the RDMA "
+         "READ and atomic requests whose responses are still being produced; a responder "
+         "that has answered each request before the next arrives is within them (the NAK "
+         "Invalid Request for exceeding them answers requests it cannot hold)")
 
 
 RXE_DUP_ACK = {
