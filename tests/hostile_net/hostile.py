@@ -211,7 +211,6 @@ def main():
     target = Proc(shlex.split(args.target_cmd), args.timeout)
     only = set(filter(None, args.only.split(",")))
     passed = failed = 0
-    rows = []
     try:
         for c in C.CASES:
             if only and c["name"] not in only:
@@ -238,7 +237,6 @@ def main():
             if match and match != "spec":
                 print("     %-20s (rxe departs from the specification: %s)"
                       % ("", c["rxe"].get("why", "")), flush=True)
-            rows.append((c["name"], fmt(got)))
     finally:
         target.close()
     print("%d passed, %d failed" % (passed, failed), flush=True)

@@ -187,7 +187,7 @@ impl Device {
             return;
         }
         if matches!(st, QpServiceType::Rc | QpServiceType::Uc)
-            && !self.from_connected_peer(&qpc, info)
+            && !self.sent_by_connected_peer(&qpc, info)
         {
             self.engine.counters.rx_discarded += 1;
             return;
@@ -216,7 +216,7 @@ impl Device {
     /// on RoCE, its source IP is the QP's remote GID. A connected QP accepts packets from
     /// that peer only; the others are dropped silently, like any packet failing a header
     /// check (IB spec vol. 1, 9.6, header validation).
-    fn from_connected_peer(&self, qpc: &uhca_fwif::ctx::Qpc, info: &RxInfo) -> bool {
+    fn sent_by_connected_peer(&self, qpc: &uhca_fwif::ctx::Qpc, info: &RxInfo) -> bool {
         let (Some(grh), Some(l3)) = (info.grh, info.l3) else {
             return true;
         };
