@@ -218,12 +218,14 @@ copy_same_path() {
   [ -e "$stage/$rel" ] && return 0
   mkdir -p "$stage/$(dirname "$rel")"; cp -pL "$f" "$stage/$rel"
   case $f in *.so | *.so.* | */bin/*) ;; *) return 0 ;; esac
-  # pyenv's libpython carries 18 MB of debugging symbols the guest does not need.
+  # Without debugging symbols (pyenv's libpython carries 18 MB of them).
   strip --strip-unneeded "$stage/$rel" 2>/dev/null || true
   { ldd "$f" 2>/dev/null || true; } | awk '/=>/ { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
     [ -e "$lib" ] || continue
     rel=$(guest_path "$lib")
-    [ -e "$stage/$rel" ] || { mkdir -p "$stage/$(dirname "$rel")"; cp -pL "$lib" "$stage/$rel"; }
+    [ -e "$stage/$rel" ] && continue
+    mkdir -p "$stage/$(dirname "$rel")"; cp -pL "$lib" "$stage/$rel"
+    strip --strip-unneeded "$stage/$rel" 2>/dev/null || true
   done
 }
 if [ -n "${ALL_PY// /}" ]; then
