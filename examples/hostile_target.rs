@@ -10,6 +10,7 @@
 //!
 //! ```text
 //! rc PEER_IP PEER_QPN RQ_PSN MAX_DEST_RD_ATOMIC  -> QP qpn=N rkey=K va=V len=L rkey_other=K2 va_other=V2
+//! uc PEER_IP PEER_QPN RQ_PSN                     -> the same, for a UC QP (remote write only)
 //! ud QKEY                                        -> QP qpn=N qkey=Q
 //! reset                                          -> QP qpn=N               (an RC QP left in RESET)
 //! state                                          -> STATE state=RTS hash=H recv=STATUS:SRC_QP:LEN,...|none
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 use uhca::driver::Hca;
 use uhca::driver::addr::{AddressHandle, Gid};
 use uhca::driver::verbs::{
-    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Ud, WcStatus,
+    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Uc, Ud, WcStatus,
     WorkCompletion, state,
 };
 use uhca::fwif::consts::AccessFlags;
@@ -68,6 +69,7 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 enum Target<P: Platform + Clone> {
     None,
     Rc(Qp<P, Rc, state::Rts>),
+    Uc(Qp<P, Uc, state::Rts>),
     Ud(Qp<P, Ud, state::Rts>),
     Reset(Qp<P, Rc, state::Reset>),
 }
@@ -87,6 +89,26 @@ fn refill<P: Platform + Clone>(mr: &mut Mr<P>) {
     mr.mem_mut().write_bytes(0, &bytes);
 }
 
+/// INIT → RTR of a connected QP: to `peer_qpn` at `::ffff:peer`, path MTU 1024.
+fn rtr_attr(peer: Ipv4Addr, peer_qpn: u32, rq_psn: u32, rd: u8) -> RtrAttr {
+    RtrAttr {
+        dest_qpn: peer_qpn,
+        rq_psn,
+        max_dest_rd_atomic: rd,
+        ah: AddressHandle::RoceV2 {
+            sgid_index: 0,
+            dgid: Gid::from_ipv4(peer.octets()),
+            dmac: uhca::driver::addr::Mac([0xff; 6]),
+            udp_sport: 0xc000,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            sl: 0,
+        },
+        ..RtrAttr::default()
+    }
+}
+
 fn caps() -> QpCaps {
     QpCaps {
         max_send_wr: 4,
@@ -103,6 +125,7 @@ impl<P: Platform + Clone> Ctx<P> {
         let r = match std::mem::replace(&mut self.target, Target::None) {
             Target::None => Ok(()),
             Target::Rc(q) => q.destroy(hca).map_err(|f| f.error),
+            Target::Uc(q) => q.destroy(hca).map_err(|f| f.error),
             Target::Ud(q) => q.destroy(hca).map_err(|f| f.error),
             Target::Reset(q) => q.destroy(hca).map_err(|f| f.error),
         };
@@ -155,23 +178,9 @@ impl<P: Platform + Clone> Ctx<P> {
             sg_list: &sge,
         }])
         .map_err(|e| format!("post_recv: {e:?}"))?;
-        let rtr = RtrAttr {
-            dest_qpn: peer_qpn,
-            rq_psn,
-            max_dest_rd_atomic: rd,
-            ah: AddressHandle::RoceV2 {
-                sgid_index: 0,
-                dgid: Gid::from_ipv4(peer.octets()),
-                dmac: uhca::driver::addr::Mac([0xff; 6]),
-                udp_sport: 0xc000,
-                traffic_class: 0,
-                hop_limit: 64,
-                flow_label: 0,
-                sl: 0,
-            },
-            ..RtrAttr::default()
-        };
-        let qp = qp.to_rtr(hca, rtr).map_err(|f| f.error)?;
+        let qp = qp
+            .to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, rd))
+            .map_err(|f| f.error)?;
         let rts = RtsAttr {
             sq_psn: 0x100,
             timeout: 14,
@@ -180,17 +189,53 @@ impl<P: Platform + Clone> Ctx<P> {
             max_rd_atomic: 1,
         };
         let qp = qp.to_rts(hca, rts).map_err(|f| f.error)?;
-        let line = format!(
-            "QP qpn={} rkey={} va={} len={} rkey_other={} va_other={}",
-            qp.qpn(),
+        let line = self.connected_line(qp.qpn());
+        self.target = Target::Rc(qp);
+        Ok(line)
+    }
+
+    fn uc(&mut self, hca: &mut Hca<P>, peer: Ipv4Addr, peer_qpn: u32, rq_psn: u32) -> Res<String> {
+        self.clear(hca)?;
+        let qp = hca.create_qp::<Uc>(
+            &self.pd,
+            &QpInitAttr {
+                send_cq: &self.cq,
+                recv_cq: &self.cq,
+                srq: None,
+                cap: caps(),
+            },
+        )?;
+        let init = InitAttr {
+            port: 1,
+            access: AccessFlags::REMOTE_WRITE,
+            ..InitAttr::default()
+        };
+        let mut qp = qp.to_init(hca, init).map_err(|f| f.error)?;
+        let sge = self.recv_wr();
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &sge,
+        }])
+        .map_err(|e| format!("post_recv: {e:?}"))?;
+        let qp = qp
+            .to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, 0))
+            .map_err(|f| f.error)?;
+        let qp = qp.to_rts(hca, 0x100).map_err(|f| f.error)?;
+        let line = self.connected_line(qp.qpn());
+        self.target = Target::Uc(qp);
+        Ok(line)
+    }
+
+    /// What `rc` and `uc` answer.
+    fn connected_line(&self, qpn: u32) -> String {
+        format!(
+            "QP qpn={qpn} rkey={} va={} len={} rkey_other={} va_other={}",
             self.mr.rkey(),
             self.mr.iova(),
             WINDOW + RECV,
             self.mr_other.rkey(),
             self.mr_other.iova()
-        );
-        self.target = Target::Rc(qp);
-        Ok(line)
+        )
     }
 
     fn ud(&mut self, hca: &mut Hca<P>, qkey: u32) -> Res<String> {
@@ -264,6 +309,7 @@ impl<P: Platform + Clone> Ctx<P> {
         let qpn = match &self.target {
             Target::None => None,
             Target::Rc(q) => Some(q.query(hca)?.state),
+            Target::Uc(q) => Some(q.query(hca)?.state),
             Target::Ud(q) => Some(q.query(hca)?.state),
             Target::Reset(q) => Some(q.query(hca)?.state),
         };
@@ -319,6 +365,10 @@ fn serve<P: Platform + Clone>(hca: &mut Hca<P>) -> Res<()> {
             Some("rc") => {
                 let ip: Ipv4Addr = w.get(1).ok_or("missing PEER_IP")?.parse()?;
                 ctx.rc(hca, ip, num(2)?, num(3)?, num(4)? as u8)
+            }
+            Some("uc") => {
+                let ip: Ipv4Addr = w.get(1).ok_or("missing PEER_IP")?.parse()?;
+                ctx.uc(hca, ip, num(2)?, num(3)?)
             }
             Some("ud") => ctx.ud(hca, num(1)?),
             Some("reset") => ctx.reset(hca),

@@ -1,7 +1,8 @@
 """The hostile-network cases: crafted RoCEv2 packets, built with scapy, and the answer the
 InfiniBand specification requires of the responder.
 
-Each case names the target QP it needs (``rc``: an RC QP in RTS connected to us; ``ud``; ``reset``:
+Each case names the target QP it needs (``rc``: an RC QP in RTS connected to us; ``uc``, the
+same for UC; ``ud``; ``reset``:
 an RC QP left in RESET), builds its packets from the target's parameters (``T``) and states
 what must come back:
 
@@ -42,6 +43,8 @@ OP = {
     "READ_REQUEST": 0x0C, "READ_RESPONSE_FIRST": 0x0D, "READ_RESPONSE_MIDDLE": 0x0E,
     "READ_RESPONSE_LAST": 0x0F, "READ_RESPONSE_ONLY": 0x10, "ACK": 0x11,
     "ATOMIC_ACK": 0x12, "COMPARE_SWAP": 0x13, "FETCH_ADD": 0x14, "UD_SEND_ONLY": 0x64,
+    # UC: the RC opcode + 0x20.
+    "UC_WRITE_FIRST": 0x26, "UC_WRITE_MIDDLE": 0x27, "UC_WRITE_ONLY": 0x2A,
 }
 OP_NAME = {v: k for k, v in OP.items()}
 # AETH NAK codes (9.7.5.2.8, table 45): syndrome 011 in bits 7..5, the code in 4..0.
@@ -113,6 +116,12 @@ def write_only(t, psn_off=0, n=64, va=None, rkey=None, dlen=None, **kw):
                     dlen=n if dlen is None else dlen), Raw(payload(n)), **kw)
 
 
+def uc_write_only(t, psn_off=0, n=64, va=None, **kw):
+    return pkt(t, OP["UC_WRITE_ONLY"], psn_off,
+               RETH(va=t.va if va is None else va, rkey=t.rkey, dlen=n), Raw(payload(n)),
+               ackreq=0, **kw)
+
+
 def read_req(t, psn_off=0, n=64, va=None, rkey=None):
     return pkt(t, OP["READ_REQUEST"], psn_off,
                RETH(va=t.va if va is None else va, rkey=t.rkey if rkey is None else rkey, dlen=n))
@@ -156,6 +165,9 @@ S_ICRC = ("7.8 (the ICRC; RoCEv2: annex A17) / 9.6: a packet whose ICRC does not
           "dropped before the transport looks at it")
 S_ATOMIC_DUP = ("9.7.5.1 (duplicate requests): a duplicate atomic is not executed again; the "
                 "responder answers it with the original value it saved the first time")
+S_UC = ("9.8 (UC): the responder sends nothing back; a request it cannot execute (R_Key, "
+        "length, opcode sequence) is dropped with the rest of its message and the QP stays "
+        "in RTS; a First or Only packet starts a message whatever its PSN")
 S_OK = "9.4 (Send, RDMA Write, RDMA Read, Atomic): executed and acknowledged"
 S_UD = ("9.8 (UD) / 9.6: a UD datagram with the QP's Q_Key is delivered whatever DETH's "
         "source QP says; the receive completion reports that source QP (the datagram "
@@ -273,6 +285,20 @@ CASES = [
     case("rc_forged_source", "rc", lambda t: [write_only(t, src=other_source(t))], [], "RTS",
          "same", spec=S_HDR,
          what="WRITE with every field right but sent from another IP than the peer's"),
+    # UC.
+    case("uc_write_ok", "uc", lambda t: [uc_write_only(t)], [], "RTS", "changed", spec=S_UC,
+         what="UC WRITE ONLY, 64 B inside the R_Key"),
+    case("uc_psn_gap", "uc", lambda t: [uc_write_only(t, 5)], [], "RTS", "changed", spec=S_UC,
+         what="UC WRITE ONLY at ePSN+5: an Only starts a new message"),
+    case("uc_write_beyond_rkey", "uc", lambda t: [uc_write_only(t, va=t.va + t.len - 32)], [],
+         "RTS", "same", spec=S_UC, what="UC WRITE of 64 B at 32 B before the region's end"),
+    case("uc_write_over_mtu", "uc", lambda t: [uc_write_only(t, n=MTU + 64)], [], "RTS",
+         "same", spec=S_UC, what="UC WRITE ONLY of 1088 B on a 1024-byte path MTU"),
+    case("uc_middle_first", "uc",
+         lambda t: [pkt(t, OP["UC_WRITE_MIDDLE"], 0, Raw(payload(MTU)), ackreq=0)], [], "RTS",
+         "same", spec=S_UC, what="UC WRITE MIDDLE with no FIRST before it"),
+    case("uc_forged_source", "uc", lambda t: [uc_write_only(t, src=other_source(t))], [],
+         "RTS", "same", spec=S_HDR, what="UC WRITE from another IP than the peer's"),
     # UD.
     case("ud_ok", "ud", lambda t: [ud_send(t)], [], "RTS", "changed",
          recv="ok:%d:104" % PEER_QPN, spec=S_UD, what="UD SEND, right Q_Key"),

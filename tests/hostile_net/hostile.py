@@ -125,6 +125,8 @@ def run_case(c, target, raw, rx, args):
     psn = random.randrange(0, 1 << 24)
     if c["target"] == "rc":
         line = target.ask("rc %s %d %d %d" % (args.local, C.PEER_QPN, psn, c["rd"]), "QP ")
+    elif c["target"] == "uc":
+        line = target.ask("uc %s %d %d" % (args.local, C.PEER_QPN, psn), "QP ")
     elif c["target"] == "ud":
         line = target.ask("ud %d" % C.QKEY, "QP ")
     else:

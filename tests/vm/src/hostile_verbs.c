@@ -5,6 +5,7 @@
  *
  *   rc PEER_IP PEER_QPN RQ_PSN MAX_DEST_RD_ATOMIC
  *        -> QP qpn=N rkey=K va=V len=L rkey_other=K2 va_other=V2
+ *   uc PEER_IP PEER_QPN RQ_PSN -> the same, for a UC QP (remote write only)
  *   ud QKEY   -> QP qpn=N qkey=Q
  *   reset     -> QP qpn=N rkey=K va=V len=L      (an RC QP left in RESET)
  *   state     -> STATE state=RTS hash=H recv=ok:SRC_QP:LEN|flush|err(...),...|none
@@ -117,14 +118,17 @@ static void post_recv(void)
 		die("ibv_post_recv");
 }
 
-static void cmd_rc(const char *ip, unsigned peer_qpn, unsigned rq_psn, unsigned rd)
+/* An RC or UC QP in RTS, connected to PEER_QPN at ::ffff:ip. */
+static void cmd_connected(enum ibv_qp_type type, const char *ip, unsigned peer_qpn,
+			  unsigned rq_psn, unsigned rd)
 {
+	int rc = type == IBV_QPT_RC;
 	clear();
-	qp = create(IBV_QPT_RC);
+	qp = create(type);
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = port,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_ATOMIC,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+				   (rc ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0),
 	};
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		die("modify to INIT");
@@ -147,8 +151,10 @@ static void cmd_rc(const char *ip, unsigned peer_qpn, unsigned rq_psn, unsigned 
 		errno = 0;
 		die("bad PEER_IP");
 	}
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	if (rc)
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	if (ibv_modify_qp(qp, &a, mask))
 		die("modify to RTR");
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
@@ -157,8 +163,10 @@ static void cmd_rc(const char *ip, unsigned peer_qpn, unsigned rq_psn, unsigned 
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (rc)
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	if (ibv_modify_qp(qp, &a, mask))
 		die("modify to RTS");
 	printf("QP qpn=%u rkey=%u va=%llu len=%u rkey_other=%u va_other=%llu\n", qp->qp_num,
 	       mr->rkey, (unsigned long long)(uintptr_t)buf, WINDOW + RECV, mr_other->rkey,
@@ -286,7 +294,9 @@ int main(int argc, char **argv)
 		if (!k)
 			continue;
 		if (!strcmp(w[0], "rc") && k == 5)
-			cmd_rc(w[1], num(w[2]), num(w[3]), num(w[4]));
+			cmd_connected(IBV_QPT_RC, w[1], num(w[2]), num(w[3]), num(w[4]));
+		else if (!strcmp(w[0], "uc") && k == 4)
+			cmd_connected(IBV_QPT_UC, w[1], num(w[2]), num(w[3]), 0);
 		else if (!strcmp(w[0], "ud") && k == 2)
 			cmd_ud(num(w[1]));
 		else if (!strcmp(w[0], "reset"))
