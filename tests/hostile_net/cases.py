@@ -1,10 +1,9 @@
 """The hostile-network cases: crafted RoCEv2 packets, built with scapy, and the answer the
 InfiniBand specification requires of the responder.
 
-Each case names the target QP it needs (``rc``: an RC QP in RTS connected to us; ``uc``, the
-same for UC; ``ud``; ``reset``:
-an RC QP left in RESET), builds its packets from the target's parameters (``T``) and states
-what must come back:
+Each case names the target QP it needs (``rc``: an RC QP in RTS connected to us; ``uc``: the
+same for UC; ``ud``; ``reset``: an RC QP left in RESET), builds its packets from the target's
+parameters (``T``) and states what must come back:
 
 - ``wire``: the packets the responder sends back, in order, each as ``"ACK psn+N"``,
   ``"NAK:<code> psn+N"``, ``"READ_RESPONSE_ONLY psn+N"``, ``"ATOMIC_ACK psn+N"``, with PSNs
