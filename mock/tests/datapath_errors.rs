@@ -783,3 +783,37 @@ fn a_connected_qp_drops_packets_from_another_source_than_its_peer() {
     p.b.h.hca.service();
     assert_eq!(p.b.read(&bmr, 0, 64), vec![0x5a; 64]);
 }
+
+#[test]
+fn a_uc_write_longer_than_the_path_mtu_is_dropped_and_writes_nothing() {
+    use uhca_mock::wire::{BthRepr, EthernetRepr, IbTransportRepr, IpRepr, Ipv4Repr, Opcode};
+    // UC answers nothing: the malformed packet is dropped, the QP stays in RTS.
+    let mut p = Pair::new(
+        LinkLayer::Ethernet,
+        QpServiceType::Uc,
+        Conn::default(),
+        Conn::default(),
+    );
+    let bmr = p.b.mr(4096);
+    let payload = vec![0x5a; 1088];
+    let mut bth = BthRepr::new(Opcode::UcRdmaWriteOnly, p.bqp.qpn, Conn::default().psn);
+    bth.ack_req = false;
+    let t = IbTransportRepr::new(bth, &payload).with_reth(bmr.iova, bmr.key, 1088);
+    let r = uhca_mock::wire::RoceV2Repr {
+        eth: EthernetRepr {
+            dst: p.b.mac,
+            src: p.a.mac,
+            vlan: None,
+        },
+        ip: IpRepr::Ipv4(Ipv4Repr::new(p.a.ip, p.b.ip)),
+        udp_src_port: 0xc000,
+        transport: t,
+    };
+    let mut f = vec![0u8; r.buffer_len()];
+    r.emit(&mut f).unwrap();
+    p.b.h.hca.receive_frames(&[f]);
+    p.b.h.hca.service();
+    assert!(p.b.h.hca.take_tx_frames().is_empty(), "UC answers nothing");
+    assert_eq!(p.b.read(&bmr, 0, 4096), vec![0u8; 4096], "nothing written");
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Rts);
+}
