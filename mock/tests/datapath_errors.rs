@@ -658,3 +658,162 @@ fn garbage_work_queues_never_panic() {
         p.a.h.hca.notes().iter().rev().take(5).collect::<Vec<_>>()
     );
 }
+
+/// A request frame from `p.a` (or from `src` instead of its address) to `p.b`'s RC QP at
+/// the PSN it expects: `op` with `payload`, and a RETH for the first `bmr` bytes when the
+/// opcode has one.
+fn crafted(
+    p: &Pair,
+    op: uhca_mock::wire::Opcode,
+    src: [u8; 4],
+    reth: Option<(u64, u32, u32)>,
+    payload: &[u8],
+) -> Vec<u8> {
+    use uhca_mock::wire::{BthRepr, EthernetRepr, IbTransportRepr, IpRepr, Ipv4Repr, RoceV2Repr};
+    let mut bth = BthRepr::new(op, p.bqp.qpn, Conn::default().psn);
+    bth.ack_req = true;
+    let mut t = IbTransportRepr::new(bth, payload);
+    if let Some((va, key, len)) = reth {
+        t = t.with_reth(va, key, len);
+    }
+    let r = RoceV2Repr {
+        eth: EthernetRepr {
+            dst: p.b.mac,
+            src: p.a.mac,
+            vlan: None,
+        },
+        ip: IpRepr::Ipv4(Ipv4Repr::new(src, p.b.ip)),
+        udp_src_port: 0xc000,
+        transport: t,
+    };
+    let mut f = vec![0u8; r.buffer_len()];
+    r.emit(&mut f).unwrap();
+    f
+}
+
+/// The AETH syndromes of what `p.b` sent.
+fn aeths(p: &Pair) -> Vec<uhca_mock::wire::AethSyndrome> {
+    p.b.h
+        .hca
+        .take_tx_frames()
+        .iter()
+        .filter_map(|f| uhca_mock::wire::RoceV2Repr::parse(f).ok())
+        .filter_map(|r| r.transport.aeth.map(|a| a.syndrome))
+        .collect()
+}
+
+#[test]
+fn a_write_longer_than_the_path_mtu_is_an_invalid_request_and_writes_nothing() {
+    use uhca_mock::wire::{AethSyndrome, NakCode, Opcode};
+    // IB spec vol. 1, 9.7.5.1 (length check): an ONLY or LAST packet carries at most the
+    // path MTU (1024 here), a FIRST or MIDDLE exactly that, whatever the RETH says.
+    for (op, n, reth) in [
+        (Opcode::RcRdmaWriteOnly, 1088, true),
+        (Opcode::RcSendOnly, 1088, false),
+        (Opcode::RcRdmaWriteFirst, 1000, true),
+    ] {
+        let mut p = Pair::rc(LinkLayer::Ethernet);
+        let bmr = p.b.mr(4096);
+        p.b.post_recv(&mut p.bqp, &[(bmr.key, bmr.iova + 2048, 2048)]);
+        let reth = reth.then_some((bmr.iova, bmr.key, n as u32));
+        let f = crafted(&p, op, p.a.ip, reth, &vec![0x5a; n]);
+        p.b.h.hca.receive_frames(&[f]);
+        p.b.h.hca.service();
+        assert_eq!(
+            aeths(&p),
+            vec![AethSyndrome::Nak(NakCode::InvalidRequest)],
+            "{op:?} of {n} bytes"
+        );
+        assert_eq!(p.b.qp_state(&p.bqp), QpState::Err, "{op:?}");
+        assert_eq!(
+            p.b.read(&bmr, 0, 4096),
+            vec![0u8; 4096],
+            "{op:?}: nothing written"
+        );
+    }
+    // The same WRITE at the path MTU is executed.
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let bmr = p.b.mr(4096);
+    let f = crafted(
+        &p,
+        Opcode::RcRdmaWriteOnly,
+        p.a.ip,
+        Some((bmr.iova, bmr.key, 1024)),
+        &[0x5a; 1024],
+    );
+    p.b.h.hca.receive_frames(&[f]);
+    p.b.h.hca.service();
+    assert_eq!(p.b.read(&bmr, 0, 1024), vec![0x5a; 1024]);
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Rts);
+}
+
+#[test]
+fn a_connected_qp_drops_packets_from_another_source_than_its_peer() {
+    use uhca_mock::wire::Opcode;
+    // IB spec vol. 1, 9.6 (header validation): a connected QP takes packets from the peer
+    // its path names; on RoCE the source IP is the peer's GID. Anything else is dropped
+    // silently: no ACK or NAK, nothing written, the QP stays in RTS.
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let bmr = p.b.mr(4096);
+    let mut forged = p.a.ip;
+    forged[3] ^= 0x40;
+    let f = crafted(
+        &p,
+        Opcode::RcRdmaWriteOnly,
+        forged,
+        Some((bmr.iova, bmr.key, 64)),
+        &[0x5a; 64],
+    );
+    let before = p.b.h.hca.datapath_counters().rx_discarded;
+    p.b.h.hca.receive_frames(&[f]);
+    p.b.h.hca.service();
+    assert!(aeths(&p).is_empty(), "no answer");
+    assert_eq!(p.b.read(&bmr, 0, 64), vec![0u8; 64], "nothing written");
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Rts);
+    assert_eq!(p.b.h.hca.datapath_counters().rx_discarded, before + 1);
+    // From the peer's address, the same packet is executed.
+    let f = crafted(
+        &p,
+        Opcode::RcRdmaWriteOnly,
+        p.a.ip,
+        Some((bmr.iova, bmr.key, 64)),
+        &[0x5a; 64],
+    );
+    p.b.h.hca.receive_frames(&[f]);
+    p.b.h.hca.service();
+    assert_eq!(p.b.read(&bmr, 0, 64), vec![0x5a; 64]);
+}
+
+#[test]
+fn a_uc_write_longer_than_the_path_mtu_is_dropped_and_writes_nothing() {
+    use uhca_mock::wire::{BthRepr, EthernetRepr, IbTransportRepr, IpRepr, Ipv4Repr, Opcode};
+    // UC answers nothing: the malformed packet is dropped, the QP stays in RTS.
+    let mut p = Pair::new(
+        LinkLayer::Ethernet,
+        QpServiceType::Uc,
+        Conn::default(),
+        Conn::default(),
+    );
+    let bmr = p.b.mr(4096);
+    let payload = vec![0x5a; 1088];
+    let mut bth = BthRepr::new(Opcode::UcRdmaWriteOnly, p.bqp.qpn, Conn::default().psn);
+    bth.ack_req = false;
+    let t = IbTransportRepr::new(bth, &payload).with_reth(bmr.iova, bmr.key, 1088);
+    let r = uhca_mock::wire::RoceV2Repr {
+        eth: EthernetRepr {
+            dst: p.b.mac,
+            src: p.a.mac,
+            vlan: None,
+        },
+        ip: IpRepr::Ipv4(Ipv4Repr::new(p.a.ip, p.b.ip)),
+        udp_src_port: 0xc000,
+        transport: t,
+    };
+    let mut f = vec![0u8; r.buffer_len()];
+    r.emit(&mut f).unwrap();
+    p.b.h.hca.receive_frames(&[f]);
+    p.b.h.hca.service();
+    assert!(p.b.h.hca.take_tx_frames().is_empty(), "UC answers nothing");
+    assert_eq!(p.b.read(&bmr, 0, 4096), vec![0u8; 4096], "nothing written");
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Rts);
+}

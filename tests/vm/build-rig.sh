@@ -41,15 +41,16 @@ else
   TESTS=$(cd "$VM/conf" && ls ./*.conf | sed 's#^\./##; s#\.conf$##' | tr '\n' ' ')
 fi
 ALL_PACKAGES=$RIG_PACKAGES ALL_MODULES="" ALL_PROGRAMS="" ALL_BINS="" ALL_FILES="" ALL_C=""
+ALL_PY=""
 for t in $TESTS; do
   [ -f "$VM/conf/$t.conf" ] || die "no test '$t' (no $VM/conf/$t.conf)"
   [ -f "$VM/guest/tests/$t.sh" ] || die "no guest script $VM/guest/tests/$t.sh"
-  PACKAGES="" MODULES="" PROGRAMS="" PROJECT_BINS="" FILES="" C_PROGRAMS=""
+  PACKAGES="" MODULES="" PROGRAMS="" PROJECT_BINS="" FILES="" C_PROGRAMS="" PYTHON_SCRIPTS=""
   # shellcheck source=/dev/null
   . "$VM/conf/$t.conf"
   ALL_PACKAGES="$ALL_PACKAGES $PACKAGES" ALL_MODULES="$ALL_MODULES $MODULES"
   ALL_PROGRAMS="$ALL_PROGRAMS $PROGRAMS" ALL_BINS="$ALL_BINS $PROJECT_BINS"
-  ALL_FILES="$ALL_FILES $FILES" ALL_C="$ALL_C $C_PROGRAMS"
+  ALL_FILES="$ALL_FILES $FILES" ALL_C="$ALL_C $C_PROGRAMS" ALL_PY="$ALL_PY $PYTHON_SCRIPTS"
 done
 say "tests: $TESTS"
 
@@ -203,6 +204,45 @@ for f in $ALL_FILES; do
   case $rel in usr/etc/*) rel=${rel#usr/} ;; esac
   copy_with_libs "$f" "$rel"
 done
+# Python scripts (PYTHON_SCRIPTS, paths in the repository): the host's python3 and the
+# files their imports load (py-closure.py), each at its own path so the interpreter finds
+# its prefix and site-packages as on the host; each script's directory goes to
+# /<directory name>/ and python3 to /usr/bin/python3.
+# Copies a file to the same path in the guest (under usr/ for /lib and /lib64, symlinks
+# there) with its modification time (compiled bytecode is checked against it), and the
+# shared libraries ldd finds for it.
+guest_path() { local rel=${1#/}; case $rel in lib/* | lib64/*) rel=usr/$rel ;; esac; echo "$rel"; }
+copy_same_path() {
+  local f=$1 rel lib
+  rel=$(guest_path "$f")
+  [ -e "$stage/$rel" ] && return 0
+  mkdir -p "$stage/$(dirname "$rel")"; cp -pL "$f" "$stage/$rel"
+  case $f in *.so | *.so.* | */bin/*) ;; *) return 0 ;; esac
+  # Without debugging symbols (pyenv's libpython carries 18 MB of them).
+  strip --strip-unneeded "$stage/$rel" 2>/dev/null || true
+  { ldd "$f" 2>/dev/null || true; } | awk '/=>/ { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
+    [ -e "$lib" ] || continue
+    rel=$(guest_path "$lib")
+    [ -e "$stage/$rel" ] && continue
+    mkdir -p "$stage/$(dirname "$rel")"; cp -pL "$lib" "$stage/$rel"
+    strip --strip-unneeded "$stage/$rel" 2>/dev/null || true
+  done
+}
+if [ -n "${ALL_PY// /}" ]; then
+  command -v python3 >/dev/null || die "python3 is missing (PYTHON_SCRIPTS of a test need it)"
+  scripts=""
+  for s in $ALL_PY; do
+    [ -f "$REPO/$s" ] || die "no script $s"
+    scripts="$scripts $REPO/$s"
+    d=$(dirname "$REPO/$s"); mkdir -p "$stage/$(basename "$d")"
+    cp "$d"/*.py "$stage/$(basename "$d")/"
+  done
+  # shellcheck disable=SC2086
+  pyfiles=$(python3 "$VM/py-closure.py" $scripts) || die "py-closure.py failed for$scripts"
+  for f in $pyfiles; do copy_same_path "$f"; done
+  ln -sf "/$(guest_path "$(echo "$pyfiles" | head -1)")" "$stage/usr/bin/python3"
+  say "python: $(echo "$pyfiles" | wc -l) files for$ALL_PY"
+fi
 cp "$VM/guest/init" "$stage/init"
 cp "$VM"/guest/tests/* "$stage/tests/"
 chmod 755 "$stage/init" "$stage"/tests/*.sh

@@ -3,7 +3,7 @@
 # rig (Debian packages, kernel, initramfs), boots it and runs the tests. Prints how long each
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
-#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio,rxe,vfiouser;
+#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio,rxe,hostile,vfiouser;
 #                                    vfiouser runs tests/vm/vfio-user.sh, its own boot)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
@@ -11,7 +11,7 @@
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio,rxe,vfiouser}
+TESTS=${1:-vfio,rxe,hostile,vfiouser}
 # vfiouser needs QEMU 11.1 and its own boot (vfio-user.sh); the others share one boot.
 VFIO_USER=0
 [[ ",$TESTS," == *,vfiouser,* ]] && VFIO_USER=1

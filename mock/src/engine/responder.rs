@@ -186,6 +186,12 @@ impl Device {
             self.engine.counters.rx_pkey_violations += 1;
             return;
         }
+        if matches!(st, QpServiceType::Rc | QpServiceType::Uc)
+            && !self.sent_by_connected_peer(&qpc, info)
+        {
+            self.engine.counters.rx_discarded += 1;
+            return;
+        }
         self.engine.qps.entry(qpn).or_default();
         if state == QpState::Rtr && st != QpServiceType::Ud {
             let first = self
@@ -203,6 +209,26 @@ impl Device {
             QpServiceType::Rc if response => self.requester_rx(qpn, t, now),
             QpServiceType::Rc => self.connected_rx(qpn, t, false, now),
             _ => self.connected_rx(qpn, t, true, now),
+        }
+    }
+
+    /// Whether a packet for a connected (RC, UC) QP comes from the peer it is connected to:
+    /// on RoCE, its source IP is the QP's remote GID. A connected QP accepts packets from
+    /// that peer only; the others are dropped silently, like any packet failing a header
+    /// check (IB spec vol. 1, 9.6, header validation).
+    fn sent_by_connected_peer(&self, qpc: &uhca_fwif::ctx::Qpc, info: &RxInfo) -> bool {
+        let (Some(grh), Some(l3)) = (info.grh, info.l3) else {
+            return true;
+        };
+        let Some(super::path::Path::Roce { dip, .. }) = self.qp_path(qpc.primary_address_path())
+        else {
+            return true;
+        };
+        if l3 == CQE_ROCE_L3_HEADER_TYPE_IPV4 {
+            // The IPv4 header sits in the last 20 bytes; its source address at offset 12.
+            super::path::is_v4_mapped(&dip) && grh[32..36] == dip[12..16]
+        } else {
+            grh[8..24] == dip
         }
     }
 
@@ -306,6 +332,11 @@ impl Device {
             _ => {}
         }
         let res = match t.bth.opcode {
+            op if (is_send(op) || is_write(op)) && !self.fits_path_mtu(qpn, t) => Err(if uc {
+                Fail::Drop
+            } else {
+                Fail::Nak(NakCode::InvalidRequest, None)
+            }),
             op if is_send(op) => self.send_rx(qpn, t, uc, now),
             op if is_write(op) => self.write_rx(qpn, t, uc, now),
             Opcode::RcRdmaReadRequest => self.read_rx(qpn, t, p, false, now),
@@ -372,6 +403,21 @@ impl Device {
                 }
                 self.responder_error(qpn, syndrome, now);
             }
+        }
+    }
+
+    /// The length check of a SEND or WRITE request packet (IB spec vol. 1, 9.7.5.1): a
+    /// FIRST or MIDDLE carries exactly the path MTU, an ONLY or LAST at most that. A
+    /// packet failing it is a malformed request (NAK Invalid Request on RC), whatever its
+    /// RETH length says.
+    fn fits_path_mtu(&self, qpn: u32, t: &IbTransportRepr<'_>) -> bool {
+        let Some(mtu) = self.fw.qps.get(&qpn).map(|q| path_mtu(q.qpc.mtu())) else {
+            return false;
+        };
+        let n = t.payload.len() as u64;
+        match t.bth.opcode.position() {
+            Some(MessagePosition::First | MessagePosition::Middle) => n == mtu,
+            _ => n <= mtu,
         }
     }
 
