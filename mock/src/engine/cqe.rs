@@ -2,6 +2,7 @@
 //! device writes (`(pi >> log_cq_size) & 1`), error CQEs, CQ overrun (a CQ error event),
 //! completion events for armed CQs, and the flush of a QP in the error state.
 
+use super::mem::QueueBuf;
 use crate::device::Device;
 use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, CQ_SET_CI, CqeOpcode, CqeSyndrome, EventType, QpState, RCV_DBR, SND_DBR,
@@ -32,7 +33,6 @@ impl Device {
         let size = 1u32 << log;
         let cqe_size: u64 = if cqc.cqe_sz() == 1 { 128 } else { 64 };
         let page = (ADAPTER_PAGE_SIZE as u64) << cqc.log_page_size().min(20);
-        let pas = cq.pas.clone();
         let pi = cq.pi;
         let ci = self
             .dbr_dword(cqc.dbr_addr(), CQ_SET_CI as u64, now)
@@ -58,8 +58,8 @@ impl Device {
         let bytes = c.as_bytes();
         let off = (pi & (size - 1)) as u64 * cqe_size + (cqe_size - 64);
         // The body first, then the byte with the owner bit.
-        if !self.queue_write(&pas, page, off, &bytes[..63], now, "CQE")
-            || !self.queue_write(&pas, page, off + 63, &bytes[63..], now, "CQE")
+        if !self.queue_write(QueueBuf::Cq(cqn), page, off, &bytes[..63], now, "CQE")
+            || !self.queue_write(QueueBuf::Cq(cqn), page, off + 63, &bytes[63..], now, "CQE")
         {
             return false;
         }

@@ -252,7 +252,7 @@ impl Device {
                     udp_src_port: udp_sport,
                     transport: t,
                 };
-                let mut f = vec![0u8; r.buffer_len()];
+                let mut f = self.engine.frame_buffer(r.buffer_len());
                 if r.emit(&mut f).is_err() {
                     return;
                 }
@@ -277,7 +277,7 @@ impl Device {
                     grh,
                     transport: t,
                 };
-                let mut f = vec![0u8; r.buffer_len()];
+                let mut f = self.engine.frame_buffer(r.buffer_len());
                 if r.emit(&mut f).is_err() {
                     return;
                 }

@@ -240,15 +240,18 @@ impl Device {
 
     /// Sends the ACKs owed (one per QP, for everything received so far).
     pub(crate) fn flush_acks(&mut self, _now: u64) {
-        let owed: Vec<u32> = self
+        let mut from = 0u32;
+        while let Some((&qpn, _)) = self
             .engine
             .qps
-            .iter()
-            .filter(|(_, s)| s.ack_pending)
-            .map(|(&n, _)| n)
-            .collect();
-        for qpn in owed {
+            .range(from..)
+            .find(|(_, s)| s.ack_pending)
+        {
             self.send_ack_now(qpn);
+            match qpn.checked_add(1) {
+                Some(n) => from = n,
+                None => break,
+            }
         }
     }
 
@@ -546,7 +549,7 @@ impl Device {
             (true, Some(reth)) => {
                 let ok = (uc || qpc.rwe())
                     && self
-                        .key_translate(
+                        .key_check(
                             reth.rkey,
                             qpc.pd(),
                             reth.va,
@@ -580,10 +583,10 @@ impl Device {
             return Err(if uc { Fail::Drop } else { Fail::Rnr });
         }
         if n > 0 {
-            let pieces = self
-                .key_translate(w.rkey, qpc.pd(), w.va + w.offset, n, Access::RemoteWrite)
+            let span = self
+                .key_check(w.rkey, qpc.pd(), w.va + w.offset, n, Access::RemoteWrite)
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
-            self.dma_scatter(&pieces, t.payload, now)
+            self.span_write(&span, 0, t.payload, now, "data (scatter)")
                 .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         }
         w.offset += n;

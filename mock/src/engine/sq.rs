@@ -1,7 +1,7 @@
 //! The send queue: fetching WQEs through the IOMMU between the last processed WQE and the
 //! doorbell record's send counter, and decoding their segments by opcode and QP type.
 
-use super::mem::Sge;
+use super::mem::{QueueBuf, Sge};
 use crate::device::Device;
 use uhca_fwif::consts::{
     INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
@@ -53,8 +53,9 @@ pub(crate) struct SentWqe {
     pub(crate) len: u64,
     pub(crate) remote: (u64, u32),
     pub(crate) atomic: (u64, u64),
-    /// Gathered data of a SEND or WRITE.
-    pub(crate) payload: Vec<u8>,
+    /// The gather list of a SEND or WRITE (data segments and inline data), read again
+    /// for each packet sent.
+    pub(crate) data: Vec<Piece>,
     /// Where a READ response or an atomic result goes.
     pub(crate) local: Vec<Sge>,
 }
@@ -105,10 +106,9 @@ impl Device {
     ) -> Result<(Vec<u8>, u16), BadWqe> {
         let bad = BadWqe { bbs: 1, opcode: 0 };
         let (base, n, page) = self.sq_geometry(qpn).ok_or(bad)?;
-        let pas = self.fw.qps.get(&qpn).map(|q| q.pas.clone()).ok_or(bad)?;
         let bb = |i: u16| base + ((i & (n - 1)) as u64) * SEND_WQE_BB as u64;
         let mut first = [0u8; SEND_WQE_BB];
-        if !self.queue_read(&pas, page, bb(counter), &mut first, now, "send WQE") {
+        if !self.queue_read(QueueBuf::Qp(qpn), page, bb(counter), &mut first, now, "send WQE") {
             return Err(bad);
         }
         let Ok((ctrl, _)) = WqeCtrlSeg::read_from_prefix(&first) else {
@@ -124,7 +124,7 @@ impl Device {
         for k in 1..bbs {
             let mut b = [0u8; SEND_WQE_BB];
             if !self.queue_read(
-                &pas,
+                QueueBuf::Qp(qpn),
                 page,
                 bb(counter.wrapping_add(k)),
                 &mut b,

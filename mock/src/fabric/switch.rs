@@ -29,7 +29,7 @@ pub(crate) fn route(link: LinkLayer, ports: &[MockHca], frame: &[u8]) -> Option<
                 EtherType::Ipv6 => Ipv6Packet::new_checked(f.payload()).ok()?.dst_addr(),
                 _ => return None,
             };
-            ports.iter().position(|p| p.roce_gids().contains(&ip))
+            ports.iter().position(|p| p.has_roce_gid(&ip))
         }
         LinkLayer::InfiniBand => {
             let l = Lrh::new_checked(frame).ok()?;
