@@ -293,13 +293,16 @@ impl Device {
                     let last = i + 1 == w.npkts;
                     let a = i as u64 * mtu;
                     let b = ((i as u64 + 1) * mtu).min(w.len).max(a);
-                    buf.clear();
-                    buf.resize((b - a) as usize, 0);
-                    if let Err(e) = self.gather_range(qpc.pd(), &w.data, a, &mut buf, now) {
+                    // Every byte of the part is read (or the gather fails): no zeroing.
+                    let n = (b - a) as usize;
+                    if buf.len() < n {
+                        buf.resize(n, 0);
+                    }
+                    if let Err(e) = self.gather_range(qpc.pd(), &w.data, a, &mut buf[..n], now) {
                         failed = Some(gather_syndrome(e));
                         break;
                     }
-                    let data = &buf[..];
+                    let data = &buf[..n];
                     let opc = if write {
                         write_opcode(uc, first, last, imm)
                     } else {

@@ -260,6 +260,14 @@ impl Device {
     /// Whether `w` must wait: a fence while READs or atomics are outstanding, or a READ or
     /// atomic beyond `2^log_sra_max` outstanding ones.
     fn must_wait(&self, qpn: u32, w: &Wqe) -> bool {
+        let is_read = matches!(
+            w.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        if !w.fence && !is_read {
+            // Neither waits for anything: no need to count what is outstanding.
+            return false;
+        }
         let Some(s) = self.engine.qps.get(&qpn) else {
             return false;
         };
@@ -277,10 +285,6 @@ impl Device {
             .get(&qpn)
             .map(|q| 1usize << q.qpc.log_sra_max())
             .unwrap_or(1);
-        let is_read = matches!(
-            w.opcode,
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
-        );
         w.fence || (is_read && reads >= limit)
     }
 
