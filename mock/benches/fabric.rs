@@ -141,7 +141,11 @@ impl Bench {
     fn check_data(&self) {
         let len = self.size as usize * self.batch;
         let want: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
-        assert_eq!(self.p.b.read(&self.dst, 0, len), want, "data at the receiver");
+        assert_eq!(
+            self.p.b.read(&self.dst, 0, len),
+            want,
+            "data at the receiver"
+        );
     }
 }
 
@@ -237,11 +241,7 @@ fn main() {
     );
     for case in CASES {
         let mut b = Bench::new(case);
-        let messages = if bench {
-            case.messages
-        } else {
-            case.batch * 4
-        };
+        let messages = if bench { case.messages } else { case.batch * 4 };
         run(&mut b, case.batch);
         let ns = median((0..runs).map(|_| run(&mut b, messages)).collect());
         b.check_data();

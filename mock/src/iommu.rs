@@ -684,7 +684,12 @@ unsafe fn volatile_write(dst: NonNull<u8>, data: &[u8]) {
     let body = &data[head..head + words * 8];
     let mut quads = body.chunks_exact(32);
     for q in &mut quads {
-        let v = [word(&q[..8]), word(&q[8..16]), word(&q[16..24]), word(&q[24..])];
+        let v = [
+            word(&q[..8]),
+            word(&q[8..16]),
+            word(&q[16..24]),
+            word(&q[24..]),
+        ];
         // SAFETY: `dst + at` is 8-byte aligned (`head` reached the boundary, each step
         // adds 32) and `at + 32 <= len`.
         unsafe {

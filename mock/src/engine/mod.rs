@@ -163,13 +163,19 @@ pub(crate) struct Engine {
     pub(crate) q_counters: BTreeMap<u8, QCounters>,
     /// The payload of the packet being built, read from memory (reused for every packet).
     pub(crate) scratch: Vec<u8>,
+    /// The bytes of the send WQE being decoded (reused).
+    pub(crate) wqe_buf: Vec<u8>,
+    /// The bytes of the receive WQE being read (reused).
+    pub(crate) rq_buf: Vec<u8>,
     /// Buffers of frames the fabric delivered, kept for the next frames (an allocation,
     /// zeroing and page faults per packet otherwise).
     pub(crate) spare_frames: Vec<Vec<u8>>,
 }
 
-/// Most frame buffers [`Engine::spare_frames`] keeps.
-pub(crate) const SPARE_FRAMES: usize = 1024;
+/// Most frame buffers [`Engine::spare_frames`] keeps: a doorbell for a hundred 64 KiB
+/// messages emits thousands of frames before the fabric delivers any, and a smaller pool
+/// left most of them to the allocator. The pool never holds more than was once in flight.
+pub(crate) const SPARE_FRAMES: usize = 8192;
 
 impl Engine {
     /// A zeroed buffer of `len` bytes for a frame, reusing a delivered frame's buffer.

@@ -241,12 +241,7 @@ impl Device {
     /// Sends the ACKs owed (one per QP, for everything received so far).
     pub(crate) fn flush_acks(&mut self, _now: u64) {
         let mut from = 0u32;
-        while let Some((&qpn, _)) = self
-            .engine
-            .qps
-            .range(from..)
-            .find(|(_, s)| s.ack_pending)
-        {
+        while let Some((&qpn, _)) = self.engine.qps.range(from..).find(|(_, s)| s.ack_pending) {
             self.send_ack_now(qpn);
             match qpn.checked_add(1) {
                 Some(n) => from = n,
@@ -471,10 +466,17 @@ impl Device {
                 s.recv = Some(RecvProgress { wqe, offset: 0 });
             }
         }
-        let Some(r) = self.engine.qps.get(&qpn).and_then(|s| s.recv.clone()) else {
+        // The receive in progress is borrowed out of the QP's state for the scatter (not
+        // copied) and put back before anything else looks at it.
+        let Some(r) = self.engine.qps.get_mut(&qpn).and_then(|s| s.recv.take()) else {
             return Err(Fail::Drop);
         };
-        match self.scatter_sges(pd, &r.wqe.sges, r.offset, t.payload, now) {
+        let placed = self.scatter_sges(pd, &r.wqe.sges, r.offset, t.payload, now);
+        let (counter, offset) = (r.wqe.counter, r.offset);
+        if let Some(s) = self.engine.qps.get_mut(&qpn) {
+            s.recv = Some(r);
+        }
+        match placed {
             Ok(true) => {}
             Ok(false) => {
                 return Err(Fail::Nak(
@@ -497,7 +499,7 @@ impl Device {
         }
         let s = self.engine.qps.get_mut(&qpn).ok_or(Fail::Drop)?;
         s.epsn = psn::add(s.epsn, 1);
-        let total = r.offset + t.payload.len() as u64;
+        let total = offset + t.payload.len() as u64;
         if last {
             s.recv = None;
             s.msn = (s.msn + 1) & 0x00ff_ffff;
@@ -507,7 +509,7 @@ impl Device {
             };
             self.responder_cqe(
                 qpn,
-                r.wqe.counter,
+                counter,
                 op,
                 total as u32,
                 imm,

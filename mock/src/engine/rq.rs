@@ -53,9 +53,15 @@ impl Device {
                 }
                 let stride = 16u64 << qpc.log_rq_stride();
                 let page = (ADAPTER_PAGE_SIZE as u64) << qpc.log_page_size().min(20);
-                let mut raw = vec![0u8; stride as usize];
                 let off = (ci & (size - 1)) as u64 * stride;
-                if !self.queue_read(QueueBuf::Qp(qpn), page, off, &mut raw, now, "receive WQE") {
+                let mut raw = std::mem::take(&mut self.engine.rq_buf);
+                raw.clear();
+                raw.resize(stride as usize, 0);
+                let read =
+                    self.queue_read(QueueBuf::Qp(qpn), page, off, &mut raw, now, "receive WQE");
+                let sges = parse_sges(&raw);
+                self.engine.rq_buf = raw;
+                if !read {
                     return None;
                 }
                 if consume && let Some(s) = self.engine.qps.get_mut(&qpn) {
@@ -63,7 +69,7 @@ impl Device {
                 }
                 Some(RecvWqe {
                     counter: ci as u16,
-                    sges: parse_sges(&raw),
+                    sges,
                 })
             }
             1 => {

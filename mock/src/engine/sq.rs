@@ -104,11 +104,32 @@ impl Device {
         counter: u16,
         now: u64,
     ) -> Result<(Vec<u8>, u16), BadWqe> {
+        let mut raw = Vec::new();
+        self.read_send_wqe_into(qpn, counter, now, &mut raw)
+            .map(|bbs| (raw, bbs))
+    }
+
+    /// [`Device::read_send_wqe`] into `raw` (emptied first), reusing its memory.
+    pub(crate) fn read_send_wqe_into(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        now: u64,
+        raw: &mut Vec<u8>,
+    ) -> Result<u16, BadWqe> {
+        raw.clear();
         let bad = BadWqe { bbs: 1, opcode: 0 };
         let (base, n, page) = self.sq_geometry(qpn).ok_or(bad)?;
         let bb = |i: u16| base + ((i & (n - 1)) as u64) * SEND_WQE_BB as u64;
         let mut first = [0u8; SEND_WQE_BB];
-        if !self.queue_read(QueueBuf::Qp(qpn), page, bb(counter), &mut first, now, "send WQE") {
+        if !self.queue_read(
+            QueueBuf::Qp(qpn),
+            page,
+            bb(counter),
+            &mut first,
+            now,
+            "send WQE",
+        ) {
             return Err(bad);
         }
         let Ok((ctrl, _)) = WqeCtrlSeg::read_from_prefix(&first) else {
@@ -120,7 +141,7 @@ impl Device {
             return Err(BadWqe { bbs: 1, opcode });
         }
         let bbs = size.div_ceil(SEND_WQE_BB) as u16;
-        let mut raw = first.to_vec();
+        raw.extend_from_slice(&first);
         for k in 1..bbs {
             let mut b = [0u8; SEND_WQE_BB];
             if !self.queue_read(
@@ -136,7 +157,7 @@ impl Device {
             raw.extend_from_slice(&b);
         }
         raw.truncate(size);
-        Ok((raw, bbs))
+        Ok(bbs)
     }
 
     /// Decodes a send WQE's segments.
@@ -330,10 +351,14 @@ impl Device {
                 );
                 break;
             }
-            let fetched = self.read_send_wqe(qpn, ci, now).and_then(|(raw, bbs)| {
-                self.decode_send_wqe(qpn, st, &raw, bbs, ci, now)
-                    .map(|w| (w, bbs))
-            });
+            let mut raw = std::mem::take(&mut self.engine.wqe_buf);
+            let fetched = self
+                .read_send_wqe_into(qpn, ci, now, &mut raw)
+                .and_then(|bbs| {
+                    self.decode_send_wqe(qpn, st, &raw, bbs, ci, now)
+                        .map(|w| (w, bbs))
+                });
+            self.engine.wqe_buf = raw;
             if let Ok((w, _)) = &fetched
                 && self.must_wait(qpn, w)
             {

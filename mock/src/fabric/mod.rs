@@ -142,7 +142,11 @@ impl InFlight {
         if at > now {
             return None;
         }
-        if self.fifo.front().is_some_and(|f| (f.at, f.seq) == (at, seq)) {
+        if self
+            .fifo
+            .front()
+            .is_some_and(|f| (f.at, f.seq) == (at, seq))
+        {
             self.fifo.pop_front()
         } else {
             self.late.pop_first().map(|(_, f)| f)
