@@ -526,10 +526,10 @@ impl Device {
                 break;
             }
             let w = s.outstanding.pop_front();
-            if let Some(w) = w {
-                if w.signaled {
-                    self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
-                }
+            if let Some(w) = w
+                && w.signaled
+            {
+                self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
             }
         }
         progressed

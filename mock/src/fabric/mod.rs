@@ -83,14 +83,17 @@ struct Inner {
     udp: Vec<udp::UdpPort>,
     /// While a real-time pump runs: wall-clock origin and the model time it maps to.
     realtime: Option<(std::time::Instant, u64)>,
-    /// Per port: the burst being delivered to it (frames, and the port each came from).
-    bursts: Vec<(Vec<Vec<u8>>, Vec<Option<usize>>)>,
+    /// Per port: the burst being delivered to it.
+    bursts: Vec<Burst>,
     /// Per port: buffers of frames it sent that were delivered (or dropped), handed back to
     /// it for its next frames when the fabric next takes what it sent.
     returns: Vec<Vec<Vec<u8>>>,
     /// Frames taken from a port, being scheduled.
     taken: Vec<Vec<u8>>,
 }
+
+/// Frames being delivered to one port, and the port each came from.
+type Burst = (Vec<Vec<u8>>, Vec<Option<usize>>);
 
 /// A frame in flight.
 struct Flight {
