@@ -178,12 +178,14 @@ pub(crate) struct Engine {
 pub(crate) const SPARE_FRAMES: usize = 8192;
 
 impl Engine {
-    /// A zeroed buffer of `len` bytes for a frame, reusing a delivered frame's buffer.
-    pub(crate) fn frame_buffer(&mut self, len: usize) -> Vec<u8> {
+    /// A buffer of `len` bytes for a frame, reusing a delivered frame's buffer: zero but for
+    /// its last `tail` bytes, which the caller's emitter writes whole (payload, pad, CRCs),
+    /// so they are not zeroed first.
+    pub(crate) fn frame_buffer(&mut self, len: usize, tail: usize) -> Vec<u8> {
         match self.spare_frames.pop() {
             Some(mut f) => {
-                f.clear();
                 f.resize(len, 0);
+                f[..len - tail.min(len)].fill(0);
                 f
             }
             None => vec![0u8; len],
