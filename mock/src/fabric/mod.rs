@@ -85,6 +85,8 @@ struct Inner {
     realtime: Option<(std::time::Instant, u64)>,
     /// Per port: the burst being delivered to it.
     bursts: Vec<Burst>,
+    /// Per port: its MAC address (fixed by its configuration), for the switch.
+    macs: Vec<[u8; 6]>,
     /// Per port: buffers of frames it sent that were delivered (or dropped), handed back to
     /// it for its next frames when the fabric next takes what it sent.
     returns: Vec<Vec<Vec<u8>>>,
@@ -219,6 +221,7 @@ impl Fabric {
                 udp: Vec::new(),
                 realtime: None,
                 bursts: Vec::new(),
+                macs: Vec::new(),
                 returns: Vec::new(),
                 taken: Vec::new(),
             })),
@@ -266,6 +269,7 @@ impl Fabric {
         }
         i.ports.push(hca.clone());
         i.bursts.push((Vec::new(), Vec::new()));
+        i.macs.push(hca.config().mac);
         i.returns.push(Vec::new());
         i.ports.len() - 1
     }
@@ -541,7 +545,7 @@ impl Inner {
             self.give_back(src, f);
             return;
         }
-        let Some(dst) = switch::route(self.link, &self.ports, &f) else {
+        let Some(dst) = switch::route(self.link, &self.ports, &self.macs, &f) else {
             self.counters.no_route += 1;
             self.give_back(src, f);
             return;
