@@ -2,7 +2,7 @@
 //! to the receiver's CQE (and the sender's, after the ACK), in nanoseconds and in
 //! instructions, beside a plain copy of the same bytes measured in the same run.
 //!
-//! Run: `cargo bench -p uhca-mock --bench fabric` (about 20 s on an idle machine, valgrind
+//! Run: `cargo bench -p uhca-mock --bench fabric` (a few seconds once built, valgrind
 //! included). `UHCA_BENCH_RUNS` sets the timed runs (default 5, the median is printed),
 //! `UHCA_BENCH_CALLGRIND=0` skips the instruction counts. Without `--bench`
 //! (`cargo test --benches`) a quick pass runs: one short run, no callgrind.
