@@ -28,8 +28,6 @@ pub(crate) enum QueueBuf {
     Qp(u32),
     /// An SRQ's (or RMP's) buffer.
     Srq(u32),
-    /// A CQ's buffer.
-    Cq(u32),
 }
 
 impl QueueBuf {
@@ -37,7 +35,6 @@ impl QueueBuf {
         Some(match self {
             QueueBuf::Qp(n) => &fw.qps.get(&n)?.pas,
             QueueBuf::Srq(n) => &fw.srqs.get(&n)?.pas,
-            QueueBuf::Cq(n) => &fw.cqs.get(&n)?.pas,
         })
     }
 }
@@ -156,40 +153,6 @@ impl Device {
                     now,
                     what,
                 )
-                .is_err()
-            {
-                return false;
-            }
-            done += n;
-        }
-        true
-    }
-
-    /// Writes `data` at `offset` of a queue buffer.
-    pub(crate) fn queue_write(
-        &mut self,
-        queue: QueueBuf,
-        page_size: u64,
-        offset: u64,
-        data: &[u8],
-        now: u64,
-        what: &'static str,
-    ) -> bool {
-        let Device { fw, iommu, .. } = self;
-        let Some(pas) = queue.pas(fw) else {
-            return false;
-        };
-        let mut done = 0usize;
-        while done < data.len() {
-            let off = offset + done as u64;
-            let page = (off / page_size) as usize;
-            let in_page = off % page_size;
-            let n = ((page_size - in_page) as usize).min(data.len() - done);
-            let Some(&base) = pas.get(page) else {
-                return false;
-            };
-            if iommu
-                .dma_write(base.wrapping_add(in_page), &data[done..done + n], now, what)
                 .is_err()
             {
                 return false;
