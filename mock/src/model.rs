@@ -579,6 +579,15 @@ impl MockHca {
         self.dev().engine.tx.drain(..).collect()
     }
 
+    /// The fabric's visit, under one lock: takes back the buffers of delivered frames
+    /// (`returned`, emptied) for the engine's next frames, and appends the frames sent
+    /// since the last visit to `out`, oldest first.
+    pub(crate) fn exchange_tx_frames(&self, returned: &mut Vec<Vec<u8>>, out: &mut Vec<Vec<u8>>) {
+        let mut d = self.dev();
+        d.engine.recycle_frames(returned);
+        out.extend(d.engine.tx.drain(..));
+    }
+
     /// Installs (or, with `None`, removes) what runs after a doorbell leaves frames to
     /// send. Called without any lock of this HCA held.
     pub(crate) fn set_kick(&self, kick: Option<Kick>) {
@@ -641,6 +650,17 @@ impl MockHca {
             .flatten()
             .map(|a| *a.source_l3_address())
             .collect()
+    }
+
+    /// Whether `gid` is installed in the RoCE address table (the switch's route by
+    /// destination IP; no allocation, unlike [`MockHca::roce_gids`]).
+    pub(crate) fn has_roce_gid(&self, gid: &[u8; 16]) -> bool {
+        self.dev()
+            .fw
+            .roce_addrs
+            .iter()
+            .flatten()
+            .any(|a| a.source_l3_address() == gid)
     }
 
     /// Moves a virtual clock forward to `ns` if it is behind (a fabric keeps the clocks of

@@ -817,3 +817,29 @@ fn a_uc_write_longer_than_the_path_mtu_is_dropped_and_writes_nothing() {
     assert_eq!(p.b.read(&bmr, 0, 4096), vec![0u8; 4096], "nothing written");
     assert_eq!(p.b.qp_state(&p.bqp), QpState::Rts);
 }
+
+/// A retransmission reads the message from memory again, through its lkey, as the
+/// hardware does (the model keeps no copy of the payload): a memory key destroyed while its
+/// WRITE waits for an ACK fails the WQE with LOCAL_PROT_ERR when the timer resends it, and
+/// nothing reaches the target.
+#[test]
+fn a_retransmission_reads_memory_again_through_its_key() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let src = p.a.mr(4096);
+    let dst = p.b.mr(4096);
+    p.a.write(&src, 0, &[0x5a; 4096]);
+    let mut w = wr(WqeOpcode::RdmaWrite, &src, 0, 4096);
+    w.raddr = Some((dst.iova, dst.key));
+    p.a.post_send(&mut p.aqp, &w);
+    // The packets are lost: taken off the port before the fabric moves them.
+    assert_eq!(p.a.h.hca.take_tx_frames().len(), 4, "4 packets at MTU 1024");
+    p.a.destroy_mr(&src);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc.len(), 1, "{wc:?}");
+    assert_eq!(wc[0].opcode, CqeOpcode::ReqErr);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::LocalProtErr);
+    assert_eq!(p.a.qp_state(&p.aqp), QpState::Err);
+    assert_eq!(p.a.h.hca.datapath_counters().timeouts, 1);
+    assert_eq!(p.b.read(&dst, 0, 4096), vec![0u8; 4096]);
+}

@@ -32,8 +32,14 @@ impl Device {
         let size = 1u32 << log;
         let cqe_size: u64 = if cqc.cqe_sz() == 1 { 128 } else { 64 };
         let page = (ADAPTER_PAGE_SIZE as u64) << cqc.log_page_size().min(20);
-        let pas = cq.pas.clone();
         let pi = cq.pi;
+        // The slot's IOVA, from the CQ's page list in place: a CQE (64 bytes at a multiple
+        // of 64) never crosses a page of 4 KiB or more.
+        let off = (pi & (size - 1)) as u64 * cqe_size + (cqe_size - 64);
+        let slot = cq
+            .pas
+            .get((off / page) as usize)
+            .map(|&base| base.wrapping_add(off % page));
         let ci = self
             .dbr_dword(cqc.dbr_addr(), CQ_SET_CI as u64, now)
             .unwrap_or(0)
@@ -56,10 +62,18 @@ impl Device {
         let owner = ((pi >> log) & 1) as u8;
         c.op_own = op_own_of(opcode, owner) | if solicited { CQE_SOLICITED } else { 0 };
         let bytes = c.as_bytes();
-        let off = (pi & (size - 1)) as u64 * cqe_size + (cqe_size - 64);
         // The body first, then the byte with the owner bit.
-        if !self.queue_write(&pas, page, off, &bytes[..63], now, "CQE")
-            || !self.queue_write(&pas, page, off + 63, &bytes[63..], now, "CQE")
+        let Some(slot) = slot else {
+            return false;
+        };
+        if self
+            .iommu
+            .dma_write(slot, &bytes[..63], now, "CQE")
+            .is_err()
+            || self
+                .iommu
+                .dma_write(slot.wrapping_add(63), &bytes[63..], now, "CQE")
+                .is_err()
         {
             return false;
         }

@@ -2,7 +2,8 @@
 //! (existence, PD, access rights, bounds), and gather/scatter through the IOMMU.
 
 use crate::device::Device;
-use crate::firmware::RESERVED_LKEY;
+use crate::firmware::{Firmware, RESERVED_LKEY};
+use uhca_fwif::consts::MkcAccessMode;
 
 /// What an access through a memory key needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,25 @@ pub(crate) enum Access {
     RemoteWrite,
     /// A remote atomic: `a`.
     RemoteAtomic,
+}
+
+/// The queue whose buffer an access goes to: its page list stays in the firmware's table
+/// (read in place, not copied per access).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueueBuf {
+    /// A QP's work queue buffer (SQ and RQ).
+    Qp(u32),
+    /// An SRQ's (or RMP's) buffer.
+    Srq(u32),
+}
+
+impl QueueBuf {
+    fn pas(self, fw: &crate::firmware::Firmware) -> Option<&[u64]> {
+        Some(match self {
+            QueueBuf::Qp(n) => &fw.qps.get(&n)?.pas,
+            QueueBuf::Srq(n) => &fw.srqs.get(&n)?.pas,
+        })
+    }
 }
 
 /// A scatter/gather entry of a WQE.
@@ -37,6 +57,71 @@ pub(crate) struct LocalKeys {
     pub(crate) rlky: bool,
 }
 
+/// A range of a memory key that passed [`Device::key_check`]: where its bytes lie in IOVA
+/// space, walked piece by piece (a piece never crosses a translation page).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    /// First virtual address of the range.
+    pub(crate) va: u64,
+    /// Bytes in the range.
+    pub(crate) len: u64,
+    map: SpanMap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpanMap {
+    /// The address is the IOVA (physical access mode, the reserved lkey).
+    Direct,
+    /// Through the translation entries of the key at `index`, pages of `ps` bytes from
+    /// `base`.
+    Mtt { index: u32, ps: u64, base: u64 },
+}
+
+impl Span {
+    /// Calls `f(iova, bytes, offset)` for each piece of `[offset, offset + len)` of the span
+    /// (offset relative to `offset`), in order, until `f` returns false; returns whether
+    /// every piece was visited. A range beyond the span, or a translation entry that went
+    /// away since the check, ends the walk (false).
+    fn walk(
+        &self,
+        fw: &Firmware,
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(u64, u64, u64) -> bool,
+    ) -> bool {
+        if len == 0 {
+            return true;
+        }
+        if offset.checked_add(len).is_none_or(|e| e > self.len) {
+            return false;
+        }
+        let start = self.va + offset;
+        match self.map {
+            SpanMap::Direct => f(start, len, 0),
+            SpanMap::Mtt { index, ps, base } => {
+                let Some(m) = fw.mkeys.get(&index) else {
+                    return false;
+                };
+                let end = start + len;
+                let mut cur = start;
+                while cur < end {
+                    let page = ((cur - base) / ps) as usize;
+                    let off = (cur - base) % ps;
+                    let n = (ps - off).min(end - cur);
+                    let Some(&entry) = m.mtt.get(page) else {
+                        return false;
+                    };
+                    if !f((entry & !(ps - 1)) + off, n, cur - start) {
+                        return false;
+                    }
+                    cur += n;
+                }
+                true
+            }
+        }
+    }
+}
+
 /// Why a memory-key access failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KeyError {
@@ -47,17 +132,21 @@ pub(crate) enum KeyError {
 }
 
 impl Device {
-    /// Reads `buf.len()` bytes at `offset` of a queue buffer described by `pas` (pages of
-    /// `page_size` bytes).
+    /// Reads `buf.len()` bytes at `offset` of a queue buffer (pages of `page_size` bytes
+    /// listed in its object's `pas`).
     pub(crate) fn queue_read(
         &mut self,
-        pas: &[u64],
+        queue: QueueBuf,
         page_size: u64,
         offset: u64,
         buf: &mut [u8],
         now: u64,
         what: &'static str,
     ) -> bool {
+        let Device { fw, iommu, .. } = self;
+        let Some(pas) = queue.pas(fw) else {
+            return false;
+        };
         let mut done = 0usize;
         while done < buf.len() {
             let off = offset + done as u64;
@@ -67,45 +156,13 @@ impl Device {
             let Some(&base) = pas.get(page) else {
                 return false;
             };
-            if self
-                .iommu
+            if iommu
                 .dma_read(
                     base.wrapping_add(in_page),
                     &mut buf[done..done + n],
                     now,
                     what,
                 )
-                .is_err()
-            {
-                return false;
-            }
-            done += n;
-        }
-        true
-    }
-
-    /// Writes `data` at `offset` of a queue buffer.
-    pub(crate) fn queue_write(
-        &mut self,
-        pas: &[u64],
-        page_size: u64,
-        offset: u64,
-        data: &[u8],
-        now: u64,
-        what: &'static str,
-    ) -> bool {
-        let mut done = 0usize;
-        while done < data.len() {
-            let off = offset + done as u64;
-            let page = (off / page_size) as usize;
-            let in_page = off % page_size;
-            let n = ((page_size - in_page) as usize).min(data.len() - done);
-            let Some(&base) = pas.get(page) else {
-                return false;
-            };
-            if self
-                .iommu
-                .dma_write(base.wrapping_add(in_page), &data[done..done + n], now, what)
                 .is_err()
             {
                 return false;
@@ -124,38 +181,48 @@ impl Device {
         Some(u32::from_be_bytes(b))
     }
 
-    /// Translates `[va, va + len)` of local key `key` for a gather or scatter of a queue
+    /// Checks a gather or scatter of `[va, va + len)` through local key `key` by a queue
     /// with `keys`: the reserved lkey, when the queue's context allows it (`rlky`), names
     /// IOVAs directly (no translation, no PD, no bounds: the IOMMU alone decides what the
-    /// device reaches); any other key goes through [`Device::key_translate`].
-    pub(crate) fn local_translate(
+    /// device reaches); any other key goes through [`Device::key_check`].
+    pub(crate) fn local_check(
         &self,
         key: u32,
         keys: LocalKeys,
         va: u64,
         len: u64,
         access: Access,
-    ) -> Result<Vec<(u64, u64)>, KeyError> {
+    ) -> Result<Span, KeyError> {
         if key == RESERVED_LKEY && keys.rlky && len != 0 {
-            return Ok(vec![(va, len)]);
+            return Ok(Span {
+                va,
+                len,
+                map: SpanMap::Direct,
+            });
         }
-        self.key_translate(key, keys.pd, va, len, access)
+        self.key_check(key, keys.pd, va, len, access)
     }
 
-    /// Translates `[va, va + len)` of memory key `key` for an access by a QP of `pd`:
-    /// the key must exist (index and variant byte), belong to `pd`, grant `access` and cover
-    /// the range. Returns IOVA pieces. (The reserved lkey is no memory key: its index is
-    /// below the first one CREATE_MKEY hands out, so here it is a protection error.)
-    pub(crate) fn key_translate(
+    /// Checks an access to `[va, va + len)` of memory key `key` by a QP of `pd`: the key
+    /// must exist (index and variant byte), belong to `pd`, grant `access` and cover the
+    /// range (every translation entry of it present). Returns the checked range, which
+    /// [`Device::span_read`] and [`Device::span_write`] walk without building a list. (The
+    /// reserved lkey is no memory key: its index is below the first one CREATE_MKEY hands
+    /// out, so here it is a protection error; see [`Device::local_check`].)
+    pub(crate) fn key_check(
         &self,
         key: u32,
         pd: u32,
         va: u64,
         len: u64,
         access: Access,
-    ) -> Result<Vec<(u64, u64)>, KeyError> {
+    ) -> Result<Span, KeyError> {
         if len == 0 {
-            return Ok(Vec::new());
+            return Ok(Span {
+                va,
+                len: 0,
+                map: SpanMap::Direct,
+            });
         }
         let Some(m) = self.fw.mkeys.get(&(key >> 8)) else {
             return Err(KeyError::Protection);
@@ -174,7 +241,116 @@ impl Device {
         if !allowed {
             return Err(KeyError::Protection);
         }
-        m.translate(va, len).ok_or(KeyError::Protection)
+        let end = va.checked_add(len).ok_or(KeyError::Protection)?;
+        if !c.length64() {
+            let key_end = c
+                .start_addr()
+                .checked_add(c.len())
+                .ok_or(KeyError::Protection)?;
+            if va < c.start_addr() || end > key_end {
+                return Err(KeyError::Protection);
+            }
+        }
+        let map = match m.access_mode() {
+            MkcAccessMode::Pa => SpanMap::Direct,
+            MkcAccessMode::Mtt => {
+                let ps = 1u64 << c.log_page_size();
+                let base = c.start_addr() & !(ps - 1);
+                // Every page of the range needs its translation entry.
+                let last = (end - 1).checked_sub(base).ok_or(KeyError::Protection)? / ps;
+                if va < base || last >= m.mtt.len() as u64 {
+                    return Err(KeyError::Protection);
+                }
+                SpanMap::Mtt {
+                    index: key >> 8,
+                    ps,
+                    base,
+                }
+            }
+            _ => return Err(KeyError::Protection),
+        };
+        Ok(Span { va, len, map })
+    }
+
+    /// Translates `[va, va + len)` of memory key `key` for an access by a QP of `pd` (the
+    /// checks of [`Device::key_check`]). Returns IOVA pieces.
+    pub(crate) fn key_translate(
+        &self,
+        key: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Vec<(u64, u64)>, KeyError> {
+        let span = self.key_check(key, pd, va, len, access)?;
+        let mut out = Vec::new();
+        span.walk(&self.fw, 0, len, |iova, n, _| {
+            out.push((iova, n));
+            true
+        });
+        Ok(out)
+    }
+
+    /// Reads `buf.len()` bytes from `offset` into a checked span through the IOMMU.
+    pub(crate) fn span_read(
+        &mut self,
+        span: &Span,
+        offset: u64,
+        buf: &mut [u8],
+        now: u64,
+        what: &'static str,
+    ) -> Result<(), KeyError> {
+        let Device { fw, iommu, .. } = self;
+        let ok = span.walk(fw, offset, buf.len() as u64, |iova, n, at| {
+            let at = at as usize;
+            iommu
+                .dma_read(iova, &mut buf[at..at + n as usize], now, what)
+                .is_ok()
+        });
+        if ok { Ok(()) } else { Err(KeyError::Dma) }
+    }
+
+    /// Writes `data` at `offset` into a checked span through the IOMMU.
+    pub(crate) fn span_write(
+        &mut self,
+        span: &Span,
+        offset: u64,
+        data: &[u8],
+        now: u64,
+        what: &'static str,
+    ) -> Result<(), KeyError> {
+        let Device { fw, iommu, .. } = self;
+        let ok = span.walk(fw, offset, data.len() as u64, |iova, n, at| {
+            let at = at as usize;
+            iommu
+                .dma_write(iova, &data[at..at + n as usize], now, what)
+                .is_ok()
+        });
+        if ok { Ok(()) } else { Err(KeyError::Dma) }
+    }
+
+    /// Whether the IOMMU maps every piece of a checked span; the first piece that is not
+    /// mapped is probed (its first and last byte), so the refused access is recorded as an
+    /// IOMMU fault, as a read of it would be.
+    pub(crate) fn span_mapped(&mut self, span: &Span, now: u64) -> bool {
+        let Device { fw, iommu, .. } = self;
+        span.walk(fw, 0, span.len, |iova, n, _| {
+            if n <= crate::iommu::MAX_MAPPING as u64 && iommu.is_mapped(iova, n as usize) {
+                return true;
+            }
+            let mut probe = [0u8; 1];
+            let _ = iommu
+                .dma_read(iova, &mut probe, now, "data (gather)")
+                .and_then(|_| {
+                    iommu.dma_read(
+                        iova.wrapping_add(n.saturating_sub(1)),
+                        &mut probe,
+                        now,
+                        "data (gather)",
+                    )
+                });
+            false
+        })
     }
 
     /// Reads the pieces of a translation.
@@ -228,21 +404,6 @@ impl Device {
         Ok(())
     }
 
-    /// Gathers the data of a list of SGEs (local read).
-    pub(crate) fn gather_sges(
-        &mut self,
-        keys: LocalKeys,
-        sges: &[Sge],
-        out: &mut Vec<u8>,
-        now: u64,
-    ) -> Result<(), KeyError> {
-        for s in sges {
-            let p = self.local_translate(s.lkey, keys, s.addr, s.len as u64, Access::LocalRead)?;
-            self.dma_gather(&p, out, now)?;
-        }
-        Ok(())
-    }
-
     /// Scatters `data` into a list of SGEs starting `offset` bytes into the list (local
     /// write). `Ok(false)`: the list is too short (a length error); nothing beyond its end
     /// is written.
@@ -270,14 +431,14 @@ impl Device {
                 continue;
             }
             let n = ((len - skip) as usize).min(data.len() - at);
-            let p = self.local_translate(
+            let span = self.local_check(
                 s.lkey,
                 keys,
                 s.addr.wrapping_add(skip),
                 n as u64,
                 Access::LocalWrite,
             )?;
-            self.dma_scatter(&p, &data[at..at + n], now)?;
+            self.span_write(&span, 0, &data[at..at + n], now, "data (scatter)")?;
             at += n;
             skip = 0;
         }
@@ -292,7 +453,7 @@ impl Device {
         sges: &[Sge],
     ) -> Result<(), KeyError> {
         for s in sges {
-            self.local_translate(s.lkey, keys, s.addr, s.len as u64, Access::LocalWrite)?;
+            self.local_check(s.lkey, keys, s.addr, s.len as u64, Access::LocalWrite)?;
         }
         Ok(())
     }

@@ -161,26 +161,43 @@ pub(crate) struct Engine {
     pub(crate) now: u64,
     /// Queue counters by counter set id.
     pub(crate) q_counters: BTreeMap<u8, QCounters>,
-    /// Payload buffers of acknowledged messages, kept for the next ones (a fresh 64 KiB
-    /// allocation per message cost page faults when the allocator gave the memory back).
-    pub(crate) spare_payloads: Vec<Vec<u8>>,
+    /// The payload of the packet being built, read from memory (reused for every packet).
+    pub(crate) scratch: Vec<u8>,
+    /// The bytes of the send WQE being decoded (reused).
+    pub(crate) wqe_buf: Vec<u8>,
+    /// The bytes of the receive WQE being read (reused).
+    pub(crate) rq_buf: Vec<u8>,
+    /// Buffers of frames the fabric delivered, kept for the next frames (an allocation,
+    /// zeroing and page faults per packet otherwise).
+    pub(crate) spare_frames: Vec<Vec<u8>>,
 }
 
-/// Most payload buffers [`Engine::spare_payloads`] keeps.
-const SPARE_PAYLOADS: usize = 64;
+/// Most frame buffers [`Engine::spare_frames`] keeps: a doorbell for a hundred 64 KiB
+/// messages emits thousands of frames before the fabric delivers any, and a smaller pool
+/// left most of them to the allocator. The pool never holds more than was once in flight.
+pub(crate) const SPARE_FRAMES: usize = 8192;
 
 impl Engine {
-    /// An empty buffer for a message's payload, with the capacity of an earlier one if any.
-    pub(crate) fn payload_buffer(&mut self) -> Vec<u8> {
-        self.spare_payloads.pop().unwrap_or_default()
+    /// A buffer of `len` bytes for a frame, reusing a delivered frame's buffer: zero but for
+    /// its last `tail` bytes, which the caller's emitter writes whole (payload, pad, CRCs),
+    /// so they are not zeroed first.
+    pub(crate) fn frame_buffer(&mut self, len: usize, tail: usize) -> Vec<u8> {
+        match self.spare_frames.pop() {
+            Some(mut f) => {
+                f.resize(len, 0);
+                f[..len - tail.min(len)].fill(0);
+                f
+            }
+            None => vec![0u8; len],
+        }
     }
 
-    /// Keeps the buffer of an acknowledged message's payload for a later one.
-    pub(crate) fn recycle_payload(&mut self, mut buf: Vec<u8>) {
-        if self.spare_payloads.len() < SPARE_PAYLOADS && buf.capacity() > 0 {
-            buf.clear();
-            self.spare_payloads.push(buf);
-        }
+    /// Takes the buffers of delivered frames (up to [`SPARE_FRAMES`] kept); empties `bufs`.
+    pub(crate) fn recycle_frames(&mut self, bufs: &mut Vec<Vec<u8>>) {
+        let room = SPARE_FRAMES.saturating_sub(self.spare_frames.len());
+        let n = bufs.len().min(room);
+        self.spare_frames.extend(bufs.drain(..n));
+        bufs.clear();
     }
 }
 
@@ -239,24 +256,33 @@ impl Device {
     /// Fires due timers, flushes QPs in the error state and sends owed ACKs.
     pub(crate) fn engine_service(&mut self, now: u64) {
         self.engine.now = now;
-        let qpns: Vec<u32> = self.engine.qps.keys().copied().collect();
-        for qpn in qpns {
-            self.requester_timers(qpn, now);
-        }
-        let err: Vec<u32> = self
-            .fw
+        // Walks the tables by key (no list of keys is built: this runs at every step of a
+        // fabric). A QP that runs no timer needs no visit.
+        let mut from = 0u32;
+        while let Some((&qpn, _)) = self
+            .engine
             .qps
-            .iter()
-            .filter(|(_, q)| {
-                matches!(
-                    QpState::from_raw(q.qpc.state()),
-                    QpState::Err | QpState::Sqer
-                )
-            })
-            .map(|(&n, _)| n)
-            .collect();
-        for qpn in err {
+            .range(from..)
+            .find(|(_, s)| s.timer.is_some() || s.rnr_timer.is_some())
+        {
+            self.requester_timers(qpn, now);
+            match qpn.checked_add(1) {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+        let mut from = 0u32;
+        while let Some((&qpn, _)) = self.fw.qps.range(from..).find(|(_, q)| {
+            matches!(
+                QpState::from_raw(q.qpc.state()),
+                QpState::Err | QpState::Sqer
+            )
+        }) {
             self.flush_qp(qpn, now);
+            match qpn.checked_add(1) {
+                Some(n) => from = n,
+                None => break,
+            }
         }
         self.flush_acks(now);
     }

@@ -5,6 +5,7 @@
 use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer};
 use crate::device::Device;
 use crate::firmware::{DEFAULT_PKEY, GID_PREFIX};
+use crate::wire::icrc::{ICRC_LEN, VCRC_LEN};
 use crate::wire::{
     EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Repr, Ipv6Repr,
     LinkNextHeader, LrhRepr, RoceV2Repr,
@@ -252,7 +253,9 @@ impl Device {
                     udp_src_port: udp_sport,
                     transport: t,
                 };
-                let mut f = vec![0u8; r.buffer_len()];
+                // Payload, pad and ICRC are all written by the emitter.
+                let tail = t.payload.len() + usize::from(t.pad_count()) + ICRC_LEN;
+                let mut f = self.engine.frame_buffer(r.buffer_len(), tail);
                 if r.emit(&mut f).is_err() {
                     return;
                 }
@@ -277,7 +280,9 @@ impl Device {
                     grh,
                     transport: t,
                 };
-                let mut f = vec![0u8; r.buffer_len()];
+                // Payload, pad, ICRC and VCRC are all written by the emitter.
+                let tail = t.payload.len() + usize::from(t.pad_count()) + ICRC_LEN + VCRC_LEN;
+                let mut f = self.engine.frame_buffer(r.buffer_len(), tail);
                 if r.emit(&mut f).is_err() {
                     return;
                 }

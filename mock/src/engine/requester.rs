@@ -5,7 +5,7 @@
 //! state.
 
 use super::SentWqe;
-use super::mem::{KeyError, LocalKeys, Sge};
+use super::mem::{Access, KeyError, LocalKeys, Sge};
 use super::sq::{Piece, Wqe};
 use crate::device::Device;
 use crate::wire::ib::ext::rnr_timer_micros;
@@ -24,6 +24,14 @@ pub(crate) fn ud_mtu(ib: bool) -> u64 {
 /// The path MTU of a connected QP in bytes.
 pub(crate) fn path_mtu(code: u8) -> u64 {
     IbMtu::from_raw(code).bytes().unwrap_or(256) as u64
+}
+
+/// The CQE syndrome of a gather that failed: a key check (protection) or the IOMMU.
+fn gather_syndrome(e: KeyError) -> CqeSyndrome {
+    match e {
+        KeyError::Protection => CqeSyndrome::LocalProtErr,
+        KeyError::Dma => CqeSyndrome::LocalAccessErr,
+    }
 }
 
 fn send_opcode(uc: bool, first: bool, last: bool, imm: bool) -> Opcode {
@@ -97,8 +105,9 @@ impl Device {
             self.local_send_error(qpn, w.counter, op.raw(), CqeSyndrome::LocalLengthErr, now);
             return;
         }
-        // Gather (SEND, WRITE) or check the local targets (READ, atomics).
-        let mut payload = self.engine.payload_buffer();
+        // Check what will be gathered (SEND, WRITE: each packet reads its part from memory
+        // when it is sent, and again when it is sent again, as the hardware does) or the
+        // local targets (READ, atomics).
         let mut local = Vec::new();
         let gathers = matches!(
             op,
@@ -107,16 +116,15 @@ impl Device {
         let mut failed = None;
         for p in &w.data {
             match p {
-                Piece::Inline(d) if gathers => payload.extend_from_slice(d),
+                Piece::Inline(_) if gathers => {}
                 Piece::Inline(_) => failed = Some(CqeSyndrome::LocalQpOpErr),
                 Piece::Sge(s) if gathers => {
-                    if let Err(e) =
-                        self.gather_sges(keys, std::slice::from_ref(s), &mut payload, now)
-                    {
-                        failed = Some(match e {
-                            KeyError::Protection => CqeSyndrome::LocalProtErr,
-                            KeyError::Dma => CqeSyndrome::LocalAccessErr,
-                        });
+                    match self.local_check(s.lkey, keys, s.addr, s.len as u64, Access::LocalRead) {
+                        Err(e) => failed = Some(gather_syndrome(e)),
+                        Ok(span) if !self.span_mapped(&span, now) => {
+                            failed = Some(CqeSyndrome::LocalAccessErr)
+                        }
+                        Ok(_) => {}
                     }
                 }
                 Piece::Sge(s) => local.push(*s),
@@ -128,7 +136,7 @@ impl Device {
         let len = match op {
             WqeOpcode::RdmaRead => local.iter().map(|s| s.len as u64).sum(),
             WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => 8,
-            _ => payload.len() as u64,
+            _ => total,
         };
         if failed.is_none() && !gathers {
             if self.check_sges_writable(keys, &local).is_err() {
@@ -145,7 +153,7 @@ impl Device {
             return;
         }
         if st == QpServiceType::Ud {
-            self.send_ud(qpn, &w, &payload, now);
+            self.send_ud(qpn, &w, now);
             return;
         }
         let mtu = path_mtu(qpc.mtu());
@@ -168,10 +176,12 @@ impl Device {
             len,
             remote: w.raddr.unwrap_or((0, 0)),
             atomic: w.atomic.unwrap_or((0, 0)),
-            payload,
+            data: if gathers { w.data } else { Vec::new() },
             local,
         };
-        self.transmit(qpn, &sent, 0, now);
+        if !self.transmit(qpn, &sent, 0, now) {
+            return;
+        }
         if st == QpServiceType::Uc {
             if sent.signaled {
                 self.requester_cqe(qpn, sent.counter, op, 0, now);
@@ -186,18 +196,65 @@ impl Device {
         s.outstanding.push_back(sent);
     }
 
-    /// Sends the packets of `w` from packet `from` on.
-    pub(crate) fn transmit(&mut self, qpn: u32, w: &SentWqe, from: u32, now: u64) {
-        let _ = now;
+    /// Reads `out.len()` bytes of a message's data, from byte `offset` of its gather list,
+    /// checking each memory key again (as the hardware does at every read).
+    fn gather_range(
+        &mut self,
+        keys: LocalKeys,
+        data: &[Piece],
+        offset: u64,
+        out: &mut [u8],
+        now: u64,
+    ) -> Result<(), KeyError> {
+        let mut skip = offset;
+        let mut at = 0usize;
+        for p in data {
+            if at == out.len() {
+                break;
+            }
+            let plen = match p {
+                Piece::Sge(s) => s.len as u64,
+                Piece::Inline(d) => d.len() as u64,
+            };
+            if skip >= plen {
+                skip -= plen;
+                continue;
+            }
+            let n = ((plen - skip) as usize).min(out.len() - at);
+            match p {
+                Piece::Inline(d) => {
+                    out[at..at + n].copy_from_slice(&d[skip as usize..skip as usize + n])
+                }
+                Piece::Sge(s) => {
+                    let span = self.local_check(
+                        s.lkey,
+                        keys,
+                        s.addr.wrapping_add(skip),
+                        n as u64,
+                        Access::LocalRead,
+                    )?;
+                    self.span_read(&span, 0, &mut out[at..at + n], now, "data (gather)")?;
+                }
+            }
+            at += n;
+            skip = 0;
+        }
+        Ok(())
+    }
+
+    /// Sends the packets of `w` from packet `from` on. Returns false if the message's data
+    /// could no longer be read (its key or mapping went away since it was posted): the WQE
+    /// then completes with an error and the QP enters the error state.
+    pub(crate) fn transmit(&mut self, qpn: u32, w: &SentWqe, from: u32, now: u64) -> bool {
         let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
-            return;
+            return false;
         };
         let Some(path) = self.qp_path(qpc.primary_address_path()) else {
             self.note(
                 now,
                 format!("QP {qpn:#x}: no usable address path (GID index)"),
             );
-            return;
+            return true;
         };
         let uc = QpServiceType::from_raw(qpc.st()) == QpServiceType::Uc;
         let dqpn = qpc.remote_qpn();
@@ -231,12 +288,33 @@ impl Device {
             op => {
                 let write = matches!(op, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
                 let imm = matches!(op, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
+                // Each packet's payload is read from memory into one buffer, reused.
+                let mut buf = std::mem::take(&mut self.engine.scratch);
+                let mut failed = None;
                 for i in from..w.npkts {
                     let first = i == 0;
                     let last = i + 1 == w.npkts;
-                    let a = (i as u64 * mtu) as usize;
-                    let b = ((i as u64 + 1) * mtu).min(w.len) as usize;
-                    let data = w.payload.get(a..b).unwrap_or(&[]);
+                    let a = i as u64 * mtu;
+                    let b = ((i as u64 + 1) * mtu).min(w.len).max(a);
+                    // Every byte of the part is read (or the gather fails): no zeroing.
+                    let n = (b - a) as usize;
+                    if buf.len() < n {
+                        buf.resize(n, 0);
+                    }
+                    if let Err(e) = self.gather_range(
+                        LocalKeys {
+                            pd: qpc.pd(),
+                            rlky: qpc.rlky(),
+                        },
+                        &w.data,
+                        a,
+                        &mut buf[..n],
+                        now,
+                    ) {
+                        failed = Some(gather_syndrome(e));
+                        break;
+                    }
+                    let data = &buf[..n];
                     let opc = if write {
                         write_opcode(uc, first, last, imm)
                     } else {
@@ -254,12 +332,23 @@ impl Device {
                     }
                     self.emit_packet(&path, &t);
                 }
+                self.engine.scratch = buf;
+                if let Some(syndrome) = failed {
+                    if let Some(s) = self.engine.qps.get_mut(&qpn)
+                        && let Some(at) = s.outstanding.iter().position(|o| o.counter == w.counter)
+                    {
+                        s.outstanding.remove(at);
+                    }
+                    self.local_send_error(qpn, w.counter, op.raw(), syndrome, now);
+                    return false;
+                }
             }
         }
+        true
     }
 
     /// A UD send: one packet with a DETH, completed at once.
-    fn send_ud(&mut self, qpn: u32, w: &Wqe, payload: &[u8], now: u64) {
+    fn send_ud(&mut self, qpn: u32, w: &Wqe, now: u64) {
         let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
@@ -299,16 +388,42 @@ impl Device {
         } else {
             av.qkey.get()
         };
+        let len: u64 = w
+            .data
+            .iter()
+            .map(|p| match p {
+                Piece::Sge(s) => s.len as u64,
+                Piece::Inline(d) => d.len() as u64,
+            })
+            .sum();
+        let mut buf = std::mem::take(&mut self.engine.scratch);
+        buf.clear();
+        buf.resize(len as usize, 0);
+        if let Err(e) = self.gather_range(
+            LocalKeys {
+                pd: qpc.pd(),
+                rlky: qpc.rlky(),
+            },
+            &w.data,
+            0,
+            &mut buf,
+            now,
+        ) {
+            self.engine.scratch = buf;
+            self.local_send_error(qpn, w.counter, w.opcode.raw(), gather_syndrome(e), now);
+            return;
+        }
         let s = self.engine.qps.entry(qpn).or_default();
         let p = s.next_psn;
         s.next_psn = psn::add(p, 1);
         let mut bth = BthRepr::new(opc, av.dqpn(), p);
         bth.solicited = w.solicited;
-        let mut t = IbTransportRepr::new(bth, payload).with_deth(qkey, qpn);
+        let mut t = IbTransportRepr::new(bth, &buf).with_deth(qkey, qpn);
         if imm {
             t = t.with_imm_dt(w.imm);
         }
         self.emit_packet(&path, &t);
+        self.engine.scratch = buf;
         if w.signaled {
             self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
         }
@@ -432,11 +547,10 @@ impl Device {
                 break;
             }
             let w = s.outstanding.pop_front();
-            if let Some(w) = w {
-                if w.signaled {
-                    self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
-                }
-                self.engine.recycle_payload(w.payload);
+            if let Some(w) = w
+                && w.signaled
+            {
+                self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
             }
         }
         progressed
@@ -470,7 +584,9 @@ impl Device {
         for w in ws {
             let from = w.acked;
             self.engine.counters.retransmitted_packets += (w.npkts - from.min(w.npkts)) as u64;
-            self.transmit(qpn, &w, from, now);
+            if !self.transmit(qpn, &w, from, now) {
+                return;
+            }
         }
         let timeout = self
             .fw

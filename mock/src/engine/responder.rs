@@ -266,15 +266,13 @@ impl Device {
 
     /// Sends the ACKs owed (one per QP, for everything received so far).
     pub(crate) fn flush_acks(&mut self, _now: u64) {
-        let owed: Vec<u32> = self
-            .engine
-            .qps
-            .iter()
-            .filter(|(_, s)| s.ack_pending)
-            .map(|(&n, _)| n)
-            .collect();
-        for qpn in owed {
+        let mut from = 0u32;
+        while let Some((&qpn, _)) = self.engine.qps.range(from..).find(|(_, s)| s.ack_pending) {
             self.send_ack_now(qpn);
+            match qpn.checked_add(1) {
+                Some(n) => from = n,
+                None => break,
+            }
         }
     }
 
@@ -514,10 +512,12 @@ impl Device {
                 s.recv = Some(RecvProgress { wqe, offset: 0 });
             }
         }
-        let Some(r) = self.engine.qps.get(&qpn).and_then(|s| s.recv.clone()) else {
+        // The receive in progress is borrowed out of the QP's state for the scatter (not
+        // copied) and put back before anything else looks at it.
+        let Some(r) = self.engine.qps.get_mut(&qpn).and_then(|s| s.recv.take()) else {
             return Err(Fail::Drop);
         };
-        match self.scatter_sges(
+        let placed = self.scatter_sges(
             LocalKeys {
                 pd,
                 rlky: r.wqe.rlky,
@@ -526,7 +526,12 @@ impl Device {
             r.offset,
             t.payload,
             now,
-        ) {
+        );
+        let (counter, offset) = (r.wqe.counter, r.offset);
+        if let Some(s) = self.engine.qps.get_mut(&qpn) {
+            s.recv = Some(r);
+        }
+        match placed {
             Ok(true) => {}
             Ok(false) => {
                 return Err(Fail::Nak(
@@ -549,7 +554,7 @@ impl Device {
         }
         let s = self.engine.qps.get_mut(&qpn).ok_or(Fail::Drop)?;
         s.epsn = psn::add(s.epsn, 1);
-        let total = r.offset + t.payload.len() as u64;
+        let total = offset + t.payload.len() as u64;
         if last {
             s.recv = None;
             s.msn = (s.msn + 1) & 0x00ff_ffff;
@@ -559,7 +564,7 @@ impl Device {
             };
             self.responder_cqe(
                 qpn,
-                r.wqe.counter,
+                counter,
                 op,
                 total as u32,
                 imm,
@@ -601,7 +606,7 @@ impl Device {
             (true, Some(reth)) => {
                 let ok = (uc || qpc.rwe())
                     && self
-                        .key_translate(
+                        .key_check(
                             reth.rkey,
                             qpc.pd(),
                             reth.va,
@@ -635,10 +640,10 @@ impl Device {
             return Err(if uc { Fail::Drop } else { Fail::Rnr });
         }
         if n > 0 {
-            let pieces = self
-                .key_translate(w.rkey, qpc.pd(), w.va + w.offset, n, Access::RemoteWrite)
+            let span = self
+                .key_check(w.rkey, qpc.pd(), w.va + w.offset, n, Access::RemoteWrite)
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
-            self.dma_scatter(&pieces, t.payload, now)
+            self.span_write(&span, 0, t.payload, now, "data (scatter)")
                 .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         }
         w.offset += n;

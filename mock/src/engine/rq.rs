@@ -2,7 +2,7 @@
 //! its SRQ (a linked list through each WQE's "next" segment), up to the doorbell record's
 //! receive counter.
 
-use super::mem::Sge;
+use super::mem::{QueueBuf, Sge};
 use crate::device::Device;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, EventType, RCV_DBR};
 use uhca_fwif::wqe::{INVALID_LKEY, WqeDataSeg};
@@ -56,10 +56,15 @@ impl Device {
                 }
                 let stride = 16u64 << qpc.log_rq_stride();
                 let page = (ADAPTER_PAGE_SIZE as u64) << qpc.log_page_size().min(20);
-                let pas = self.fw.qps.get(&qpn)?.pas.clone();
-                let mut raw = vec![0u8; stride as usize];
                 let off = (ci & (size - 1)) as u64 * stride;
-                if !self.queue_read(&pas, page, off, &mut raw, now, "receive WQE") {
+                let mut raw = std::mem::take(&mut self.engine.rq_buf);
+                raw.clear();
+                raw.resize(stride as usize, 0);
+                let read =
+                    self.queue_read(QueueBuf::Qp(qpn), page, off, &mut raw, now, "receive WQE");
+                let sges = parse_sges(&raw);
+                self.engine.rq_buf = raw;
+                if !read {
                     return None;
                 }
                 if consume && let Some(s) = self.engine.qps.get_mut(&qpn) {
@@ -67,7 +72,7 @@ impl Device {
                 }
                 Some(RecvWqe {
                     counter: ci as u16,
-                    sges: parse_sges(&raw),
+                    sges,
                     rlky: qpc.rlky(),
                 })
             }
@@ -75,7 +80,6 @@ impl Device {
                 // An SRQ (ISSI 0) or an RMP (ISSI 1): the same linked list of WQEs.
                 let srqn = qpc.srqn_rmpn_xrqn();
                 let srq = self.fw.srqs.get(&srqn)?;
-                let pas = srq.pas.clone();
                 let (size, stride) = (1u32 << srq.log_size(), srq.stride());
                 let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
                 let lwm = srq.lwm();
@@ -87,7 +91,14 @@ impl Device {
                 }
                 let idx = (next as u32 & (size - 1)) as u16;
                 let mut raw = vec![0u8; stride as usize];
-                if !self.queue_read(&pas, page, idx as u64 * stride, &mut raw, now, "SRQ WQE") {
+                if !self.queue_read(
+                    QueueBuf::Srq(srqn),
+                    page,
+                    idx as u64 * stride,
+                    &mut raw,
+                    now,
+                    "SRQ WQE",
+                ) {
                     return None;
                 }
                 if consume {

@@ -1,7 +1,7 @@
 //! The send queue: fetching WQEs through the IOMMU between the last processed WQE and the
 //! doorbell record's send counter, and decoding their segments by opcode and QP type.
 
-use super::mem::Sge;
+use super::mem::{QueueBuf, Sge};
 use crate::device::Device;
 use uhca_fwif::consts::{
     INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
@@ -53,8 +53,9 @@ pub(crate) struct SentWqe {
     pub(crate) len: u64,
     pub(crate) remote: (u64, u32),
     pub(crate) atomic: (u64, u64),
-    /// Gathered data of a SEND or WRITE.
-    pub(crate) payload: Vec<u8>,
+    /// The gather list of a SEND or WRITE (data segments and inline data), read again
+    /// for each packet sent.
+    pub(crate) data: Vec<Piece>,
     /// Where a READ response or an atomic result goes.
     pub(crate) local: Vec<Sge>,
 }
@@ -103,12 +104,32 @@ impl Device {
         counter: u16,
         now: u64,
     ) -> Result<(Vec<u8>, u16), BadWqe> {
+        let mut raw = Vec::new();
+        self.read_send_wqe_into(qpn, counter, now, &mut raw)
+            .map(|bbs| (raw, bbs))
+    }
+
+    /// [`Device::read_send_wqe`] into `raw` (emptied first), reusing its memory.
+    pub(crate) fn read_send_wqe_into(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        now: u64,
+        raw: &mut Vec<u8>,
+    ) -> Result<u16, BadWqe> {
+        raw.clear();
         let bad = BadWqe { bbs: 1, opcode: 0 };
         let (base, n, page) = self.sq_geometry(qpn).ok_or(bad)?;
-        let pas = self.fw.qps.get(&qpn).map(|q| q.pas.clone()).ok_or(bad)?;
         let bb = |i: u16| base + ((i & (n - 1)) as u64) * SEND_WQE_BB as u64;
         let mut first = [0u8; SEND_WQE_BB];
-        if !self.queue_read(&pas, page, bb(counter), &mut first, now, "send WQE") {
+        if !self.queue_read(
+            QueueBuf::Qp(qpn),
+            page,
+            bb(counter),
+            &mut first,
+            now,
+            "send WQE",
+        ) {
             return Err(bad);
         }
         let Ok((ctrl, _)) = WqeCtrlSeg::read_from_prefix(&first) else {
@@ -120,11 +141,11 @@ impl Device {
             return Err(BadWqe { bbs: 1, opcode });
         }
         let bbs = size.div_ceil(SEND_WQE_BB) as u16;
-        let mut raw = first.to_vec();
+        raw.extend_from_slice(&first);
         for k in 1..bbs {
             let mut b = [0u8; SEND_WQE_BB];
             if !self.queue_read(
-                &pas,
+                QueueBuf::Qp(qpn),
                 page,
                 bb(counter.wrapping_add(k)),
                 &mut b,
@@ -136,7 +157,7 @@ impl Device {
             raw.extend_from_slice(&b);
         }
         raw.truncate(size);
-        Ok((raw, bbs))
+        Ok(bbs)
     }
 
     /// Decodes a send WQE's segments.
@@ -260,6 +281,14 @@ impl Device {
     /// Whether `w` must wait: a fence while READs or atomics are outstanding, or a READ or
     /// atomic beyond `2^log_sra_max` outstanding ones.
     fn must_wait(&self, qpn: u32, w: &Wqe) -> bool {
+        let is_read = matches!(
+            w.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        if !w.fence && !is_read {
+            // Neither waits for anything: no need to count what is outstanding.
+            return false;
+        }
         let Some(s) = self.engine.qps.get(&qpn) else {
             return false;
         };
@@ -277,10 +306,6 @@ impl Device {
             .get(&qpn)
             .map(|q| 1usize << q.qpc.log_sra_max())
             .unwrap_or(1);
-        let is_read = matches!(
-            w.opcode,
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
-        );
         w.fence || (is_read && reads >= limit)
     }
 
@@ -326,10 +351,14 @@ impl Device {
                 );
                 break;
             }
-            let fetched = self.read_send_wqe(qpn, ci, now).and_then(|(raw, bbs)| {
-                self.decode_send_wqe(qpn, st, &raw, bbs, ci, now)
-                    .map(|w| (w, bbs))
-            });
+            let mut raw = std::mem::take(&mut self.engine.wqe_buf);
+            let fetched = self
+                .read_send_wqe_into(qpn, ci, now, &mut raw)
+                .and_then(|bbs| {
+                    self.decode_send_wqe(qpn, st, &raw, bbs, ci, now)
+                        .map(|w| (w, bbs))
+                });
+            self.engine.wqe_buf = raw;
             if let Ok((w, _)) = &fetched
                 && self.must_wait(qpn, w)
             {

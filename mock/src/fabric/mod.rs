@@ -34,7 +34,7 @@ use crate::MockHca;
 use crate::wire::pcap::LinkType;
 use faults::FaultInjector;
 use pcap_tap::PcapTap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -72,8 +72,8 @@ struct Inner {
     link: LinkLayer,
     ports: Vec<MockHca>,
     now: u64,
-    /// Frames in flight: (delivery time, sequence) -> (port, frame).
-    in_flight: BTreeMap<(u64, u64), (usize, Vec<u8>)>,
+    /// Frames in flight, in delivery order.
+    in_flight: InFlight,
     seq: u64,
     latency_ns: u64,
     faults: FaultInjector,
@@ -83,6 +83,80 @@ struct Inner {
     udp: Vec<udp::UdpPort>,
     /// While a real-time pump runs: wall-clock origin and the model time it maps to.
     realtime: Option<(std::time::Instant, u64)>,
+    /// Per port: the burst being delivered to it.
+    bursts: Vec<Burst>,
+    /// Per port: its MAC address (fixed by its configuration), for the switch.
+    macs: Vec<[u8; 6]>,
+    /// Per port: buffers of frames it sent that were delivered (or dropped), handed back to
+    /// it for its next frames when the fabric next takes what it sent.
+    returns: Vec<Vec<Vec<u8>>>,
+    /// Frames taken from a port, being scheduled.
+    taken: Vec<Vec<u8>>,
+}
+
+/// Frames being delivered to one port, and the port each came from.
+type Burst = (Vec<Vec<u8>>, Vec<Option<usize>>);
+
+/// A frame in flight.
+struct Flight {
+    at: u64,
+    seq: u64,
+    dst: usize,
+    /// The port that sent it (None: the UDP uplink), which gets its buffer back.
+    src: Option<usize>,
+    frame: Vec<u8>,
+}
+
+/// Frames in flight, ordered by (delivery time, sequence). Nearly every frame is due
+/// `latency_ns` after the fabric's time, which never goes back, so frames arrive in order
+/// and are appended to a queue; the few that would go before the last one (held back by a
+/// fault, a lowered latency) wait in a B-tree. The earliest of the two fronts is next.
+#[derive(Default)]
+struct InFlight {
+    fifo: VecDeque<Flight>,
+    late: BTreeMap<(u64, u64), Flight>,
+}
+
+impl InFlight {
+    fn len(&self) -> usize {
+        self.fifo.len() + self.late.len()
+    }
+
+    fn push(&mut self, f: Flight) {
+        match self.fifo.back() {
+            Some(b) if (b.at, b.seq) > (f.at, f.seq) => {
+                self.late.insert((f.at, f.seq), f);
+            }
+            _ => self.fifo.push_back(f),
+        }
+    }
+
+    /// The (time, sequence) of the next frame.
+    fn next_key(&self) -> Option<(u64, u64)> {
+        let a = self.fifo.front().map(|f| (f.at, f.seq));
+        let b = self.late.keys().next().copied();
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes the next frame if it is due at `now`.
+    fn pop_due(&mut self, now: u64) -> Option<Flight> {
+        let (at, seq) = self.next_key()?;
+        if at > now {
+            return None;
+        }
+        if self
+            .fifo
+            .front()
+            .is_some_and(|f| (f.at, f.seq) == (at, seq))
+        {
+            self.fifo.pop_front()
+        } else {
+            self.late.pop_first().map(|(_, f)| f)
+        }
+    }
 }
 
 /// An in-memory switch between mock HCAs. Cheap to clone (clones share the fabric).
@@ -137,7 +211,7 @@ impl Fabric {
                 link,
                 ports: Vec::new(),
                 now: 0,
-                in_flight: BTreeMap::new(),
+                in_flight: InFlight::default(),
                 seq: 0,
                 latency_ns: DEFAULT_LATENCY_NS,
                 faults: FaultInjector::new(FaultConfig::default()),
@@ -146,6 +220,10 @@ impl Fabric {
                 sm: sm::SubnetManager::default(),
                 udp: Vec::new(),
                 realtime: None,
+                bursts: Vec::new(),
+                macs: Vec::new(),
+                returns: Vec::new(),
+                taken: Vec::new(),
             })),
         }
     }
@@ -190,6 +268,9 @@ impl Fabric {
             hca.set_kick(Some(self.kick()));
         }
         i.ports.push(hca.clone());
+        i.bursts.push((Vec::new(), Vec::new()));
+        i.macs.push(hca.config().mac);
+        i.returns.push(Vec::new());
         i.ports.len() - 1
     }
 
@@ -409,22 +490,38 @@ impl Inner {
     /// Takes every HCA's queued frames and schedules them.
     fn collect(&mut self) -> bool {
         let mut any = false;
+        let mut taken = std::mem::take(&mut self.taken);
         for src in 0..self.ports.len() {
-            let frames = self.ports[src].take_tx_frames();
-            for f in frames {
+            // One visit: the port gets back the buffers of its delivered frames and hands
+            // over what it sent since.
+            self.ports[src].exchange_tx_frames(&mut self.returns[src], &mut taken);
+            for f in taken.drain(..) {
                 any = true;
-                self.schedule(f);
+                self.schedule(f, Some(src));
             }
         }
-        let udp_frames: Vec<Vec<u8>> = self.udp.iter_mut().flat_map(|u| u.poll()).collect();
-        for f in udp_frames {
-            any = true;
-            self.schedule(f);
+        self.taken = taken;
+        if !self.udp.is_empty() {
+            let udp_frames: Vec<Vec<u8>> = self.udp.iter_mut().flat_map(|u| u.poll()).collect();
+            for f in udp_frames {
+                any = true;
+                self.schedule(f, None);
+            }
         }
         any
     }
 
-    fn schedule(&mut self, mut f: Vec<u8>) {
+    /// Hands a frame's buffer back to the port that sent it (to be reused for its next
+    /// frames).
+    fn give_back(&mut self, src: Option<usize>, f: Vec<u8>) {
+        if let Some(r) = src.and_then(|s| self.returns.get_mut(s))
+            && r.len() < crate::engine::SPARE_FRAMES
+        {
+            r.push(f);
+        }
+    }
+
+    fn schedule(&mut self, mut f: Vec<u8>, src: Option<usize>) {
         self.counters.sent += 1;
         if let Some(t) = self.tap.as_mut() {
             t.record(self.now, &f);
@@ -432,6 +529,7 @@ impl Inner {
         let v = self.faults.judge(f.len());
         if v.drop {
             self.counters.dropped += 1;
+            self.give_back(src, f);
             return;
         }
         if let Some((at, bit)) = v.corrupt_at
@@ -444,10 +542,12 @@ impl Inner {
         if let Some(u) = self.udp.iter_mut().find(|u| u.wants(&f)) {
             u.send(&f);
             self.counters.delivered += 1;
+            self.give_back(src, f);
             return;
         }
-        let Some(dst) = switch::route(self.link, &self.ports, &f) else {
+        let Some(dst) = switch::route(self.link, &self.ports, &self.macs, &f) else {
             self.counters.no_route += 1;
+            self.give_back(src, f);
             return;
         };
         if v.extra_ns > 0 {
@@ -457,30 +557,53 @@ impl Inner {
         if v.duplicate {
             self.counters.duplicated += 1;
             self.seq += 1;
-            self.in_flight.insert((at + 1, self.seq), (dst, f.clone()));
+            self.in_flight.push(Flight {
+                at: at + 1,
+                seq: self.seq,
+                dst,
+                src: None,
+                frame: f.clone(),
+            });
         }
         self.seq += 1;
-        self.in_flight.insert((at, self.seq), (dst, f));
+        self.in_flight.push(Flight {
+            at,
+            seq: self.seq,
+            dst,
+            src,
+            frame: f,
+        });
     }
 
     /// Delivers every frame due now, one burst per port in time order.
     fn deliver_due(&mut self) -> bool {
-        let mut bursts: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
-        while let Some(entry) = self.in_flight.first_entry() {
-            if entry.key().0 > self.now {
-                break;
+        let mut any = false;
+        while let Some(f) = self.in_flight.pop_due(self.now) {
+            any = true;
+            match self.bursts.get_mut(f.dst) {
+                Some((frames, srcs)) => {
+                    frames.push(f.frame);
+                    srcs.push(f.src);
+                }
+                None => self.give_back(f.src, f.frame),
             }
-            let (port, f) = entry.remove();
-            bursts.entry(port).or_default().push(f);
         }
-        let any = !bursts.is_empty();
-        for (port, frames) in bursts {
+        if !any {
+            return false;
+        }
+        for port in 0..self.bursts.len() {
+            if self.bursts[port].0.is_empty() {
+                continue;
+            }
+            let (mut frames, mut srcs) = std::mem::take(&mut self.bursts[port]);
             self.counters.delivered += frames.len() as u64;
-            if let Some(p) = self.ports.get(port) {
-                p.receive_frames(&frames);
+            self.ports[port].receive_frames(&frames);
+            for (f, src) in frames.drain(..).zip(srcs.drain(..)) {
+                self.give_back(src, f);
             }
+            self.bursts[port] = (frames, srcs);
         }
-        any
+        true
     }
 
     fn step(&mut self) -> bool {
@@ -503,7 +626,7 @@ impl Inner {
             return true;
         }
         // Nothing due now: move to the next event.
-        let next_frame = self.in_flight.keys().next().map(|k| k.0);
+        let next_frame = self.in_flight.next_key().map(|k| k.0);
         let next_timer = self.ports.iter().filter_map(|p| p.next_deadline_ns()).min();
         let next = match (next_frame, next_timer) {
             (Some(a), Some(b)) => a.min(b),
@@ -540,8 +663,8 @@ impl Inner {
         self.now = self.now.max(base.saturating_add(wall));
         for _ in 0..Self::BURST_STEPS {
             self.step_now_only();
-            match self.in_flight.keys().next() {
-                Some(&(at, _)) if at <= self.now.saturating_add(self.latency_ns) => {
+            match self.in_flight.next_key() {
+                Some((at, _)) if at <= self.now.saturating_add(self.latency_ns) => {
                     self.now = self.now.max(at);
                 }
                 _ => break,

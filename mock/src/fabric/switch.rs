@@ -7,13 +7,19 @@ use crate::wire::eth::{EtherType, EthernetFrame};
 use crate::wire::ib::Lrh;
 use crate::wire::ip::{Ipv4Packet, Ipv6Packet};
 
-/// The port a frame is for, if any.
-pub(crate) fn route(link: LinkLayer, ports: &[MockHca], frame: &[u8]) -> Option<usize> {
+/// The port a frame is for, if any. `macs` are the ports' MAC addresses, in port order (a
+/// port's MAC is part of its configuration and never changes).
+pub(crate) fn route(
+    link: LinkLayer,
+    ports: &[MockHca],
+    macs: &[[u8; 6]],
+    frame: &[u8],
+) -> Option<usize> {
     match link {
         LinkLayer::Ethernet => {
             let f = EthernetFrame::new_checked(frame).ok()?;
             let dst = f.dst_addr();
-            if let Some(i) = ports.iter().position(|p| p.mac() == dst) {
+            if let Some(i) = macs.iter().position(|&m| m == dst) {
                 return Some(i);
             }
             let ip: [u8; 16] = match f.ethertype() {
@@ -29,7 +35,7 @@ pub(crate) fn route(link: LinkLayer, ports: &[MockHca], frame: &[u8]) -> Option<
                 EtherType::Ipv6 => Ipv6Packet::new_checked(f.payload()).ok()?.dst_addr(),
                 _ => return None,
             };
-            ports.iter().position(|p| p.roce_gids().contains(&ip))
+            ports.iter().position(|p| p.has_roce_gid(&ip))
         }
         LinkLayer::InfiniBand => {
             let l = Lrh::new_checked(frame).ok()?;

@@ -16,35 +16,6 @@ impl Mkey {
     pub(crate) fn access_mode(&self) -> MkcAccessMode {
         MkcAccessMode::from_raw((self.mkc.access_mode_4_2() << 2) | self.mkc.access_mode_1_0())
     }
-
-    /// Translates `[va, va + len)` to IOVA pieces, or `None` if the range is outside the
-    /// key. (For the datapath engine.)
-    pub(crate) fn translate(&self, va: u64, len: u64) -> Option<Vec<(u64, u64)>> {
-        let m = &self.mkc;
-        let end = va.checked_add(len)?;
-        if !m.length64() && (va < m.start_addr() || end > m.start_addr().checked_add(m.len())?) {
-            return None;
-        }
-        match self.access_mode() {
-            MkcAccessMode::Pa => Some(vec![(va, len)]),
-            MkcAccessMode::Mtt => {
-                let ps = 1u64 << m.log_page_size();
-                let base = m.start_addr() & !(ps - 1);
-                let mut out = Vec::new();
-                let mut cur = va;
-                while cur < end {
-                    let page = ((cur - base) / ps) as usize;
-                    let off = (cur - base) % ps;
-                    let n = (ps - off).min(end - cur);
-                    let entry = *self.mtt.get(page)? & !(ps - 1);
-                    out.push((entry + off, n));
-                    cur += n;
-                }
-                Some(out)
-            }
-            _ => None,
-        }
-    }
 }
 
 impl Device {

@@ -98,9 +98,12 @@ pub fn ib_icrc(packet: &[u8]) -> Result<u32> {
 /// Errors: `Truncated` if the BTH does not fit; `Malformed` if `ip_header` is not a whole
 /// IPv4 or IPv6 header or `udp_header` is not 8 bytes.
 pub fn roce_v2_icrc_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Result<u32> {
-    let mut crc = Crc32::new();
-    crc.update(&[0xFF; LRH_LEN]);
-    let mut ip = [0u8; 60];
+    // The masked headers are laid out in one block (8 bytes of ones for the LRH, the IP
+    // header, the UDP header, the BTH) and fed to the CRC at once: one call instead of one
+    // per header, which matters for packets whose payload is small.
+    let mut head = [0u8; LRH_LEN + 60 + 8 + BTH_LEN];
+    head[..LRH_LEN].fill(0xFF);
+    let mut at = LRH_LEN;
     let version = ip_header.first().map(|b| b >> 4);
     match version {
         Some(4) => {
@@ -108,38 +111,47 @@ pub fn roce_v2_icrc_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8])
             if ihl < 20 || ip_header.len() != ihl {
                 return Err(Error::Malformed);
             }
-            let ip = &mut ip[..ihl];
+            let ip = &mut head[at..at + ihl];
             ip.copy_from_slice(ip_header);
             ip[1] = 0xFF; // TOS (DSCP, ECN)
             ip[8] = 0xFF; // TTL
             ip[10] = 0xFF; // header checksum
             ip[11] = 0xFF;
-            crc.update(ip);
+            at += ihl;
         }
         Some(6) => {
             if ip_header.len() != 40 {
                 return Err(Error::Malformed);
             }
-            let ip = &mut ip[..40];
+            let ip = &mut head[at..at + 40];
             ip.copy_from_slice(ip_header);
             ip[0] |= 0x0F; // traffic class bits 7:4
             ip[1] = 0xFF; // traffic class bits 3:0, flow label 19:16
             ip[2] = 0xFF; // flow label
             ip[3] = 0xFF;
             ip[7] = 0xFF; // hop limit
-            crc.update(ip);
+            at += 40;
         }
         _ => return Err(Error::Malformed),
     }
     if udp_header.len() != 8 {
         return Err(Error::Malformed);
     }
-    let mut udp = [0u8; 8];
+    let udp = &mut head[at..at + 8];
     udp.copy_from_slice(udp_header);
     udp[6] = 0xFF; // checksum
     udp[7] = 0xFF;
-    crc.update(&udp);
-    update_bth(&mut crc, transport)?;
+    at += 8;
+    if transport.len() < BTH_LEN {
+        return Err(Error::Truncated);
+    }
+    let bth = &mut head[at..at + BTH_LEN];
+    bth.copy_from_slice(&transport[..BTH_LEN]);
+    bth[4] = 0xFF; // FECN, BECN, Resv6
+    at += BTH_LEN;
+    let mut crc = Crc32::new();
+    crc.update(&head[..at]);
+    crc.update(&transport[BTH_LEN..]);
     Ok(crc.finish())
 }
 

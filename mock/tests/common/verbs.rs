@@ -510,6 +510,21 @@ impl Node {
 
     /// Writes a send WQE, updates the doorbell record and rings the send doorbell.
     pub fn post_send(&self, qp: &mut Qp, wr: &Wr) -> u16 {
+        let (idx, first8) = self.write_send(qp, wr);
+        self.ring_send(first8);
+        idx
+    }
+
+    /// Rings the send doorbell (BlueFlame register) with a WQE's first 8 bytes.
+    pub fn ring_send(&self, first8: u64) {
+        self.h
+            .p
+            .write64(self.uar as usize * 4096 + BF_OFFSET, first8);
+    }
+
+    /// Writes a send WQE and updates the doorbell record without ringing the doorbell;
+    /// returns its index and the first 8 bytes the doorbell carries.
+    pub fn write_send(&self, qp: &mut Qp, wr: &Wr) -> (u16, u64) {
         let idx = qp.sq_pi;
         let mut body: Vec<u8> = Vec::new();
         if let Some(av) = &wr.av {
@@ -585,10 +600,7 @@ impl Node {
                 .host_write(qp.dbr + 4, &(qp.sq_pi as u32).to_be_bytes())
         );
         let first8 = u64::from_ne_bytes(wqe[..8].try_into().unwrap());
-        self.h
-            .p
-            .write64(self.uar as usize * 4096 + BF_OFFSET, first8);
-        idx
+        (idx, first8)
     }
 
     /// Posts a receive WQE with the given SGEs.
