@@ -1,0 +1,51 @@
+#!/bin/sh
+# Linux's own mlx5 driver against the mock ConnectX: the function uhca-vfio-user-server
+# serves (InfiniBand) is bound by the Debian kernel's mlx5_core instead of vfio-pci, then
+# the module is removed. One PASS/FAIL line per check; the kernel log is printed at the end.
+# rig.mlx5_debug=N on the kernel command line loads mlx5_core with debug_mask=N (1 dumps
+# every command's input and output).
+. /tests/lib.sh
+pass=0 fail=0
+ok() { echo "PASS $*"; pass=$((pass + 1)); }
+ko() { echo "FAIL $*"; fail=$((fail + 1)); }
+check() { name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
+debug=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^rig.mlx5_debug=//p' | tail -1)
+# mlx5_core's own lines of the kernel log since mark $1 (dmesg -r: "<level>[time] text").
+klog_since() { dmesg -r | sed -n "/uhca-rig-mark-$1/,\$p" | grep 'mlx5'; }
+# Its lines at level warning or worse (0-4).
+klog_bad() { klog_since "$1" | grep '^<[0-4]>'; }
+mark() { echo "uhca-rig-mark-$1" > /dev/kmsg; }
+
+fns=$(pci_find 0x15b3 0x101d)
+echo "mock functions:" $fns
+check "one ConnectX function (15b3:101d) enumerated" [ "$(echo $fns | wc -w)" -eq 1 ]
+f=$(echo $fns | cut -d' ' -f1)
+[ -n "$f" ] || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+
+mark probe
+t=$(up)
+modprobe mlx5_core ${debug:+debug_mask=$debug}
+rc=$?
+echo "modprobe mlx5_core took $(since "$t") s"
+check "modprobe mlx5_core exits 0" [ $rc -eq 0 ]
+check "$f bound to mlx5_core" [ "$(driver_of "$f")" = mlx5_core ]
+klog_since probe > /tmp/probe.log
+check "kernel log: firmware version 22.39.1002" grep -q "firmware version: 22\.39\.1002" /tmp/probe.log
+check "kernel log: no mlx5 warning or error during probe" sh -c '! grep "^<[0-4]>" /tmp/probe.log'
+check "InfiniBand port type (sysfs: no mlx5 netdev)" sh -c "[ ! -d /sys/bus/pci/devices/$f/net ]"
+ls /sys/bus/pci/devices/$f/ 2>/dev/null | tr '\n' ' '; echo
+
+mark remove
+t=$(up)
+rmmod mlx5_core
+rc=$?
+echo "rmmod mlx5_core took $(since "$t") s"
+check "rmmod mlx5_core exits 0" [ $rc -eq 0 ]
+check "$f has no driver after rmmod" [ -z "$(driver_of "$f")" ]
+klog_since remove > /tmp/remove.log
+check "kernel log: no mlx5 warning or error during removal" sh -c '! grep "^<[0-4]>" /tmp/remove.log'
+
+echo "--- kernel log (mlx5):"
+dmesg | grep -i 'mlx5\|vfio\|DMAR' | grep -v uhca-rig-mark
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
