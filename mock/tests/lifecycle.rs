@@ -270,6 +270,21 @@ fn special_contexts() {
     assert_eq!(h.err(&q, &[]).1, syndrome::BAD_OP_MOD);
 }
 
+#[test]
+fn query_adapter_reports_the_vendor_and_the_psid() {
+    let mut h = Harness::initialized(MockConfig::default());
+    let o = h.ok(&QueryAdapterIn::new_cmd(), &[]);
+    let a = o.query_adapter_struct();
+    assert_eq!(a.ieee_vendor_id(), 0x0002c9);
+    assert_eq!(a.vsd_vendor_id(), 0x15b3);
+    // The PSID as Linux copies it (16 bytes, the string padded with zeros): its board_id.
+    assert_eq!(&a.vsd_contd_psid()[..], b"UHCA_MOCK_0001\0\0");
+    assert!(a.vsd().iter().all(|&b| b == 0));
+    let mut q = QueryAdapterIn::new_cmd();
+    q.set_op_mod(1);
+    assert_eq!(h.err(&q, &[]).1, syndrome::BAD_OP_MOD);
+}
+
 fn reclaim_all(h: &mut Harness) -> usize {
     let mut total = 0;
     loop {

@@ -40,6 +40,17 @@ crate::prm_struct! {
         status / set_status @ 0, 8 : u8;
         syndrome / set_syndrome @ 32, 32 : u32;
     }
+    /// PRM `query_adapter_in`.
+    pub struct QueryAdapterIn : query_adapter_in = "mlx5_ifc_query_adapter_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+    }
+    /// PRM `query_adapter_out`.
+    pub struct QueryAdapterOut : query_adapter_out = "mlx5_ifc_query_adapter_out_bits", 2176 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        query_adapter_struct / query_adapter_struct_mut @ 128, 2048 : struct crate::ctx::QueryAdapterParamBlock;
+    }
     /// PRM `query_issi_in`.
     pub struct QueryIssiIn : query_issi_in = "mlx5_ifc_query_issi_in_bits", 128 bits {
         opcode / set_opcode @ 0, 16 : u16;

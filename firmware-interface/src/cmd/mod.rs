@@ -54,6 +54,7 @@ macro_rules! commands {
 commands! {
     EnableHcaIn => EnableHcaOut : EnableHca;
     DisableHcaIn => DisableHcaOut : DisableHca;
+    QueryAdapterIn => QueryAdapterOut : QueryAdapter;
     QueryIssiIn => QueryIssiOut : QueryIssi;
     SetIssiIn => SetIssiOut : SetIssi;
     QueryPagesIn => QueryPagesOut : QueryPages;

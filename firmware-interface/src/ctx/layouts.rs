@@ -824,6 +824,14 @@ crate::prm_struct! {
         addresses_list / set_addresses_list @ 29, 1 : bool;
         roce_en / set_roce_en @ 30, 1 : bool;
     }
+    /// PRM `query_adapter_param_block`: QUERY_ADAPTER's description of the adapter (the
+    /// IEEE vendor OUI, the vendor-specific data and the board's PSID).
+    pub struct QueryAdapterParamBlock : query_adapter_param_block = "mlx5_ifc_query_adapter_param_block_bits", 2048 bits {
+        ieee_vendor_id / set_ieee_vendor_id @ 200, 24 : u32;
+        vsd_vendor_id / set_vsd_vendor_id @ 240, 16 : u16;
+        vsd / vsd_mut @ 256, 1664 : [u8];
+        vsd_contd_psid / vsd_contd_psid_mut @ 1920, 128 : [u8];
+    }
     /// PRM `register_host_endianness`.
     pub struct RegisterHostEndianness : register_host_endianness = "mlx5_ifc_register_host_endianness_bits", 128 bits {
         he / set_he @ 0, 1 : bool;

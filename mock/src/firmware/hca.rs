@@ -1,5 +1,5 @@
 //! HCA life cycle: ENABLE_HCA, DISABLE_HCA, ISSI, capabilities, INIT_HCA, TEARDOWN_HCA,
-//! ACCESS_REGISTER (host endianness) and QUERY_SPECIAL_CONTEXTS.
+//! ACCESS_REGISTER (host endianness), QUERY_ADAPTER and QUERY_SPECIAL_CONTEXTS.
 
 use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
 use crate::caps::{LinkLayer, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
@@ -14,6 +14,17 @@ use zerocopy::{FromBytes, IntoBytes};
 pub const RESERVED_LKEY: u32 = 0x0000_0300;
 /// The ISSI values the firmware supports (bit n: ISSI n).
 pub const SUPPORTED_ISSI: u32 = 0b11;
+
+/// QUERY_ADAPTER's `ieee_vendor_id`: the IEEE OUI of the adapter's vendor (Mellanox,
+/// 00-02-c9, the vendor of PCI vendor ID 0x15b3 the function reports).
+pub const ADAPTER_IEEE_VENDOR_ID: u32 = 0x00_02c9;
+/// QUERY_ADAPTER's `vsd_vendor_id`: the PCI vendor ID of whoever wrote the vendor-specific
+/// data (`vsd`, left empty here).
+pub const ADAPTER_VSD_VENDOR_ID: u16 = 0x15b3;
+/// QUERY_ADAPTER's `vsd_contd_psid`: the board's PSID (parameter-set identification), an
+/// ASCII string of at most 16 bytes padded with zeros. The model names itself rather than
+/// borrow a real board's.
+pub const ADAPTER_PSID: &[u8] = b"UHCA_MOCK_0001";
 
 /// TEARDOWN_HCA profile: graceful close.
 pub const TEARDOWN_GRACEFUL: u16 = 0;
@@ -231,6 +242,15 @@ impl Device {
             }
             _ => Err(bad_param(syndrome::BAD_OP_MOD)),
         }
+    }
+
+    pub(crate) fn cmd_query_adapter(&mut self, _c: &Ctx, _i: &QueryAdapterIn) -> CmdResult {
+        let mut o = QueryAdapterOut::default();
+        let a = o.query_adapter_struct_mut();
+        a.set_ieee_vendor_id(ADAPTER_IEEE_VENDOR_ID)
+            .set_vsd_vendor_id(ADAPTER_VSD_VENDOR_ID);
+        a.vsd_contd_psid_mut()[..ADAPTER_PSID.len()].copy_from_slice(ADAPTER_PSID);
+        Ok(out(&o))
     }
 
     pub(crate) fn cmd_query_special_contexts(

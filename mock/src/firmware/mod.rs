@@ -24,7 +24,7 @@ pub use cq::{
 };
 pub use eq::{EQE_SIZE, HEALTH_SYNDR_ASYNC_EQ_OVERRUN};
 pub use hca::{
-    RESERVED_LKEY, SUPPORTED_ISSI, TEARDOWN_FORCE, TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
+    ADAPTER_IEEE_VENDOR_ID, ADAPTER_PSID, ADAPTER_VSD_VENDOR_ID, RESERVED_LKEY, SUPPORTED_ISSI, TEARDOWN_FORCE, TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
 };
 pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
@@ -573,6 +573,7 @@ impl Device {
             O::TeardownHca => run!(TeardownHcaIn, cmd_teardown_hca),
             O::AccessReg => run!(AccessRegisterIn, cmd_access_register, op_mod_any),
             O::QuerySpecialContexts => run!(QuerySpecialContextsIn, cmd_query_special_contexts),
+            O::QueryAdapter => run!(QueryAdapterIn, cmd_query_adapter),
             O::Nop => {
                 self.check_state(op)?;
                 Ok(vec![0; 16])

@@ -31,9 +31,26 @@ check "modprobe mlx5_core exits 0" [ $rc -eq 0 ]
 check "$f bound to mlx5_core" [ "$(driver_of "$f")" = mlx5_core ]
 klog_since probe > /tmp/probe.log
 check "kernel log: firmware version 22.39.1002" grep -q "firmware version: 22\.39\.1002" /tmp/probe.log
+# mlx5_core prints the PCIe bandwidth from the link registers of the mock's configuration
+# space (through QEMU, behind its root port).
+check "kernel log: PCIe link 16.0 GT/s x16" grep -q "16.0 GT/s PCIe x16 link" /tmp/probe.log
 check "kernel log: no mlx5 warning or error during probe" sh -c '! grep "^<[0-4]>" /tmp/probe.log'
-check "InfiniBand port type (sysfs: no mlx5 netdev)" sh -c "[ ! -d /sys/bus/pci/devices/$f/net ]"
-ls /sys/bus/pci/devices/$f/ 2>/dev/null | tr '\n' ' '; echo
+# mlx5_core splits the function into auxiliary devices by what the capabilities say: an
+# InfiniBand port gets the RDMA one (for mlx5_ib) and no Ethernet one (mlx5e).
+ls -d /sys/bus/pci/devices/$f/mlx5_core.* 2>/dev/null
+check "InfiniBand port: auxiliary device mlx5_core.rdma.0, no mlx5_core.eth.0" \
+  sh -c "[ -d /sys/bus/pci/devices/$f/mlx5_core.rdma.0 ] && [ ! -e /sys/bus/pci/devices/$f/mlx5_core.eth.0 ]"
+# The command EQ and the async EQ share the first vector ("mlx5_async..."): once the
+# command interface switched to events, each command completion is an MSI-X interrupt
+# the model raised through the server and QEMU.
+grep mlx5 /proc/interrupts
+async=$(grep 'mlx5_async' /proc/interrupts | awk '{ n = 0; for (i = 2; i <= 3; i++) n += $i; print n }')
+check "MSI-X: the async/command EQ's vector interrupted (${async:-0} times)" [ "${async:-0}" -gt 0 ]
+# mlx5_core's health poller reads the health counter every 2 s and reports a device
+# whose counter stops for 3 polls, or a fatal syndrome: give it 4 polls.
+sleep 8
+klog_since probe > /tmp/probe.log
+check "kernel log: no mlx5 warning or error 8 s after probe (health poller)" sh -c '! grep "^<[0-4]>" /tmp/probe.log'
 
 mark remove
 t=$(up)
