@@ -33,7 +33,11 @@ fn identity_and_class_follow_the_port_type() {
 fn the_pcie_link_reads_as_16_gts_x16() {
     let p = MockHca::new(MockConfig::default()).platform();
     let pcie = uhca_mock::pci::CAP_PCIE;
-    assert_eq!(p.config_read16(pcie + 2).unwrap() & 0xf, 2, "capability version 2");
+    assert_eq!(
+        p.config_read16(pcie + 2).unwrap() & 0xf,
+        2,
+        "capability version 2"
+    );
     let lnkcap = p.config_read32(pcie + 0x0c).unwrap();
     let lnksta = p.config_read16(pcie + 0x12).unwrap();
     let lnkcap2 = p.config_read32(pcie + 0x2c).unwrap();

@@ -52,6 +52,46 @@ sleep 8
 klog_since probe > /tmp/probe.log
 check "kernel log: no mlx5 warning or error 8 s after probe (health poller)" sh -c '! grep "^<[0-4]>" /tmp/probe.log'
 
+# Stage 2: mlx5_ib on the RDMA auxiliary device registers an InfiniBand device. Not reached
+# yet: mlx5_ib stops where the model's capabilities end (mock/MODEL.md, "What Linux's mlx5
+# driver exercised"). The check below holds that stop to the documented one, so a change in
+# the model that moves it fails here until the documentation follows; and mlx5_ib's failed
+# probe must leave mlx5_core working (its removal is checked below).
+mark ib
+# rig.mlx5_trace=1: trace mlx5_ib's function calls while it loads (ftrace's function graph
+# tracer, printed below), to see where a probe stopped.
+trace=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^rig.mlx5_trace=//p' | tail -1)
+if [ "$trace" = 1 ]; then
+  T=/sys/kernel/tracing
+  mount -t tracefs nodev $T 2>/dev/null
+  echo ':mod:mlx5_ib' > $T/set_ftrace_filter
+  echo function_graph > $T/current_tracer
+  echo 1 > $T/tracing_on
+fi
+t=$(up)
+modprobe mlx5_ib
+rc=$?
+modprobe ib_uverbs
+echo "modprobe mlx5_ib took $(since "$t") s (status $rc)"
+if [ "$trace" = 1 ]; then
+  echo 0 > $T/tracing_on
+  echo "--- trace of mlx5_ib's probe:"
+  grep -v '^ *$' $T/trace | grep -v steering_anchor_destroy_res | cut -c1-140 | head -400
+fi
+klog_since ib > /tmp/ib.log
+ibdev=$(ls /sys/class/infiniband/ 2>/dev/null | head -1)
+if [ -n "$ibdev" ]; then
+  ok "stage 2: mlx5_ib registered an InfiniBand device ($ibdev)"
+  ibv_devinfo -v
+else
+  echo "STAGE 2 NOT REACHED: mlx5_ib registered no InfiniBand device; its kernel log:"
+  cat /tmp/ib.log
+  check "stage 2 stops where mock/MODEL.md says (mlx5_ib probe error -12: no xrc)" \
+    grep -q "mlx5_ib.rdma: probe of mlx5_core.rdma.0 failed with error -12" /tmp/ib.log
+fi
+rmmod mlx5_ib
+check "rmmod mlx5_ib exits 0" [ $? -eq 0 ]
+
 mark remove
 t=$(up)
 rmmod mlx5_core
