@@ -148,7 +148,8 @@ impl Caps {
             .set_max_wqe_sz_sq_dc(0)
             .set_log_max_transport_domain(20)
             .set_log_max_pd(23)
-            .set_log_max_xrcd(0)
+            // XRC domains (ALLOC_XRCD); `xrc` itself (XRC SRQs and QPs) is not offered.
+            .set_log_max_xrcd(24)
             .set_q_counter_aggregation(false)
             .set_sq_ts_format(0)
             .set_rq_ts_format(0)

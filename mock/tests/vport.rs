@@ -183,6 +183,13 @@ fn mad_ifc_node_and_port_info() {
     let r = o.response_mad_packet();
     assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), 0x21, "LID");
     assert_eq!(r[64 + 32] & 0xf, PortState::Active.raw());
+    // NodeDescription (Linux's mlx5_ib copies the data as the node description without
+    // looking at the MAD status: before, it got an empty string).
+    let o = h.ok(&smp_get(0x0010), &[]);
+    let r = o.response_mad_packet();
+    assert_eq!(&r[4..6], &[0, 0], "status");
+    assert_eq!(&r[64..64 + 13], b"uhca mock HCA");
+    assert!(r[64 + 13..128].iter().all(|&b| b == 0));
     let o = h.ok(&smp_get(0x0020), &[]);
     assert_eq!(
         u16::from_be_bytes([o.response_mad_packet()[4], o.response_mad_packet()[5]]),

@@ -74,6 +74,8 @@ commands! {
     DeallocPdIn => DeallocPdOut : DeallocPd;
     AllocTransportDomainIn => AllocTransportDomainOut : AllocTransportDomain;
     DeallocTransportDomainIn => DeallocTransportDomainOut : DeallocTransportDomain;
+    AllocXrcdIn => AllocXrcdOut : AllocXrcd;
+    DeallocXrcdIn => DeallocXrcdOut : DeallocXrcd;
     CreateMkeyIn => CreateMkeyOut : CreateMkey;
     DestroyMkeyIn => DestroyMkeyOut : DestroyMkey;
     QueryMkeyIn => QueryMkeyOut : QueryMkey;

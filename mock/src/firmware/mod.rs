@@ -31,7 +31,7 @@ pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
 pub use qp::optpar;
 pub use srq::ARM_RQ_OP_MOD_SRQ;
-pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED};
+pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION};
 
 use crate::caps::{Caps, LinkLayer};
 use crate::device::Device;
@@ -336,6 +336,8 @@ pub(crate) struct Firmware {
     pub(crate) uars: BTreeSet<u32>,
     pub(crate) pds: BTreeSet<u32>,
     pub(crate) tds: BTreeSet<u32>,
+    /// XRC domains.
+    pub(crate) xrcds: BTreeSet<u32>,
     pub(crate) q_counters: BTreeSet<u8>,
     pub(crate) mkeys: BTreeMap<u32, Mkey>,
     pub(crate) eqs: BTreeMap<u8, Eq>,
@@ -404,6 +406,7 @@ impl Firmware {
             uars: BTreeSet::new(),
             pds: BTreeSet::new(),
             tds: BTreeSet::new(),
+            xrcds: BTreeSet::new(),
             q_counters: BTreeSet::new(),
             mkeys: BTreeMap::new(),
             eqs: BTreeMap::new(),
@@ -438,6 +441,7 @@ impl Firmware {
         self.uars.clear();
         self.pds.clear();
         self.tds.clear();
+        self.xrcds.clear();
         self.q_counters.clear();
         self.mkeys.clear();
         self.eqs.clear();
@@ -585,6 +589,8 @@ impl Device {
             O::DeallocPd => run!(DeallocPdIn, cmd_dealloc_pd),
             O::AllocTransportDomain => run!(AllocTransportDomainIn, cmd_alloc_td),
             O::DeallocTransportDomain => run!(DeallocTransportDomainIn, cmd_dealloc_td),
+            O::AllocXrcd => run!(AllocXrcdIn, cmd_alloc_xrcd),
+            O::DeallocXrcd => run!(DeallocXrcdIn, cmd_dealloc_xrcd),
             O::AllocQCounter => run!(AllocQCounterIn, cmd_alloc_q_counter),
             O::QueryQCounter => run!(QueryQCounterIn, cmd_query_q_counter),
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),

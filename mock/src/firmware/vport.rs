@@ -16,6 +16,10 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
 /// "All entries" for QUERY_HCA_VPORT_GID/PKEY.
 pub const ALL_ENTRIES: u16 = 0xffff;
+/// The node description the subnet management agent reports (SubnGet(NodeDescription);
+/// Linux's `mlx5_ib` shows it as the device's `node_desc`).
+pub const NODE_DESCRIPTION: &[u8] = b"uhca mock HCA";
+
 /// MAD status: unsupported method or attribute.
 pub const MAD_STATUS_UNSUPPORTED: u16 = 0x000c;
 
@@ -271,8 +275,9 @@ impl Device {
         Ok(out(&o))
     }
 
-    /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeInfo) and
-    /// SubnGet(PortInfo); other MADs get the "unsupported" MAD status.
+    /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeDescription),
+    /// SubnGet(NodeInfo) and SubnGet(PortInfo); other MADs get the "unsupported" MAD
+    /// status.
     pub(crate) fn cmd_mad_ifc(&mut self, _c: &Ctx, i: &MadIfcIn) -> CmdResult {
         if self.fw.port_type() != LinkLayer::InfiniBand {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
@@ -296,6 +301,10 @@ impl Device {
         let guid = self.config.node_guid();
         if mad[3] != 0x01 {
             status = MAD_STATUS_UNSUPPORTED;
+        } else if attr == 0x0010 {
+            // NodeDescription: 64 bytes of UTF-8, padded with zeros.
+            data.fill(0);
+            data[..NODE_DESCRIPTION.len()].copy_from_slice(NODE_DESCRIPTION);
         } else if attr == 0x0011 {
             // NodeInfo
             data.fill(0);
