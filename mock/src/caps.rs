@@ -161,6 +161,8 @@ impl Caps {
             .set_disable_link_up_by_init_hca(true)
             .set_drain_sigerr(false)
             .set_atomic(true)
+            // MCAM and, through it, the firmware component registers MCQS and MCQI.
+            .set_mcam_reg(true)
             // 8-byte atomics (compare-and-swap, fetch-and-add), which the engine executes.
             .set_log_max_atomic_size_qp(3);
         let general_max = g;

@@ -118,6 +118,23 @@ commands! {
 /// ACCESS_REGISTER's `register_id`. Its data is [`crate::ctx::RegisterHostEndianness`].
 pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
 
+/// The register id of MCQS, the management component query status register
+/// (`MLX5_REG_MCQS`). Its data is [`crate::ctx::McqsReg`].
+pub const REG_MCQS: u16 = 0x9060;
+/// The register id of MCQI, the management component query information register
+/// (`MLX5_REG_MCQI`). Its data is [`crate::ctx::McqiReg`] followed by the information.
+pub const REG_MCQI: u16 = 0x9061;
+/// The register id of MCAM, the management capabilities register (`MLX5_REG_MCAM`). Its
+/// data is [`crate::ctx::McamReg`].
+pub const REG_MCAM: u16 = 0x907f;
+/// MCQS `identifier` of the firmware boot image (Linux `MCQS_IDENTIFIER_BOOT_IMG`).
+pub const MCQS_IDENTIFIER_BOOT_IMG: u16 = 0x1;
+/// MCQS `component_update_state`: no update in progress (Linux `MCQS_UPDATE_STATE_IDLE`).
+pub const MCQS_UPDATE_STATE_IDLE: u8 = 0;
+/// MCQI `info_type`: the component's version, [`crate::ctx::McqiVersion`] (Linux
+/// `MCQI_INFO_TYPE_VERSION`).
+pub const MCQI_INFO_TYPE_VERSION: u8 = 0x1;
+
 /// ACCESS_REGISTER op_mod: write the register.
 pub const ACCESS_REGISTER_OP_MOD_WRITE: u16 = 0;
 /// ACCESS_REGISTER op_mod: read the register.

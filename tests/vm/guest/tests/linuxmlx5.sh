@@ -35,6 +35,17 @@ check "kernel log: firmware version 22.39.1002" grep -q "firmware version: 22\.3
 # space (through QEMU, behind its root port).
 check "kernel log: PCIe link 16.0 GT/s x16" grep -q "16.0 GT/s PCIe x16 link" /tmp/probe.log
 check "kernel log: no mlx5 warning or error during probe" sh -c '! grep "^<[0-4]>" /tmp/probe.log'
+# devlink: the firmware version mlx5_core reads from the MCQS and MCQI registers (the
+# boot image's running version) and the PSID from QUERY_ADAPTER.
+mark devlink
+devlink dev info "pci/$f" > /tmp/devlink.out 2>&1
+rc=$?
+cat /tmp/devlink.out
+check "devlink dev info pci/$f exits 0" [ $rc -eq 0 ]
+check "devlink: running fw.version 22.39.1002" sh -c "sed -n '/running:/,/stored:/p' /tmp/devlink.out | grep -q 'fw.version 22.39.1002'"
+check "devlink: fw.psid UHCA_MOCK_0001" grep -q "fw.psid UHCA_MOCK_0001" /tmp/devlink.out
+klog_since devlink > /tmp/devlink.log
+check "kernel log: no mlx5 warning or error from devlink dev info" sh -c '! grep "^<[0-4]>" /tmp/devlink.log'
 # mlx5_core splits the function into auxiliary devices by what the capabilities say: an
 # InfiniBand port gets the RDMA one (for mlx5_ib) and no Ethernet one (mlx5e).
 ls -d /sys/bus/pci/devices/$f/mlx5_core.* 2>/dev/null
