@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Linux's own mlx5 driver against the mock: fetches QEMU 11.1 (fetch-qemu11.sh), builds the
-# server, builds the rig, starts uhca-vfio-user-server with one mock function on
-# InfiniBand and its command log, boots the guest with one vfio-user-pci device and runs
-# guest/tests/linuxmlx5.sh (modprobe mlx5_core, checks, rmmod mlx5_core). Then checks the
-# server's command log of the function: what Linux sent, every command completed with
-# status OK, DISABLE_HCA at the end with every firmware page returned. Prints PASS/FAIL lines.
+# server, builds the rig, starts uhca-vfio-user-server with one mock function on InfiniBand
+# (LINK=ethernet: Ethernet) and its command log, boots the guest with one vfio-user-pci
+# device and runs guest/tests/linuxmlx5.sh (modprobe mlx5_core, checks, rmmod mlx5_core).
+# Then checks the server's command log of the function: what Linux sent, every command
+# completed with status OK, DISABLE_HCA at the end with every firmware page returned.
+# Prints PASS/FAIL lines.
 #
-#   bash tests/vm/linux-mlx5.sh     environment: as run-vm.sh (EXTRA_APPEND=rig.mlx5_debug=1
-#                                   loads mlx5_core with debug_mask=1, rig.mlx5_trace=1
-#                                   traces mlx5_ib's probe)
+#   bash tests/vm/linux-mlx5.sh     environment: as run-vm.sh, and LINK (infiniband, what
+#                                   CI runs; ethernet: the same on an Ethernet function);
+#                                   EXTRA_APPEND=rig.mlx5_debug=1 loads mlx5_core with
+#                                   debug_mask=1, rig.mlx5_trace=1 traces mlx5_ib's probe
 # The guest boots with no_timer_check: under TCG on a loaded machine the kernel's check that
 # the timer interrupt works through the remapped IO-APIC can time out and panic the boot
 # ("timer doesn't work through Interrupt-remapped IO-APIC", seen once while cargo built).
@@ -18,6 +20,7 @@ REPO=$(cd "$VM/../.." && pwd)
 RIG_DIR=${RIG_DIR:-$REPO/target/vm}
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-linux-mlx5.XXXXXX)}
+LINK=${LINK:-infiniband}
 cd "$REPO"
 
 phase() { echo; echo "=== linux-mlx5: $* ($(date -u +%H:%M:%S))"; }
@@ -28,11 +31,11 @@ cargo build --release -p uhca-vfio-user --bin uhca-vfio-user-server || exit 1
 phase "build the rig"
 bash "$VM/build-rig.sh" linuxmlx5 || exit 1
 
-phase "start the server (infiniband)"
+phase "start the server ($LINK)"
 mkdir -p "$RIG_DIR/logs"
 log=$RIG_DIR/logs/linux-mlx5-server.log
 rm -f "$VFIO_USER_DIR"/fn*.sock
-"$TARGET_DIR/release/uhca-vfio-user-server" --link infiniband --command-log \
+"$TARGET_DIR/release/uhca-vfio-user-server" --link "$LINK" --command-log \
   --socket "$VFIO_USER_DIR/fn0.sock" > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
@@ -46,7 +49,7 @@ fi
 
 phase "boot and run"
 QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
-  LOG=$RIG_DIR/logs/linuxmlx5.log EXTRA_APPEND="no_timer_check ${EXTRA_APPEND:-}" \
+  LOG=$RIG_DIR/logs/linuxmlx5.log EXTRA_APPEND="no_timer_check rig.link=$LINK ${EXTRA_APPEND:-}" \
   bash "$VM/run-vm.sh" linuxmlx5
 rc=$?
 # QEMU is gone: the server prints the function's command log when its client goes.

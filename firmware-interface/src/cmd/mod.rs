@@ -118,6 +118,12 @@ commands! {
 /// ACCESS_REGISTER's `register_id`. Its data is [`crate::ctx::RegisterHostEndianness`].
 pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
 
+/// The register id of NODE_DESC, the node description (`MLX5_REG_NODE_DESC`): 64 bytes of
+/// text padded with zeros, what a subnet management agent reports as NodeDescription (the
+/// PRM's `set_node_in.node_description` has the same 64 bytes).
+pub const REG_NODE_DESC: u16 = 0x6001;
+/// Size in bytes of the NODE_DESC register's data.
+pub const NODE_DESC_BYTES: usize = 64;
 /// The register id of MCQS, the management component query status register
 /// (`MLX5_REG_MCQS`). Its data is [`crate::ctx::McqsReg`].
 pub const REG_MCQS: u16 = 0x9060;

@@ -1,6 +1,6 @@
 //! HCA life cycle: ENABLE_HCA, DISABLE_HCA, ISSI, capabilities, INIT_HCA, TEARDOWN_HCA,
-//! ACCESS_REGISTER (host endianness; the firmware component registers MCAM, MCQS and MCQI,
-//! read only), QUERY_ADAPTER and QUERY_SPECIAL_CONTEXTS.
+//! ACCESS_REGISTER (host endianness, the node description; the firmware component
+//! registers MCAM, MCQS and MCQI, read only), QUERY_ADAPTER and QUERY_SPECIAL_CONTEXTS.
 
 use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
 use crate::caps::{LinkLayer, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
@@ -259,6 +259,7 @@ impl Device {
         let data = &c.raw[AccessRegisterIn::SIZE.min(c.raw.len())..];
         let reg = match i.register_id() {
             REG_HOST_ENDIANNESS => self.reg_host_endianness(write, data)?,
+            REG_NODE_DESC => self.reg_node_desc(write, data)?,
             REG_MCAM | REG_MCQS | REG_MCQI if write => {
                 return Err(bad_param(syndrome::READ_ONLY_REGISTER));
             }
@@ -289,6 +290,17 @@ impl Device {
             reg.set_he(self.fw.host_endianness_he);
         }
         Ok(reg.as_bytes().to_vec())
+    }
+
+    /// NODE_DESC: the node description, written or read.
+    fn reg_node_desc(&mut self, write: bool, data: &[u8]) -> Result<Vec<u8>, Fail> {
+        if write {
+            let Some(d) = data.get(..NODE_DESC_BYTES) else {
+                return Err(Fail::Cmd(CmdStatus::BadInpLenErr, syndrome::BAD_INPUT_LEN));
+            };
+            self.fw.node_desc.copy_from_slice(d);
+        }
+        Ok(self.fw.node_desc.to_vec())
     }
 
     /// MCQI: the version of the boot image (component 0), as the initialization segment

@@ -330,6 +330,8 @@ pub(crate) struct Firmware {
     pub(crate) issi: u16,
     pub(crate) caps: Caps,
     pub(crate) host_endianness_he: bool,
+    /// The node description (NODE_DESC register, SubnGet(NodeDescription)).
+    pub(crate) node_desc: [u8; NODE_DESC_BYTES],
     pub(crate) pages: Pages,
     pub(crate) fast_teardown_prepared: bool,
 
@@ -396,6 +398,11 @@ impl Firmware {
             issi: 0,
             caps,
             host_endianness_he: false,
+            node_desc: {
+                let mut d = [0u8; NODE_DESC_BYTES];
+                d[..vport::NODE_DESCRIPTION.len()].copy_from_slice(vport::NODE_DESCRIPTION);
+                d
+            },
             pages: Pages {
                 boot: cfg.boot_pages,
                 init: cfg.init_pages,

@@ -16,8 +16,9 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
 /// "All entries" for QUERY_HCA_VPORT_GID/PKEY.
 pub const ALL_ENTRIES: u16 = 0xffff;
-/// The node description the subnet management agent reports (SubnGet(NodeDescription);
-/// Linux's `mlx5_ib` shows it as the device's `node_desc`).
+/// The node description the firmware starts with, reported by the subnet management agent
+/// (SubnGet(NodeDescription)) and the NODE_DESC register (Linux's `mlx5_ib` shows it as the
+/// device's `node_desc`).
 pub const NODE_DESCRIPTION: &[u8] = b"uhca mock HCA";
 
 /// MAD status: unsupported method or attribute.
@@ -303,8 +304,7 @@ impl Device {
             status = MAD_STATUS_UNSUPPORTED;
         } else if attr == 0x0010 {
             // NodeDescription: 64 bytes of UTF-8, padded with zeros.
-            data.fill(0);
-            data[..NODE_DESCRIPTION.len()].copy_from_slice(NODE_DESCRIPTION);
+            data.copy_from_slice(&self.fw.node_desc);
         } else if attr == 0x0011 {
             // NodeInfo
             data.fill(0);
