@@ -355,6 +355,22 @@ fn firmware_component_registers_report_the_running_version() {
             .syndrome(),
         syndrome::READ_ONLY_REGISTER
     );
+    // The command log names the register of each ACCESS_REGISTER, and no register for
+    // other commands.
+    let log = h.hca.command_log();
+    let regs: Vec<u16> = log
+        .iter()
+        .filter(|r| r.opcode == CmdOpcode::AccessReg)
+        .map(|r| r.register_id)
+        .collect();
+    assert_eq!(regs.first(), Some(&REG_HOST_ENDIANNESS), "bring-up");
+    assert_eq!(regs.last(), Some(&REG_MCQS));
+    assert!(regs.contains(&REG_MCAM) && regs.contains(&REG_MCQI));
+    assert!(
+        log.iter()
+            .filter(|r| r.opcode != CmdOpcode::AccessReg)
+            .all(|r| r.register_id == 0)
+    );
 }
 
 #[test]

@@ -75,6 +75,10 @@ check "command log: CREATE_EQ" grep -q ': cmd CreateEq ' "$log"
 check "command log: DISABLE_HCA last" [ "$(echo "$cmds" | tail -1)" = DisableHca ]
 check "command log: every command completed with status OK" \
   sh -c "! grep ': cmd ' '$log' | grep -v 'status=Ok .* Completed\$'"
+# devlink's version came from the registers: MCQS (0x9060) and MCQI (0x9061) were read.
+check "command log: ACCESS_REGISTER MCQS and MCQI read (devlink dev info)" \
+  sh -c "grep -q ': cmd AccessReg op_mod=0x1 register=0x9060 status=Ok' '$log' &&
+    grep -q ': cmd AccessReg op_mod=0x1 register=0x9061 status=Ok' '$log'"
 check "no firmware page left at DISABLE_HCA (no model note)" \
   sh -c "! grep -q 'note: DISABLE_HCA with' '$log'"
 check "server: firmware pages held 0, state Disabled" \

@@ -11,12 +11,13 @@
 //! DMA maps and eventfds are dropped and the socket waits for the next. The server runs
 //! until it is killed. With `--command-log`, each time a client goes the server prints the
 //! commands that function's firmware executed since the last client went (one `cmd` line
-//! each: opcode, op_mod, status, syndrome, outcome), the model's notes (driver behaviour
+//! each: opcode, op_mod, the register of an ACCESS_REGISTER, status, syndrome, outcome), the model's notes (driver behaviour
 //! hardware would silently accept, such as DISABLE_HCA with firmware pages still held) and
 //! the pages the firmware holds.
 
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
+use uhca_fwif::consts::CmdOpcode;
 use uhca_mock::{ClockMode, Fabric, LinkLayer, MockConfig, MockHca, PortType};
 use uhca_vfio_user::{Function, serve};
 
@@ -71,9 +72,14 @@ fn print_command_log(path: &str, hca: &MockHca) {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "{path}: command log: {} commands", records.len());
     for r in &records {
+        let reg = if r.opcode == CmdOpcode::AccessReg {
+            format!(" register=0x{:04x}", r.register_id)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "{path}: cmd {:?} op_mod=0x{:x} status={:?} syndrome=0x{:08x} {:?}",
+            "{path}: cmd {:?} op_mod=0x{:x}{reg} status={:?} syndrome=0x{:08x} {:?}",
             r.opcode, r.op_mod, r.status, r.syndrome, r.outcome
         );
     }
