@@ -144,7 +144,8 @@ impl Caps {
             .set_max_wqe_sz_sq_dc(0)
             .set_log_max_transport_domain(20)
             .set_log_max_pd(23)
-            .set_log_max_xrcd(0)
+            // XRC domains (ALLOC_XRCD); `xrc` itself (XRC SRQs and QPs) is not offered.
+            .set_log_max_xrcd(24)
             .set_q_counter_aggregation(false)
             .set_sq_ts_format(0)
             .set_rq_ts_format(0)
@@ -156,6 +157,8 @@ impl Caps {
             .set_disable_link_up_by_init_hca(true)
             .set_drain_sigerr(false)
             .set_atomic(true)
+            // MCAM and, through it, the firmware component registers MCQS and MCQI.
+            .set_mcam_reg(true)
             // 8-byte atomics (compare-and-swap, fetch-and-add), which the engine executes.
             .set_log_max_atomic_size_qp(3);
         let general_max = g;

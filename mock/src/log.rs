@@ -37,6 +37,8 @@ pub struct CommandRecord {
     pub opcode: CmdOpcode,
     /// op_mod from the input header.
     pub op_mod: u16,
+    /// ACCESS_REGISTER's `register_id` (0 for every other command).
+    pub register_id: u16,
     /// Delivery status written to `status_own`.
     pub delivery: DeliveryStatus,
     /// Command status written to the output header.

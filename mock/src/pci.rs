@@ -105,6 +105,11 @@ impl PciFunction {
         f.put32(CAP_PCIE + 0x0c, 4 | (16 << 4)); // link capabilities: 16 GT/s, x16
         f.mask16(CAP_PCIE + 0x10, 0x0fff);
         f.put16(CAP_PCIE + 0x12, 4 | (16 << 4)); // link status: 16 GT/s, x16
+        // Link capabilities 2: the supported link speeds vector (2.5, 5, 8 and 16 GT/s, bits
+        // 1 to 4). Above 5 GT/s the speed fields of the link registers are indexes into this
+        // vector (speed 4: its fourth bit, 16 GT/s); left empty, a reader cannot tell the
+        // speed (Linux logged "Unknown x16 link").
+        f.put32(CAP_PCIE + 0x2c, 0b1_1110);
         f.put32(CAP_PCIE + 0x24, 0x0000_0000);
         f.mask16(CAP_PCIE + 0x28, 0xffff);
 

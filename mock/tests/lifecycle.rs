@@ -3,13 +3,14 @@
 mod common;
 
 use common::Harness;
+use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
-use uhca_fwif::ctx::{AtomicCaps, RoceCap};
+use uhca_fwif::ctx::{AtomicCaps, McamReg, McqiReg, McqiVersion, McqsReg, RoceCap};
 use uhca_hal::Bar;
 use uhca_mock::firmware::syndrome;
 use uhca_mock::{HcaState, MockConfig};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 fn cap_query(cap: HcaCapType, mode: HcaCapMode) -> QueryHcaCapIn {
     let mut q = QueryHcaCapIn::new_cmd();
@@ -260,12 +261,139 @@ fn host_endianness_register() {
     assert_eq!(h.exec(&w, &[]).status(), CmdStatus::BadInpLenErr);
 }
 
+/// ACCESS_REGISTER read of `reg` with `data`, with room for `out_len` bytes of register.
+fn read_register(h: &mut Harness, reg: u16, data: &[u8], out_len: usize) -> common::Raw {
+    let mut r = AccessRegisterIn::new_cmd();
+    r.set_op_mod(ACCESS_REGISTER_OP_MOD_READ)
+        .set_register_id(reg);
+    h.exec_ext(&r, data, out_len)
+}
+
+#[test]
+fn firmware_component_registers_report_the_running_version() {
+    let mut h = Harness::initialized(MockConfig::default());
+    // MCAM, as the general capabilities promise.
+    let q = h.ok(&cap_query(HcaCapType::General, HcaCapMode::GetCur), &[]);
+    assert!(q.cmd_hca_cap().mcam_reg());
+    let mut m = McamReg::default();
+    let raw = read_register(&mut h, REG_MCAM, m.as_bytes(), McamReg::SIZE);
+    assert_eq!(raw.status(), CmdStatus::Ok);
+    let (got, _) = McamReg::read_from_prefix(&raw.out[16..]).unwrap();
+    let regs = got.mng_access_reg_cap_mask__access_regs();
+    assert!(regs.mcqs() && regs.mcqi());
+    assert!(!regs.mcc() && !regs.mcda(), "no flashing");
+    assert!(got.mng_feature_cap_mask().iter().all(|&b| b == 0));
+    // The other register groups are empty; groups past the fourth do not exist.
+    m.set_access_reg_group(2);
+    let raw = read_register(&mut h, REG_MCAM, m.as_bytes(), McamReg::SIZE);
+    let (got, _) = McamReg::read_from_prefix(&raw.out[16..]).unwrap();
+    assert_eq!(got.access_reg_group(), 2);
+    assert!(!got.mng_access_reg_cap_mask__access_regs().mcqs());
+    m.set_access_reg_group(4);
+    let raw = read_register(&mut h, REG_MCAM, m.as_bytes(), McamReg::SIZE);
+    assert_eq!(raw.syndrome(), syndrome::BAD_REGISTER_INDEX);
+
+    // MCQS: component 0 is the boot image, idle, and the last.
+    let mut s = McqsReg::default();
+    let raw = read_register(&mut h, REG_MCQS, s.as_bytes(), McqsReg::SIZE);
+    let (got, _) = McqsReg::read_from_prefix(&raw.out[16..]).unwrap();
+    assert_eq!(got.identifier(), MCQS_IDENTIFIER_BOOT_IMG);
+    assert_eq!(got.component_update_state(), MCQS_UPDATE_STATE_IDLE);
+    assert!(got.last_index_flag());
+    s.set_component_index(1);
+    let raw = read_register(&mut h, REG_MCQS, s.as_bytes(), McqsReg::SIZE);
+    assert_eq!(raw.syndrome(), syndrome::BAD_REGISTER_INDEX);
+
+    // MCQI: the running version of the boot image, the initialization segment's.
+    let mut i = McqiReg::default();
+    i.set_info_type(MCQI_INFO_TYPE_VERSION)
+        .set_data_size(McqiVersion::SIZE as u16);
+    let raw = read_register(
+        &mut h,
+        REG_MCQI,
+        i.as_bytes(),
+        McqiReg::SIZE + McqiVersion::SIZE,
+    );
+    assert_eq!(raw.status(), CmdStatus::Ok);
+    let (v, _) = McqiVersion::read_from_prefix(&raw.out[16 + McqiReg::SIZE..]).unwrap();
+    assert_eq!(v.version(), (22 << 24) | (39 << 16) | 1002);
+    assert_eq!(v.version_string_length(), 10);
+    assert_eq!(&v.version_string()[..10], b"22.39.1002");
+    let fw = h.p.read_be32(0);
+    assert_eq!(fw >> 16, 39, "the same minor in the initialization segment");
+    // As much as asked for: the first 8 bytes only.
+    i.set_data_size(8);
+    let raw = read_register(&mut h, REG_MCQI, i.as_bytes(), McqiReg::SIZE + 8);
+    assert_eq!(raw.status(), CmdStatus::Ok);
+    let (r, _) = McqiReg::read_from_prefix(&raw.out[16..]).unwrap();
+    assert_eq!(r.data_size(), 8);
+    assert_eq!(r.info_size(), McqiVersion::SIZE as u32);
+    // No pending image, no other information type, no other component.
+    i.set_data_size(McqiVersion::SIZE as u16)
+        .set_read_pending_component(true);
+    let raw = read_register(
+        &mut h,
+        REG_MCQI,
+        i.as_bytes(),
+        McqiReg::SIZE + McqiVersion::SIZE,
+    );
+    assert_eq!(raw.syndrome(), syndrome::BAD_REGISTER_INDEX);
+    i.set_read_pending_component(false).set_info_type(0);
+    let raw = read_register(
+        &mut h,
+        REG_MCQI,
+        i.as_bytes(),
+        McqiReg::SIZE + McqiVersion::SIZE,
+    );
+    assert_eq!(raw.syndrome(), syndrome::BAD_REGISTER_INDEX);
+    // Query registers cannot be written.
+    let mut w = AccessRegisterIn::new_cmd();
+    w.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
+        .set_register_id(REG_MCQS);
+    assert_eq!(
+        h.exec_ext(&w, McqsReg::default().as_bytes(), McqsReg::SIZE)
+            .syndrome(),
+        syndrome::READ_ONLY_REGISTER
+    );
+    // The command log names the register of each ACCESS_REGISTER, and no register for
+    // other commands.
+    let log = h.hca.command_log();
+    let regs: Vec<u16> = log
+        .iter()
+        .filter(|r| r.opcode == CmdOpcode::AccessReg)
+        .map(|r| r.register_id)
+        .collect();
+    assert_eq!(regs.first(), Some(&REG_HOST_ENDIANNESS), "bring-up");
+    assert_eq!(regs.last(), Some(&REG_MCQS));
+    assert!(regs.contains(&REG_MCAM) && regs.contains(&REG_MCQI));
+    assert!(
+        log.iter()
+            .filter(|r| r.opcode != CmdOpcode::AccessReg)
+            .all(|r| r.register_id == 0)
+    );
+}
+
 #[test]
 fn special_contexts() {
     let mut h = Harness::initialized(MockConfig::default());
     let o = h.ok(&QuerySpecialContextsIn::new_cmd(), &[]);
     assert_eq!(o.resd_lkey(), uhca_mock::firmware::RESERVED_LKEY);
     let mut q = QuerySpecialContextsIn::new_cmd();
+    q.set_op_mod(1);
+    assert_eq!(h.err(&q, &[]).1, syndrome::BAD_OP_MOD);
+}
+
+#[test]
+fn query_adapter_reports_the_vendor_and_the_psid() {
+    let mut h = Harness::initialized(MockConfig::default());
+    let o = h.ok(&QueryAdapterIn::new_cmd(), &[]);
+    let a = o.query_adapter_struct();
+    assert_eq!(a.ieee_vendor_id(), 0x0002c9);
+    assert_eq!(a.vsd_vendor_id(), 0x15b3);
+    // The PSID as Linux copies it (16 bytes, the string padded with zeros): its board_id.
+    assert_eq!(&a.vsd_contd_psid()[..], b"UHCA_MOCK_0001\0\0");
+    assert!(a.vsd().iter().all(|&b| b == 0));
+    let mut q = QueryAdapterIn::new_cmd();
     q.set_op_mod(1);
     assert_eq!(h.err(&q, &[]).1, syndrome::BAD_OP_MOD);
 }

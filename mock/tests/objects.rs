@@ -663,3 +663,25 @@ fn more_error_paths() {
     m.set_cqn(0x4444);
     assert_eq!(h.err(&m, &[]).0, CmdStatus::BadResErr);
 }
+
+#[test]
+fn xrc_domains_are_allocated_and_freed() {
+    let mut h = Harness::ready(MockConfig::infiniband());
+    let a = h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let b = h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    assert_ne!(a, 0);
+    assert_ne!(a, b);
+    let mut d = DeallocXrcdIn::new_cmd();
+    d.set_xrcd(a);
+    h.ok(&d, &[]);
+    // Freed once: unknown after.
+    assert_eq!(
+        h.err(&d, &[]),
+        (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT)
+    );
+    d.set_xrcd(b);
+    h.ok(&d, &[]);
+    let mut u = AllocXrcdIn::new_cmd();
+    u.set_uid(1);
+    assert_eq!(h.err(&u, &[]).1, syndrome::BAD_UID);
+}

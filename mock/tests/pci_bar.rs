@@ -30,6 +30,29 @@ fn identity_and_class_follow_the_port_type() {
 }
 
 #[test]
+fn the_pcie_link_reads_as_16_gts_x16() {
+    let p = MockHca::new(MockConfig::default()).platform();
+    let pcie = uhca_mock::pci::CAP_PCIE;
+    assert_eq!(
+        p.config_read16(pcie + 2).unwrap() & 0xf,
+        2,
+        "capability version 2"
+    );
+    let lnkcap = p.config_read32(pcie + 0x0c).unwrap();
+    let lnksta = p.config_read16(pcie + 0x12).unwrap();
+    let lnkcap2 = p.config_read32(pcie + 0x2c).unwrap();
+    assert_eq!((lnkcap >> 4) & 0x3f, 16, "maximum width x16");
+    assert_eq!((lnksta >> 4) & 0x3f, 16, "negotiated width x16");
+    // Speeds above 5 GT/s are indexes into link capabilities 2's supported speeds vector
+    // (bit n: speed n; 16 GT/s is bit 4): the maximum and the current speed must name a
+    // supported one, and 16 GT/s with every slower speed is supported.
+    assert_eq!(lnkcap2 & 0xfe, 0b1_1110);
+    assert_eq!(lnkcap & 0xf, 4);
+    assert_eq!(lnksta & 0xf, 4);
+    assert_ne!(lnkcap2 & (1 << (lnkcap & 0xf)), 0);
+}
+
+#[test]
 fn bar0_is_64bit_prefetchable_32mib_with_size_probe() {
     let p = MockHca::new(MockConfig::default()).platform();
     assert_eq!(p.config_read32(0x10).unwrap() & 0xf, 0xc);

@@ -183,6 +183,13 @@ fn mad_ifc_node_and_port_info() {
     let r = o.response_mad_packet();
     assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), 0x21, "LID");
     assert_eq!(r[64 + 32] & 0xf, PortState::Active.raw());
+    // NodeDescription (Linux's mlx5_ib copies the data as the node description without
+    // looking at the MAD status: before, it got an empty string).
+    let o = h.ok(&smp_get(0x0010), &[]);
+    let r = o.response_mad_packet();
+    assert_eq!(&r[4..6], &[0, 0], "status");
+    assert_eq!(&r[64..64 + 13], b"uhca mock HCA");
+    assert!(r[64 + 13..128].iter().all(|&b| b == 0));
     let o = h.ok(&smp_get(0x0020), &[]);
     assert_eq!(
         u16::from_be_bytes([o.response_mad_packet()[4], o.response_mad_packet()[5]]),
@@ -268,4 +275,44 @@ fn port_fields_are_refused_where_they_are_reserved() {
     h.ok(&s, &[]);
     q.set_vhca_port_num(0);
     assert_eq!(h.ok(&q, &[]).roce_address().roce_version(), 2);
+}
+
+#[test]
+fn the_node_description_register_and_the_smas_answer_agree() {
+    let mut h = Harness::ready(MockConfig::infiniband());
+    let mut r = AccessRegisterIn::new_cmd();
+    r.set_op_mod(ACCESS_REGISTER_OP_MOD_READ)
+        .set_register_id(REG_NODE_DESC);
+    let raw = h.exec_ext(&r, &[0u8; NODE_DESC_BYTES], NODE_DESC_BYTES);
+    assert_eq!(raw.status(), CmdStatus::Ok);
+    assert_eq!(&raw.out[16..16 + 13], b"uhca mock HCA");
+    assert!(
+        raw.out[16 + 13..16 + NODE_DESC_BYTES]
+            .iter()
+            .all(|&b| b == 0)
+    );
+    // Written (as Linux's mlx5_ib does when a user sets the node description), read back,
+    // and reported by the subnet management agent.
+    let mut desc = [0u8; NODE_DESC_BYTES];
+    desc[..7].copy_from_slice(b"rack 42");
+    let mut w = AccessRegisterIn::new_cmd();
+    w.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
+        .set_register_id(REG_NODE_DESC);
+    assert_eq!(
+        h.exec_ext(&w, &desc, NODE_DESC_BYTES).status(),
+        CmdStatus::Ok
+    );
+    let raw = h.exec_ext(&r, &[0u8; NODE_DESC_BYTES], NODE_DESC_BYTES);
+    assert_eq!(&raw.out[16..16 + NODE_DESC_BYTES], &desc[..]);
+    let o = h.ok(&smp_get(0x0010), &[]);
+    assert_eq!(&o.response_mad_packet()[64..128], &desc[..]);
+    // A write without the whole description; a read without room for it.
+    assert_eq!(
+        h.exec_ext(&w, &desc[..10], NODE_DESC_BYTES).status(),
+        CmdStatus::BadInpLenErr
+    );
+    assert_eq!(
+        h.exec(&r, &[0u8; NODE_DESC_BYTES]).status(),
+        CmdStatus::BadOutpLenErr
+    );
 }

@@ -3,19 +3,23 @@
 # rig (Debian packages, kernel, initramfs), boots it and runs the tests. Prints how long each
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
-#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default: vfio,rxe,hostile,vfiouser;
-#                                    vfiouser runs tests/vm/vfio-user.sh, its own boot)
+#   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default:
+#                                    vfio,rxe,hostile,vfiouser,linuxmlx5; vfiouser runs
+#                                    tests/vm/vfio-user.sh and linuxmlx5
+#                                    tests/vm/linux-mlx5.sh, each its own boot)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio,rxe,hostile,vfiouser}
-# vfiouser needs QEMU 11.1 and its own boot (vfio-user.sh); the others share one boot.
-VFIO_USER=0
+TESTS=${1:-vfio,rxe,hostile,vfiouser,linuxmlx5}
+# vfiouser and linuxmlx5 need QEMU 11.1 and their own boots (vfio-user.sh, linux-mlx5.sh);
+# the others share one boot.
+VFIO_USER=0 LINUX_MLX5=0
 [[ ",$TESTS," == *,vfiouser,* ]] && VFIO_USER=1
-TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/^,//; s/,$//')
+[[ ",$TESTS," == *,linuxmlx5,* ]] && LINUX_MLX5=1
+TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,linuxmlx5,/,/g; s/^,//; s/,$//')
 cd "$REPO"
 
 names=() secs=() results=()
@@ -58,6 +62,10 @@ fi
 # and boot).
 if [ -z "$failed" ] && [ $VFIO_USER = 1 ]; then
   phase "vfio-user: the mock ConnectX behind real VFIO" bash "$VM/vfio-user.sh"
+fi
+# Linux's own mlx5_core probing a mock function (QEMU 11.1, vfio-user, one boot).
+if [ -z "$failed" ] && [ $LINUX_MLX5 = 1 ]; then
+  phase "linuxmlx5: Linux's mlx5_core on the mock" bash "$VM/linux-mlx5.sh"
 fi
 
 echo

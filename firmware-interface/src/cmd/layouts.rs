@@ -40,6 +40,17 @@ crate::prm_struct! {
         status / set_status @ 0, 8 : u8;
         syndrome / set_syndrome @ 32, 32 : u32;
     }
+    /// PRM `query_adapter_in`.
+    pub struct QueryAdapterIn : query_adapter_in = "mlx5_ifc_query_adapter_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+    }
+    /// PRM `query_adapter_out`.
+    pub struct QueryAdapterOut : query_adapter_out = "mlx5_ifc_query_adapter_out_bits", 2176 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        query_adapter_struct / query_adapter_struct_mut @ 128, 2048 : struct crate::ctx::QueryAdapterParamBlock;
+    }
     /// PRM `query_issi_in`.
     pub struct QueryIssiIn : query_issi_in = "mlx5_ifc_query_issi_in_bits", 128 bits {
         opcode / set_opcode @ 0, 16 : u16;
@@ -276,6 +287,30 @@ crate::prm_struct! {
         status / set_status @ 0, 8 : u8;
         syndrome / set_syndrome @ 32, 32 : u32;
         transport_domain / set_transport_domain @ 72, 24 : u32;
+    }
+    /// PRM `alloc_xrcd_in`.
+    pub struct AllocXrcdIn : alloc_xrcd_in = "mlx5_ifc_alloc_xrcd_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+    }
+    /// PRM `alloc_xrcd_out`.
+    pub struct AllocXrcdOut : alloc_xrcd_out = "mlx5_ifc_alloc_xrcd_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        xrcd / set_xrcd @ 72, 24 : u32;
+    }
+    /// PRM `dealloc_xrcd_in`.
+    pub struct DeallocXrcdIn : dealloc_xrcd_in = "mlx5_ifc_dealloc_xrcd_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        xrcd / set_xrcd @ 72, 24 : u32;
+    }
+    /// PRM `dealloc_xrcd_out`.
+    pub struct DeallocXrcdOut : dealloc_xrcd_out = "mlx5_ifc_dealloc_xrcd_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
     }
     /// PRM `dealloc_transport_domain_in`.
     pub struct DeallocTransportDomainIn : dealloc_transport_domain_in = "mlx5_ifc_dealloc_transport_domain_in_bits", 128 bits {

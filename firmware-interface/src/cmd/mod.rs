@@ -54,6 +54,7 @@ macro_rules! commands {
 commands! {
     EnableHcaIn => EnableHcaOut : EnableHca;
     DisableHcaIn => DisableHcaOut : DisableHca;
+    QueryAdapterIn => QueryAdapterOut : QueryAdapter;
     QueryIssiIn => QueryIssiOut : QueryIssi;
     SetIssiIn => SetIssiOut : SetIssi;
     QueryPagesIn => QueryPagesOut : QueryPages;
@@ -73,6 +74,8 @@ commands! {
     DeallocPdIn => DeallocPdOut : DeallocPd;
     AllocTransportDomainIn => AllocTransportDomainOut : AllocTransportDomain;
     DeallocTransportDomainIn => DeallocTransportDomainOut : DeallocTransportDomain;
+    AllocXrcdIn => AllocXrcdOut : AllocXrcd;
+    DeallocXrcdIn => DeallocXrcdOut : DeallocXrcd;
     CreateMkeyIn => CreateMkeyOut : CreateMkey;
     DestroyMkeyIn => DestroyMkeyOut : DestroyMkey;
     QueryMkeyIn => QueryMkeyOut : QueryMkey;
@@ -114,6 +117,29 @@ commands! {
 /// The register id of the host-endianness register (`MLX5_REG_HOST_ENDIANNESS`), for
 /// ACCESS_REGISTER's `register_id`. Its data is [`crate::ctx::RegisterHostEndianness`].
 pub const REG_HOST_ENDIANNESS: u16 = 0x7004;
+
+/// The register id of NODE_DESC, the node description (`MLX5_REG_NODE_DESC`): 64 bytes of
+/// text padded with zeros, what a subnet management agent reports as NodeDescription (the
+/// PRM's `set_node_in.node_description` has the same 64 bytes).
+pub const REG_NODE_DESC: u16 = 0x6001;
+/// Size in bytes of the NODE_DESC register's data.
+pub const NODE_DESC_BYTES: usize = 64;
+/// The register id of MCQS, the management component query status register
+/// (`MLX5_REG_MCQS`). Its data is [`crate::ctx::McqsReg`].
+pub const REG_MCQS: u16 = 0x9060;
+/// The register id of MCQI, the management component query information register
+/// (`MLX5_REG_MCQI`). Its data is [`crate::ctx::McqiReg`] followed by the information.
+pub const REG_MCQI: u16 = 0x9061;
+/// The register id of MCAM, the management capabilities register (`MLX5_REG_MCAM`). Its
+/// data is [`crate::ctx::McamReg`].
+pub const REG_MCAM: u16 = 0x907f;
+/// MCQS `identifier` of the firmware boot image (Linux `MCQS_IDENTIFIER_BOOT_IMG`).
+pub const MCQS_IDENTIFIER_BOOT_IMG: u16 = 0x1;
+/// MCQS `component_update_state`: no update in progress (Linux `MCQS_UPDATE_STATE_IDLE`).
+pub const MCQS_UPDATE_STATE_IDLE: u8 = 0;
+/// MCQI `info_type`: the component's version, [`crate::ctx::McqiVersion`] (Linux
+/// `MCQI_INFO_TYPE_VERSION`).
+pub const MCQI_INFO_TYPE_VERSION: u8 = 0x1;
 
 /// ACCESS_REGISTER op_mod: write the register.
 pub const ACCESS_REGISTER_OP_MOD_WRITE: u16 = 0;

@@ -824,6 +824,65 @@ crate::prm_struct! {
         addresses_list / set_addresses_list @ 29, 1 : bool;
         roce_en / set_roce_en @ 30, 1 : bool;
     }
+    /// PRM `query_adapter_param_block`: QUERY_ADAPTER's description of the adapter (the
+    /// IEEE vendor OUI, the vendor-specific data and the board's PSID).
+    pub struct QueryAdapterParamBlock : query_adapter_param_block = "mlx5_ifc_query_adapter_param_block_bits", 2048 bits {
+        ieee_vendor_id / set_ieee_vendor_id @ 200, 24 : u32;
+        vsd_vendor_id / set_vsd_vendor_id @ 240, 16 : u16;
+        vsd / vsd_mut @ 256, 1664 : [u8];
+        vsd_contd_psid / vsd_contd_psid_mut @ 1920, 128 : [u8];
+    }
+    /// PRM `mcam_reg`: the management capabilities register (MCAM), read through
+    /// ACCESS_REGISTER: which management registers (and enhanced features) the firmware
+    /// offers, one group of 128 registers per `access_reg_group`.
+    pub struct McamReg : mcam_reg = "mlx5_ifc_mcam_reg_bits", 576 bits {
+        feature_group / set_feature_group @ 8, 8 : u8;
+        access_reg_group / set_access_reg_group @ 24, 8 : u8;
+        mng_access_reg_cap_mask__access_regs / mng_access_reg_cap_mask__access_regs_mut @ 64, 128 : struct crate::ctx::McamAccessReg;
+        mng_feature_cap_mask / mng_feature_cap_mask_mut @ 320, 128 : [u8];
+    }
+    /// PRM `mcam_access_reg`: the register bits of MCAM's first group (registers 0x9000 to
+    /// 0x907f; bit 127 - n is register 0x9000 + n).
+    pub struct McamAccessReg : mcam_access_reg = "mlx5_ifc_mcam_access_reg_bits", 128 bits {
+        mcda / set_mcda @ 28, 1 : bool;
+        mcc / set_mcc @ 29, 1 : bool;
+        mcqi / set_mcqi @ 30, 1 : bool;
+        mcqs / set_mcqs @ 31, 1 : bool;
+    }
+    /// PRM `mcqs_reg`: the management component query status register (MCQS): one
+    /// firmware component (boot image, configuration ...) per `component_index`.
+    pub struct McqsReg : mcqs_reg = "mlx5_ifc_mcqs_reg_bits", 128 bits {
+        last_index_flag / set_last_index_flag @ 0, 1 : bool;
+        fw_device / set_fw_device @ 8, 8 : u8;
+        component_index / set_component_index @ 16, 16 : u16;
+        identifier / set_identifier @ 48, 16 : u16;
+        component_status / set_component_status @ 87, 5 : u8;
+        component_update_state / set_component_update_state @ 92, 4 : u8;
+        last_update_state_changer_type / set_last_update_state_changer_type @ 96, 4 : u8;
+        last_update_state_changer_host_id / set_last_update_state_changer_host_id @ 100, 4 : u8;
+    }
+    /// PRM `mcqi_reg`: the management component query information register (MCQI): one
+    /// kind of information (`info_type`) about a component, in `data`.
+    pub struct McqiReg : mcqi_reg = "mlx5_ifc_mcqi_reg_bits", 192 bits {
+        read_pending_component / set_read_pending_component @ 0, 1 : bool;
+        component_index / set_component_index @ 16, 16 : u16;
+        info_type / set_info_type @ 91, 5 : u8;
+        info_size / set_info_size @ 96, 32 : u32;
+        offset / set_offset @ 128, 32 : u32;
+        data_size / set_data_size @ 176, 16 : u16;
+        data @ 192 : flex [u8; 4];
+    }
+    /// PRM `mcqi_version`: MCQI's version information of a component (`info_type` 1).
+    pub struct McqiVersion : mcqi_version = "mlx5_ifc_mcqi_version_bits", 992 bits {
+        build_time_valid / set_build_time_valid @ 2, 1 : bool;
+        user_defined_time_valid / set_user_defined_time_valid @ 3, 1 : bool;
+        version_string_length / set_version_string_length @ 24, 8 : u8;
+        version / set_version @ 32, 32 : u32;
+        build_time / set_build_time @ 64, 64 : u64;
+        user_defined_time / set_user_defined_time @ 128, 64 : u64;
+        build_tool_version / set_build_tool_version @ 192, 32 : u32;
+        version_string / version_string_mut @ 256, 736 : [u8];
+    }
     /// PRM `register_host_endianness`.
     pub struct RegisterHostEndianness : register_host_endianness = "mlx5_ifc_register_host_endianness_bits", 128 bits {
         he / set_he @ 0, 1 : bool;

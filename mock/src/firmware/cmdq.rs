@@ -5,7 +5,7 @@ use super::{Fail, HcaState};
 use crate::device::Device;
 use crate::faults::CommandFault;
 use crate::log::{CommandOutcome, CommandRecord};
-use uhca_fwif::cmd::MboxIn;
+use uhca_fwif::cmd::{AccessRegisterIn, MboxIn};
 use uhca_fwif::cmdq::{CMD_INLINE_IN_BYTES, CmdLayout, CmdProtBlock};
 use uhca_fwif::consts::{
     CMD_DATA_BLOCK_SIZE, CMD_OWNER_HW, CmdOpcode, CmdStatus, DeliveryStatus, EventType,
@@ -110,6 +110,7 @@ impl Device {
             token: entry.token,
             opcode: CmdOpcode::Unknown(0),
             op_mod: 0,
+            register_id: 0,
             delivery: DeliveryStatus::Ok,
             status: CmdStatus::Ok,
             syndrome: 0,
@@ -134,6 +135,7 @@ impl Device {
             rec.opcode = CmdOpcode::from_raw(hdr.opcode());
             rec.op_mod = hdr.op_mod();
         }
+        rec.register_id = register_id(rec.opcode, &input);
         let outlen = entry.outlen.get() as usize;
         let cmd_eq_before = self.fw.eq_for(EventType::Cmd.raw()).is_some();
         let result = match self.faults.take_command_fault(rec.opcode) {
@@ -389,11 +391,21 @@ impl Device {
                 token: entry.token,
                 opcode: CmdOpcode::from_raw(hdr.opcode()),
                 op_mod: hdr.op_mod(),
+                register_id: register_id(CmdOpcode::from_raw(hdr.opcode()), &input),
                 delivery: ds,
                 status: CmdStatus::NoResErr,
                 syndrome: synd,
                 outcome: CommandOutcome::Completed,
             });
         }
+    }
+}
+
+/// ACCESS_REGISTER's `register_id` from a command's input, for the command log (0 for other
+/// commands or an input too short to hold it).
+fn register_id(opcode: CmdOpcode, input: &[u8]) -> u16 {
+    match (opcode, AccessRegisterIn::read_from_prefix(input)) {
+        (CmdOpcode::AccessReg, Ok((i, _))) => i.register_id(),
+        _ => 0,
     }
 }

@@ -1,5 +1,6 @@
 //! HCA life cycle: ENABLE_HCA, DISABLE_HCA, ISSI, capabilities, INIT_HCA, TEARDOWN_HCA,
-//! ACCESS_REGISTER (host endianness) and QUERY_SPECIAL_CONTEXTS.
+//! ACCESS_REGISTER (host endianness, the node description; the firmware component
+//! registers MCAM, MCQS and MCQI, read only), QUERY_ADAPTER and QUERY_SPECIAL_CONTEXTS.
 
 use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
 use crate::caps::{LinkLayer, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
@@ -7,13 +8,26 @@ use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdStatus, HcaCapType};
-use uhca_fwif::ctx::{AtomicCaps, CmdHcaCap, RegisterHostEndianness, RoceCap};
+use uhca_fwif::ctx::{
+    AtomicCaps, CmdHcaCap, McamReg, McqiReg, McqiVersion, McqsReg, RegisterHostEndianness, RoceCap,
+};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// The reserved lkey QUERY_SPECIAL_CONTEXTS reports.
 pub const RESERVED_LKEY: u32 = 0x0000_0300;
 /// The ISSI values the firmware supports (bit n: ISSI n).
 pub const SUPPORTED_ISSI: u32 = 0b11;
+
+/// QUERY_ADAPTER's `ieee_vendor_id`: the IEEE OUI of the adapter's vendor (Mellanox,
+/// 00-02-c9, the vendor of PCI vendor ID 0x15b3 the function reports).
+pub const ADAPTER_IEEE_VENDOR_ID: u32 = 0x00_02c9;
+/// QUERY_ADAPTER's `vsd_vendor_id`: the PCI vendor ID of whoever wrote the vendor-specific
+/// data (`vsd`, left empty here).
+pub const ADAPTER_VSD_VENDOR_ID: u16 = 0x15b3;
+/// QUERY_ADAPTER's `vsd_contd_psid`: the board's PSID (parameter-set identification), an
+/// ASCII string of at most 16 bytes padded with zeros. The model names itself rather than
+/// borrow a real board's.
+pub const ADAPTER_PSID: &[u8] = b"UHCA_MOCK_0001";
 
 /// TEARDOWN_HCA profile: graceful close.
 pub const TEARDOWN_GRACEFUL: u16 = 0;
@@ -27,6 +41,44 @@ fn own_function(function_id: u16, other: bool) -> Result<(), Fail> {
         return Err(bad_param(syndrome::BAD_FUNCTION));
     }
     Ok(())
+}
+
+/// Decodes a register's data from the start of `data`.
+fn read_reg<T: FromBytes>(data: &[u8]) -> Result<T, Fail> {
+    T::read_from_prefix(data)
+        .map(|(r, _)| r)
+        .map_err(|_| Fail::Cmd(CmdStatus::BadInpLenErr, syndrome::BAD_INPUT_LEN))
+}
+
+/// MCAM: the management registers the model offers, MCQS and MCQI, both in the first
+/// group (registers 0x9000 to 0x907f); the next three groups exist and are empty; no
+/// enhanced features.
+fn reg_mcam(data: &[u8]) -> Result<Vec<u8>, Fail> {
+    let req: McamReg = read_reg(data)?;
+    if req.feature_group() != 0 || req.access_reg_group() > 3 {
+        return Err(bad_param(syndrome::BAD_REGISTER_INDEX));
+    }
+    let mut reg = McamReg::default();
+    reg.set_access_reg_group(req.access_reg_group());
+    if req.access_reg_group() == 0 {
+        reg.mng_access_reg_cap_mask__access_regs_mut()
+            .set_mcqi(true)
+            .set_mcqs(true);
+    }
+    Ok(reg.as_bytes().to_vec())
+}
+
+/// MCQS: one component, the boot image, idle (no update in progress or pending).
+fn reg_mcqs(data: &[u8]) -> Result<Vec<u8>, Fail> {
+    let req: McqsReg = read_reg(data)?;
+    if req.component_index() != 0 {
+        return Err(bad_param(syndrome::BAD_REGISTER_INDEX));
+    }
+    let mut reg = McqsReg::default();
+    reg.set_last_index_flag(true)
+        .set_identifier(MCQS_IDENTIFIER_BOOT_IMG)
+        .set_component_update_state(MCQS_UPDATE_STATE_IDLE);
+    Ok(reg.as_bytes().to_vec())
 }
 
 impl Device {
@@ -199,38 +251,93 @@ impl Device {
     }
 
     pub(crate) fn cmd_access_register(&mut self, c: &Ctx, i: &AccessRegisterIn) -> CmdResult {
-        if i.register_id() != REG_HOST_ENDIANNESS {
-            return Err(bad_param(syndrome::BAD_REGISTER));
-        }
-        let data_off = AccessRegisterIn::SIZE;
-        match i.op_mod() {
-            ACCESS_REGISTER_OP_MOD_WRITE => {
-                let Some(bytes) = c.raw.get(data_off..data_off + RegisterHostEndianness::SIZE)
-                else {
-                    return Err(Fail::Cmd(CmdStatus::BadInpLenErr, syndrome::BAD_INPUT_LEN));
-                };
-                let reg = RegisterHostEndianness::read_from_bytes(bytes)
-                    .map_err(|_| bad_param(syndrome::BAD_INPUT_LEN))?;
-                self.fw.host_endianness_he = reg.he();
-                let mut o = out(&AccessRegisterOut::default());
-                o.extend_from_slice(reg.as_bytes());
-                Ok(o)
+        let write = match i.op_mod() {
+            ACCESS_REGISTER_OP_MOD_WRITE => true,
+            ACCESS_REGISTER_OP_MOD_READ => false,
+            _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
+        };
+        let data = &c.raw[AccessRegisterIn::SIZE.min(c.raw.len())..];
+        let reg = match i.register_id() {
+            REG_HOST_ENDIANNESS => self.reg_host_endianness(write, data)?,
+            REG_NODE_DESC => self.reg_node_desc(write, data)?,
+            REG_MCAM | REG_MCQS | REG_MCQI if write => {
+                return Err(bad_param(syndrome::READ_ONLY_REGISTER));
             }
-            ACCESS_REGISTER_OP_MOD_READ => {
-                if c.outlen < AccessRegisterOut::SIZE + RegisterHostEndianness::SIZE {
-                    return Err(Fail::Cmd(
-                        CmdStatus::BadOutpLenErr,
-                        syndrome::BAD_OUTPUT_LEN,
-                    ));
-                }
-                let mut reg = RegisterHostEndianness::default();
-                reg.set_he(self.fw.host_endianness_he);
-                let mut o = out(&AccessRegisterOut::default());
-                o.extend_from_slice(reg.as_bytes());
-                Ok(o)
-            }
-            _ => Err(bad_param(syndrome::BAD_OP_MOD)),
+            REG_MCAM => reg_mcam(data)?,
+            REG_MCQS => reg_mcqs(data)?,
+            REG_MCQI => self.reg_mcqi(data, c.outlen)?,
+            _ => return Err(bad_param(syndrome::BAD_REGISTER)),
+        };
+        // A read needs room for the register; what a write echoes is cut to the room given.
+        if !write && c.outlen < AccessRegisterOut::SIZE + reg.len() {
+            return Err(Fail::Cmd(
+                CmdStatus::BadOutpLenErr,
+                syndrome::BAD_OUTPUT_LEN,
+            ));
         }
+        let mut o = out(&AccessRegisterOut::default());
+        o.extend_from_slice(&reg);
+        Ok(o)
+    }
+
+    /// HOST_ENDIANNESS: the `he` bit, written or read.
+    fn reg_host_endianness(&mut self, write: bool, data: &[u8]) -> Result<Vec<u8>, Fail> {
+        let mut reg = RegisterHostEndianness::default();
+        if write {
+            reg = read_reg(data)?;
+            self.fw.host_endianness_he = reg.he();
+        } else {
+            reg.set_he(self.fw.host_endianness_he);
+        }
+        Ok(reg.as_bytes().to_vec())
+    }
+
+    /// NODE_DESC: the node description, written or read.
+    fn reg_node_desc(&mut self, write: bool, data: &[u8]) -> Result<Vec<u8>, Fail> {
+        if write {
+            let Some(d) = data.get(..NODE_DESC_BYTES) else {
+                return Err(Fail::Cmd(CmdStatus::BadInpLenErr, syndrome::BAD_INPUT_LEN));
+            };
+            self.fw.node_desc.copy_from_slice(d);
+        }
+        Ok(self.fw.node_desc.to_vec())
+    }
+
+    /// MCQI: the version of the boot image (component 0), as the initialization segment
+    /// reports it, or as much of it as the driver asked for (`data_size`) and left room for.
+    fn reg_mcqi(&self, data: &[u8], outlen: usize) -> Result<Vec<u8>, Fail> {
+        let req: McqiReg = read_reg(data)?;
+        if req.component_index() != 0
+            || req.read_pending_component()
+            || req.info_type() != MCQI_INFO_TYPE_VERSION
+        {
+            return Err(bad_param(syndrome::BAD_REGISTER_INDEX));
+        }
+        let (major, minor, subminor) = self.config.fw_rev;
+        let text = format!("{major}.{minor}.{subminor}");
+        let mut v = McqiVersion::default();
+        v.set_version(
+            ((major as u32 & 0xff) << 24) | ((minor as u32 & 0xff) << 16) | subminor as u32,
+        )
+        .set_version_string_length(text.len() as u8);
+        v.version_string_mut()[..text.len()].copy_from_slice(text.as_bytes());
+        let room = outlen.saturating_sub(AccessRegisterOut::SIZE + McqiReg::SIZE);
+        let n = (req.data_size() as usize).min(McqiVersion::SIZE).min(room);
+        let mut reg = req;
+        reg.set_info_size(McqiVersion::SIZE as u32)
+            .set_data_size(n as u16);
+        let mut bytes = reg.as_bytes().to_vec();
+        bytes.extend_from_slice(&v.as_bytes()[..n]);
+        Ok(bytes)
+    }
+
+    pub(crate) fn cmd_query_adapter(&mut self, _c: &Ctx, _i: &QueryAdapterIn) -> CmdResult {
+        let mut o = QueryAdapterOut::default();
+        let a = o.query_adapter_struct_mut();
+        a.set_ieee_vendor_id(ADAPTER_IEEE_VENDOR_ID)
+            .set_vsd_vendor_id(ADAPTER_VSD_VENDOR_ID);
+        a.vsd_contd_psid_mut()[..ADAPTER_PSID.len()].copy_from_slice(ADAPTER_PSID);
+        Ok(out(&o))
     }
 
     pub(crate) fn cmd_query_special_contexts(

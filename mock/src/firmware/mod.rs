@@ -24,13 +24,14 @@ pub use cq::{
 };
 pub use eq::{EQE_SIZE, HEALTH_SYNDR_ASYNC_EQ_OVERRUN};
 pub use hca::{
-    RESERVED_LKEY, SUPPORTED_ISSI, TEARDOWN_FORCE, TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
+    ADAPTER_IEEE_VENDOR_ID, ADAPTER_PSID, ADAPTER_VSD_VENDOR_ID, RESERVED_LKEY, SUPPORTED_ISSI,
+    TEARDOWN_FORCE, TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
 };
 pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
 pub use qp::optpar;
 pub use srq::ARM_RQ_OP_MOD_SRQ;
-pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED};
+pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION};
 
 use crate::caps::{Caps, LinkLayer};
 use crate::device::Device;
@@ -338,12 +339,16 @@ pub(crate) struct Firmware {
     pub(crate) issi: u16,
     pub(crate) caps: Caps,
     pub(crate) host_endianness_he: bool,
+    /// The node description (NODE_DESC register, SubnGet(NodeDescription)).
+    pub(crate) node_desc: [u8; NODE_DESC_BYTES],
     pub(crate) pages: Pages,
     pub(crate) fast_teardown_prepared: bool,
 
     pub(crate) uars: BTreeSet<u32>,
     pub(crate) pds: BTreeSet<u32>,
     pub(crate) tds: BTreeSet<u32>,
+    /// XRC domains.
+    pub(crate) xrcds: BTreeSet<u32>,
     pub(crate) q_counters: BTreeSet<u8>,
     pub(crate) mkeys: BTreeMap<u32, Mkey>,
     pub(crate) eqs: BTreeMap<u8, Eq>,
@@ -402,6 +407,11 @@ impl Firmware {
             issi: 0,
             caps,
             host_endianness_he: false,
+            node_desc: {
+                let mut d = [0u8; NODE_DESC_BYTES];
+                d[..vport::NODE_DESCRIPTION.len()].copy_from_slice(vport::NODE_DESCRIPTION);
+                d
+            },
             pages: Pages {
                 boot: cfg.boot_pages,
                 init: cfg.init_pages,
@@ -412,6 +422,7 @@ impl Firmware {
             uars: BTreeSet::new(),
             pds: BTreeSet::new(),
             tds: BTreeSet::new(),
+            xrcds: BTreeSet::new(),
             q_counters: BTreeSet::new(),
             mkeys: BTreeMap::new(),
             eqs: BTreeMap::new(),
@@ -446,6 +457,7 @@ impl Firmware {
         self.uars.clear();
         self.pds.clear();
         self.tds.clear();
+        self.xrcds.clear();
         self.q_counters.clear();
         self.mkeys.clear();
         self.eqs.clear();
@@ -582,6 +594,7 @@ impl Device {
             O::TeardownHca => run!(TeardownHcaIn, cmd_teardown_hca),
             O::AccessReg => run!(AccessRegisterIn, cmd_access_register, op_mod_any),
             O::QuerySpecialContexts => run!(QuerySpecialContextsIn, cmd_query_special_contexts),
+            O::QueryAdapter => run!(QueryAdapterIn, cmd_query_adapter),
             O::Nop => {
                 self.check_state(op)?;
                 Ok(vec![0; 16])
@@ -592,6 +605,8 @@ impl Device {
             O::DeallocPd => run!(DeallocPdIn, cmd_dealloc_pd),
             O::AllocTransportDomain => run!(AllocTransportDomainIn, cmd_alloc_td),
             O::DeallocTransportDomain => run!(DeallocTransportDomainIn, cmd_dealloc_td),
+            O::AllocXrcd => run!(AllocXrcdIn, cmd_alloc_xrcd),
+            O::DeallocXrcd => run!(DeallocXrcdIn, cmd_dealloc_xrcd),
             O::AllocQCounter => run!(AllocQCounterIn, cmd_alloc_q_counter),
             O::QueryQCounter => run!(QueryQCounterIn, cmd_query_q_counter),
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),

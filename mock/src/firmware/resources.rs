@@ -1,4 +1,5 @@
-//! Simple resources: UAR pages, protection domains, transport domains and queue counters.
+//! Simple resources: UAR pages, protection domains, transport domains, XRC domains and
+//! queue counters.
 
 use super::{CmdResult, Ctx, bad_res, busy, lim, out, syndrome};
 use crate::device::Device;
@@ -79,6 +80,27 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         Ok(out(&DeallocTransportDomainOut::default()))
+    }
+
+    pub(crate) fn cmd_alloc_xrcd(&mut self, _c: &Ctx, _i: &AllocXrcdIn) -> CmdResult {
+        if self.fw.xrcds.len() >= 1 << self.fw.caps.general_cur.log_max_xrcd() {
+            return Err(lim(syndrome::TABLE_FULL));
+        }
+        let xrcd = self.fw.alloc_id();
+        self.fw.xrcds.insert(xrcd);
+        let mut o = AllocXrcdOut::default();
+        o.set_xrcd(xrcd);
+        Ok(out(&o))
+    }
+
+    pub(crate) fn cmd_dealloc_xrcd(&mut self, _c: &Ctx, i: &DeallocXrcdIn) -> CmdResult {
+        let xrcd = i.xrcd();
+        if !self.fw.xrcds.contains(&xrcd) {
+            return Err(bad_res(syndrome::NO_SUCH_OBJECT));
+        }
+        // Nothing names an XRC domain yet: XRC SRQs and XRC QPs are not modelled.
+        self.fw.xrcds.remove(&xrcd);
+        Ok(out(&DeallocXrcdOut::default()))
     }
 
     pub(crate) fn cmd_alloc_q_counter(&mut self, _c: &Ctx, _i: &AllocQCounterIn) -> CmdResult {

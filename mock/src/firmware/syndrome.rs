@@ -43,6 +43,12 @@ pub const CAP_ABOVE_MAX: u32 = 0x0002_0008;
 pub const BAD_TEARDOWN_PROFILE: u32 = 0x0002_0009;
 /// The register is not modelled.
 pub const BAD_REGISTER: u32 = 0x0002_000a;
+/// A write to a register that can only be read (MCAM, MCQS, MCQI).
+pub const READ_ONLY_REGISTER: u32 = 0x0002_000b;
+/// A register access names something the model does not have: an MCAM feature or
+/// register group beyond the first four, a firmware component other than the boot image,
+/// an MCQI information type other than the version, or a pending image.
+pub const BAD_REGISTER_INDEX: u32 = 0x0002_000c;
 
 /// Boot pages were not given.
 pub const NO_BOOT_PAGES: u32 = 0x0003_0001;

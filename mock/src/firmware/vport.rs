@@ -16,6 +16,11 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
 /// "All entries" for QUERY_HCA_VPORT_GID/PKEY.
 pub const ALL_ENTRIES: u16 = 0xffff;
+/// The node description the firmware starts with, reported by the subnet management agent
+/// (SubnGet(NodeDescription)) and the NODE_DESC register (Linux's `mlx5_ib` shows it as the
+/// device's `node_desc`).
+pub const NODE_DESCRIPTION: &[u8] = b"uhca mock HCA";
+
 /// MAD status: unsupported method or attribute.
 pub const MAD_STATUS_UNSUPPORTED: u16 = 0x000c;
 
@@ -271,8 +276,9 @@ impl Device {
         Ok(out(&o))
     }
 
-    /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeInfo) and
-    /// SubnGet(PortInfo); other MADs get the "unsupported" MAD status.
+    /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeDescription),
+    /// SubnGet(NodeInfo) and SubnGet(PortInfo); other MADs get the "unsupported" MAD
+    /// status.
     pub(crate) fn cmd_mad_ifc(&mut self, _c: &Ctx, i: &MadIfcIn) -> CmdResult {
         if self.fw.port_type() != LinkLayer::InfiniBand {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
@@ -296,6 +302,9 @@ impl Device {
         let guid = self.config.node_guid();
         if mad[3] != 0x01 {
             status = MAD_STATUS_UNSUPPORTED;
+        } else if attr == 0x0010 {
+            // NodeDescription: 64 bytes of UTF-8, padded with zeros.
+            data.copy_from_slice(&self.fw.node_desc);
         } else if attr == 0x0011 {
             // NodeInfo
             data.fill(0);

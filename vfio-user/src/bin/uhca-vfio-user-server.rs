@@ -1,14 +1,19 @@
 //! `uhca-vfio-user-server`: serves mock ConnectX functions to a VMM over vfio-user.
 //!
 //! ```text
-//! uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] --socket PATH...
+//! uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log]
+//!                       --socket PATH...
 //! ```
 //!
 //! One mock function per `--socket` (in order: MAC 02:c0:ff:ee:00:01, :02, ...; on
 //! InfiniBand the fabric's subnet manager gives LIDs 1, 2, ...), all on one mock fabric whose
 //! pump runs in real time. Each socket takes one client at a time; when a client goes, its
 //! DMA maps and eventfds are dropped and the socket waits for the next. The server runs
-//! until it is killed.
+//! until it is killed. With `--command-log`, each time a client goes the server prints the
+//! commands that function's firmware executed since the last client went (one `cmd` line
+//! each: opcode, op_mod, the register of an ACCESS_REGISTER, status, syndrome, outcome),
+//! the model's notes (driver behaviour hardware would silently accept, such as DISABLE_HCA
+//! with firmware pages still held) and the pages the firmware holds.
 //!
 //! Every device access the model's IOMMU refuses (an IOVA outside the client's DMA maps, a
 //! write to a read-only map, DMA with bus mastering off) is printed on standard output,
@@ -22,6 +27,7 @@ use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
 use std::time::Duration;
+use uhca_fwif::consts::CmdOpcode;
 use uhca_mock::{ClockMode, Fabric, FaultKind, IommuFault, LinkLayer, MockConfig, MockHca};
 use uhca_vfio_user::{Function, serve};
 
@@ -45,9 +51,10 @@ struct Args {
     link: LinkLayer,
     pcap: Option<String>,
     log: bool,
+    command_log: bool,
 }
 
-const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] --socket PATH...";
+const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log] --socket PATH...";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -55,6 +62,7 @@ fn parse() -> Result<Args, String> {
         link: LinkLayer::Ethernet,
         pcap: None,
         log: false,
+        command_log: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -69,6 +77,7 @@ fn parse() -> Result<Args, String> {
             }
             "--pcap" => a.pcap = Some(it.next().ok_or("--pcap needs a file")?),
             "--log" => a.log = true,
+            "--command-log" => a.command_log = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -97,6 +106,37 @@ fn fault_line(path: &str, f: &IommuFault) -> String {
         f.iova,
         f.context,
     )
+}
+
+/// Prints (to standard output) and clears the commands `hca` executed, its notes and the
+/// pages its firmware holds.
+fn print_command_log(path: &str, hca: &MockHca) {
+    let records = hca.command_log();
+    hca.clear_command_log();
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{path}: command log: {} commands", records.len());
+    for r in &records {
+        let reg = if r.opcode == CmdOpcode::AccessReg {
+            format!(" register=0x{:04x}", r.register_id)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "{path}: cmd {:?} op_mod=0x{:x}{reg} status={:?} syndrome=0x{:08x} {:?}",
+            r.opcode, r.op_mod, r.status, r.syndrome, r.outcome
+        );
+    }
+    for n in hca.notes() {
+        let _ = writeln!(o, "{path}: note: {}", n.text);
+    }
+    let _ = writeln!(
+        o,
+        "{path}: firmware pages held: {}, state: {:?}",
+        hca.pages().held,
+        hca.hca_state()
+    );
+    let _ = o.flush();
 }
 
 fn main() -> ExitCode {
@@ -156,13 +196,19 @@ fn main() -> ExitCode {
     for (path, listener, function) in listeners {
         say!("uhca-vfio-user-server: function {path} ready");
         let log = args.log;
+        let command_log = args.command_log;
         threads.push(std::thread::spawn(move || {
             for conn in listener.incoming() {
                 match conn {
-                    Ok(stream) => match serve(stream, &function, log) {
-                        Ok(s) => warn!("{path}: client gone: {s:?}"),
-                        Err(e) => warn!("{path}: connection failed: {e}"),
-                    },
+                    Ok(stream) => {
+                        match serve(stream, &function, log) {
+                            Ok(s) => warn!("{path}: client gone: {s:?}"),
+                            Err(e) => warn!("{path}: connection failed: {e}"),
+                        }
+                        if command_log {
+                            print_command_log(&path, function.hca());
+                        }
+                    }
                     Err(e) => warn!("{path}: accept failed: {e}"),
                 }
             }
