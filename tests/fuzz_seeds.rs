@@ -1,6 +1,6 @@
 //! The seed corpora of the fuzz targets (`fuzz/seeds/<target>/`): a few valid inputs per
 //! target, built here from the real formats (packets the wire module emits, captures the
-//! pcap writer writes, the out-of-band messages as the examples send them, CQEs and EQEs
+//! pcap writer writes, the three out-of-band messages as the examples send them, CQEs and EQEs
 //! laid out by the fwif structures, every firmware command's input, a vfio-user session).
 //!
 //! This test fails when a seed file in the repository differs from what it generates (a
@@ -348,6 +348,29 @@ fn oob(s: &mut Seeds) {
         len: 0x10000,
     };
     s.insert(("oob_rdma", "dest".into()), with(0, &rd.to_wire()));
+    let e = uhca_collective::Endpoint {
+        addr: uhca_collective::PortAddr {
+            gid: Gid::from_ipv4([127, 0, 0, 2]),
+            mac: uhca::driver::addr::Mac([0x02, 0xc0, 0x11, 0xec, 0x01, 1]),
+            lid: 0,
+        },
+        qpn: 0x104,
+        psn: 0x1234,
+        inbox: 0x7f12_3450_0000,
+        rkey: 0x300,
+    };
+    let line = uhca_collective::line::endpoint_line(1, 0, &e);
+    s.insert(("oob_collective", "endpoint".into()), line.into_bytes());
+    let ib = uhca_collective::Endpoint {
+        addr: uhca_collective::PortAddr {
+            gid: Gid([0; 16]),
+            mac: uhca::driver::addr::Mac([0; 6]),
+            lid: 7,
+        },
+        ..e
+    };
+    let line = uhca_collective::line::endpoint_line(0, 3, &ib);
+    s.insert(("oob_collective", "infiniband".into()), line.into_bytes());
     s.insert(
         ("oob_rdma", "lines".into()),
         with(

@@ -417,7 +417,7 @@ impl MockHca {
     /// locked: it must not call the model.
     pub fn set_command_output_filter(
         &self,
-        filter: Option<Box<dyn FnMut(CmdOpcode, &mut [u8]) + Send>>,
+        filter: Option<Box<crate::faults::OutputFilter>>,
     ) {
         self.dev().faults.output_filter = filter.map(|f| {
             crate::faults::ArmedOutputFilter(std::sync::Arc::new(std::sync::Mutex::new(f)))
