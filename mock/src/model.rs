@@ -415,10 +415,7 @@ impl MockHca {
     /// and fuzzing of how a driver reads the outputs of a buggy or hostile device; the
     /// model's own state is what the command really did. `filter` runs with the model
     /// locked: it must not call the model.
-    pub fn set_command_output_filter(
-        &self,
-        filter: Option<Box<crate::faults::OutputFilter>>,
-    ) {
+    pub fn set_command_output_filter(&self, filter: Option<Box<crate::faults::OutputFilter>>) {
         self.dev().faults.output_filter = filter.map(|f| {
             crate::faults::ArmedOutputFilter(std::sync::Arc::new(std::sync::Mutex::new(f)))
         });
