@@ -11,7 +11,6 @@
 #![no_main]
 
 #[path = "../../mock/tests/common/mod.rs"]
-#[allow(dead_code, unused_imports, missing_docs)]
 mod common;
 
 use common::{CHAIN_BLOCKS, Harness};
