@@ -47,17 +47,18 @@
 #[macro_use] // println!/eprintln! that stay quiet on a closed pipe (`| head`)
 mod print;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use uhca::driver::addr::{Gid, Mac};
+use uhca::driver::addr::Mac;
 use uhca::driver::{Hca, HcaConfig};
 use uhca::mock::fabric::PumpHandle;
 use uhca::mock::{ClockMode, Fabric, MockConfig, MockHca};
 use uhca::mock::{FaultConfig, LinkLayer};
+use uhca_collective::line::{endpoint_line, parse_endpoint_line};
 use uhca_collective::mock::{MockCluster, MockComm, share_cpu};
 use uhca_collective::{Bf16, Collective, Config, DataType, Element, Error, F16, ReduceOp};
 use uhca_collective::{Endpoint, PortAddr};
@@ -564,55 +565,8 @@ impl UdpRank {
     }
 }
 
-/// An endpoint as one line of text: `from to gid mac lid qpn psn inbox rkey`.
-fn endpoint_line(from: usize, to: usize, e: &Endpoint) -> String {
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "{from} {to} {} {} {} {} {} {} {}\n",
-        hex(&e.addr.gid.0),
-        hex(&e.addr.mac.0),
-        e.addr.lid,
-        e.qpn,
-        e.psn,
-        e.inbox,
-        e.rkey
-    )
-}
-
-fn parse_endpoint(line: &str) -> Res<(usize, usize, Endpoint)> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() != 9 {
-        return Err(format!("bad endpoint line {line:?}").into());
-    }
-    let unhex = |s: &str, out: &mut [u8]| -> Res<()> {
-        if s.len() != 2 * out.len() {
-            return Err(format!("bad hex {s:?}").into());
-        }
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)?;
-        }
-        Ok(())
-    };
-    let mut gid = [0u8; 16];
-    let mut mac = [0u8; 6];
-    unhex(f[2], &mut gid)?;
-    unhex(f[3], &mut mac)?;
-    Ok((
-        f[0].parse()?,
-        f[1].parse()?,
-        Endpoint {
-            addr: PortAddr {
-                gid: Gid(gid),
-                mac: Mac(mac),
-                lid: f[4].parse()?,
-            },
-            qpn: f[5].parse()?,
-            psn: f[6].parse()?,
-            inbox: f[7].parse()?,
-            rkey: f[8].parse()?,
-        },
-    ))
-}
+/// The longest line of the exchange of endpoints (one is about 120 bytes).
+const MAX_LINE: u64 = 1024;
 
 /// How long the exchange of endpoints may take.
 const OOB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -656,7 +610,7 @@ fn udp_rank(a: &Args, ip: Ipv4Addr) -> Res<UdpRank> {
     let dummy = pending.endpoint((a.rank + 1) % n);
     let mut table = vec![vec![dummy; n]; n];
     let mut put = |line: &str| -> Res<()> {
-        let (from, to, e) = parse_endpoint(line)?;
+        let (from, to, e) = parse_endpoint_line(line)?;
         if from >= n || to >= n {
             return Err(format!("endpoint for rank {from} -> {to} outside 0..{n}").into());
         }
@@ -667,8 +621,13 @@ fn udp_rank(a: &Args, ip: Ipv4Addr) -> Res<UdpRank> {
         let mut v = Vec::with_capacity(k);
         for _ in 0..k {
             let mut l = String::new();
-            if r.read_line(&mut l)? == 0 {
+            // At most MAX_LINE bytes: a peer that never sends a newline gets an error, not
+            // all of this process's memory.
+            if r.by_ref().take(MAX_LINE).read_line(&mut l)? == 0 {
                 return Err("the exchange connection closed early".into());
+            }
+            if !l.ends_with('\n') {
+                return Err(format!("a line longer than {MAX_LINE} bytes, or cut short").into());
             }
             v.push(l);
         }

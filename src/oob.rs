@@ -359,7 +359,9 @@ impl RdmaDest {
         if text.len() != RDMA_MSG_LEN - 1 {
             return Err(bad());
         }
-        let (base, tail) = text.split_at(MSG_LEN - 1);
+        // Where the pingpong text should end may fall inside a character of a peer's
+        // non-ASCII bytes: that is a malformed message, not a place to split.
+        let (base, tail) = text.split_at_checked(MSG_LEN - 1).ok_or_else(bad)?;
         let dest = Dest::parse(base.as_bytes()).map_err(|_| bad())?;
         let fields: Vec<&str> = tail.split(':').collect();
         let hex = |s: &str, digits: usize| -> Result<u64, OobError> {
@@ -422,22 +424,7 @@ impl Session {
     /// [`OobError::Closed`] if the peer closed the connection, [`OobError::Malformed`]
     /// for a line longer than [`MAX_LINE`] or not UTF-8, [`OobError::Io`].
     pub fn recv_line(&mut self) -> Result<String, OobError> {
-        let mut line = Vec::new();
-        let mut byte = [0u8; 1];
-        loop {
-            self.stream.read_exact(&mut byte)?;
-            if byte[0] == b'\n' {
-                break;
-            }
-            if line.len() == MAX_LINE {
-                return Err(OobError::Malformed(
-                    String::from_utf8_lossy(&line).into_owned(),
-                ));
-            }
-            line.push(byte[0]);
-        }
-        String::from_utf8(line)
-            .map_err(|e| OobError::Malformed(String::from_utf8_lossy(e.as_bytes()).into_owned()))
+        read_line(&mut self.stream)
     }
 
     /// Sends `line` and returns the peer's: both sides call it to meet (a barrier) and
@@ -450,6 +437,32 @@ impl Session {
         self.send_line(line)?;
         self.recv_line()
     }
+}
+
+/// Reads one line of a [`Session`] from `r` (without its newline), one byte at a time so
+/// that nothing past the newline is consumed: what [`Session::recv_line`] does on its socket.
+///
+/// # Errors
+///
+/// [`OobError::Closed`] at the end of the stream, [`OobError::Malformed`] for a line longer
+/// than [`MAX_LINE`] or not UTF-8, [`OobError::Io`].
+pub fn read_line(r: &mut impl Read) -> Result<String, OobError> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        r.read_exact(&mut byte)?;
+        if byte[0] == b'\n' {
+            break;
+        }
+        if line.len() == MAX_LINE {
+            return Err(OobError::Malformed(
+                String::from_utf8_lossy(&line).into_owned(),
+            ));
+        }
+        line.push(byte[0]);
+    }
+    String::from_utf8(line)
+        .map_err(|e| OobError::Malformed(String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 fn connect_stream(server: &str, port: u16, timeout: Duration) -> Result<TcpStream, OobError> {
@@ -585,6 +598,34 @@ mod rdma_tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// A peer's message of the right length whose byte 51 (where the pingpong text ends)
+    /// is inside a two-byte UTF-8 character: malformed, not a panic (found by the fuzz
+    /// target `oob_rdma`).
+    #[test]
+    fn a_character_across_the_pingpong_text_end_is_malformed() {
+        let mut msg = sample().to_wire();
+        msg[50..52].copy_from_slice("ς".as_bytes());
+        assert!(std::str::from_utf8(&msg[..86]).is_ok());
+        assert!(matches!(RdmaDest::parse(&msg), Err(OobError::Malformed(_))));
+    }
+
+    /// `read_line` reads exactly one line, refuses one longer than `MAX_LINE` or not UTF-8,
+    /// and says `Closed` at the end of the stream.
+    #[test]
+    fn read_line_takes_one_line_at_a_time() {
+        let mut r: &[u8] = b"start\nend\n\xff\n";
+        assert_eq!(read_line(&mut r).unwrap(), "start");
+        assert_eq!(r, b"end\n\xff\n");
+        assert_eq!(read_line(&mut r).unwrap(), "end");
+        assert!(matches!(read_line(&mut r), Err(OobError::Malformed(_))));
+        assert!(matches!(read_line(&mut r), Err(OobError::Closed)));
+        let long = vec![b'x'; MAX_LINE + 1];
+        assert!(matches!(
+            read_line(&mut &long[..]),
+            Err(OobError::Malformed(_))
+        ));
     }
 
     #[test]

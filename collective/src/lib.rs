@@ -62,6 +62,7 @@ extern crate std;
 
 mod comm;
 pub mod dtype;
+pub mod line;
 mod plan;
 
 #[cfg(feature = "mock")]

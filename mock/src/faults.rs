@@ -27,6 +27,20 @@ pub(crate) struct ArmedCommandFault {
     pub(crate) fault: CommandFault,
 }
 
+/// A function every command's output passes through before it is written back (see
+/// [`crate::MockHca::set_command_output_filter`]).
+pub type OutputFilter = dyn FnMut(CmdOpcode, &mut [u8]) + Send;
+
+/// The armed output filter (shared, so that [`Faults`] stays `Clone`).
+#[derive(Clone)]
+pub(crate) struct ArmedOutputFilter(pub(crate) std::sync::Arc<std::sync::Mutex<Box<OutputFilter>>>);
+
+impl core::fmt::Debug for ArmedOutputFilter {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ArmedOutputFilter")
+    }
+}
+
 /// Every fault currently configured.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Faults {
@@ -39,6 +53,8 @@ pub(crate) struct Faults {
     pub(crate) hold_send_doorbells: bool,
     /// The most pages each of the next MANAGE_PAGES TAKE replies returns, in order.
     pub(crate) page_returns: Vec<u32>,
+    /// Rewrites every command output (a lying firmware).
+    pub(crate) output_filter: Option<ArmedOutputFilter>,
 }
 
 impl Faults {

@@ -416,6 +416,18 @@ impl MockHca {
         self.inject_command_fault(Some(opcode), CommandFault::Hang, 1);
     }
 
+    /// The firmware lies about what it did: every command it completes (executed or failed,
+    /// not refused at delivery) has its output, header included, passed through `filter`
+    /// before it is written back, with its opcode. `None` removes the filter. For tests
+    /// and fuzzing of how a driver reads the outputs of a buggy or hostile device; the
+    /// model's own state is what the command really did. `filter` runs with the model
+    /// locked: it must not call the model.
+    pub fn set_command_output_filter(&self, filter: Option<Box<crate::faults::OutputFilter>>) {
+        self.dev().faults.output_filter = filter.map(|f| {
+            crate::faults::ArmedOutputFilter(std::sync::Arc::new(std::sync::Mutex::new(f)))
+        });
+    }
+
     /// Disarms every command fault not yet triggered.
     pub fn clear_command_faults(&self) {
         self.dev().faults.commands.clear();

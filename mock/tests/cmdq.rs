@@ -285,6 +285,31 @@ fn injected_failure_and_hang() {
     assert_eq!(h.hca.objects().pds, 2);
 }
 
+/// A lying firmware: the output filter rewrites what the driver reads back, not what the
+/// model did (the PD exists although the output says the command failed).
+#[test]
+fn the_output_filter_rewrites_outputs_not_the_model() {
+    let mut h = Harness::ready(MockConfig::default());
+    let before = h.hca.objects().pds;
+    h.hca
+        .set_command_output_filter(Some(Box::new(|op, out: &mut [u8]| {
+            if op == CmdOpcode::AllocPd {
+                out[0] = CmdStatus::BadParamErr.raw();
+                out[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+            }
+        })));
+    assert_eq!(
+        h.err(&AllocPdIn::new_cmd(), &[]),
+        (CmdStatus::BadParamErr, 0x1234_5678)
+    );
+    assert_eq!(h.hca.objects().pds, before + 1, "the model executed it");
+    // Other commands are passed through untouched; removing the filter ends the lie.
+    h.alloc_uar();
+    h.hca.set_command_output_filter(None);
+    h.alloc_pd();
+    assert_eq!(h.hca.objects().pds, before + 2);
+}
+
 #[test]
 fn command_log_records_errors() {
     let mut h = Harness::ready(MockConfig::default());

@@ -25,12 +25,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Write};
 use std::process::ExitCode;
 
-use uhca_mock::wire::eth::EthernetFrame;
+use uhca_mock::wire::Opcode;
+use uhca_mock::wire::check::{Verdict, check};
 use uhca_mock::wire::pcap::{LinkType, PcapReader};
-use uhca_mock::wire::{
-    Error, EtherType, IbPacketRepr, IbTransportRepr, IpProtocol, Ipv4Packet, Ipv6Packet,
-    LinkNextHeader, Opcode, ROCEV2_UDP_PORT, RoceV2Repr, UdpPacket, ib::Lrh, roce,
-};
 
 #[derive(Default)]
 struct Tally {
@@ -69,76 +66,6 @@ impl Out {
                 say!("uhca-wirecheck: cannot write the report: {e}");
                 std::process::exit(2);
             }
-        }
-    }
-}
-
-enum Verdict {
-    Good(u8),
-    Other,
-    Unsupported(Error),
-    Bad(Error),
-}
-
-/// Whether an IP datagram is UDP to port 4791 (so it must be a good RoCEv2 packet).
-fn is_roce_datagram(d: &[u8]) -> bool {
-    let udp = match d.first().map(|b| b >> 4) {
-        Some(4) => match Ipv4Packet::new_checked(d) {
-            Ok(p) if p.protocol() == IpProtocol::Udp && p.frag_offset() == 0 => {
-                &d[p.header_len()..]
-            }
-            _ => return false,
-        },
-        Some(6) => match Ipv6Packet::new_checked(d) {
-            Ok(p) if p.next_header() == IpProtocol::Udp => &d[40..],
-            _ => return false,
-        },
-        _ => return false,
-    };
-    UdpPacket::new_checked(udp)
-        .map(|u| u.dst_port() == ROCEV2_UDP_PORT)
-        .unwrap_or(false)
-}
-
-fn opcode(t: &IbTransportRepr<'_>) -> u8 {
-    u8::from(t.bth.opcode)
-}
-
-fn verdict<T>(r: Result<T, Error>, op: impl Fn(&T) -> u8) -> Verdict {
-    match r {
-        Ok(x) => Verdict::Good(op(&x)),
-        Err(e @ Error::Unsupported) => Verdict::Unsupported(e),
-        Err(e) => Verdict::Bad(e),
-    }
-}
-
-fn check(link: LinkType, data: &[u8]) -> Verdict {
-    match link {
-        LinkType::Unknown(_) => Verdict::Other,
-        LinkType::Ethernet => {
-            let Ok(f) = EthernetFrame::new_checked(data) else {
-                return Verdict::Bad(Error::Truncated);
-            };
-            match f.ethertype() {
-                EtherType::Ipv4 | EtherType::Ipv6 if is_roce_datagram(f.payload()) => {
-                    verdict(RoceV2Repr::parse(data), |r| opcode(&r.transport))
-                }
-                _ => Verdict::Other,
-            }
-        }
-        LinkType::RawIp => {
-            if !is_roce_datagram(data) {
-                return Verdict::Other;
-            }
-            verdict(roce::parse_ip_datagram(data), |(_, _, t)| opcode(t))
-        }
-        _ => {
-            match Lrh::new_checked(data).map(|l| l.lnh()) {
-                Ok(LinkNextHeader::Raw | LinkNextHeader::IpNonIba) => return Verdict::Other,
-                Err(e) => return Verdict::Bad(e),
-                Ok(_) => {}
-            }
-            verdict(IbPacketRepr::parse(data), |p| opcode(&p.transport))
         }
     }
 }

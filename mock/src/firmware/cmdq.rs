@@ -171,6 +171,11 @@ impl Device {
                 o
             }
         };
+        let mut output = output;
+        if let Some(filter) = &self.faults.output_filter {
+            let mut f = filter.0.lock().unwrap_or_else(|e| e.into_inner());
+            f(rec.opcode, &mut output);
+        }
         let ds = DeliveryStatus::Ok;
         let ds = self.finish(
             entry_iova,

@@ -21,6 +21,7 @@
 //! | [`eth`], [`ip`], [`udp`] | Ethernet II with optional 802.1Q, IPv4, IPv6, UDP |
 //! | [`roce`] | [`RoceV2Repr`]: a whole RoCEv2 frame, Ethernet to ICRC; the IP datagram alone; the UDP payload alone (BTH to ICRC, for a transport over UDP sockets) |
 //! | [`pcap`] | a pcap writer and reader (link type 1 for RoCEv2, DLT_USER0 = 147 for native IB) |
+//! | [`check`] | the verdict on one captured packet by link type (what `uhca-wirecheck` prints) |
 //!
 //! # Building and parsing a packet
 //!
@@ -91,6 +92,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod crc;
 pub mod eth;
 pub mod ib;
