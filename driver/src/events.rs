@@ -134,7 +134,15 @@ pub(crate) fn drain_eq<P: Platform + Clone>(
     // EQEs consumed and not yet given back to the device.
     let mut unreleased = 0u32;
     let mut result = Ok(());
-    while let Some(eqe) = eq.ring.poll_one() {
+    // At most one lap of the queue per call: a device that posts events as fast as they
+    // are served (a page request answered with "can't give" is asked again at once) must
+    // not keep the driver here; the rest waits for the next call, and a command's wait
+    // keeps its timeout.
+    let mut budget = eq.ring.entries();
+    while budget > 0
+        && let Some(eqe) = eq.ring.poll_one()
+    {
+        budget -= 1;
         seen = true;
         unreleased += 1;
         // A page request makes the driver issue MANAGE_PAGES, whose completion the device

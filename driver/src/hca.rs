@@ -94,6 +94,11 @@ pub struct HcaConfig {
     pub log_eq_size: u8,
     /// How to tear down.
     pub teardown: TeardownMode,
+    /// The most 4 KiB pages the firmware may hold at once (boot, init and run-time pages
+    /// together): a request beyond it gets [`Error::PageBudget`] before anything is
+    /// allocated, so a device asking for absurd amounts cannot grow host memory. At most
+    /// and by default [`MAX_FIRMWARE_PAGES`](crate::pages::MAX_FIRMWARE_PAGES) (256 MiB).
+    pub max_firmware_pages: u32,
 }
 
 impl Default for HcaConfig {
@@ -105,6 +110,7 @@ impl Default for HcaConfig {
             poll_us: 10,
             log_eq_size: 7,
             teardown: TeardownMode::Auto,
+            max_firmware_pages: crate::pages::MAX_FIRMWARE_PAGES,
         }
     }
 }
@@ -211,7 +217,7 @@ impl<P: Platform + Clone> Hca<P> {
             release,
             mailbox: MailboxRef::claim(id),
             objects_leaked: 0,
-            pages: PagePool::new(p.clone()),
+            pages: PagePool::with_budget(p.clone(), cfg.max_firmware_pages),
             page_owners: PageOwners::default(),
             cmdq: Some(cmdq),
             eq: None,
@@ -507,10 +513,23 @@ impl<P: Platform + Clone> Hca<P> {
             }
             None => cmdq.exec(input, extra_in, out_extra),
         };
-        let out = result.map_err(|e| self.classify(e))?;
-        if let Some(e) = hook_error {
-            return Err(e);
-        }
+        let out = match (result, hook_error) {
+            // The command failed because the firmware could not have the pages the budget
+            // refused: the budget is the cause worth reporting (unless the device died).
+            (Err(e), Some(budget @ Error::PageBudget { .. })) => {
+                return Err(match self.classify(e) {
+                    fatal @ Error::Fatal(_) => fatal,
+                    _ => budget,
+                });
+            }
+            (result, hook_error) => {
+                let out = result.map_err(|e| self.classify(e))?;
+                if let Some(e) = hook_error {
+                    return Err(e);
+                }
+                out
+            }
+        };
         Ok(out)
     }
 
@@ -882,7 +901,10 @@ impl<P: Platform + Clone> Hca<P> {
                 core::mem::forget(retired_eq);
                 core::mem::forget(self.eq.take());
                 core::mem::forget(self.cmdq.take());
-                let pages = core::mem::replace(&mut self.pages, PagePool::new(self.p.clone()));
+                let pages = core::mem::replace(
+                    &mut self.pages,
+                    PagePool::with_budget(self.p.clone(), self.cfg.max_firmware_pages),
+                );
                 core::mem::forget(pages);
             }
         }
