@@ -131,6 +131,12 @@ impl<P: Platform + Clone> Cq<P> {
         }
     }
 
+    /// Whether its HCA was torn down with bus mastering off (the device writes no more).
+    #[inline(always)]
+    pub(crate) fn hca_gone(&self) -> bool {
+        self.ticket.as_ref().is_some_and(|t| t.hca_gone())
+    }
+
     /// The identity of the HCA that created it.
     pub(crate) fn hca_id(&self) -> u64 {
         self.hca_id

@@ -397,6 +397,15 @@ impl<P: Platform + Clone> QpMap<P> {
         Ok(())
     }
 
+    /// Calls `f` for every QP in the map that was not destroyed.
+    pub(crate) fn for_each_live(&self, mut f: impl FnMut(&QpHandle<P>)) {
+        for v in self.vals.iter().flatten() {
+            if !v.is_destroyed() {
+                f(v);
+            }
+        }
+    }
+
     /// Places in use (QPs and tombstones) and the capacity.
     pub(crate) fn occupancy(&self) -> (usize, usize) {
         (self.used, self.keys.len())

@@ -352,6 +352,59 @@ fn complete<P: Platform + Clone, M: DmaMem>(
     Ok(Some(wc))
 }
 
+/// The HCA is gone (torn down, bus mastering off): completes in software, with
+/// [`WcStatus::WrFlushed`], every WQE still outstanding on the queues of this CQ's QPs, oldest
+/// first per queue (as Linux's `mlx5_ib` does once the device is in internal error), and
+/// marks the QPs in error so nothing more is posted. Receives of an SRQ are not flushed
+/// (they belong to the SRQ, not to a QP). Returns how many completions it wrote.
+fn flush_in_software<P: Platform + Clone>(
+    map: &QpMap<P>,
+    cqn: u32,
+    wc: &mut [WorkCompletion],
+) -> usize {
+    let mut n = 0;
+    map.for_each_live(|qp| {
+        qp.error.store(true, Ordering::Relaxed);
+        if let Some(sq) = &qp.sq
+            && qp.send_cqn == cqn
+        {
+            while n < wc.len() {
+                let Some(e) = sq.outstanding(sq.consumer() as u16) else {
+                    break;
+                };
+                wc[n] = WorkCompletion {
+                    wr_id: e.wr_id,
+                    status: WcStatus::WrFlushed,
+                    opcode: WcOpcode::from_raw(e.tag).unwrap_or(WcOpcode::Send),
+                    qp_num: qp.qpn,
+                    wqe_counter: e.wqe_index,
+                    ..WorkCompletion::default()
+                };
+                sq.retire(&e);
+                n += 1;
+            }
+        }
+        if let Some(rq) = &qp.rq
+            && qp.recv_cqn == cqn
+        {
+            while n < wc.len() {
+                let tail = rq.consumer() as u16;
+                let Some(wr_id) = rq.take(tail) else { break };
+                wc[n] = WorkCompletion {
+                    wr_id,
+                    status: WcStatus::WrFlushed,
+                    opcode: WcOpcode::Recv,
+                    qp_num: qp.qpn,
+                    wqe_counter: tail,
+                    ..WorkCompletion::default()
+                };
+                n += 1;
+            }
+        }
+    });
+    n
+}
+
 impl<P: Platform + Clone> Cq<P> {
     /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`) and returns how many;
     /// the consumed CQEs are handed back to the device (consumer index in the doorbell
@@ -372,8 +425,14 @@ impl<P: Platform + Clone> Cq<P> {
     ///
     /// [`PollError`] for a CQE that does not match what was posted; the completions before
     /// it are in `wc[..polled]`, and the next call continues after the bad CQE.
+    ///
+    /// Once the HCA is closed (or dropped), the CQEs the device wrote come first, then
+    /// every request still outstanding on this CQ's QPs completes in software with
+    /// [`WcStatus::WrFlushed`]: each request posted completes exactly once even when the
+    /// HCA goes away under it.
     pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
         let cqn = self.cqn();
+        let gone = self.hca_gone();
         let (map, ring) = self.poll_parts();
         let start = ring.consumer_index();
         let mut n = 0;
@@ -406,6 +465,9 @@ impl<P: Platform + Clone> Cq<P> {
         }
         if ring.consumer_index() != start {
             ring.update_consumer_index();
+        }
+        if gone && result.is_ok() && n < wc.len() {
+            n += flush_in_software(map, cqn, &mut wc[n..]);
         }
         result.map(|()| n)
     }
