@@ -441,14 +441,26 @@ fn cqe_owner_bit_flapping_delivers_the_cqe_once_after_it_settles() {
 }
 
 #[test]
-fn byte_count_beyond_the_posted_buffer_is_passed_on_unchecked() {
-    // Documented limitation (HOSTILE.md): the driver keeps no posted lengths, so a receive
-    // CQE's byte count is reported as the device wrote it. The device's own DMA stayed
-    // inside the posted buffer (guards intact, checked by `cqe_lie`).
-    let (_w, got) = cqe_lie(Lie::CqeByteCountTooLarge);
-    let first = got.wcs.iter().find(|c| c.wr_id == 100).unwrap();
-    assert!(first.byte_len > RECV_LEN as u32);
-    assert_eq!(ids(&got), [1, 2, 100, 101]);
+fn byte_count_beyond_the_posted_buffer_is_refused() {
+    // The receive WQE can take 512 bytes; the CQE claims about 4 GiB: refused before the
+    // WQE is taken (it used to be reported as received). The device's own writes stayed
+    // inside the posted buffer (guards checked by `cqe_lie`).
+    let (w, got) = cqe_lie(Lie::CqeByteCountTooLarge);
+    match first_error(&got) {
+        Some(BadCqe::ByteCountTooLarge {
+            qpn,
+            wqe_counter,
+            byte_cnt,
+            posted,
+        }) => {
+            assert_eq!((qpn, wqe_counter), (w.qa.qpn(), 0));
+            assert!(byte_cnt >= 0xffff_f000);
+            assert_eq!(posted, RECV_LEN as u32);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(got.wcs.iter().all(|c| c.byte_len <= RECV_LEN as u32));
+    assert_eq!(ids(&got), [1, 2]);
 }
 
 // ---- EQEs ------------------------------------------------------------------------------

@@ -149,6 +149,8 @@ impl<P: Platform + Clone> core::fmt::Debug for QpShared<P> {
 #[derive(Clone, Copy, Debug, Default)]
 struct SrqSlot {
     wr_id: u64,
+    /// Bytes its scatter list can take.
+    len: u32,
     /// The next WQE in the free list (the driver's copy of the "next" segment's link).
     next: u32,
     /// Posted and not completed.
@@ -188,6 +190,7 @@ impl<P: Platform + Clone> SrqShadow<P> {
         let cnt = 1u32 << log;
         let slots = HostArray::new(host, cnt as usize, |i| SrqSlot {
             wr_id: 0,
+            len: 0,
             next: (i as u32 + 1) % cnt,
             busy: false,
         })?;
@@ -204,16 +207,24 @@ impl<P: Platform + Clone> SrqShadow<P> {
     /// Takes the next free WQE for a receive of `wr_id`; `None` when full (one WQE is
     /// kept spare).
     #[inline]
-    pub(crate) fn take_free(&mut self, wr_id: u64) -> Option<u32> {
+    pub(crate) fn take_free(&mut self, wr_id: u64, len: u32) -> Option<u32> {
         if self.head == self.tail {
             return None;
         }
         let ind = self.head;
         let s = &mut self.slots[(ind & self.mask) as usize];
         s.wr_id = wr_id;
+        s.len = len;
         s.busy = true;
         self.head = s.next & self.mask;
         Some(ind)
+    }
+
+    /// The bytes posted WQE `index` can take; `None` if it is not a posted WQE.
+    #[inline]
+    pub(crate) fn posted_len(&self, index: u16) -> Option<u32> {
+        let s = self.slots.get(index as usize)?;
+        s.busy.then_some(s.len)
     }
 
     /// Gives back a WQE the device completed and returns its `wr_id`; `None` if `index`
@@ -470,9 +481,9 @@ mod tests {
     fn srq_free_list_hands_out_every_wqe_but_one_and_relinks_frees() {
         let p = FakePlatform::new();
         let mut srq = SrqShadow::new(&p, 3).unwrap();
-        let taken: Vec<u32> = (0..7).map(|i| srq.take_free(10 + i).unwrap()).collect();
+        let taken: Vec<u32> = (0..7).map(|i| srq.take_free(10 + i, 0).unwrap()).collect();
         assert_eq!(taken, [0, 1, 2, 3, 4, 5, 6]);
-        assert_eq!(srq.take_free(99), None, "one WQE kept spare");
+        assert_eq!(srq.take_free(99, 0), None, "one WQE kept spare");
         assert_eq!(srq.complete(7), None, "the spare was never posted");
         assert_eq!(srq.complete(3), Some(13));
         assert_eq!(srq.complete(3), None, "already given back");
@@ -484,7 +495,11 @@ mod tests {
         srq.flush_links(|w, n| links.push((w, n)));
         assert_eq!(links.len(), 2, "each link written once");
         assert_eq!(
-            (srq.take_free(20), srq.take_free(21), srq.take_free(22)),
+            (
+                srq.take_free(20, 0),
+                srq.take_free(21, 0),
+                srq.take_free(22, 0)
+            ),
             (Some(7), Some(3), None)
         );
     }

@@ -75,6 +75,18 @@ pub enum BadCqe {
         /// The raw WQE opcode the CQE reports.
         reported: u8,
     },
+    /// A receive CQE whose byte count is larger than the receive WQE it names can take
+    /// (the sum of its scatter entries).
+    ByteCountTooLarge {
+        /// The QP.
+        qpn: u32,
+        /// The counter.
+        wqe_counter: u16,
+        /// The byte count the CQE reports.
+        byte_cnt: u32,
+        /// What the WQE can take.
+        posted: u32,
+    },
     /// A CQE opcode the driver does not expect on a verbs CQ (resize, signature error, no
     /// packet, reserved values).
     UnexpectedOpcode {
@@ -106,6 +118,15 @@ impl core::fmt::Display for BadCqe {
             } => write!(
                 f,
                 "CQE for QP {qpn:#x} WQE {wqe_counter} reports WQE opcode {reported:#x}, not the one posted"
+            ),
+            BadCqe::ByteCountTooLarge {
+                qpn,
+                wqe_counter,
+                byte_cnt,
+                posted,
+            } => write!(
+                f,
+                "CQE for QP {qpn:#x} WQE {wqe_counter} reports {byte_cnt} bytes received into {posted}"
             ),
             BadCqe::UnexpectedOpcode { qpn, opcode } => {
                 write!(f, "unexpected {opcode} for QP {qpn:#x}")
@@ -307,6 +328,31 @@ fn complete<P: Platform + Clone, M: DmaMem>(
                 qpn,
                 wqe_counter: counter,
             };
+            // A SEND cannot bring more than the receive WQE can take: refused before the
+            // WQE is taken, so the tables stay as they were. (An RDMA WRITE with immediate
+            // consumes a receive WQE but writes where its rkey says: its byte count is the
+            // WRITE's length.)
+            if matches!(
+                opcode,
+                CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
+            ) {
+                let posted = match (&qp.srq, &qp.rq) {
+                    (Some(srq), _) => srq.shadow.lock().posted_len(counter),
+                    (None, Some(rq)) => rq.posted_len(counter),
+                    (None, None) => None,
+                };
+                let byte_cnt = cqe.byte_cnt();
+                if let Some(posted) = posted
+                    && byte_cnt > posted
+                {
+                    return Err(BadCqe::ByteCountTooLarge {
+                        qpn,
+                        wqe_counter: counter,
+                        byte_cnt,
+                        posted,
+                    });
+                }
+            }
             wc.wr_id = match (&qp.srq, &qp.rq) {
                 (Some(srq), _) => srq.shadow.lock().complete(counter).ok_or(not_outstanding)?,
                 (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
