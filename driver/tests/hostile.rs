@@ -926,9 +926,8 @@ fn seeded_run_inner(
 fn drain_b(w: &mut World) {
     let mut wc = [WorkCompletion::default(); 16];
     for _ in 0..64 {
-        match w.b.cq.poll(&mut wc) {
-            Ok(0) => return,
-            Ok(_) | Err(_) => {}
+        if let Ok(0) = w.b.cq.poll(&mut wc) {
+            return;
         }
     }
 }
