@@ -41,6 +41,7 @@ pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
 use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
 use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
+use crate::verbs::dp::CqNumbers;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -142,6 +143,8 @@ pub struct Hca<P: Platform + Clone> {
     /// How many of the pool's given pages each function holds.
     page_owners: PageOwners,
     events: EventLog,
+    /// The numbers of its live CQs (events naming another are dropped).
+    cq_numbers: CqNumbers<P>,
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
@@ -222,6 +225,7 @@ impl<P: Platform + Clone> Hca<P> {
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
+            cq_numbers: CqNumbers::new(p.clone()),
             id,
             health: HealthMonitor::new(),
             fatal: None,
@@ -478,6 +482,7 @@ impl<P: Platform + Clone> Hca<P> {
             pages,
             page_owners,
             events,
+            cq_numbers,
             ..
         } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
@@ -494,6 +499,7 @@ impl<P: Platform + Clone> Hca<P> {
                         events,
                         &mut |v| completed |= v,
                         &mut |i, pas, out| ctx.manage_pages(i, pas, out),
+                        &|cqn| cq_numbers.contains(cqn),
                     );
                     if completed != 0 {
                         ctx.report_completions(completed);
@@ -593,6 +599,7 @@ impl<P: Platform + Clone> Hca<P> {
             pages,
             page_owners,
             events,
+            cq_numbers,
             ..
         } = self;
         let (Some(cmdq), Some(eq)) = (cmdq.as_mut(), eq.as_mut()) else {
@@ -607,6 +614,7 @@ impl<P: Platform + Clone> Hca<P> {
             events,
             &mut |v| completed |= v,
             &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
+            &|cqn| cq_numbers.contains(cqn),
         );
         if completed != 0 {
             cmdq.report_completions(completed);
@@ -652,6 +660,7 @@ impl<P: Platform + Clone> Hca<P> {
                     if d.kind == ObjectKind::Cq {
                         // Completion events still waiting for this CQ go with it.
                         while self.events.completions.take(d.number) {}
+                        self.cq_numbers.remove(d.number);
                     }
                     // The device no longer uses the memory: free it.
                     drop(d);
@@ -731,6 +740,26 @@ impl<P: Platform + Clone> Hca<P> {
     /// Takes one completion event of CQ `cqn`, if one is waiting.
     pub fn take_completion_event(&mut self, cqn: u32) -> bool {
         self.events.completions.take(cqn)
+    }
+
+    /// Completion and CQ error events the device raised for a CQ this HCA does not have
+    /// (dropped: a device bug, or a hostile one).
+    pub fn unknown_cq_events(&self) -> u64 {
+        self.events.unknown_cq
+    }
+
+    /// Notes a CQ about to be created (room for its number first, so that noting it
+    /// after cannot fail), created, and destroyed.
+    pub(crate) fn reserve_cq_number(&mut self) -> Result<()> {
+        self.cq_numbers.reserve_one()
+    }
+
+    pub(crate) fn cq_created(&mut self, cqn: u32) {
+        self.cq_numbers.insert(cqn);
+    }
+
+    pub(crate) fn cq_destroyed(&mut self, cqn: u32) {
+        self.cq_numbers.remove(cqn);
     }
 
     /// Completion events dropped because events of too many CQs were waiting

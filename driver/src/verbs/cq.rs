@@ -216,6 +216,7 @@ impl<P: Platform + Clone> Cq<P> {
             Ok(_) => {
                 // Completion events still waiting for this CQ go with it.
                 while hca.take_completion_event(self.cqn) {}
+                hca.cq_destroyed(self.cqn);
                 drop(self.ring.take());
                 Ok(())
             }
@@ -267,6 +268,7 @@ impl<P: Platform + Clone> Hca<P> {
         }
         let log = log2_ceil(entries);
         let ticket = self.release_ticket()?;
+        self.reserve_cq_number()?;
         let map = QpMap::new(self.platform().clone(), 16)?;
         let layout = CqLayout::new(0, log);
         let plan = PagePlan::for_bytes(layout.cqe_bytes());
@@ -312,6 +314,7 @@ impl<P: Platform + Clone> Hca<P> {
                 return Err(Error::InvalidArgument("CQ layout"));
             }
         };
+        self.cq_created(cqn);
         Ok(Cq {
             ring: Some(ring),
             cqn,

@@ -423,6 +423,80 @@ impl<P: Platform + Clone> QpMap<P> {
     }
 }
 
+/// The numbers of an HCA's live CQs, sorted: an event naming a CQ that does not exist is
+/// told apart and dropped (Linux's `mlx5_eq_cq_get` looks CQs up the same way). Grown at
+/// CQ creation, never on the datapath.
+pub(crate) struct CqNumbers<P: Platform + Clone> {
+    host: P,
+    list: Option<HostArray<u32, P>>,
+    len: usize,
+}
+
+impl<P: Platform + Clone> core::fmt::Debug for CqNumbers<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CqNumbers").field("len", &self.len).finish()
+    }
+}
+
+impl<P: Platform + Clone> CqNumbers<P> {
+    pub(crate) fn new(host: P) -> Self {
+        CqNumbers {
+            host,
+            list: None,
+            len: 0,
+        }
+    }
+
+    fn slice(&self) -> &[u32] {
+        self.list.as_ref().map_or(&[], |l| &l[..self.len])
+    }
+
+    /// Makes room for one more number (before the CQ is created, so that noting it after
+    /// cannot fail).
+    pub(crate) fn reserve_one(&mut self) -> Result<()> {
+        let cap = self.list.as_ref().map_or(0, |l| l.len());
+        if self.len < cap {
+            return Ok(());
+        }
+        let mut bigger = HostArray::new(self.host.clone(), (cap * 2).max(16), |_| 0u32)?;
+        bigger[..self.len].copy_from_slice(self.slice());
+        self.list = Some(bigger);
+        Ok(())
+    }
+
+    /// Notes a new CQ (after [`reserve_one`](Self::reserve_one)).
+    pub(crate) fn insert(&mut self, cqn: u32) {
+        let Err(at) = self.slice().binary_search(&cqn) else {
+            return;
+        };
+        let len = self.len;
+        if let Some(l) = self.list.as_mut()
+            && len < l.len()
+        {
+            l.copy_within(at..len, at + 1);
+            l[at] = cqn;
+            self.len += 1;
+        }
+    }
+
+    /// Forgets a destroyed CQ.
+    pub(crate) fn remove(&mut self, cqn: u32) {
+        let Ok(at) = self.slice().binary_search(&cqn) else {
+            return;
+        };
+        let len = self.len;
+        if let Some(l) = self.list.as_mut() {
+            l.copy_within(at + 1..len, at);
+            self.len -= 1;
+        }
+    }
+
+    /// Whether `cqn` is a live CQ of the HCA.
+    pub(crate) fn contains(&self, cqn: u32) -> bool {
+        self.slice().binary_search(&cqn).is_ok()
+    }
+}
+
 /// Completion events (EQE type COMP) waiting for the user, counted per CQ.
 #[derive(Debug, Default)]
 pub(crate) struct CompletionEvents {
