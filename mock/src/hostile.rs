@@ -315,7 +315,7 @@ const EQE_DATA: usize = 0x20;
 /// Both entries keep their owner bit in bit 0 of their last byte.
 const OWNER: usize = 0x3f;
 
-/// Reads the value of `field` of `initial_seg` from a host-order BAR dword.
+/// A health-buffer field as a field of `initial_seg` (the buffer is nested in it).
 fn health_field(f: Field) -> Field {
     Field {
         name: f.name,
@@ -663,7 +663,7 @@ impl HostilePlatform {
                 CmdOpcode::CreateCq | CmdOpcode::CreateEq => {
                     let input =
                         self.read_message(inline_in, be64(e, ENTRY_IN_PTR), inlen.min(1 << 20));
-                    if let Some(q) = input.and_then(|i| Self::queue_of(opcode, &i, number, &out)) {
+                    if let Some(q) = input.and_then(|i| Self::queue_of(opcode, &i, number)) {
                         if opcode == CmdOpcode::CreateCq {
                             st.cqs.push(q);
                         } else {
@@ -762,7 +762,7 @@ impl HostilePlatform {
     }
 
     /// The queue a CREATE_CQ or CREATE_EQ input describes.
-    fn queue_of(opcode: CmdOpcode, input: &[u8], n: u32, _out: &[u8]) -> Option<Queue> {
+    fn queue_of(opcode: CmdOpcode, input: &[u8], n: u32) -> Option<Queue> {
         let (log, log_page, stride, pas_at) = if opcode == CmdOpcode::CreateCq {
             let (i, _) = CreateCqIn::read_from_prefix(input).ok()?;
             let c = i.cq_context();
