@@ -994,7 +994,8 @@ fn seeded_runs_of_random_lies_break_no_promise() {
                 std::panic::resume_unwind(p);
             }
         }
-        assert!(took < Duration::from_secs(5), "seed {seed} took {took:?}");
+        // Generous for a loaded CI machine: the slowest run here takes about 1.5 s.
+        assert!(took < Duration::from_secs(15), "seed {seed} took {took:?}");
     }
     eprintln!(
         "{runs} seeded runs in {:?} ({worlds} worlds, slowest run {slowest:?}, {} completions)",
