@@ -363,6 +363,14 @@ impl<H: HostMem> RqTable<H> {
         self.lens[(index & self.mask) as usize].store(len, Ordering::Relaxed);
     }
 
+    /// Poster: [`record`](Self::record) and [`record_len`](Self::record_len) in one.
+    #[inline(always)]
+    pub fn record_with_len(&self, index: u32, wr_id: u64, len: u32) {
+        let i = (index & self.mask) as usize;
+        self.slots[i].store(wr_id, Ordering::Relaxed);
+        self.lens[i].store(len, Ordering::Relaxed);
+    }
+
     /// Poller: the bytes the oldest outstanding WQE can take, if `wqe_counter` names it
     /// (as [`take`](Self::take) would). Changes nothing.
     #[inline(always)]

@@ -31,7 +31,7 @@ use uhca_hal::dma::DmaMem;
 use core::sync::atomic::Ordering;
 
 use super::Cq;
-use super::dp::QpMap;
+use super::dp::{QpMap, QpShared};
 use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::Error;
 use crate::hca::Hca;
@@ -336,22 +336,7 @@ fn complete<P: Platform + Clone, M: DmaMem>(
                 opcode,
                 CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
             ) {
-                let posted = match (&qp.srq, &qp.rq) {
-                    (Some(srq), _) => srq.shadow.lock().posted_len(counter),
-                    (None, Some(rq)) => rq.posted_len(counter),
-                    (None, None) => None,
-                };
-                let byte_cnt = cqe.byte_cnt();
-                if let Some(posted) = posted
-                    && byte_cnt > posted
-                {
-                    return Err(BadCqe::ByteCountTooLarge {
-                        qpn,
-                        wqe_counter: counter,
-                        byte_cnt,
-                        posted,
-                    });
-                }
+                check_recv_len(qp, counter, cqe.byte_cnt())?;
             }
             wc.wr_id = match (&qp.srq, &qp.rq) {
                 (Some(srq), _) => srq.shadow.lock().complete(counter).ok_or(not_outstanding)?,
@@ -398,11 +383,38 @@ fn complete<P: Platform + Clone, M: DmaMem>(
     Ok(Some(wc))
 }
 
+/// A SEND's byte count against what the receive WQE at `counter` can take. Out of line:
+/// it keeps the polling loop (and its requester path) as small as it was.
+#[inline(never)]
+fn check_recv_len<P: Platform + Clone>(
+    qp: &QpShared<P>,
+    counter: u16,
+    byte_cnt: u32,
+) -> Result<(), BadCqe> {
+    let posted = match (&qp.srq, &qp.rq) {
+        (Some(srq), _) => srq.shadow.lock().posted_len(counter),
+        (None, Some(rq)) => rq.posted_len(counter),
+        (None, None) => None,
+    };
+    match posted {
+        Some(posted) if byte_cnt > posted => Err(BadCqe::ByteCountTooLarge {
+            qpn: qp.qpn,
+            wqe_counter: counter,
+            byte_cnt,
+            posted,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The HCA is gone (torn down, bus mastering off): completes in software, with
 /// [`WcStatus::WrFlushed`], every WQE still outstanding on the queues of this CQ's QPs, oldest
 /// first per queue (as Linux's `mlx5_ib` does once the device is in internal error), and
 /// marks the QPs in error so nothing more is posted. Receives of an SRQ are not flushed
-/// (they belong to the SRQ, not to a QP). Returns how many completions it wrote.
+/// (they belong to the SRQ, not to a QP). Returns how many completions it wrote. Out of
+/// line: it runs only once the HCA is gone, and must not weigh on the polling loop.
+#[cold]
+#[inline(never)]
 fn flush_in_software<P: Platform + Clone>(
     map: &QpMap<P>,
     cqn: u32,
@@ -477,8 +489,26 @@ impl<P: Platform + Clone> Cq<P> {
     /// [`WcStatus::WrFlushed`]: each request posted completes exactly once even when the
     /// HCA goes away under it.
     pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        let n = self.poll_device(wc)?;
+        if n < wc.len() && self.hca_gone() {
+            return Ok(n + self.flush_gone(&mut wc[n..]));
+        }
+        Ok(n)
+    }
+
+    /// The HCA is gone: [`flush_in_software`].
+    #[cold]
+    #[inline(never)]
+    fn flush_gone(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let cqn = self.cqn();
-        let gone = self.hca_gone();
+        let (map, _) = self.poll_parts();
+        flush_in_software(map, cqn, wc)
+    }
+
+    /// The CQEs the device wrote, checked and turned into completions.
+    #[inline(always)]
+    fn poll_device(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        let cqn = self.cqn();
         let (map, ring) = self.poll_parts();
         let start = ring.consumer_index();
         let mut n = 0;
@@ -511,9 +541,6 @@ impl<P: Platform + Clone> Cq<P> {
         }
         if ring.consumer_index() != start {
             ring.update_consumer_index();
-        }
-        if gone && result.is_ok() && n < wc.len() {
-            n += flush_in_software(map, cqn, &mut wc[n..]);
         }
         result.map(|()| n)
     }

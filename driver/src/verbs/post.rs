@@ -611,9 +611,8 @@ impl<P: Platform + Clone> RecvSide<'_, P> {
             };
             match posted {
                 Ok(_) => {
-                    table.record(head, wr.wr_id);
                     let len = wr.sg_list.iter().fold(0u32, |n, s| n.saturating_add(s.len));
-                    table.record_len(head, len);
+                    table.record_with_len(head, wr.wr_id, len);
                 }
                 Err(e) => {
                     let error = match e {
