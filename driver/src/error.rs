@@ -34,6 +34,17 @@ pub enum Error {
     InvalidArgument(&'static str),
     /// The firmware asked for more pages than the driver's page pool can hold.
     OutOfPages,
+    /// The firmware asked for more pages than the configuration's budget
+    /// ([`HcaConfig::max_firmware_pages`](crate::HcaConfig)) leaves: nothing was allocated,
+    /// and the firmware was told it cannot have them (MANAGE_PAGES "can't give").
+    PageBudget {
+        /// Pages the firmware asked for.
+        requested: u32,
+        /// Pages it held already.
+        held: u32,
+        /// The budget.
+        budget: u32,
+    },
     /// The device broke the PRM's contract (named); the driver refused to believe it.
     DeviceMisbehaved(&'static str),
     /// The HCA was already torn down.
@@ -75,6 +86,14 @@ impl core::fmt::Display for Error {
             Error::Unsupported(what) => write!(f, "not supported by this device: {what}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::OutOfPages => f.write_str("firmware page pool exhausted"),
+            Error::PageBudget {
+                requested,
+                held,
+                budget,
+            } => write!(
+                f,
+                "firmware asked for {requested} pages holding {held}; the budget is {budget}"
+            ),
             Error::DeviceMisbehaved(what) => write!(f, "device misbehaved: {what}"),
             Error::TornDown => f.write_str("the HCA was torn down"),
             Error::WrongHca => f.write_str("the object belongs to another HCA"),

@@ -106,6 +106,8 @@ pub(crate) struct EventLog {
     pub(crate) dropped: u64,
     /// Completion events (EQE type COMP), per CQ.
     pub(crate) completions: CompletionEvents,
+    /// Completion and CQ error events naming a CQ the HCA does not have (dropped).
+    pub(crate) unknown_cq: u64,
 }
 
 impl EventLog {
@@ -121,6 +123,9 @@ impl EventLog {
 
 /// Serves the EQ: reports command completions to the command queue, answers page requests
 /// through `manage_pages`, and queues everything else for the user.
+// Each argument is borrowed from a different part of the `Hca` (split borrows while a
+// command waits), so they cannot travel as one `&mut Hca`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn drain_eq<P: Platform + Clone>(
     p: &P,
     eq: &mut EventQueue<P>,
@@ -129,12 +134,21 @@ pub(crate) fn drain_eq<P: Platform + Clone>(
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
+    known_cq: &dyn Fn(u32) -> bool,
 ) -> Result<()> {
     let mut seen = false;
     // EQEs consumed and not yet given back to the device.
     let mut unreleased = 0u32;
     let mut result = Ok(());
-    while let Some(eqe) = eq.ring.poll_one() {
+    // At most one lap of the queue per call: a device that posts events as fast as they
+    // are served (a page request answered with "can't give" is asked again at once) must
+    // not keep the driver here; the rest waits for the next call, and a command's wait
+    // keeps its timeout.
+    let mut budget = eq.ring.entries();
+    while budget > 0
+        && let Some(eqe) = eq.ring.poll_one()
+    {
+        budget -= 1;
         seen = true;
         unreleased += 1;
         // A page request makes the driver issue MANAGE_PAGES, whose completion the device
@@ -143,7 +157,7 @@ pub(crate) fn drain_eq<P: Platform + Clone>(
             eq.ring.update_ci(p, eq.uar_offset);
             unreleased = 0;
         }
-        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages) {
+        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages, known_cq) {
             result = Err(e);
         }
     }
@@ -160,12 +174,19 @@ fn handle_eqe<P: Platform + Clone>(
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
+    known_cq: &dyn Fn(u32) -> bool,
 ) -> Result<()> {
     match eqe.event_type() {
-        // A CQ armed with `Cq::req_notify` got a completion: note it for the user.
-        EventType::Comp => log
-            .completions
-            .push(eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff),
+        // A CQ armed with `Cq::req_notify` got a completion: note it for the user (an
+        // event for a CQ that does not exist is the device's error: counted, dropped).
+        EventType::Comp => {
+            let cqn = eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff;
+            if known_cq(cqn) {
+                log.completions.push(cqn);
+            } else {
+                log.unknown_cq += 1;
+            }
+        }
         EventType::Cmd => report(eqe.data_as::<EqeCmd>().vector.get()),
         EventType::PageRequest => {
             let req = eqe.data_as::<EqePageReq>();
@@ -190,11 +211,15 @@ fn handle_eqe<P: Platform + Clone>(
         }
         EventType::CqError => {
             let e = eqe.data_as::<EqeCqErr>();
-            let ev = AsyncEvent::CqError {
-                cqn: e.cqn.get() & 0x00ff_ffff,
-                syndrome: e.syndrome,
-            };
-            log.push(ev);
+            let cqn = e.cqn.get() & 0x00ff_ffff;
+            if known_cq(cqn) {
+                log.push(AsyncEvent::CqError {
+                    cqn,
+                    syndrome: e.syndrome,
+                });
+            } else {
+                log.unknown_cq += 1;
+            }
         }
         // The QP and SRQ events subscribed to; anything else (not asked for) is ignored.
         event if EQ_EVENTS.contains(&event) => {
@@ -259,6 +284,7 @@ mod tests {
             &mut events,
             &mut |_| {},
             &mut |_, _, _| unreachable!("no page request"),
+            &|_| true,
         )
         .unwrap();
         let doorbells: Vec<(usize, u64)> = p

@@ -41,6 +41,7 @@ pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
 use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
 use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
+use crate::verbs::dp::CqNumbers;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -94,6 +95,11 @@ pub struct HcaConfig {
     pub log_eq_size: u8,
     /// How to tear down.
     pub teardown: TeardownMode,
+    /// The most 4 KiB pages the firmware may hold at once (boot, init and run-time pages
+    /// together): a request beyond it gets [`Error::PageBudget`] before anything is
+    /// allocated, so a device asking for absurd amounts cannot grow host memory. At most
+    /// and by default [`MAX_FIRMWARE_PAGES`](crate::pages::MAX_FIRMWARE_PAGES) (256 MiB).
+    pub max_firmware_pages: u32,
 }
 
 impl Default for HcaConfig {
@@ -105,6 +111,7 @@ impl Default for HcaConfig {
             poll_us: 10,
             log_eq_size: 7,
             teardown: TeardownMode::Auto,
+            max_firmware_pages: crate::pages::MAX_FIRMWARE_PAGES,
         }
     }
 }
@@ -136,6 +143,8 @@ pub struct Hca<P: Platform + Clone> {
     /// How many of the pool's given pages each function holds.
     page_owners: PageOwners,
     events: EventLog,
+    /// The numbers of its live CQs (events naming another are dropped).
+    cq_numbers: CqNumbers<P>,
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
@@ -211,11 +220,12 @@ impl<P: Platform + Clone> Hca<P> {
             release,
             mailbox: MailboxRef::claim(id),
             objects_leaked: 0,
-            pages: PagePool::new(p.clone()),
+            pages: PagePool::with_budget(p.clone(), cfg.max_firmware_pages),
             page_owners: PageOwners::default(),
             cmdq: Some(cmdq),
             eq: None,
             events: EventLog::default(),
+            cq_numbers: CqNumbers::new(p.clone()),
             id,
             health: HealthMonitor::new(),
             fatal: None,
@@ -472,6 +482,7 @@ impl<P: Platform + Clone> Hca<P> {
             pages,
             page_owners,
             events,
+            cq_numbers,
             ..
         } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
@@ -488,6 +499,7 @@ impl<P: Platform + Clone> Hca<P> {
                         events,
                         &mut |v| completed |= v,
                         &mut |i, pas, out| ctx.manage_pages(i, pas, out),
+                        &|cqn| cq_numbers.contains(cqn),
                     );
                     if completed != 0 {
                         ctx.report_completions(completed);
@@ -507,10 +519,23 @@ impl<P: Platform + Clone> Hca<P> {
             }
             None => cmdq.exec(input, extra_in, out_extra),
         };
-        let out = result.map_err(|e| self.classify(e))?;
-        if let Some(e) = hook_error {
-            return Err(e);
-        }
+        let out = match (result, hook_error) {
+            // The command failed because the firmware could not have the pages the budget
+            // refused: the budget is the cause worth reporting (unless the device died).
+            (Err(e), Some(budget @ Error::PageBudget { .. })) => {
+                return Err(match self.classify(e) {
+                    fatal @ Error::Fatal(_) => fatal,
+                    _ => budget,
+                });
+            }
+            (result, hook_error) => {
+                let out = result.map_err(|e| self.classify(e))?;
+                if let Some(e) = hook_error {
+                    return Err(e);
+                }
+                out
+            }
+        };
         Ok(out)
     }
 
@@ -574,6 +599,7 @@ impl<P: Platform + Clone> Hca<P> {
             pages,
             page_owners,
             events,
+            cq_numbers,
             ..
         } = self;
         let (Some(cmdq), Some(eq)) = (cmdq.as_mut(), eq.as_mut()) else {
@@ -588,6 +614,7 @@ impl<P: Platform + Clone> Hca<P> {
             events,
             &mut |v| completed |= v,
             &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
+            &|cqn| cq_numbers.contains(cqn),
         );
         if completed != 0 {
             cmdq.report_completions(completed);
@@ -633,6 +660,7 @@ impl<P: Platform + Clone> Hca<P> {
                     if d.kind == ObjectKind::Cq {
                         // Completion events still waiting for this CQ go with it.
                         while self.events.completions.take(d.number) {}
+                        self.cq_numbers.remove(d.number);
                     }
                     // The device no longer uses the memory: free it.
                     drop(d);
@@ -712,6 +740,26 @@ impl<P: Platform + Clone> Hca<P> {
     /// Takes one completion event of CQ `cqn`, if one is waiting.
     pub fn take_completion_event(&mut self, cqn: u32) -> bool {
         self.events.completions.take(cqn)
+    }
+
+    /// Completion and CQ error events the device raised for a CQ this HCA does not have
+    /// (dropped: a device bug, or a hostile one).
+    pub fn unknown_cq_events(&self) -> u64 {
+        self.events.unknown_cq
+    }
+
+    /// Notes a CQ about to be created (room for its number first, so that noting it
+    /// after cannot fail), created, and destroyed.
+    pub(crate) fn reserve_cq_number(&mut self) -> Result<()> {
+        self.cq_numbers.reserve_one()
+    }
+
+    pub(crate) fn cq_created(&mut self, cqn: u32) {
+        self.cq_numbers.insert(cqn);
+    }
+
+    pub(crate) fn cq_destroyed(&mut self, cqn: u32) {
+        self.cq_numbers.remove(cqn);
     }
 
     /// Completion events dropped because events of too many CQs were waiting
@@ -882,7 +930,10 @@ impl<P: Platform + Clone> Hca<P> {
                 core::mem::forget(retired_eq);
                 core::mem::forget(self.eq.take());
                 core::mem::forget(self.cmdq.take());
-                let pages = core::mem::replace(&mut self.pages, PagePool::new(self.p.clone()));
+                let pages = core::mem::replace(
+                    &mut self.pages,
+                    PagePool::with_budget(self.p.clone(), self.cfg.max_firmware_pages),
+                );
                 core::mem::forget(pages);
             }
         }

@@ -23,6 +23,9 @@ const PAGES_PER_CHUNK: usize = CHUNK_BYTES / ADAPTER_PAGE_SIZE;
 const WORDS: usize = PAGES_PER_CHUNK / 64;
 /// Most chunks the pool holds (256 MiB of firmware pages, more than any ConnectX asks for).
 pub const MAX_CHUNKS: usize = 128;
+/// The most firmware pages the pool can hold ([`MAX_CHUNKS`] chunks of 512 pages): the
+/// default and the ceiling of [`HcaConfig::max_firmware_pages`](crate::HcaConfig).
+pub const MAX_FIRMWARE_PAGES: u32 = (MAX_CHUNKS * PAGES_PER_CHUNK) as u32;
 
 struct Chunk<D: Dma> {
     buf: DmaBuf<D>,
@@ -34,7 +37,7 @@ struct Chunk<D: Dma> {
 pub enum PageError {
     /// No DMA memory for another chunk.
     Dma(DmaError),
-    /// [`MAX_CHUNKS`] are all in use.
+    /// The budget is spent, or [`MAX_CHUNKS`] are all in use.
     Full,
     /// The firmware returned an address the pool never gave it, or gave twice.
     UnknownPage(u64),
@@ -45,6 +48,8 @@ pub struct PagePool<D: Dma + Clone> {
     dma: D,
     chunks: Vec<Chunk<D>, MAX_CHUNKS>,
     given: usize,
+    /// The most pages the firmware may hold at once.
+    budget: u32,
 }
 
 impl<D: Dma + Clone> core::fmt::Debug for PagePool<D> {
@@ -57,13 +62,26 @@ impl<D: Dma + Clone> core::fmt::Debug for PagePool<D> {
 }
 
 impl<D: Dma + Clone> PagePool<D> {
-    /// An empty pool that allocates through `dma`.
+    /// An empty pool that allocates through `dma`, with a budget of
+    /// [`MAX_FIRMWARE_PAGES`].
     pub fn new(dma: D) -> Self {
+        Self::with_budget(dma, MAX_FIRMWARE_PAGES)
+    }
+
+    /// An empty pool that gives the firmware at most `budget` pages at once (at most
+    /// [`MAX_FIRMWARE_PAGES`]).
+    pub fn with_budget(dma: D, budget: u32) -> Self {
         PagePool {
             dma,
             chunks: Vec::new(),
             given: 0,
+            budget: budget.min(MAX_FIRMWARE_PAGES),
         }
+    }
+
+    /// The most pages the firmware may hold at once.
+    pub fn budget(&self) -> u32 {
+        self.budget
     }
 
     /// Pages the firmware holds.
@@ -82,6 +100,9 @@ impl<D: Dma + Clone> PagePool<D> {
     ///
     /// [`PageError::Dma`] or [`PageError::Full`].
     pub fn give_one(&mut self) -> Result<u64, PageError> {
+        if self.given >= self.budget as usize {
+            return Err(PageError::Full);
+        }
         for chunk in self.chunks.iter_mut() {
             if let Some(iova) = Self::take_free(chunk) {
                 self.given += 1;
@@ -275,6 +296,21 @@ pub(crate) fn give_pages<P: Platform + Clone>(
     mut n: u32,
     manage_pages: &mut ManagePagesFn<'_>,
 ) -> crate::error::Result<()> {
+    let held = pages.given() as u32;
+    if n > pages.budget().saturating_sub(held) {
+        // More than the configuration allows: refuse before allocating anything, and tell
+        // the firmware, as for any page it cannot have. Its answer changes nothing (a
+        // firmware that never asked may refuse the notice; Linux ignores it too).
+        let mut input = ManagePagesIn::new_cmd();
+        input.set_op_mod(ManagePagesOpMod::CantGive.raw());
+        function.set_in(&mut input);
+        let _ = manage_pages(&input, &[], &mut []);
+        return Err(Error::PageBudget {
+            requested: n,
+            held,
+            budget: pages.budget(),
+        });
+    }
     let mut pas = [0u8; PAGES_PER_COMMAND * 8];
     while n > 0 {
         let batch = (n as usize).min(PAGES_PER_COMMAND);

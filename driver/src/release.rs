@@ -41,6 +41,8 @@
 //! has its memory freed at once (the device can no longer reach it), or leaked if the
 //! HCA could not turn bus mastering off.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use uhca_fwif::cmd::{
     Command, DeallocPdIn, DeallocTransportDomainIn, DestroyCqIn, DestroyMkeyIn, DestroyQpIn,
     DestroyRmpIn,
@@ -212,9 +214,23 @@ pub(crate) struct State<P: Platform + Clone> {
     closed: Option<AfterClose>,
 }
 
+/// What an HCA shares with the objects it created: the dropped-object list, and whether
+/// the device is gone (torn down with bus mastering off), which a CQ reads without the
+/// lock to flush in software what the device will never complete.
+pub(crate) struct Shared<P: Platform + Clone> {
+    state: SpinLock<State<P>>,
+    gone: AtomicBool,
+}
+
+impl<P: Platform + Clone> Shared<P> {
+    fn lock(&self) -> uhca_hal::host::SpinGuard<'_, State<P>> {
+        self.state.lock()
+    }
+}
+
 /// The list of dropped objects an HCA shares with the objects it created.
 pub(crate) struct ReleaseQueue<P: Platform + Clone> {
-    state: HostArc<SpinLock<State<P>>, P>,
+    state: HostArc<Shared<P>, P>,
 }
 
 impl<P: Platform + Clone> ReleaseQueue<P> {
@@ -223,13 +239,16 @@ impl<P: Platform + Clone> ReleaseQueue<P> {
         let slots = HostArray::new(p.clone(), cap, |_| None)?;
         let state = HostArc::new(
             p.clone(),
-            SpinLock::new(State {
-                slots,
-                len: 0,
-                reserved: 0,
-                epoch: 0,
-                closed: None,
-            }),
+            Shared {
+                state: SpinLock::new(State {
+                    slots,
+                    len: 0,
+                    reserved: 0,
+                    epoch: 0,
+                    closed: None,
+                }),
+                gone: AtomicBool::new(false),
+            },
         )?;
         Ok(ReleaseQueue { state })
     }
@@ -320,6 +339,11 @@ impl<P: Platform + Clone> ReleaseQueue<P> {
     /// The HCA is torn down: what is still queued is freed (`Free`) or leaked, and so is
     /// what is dropped later.
     pub(crate) fn close(&self, after: AfterClose) {
+        // Bus mastering is off: the device writes no more CQEs, so what is outstanding
+        // can be flushed in software (not when it could not be turned off).
+        if matches!(after, AfterClose::Free) {
+            self.state.gone.store(true, Ordering::Release);
+        }
         let mut s = self.state.lock();
         s.closed = Some(after);
         let len = s.len;
@@ -343,10 +367,19 @@ fn dispose<P: Platform + Clone>(d: Dropped<P>, after: AfterClose) {
 /// destroy to the queue ([`Ticket::release`]); dropping the ticket alone (the object was
 /// destroyed, or never created) gives the reservation back.
 pub(crate) struct Ticket<P: Platform + Clone> {
-    state: Option<HostArc<SpinLock<State<P>>, P>>,
+    state: Option<HostArc<Shared<P>, P>>,
 }
 
 impl<P: Platform + Clone> Ticket<P> {
+    /// Whether the HCA was torn down with bus mastering off: the device will write
+    /// nothing more for this object.
+    #[inline(always)]
+    pub(crate) fn hca_gone(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| s.gone.load(Ordering::Acquire))
+    }
+
     /// Queues the dropped object for its HCA (or frees or leaks its memory if the HCA is
     /// gone). Never allocates.
     pub(crate) fn release(mut self, d: Dropped<P>) {

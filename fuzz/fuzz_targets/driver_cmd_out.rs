@@ -24,7 +24,7 @@ use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, SrqInitAttr};
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, CmdOpcode, IbMtu};
-use uhca_mock::{MockConfig, MockHca, PortType};
+use uhca_mock::{LinkLayer, MockConfig, MockHca};
 
 /// One lie: what to change in the output of the `index`-th command (from 0, in the order
 /// the firmware completes them).
@@ -211,9 +211,9 @@ fuzz_target!(|data: &[u8]| {
     let ib = cfg & 1 != 0;
     let dev = MockHca::new(MockConfig {
         port_type: if ib {
-            PortType::InfiniBand
+            LinkLayer::InfiniBand
         } else {
-            PortType::Ethernet
+            LinkLayer::Ethernet
         },
         ..MockConfig::default()
     });

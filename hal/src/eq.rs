@@ -72,6 +72,11 @@ impl<M: DmaMem> EqRing<M> {
         })
     }
 
+    /// Number of entries.
+    pub fn entries(&self) -> u32 {
+        1 << self.log_cnt
+    }
+
     /// The memory.
     pub fn mem(&self) -> &M {
         &self.mem

@@ -300,6 +300,8 @@ impl<H: HostMem> SqTable<H> {
 /// The work-request table of a receive queue of `2^log` WQEs, consumed in order.
 pub struct RqTable<H: HostMem> {
     slots: HostArray<AtomicU64, H>,
+    /// Bytes each WQE's scatter list can take (so a CQE claiming more is refused).
+    lens: HostArray<AtomicU32, H>,
     mask: u32,
     head: AtomicU32,
     tail: AtomicU32,
@@ -315,7 +317,7 @@ impl<H: HostMem> core::fmt::Debug for RqTable<H> {
     }
 }
 
-impl<H: HostMem> RqTable<H> {
+impl<H: HostMem + Clone> RqTable<H> {
     /// A table for an RQ of `2^log` WQEs (`log` ≤ 16).
     ///
     /// # Errors
@@ -326,16 +328,19 @@ impl<H: HostMem> RqTable<H> {
             return Err(DmaError::InvalidRequest);
         }
         Ok(RqTable {
-            slots: HostArray::new(host, 1 << log, |_| AtomicU64::new(0))?,
+            slots: HostArray::new(host.clone(), 1 << log, |_| AtomicU64::new(0))?,
+            lens: HostArray::new(host, 1 << log, |_| AtomicU32::new(u32::MAX))?,
             mask: (1u32 << log) - 1,
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
         })
     }
+}
 
+impl<H: HostMem> RqTable<H> {
     /// Bytes of host memory the table takes.
     pub fn host_bytes(&self) -> usize {
-        self.slots.len() * 8
+        self.slots.len() * 12
     }
 
     /// Poster: the WQEs the poller retired (the RQ's consumer counter).
@@ -348,6 +353,34 @@ impl<H: HostMem> RqTable<H> {
     #[inline(always)]
     pub fn record(&self, index: u32, wr_id: u64) {
         self.slots[(index & self.mask) as usize].store(wr_id, Ordering::Relaxed);
+    }
+
+    /// Poster: records how many bytes the WQE at producer counter `index` can take (the
+    /// sum of its scatter entries), before [`publish`](Self::publish). Unrecorded, a WQE
+    /// takes any length.
+    #[inline(always)]
+    pub fn record_len(&self, index: u32, len: u32) {
+        self.lens[(index & self.mask) as usize].store(len, Ordering::Relaxed);
+    }
+
+    /// Poster: [`record`](Self::record) and [`record_len`](Self::record_len) in one.
+    #[inline(always)]
+    pub fn record_with_len(&self, index: u32, wr_id: u64, len: u32) {
+        let i = (index & self.mask) as usize;
+        self.slots[i].store(wr_id, Ordering::Relaxed);
+        self.lens[i].store(len, Ordering::Relaxed);
+    }
+
+    /// Poller: the bytes the oldest outstanding WQE can take, if `wqe_counter` names it
+    /// (as [`take`](Self::take) would). Changes nothing.
+    #[inline(always)]
+    pub fn posted_len(&self, wqe_counter: u16) -> Option<u32> {
+        let head = self.head.load(acquire(Edge::Publish));
+        let tail = self.tail.load(Ordering::Relaxed);
+        if head == tail || wqe_counter != tail as u16 {
+            return None;
+        }
+        Some(self.lens[(tail & self.mask) as usize].load(Ordering::Relaxed))
     }
 
     /// Poster: publishes the WQEs recorded below producer counter `head`.
@@ -487,5 +520,22 @@ mod tests {
         );
         assert_eq!(t.take(5), None, "nothing outstanding");
         assert_eq!(t.consumer(), 5);
+    }
+
+    #[test]
+    fn receive_table_keeps_what_each_wqe_can_take() {
+        let t = RqTable::new(GlobalHostMem, 2).unwrap();
+        t.record(0, 100);
+        assert_eq!(t.posted_len(0), None, "not published");
+        t.publish(1);
+        assert_eq!(t.posted_len(0), Some(u32::MAX), "unrecorded: any length");
+        t.record(1, 101);
+        t.record_len(1, 512);
+        t.publish(2);
+        assert_eq!(t.posted_len(1), None, "not the oldest");
+        assert_eq!(t.take(0), Some(100));
+        assert_eq!(t.posted_len(1), Some(512));
+        assert_eq!(t.posted_len(2), None);
+        assert_eq!(t.take(1), Some(101));
     }
 }

@@ -5,6 +5,9 @@
 //! per thread: the test harness's other threads (its output, its bookkeeping) allocate
 //! when they please without spoiling the count.
 //!
+//! It also keeps the bytes the whole process holds from it ([`live_bytes`]), so a soak
+//! test can show that host memory stays flat over a run.
+//!
 //! ```ignore
 //! #[global_allocator]
 //! static GLOBAL: uhca_test_support::CountingAlloc = uhca_test_support::CountingAlloc;
@@ -15,6 +18,16 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Bytes allocated and not yet freed, all threads together.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes the process holds from [`CountingAlloc`] now (allocated and not freed, every
+/// thread). Only meaningful in a binary whose global allocator is [`CountingAlloc`].
+pub fn live_bytes() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
 
 thread_local! {
     /// Whether this thread is inside [`counted`].
@@ -44,21 +57,35 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         note();
         // SAFETY: the caller's contract is forwarded unchanged.
-        unsafe { System.alloc(l) }
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size(), Ordering::Relaxed);
+        }
+        p
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         note();
         // SAFETY: as above.
-        unsafe { System.alloc_zeroed(l) }
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size(), Ordering::Relaxed);
+        }
+        p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
         // SAFETY: as above.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         note();
         // SAFETY: as above.
-        unsafe { System.realloc(p, l, n) }
+        let q = unsafe { System.realloc(p, l, n) };
+        if !q.is_null() {
+            LIVE.fetch_add(n, Ordering::Relaxed);
+            LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        }
+        q
     }
 }
 
@@ -98,5 +125,15 @@ mod tests {
         assert_eq!(n, spawn_only);
         let (_, none) = counted(|| 1 + 1);
         assert_eq!(none, 0);
+    }
+
+    #[test]
+    fn live_bytes_follow_what_is_held() {
+        // Other test threads allocate too: hold a large block so its size dominates.
+        let before = live_bytes();
+        let big = std::hint::black_box(vec![0u8; 64 << 20]);
+        assert!(live_bytes() >= before + (64 << 20) - (8 << 20));
+        drop(big);
+        assert!(live_bytes() < before + (8 << 20));
     }
 }

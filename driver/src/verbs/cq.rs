@@ -131,6 +131,12 @@ impl<P: Platform + Clone> Cq<P> {
         }
     }
 
+    /// Whether its HCA was torn down with bus mastering off (the device writes no more).
+    #[inline(always)]
+    pub(crate) fn hca_gone(&self) -> bool {
+        self.ticket.as_ref().is_some_and(|t| t.hca_gone())
+    }
+
     /// The identity of the HCA that created it.
     pub(crate) fn hca_id(&self) -> u64 {
         self.hca_id
@@ -210,6 +216,7 @@ impl<P: Platform + Clone> Cq<P> {
             Ok(_) => {
                 // Completion events still waiting for this CQ go with it.
                 while hca.take_completion_event(self.cqn) {}
+                hca.cq_destroyed(self.cqn);
                 drop(self.ring.take());
                 Ok(())
             }
@@ -261,6 +268,7 @@ impl<P: Platform + Clone> Hca<P> {
         }
         let log = log2_ceil(entries);
         let ticket = self.release_ticket()?;
+        self.reserve_cq_number()?;
         let map = QpMap::new(self.platform().clone(), 16)?;
         let layout = CqLayout::new(0, log);
         let plan = PagePlan::for_bytes(layout.cqe_bytes());
@@ -306,6 +314,7 @@ impl<P: Platform + Clone> Hca<P> {
                 return Err(Error::InvalidArgument("CQ layout"));
             }
         };
+        self.cq_created(cqn);
         Ok(Cq {
             ring: Some(ring),
             cqn,

@@ -149,6 +149,8 @@ impl<P: Platform + Clone> core::fmt::Debug for QpShared<P> {
 #[derive(Clone, Copy, Debug, Default)]
 struct SrqSlot {
     wr_id: u64,
+    /// Bytes its scatter list can take.
+    len: u32,
     /// The next WQE in the free list (the driver's copy of the "next" segment's link).
     next: u32,
     /// Posted and not completed.
@@ -188,6 +190,7 @@ impl<P: Platform + Clone> SrqShadow<P> {
         let cnt = 1u32 << log;
         let slots = HostArray::new(host, cnt as usize, |i| SrqSlot {
             wr_id: 0,
+            len: 0,
             next: (i as u32 + 1) % cnt,
             busy: false,
         })?;
@@ -204,16 +207,24 @@ impl<P: Platform + Clone> SrqShadow<P> {
     /// Takes the next free WQE for a receive of `wr_id`; `None` when full (one WQE is
     /// kept spare).
     #[inline]
-    pub(crate) fn take_free(&mut self, wr_id: u64) -> Option<u32> {
+    pub(crate) fn take_free(&mut self, wr_id: u64, len: u32) -> Option<u32> {
         if self.head == self.tail {
             return None;
         }
         let ind = self.head;
         let s = &mut self.slots[(ind & self.mask) as usize];
         s.wr_id = wr_id;
+        s.len = len;
         s.busy = true;
         self.head = s.next & self.mask;
         Some(ind)
+    }
+
+    /// The bytes posted WQE `index` can take; `None` if it is not a posted WQE.
+    #[inline]
+    pub(crate) fn posted_len(&self, index: u16) -> Option<u32> {
+        let s = self.slots.get(index as usize)?;
+        s.busy.then_some(s.len)
     }
 
     /// Gives back a WQE the device completed and returns its `wr_id`; `None` if `index`
@@ -397,9 +408,92 @@ impl<P: Platform + Clone> QpMap<P> {
         Ok(())
     }
 
+    /// Calls `f` for every QP in the map that was not destroyed.
+    pub(crate) fn for_each_live(&self, mut f: impl FnMut(&QpHandle<P>)) {
+        for v in self.vals.iter().flatten() {
+            if !v.is_destroyed() {
+                f(v);
+            }
+        }
+    }
+
     /// Places in use (QPs and tombstones) and the capacity.
     pub(crate) fn occupancy(&self) -> (usize, usize) {
         (self.used, self.keys.len())
+    }
+}
+
+/// The numbers of an HCA's live CQs, sorted: an event naming a CQ that does not exist is
+/// told apart and dropped (Linux's `mlx5_eq_cq_get` looks CQs up the same way). Grown at
+/// CQ creation, never on the datapath.
+pub(crate) struct CqNumbers<P: Platform + Clone> {
+    host: P,
+    list: Option<HostArray<u32, P>>,
+    len: usize,
+}
+
+impl<P: Platform + Clone> core::fmt::Debug for CqNumbers<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CqNumbers").field("len", &self.len).finish()
+    }
+}
+
+impl<P: Platform + Clone> CqNumbers<P> {
+    pub(crate) fn new(host: P) -> Self {
+        CqNumbers {
+            host,
+            list: None,
+            len: 0,
+        }
+    }
+
+    fn slice(&self) -> &[u32] {
+        self.list.as_ref().map_or(&[], |l| &l[..self.len])
+    }
+
+    /// Makes room for one more number (before the CQ is created, so that noting it after
+    /// cannot fail).
+    pub(crate) fn reserve_one(&mut self) -> Result<()> {
+        let cap = self.list.as_ref().map_or(0, |l| l.len());
+        if self.len < cap {
+            return Ok(());
+        }
+        let mut bigger = HostArray::new(self.host.clone(), (cap * 2).max(16), |_| 0u32)?;
+        bigger[..self.len].copy_from_slice(self.slice());
+        self.list = Some(bigger);
+        Ok(())
+    }
+
+    /// Notes a new CQ (after [`reserve_one`](Self::reserve_one)).
+    pub(crate) fn insert(&mut self, cqn: u32) {
+        let Err(at) = self.slice().binary_search(&cqn) else {
+            return;
+        };
+        let len = self.len;
+        if let Some(l) = self.list.as_mut()
+            && len < l.len()
+        {
+            l.copy_within(at..len, at + 1);
+            l[at] = cqn;
+            self.len += 1;
+        }
+    }
+
+    /// Forgets a destroyed CQ.
+    pub(crate) fn remove(&mut self, cqn: u32) {
+        let Ok(at) = self.slice().binary_search(&cqn) else {
+            return;
+        };
+        let len = self.len;
+        if let Some(l) = self.list.as_mut() {
+            l.copy_within(at + 1..len, at);
+            self.len -= 1;
+        }
+    }
+
+    /// Whether `cqn` is a live CQ of the HCA.
+    pub(crate) fn contains(&self, cqn: u32) -> bool {
+        self.slice().binary_search(&cqn).is_ok()
     }
 }
 
@@ -461,9 +555,9 @@ mod tests {
     fn srq_free_list_hands_out_every_wqe_but_one_and_relinks_frees() {
         let p = FakePlatform::new();
         let mut srq = SrqShadow::new(&p, 3).unwrap();
-        let taken: Vec<u32> = (0..7).map(|i| srq.take_free(10 + i).unwrap()).collect();
+        let taken: Vec<u32> = (0..7).map(|i| srq.take_free(10 + i, 0).unwrap()).collect();
         assert_eq!(taken, [0, 1, 2, 3, 4, 5, 6]);
-        assert_eq!(srq.take_free(99), None, "one WQE kept spare");
+        assert_eq!(srq.take_free(99, 0), None, "one WQE kept spare");
         assert_eq!(srq.complete(7), None, "the spare was never posted");
         assert_eq!(srq.complete(3), Some(13));
         assert_eq!(srq.complete(3), None, "already given back");
@@ -475,7 +569,11 @@ mod tests {
         srq.flush_links(|w, n| links.push((w, n)));
         assert_eq!(links.len(), 2, "each link written once");
         assert_eq!(
-            (srq.take_free(20), srq.take_free(21), srq.take_free(22)),
+            (
+                srq.take_free(20, 0),
+                srq.take_free(21, 0),
+                srq.take_free(22, 0)
+            ),
             (Some(7), Some(3), None)
         );
     }

@@ -31,7 +31,7 @@ use uhca_hal::dma::DmaMem;
 use core::sync::atomic::Ordering;
 
 use super::Cq;
-use super::dp::QpMap;
+use super::dp::{QpMap, QpShared};
 use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::Error;
 use crate::hca::Hca;
@@ -75,6 +75,15 @@ pub enum BadCqe {
         /// The raw WQE opcode the CQE reports.
         reported: u8,
     },
+    /// A receive CQE whose byte count is larger than the oldest receive WQE of the QP
+    /// (the one it names) can take: the sum of its scatter entries. (Two fields only: a
+    /// larger error would slow every poll, which returns it by value.)
+    ByteCountTooLarge {
+        /// The QP.
+        qpn: u32,
+        /// The byte count the CQE reports.
+        byte_cnt: u32,
+    },
     /// A CQE opcode the driver does not expect on a verbs CQ (resize, signature error, no
     /// packet, reserved values).
     UnexpectedOpcode {
@@ -106,6 +115,10 @@ impl core::fmt::Display for BadCqe {
             } => write!(
                 f,
                 "CQE for QP {qpn:#x} WQE {wqe_counter} reports WQE opcode {reported:#x}, not the one posted"
+            ),
+            BadCqe::ByteCountTooLarge { qpn, byte_cnt } => write!(
+                f,
+                "CQE for QP {qpn:#x} reports {byte_cnt} bytes, more than its receive can take"
             ),
             BadCqe::UnexpectedOpcode { qpn, opcode } => {
                 write!(f, "unexpected {opcode} for QP {qpn:#x}")
@@ -307,6 +320,16 @@ fn complete<P: Platform + Clone, M: DmaMem>(
                 qpn,
                 wqe_counter: counter,
             };
+            // A SEND cannot bring more than the receive WQE can take: refused before the
+            // WQE is taken, so the tables stay as they were. (An RDMA WRITE with immediate
+            // consumes a receive WQE but writes where its rkey says: its byte count is the
+            // WRITE's length.)
+            if matches!(
+                opcode,
+                CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
+            ) {
+                check_recv_len(qp, counter, cqe.byte_cnt())?;
+            }
             wc.wr_id = match (&qp.srq, &qp.rq) {
                 (Some(srq), _) => srq.shadow.lock().complete(counter).ok_or(not_outstanding)?,
                 (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
@@ -352,6 +375,84 @@ fn complete<P: Platform + Clone, M: DmaMem>(
     Ok(Some(wc))
 }
 
+/// A SEND's byte count against what the receive WQE at `counter` can take. Out of line:
+/// it keeps the polling loop (and its requester path) as small as it was.
+#[inline(never)]
+fn check_recv_len<P: Platform + Clone>(
+    qp: &QpShared<P>,
+    counter: u16,
+    byte_cnt: u32,
+) -> Result<(), BadCqe> {
+    let posted = match (&qp.srq, &qp.rq) {
+        (Some(srq), _) => srq.shadow.lock().posted_len(counter),
+        (None, Some(rq)) => rq.posted_len(counter),
+        (None, None) => None,
+    };
+    match posted {
+        Some(posted) if byte_cnt > posted => Err(BadCqe::ByteCountTooLarge {
+            qpn: qp.qpn,
+            byte_cnt,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The HCA is gone (torn down, bus mastering off): completes in software, with
+/// [`WcStatus::WrFlushed`], every WQE still outstanding on the queues of this CQ's QPs, oldest
+/// first per queue (as Linux's `mlx5_ib` does once the device is in internal error), and
+/// marks the QPs in error so nothing more is posted. Receives of an SRQ are not flushed
+/// (they belong to the SRQ, not to a QP). Returns how many completions it wrote. Out of
+/// line: it runs only once the HCA is gone, and must not weigh on the polling loop.
+#[cold]
+#[inline(never)]
+fn flush_in_software<P: Platform + Clone>(
+    map: &QpMap<P>,
+    cqn: u32,
+    wc: &mut [WorkCompletion],
+) -> usize {
+    let mut n = 0;
+    map.for_each_live(|qp| {
+        qp.error.store(true, Ordering::Relaxed);
+        if let Some(sq) = &qp.sq
+            && qp.send_cqn == cqn
+        {
+            while n < wc.len() {
+                let Some(e) = sq.outstanding(sq.consumer() as u16) else {
+                    break;
+                };
+                wc[n] = WorkCompletion {
+                    wr_id: e.wr_id,
+                    status: WcStatus::WrFlushed,
+                    opcode: WcOpcode::from_raw(e.tag).unwrap_or(WcOpcode::Send),
+                    qp_num: qp.qpn,
+                    wqe_counter: e.wqe_index,
+                    ..WorkCompletion::default()
+                };
+                sq.retire(&e);
+                n += 1;
+            }
+        }
+        if let Some(rq) = &qp.rq
+            && qp.recv_cqn == cqn
+        {
+            while n < wc.len() {
+                let tail = rq.consumer() as u16;
+                let Some(wr_id) = rq.take(tail) else { break };
+                wc[n] = WorkCompletion {
+                    wr_id,
+                    status: WcStatus::WrFlushed,
+                    opcode: WcOpcode::Recv,
+                    qp_num: qp.qpn,
+                    wqe_counter: tail,
+                    ..WorkCompletion::default()
+                };
+                n += 1;
+            }
+        }
+    });
+    n
+}
+
 impl<P: Platform + Clone> Cq<P> {
     /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`) and returns how many;
     /// the consumed CQEs are handed back to the device (consumer index in the doorbell
@@ -372,7 +473,31 @@ impl<P: Platform + Clone> Cq<P> {
     ///
     /// [`PollError`] for a CQE that does not match what was posted; the completions before
     /// it are in `wc[..polled]`, and the next call continues after the bad CQE.
+    ///
+    /// Once the HCA is closed (or dropped), the CQEs the device wrote come first, then
+    /// every request still outstanding on this CQ's QPs completes in software with
+    /// [`WcStatus::WrFlushed`]: each request posted completes exactly once even when the
+    /// HCA goes away under it.
     pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
+        let n = self.poll_device(wc)?;
+        if n < wc.len() && self.hca_gone() {
+            return Ok(n + self.flush_gone(&mut wc[n..]));
+        }
+        Ok(n)
+    }
+
+    /// The HCA is gone: [`flush_in_software`].
+    #[cold]
+    #[inline(never)]
+    fn flush_gone(&mut self, wc: &mut [WorkCompletion]) -> usize {
+        let cqn = self.cqn();
+        let (map, _) = self.poll_parts();
+        flush_in_software(map, cqn, wc)
+    }
+
+    /// The CQEs the device wrote, checked and turned into completions.
+    #[inline(always)]
+    fn poll_device(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
         let cqn = self.cqn();
         let (map, ring) = self.poll_parts();
         let start = ring.consumer_index();

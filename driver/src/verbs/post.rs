@@ -610,7 +610,10 @@ impl<P: Platform + Clone> RecvSide<'_, P> {
                 rings.post_recv(wr.sg_list)
             };
             match posted {
-                Ok(_) => table.record(head, wr.wr_id),
+                Ok(_) => {
+                    let len = wr.sg_list.iter().fold(0u32, |n, s| n.saturating_add(s.len));
+                    table.record_with_len(head, wr.wr_id, len);
+                }
                 Err(e) => {
                     let error = match e {
                         WqError::RqFull => WrError::QueueFull,
@@ -684,7 +687,8 @@ impl<P: Platform + Clone> Srq<P> {
                 result = Err(bad(i, WrError::SgeTooLong));
                 break;
             }
-            let Some(ind) = sh.take_free(wr.wr_id) else {
+            let len = wr.sg_list.iter().fold(0u32, |n, s| n.saturating_add(s.len));
+            let Some(ind) = sh.take_free(wr.wr_id, len) else {
                 result = Err(bad(i, WrError::QueueFull));
                 break;
             };
