@@ -78,6 +78,7 @@ type P = MockPlatform;
 
 const CQE_FLAGS_RQPN: usize = 24;
 const CQE_SRQN_UIDX: usize = 32;
+const CQE_BYTE_CNT: usize = 44;
 const CQE_VENDOR_ERR_SYND: usize = 54;
 const CQE_SYNDROME: usize = 55;
 const CQE_SOP_DROP_QPN: usize = 56;
@@ -1014,6 +1015,13 @@ fn episode(w: &mut World, rng: &mut Rng, synd_next: &mut [usize; 2], total: &mut
                 // sop_drop_qpn: the QPN; the top byte random (a responder has no sop).
                 let top = b[CQE_SOP_DROP_QPN];
                 be32(&mut b, CQE_SOP_DROP_QPN, (top as u32) << 24 | qpn);
+                // A SEND's byte count fits the receive it landed in (every receive here
+                // holds 64 bytes): a device reporting more is refused by uhca
+                // (`BadCqe::ByteCountTooLarge`), which libmlx5 does not check. An RDMA WRITE
+                // with immediate keeps its random count: it writes where its rkey says.
+                if opcode != CQE_RESP_WR_IMM {
+                    be32(&mut b, CQE_BYTE_CNT, rng.below(65) as u32);
+                }
                 let g = (b[CQE_FLAGS_RQPN] >> 4) & 3;
                 let on = if matches!(src, Src::Srq(..)) {
                     "SRQ"
