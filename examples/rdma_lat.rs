@@ -177,7 +177,7 @@ impl<P: Platform + Clone> Ends<P> {
                     .into());
                 }
             }
-            common::relax(self.spin, turns);
+            common::relax(self.spin);
         }
         Ok(())
     }

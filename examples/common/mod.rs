@@ -361,7 +361,6 @@ pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let mut wc = [WorkCompletion::default(); 2];
     let mut last_progress = std::time::Instant::now();
-    let mut idle_turns = 0u32;
     let (mut num_events, mut interrupts) = (0u64, 0u64);
     if args.events {
         cq.req_notify(false);
@@ -380,11 +379,9 @@ pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
                 )
                 .into());
             }
-            relax(matches!(args.mode, Mode::Device(_)), idle_turns);
-            idle_turns = idle_turns.saturating_add(1);
+            relax(matches!(args.mode, Mode::Device(_)));
             continue;
         }
-        idle_turns = 0;
         last_progress = std::time::Instant::now();
         for c in &wc[..n] {
             if c.status != WcStatus::Success {
@@ -442,7 +439,6 @@ pub fn wait_cq_event<P: Platform + Clone>(
     interrupts: &mut u64,
 ) -> Res<()> {
     let deadline = std::time::Instant::now() + OOB_TIMEOUT;
-    let mut turn = 0u32;
     loop {
         hca.process_events()?;
         if cq.take_event(hca) {
@@ -461,10 +457,7 @@ pub fn wait_cq_event<P: Platform + Clone>(
         }
         match &args.interrupt {
             Some(irq) => *interrupts += (irq.0)(left)?,
-            None => {
-                relax(false, turn);
-                turn = turn.saturating_add(1);
-            }
+            None => relax(false),
         }
     }
 }
@@ -758,8 +751,8 @@ pub fn parse_args_with(
 }
 
 /// Polls `cq` into `wc` until it returns at least one completion, or fails after
-/// [`OOB_TIMEOUT`] without one. On hardware (`spin`) it spins as perftest does; on the
-/// mock it spins a while, then yields the CPU at each empty poll ([`relax`]).
+/// [`OOB_TIMEOUT`] without one. On the mock the fabric moves packets on a pump thread,
+/// so an empty poll yields the CPU to it; on hardware (`spin`) it spins as perftest does.
 pub fn poll_some<P: Platform + Clone>(
     cq: &mut Cq<P>,
     wc: &mut [WorkCompletion],
@@ -772,7 +765,7 @@ pub fn poll_some<P: Platform + Clone>(
         if got > 0 {
             return Ok(got);
         }
-        relax(spin, n);
+        relax(spin);
         n = n.wrapping_add(1);
         if n.is_multiple_of(1024) && start.elapsed() > OOB_TIMEOUT {
             return Err(format!("no completion for {OOB_TIMEOUT:?}").into());
@@ -780,18 +773,10 @@ pub fn poll_some<P: Platform + Clone>(
     }
 }
 
-/// How many turns of a wait on the mock spin before each further turn yields the CPU.
-/// Most waits on the mock end within a few microseconds (the peer's thread answers, or
-/// the doorbell already moved the frames on this thread); a yield at every turn instead
-/// hands the CPU to any other runnable thread of the machine for a whole time slice,
-/// which under load made the waits, not the model, the cost of a message.
-pub const MOCK_SPIN_TURNS: u32 = 4096;
-
-/// Turn `turn` (0, 1, ... since the wait began) of a busy-wait: a spin hint on hardware;
-/// on the mock a spin hint for the first [`MOCK_SPIN_TURNS`] turns, then a yield to the
-/// other threads (the peer's side, the fabric's pump) at each turn.
-pub fn relax(spin: bool, turn: u32) {
-    if spin || turn < MOCK_SPIN_TURNS {
+/// One turn of a busy-wait: a spin hint on hardware, a yield to the mock's pump thread
+/// otherwise.
+pub fn relax(spin: bool) {
+    if spin {
         std::hint::spin_loop();
     } else {
         std::thread::yield_now();
