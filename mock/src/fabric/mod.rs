@@ -527,14 +527,20 @@ impl Inner {
         }
     }
 
-    /// Takes every HCA's queued frames and schedules them.
-    fn collect(&mut self) -> bool {
+    /// Takes every HCA's queued frames and schedules them. With `skip_busy` (real time),
+    /// an HCA whose device is busy just then (a doorbell in progress on another thread) is
+    /// passed over instead of waited for: its doorbell kicks the fabric when it is done.
+    fn collect(&mut self, skip_busy: bool) -> bool {
         let mut any = false;
         let mut taken = std::mem::take(&mut self.taken);
         for src in 0..self.ports.len() {
             // One visit: the port gets back the buffers of its delivered frames and hands
             // over what it sent since.
-            self.ports[src].exchange_tx_frames(&mut self.returns[src], &mut taken);
+            if skip_busy {
+                self.ports[src].try_exchange_tx_frames(&mut self.returns[src], &mut taken);
+            } else {
+                self.ports[src].exchange_tx_frames(&mut self.returns[src], &mut taken);
+            }
             for f in taken.drain(..) {
                 any = true;
                 self.schedule(f, Some(src));
@@ -648,7 +654,7 @@ impl Inner {
 
     fn step(&mut self) -> bool {
         self.sync_time();
-        let mut did = self.collect();
+        let mut did = self.collect(false);
         did |= self.deliver_due();
         let now = self.now;
         for p in &self.ports {
@@ -661,7 +667,7 @@ impl Inner {
                 did = true;
             }
         }
-        did |= self.collect();
+        did |= self.collect(false);
         if did {
             return true;
         }
@@ -676,7 +682,7 @@ impl Inner {
                     for p in &self.ports {
                         p.service();
                     }
-                    return self.collect();
+                    return self.collect(false);
                 }
             },
         };
@@ -715,11 +721,12 @@ impl Inner {
     /// A real-time step: handles what is due at the current time without jumping ahead.
     fn step_now_only(&mut self) {
         self.sync_time();
-        self.collect();
+        self.collect(true);
         self.deliver_due();
         for p in &self.ports {
-            p.service();
+            // A busy HCA's timers run at the next burst.
+            p.try_service();
         }
-        self.collect();
+        self.collect(true);
     }
 }
