@@ -588,41 +588,6 @@ impl MockHca {
         out.extend(d.engine.tx.drain(..));
     }
 
-    /// [`MockHca::exchange_tx_frames`] unless the device is busy just then (a doorbell in
-    /// progress on another thread, which kicks the fabric when it is done): returns false,
-    /// without waiting, if it is.
-    pub(crate) fn try_exchange_tx_frames(
-        &self,
-        returned: &mut Vec<Vec<u8>>,
-        out: &mut Vec<Vec<u8>>,
-    ) -> bool {
-        let Some(mut d) = self.try_dev() else {
-            return false;
-        };
-        d.engine.recycle_frames(returned);
-        out.extend(d.engine.tx.drain(..));
-        true
-    }
-
-    /// [`MockHca::service`] unless the device is busy just then; returns false, without
-    /// waiting, if it is.
-    pub(crate) fn try_service(&self) -> bool {
-        let now = self.now();
-        let Some(mut d) = self.try_dev() else {
-            return false;
-        };
-        d.engine_service(now);
-        true
-    }
-
-    fn try_dev(&self) -> Option<MutexGuard<'_, Device>> {
-        match self.shared.dev.try_lock() {
-            Ok(d) => Some(d),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
     /// Installs (or, with `None`, removes) what runs after a doorbell leaves frames to
     /// send. Called without any lock of this HCA held.
     pub(crate) fn set_kick(&self, kick: Option<Kick>) {

@@ -527,20 +527,14 @@ impl Inner {
         }
     }
 
-    /// Takes every HCA's queued frames and schedules them. With `skip_busy` (real time),
-    /// an HCA whose device is busy just then (a doorbell in progress on another thread) is
-    /// passed over instead of waited for: its doorbell kicks the fabric when it is done.
-    fn collect(&mut self, skip_busy: bool) -> bool {
+    /// Takes every HCA's queued frames and schedules them.
+    fn collect(&mut self) -> bool {
         let mut any = false;
         let mut taken = std::mem::take(&mut self.taken);
         for src in 0..self.ports.len() {
             // One visit: the port gets back the buffers of its delivered frames and hands
             // over what it sent since.
-            if skip_busy {
-                self.ports[src].try_exchange_tx_frames(&mut self.returns[src], &mut taken);
-            } else {
-                self.ports[src].exchange_tx_frames(&mut self.returns[src], &mut taken);
-            }
+            self.ports[src].exchange_tx_frames(&mut self.returns[src], &mut taken);
             for f in taken.drain(..) {
                 any = true;
                 self.schedule(f, Some(src));
@@ -654,7 +648,7 @@ impl Inner {
 
     fn step(&mut self) -> bool {
         self.sync_time();
-        let mut did = self.collect(false);
+        let mut did = self.collect();
         did |= self.deliver_due();
         let now = self.now;
         for p in &self.ports {
@@ -667,7 +661,7 @@ impl Inner {
                 did = true;
             }
         }
-        did |= self.collect(false);
+        did |= self.collect();
         if did {
             return true;
         }
@@ -682,7 +676,7 @@ impl Inner {
                     for p in &self.ports {
                         p.service();
                     }
-                    return self.collect(false);
+                    return self.collect();
                 }
             },
         };
@@ -721,12 +715,11 @@ impl Inner {
     /// A real-time step: handles what is due at the current time without jumping ahead.
     fn step_now_only(&mut self) {
         self.sync_time();
-        self.collect(true);
+        self.collect();
         self.deliver_due();
         for p in &self.ports {
-            // A busy HCA's timers run at the next burst.
-            p.try_service();
+            p.service();
         }
-        self.collect(true);
+        self.collect();
     }
 }
