@@ -163,10 +163,6 @@ impl InFlight {
 #[derive(Clone)]
 pub struct Fabric {
     inner: Arc<Mutex<Inner>>,
-    /// Set by a doorbell's kick that found the fabric busy: the thread running a burst
-    /// runs another after it lets the fabric go, so the kick's frames move without the
-    /// ringing thread waiting for the lock ([`realtime_bursts`]).
-    burst_wanted: Arc<AtomicBool>,
 }
 
 impl core::fmt::Debug for Fabric {
@@ -229,7 +225,6 @@ impl Fabric {
                 returns: Vec::new(),
                 taken: Vec::new(),
             })),
-            burst_wanted: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -446,7 +441,7 @@ impl Fabric {
         }
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Acquire) {
-                realtime_bursts(&f.inner, &f.burst_wanted, true);
+                f.lock().realtime_burst();
                 std::thread::sleep(std::time::Duration::from_micros(period_us.max(1)));
             }
             let mut i = f.lock();
@@ -462,56 +457,21 @@ impl Fabric {
     }
 
     /// What an HCA runs after a doorbell left frames to send while the pump runs: a
-    /// real-time burst on the ringing thread, or, when another thread (the pump, the
-    /// peer's doorbell) is running one, a request that it run another once done, without
-    /// waiting for it. It holds the fabric only weakly, so the HCAs do not keep it alive.
+    /// real-time burst. It holds the fabric only weakly, so the HCAs do not keep it alive.
     fn kick(&self) -> crate::model::Kick {
         let weak = Arc::downgrade(&self.inner);
-        let wanted = self.burst_wanted.clone();
         Arc::new(move || {
             if let Some(inner) = weak.upgrade() {
-                wanted.store(true, Ordering::SeqCst);
-                realtime_bursts(&inner, &wanted, false);
+                inner
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .realtime_burst();
             }
         })
     }
 
     pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Vec<udp::UdpPort>) -> R) -> R {
         f(&mut self.lock().udp)
-    }
-}
-
-/// Runs real-time bursts on `inner` until no burst is wanted. With `wait`, waits for the
-/// fabric's lock first (the pump); without, returns at once if another thread holds it (a
-/// kick, which has set `wanted`): that thread runs the wanted burst when it lets the lock
-/// go. Whoever holds the lock clears `wanted` before its burst collects the HCAs' frames
-/// and looks at it again after letting the lock go, so frames queued before a kick set it
-/// are always taken by a burst that starts after. (A thread that holds the lock for
-/// something else, a counter read, does not look: those frames wait for the pump's next
-/// period.)
-fn realtime_bursts(inner: &Mutex<Inner>, wanted: &AtomicBool, wait: bool) {
-    let mut wait = wait;
-    loop {
-        // Orders the kick's `wanted` before its look at the lock, as the holder's look at
-        // `wanted` is ordered after it lets the lock go (below).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let mut guard = if wait {
-            inner.lock().unwrap_or_else(|e| e.into_inner())
-        } else {
-            match inner.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            }
-        };
-        wanted.swap(false, Ordering::SeqCst);
-        guard.realtime_burst();
-        drop(guard);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if !wanted.load(Ordering::SeqCst) {
-            return;
-        }
-        wait = false;
     }
 }
 
