@@ -195,7 +195,7 @@ fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
         }
     } else {
         if receiver {
-            // Count the client's messages, keeping `rx_depth` receives posted.
+            // Count the client's messages, keeping up to `rx_depth` receives posted.
             let start = Instant::now();
             let mut got = 0u64;
             let mut stamps = vec![(0u64, 0.0f64)];
@@ -215,8 +215,12 @@ fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
                     got += 1;
                 }
                 stamps.push((got, start.elapsed().as_secs_f64()));
+                // Refill as soon as a batch of receives (a poll's worth, at most half the
+                // queue) has completed, so that the queue stays nearly full: a sender
+                // that finds it empty waits out an RNR NAK's timer.
                 let outstanding = recv_posted - got;
-                if outstanding <= args.rx_depth as u64 / 2 && recv_posted < args.iters {
+                let batch = (wc.len() as u64).min(args.rx_depth as u64 / 2).max(1);
+                if args.rx_depth as u64 - outstanding >= batch && recv_posted < args.iters {
                     let n = args.rx_depth as u64 - outstanding;
                     post_recvs(&mut qp, &sges, recv_posted, n)?;
                     recv_posted += n;
