@@ -614,8 +614,17 @@ impl Iommu {
 
 /// Copies `buf.len()` bytes from device-visible memory at `src` into `buf` with volatile
 /// accesses (the driver's CPU shares that memory, so no access may be elided or merged
-/// away): bytes up to an 8-byte boundary of `src`, then aligned 8-byte words, then the
-/// remaining bytes. Word-wise, a copy costs an eighth of the accesses of a byte loop.
+/// away): [`read_narrow`] up to an 8-byte boundary of `src`, then aligned 8-byte words,
+/// then [`read_narrow`] for the rest. Word-wise, a copy costs an eighth of the accesses of
+/// a byte loop.
+///
+/// Every naturally aligned 2-, 4- or 8-byte field inside the range is read in one access,
+/// as a device's DMA read sees a CPU's aligned store of that size whole: a doorbell record
+/// word the driver updates while the model reads it (a CQ's consumer index, written by
+/// the polling thread while another thread's doorbell or the fabric writes CQEs) is its
+/// old or its new value, never bytes of both. (Read byte by byte, a consumer index going
+/// from 0x5FF to 0x60F was once read as 0x50F, 256 behind: a CQ overrun that was not one,
+/// and a lost CQE.)
 ///
 /// # Safety
 ///
@@ -625,10 +634,8 @@ unsafe fn volatile_read(src: NonNull<u8>, buf: &mut [u8]) {
     let len = buf.len();
     let head = src.align_offset(8).min(len);
     let words = (len - head) / 8;
-    for (i, b) in buf[..head].iter_mut().enumerate() {
-        // SAFETY: `i < len`, within the range the caller vouches for.
-        *b = unsafe { src.add(i).read_volatile() };
-    }
+    // SAFETY: `head <= len`: inside the range the caller vouches for.
+    unsafe { read_narrow(src, &mut buf[..head]) };
     // Four words per turn, then the words left: the loop carries no bounds checks and
     // a quarter of the branches.
     let mut at = head;
@@ -658,9 +665,40 @@ unsafe fn volatile_read(src: NonNull<u8>, buf: &mut [u8]) {
         w.copy_from_slice(&v.to_ne_bytes());
         at += 8;
     }
-    for (i, b) in buf.iter_mut().enumerate().skip(head + words * 8) {
-        // SAFETY: `i < len`.
-        *b = unsafe { src.add(i).read_volatile() };
+    // SAFETY: `at = head + words * 8 <= len`: the rest of the caller's range.
+    unsafe { read_narrow(src.add(at), &mut buf[at..]) };
+}
+
+/// Copies the fewer than 8 bytes at `src` (which do not cross an 8-byte boundary) into
+/// `buf` with volatile accesses in increasing address order: at each address, a 4-byte
+/// access if it is 4-aligned and 4 bytes are left, else a 2-byte one if it is 2-aligned and
+/// 2 are left, else one byte. So an aligned 4-byte field is one read.
+///
+/// # Safety
+///
+/// `[src, src + buf.len())` must be valid for reads for the duration of the call.
+#[inline(always)]
+unsafe fn read_narrow(src: *const u8, buf: &mut [u8]) {
+    let mut at = 0;
+    while at < buf.len() {
+        let left = buf.len() - at;
+        // SAFETY: `at < buf.len()`: inside the caller's range.
+        let p = unsafe { src.add(at) };
+        if left >= 4 && (p as usize).is_multiple_of(4) {
+            // SAFETY: 4-aligned, and `at + 4 <= buf.len()`.
+            let v = unsafe { p.cast::<u32>().read_volatile() };
+            buf[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+            at += 4;
+        } else if left >= 2 && (p as usize).is_multiple_of(2) {
+            // SAFETY: 2-aligned, and `at + 2 <= buf.len()`.
+            let v = unsafe { p.cast::<u16>().read_volatile() };
+            buf[at..at + 2].copy_from_slice(&v.to_ne_bytes());
+            at += 2;
+        } else {
+            // SAFETY: `at < buf.len()`.
+            buf[at] = unsafe { p.read_volatile() };
+            at += 1;
+        }
     }
 }
 
@@ -731,6 +769,58 @@ impl Drop for Iommu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two doorbell-record words, 8-aligned as a doorbell record is.
+    #[repr(C, align(8))]
+    struct Record([core::sync::atomic::AtomicU32; 2]);
+
+    /// A 4-byte doorbell-record word that the CPU rewrites while the device reads it is
+    /// read whole, in the second word of the record (the SQ counter's place: an unaligned
+    /// start of the copy) and in the first (the CQ consumer index's place: the copy's
+    /// tail): always the old or the new value, never bytes of both.
+    #[test]
+    fn a_dword_rewritten_by_the_cpu_is_read_whole() {
+        use core::sync::atomic::{AtomicBool, Ordering};
+        // Every byte differs between the two values.
+        const A: u32 = 0x00ff_00ff;
+        const B: u32 = 0xff00_ff00;
+        let rec = Record([A.into(), A.into()]);
+        let stop = AtomicBool::new(false);
+        let torn = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut v = A;
+                while !stop.load(Ordering::Relaxed) {
+                    v ^= A ^ B;
+                    rec.0[0].store(v, Ordering::Relaxed);
+                    rec.0[1].store(v, Ordering::Relaxed);
+                }
+            });
+            let base = NonNull::from(&rec).cast::<u8>();
+            let start = std::time::Instant::now();
+            let mut torn = Vec::new();
+            let mut reads = 0u64;
+            // Long enough for the two threads to share the CPUs for a while on a busy
+            // machine; read byte by byte, torn values come within milliseconds.
+            while start.elapsed() < std::time::Duration::from_millis(300) && torn.len() < 4 {
+                for off in [4, 0] {
+                    let mut b = [0u8; 4];
+                    // SAFETY: `off + 4 <= 8`: inside `rec`, which lives across the scope
+                    // (the writer's stores are atomic; the read is the model's volatile
+                    // copy of memory a CPU shares, as in `dma_read`).
+                    unsafe { volatile_read(base.add(off), &mut b) };
+                    let v = u32::from_ne_bytes(b);
+                    if v != A && v != B {
+                        torn.push((off, v));
+                    }
+                    reads += 1;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(reads > 1000, "only {reads} reads");
+            torn
+        });
+        assert!(torn.is_empty(), "torn reads (offset, value): {torn:x?}");
+    }
 
     /// Word-wise volatile copies move exactly the bytes asked for, at every alignment of
     /// the device side and every length across the byte, word and four-word boundaries.
