@@ -626,3 +626,55 @@ fn tshark_reads_a_capture_of_xrc_traffic() {
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// One target serves every XRC SRQ of its domain: each message goes to the SRQ its XRCETH
+/// names and completes on that SRQ's CQ; an XRC SRQ's limit, armed with ARM_XRC_SRQ,
+/// raises SRQ_RQ_LIMIT (with the SRQ's number) when its WQEs run low.
+#[test]
+fn one_target_feeds_each_srq_of_its_domain() {
+    let mut x = Xrc::new(LinkLayer::InfiniBand, Conn::default());
+    let mut cq2 = x.b.cq(4);
+    let bpd = x.b.pd;
+    let xrcd = x.xrcd;
+    let mut srq2 = xrc_srq(&mut x.b, xrcd, bpd, &cq2);
+    let bmr = x.bmr;
+    post_srq(&x.b, &mut x.srq, &bmr, 0, 64);
+    post_srq(&x.b, &mut srq2, &bmr, 1024, 64);
+    post_srq(&x.b, &mut srq2, &bmr, 2048, 64);
+    let mut a = ArmXrcSrqIn::new_cmd();
+    a.set_op_mod(ARM_XRC_SRQ_OP_MOD_XRC_SRQ)
+        .set_xrc_srqn(srq2.srqn)
+        .set_lwm(2);
+    x.b.h.ok(&a, &[]);
+    let amr = x.a.mr(4096);
+    x.a.write(&amr, 0, b"to one");
+    x.a.write(&amr, 64, b"to two");
+    let (one, two) = (x.srq.srqn, srq2.srqn);
+    x.a.post_send(&mut x.ini, &xrc_wr(WqeOpcode::Send, &amr, 64, 6, two));
+    x.a.post_send(&mut x.ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 6, one));
+    assert!(x.fabric.run_until_idle());
+    assert_eq!(x.a.poll_all(&mut x.acq).len(), 2);
+    let c1 = x.b.poll_all(&mut x.scq);
+    let c2 = x.b.poll_all(&mut cq2);
+    assert_eq!((c1.len(), c2.len()), (1, 1));
+    assert_eq!(c2[0].wqe_counter(), 0);
+    assert_eq!(x.b.read(&bmr, 1024, 6), b"to two");
+    assert_eq!(x.b.read(&bmr, 0, 6), b"to one");
+    // srq2 had 2 WQEs and a limit of 2: one taken leaves 1 < 2.
+    let lim = x.b.events(EventType::SrqRqLimit);
+    assert_eq!(lim.len(), 1);
+    let d: &uhca_fwif::eqe::EqeQpSrq = lim[0].data_as();
+    assert_eq!((d.r#type, d.qp_srq_n.get() & 0x00ff_ffff), (1, two));
+    let mut q = QueryXrcSrqIn::new_cmd();
+    q.set_xrc_srqn(two);
+    assert_eq!(
+        x.b.h.ok(&q, &[]).xrc_srq_context_entry().lwm(),
+        0,
+        "disarmed"
+    );
+    // A target names SRQs per message, not in its context: no QP holds this one, so it
+    // can be destroyed (a later message naming it would be refused like another domain's).
+    let mut d = DestroyXrcSrqIn::new_cmd();
+    d.set_xrc_srqn(two);
+    x.b.h.ok(&d, &[]);
+}
