@@ -726,3 +726,94 @@ fn xrc_recovers_from_loss_like_rc() {
         "the faults cost retransmissions: {f:?} {ad:?}"
     );
 }
+
+/// An InfiniBand node whose firmware stays at ISSI 0 (no SET_ISSI), as `Node::new` brings
+/// one up otherwise.
+fn issi0_node(fabric: &Fabric, n: u8) -> Node {
+    let mac = [0x02, 0xc0, 0xff, 0xee, 0x00, n];
+    let mut h = Harness::initialized_at_issi(
+        MockConfig {
+            mac,
+            ..MockConfig::infiniband()
+        },
+        0,
+    );
+    h.give_outstanding(QueryPagesOpMod::RegularPages);
+    let uar = h.alloc_uar();
+    let pd = h.alloc_pd();
+    let eq = h.create_eq(uar, 6, &[EventType::WqAccessError, EventType::SrqRqLimit]);
+    fabric.attach(&h.hca);
+    Node {
+        h,
+        uar,
+        pd,
+        eq,
+        ip: [0; 4],
+        mac,
+        link: LinkLayer::InfiniBand,
+        keep: Vec::new(),
+        ip6: [0; 16],
+    }
+}
+
+/// At ISSI 0 an XRC SRQ is a CREATE_SRQ with `srqc.xrcd` and `srqc.cqn` (how Linux makes
+/// one on such firmware): a target delivers into it and completes on its CQ, with the
+/// SRQ's number in the CQE (`srqc` has no user index).
+#[test]
+fn an_issi_0_xrc_srq_takes_xrc_sends() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut b = issi0_node(&fabric, 2);
+    let mut acq = a.cq(6);
+    let mut scq = b.cq(6);
+    let mut tcq = b.cq(4);
+    let xa = a.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let xb = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let apd = a.pd;
+    let bpd = b.pd;
+    let mut ini = xrc_qp(&mut a, xa, apd, &acq, true);
+    let tgt = xrc_qp(&mut b, xb, bpd, &tcq, false);
+    let buf = keep(&mut b, 16 * 64);
+    let dbr = keep(&mut b, 64);
+    let mut c = CreateSrqIn::new_cmd();
+    c.srq_context_entry_mut()
+        .set_log_srq_size(4)
+        .set_log_rq_stride(2)
+        .set_xrcd(xb)
+        .set_cqn(scq.cqn)
+        .set_pd(bpd)
+        .set_dbr_addr(dbr);
+    let srqn = b.h.ok(&c, &pas_bytes(&[buf])).srqn();
+    let mut srq = TestSrq {
+        srqn,
+        buf,
+        dbr,
+        posted: 0,
+    };
+    let bmr = b.mr(4096);
+    post_srq(&b, &mut srq, &bmr, 0, 64);
+    a.connect(&ini, &b, tgt.qpn, Conn::default());
+    b.connect(
+        &tgt,
+        &a,
+        ini.qpn,
+        Conn {
+            stop_at_rtr: true,
+            ..Conn::default()
+        },
+    );
+    let amr = a.mr(4096);
+    a.write(&amr, 0, b"issi zero");
+    a.post_send(&mut ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 9, srqn));
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq)[0].opcode, CqeOpcode::Req);
+    let rx = b.poll_all(&mut scq);
+    assert_eq!(rx.len(), 1);
+    assert_eq!(rx[0].qpn(), tgt.qpn);
+    assert_eq!(rx[0].cqe.srqn.get() & 0x00ff_ffff, srqn);
+    assert_eq!(b.read(&bmr, 0, 9), b"issi zero");
+    assert!(
+        b.poll_all(&mut tcq).is_empty(),
+        "nothing on the target's CQ"
+    );
+}
