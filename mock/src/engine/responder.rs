@@ -250,7 +250,7 @@ impl Device {
             &[],
         )
         .with_aeth(syndrome, msn);
-        self.emit_response(qpn, &path, &t);
+        self.emit_response(&qpc, &path, &t);
         match syndrome {
             AethSyndrome::Ack { .. } => self.engine.counters.acks_sent += 1,
             AethSyndrome::RnrNak { .. } => self.engine.counters.rnr_naks_sent += 1,
@@ -740,7 +740,7 @@ impl Device {
             if op != Opcode::RcRdmaReadResponseMiddle {
                 tt = tt.with_aeth(AethSyndrome::Ack { credit_count: 0x1f }, msn);
             }
-            self.emit_response(qpn, &path, &tt);
+            self.emit_response(&qpc, &path, &tt);
         }
         Ok(())
     }
@@ -811,7 +811,7 @@ impl Device {
         )
         .with_aeth(AethSyndrome::Ack { credit_count: 0x1f }, msn)
         .with_atomic_ack_eth(orig);
-        self.emit_response(qpn, &path, &t);
+        self.emit_response(&qpc, &path, &t);
     }
 
     /// A request whose PSN was already executed.

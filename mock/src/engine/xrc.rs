@@ -70,10 +70,10 @@ impl Device {
         }
     }
 
-    /// Emits a response packet the responder built with an RC opcode: for an XRC QP with
-    /// the XRC opcode (responses carry no XRCETH).
-    pub(crate) fn emit_response(&mut self, qpn: u32, path: &Path, t: &IbTransportRepr<'_>) {
-        if self.fw.qps.get(&qpn).is_some_and(|q| is_xrc(&q.qpc)) {
+    /// Emits a response packet the responder (context `qpc`) built with an RC opcode: for
+    /// an XRC QP with the XRC opcode (responses carry no XRCETH).
+    pub(crate) fn emit_response(&mut self, qpc: &Qpc, path: &Path, t: &IbTransportRepr<'_>) {
+        if is_xrc(qpc) {
             let mut x = *t;
             x.bth.opcode = xrc_opcode(t.bth.opcode);
             self.emit_packet(path, &x);
