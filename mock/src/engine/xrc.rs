@@ -88,18 +88,15 @@ impl Device {
         self.engine.qps.get(&qpn).and_then(|s| s.xrc_srqn)
     }
 
-    /// The PD a responder checks memory keys against: the QP's, or for an XRC target the
-    /// PD of the XRC SRQ the request names.
-    pub(crate) fn rx_pd(&self, qpn: u32) -> u32 {
-        let Some(q) = self.fw.qps.get(&qpn) else {
-            return 0;
-        };
-        if is_xrc(&q.qpc)
+    /// The PD a responder (`qpn`, context `qpc`) checks memory keys against: the QP's, or
+    /// for an XRC target the PD of the XRC SRQ the request names.
+    pub(crate) fn rx_pd(&self, qpn: u32, qpc: &Qpc) -> u32 {
+        if is_xrc(qpc)
             && let Some(s) = self.xrc_target_srq(qpn).and_then(|n| self.fw.srqs.get(&n))
         {
             return s.pd();
         }
-        q.qpc.pd()
+        qpc.pd()
     }
 
     /// Where a responder's completions go: (CQ, the CQE's `srqn_uidx`). The QP's receive
