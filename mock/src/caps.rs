@@ -144,7 +144,8 @@ impl Caps {
             .set_max_wqe_sz_sq_dc(0)
             .set_log_max_transport_domain(20)
             .set_log_max_pd(23)
-            // XRC domains (ALLOC_XRCD); `xrc` itself (XRC SRQs and QPs) is not offered.
+            // XRC: domains (ALLOC_XRCD), XRC SRQs (CREATE_XRC_SRQ) and XRC QPs.
+            .set_xrc(true)
             .set_log_max_xrcd(24)
             .set_q_counter_aggregation(false)
             .set_sq_ts_format(0)

@@ -685,6 +685,61 @@ crate::prm_struct! {
         status / set_status @ 0, 8 : u8;
         syndrome / set_syndrome @ 32, 32 : u32;
     }
+    /// PRM `create_xrc_srq_in`: an XRC SRQ, a shared receive queue of an XRC domain whose
+    /// completions go to its own CQ (the page list follows).
+    pub struct CreateXrcSrqIn : create_xrc_srq_in = "mlx5_ifc_create_xrc_srq_in_bits", 2176 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        xrc_srq_context_entry / xrc_srq_context_entry_mut @ 128, 512 : struct crate::ctx::XrcSrqc;
+        xrc_srq_umem_valid / set_xrc_srq_umem_valid @ 736, 1 : bool;
+        pas @ 2176 : flex [u8; 8];
+    }
+    /// PRM `create_xrc_srq_out`.
+    pub struct CreateXrcSrqOut : create_xrc_srq_out = "mlx5_ifc_create_xrc_srq_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        xrc_srqn / set_xrc_srqn @ 72, 24 : u32;
+    }
+    /// PRM `destroy_xrc_srq_in`.
+    pub struct DestroyXrcSrqIn : destroy_xrc_srq_in = "mlx5_ifc_destroy_xrc_srq_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        xrc_srqn / set_xrc_srqn @ 72, 24 : u32;
+    }
+    /// PRM `destroy_xrc_srq_out`.
+    pub struct DestroyXrcSrqOut : destroy_xrc_srq_out = "mlx5_ifc_destroy_xrc_srq_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+    }
+    /// PRM `query_xrc_srq_in`.
+    pub struct QueryXrcSrqIn : query_xrc_srq_in = "mlx5_ifc_query_xrc_srq_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        xrc_srqn / set_xrc_srqn @ 72, 24 : u32;
+    }
+    /// PRM `query_xrc_srq_out`.
+    pub struct QueryXrcSrqOut : query_xrc_srq_out = "mlx5_ifc_query_xrc_srq_out_bits", 2176 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        xrc_srq_context_entry / xrc_srq_context_entry_mut @ 128, 512 : struct crate::ctx::XrcSrqc;
+        pas @ 2176 : flex [u8; 8];
+    }
+    /// PRM `arm_xrc_srq_in`: arms an XRC SRQ's limit (`op_mod` is
+    /// [`ARM_XRC_SRQ_OP_MOD_XRC_SRQ`](crate::cmd::ARM_XRC_SRQ_OP_MOD_XRC_SRQ)).
+    pub struct ArmXrcSrqIn : arm_xrc_srq_in = "mlx5_ifc_arm_xrc_srq_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        xrc_srqn / set_xrc_srqn @ 72, 24 : u32;
+        lwm / set_lwm @ 112, 16 : u16;
+    }
+    /// PRM `arm_xrc_srq_out`.
+    pub struct ArmXrcSrqOut : arm_xrc_srq_out = "mlx5_ifc_arm_xrc_srq_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+    }
     /// PRM `query_nic_vport_context_in`.
     pub struct QueryNicVportContextIn : query_nic_vport_context_in = "mlx5_ifc_query_nic_vport_context_in_bits", 128 bits {
         opcode / set_opcode @ 0, 16 : u16;

@@ -101,6 +101,10 @@ commands! {
     ModifyRmpIn => ModifyRmpOut : ModifyRmp;
     QueryRmpIn => QueryRmpOut : QueryRmp;
     DestroyRmpIn => DestroyRmpOut : DestroyRmp;
+    CreateXrcSrqIn => CreateXrcSrqOut : CreateXrcSrq;
+    DestroyXrcSrqIn => DestroyXrcSrqOut : DestroyXrcSrq;
+    QueryXrcSrqIn => QueryXrcSrqOut : QueryXrcSrq;
+    ArmXrcSrqIn => ArmXrcSrqOut : ArmXrcSrq;
     QueryNicVportContextIn => QueryNicVportContextOut : QueryNicVportContext;
     ModifyNicVportContextIn => ModifyNicVportContextOut : ModifyNicVportContext;
     QueryHcaVportContextIn => QueryHcaVportContextOut : QueryHcaVportContext;
@@ -145,6 +149,10 @@ pub const MCQI_INFO_TYPE_VERSION: u8 = 0x1;
 pub const ACCESS_REGISTER_OP_MOD_WRITE: u16 = 0;
 /// ACCESS_REGISTER op_mod: read the register.
 pub const ACCESS_REGISTER_OP_MOD_READ: u16 = 1;
+
+/// ARM_XRC_SRQ op_mod: arm an XRC SRQ's limit (`MLX5_ARM_XRC_SRQ_IN_OP_MOD_XRC_SRQ`, the
+/// only value the PRM lists).
+pub const ARM_XRC_SRQ_OP_MOD_XRC_SRQ: u16 = 1;
 
 /// Size in bytes of one `pas` entry (a 64-bit page address) after a command's fixed part.
 pub const PAS_ENTRY_BYTES: usize = 8;

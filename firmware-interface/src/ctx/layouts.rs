@@ -702,6 +702,30 @@ crate::prm_struct! {
         wqe_cnt / set_wqe_cnt @ 240, 16 : u16;
         dbr_addr / set_dbr_addr @ 320, 64 : u64;
     }
+    /// PRM `xrc_srqc`: the context of an XRC SRQ (CREATE_XRC_SRQ). Laid out like `srqc`,
+    /// plus the CQ's user index and the doorbell record address split in two dwords (its
+    /// low two bits are not stored: the record is 4-byte aligned at least).
+    pub struct XrcSrqc : xrc_srqc = "mlx5_ifc_xrc_srqc_bits", 512 bits {
+        state / set_state @ 0, 4 : u8;
+        log_xrc_srq_size / set_log_xrc_srq_size @ 4, 4 : u8;
+        wq_signature / set_wq_signature @ 32, 1 : bool;
+        cont_srq / set_cont_srq @ 33, 1 : bool;
+        rlky / set_rlky @ 35, 1 : bool;
+        basic_cyclic_rcv_wqe / set_basic_cyclic_rcv_wqe @ 36, 1 : bool;
+        log_rq_stride / set_log_rq_stride @ 37, 3 : u8;
+        xrcd / set_xrcd @ 40, 24 : u32;
+        page_offset / set_page_offset @ 64, 6 : u8;
+        dbr_umem_valid / set_dbr_umem_valid @ 71, 1 : bool;
+        cqn / set_cqn @ 72, 24 : u32;
+        user_index_equal_xrc_srqn / set_user_index_equal_xrc_srqn @ 128, 1 : bool;
+        log_page_size / set_log_page_size @ 130, 6 : u8;
+        user_index / set_user_index @ 136, 24 : u32;
+        pd / set_pd @ 200, 24 : u32;
+        lwm / set_lwm @ 224, 16 : u16;
+        wqe_cnt / set_wqe_cnt @ 240, 16 : u16;
+        db_record_addr_h / set_db_record_addr_h @ 320, 32 : u32;
+        db_record_addr_l / set_db_record_addr_l @ 352, 30 : u32;
+    }
     /// PRM `wq`: a work queue inside an RMP (or RQ, SQ) context: its buffer, doorbell
     /// record and low-water mark; the buffer's page list follows it.
     pub struct Wq : wq = "mlx5_ifc_wq_bits", 1536 bits {

@@ -1,6 +1,6 @@
 //! Receive WQEs: from the QP's own receive queue (at the start of the QP buffer) or from
 //! its SRQ (a linked list through each WQE's "next" segment), up to the doorbell record's
-//! receive counter.
+//! receive counter; for an XRC target, from the XRC SRQ the request names.
 
 use super::mem::{QueueBuf, Sge};
 use crate::device::Device;
@@ -43,7 +43,10 @@ impl Device {
     pub(crate) fn recv_wqe(&mut self, qpn: u32, consume: bool, now: u64) -> Option<RecvWqe> {
         let q = self.fw.qps.get(&qpn)?;
         let qpc = q.qpc;
-        match qpc.rq_type() {
+        let xrc = super::xrc::is_xrc(&qpc);
+        // An XRC QP's receives come from the XRC SRQ its request names, whatever its
+        // `rq_type` and `srqn_rmpn_xrqn` say.
+        match if xrc { 1 } else { qpc.rq_type() } {
             0 => {
                 let pi = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)? as u16;
                 let ci = self.engine.qps.get(&qpn)?.rq_ci;
@@ -78,7 +81,11 @@ impl Device {
             }
             1 => {
                 // An SRQ (ISSI 0) or an RMP (ISSI 1): the same linked list of WQEs.
-                let srqn = qpc.srqn_rmpn_xrqn();
+                let srqn = if xrc {
+                    self.engine.qps.get(&qpn)?.xrc_srqn?
+                } else {
+                    qpc.srqn_rmpn_xrqn()
+                };
                 let srq = self.fw.srqs.get(&srqn)?;
                 let (size, stride) = (1u32 << srq.log_size(), srq.stride());
                 let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);

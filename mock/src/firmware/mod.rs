@@ -17,6 +17,7 @@ mod qp;
 mod resources;
 mod srq;
 mod vport;
+mod xrc;
 
 pub use cmdq::MAX_CMD_LEN;
 pub use cq::{
@@ -39,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdOpcode, CmdStatus, PortState};
-use uhca_fwif::ctx::{Cqc, Eqc, Mkc, NicVportContext, Qpc, Rmpc, RoceAddrLayout, Srqc};
+use uhca_fwif::ctx::{Cqc, Eqc, Mkc, NicVportContext, Qpc, Rmpc, RoceAddrLayout, Srqc, XrcSrqc};
 
 /// The life cycle of the HCA as the command interface sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,9 +161,10 @@ pub(crate) struct Qp {
     pub(crate) pas: Vec<u64>,
 }
 
-/// A shared receive queue: an SRQ (CREATE_SRQ, ISSI 0) or an RMP (CREATE_RMP, ISSI 1).
-/// Both hold linked-list receive WQEs with a "next" segment and a doorbell record whose
-/// first dword counts the WQEs posted; QPs name either in `srqn_rmpn_xrqn`.
+/// A shared receive queue: an SRQ (CREATE_SRQ, ISSI 0), an RMP (CREATE_RMP, ISSI 1) or an
+/// XRC SRQ (CREATE_XRC_SRQ). All hold linked-list receive WQEs with a "next" segment and a
+/// doorbell record whose first dword counts the WQEs posted; QPs name an SRQ or an RMP in
+/// `srqn_rmpn_xrqn`, XRC senders name an XRC SRQ in each message's XRCETH.
 #[derive(Clone, Debug)]
 pub(crate) struct Srq {
     pub(crate) ctx: SrqCtx,
@@ -177,6 +179,8 @@ pub(crate) enum SrqCtx {
     Srq(Srqc),
     /// CREATE_RMP's `rmpc` (the queue in its `wq`).
     Rmp(Rmpc),
+    /// CREATE_XRC_SRQ's `xrc_srqc`.
+    Xrc(XrcSrqc),
 }
 
 impl Srq {
@@ -185,6 +189,7 @@ impl Srq {
         match &self.ctx {
             SrqCtx::Srq(c) => c.pd(),
             SrqCtx::Rmp(c) => c.wq().pd(),
+            SrqCtx::Xrc(c) => c.pd(),
         }
     }
 
@@ -193,6 +198,7 @@ impl Srq {
         match &self.ctx {
             SrqCtx::Srq(c) => c.dbr_addr(),
             SrqCtx::Rmp(c) => c.wq().dbr_addr(),
+            SrqCtx::Xrc(c) => xrc::xrc_srq_dbr_addr(c),
         }
     }
 
@@ -201,6 +207,7 @@ impl Srq {
         match &self.ctx {
             SrqCtx::Srq(c) => c.log_srq_size(),
             SrqCtx::Rmp(c) => c.wq().log_wq_sz(),
+            SrqCtx::Xrc(c) => c.log_xrc_srq_size(),
         }
     }
 
@@ -210,6 +217,7 @@ impl Srq {
         match &self.ctx {
             SrqCtx::Srq(c) => 16u64 << c.log_rq_stride(),
             SrqCtx::Rmp(c) => 1u64 << c.wq().log_wq_stride(),
+            SrqCtx::Xrc(c) => 16u64 << c.log_rq_stride(),
         }
     }
 
@@ -218,14 +226,16 @@ impl Srq {
         match &self.ctx {
             SrqCtx::Srq(c) => c.log_page_size(),
             SrqCtx::Rmp(c) => c.wq().log_wq_pg_sz(),
+            SrqCtx::Xrc(c) => c.log_page_size(),
         }
     }
 
-    /// Whether its receive WQEs may use the reserved lkey (`srqc.rlky`; an RMP's `rmpc`
-    /// has no such bit, so never).
+    /// Whether its receive WQEs may use the reserved lkey (`srqc.rlky`, `xrc_srqc.rlky`; an
+    /// RMP's `rmpc` has no such bit, so never).
     pub(crate) fn rlky(&self) -> bool {
         match &self.ctx {
             SrqCtx::Srq(c) => c.rlky(),
+            SrqCtx::Xrc(c) => c.rlky(),
             SrqCtx::Rmp(_) => false,
         }
     }
@@ -235,6 +245,7 @@ impl Srq {
         match &self.ctx {
             SrqCtx::Srq(c) => c.lwm(),
             SrqCtx::Rmp(c) => c.wq().lwm(),
+            SrqCtx::Xrc(c) => c.lwm(),
         }
     }
 
@@ -247,13 +258,27 @@ impl Srq {
             SrqCtx::Rmp(c) => {
                 c.wq_mut().set_lwm(lwm);
             }
+            SrqCtx::Xrc(c) => {
+                c.set_lwm(lwm);
+            }
         }
     }
 
-    /// The completion queue of an XRC SRQ (never for an RMP).
+    /// The completion queue of an XRC SRQ: CREATE_XRC_SRQ's, or an ISSI-0 SRQ created in
+    /// an XRC domain (never for an RMP).
     pub(crate) fn xrc_cqn(&self) -> Option<u32> {
         match &self.ctx {
             SrqCtx::Srq(c) if c.xrcd() != 0 => Some(c.cqn()),
+            SrqCtx::Xrc(c) => Some(c.cqn()),
+            _ => None,
+        }
+    }
+
+    /// The XRC domain it belongs to (`None`: not an XRC SRQ).
+    pub(crate) fn xrcd(&self) -> Option<u32> {
+        match &self.ctx {
+            SrqCtx::Srq(c) if c.xrcd() != 0 => Some(c.xrcd()),
+            SrqCtx::Xrc(c) => Some(c.xrcd()),
             _ => None,
         }
     }
@@ -645,6 +670,10 @@ impl Device {
             O::ModifyRmp => run!(ModifyRmpIn, cmd_modify_rmp),
             O::QueryRmp => run!(QueryRmpIn, cmd_query_rmp),
             O::DestroyRmp => run!(DestroyRmpIn, cmd_destroy_rmp),
+            O::CreateXrcSrq => run!(CreateXrcSrqIn, cmd_create_xrc_srq),
+            O::DestroyXrcSrq => run!(DestroyXrcSrqIn, cmd_destroy_xrc_srq),
+            O::QueryXrcSrq => run!(QueryXrcSrqIn, cmd_query_xrc_srq),
+            O::ArmXrcSrq => run!(ArmXrcSrqIn, cmd_arm_xrc_srq, op_mod_any),
             O::QueryNicVportContext => run!(QueryNicVportContextIn, cmd_query_nic_vport),
             O::ModifyNicVportContext => run!(ModifyNicVportContextIn, cmd_modify_nic_vport),
             O::QueryHcaVportContext => run!(QueryHcaVportContextIn, cmd_query_hca_vport),

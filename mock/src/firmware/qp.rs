@@ -184,10 +184,14 @@ impl Device {
             QpServiceType::Rc => caps.rc(),
             QpServiceType::Uc => caps.uc(),
             QpServiceType::Ud => caps.ud(),
+            QpServiceType::Xrc => caps.xrc(),
             _ => false,
         };
         if !ok_type {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
+        }
+        if st == QpServiceType::Xrc {
+            self.check_xrc_qp(&q)?;
         }
         if !self.fw.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));

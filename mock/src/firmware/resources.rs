@@ -98,7 +98,8 @@ impl Device {
         if !self.fw.xrcds.contains(&xrcd) {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
-        // Nothing names an XRC domain yet: XRC SRQs and XRC QPs are not modelled.
+        // A domain its XRC SRQs or XRC QPs still name stays.
+        self.xrcd_free_check(xrcd)?;
         self.fw.xrcds.remove(&xrcd);
         Ok(out(&DeallocXrcdOut::default()))
     }

@@ -2,7 +2,7 @@
 //! their replacement, the receive memory pool (RMP): CREATE_RMP, MODIFY_RMP (the limit,
 //! through `rmp_bitmask.lwm`), QUERY_RMP, DESTROY_RMP. The dispatcher refuses each family
 //! at the other interface step; both kinds live in one table, since a QP names either in
-//! `qpc.srqn_rmpn_xrqn`.
+//! `qpc.srqn_rmpn_xrqn`. XRC SRQs (CREATE_XRC_SRQ and friends) are in `xrc.rs`.
 
 use super::{
     CmdResult, Ctx, Fail, Srq, SrqCtx, bad_param, bad_res, busy, lim, out, pages_for, pas_list,
@@ -25,7 +25,7 @@ const MIN_LOG_WQ_STRIDE: u8 = 4;
 impl Device {
     /// The checks CREATE_SRQ and CREATE_RMP share; returns the page list.
     #[allow(clippy::too_many_arguments)]
-    fn check_new_srq(
+    pub(super) fn check_new_srq(
         &mut self,
         c: &Ctx,
         in_size: usize,
@@ -66,7 +66,7 @@ impl Device {
     }
 
     /// Refuses DESTROY of a shared receive queue a QP still receives from.
-    fn srq_unused(&self, n: u32) -> Result<(), Fail> {
+    pub(super) fn srq_unused(&self, n: u32) -> Result<(), Fail> {
         if self
             .fw
             .qps
@@ -80,8 +80,10 @@ impl Device {
 
     pub(crate) fn cmd_create_srq(&mut self, c: &Ctx, i: &CreateSrqIn) -> CmdResult {
         let s = *i.srq_context_entry();
+        // At ISSI 0 an SRQ created in an XRC domain is an XRC SRQ: it must name an allocated
+        // domain and an existing CQ, where XRC receives complete.
         if s.xrcd() != 0 {
-            return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
+            self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
         }
         let log_max = self.fw.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(

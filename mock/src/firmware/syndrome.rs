@@ -97,6 +97,8 @@ pub const BAD_PAGE_SIZE: u32 = 0x0004_000d;
 pub const BAD_VECTOR: u32 = 0x0004_000e;
 /// An unknown CQE size.
 pub const BAD_CQE_SIZE: u32 = 0x0004_000f;
+/// A referenced XRC domain is not allocated.
+pub const BAD_XRCD: u32 = 0x0004_0010;
 
 /// An access mode the model does not implement (only PA and MTT).
 pub const BAD_ACCESS_MODE: u32 = 0x0005_0001;
