@@ -36,7 +36,7 @@ mkdir -p "$RIG_DIR/logs"
 log=$RIG_DIR/logs/linux-mlx5-server.log
 rm -f "$VFIO_USER_DIR"/fn*.sock
 "$TARGET_DIR/release/uhca-vfio-user-server" --link "$LINK" --command-log \
-  --socket "$VFIO_USER_DIR/fn0.sock" > "$log" 2>&1 &
+  --command-dump "$RIG_DIR/logs/linux-mlx5-$LINK.cmds" --socket "$VFIO_USER_DIR/fn0.sock" > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
 for _ in $(seq 100); do

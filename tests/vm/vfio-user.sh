@@ -39,6 +39,7 @@ for link in ${LINKS:-ethernet infiniband}; do
   mkdir -p "$RIG_DIR/logs"
   rm -f "$VFIO_USER_DIR"/fn*.sock
   "$TARGET_DIR/release/uhca-vfio-user-server" --link "$link" --log \
+    --command-dump "$RIG_DIR/logs/vfio-user-$link.cmds" \
     --pcap "$RIG_DIR/logs/vfio-user-$link.pcap" \
     --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" > "$log" 2>&1 &
   server=$!
@@ -54,6 +55,12 @@ for link in ${LINKS:-ethernet infiniband}; do
   QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
     LOG=$RIG_DIR/logs/vfiouser-$link.log EXTRA_APPEND="rig.link=$link ${EXTRA_APPEND:-}" \
     bash "$VM/run-vm.sh" vfiouser || rc=1
+  # QEMU is gone: the server appends each function's commands to the dump (for
+  # linux-vs-uhca.sh) when its client goes.
+  for _ in $(seq 50); do
+    [ "$(grep -c ': command dump: ' "$log")" -ge 2 ] && break
+    sleep 0.1
+  done
   kill "$server" 2>/dev/null
   wait "$server" 2>/dev/null
   echo "--- server log ($log):"
