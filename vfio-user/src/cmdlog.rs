@@ -200,6 +200,18 @@ pub fn is_object_or_address(name: &str) -> bool {
         "next_send_psn",
         "next_rcv_psn",
         "last_acked_psn",
+        "eq_number",
+        "uar",
+        "srq_number",
+        "srqn",
+        "rmpn",
+        "cq_umem_id",
+        "cq_umem_offset",
+        "mkey_umem_id",
+        "mkey_umem_offset",
+        "sw_owner_id",
+        "gid",
+        "remote_lid",
     ];
     NAMES.contains(&name)
 }
@@ -218,7 +230,8 @@ pub struct Decoded {
 
 /// What commands are lined up by: the opcode's PRM name and op_mod, with the QP's service
 /// type for QP commands (`CREATE_QP/op_mod=0x0/st=RC`), the register for ACCESS_REGISTER,
-/// the access mode for CREATE_MKEY.
+/// the MAD's attribute for MAD_IFC (`MAD_IFC/op_mod=0x3/attr=0x0015`), the access mode for
+/// CREATE_MKEY.
 pub type CommandKind = String;
 
 fn opcode_name(opcode: u16) -> String {
@@ -277,22 +290,33 @@ fn decode_layout(
     }
 }
 
-/// The service types of the QPs each function created, from CREATE_QP's input and output,
-/// so that a QP's later commands can be grouped with its kind.
-pub fn qp_service_types(cmds: &[DumpedCommand]) -> HashMap<(String, u32), u8> {
-    let mut m = HashMap::new();
-    for c in cmds {
-        if c.opcode == CmdOpcode::CreateQp.raw() && c.status == 0 && c.output.len() >= 12 {
-            let qpn = get_bits(&c.output, 72, 24) as u32;
-            let st_bit =
-                cmd::create_qp_in::qpc.bit_offset as usize + ctx::qpc::st.bit_offset as usize;
-            if c.input.len() * 8 >= st_bit + 8 {
-                let st = get_bits(&c.input, st_bit, 8) as u8;
-                m.insert((c.function.clone(), qpn), st);
-            }
+/// The QP a successful CREATE_QP made: (function, qpn) and its service type.
+fn created_qp(c: &DumpedCommand) -> Option<((String, u32), u8)> {
+    if c.opcode != CmdOpcode::CreateQp.raw() || c.status != 0 || c.output.len() < 12 {
+        return None;
+    }
+    let qpn = get_bits(&c.output, cmd::create_qp_out::qpn.bit_offset as usize, 24) as u32;
+    let st_bit = cmd::create_qp_in::qpc.bit_offset as usize + ctx::qpc::st.bit_offset as usize;
+    if c.input.len() * 8 < st_bit + 8 {
+        return None;
+    }
+    let st = get_bits(&c.input, st_bit, 8) as u8;
+    Some(((c.function.clone(), qpn), st))
+}
+
+/// The service types of the QPs alive at each point of a command sequence, so that a QP's
+/// later commands are grouped with its kind (a QP number comes back once its QP is
+/// destroyed, so the map follows the sequence).
+#[derive(Clone, Debug, Default)]
+pub struct QpTypes(HashMap<(String, u32), u8>);
+
+impl QpTypes {
+    /// Takes note of a command (a CREATE_QP that succeeded).
+    pub fn follow(&mut self, c: &DumpedCommand) {
+        if let Some((k, st)) = created_qp(c) {
+            self.0.insert(k, st);
         }
     }
-    m
 }
 
 fn st_name(st: u8) -> String {
@@ -301,6 +325,11 @@ fn st_name(st: u8) -> String {
         .map(|n| n.trim_start_matches("MLX5_QPC_ST_").to_string())
         .unwrap_or_else(|| format!("0x{st:x}"))
 }
+
+/// Bit offset of `AttributeID` in a MAD's common header (IB specification 13.4.2: base
+/// version, class, class version, method, status, class specific, transaction id, then the
+/// attribute id at byte 16).
+const MAD_ATTRIBUTE_ID_BIT: usize = 16 * 8;
 
 /// QP commands that name an existing QP in `qpn` at bit 72 of the input.
 fn names_a_qp(opcode: CmdOpcode) -> bool {
@@ -320,7 +349,7 @@ fn names_a_qp(opcode: CmdOpcode) -> bool {
 }
 
 /// Decodes one command's input.
-pub fn decode(c: &DumpedCommand, qp_st: &HashMap<(String, u32), u8>) -> Decoded {
+pub fn decode(c: &DumpedCommand, qp_st: &QpTypes) -> Decoded {
     let opcode = CmdOpcode::from_raw(c.opcode);
     let mut kind = format!("{}/op_mod=0x{:x}", opcode_name(c.opcode), c.op_mod);
     let bits = |off: usize, w: usize| {
@@ -335,6 +364,13 @@ pub fn decode(c: &DumpedCommand, qp_st: &HashMap<(String, u32), u8>) -> Decoded 
     {
         let _ = write!(kind, "/register=0x{r:04x}");
     }
+    if opcode == CmdOpcode::MadIfc {
+        // The MAD's attribute: which query it is (NodeInfo, PortInfo, ...).
+        let attr = cmd::mad_ifc_in::mad.bit_offset as usize + MAD_ATTRIBUTE_ID_BIT;
+        if let Some(a) = bits(attr, 16) {
+            let _ = write!(kind, "/attr=0x{a:04x}");
+        }
+    }
     if opcode == CmdOpcode::CreateQp {
         let off = cmd::create_qp_in::qpc.bit_offset as usize + ctx::qpc::st.bit_offset as usize;
         if let Some(st) = bits(off, 8) {
@@ -345,6 +381,7 @@ pub fn decode(c: &DumpedCommand, qp_st: &HashMap<(String, u32), u8>) -> Decoded 
         && let Some(qpn) = bits(72, 24)
     {
         let st = qp_st
+            .0
             .get(&(c.function.clone(), qpn as u32))
             .map(|&s| st_name(s))
             .unwrap_or_else(|| "?".into());
@@ -520,10 +557,11 @@ pub struct Comparison {
 }
 
 fn group(cmds: &[DumpedCommand]) -> BTreeMap<CommandKind, Vec<BTreeMap<String, Value>>> {
-    let st = qp_service_types(cmds);
+    let mut st = QpTypes::default();
     let mut g: BTreeMap<CommandKind, Vec<_>> = BTreeMap::new();
     for c in cmds {
         let d = decode(c, &st);
+        st.follow(c);
         g.entry(d.kind).or_default().push(d.fields);
     }
     g

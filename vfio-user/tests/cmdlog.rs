@@ -3,10 +3,10 @@
 //! the comparer flags a field that differs, unless it is an object number or address or an
 //! expectation explains it.
 
-use std::collections::HashMap;
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::CmdOpcode;
 use uhca_fwif::field::{PrmLayout, get_bits, set_bits};
+use uhca_fwif::zerocopy::IntoBytes;
 use uhca_fwif::{cmd, ctx};
 use uhca_mock::{ClockMode, LinkLayer, MockConfig, MockHca};
 use uhca_vfio_user::cmdlog::{
@@ -122,7 +122,7 @@ fn the_dump_reads_back_as_written() {
 #[test]
 fn decoding_names_the_contexts_fields_and_the_capability_page() {
     let cmds = uhca_dump();
-    let st = HashMap::new();
+    let st = uhca_vfio_user::cmdlog::QpTypes::default();
     let eq = cmds
         .iter()
         .find(|c| c.opcode == CmdOpcode::CreateEq.raw())
@@ -230,4 +230,85 @@ fn a_differing_field_fails_unless_explained_and_objects_never_count() {
         "the CREATE_CQ line matched nothing"
     );
     assert!(parse_expected("CREATE_EQ eq_context_entry.log_eq_size\n").is_err());
+}
+
+/// A command as a dump would hold it: `input` after the header, answered OK with `output`.
+fn dumped<I: PrmLayout>(input: &I, output: Vec<u8>) -> DumpedCommand {
+    let b = input.as_bytes().to_vec();
+    DumpedCommand {
+        function: "fn0".into(),
+        opcode: get_bits(&b, 0, 16) as u16,
+        op_mod: get_bits(&b, 48, 16) as u16,
+        status: 0,
+        input: b,
+        output,
+    }
+}
+
+#[test]
+fn a_qps_commands_are_grouped_by_its_service_type_even_when_its_number_comes_back() {
+    use uhca_fwif::cmd::Command;
+    use uhca_fwif::consts::QpServiceType;
+    let create = |st: QpServiceType| {
+        let mut c = cmd::CreateQpIn::new_cmd();
+        c.qpc_mut().set_st(st.raw());
+        let mut out = cmd::CreateQpOut::default();
+        out.set_qpn(0x105);
+        dumped(&c, out.as_bytes().to_vec())
+    };
+    let rst2init = || {
+        let mut c = cmd::Rst2initQpIn::new_cmd();
+        c.set_qpn(0x105);
+        dumped(&c, vec![0; 16])
+    };
+    let destroy = || {
+        let mut c = cmd::DestroyQpIn::new_cmd();
+        c.set_qpn(0x105);
+        dumped(&c, vec![0; 16])
+    };
+    // A UD QP, destroyed; then an RC QP that gets the same number.
+    let seq = [
+        create(QpServiceType::Ud),
+        rst2init(),
+        destroy(),
+        create(QpServiceType::Rc),
+        rst2init(),
+    ];
+    let mut st = uhca_vfio_user::cmdlog::QpTypes::default();
+    let kinds: Vec<String> = seq
+        .iter()
+        .map(|c| {
+            let k = decode(c, &st).kind;
+            st.follow(c);
+            k
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "CREATE_QP/op_mod=0x0/st=UD",
+            "RST2INIT_QP/op_mod=0x0/st=UD",
+            "DESTROY_QP/op_mod=0x0/st=UD",
+            "CREATE_QP/op_mod=0x0/st=RC",
+            "RST2INIT_QP/op_mod=0x0/st=RC",
+        ]
+    );
+    // A QP whose creation is not in the log is grouped as unknown, not guessed.
+    let lone = decode(&rst2init(), &uhca_vfio_user::cmdlog::QpTypes::default());
+    assert_eq!(lone.kind, "RST2INIT_QP/op_mod=0x0/st=?");
+    // The PSNs and the peer's QP number differ by nature; the MTU does not.
+    let mut a = cmd::Rtr2rtsQpIn::new_cmd();
+    a.qpc_mut().set_next_send_psn(0x1234).set_mtu(4);
+    let mut b = cmd::Rtr2rtsQpIn::new_cmd();
+    b.qpc_mut().set_next_send_psn(0x777).set_mtu(5);
+    let cmp = compare(&[dumped(&a, vec![0; 16])], &[dumped(&b, vec![0; 16])], &[]);
+    let k = &cmp.common[0];
+    let v = |f: &str| {
+        k.differing
+            .iter()
+            .find(|d| d.field == f)
+            .map(|d| d.verdict.clone())
+    };
+    assert_eq!(v("qpc.next_send_psn"), Some(FieldVerdict::ObjectOrAddress));
+    assert_eq!(v("qpc.mtu"), Some(FieldVerdict::Unexplained));
 }
