@@ -4,7 +4,9 @@
 # (LINK=ethernet: Ethernet) and its command log, boots the guest with one vfio-user-pci
 # device and runs guest/tests/linuxmlx5.sh (modprobe mlx5_core, checks, rmmod mlx5_core).
 # Then checks the server's command log of the function: what Linux sent, every command
-# completed with status OK, DISABLE_HCA at the end with every firmware page returned.
+# completed with status OK, DISABLE_HCA at the end with every firmware page returned. The
+# server also dumps every command's bytes (target/vm/logs/linux-mlx5-LINK.cmds, Linux's
+# side for linux-vs-uhca.sh).
 # Prints PASS/FAIL lines.
 #
 #   bash tests/vm/linux-mlx5.sh     environment: as run-vm.sh, and LINK (infiniband, what

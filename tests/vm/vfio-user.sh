@@ -3,7 +3,8 @@
 # server and the examples the guest runs, builds the rig, then for each fabric (Ethernet,
 # InfiniBand) starts uhca-vfio-user-server with two mock functions on it, boots the guest
 # with two vfio-user-pci devices and runs guest/tests/vfiouser.sh in it. Prints the guest's
-# PASS/FAIL lines and its tally per boot.
+# PASS/FAIL lines and its tally per boot. The server dumps every command's bytes
+# (target/vm/logs/vfio-user-LINK.cmds: uhca's side for linux-vs-uhca.sh).
 #
 #   bash tests/vm/vfio-user.sh    environment: as run-vm.sh, and LINKS (ethernet infiniband)
 set -uo pipefail

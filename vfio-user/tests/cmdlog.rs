@@ -63,8 +63,7 @@ fn bytes_are_kept_only_when_asked_and_hold_whole_mailbox_inputs() {
         );
     }
     // SET_HCA_CAP's input is 4112 bytes: 16 inline, the rest in mailboxes; the capability
-    // page the driver wrote is all there (port_type of the general page says InfiniBand is
-    // what the driver keeps from the maximum page).
+    // page the driver wrote is all there (log_max_qp lies beyond the inline 16 bytes).
     let set = bytes
         .iter()
         .find(|b| b.record.opcode == CmdOpcode::SetHcaCap)

@@ -92,7 +92,6 @@ fn main() -> ExitCode {
             let (mut explained, mut objects) = (0, 0);
             for f in &k.differing {
                 let what = match &f.verdict {
-                    FieldVerdict::Same => continue,
                     FieldVerdict::ObjectOrAddress => {
                         objects += 1;
                         "object/address".to_string()
