@@ -119,6 +119,17 @@ pub fn parse_line(line: &str) -> Result<Option<DumpedCommand>, String> {
     }))
 }
 
+/// Keeps the commands of the functions whose path ends with one of `suffixes` (all of them
+/// when `suffixes` is empty).
+pub fn select_functions(cmds: Vec<DumpedCommand>, suffixes: &[&str]) -> Vec<DumpedCommand> {
+    if suffixes.is_empty() {
+        return cmds;
+    }
+    cmds.into_iter()
+        .filter(|c| suffixes.iter().any(|s| c.function.ends_with(s)))
+        .collect()
+}
+
 /// Reads a whole dump; errors carry the line number.
 pub fn parse_dump(text: &str) -> Result<Vec<DumpedCommand>, String> {
     let mut v = Vec::new();
@@ -284,7 +295,13 @@ fn decode_layout(
         let v = if width <= 64 {
             format!("0x{:x}", get_bits(bytes, off, width))
         } else {
-            hex(&bytes[off / 8..(off + width).div_ceil(8)])
+            let b = &bytes[off / 8..(off + width).div_ceil(8)];
+            // All zeros reads as a zero number, as a field beyond a shorter input does.
+            if b.iter().all(|&x| x == 0) {
+                "0x0".into()
+            } else {
+                hex(b)
+            }
         };
         out.insert(path, v);
     }
@@ -517,8 +534,9 @@ pub enum FieldVerdict {
 pub struct FieldComparison {
     /// The field path.
     pub field: String,
-    /// The values Linux used (over all its commands of the kind).
-    pub linux: BTreeSet<Value>,
+    /// The values the reference driver (Linux, rdma-core) used, over all its commands of
+    /// the kind.
+    pub reference: BTreeSet<Value>,
     /// The values uhca used.
     pub uhca: BTreeSet<Value>,
     /// The verdict.
@@ -530,8 +548,8 @@ pub struct FieldComparison {
 pub struct KindComparison {
     /// The kind.
     pub kind: CommandKind,
-    /// How many commands of the kind Linux sent.
-    pub linux_count: usize,
+    /// How many commands of the kind the reference driver sent.
+    pub reference_count: usize,
     /// How many uhca sent.
     pub uhca_count: usize,
     /// The fields whose values are not the same (the others are left out).
@@ -545,8 +563,8 @@ pub struct KindComparison {
 pub struct Comparison {
     /// The kinds both sent, in kind order.
     pub common: Vec<KindComparison>,
-    /// Kinds only Linux sent, with how many.
-    pub only_linux: Vec<(CommandKind, usize)>,
+    /// Kinds only the reference driver sent, with how many.
+    pub only_reference: Vec<(CommandKind, usize)>,
     /// Kinds only uhca sent, with how many.
     pub only_uhca: Vec<(CommandKind, usize)>,
     /// Expectations that matched no difference (the drivers now agree, or the command is
@@ -565,19 +583,20 @@ fn group(cmds: &[DumpedCommand]) -> BTreeMap<CommandKind, Vec<BTreeMap<String, V
     g
 }
 
-/// Lines up Linux's commands with uhca's by kind and compares them field by field.
+/// Lines up a reference driver's commands (Linux's, rdma-core's) with uhca's by kind and
+/// compares them field by field.
 pub fn compare(
-    linux: &[DumpedCommand],
+    reference: &[DumpedCommand],
     uhca: &[DumpedCommand],
     expected: &[Explained],
 ) -> Comparison {
-    let l = group(linux);
+    let l = group(reference);
     let u = group(uhca);
     let mut cmp = Comparison::default();
     let mut used = vec![false; expected.len()];
     for (kind, lc) in &l {
         let Some(uc) = u.get(kind) else {
-            cmp.only_linux.push((kind.clone(), lc.len()));
+            cmp.only_reference.push((kind.clone(), lc.len()));
             continue;
         };
         let paths: BTreeSet<&String> = lc.iter().chain(uc.iter()).flat_map(|m| m.keys()).collect();
@@ -588,7 +607,7 @@ pub fn compare(
         };
         let mut k = KindComparison {
             kind: kind.clone(),
-            linux_count: lc.len(),
+            reference_count: lc.len(),
             uhca_count: uc.len(),
             differing: Vec::new(),
             same: 0,
@@ -610,7 +629,7 @@ pub fn compare(
             };
             k.differing.push(FieldComparison {
                 field: p.clone(),
-                linux: lv,
+                reference: lv,
                 uhca: uv,
                 verdict,
             });

@@ -311,3 +311,28 @@ fn a_qps_commands_are_grouped_by_its_service_type_even_when_its_number_comes_bac
     assert_eq!(v("qpc.next_send_psn"), Some(FieldVerdict::ObjectOrAddress));
     assert_eq!(v("qpc.mtu"), Some(FieldVerdict::Unexplained));
 }
+
+#[test]
+fn functions_are_selected_by_the_end_of_their_path() {
+    let (dev, hca) = bring_up(true);
+    let bytes = dev.take_command_bytes();
+    drop(hca);
+    let text: String = bytes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| dump_line(&format!("/tmp/x/fn{}.sock", i % 3), c) + "\n")
+        .collect();
+    let all = parse_dump(&text).unwrap();
+    let two = uhca_vfio_user::cmdlog::select_functions(all.clone(), &["fn0.sock", "fn1.sock"]);
+    assert_eq!(
+        two.len(),
+        all.iter()
+            .filter(|c| !c.function.ends_with("fn2.sock"))
+            .count()
+    );
+    assert!(two.iter().all(|c| !c.function.ends_with("fn2.sock")));
+    assert_eq!(
+        uhca_vfio_user::cmdlog::select_functions(all.clone(), &[]),
+        all
+    );
+}
