@@ -21,7 +21,9 @@
 //! contexts included (the QPC and its address paths, CQC, EQC, MKC, the capability pages of
 //! SET_HCA_CAP), into `path = value` pairs. Bits of the input that no declared field covers
 //! become pseudo-fields (`undeclared@0x1c`, the dword's byte offset) when they are not zero, so a bit one
-//! driver sets that the layouts do not know still shows. Commands are grouped by kind
+//! driver sets that the layouts do not know still shows; so do the low 12 bits of a
+//! trailing array's entries (`pas[].low12`: an MTT entry's permission bits, or a page
+//! address's offset, which must be zero). Commands are grouped by kind
 //! ([`CommandKind`]: the opcode's PRM name and op_mod, with the QP's service type for QP
 //! commands, the register for ACCESS_REGISTER, the access mode for CREATE_MKEY), and for
 //! each kind both drivers send, each field's set of values over all of one driver's
@@ -427,11 +429,24 @@ pub fn decode(c: &DumpedCommand, qp_st: &QpTypes) -> Decoded {
                 // A fixed-size input: its length is the driver's choice too.
                 fields.insert("(inlen)".into(), format!("0x{:x}", c.input.len()));
             } else {
-                // A flexible array follows: not decoded, and its length follows the object's
-                // size; mark it covered.
+                // A flexible array follows: its length follows the object's size and its
+                // entries are addresses, so neither is compared; but the low 12 bits of
+                // its 8-byte entries are flags or must be zero (the permission bits of an
+                // MTT entry; a page address's offset), so their union is.
                 let fixed = l.size_bits as usize;
                 for b in covered.iter_mut().skip(fixed) {
                     *b = true;
+                }
+                for f in l.fields.iter().filter(|f| f.bit_width == 0) {
+                    let start = f.bit_offset as usize / 8;
+                    if let Some(rest) = c.input.get(start..) {
+                        let low = rest.chunks_exact(8).fold(0u64, |acc, e| {
+                            acc | (u64::from_be_bytes([
+                                e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7],
+                            ]) & 0xfff)
+                        });
+                        fields.insert(format!("{}[].low12", f.name), format!("0x{low:x}"));
+                    }
                 }
             }
         }

@@ -130,6 +130,8 @@ fn decoding_names_the_contexts_fields_and_the_capability_page() {
     assert_eq!(d.kind, "CREATE_EQ/op_mod=0x0");
     assert!(d.fields.contains_key("eq_context_entry.log_eq_size"));
     assert!(d.fields.contains_key("event_bitmask"));
+    // The EQ's page addresses are page aligned: their low bits are zero.
+    assert_eq!(d.fields.get("pas[].low12").map(String::as_str), Some("0x0"));
     let set = cmds
         .iter()
         .find(|c| c.opcode == CmdOpcode::SetHcaCap.raw())
