@@ -15,6 +15,14 @@
 //! the model's notes (driver behaviour hardware would silently accept, such as DISABLE_HCA
 //! with firmware pages still held) and the pages the firmware holds.
 //!
+//! With `--command-dump FILE`, the firmware also keeps every command's input and output
+//! bytes, and each time a client goes the server appends them to FILE (created empty at
+//! start), one line per command in the form `uhca_vfio_user::cmdlog` reads back
+//! (`cmd PATH opcode=0x.. op_mod=0x.. status=0x.. in=HEX out=HEX`), then prints
+//! `PATH: command dump: N commands written`; `uhca-cmd-compare` lines up two such dumps
+//! field by field. It is meant for test rigs: the bytes of up to the model's log capacity of
+//! commands are held in memory until the client goes.
+//!
 //! Every device access the model's IOMMU refuses (an IOVA outside the client's DMA maps, a
 //! write to a read-only map, DMA with bus mastering off) is printed on standard output,
 //! one line each, within about 50 ms:
