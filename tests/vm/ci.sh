@@ -7,8 +7,8 @@
 #                                    vfio,rxe,hostile,vfiouser,linuxmlx5; vfiouser runs
 #                                    tests/vm/vfio-user.sh and linuxmlx5
 #                                    tests/vm/linux-mlx5.sh, each its own boot; with
-#                                    both, tests/vm/linux-vs-uhca.sh compares the two
-#                                    drivers' commands)
+#                                    both, tests/vm/linux-vs-uhca.sh compares Linux's
+#                                    and rdma-core's commands with uhca's)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
@@ -69,9 +69,9 @@ fi
 if [ -z "$failed" ] && [ $LINUX_MLX5 = 1 ]; then
   phase "linuxmlx5: Linux's mlx5_core on the mock" bash "$VM/linux-mlx5.sh"
 fi
-# Linux's commands and uhca's side by side, field by field (the two boots' command dumps).
+# Linux's and rdma-core's commands beside uhca's, field by field (the two boots' command dumps).
 if [ -z "$failed" ] && [ $VFIO_USER = 1 ] && [ $LINUX_MLX5 = 1 ]; then
-  phase "linux-vs-uhca: the two drivers' commands" bash "$VM/linux-vs-uhca.sh"
+  phase "linux-vs-uhca: other drivers' commands beside uhca's" bash "$VM/linux-vs-uhca.sh"
 fi
 
 echo
