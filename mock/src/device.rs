@@ -4,7 +4,7 @@ use crate::MockConfig;
 use crate::faults::Faults;
 use crate::firmware::Firmware;
 use crate::iommu::Iommu;
-use crate::log::{CommandRecord, DoorbellRecord, Note, Ring};
+use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
 use crate::pci::PciFunction;
 
 /// The whole model state, guarded by the device mutex.
@@ -16,6 +16,8 @@ pub(crate) struct Device {
     pub(crate) fw: Firmware,
     pub(crate) faults: Faults,
     pub(crate) commands: Ring<CommandRecord>,
+    /// Each command's input and output bytes, when recording them was asked for.
+    pub(crate) command_bytes: Option<Ring<CommandBytes>>,
     pub(crate) doorbells: Ring<DoorbellRecord>,
     pub(crate) notes: Ring<Note>,
     pub(crate) msix_table: Vec<u8>,
@@ -58,6 +60,7 @@ impl Device {
             fw: Firmware::new(&config, now),
             faults: Faults::default(),
             commands: Ring::new(),
+            command_bytes: None,
             doorbells: Ring::new(),
             notes: Ring::new(),
             msix_table: msix_power_on(vectors),
@@ -66,6 +69,18 @@ impl Device {
             resets: 0,
             engine: crate::engine::Engine::default(),
             config,
+        }
+    }
+
+    /// Logs one command: its record, and its bytes when they are being recorded.
+    pub(crate) fn log_command(&mut self, record: CommandRecord, input: &[u8], output: &[u8]) {
+        self.commands.push(record);
+        if let Some(ring) = &mut self.command_bytes {
+            ring.push(CommandBytes {
+                record,
+                input: input.to_vec(),
+                output: output.to_vec(),
+            });
         }
     }
 

@@ -48,5 +48,5 @@ pub use faults::CommandFault;
 pub use firmware::HcaState;
 pub use hostile::{HostilePlatform, Lie, Told};
 pub use iommu::{FaultKind, IommuFault, MapFdError};
-pub use log::{CommandOutcome, CommandRecord, DoorbellRecord, LOG_CAPACITY, Note};
+pub use log::{CommandBytes, CommandOutcome, CommandRecord, DoorbellRecord, LOG_CAPACITY, Note};
 pub use model::{MockConfig, MockHca, MockPlatform, ObjectCounts, PageCounts};

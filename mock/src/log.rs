@@ -49,6 +49,24 @@ pub struct CommandRecord {
     pub outcome: CommandOutcome,
 }
 
+/// One command with its bytes: the record of [`CommandRecord`] and the command's whole input
+/// (inline part and mailboxes, as long as the entry's `inlen`) and output (as the firmware
+/// wrote it, `outlen` bytes). Kept only when asked
+/// ([`MockHca::record_command_bytes`](crate::MockHca::record_command_bytes)), since the
+/// bytes cost an allocation per command; a tool that compares what two drivers sent reads
+/// them field by field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandBytes {
+    /// The command's record, as in the command log.
+    pub record: CommandRecord,
+    /// The input as the firmware read it (empty when the entry was refused before the input
+    /// could be read).
+    pub input: Vec<u8>,
+    /// The output the firmware wrote (empty when none was written: a delivery error, a hung
+    /// or deferred command).
+    pub output: Vec<u8>,
+}
+
 /// One write to a UAR page (doorbells), in the order the driver made them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DoorbellRecord {

@@ -7,7 +7,7 @@ use crate::device::Device;
 use crate::faults::{ArmedCommandFault, CommandFault};
 use crate::firmware::HcaState;
 use crate::iommu::IommuFault;
-use crate::log::{CommandRecord, DoorbellRecord, Note};
+use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
 use crate::pci::{BAR0_SIZE, CONFIG_SPACE_SIZE, PCI_COMMAND_MASTER};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -243,6 +243,30 @@ impl MockHca {
     /// Empties the command log.
     pub fn clear_command_log(&self) {
         self.dev().commands.clear();
+    }
+
+    /// Starts (`true`) or stops (`false`) keeping every command's input and output bytes
+    /// beside the command log (off at power-on; stopping drops what was kept). A function
+    /// level reset does not change it. What is kept is read with
+    /// [`take_command_bytes`](Self::take_command_bytes).
+    pub fn record_command_bytes(&self, on: bool) {
+        let mut dev = self.dev();
+        match (on, dev.command_bytes.is_some()) {
+            (true, false) => dev.command_bytes = Some(Ring::new()),
+            (false, true) => dev.command_bytes = None,
+            _ => {}
+        }
+    }
+
+    /// Hands over, and forgets, the commands with their bytes kept since recording started
+    /// or since the last call (oldest first; empty when not recording). At most
+    /// [`crate::LOG_CAPACITY`] are kept, the oldest dropped first.
+    pub fn take_command_bytes(&self) -> Vec<CommandBytes> {
+        self.dev()
+            .command_bytes
+            .as_mut()
+            .map(|r| r.drain())
+            .unwrap_or_default()
     }
 
     /// The last command record for `opcode`, if any.

@@ -231,6 +231,20 @@ fn init_hca_needs_init_pages() {
     );
 }
 
+/// INIT_HCA in its first, 16-byte form (no `sw_vhca_id`, no `sw_owner_id`), as rdma-core
+/// 44's VFIO provider sends it: taken, the missing bytes read as zero.
+#[test]
+fn init_hca_takes_the_short_input_of_older_drivers() {
+    let mut h = Harness::started(MockConfig::default());
+    h.ok(&EnableHcaIn::new_cmd(), &[]);
+    h.give_outstanding(QueryPagesOpMod::BootPages);
+    h.give_outstanding(QueryPagesOpMod::InitPages);
+    let short = &InitHcaIn::new_cmd().0[..16];
+    let r = h.exec_raw(short, <InitHcaOut as uhca_fwif::PrmLayout>::SIZE);
+    assert_eq!(r.status(), CmdStatus::Ok, "syndrome {:#x}", r.syndrome());
+    assert_eq!(h.hca.hca_state(), HcaState::Initialized);
+}
+
 #[test]
 fn host_endianness_register() {
     let mut h = Harness::initialized(MockConfig::default());

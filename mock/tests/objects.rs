@@ -181,7 +181,20 @@ fn mkey_pa_and_mtt() {
     assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_MKEY_RANGE);
     let mut bad = mk;
     bad.set_pg_access(true);
-    assert_eq!(h.err(&bad, &[]).1, syndrome::UNSUPPORTED_FEATURE);
+    assert_eq!(
+        h.err(&bad, &[]).1,
+        syndrome::UNSUPPORTED_FEATURE,
+        "pg_access on a PA key"
+    );
+    // pg_access on the MTT key: taken when every entry is present (readable and
+    // writable), as rdma-core's VFIO provider and Linux send it; a page not present would
+    // need on-demand paging.
+    let mut pg = mt;
+    pg.set_pg_access(true);
+    h.ok(&pg, &pas);
+    let mut absent = pas.clone();
+    absent[7] &= !2;
+    assert_eq!(h.err(&pg, &absent).1, syndrome::UNSUPPORTED_FEATURE);
     q.set_mkey_index(0xabcd);
     assert_eq!(h.err(&q, &[]).0, CmdStatus::BadResErr);
     let mut dm = DestroyMkeyIn::new_cmd();

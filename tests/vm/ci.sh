@@ -6,7 +6,9 @@
 #   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default:
 #                                    vfio,rxe,hostile,vfiouser,linuxmlx5; vfiouser runs
 #                                    tests/vm/vfio-user.sh and linuxmlx5
-#                                    tests/vm/linux-mlx5.sh, each its own boot)
+#                                    tests/vm/linux-mlx5.sh, each its own boot; with
+#                                    both, tests/vm/linux-vs-uhca.sh compares Linux's
+#                                    and rdma-core's commands with uhca's)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
@@ -66,6 +68,10 @@ fi
 # Linux's own mlx5_core probing a mock function (QEMU 11.1, vfio-user, one boot).
 if [ -z "$failed" ] && [ $LINUX_MLX5 = 1 ]; then
   phase "linuxmlx5: Linux's mlx5_core on the mock" bash "$VM/linux-mlx5.sh"
+fi
+# Linux's and rdma-core's commands beside uhca's, field by field (the two boots' command dumps).
+if [ -z "$failed" ] && [ $VFIO_USER = 1 ] && [ $LINUX_MLX5 = 1 ]; then
+  phase "linux-vs-uhca: other drivers' commands beside uhca's" bash "$VM/linux-vs-uhca.sh"
 fi
 
 echo

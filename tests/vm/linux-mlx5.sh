@@ -4,7 +4,9 @@
 # (LINK=ethernet: Ethernet) and its command log, boots the guest with one vfio-user-pci
 # device and runs guest/tests/linuxmlx5.sh (modprobe mlx5_core, checks, rmmod mlx5_core).
 # Then checks the server's command log of the function: what Linux sent, every command
-# completed with status OK, DISABLE_HCA at the end with every firmware page returned.
+# completed with status OK, DISABLE_HCA at the end with every firmware page returned. The
+# server also dumps every command's bytes (target/vm/logs/linux-mlx5-LINK.cmds, Linux's
+# side for linux-vs-uhca.sh).
 # Prints PASS/FAIL lines.
 #
 #   bash tests/vm/linux-mlx5.sh     environment: as run-vm.sh, and LINK (infiniband, what
@@ -36,7 +38,7 @@ mkdir -p "$RIG_DIR/logs"
 log=$RIG_DIR/logs/linux-mlx5-server.log
 rm -f "$VFIO_USER_DIR"/fn*.sock
 "$TARGET_DIR/release/uhca-vfio-user-server" --link "$LINK" --command-log \
-  --socket "$VFIO_USER_DIR/fn0.sock" > "$log" 2>&1 &
+  --command-dump "$RIG_DIR/logs/linux-mlx5-$LINK.cmds" --socket "$VFIO_USER_DIR/fn0.sock" > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
 for _ in $(seq 100); do

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The mock ConnectX behind real Linux VFIO: fetches QEMU 11.1 (fetch-qemu11.sh), builds the
 # server and the examples the guest runs, builds the rig, then for each fabric (Ethernet,
-# InfiniBand) starts uhca-vfio-user-server with two mock functions on it, boots the guest
-# with two vfio-user-pci devices and runs guest/tests/vfiouser.sh in it. Prints the guest's
-# PASS/FAIL lines and its tally per boot.
+# InfiniBand) starts uhca-vfio-user-server with three mock functions on it, boots the guest
+# with three vfio-user-pci devices and runs guest/tests/vfiouser.sh in it (uhca's programs
+# on the first two, rdma-core's VFIO driver on the third). Prints the guest's
+# PASS/FAIL lines and its tally per boot. The server dumps every command's bytes
+# (target/vm/logs/vfio-user-LINK.cmds: uhca's side, fn0 and fn1, and rdma-core's, fn2, for
+# linux-vs-uhca.sh).
 #
 #   bash tests/vm/vfio-user.sh    environment: as run-vm.sh, and LINKS (ethernet infiniband)
+# The guest boots with no_timer_check, as in linux-mlx5.sh: under TCG on a loaded machine
+# the kernel's check of the timer interrupt through the remapped IO-APIC can time out and
+# panic the boot (seen here once while other builds ran).
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
@@ -39,21 +45,31 @@ for link in ${LINKS:-ethernet infiniband}; do
   mkdir -p "$RIG_DIR/logs"
   rm -f "$VFIO_USER_DIR"/fn*.sock
   "$TARGET_DIR/release/uhca-vfio-user-server" --link "$link" --log \
+    --command-dump "$RIG_DIR/logs/vfio-user-$link.cmds" \
     --pcap "$RIG_DIR/logs/vfio-user-$link.pcap" \
-    --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" > "$log" 2>&1 &
+    --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" \
+    --socket "$VFIO_USER_DIR/fn2.sock" > "$log" 2>&1 &
   server=$!
   trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
   for _ in $(seq 100); do
-    [ -S "$VFIO_USER_DIR/fn0.sock" ] && [ -S "$VFIO_USER_DIR/fn1.sock" ] && break
+    [ -S "$VFIO_USER_DIR/fn0.sock" ] && [ -S "$VFIO_USER_DIR/fn1.sock" ] &&
+      [ -S "$VFIO_USER_DIR/fn2.sock" ] && break
     sleep 0.1
   done
-  if [ ! -S "$VFIO_USER_DIR/fn1.sock" ]; then
+  if [ ! -S "$VFIO_USER_DIR/fn2.sock" ]; then
     echo "vfio-user: the server did not start"; cat "$log"; rc=1; break
   fi
   phase "boot and run ($link)"
   QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
-    LOG=$RIG_DIR/logs/vfiouser-$link.log EXTRA_APPEND="rig.link=$link ${EXTRA_APPEND:-}" \
+    LOG=$RIG_DIR/logs/vfiouser-$link.log \
+    EXTRA_APPEND="no_timer_check rig.link=$link ${EXTRA_APPEND:-}" \
     bash "$VM/run-vm.sh" vfiouser || rc=1
+  # QEMU is gone: the server appends each function's commands to the dump (for
+  # linux-vs-uhca.sh) when its client goes.
+  for _ in $(seq 50); do
+    [ "$(grep -c ': command dump: ' "$log")" -ge 3 ] && break
+    sleep 0.1
+  done
   kill "$server" 2>/dev/null
   wait "$server" 2>/dev/null
   echo "--- server log ($log):"

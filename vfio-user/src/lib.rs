@@ -23,6 +23,7 @@
 //! `ARCHITECTURE.md` for why). The `uhca-vfio-user-server` binary serves several functions
 //! on one mock fabric.
 
+pub mod cmdlog;
 pub mod proto;
 pub mod server;
 

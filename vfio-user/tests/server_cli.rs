@@ -56,3 +56,74 @@ fn the_server_keeps_serving_with_its_output_a_closed_pipe() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--command-dump FILE`: the file is created empty at start, and when a client goes the
+/// server appends that function's commands (none here: the client sent nothing) and says
+/// so; a dump it cannot create stops it at once with an error.
+#[test]
+fn the_command_dump_is_written_when_a_client_goes() {
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("uhca-vfio-user-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("fn0.sock");
+    let dump = dir.join("cmds");
+    std::fs::write(&dump, "stale\n").unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_uhca-vfio-user-server"))
+        .arg("--command-dump")
+        .arg(&dump)
+        .arg("--socket")
+        .arg(&socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        if let Ok(c) = UnixStream::connect(&socket) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the function did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(client);
+    let said = loop {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break None;
+        }
+        if line.contains("command dump:") {
+            break Some(line.clone());
+        }
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    let content = std::fs::read_to_string(&dump).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let said = said.expect("the server said it wrote the dump");
+    assert!(
+        said.contains("fn0.sock: command dump: 0 commands written"),
+        "{said}"
+    );
+    assert_eq!(
+        content, "",
+        "created empty, nothing appended for a client that sent nothing"
+    );
+
+    let status = Command::new(env!("CARGO_BIN_EXE_uhca-vfio-user-server"))
+        .args([
+            "--command-dump",
+            "/nonexistent-dir/cmds",
+            "--socket",
+            "/tmp/unused.sock",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        !status.success(),
+        "a dump that cannot be created is an error"
+    );
+}

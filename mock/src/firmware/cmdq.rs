@@ -127,7 +127,7 @@ impl Device {
                     rec.op_mod = hdr.op_mod();
                 }
                 self.finish(entry_iova, slot, ds, None, &[], true, now);
-                self.commands.push(rec);
+                self.log_command(rec, entry.r#in.as_bytes(), &[]);
                 return;
             }
         };
@@ -142,7 +142,7 @@ impl Device {
             Some(CommandFault::Hang) => {
                 rec.outcome = CommandOutcome::Hung;
                 self.fw.hung.insert(slot);
-                self.commands.push(rec);
+                self.log_command(rec, &input, &[]);
                 return;
             }
             Some(CommandFault::Fail { status, syndrome }) => {
@@ -159,7 +159,7 @@ impl Device {
             Err(Fail::Defer) => {
                 rec.outcome = CommandOutcome::Deferred;
                 self.fw.deferred.push(slot);
-                self.commands.push(rec);
+                self.log_command(rec, &input, &[]);
                 return;
             }
             Err(Fail::Cmd(status, syndrome)) => {
@@ -187,7 +187,7 @@ impl Device {
             now,
         );
         rec.delivery = ds;
-        self.commands.push(rec);
+        self.log_command(rec, &input, &output);
     }
 
     /// Writes the output and gives the entry back; posts the completion event. Returns the
@@ -390,7 +390,7 @@ impl Device {
             let hdr = MboxIn::read_from_prefix(&input[..])
                 .map(|(h, _)| h)
                 .unwrap_or_default();
-            self.commands.push(CommandRecord {
+            let rec = CommandRecord {
                 time_ns: now,
                 slot,
                 token: entry.token,
@@ -401,7 +401,8 @@ impl Device {
                 status: CmdStatus::NoResErr,
                 syndrome: synd,
                 outcome: CommandOutcome::Completed,
-            });
+            };
+            self.log_command(rec, &input, &o);
         }
     }
 }

@@ -8,6 +8,8 @@ use uhca_fwif::consts::MkcAccessMode;
 
 /// First memory key index handed out (lower indices are reserved, e.g. the reserved lkey).
 pub const FIRST_MKEY_INDEX: u32 = 0x10;
+/// An MTT entry's permission bits: readable (bit 0) and writable (bit 1), a page present.
+const MTT_PRESENT: u64 = 3;
 /// Most translation entries one memory key may have in the model.
 pub const MAX_MTT: u64 = 1 << 20;
 
@@ -21,7 +23,7 @@ impl Mkey {
 impl Device {
     pub(crate) fn cmd_create_mkey(&mut self, c: &Ctx, i: &CreateMkeyIn) -> CmdResult {
         let mkc = *i.memory_key_mkey_entry();
-        if i.pg_access() || i.mkey_umem_valid() {
+        if i.mkey_umem_valid() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         if !self.fw.pds.contains(&mkc.pd()) {
@@ -65,8 +67,18 @@ impl Device {
                 if mtt.iter().any(|e| (e & !3) % ps != 0) {
                     return Err(bad_param(syndrome::BAD_MTT_ENTRY));
                 }
+                // `pg_access`: the entries' permission bits count (Linux sets it with the
+                // `pg` capability, rdma-core's VFIO provider always, both with every entry
+                // readable and writable, "present"). A page not present would fault
+                // (on-demand paging), which the model does not have.
+                if i.pg_access() && mtt.iter().any(|e| e & MTT_PRESENT != MTT_PRESENT) {
+                    return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
+                }
             }
             _ => return Err(bad_param(syndrome::BAD_ACCESS_MODE)),
+        }
+        if i.pg_access() && mode != MkcAccessMode::Mtt {
+            return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.need_regular_pages()?;
         if self.fw.mkeys.len() >= 1 << self.fw.caps.general_cur.log_max_mkey() {

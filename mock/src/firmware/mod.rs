@@ -575,6 +575,17 @@ impl Device {
     pub(crate) fn execute(&mut self, input: &[u8], outlen: usize, now: u64) -> CmdResult {
         let hdr: MboxIn = parse(input)?;
         let op = CmdOpcode::from_raw(hdr.opcode());
+        // INIT_HCA's input grew from the 16-byte header to 32 bytes (`sw_vhca_id`,
+        // `sw_owner_id`, which matter only with the `sw_owner_id` capability, not offered).
+        // Drivers written before that send 16 bytes (rdma-core 44's VFIO provider does)
+        // and firmware takes them: the missing bytes read as zero.
+        let grown;
+        let input = if op == CmdOpcode::InitHca && input.len() < InitHcaIn::SIZE {
+            grown = [input, &[0u8; InitHcaIn::SIZE][input.len()..]].concat();
+            &grown[..]
+        } else {
+            input
+        };
         let ctx = Ctx {
             raw: input,
             outlen,

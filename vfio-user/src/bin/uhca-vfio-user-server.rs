@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log]
-//!                       --socket PATH...
+//!                       [--command-dump FILE] --socket PATH...
 //! ```
 //!
 //! One mock function per `--socket` (in order: MAC 02:c0:ff:ee:00:01, :02, ...; on
@@ -15,6 +15,14 @@
 //! the model's notes (driver behaviour hardware would silently accept, such as DISABLE_HCA
 //! with firmware pages still held) and the pages the firmware holds.
 //!
+//! With `--command-dump FILE`, the firmware also keeps every command's input and output
+//! bytes, and each time a client goes the server appends them to FILE (created empty at
+//! start), one line per command in the form `uhca_vfio_user::cmdlog` reads back
+//! (`cmd PATH opcode=0x.. op_mod=0x.. status=0x.. in=HEX out=HEX`), then prints
+//! `PATH: command dump: N commands written`; `uhca-cmd-compare` lines up two such dumps
+//! field by field. It is meant for test rigs: the bytes of up to the model's log capacity of
+//! commands are held in memory until the client goes.
+//!
 //! Every device access the model's IOMMU refuses (an IOVA outside the client's DMA maps, a
 //! write to a read-only map, DMA with bus mastering off) is printed on standard output,
 //! one line each, within about 50 ms:
@@ -26,10 +34,11 @@
 use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uhca_fwif::consts::CmdOpcode;
 use uhca_mock::{ClockMode, Fabric, FaultKind, IommuFault, LinkLayer, MockConfig, MockHca};
-use uhca_vfio_user::{Function, serve};
+use uhca_vfio_user::{Function, cmdlog, serve};
 
 /// Writes one line to standard output. The server's output is a log: a reader that has gone
 /// (`| head`) or any other failed write must not stop it serving, so the line is dropped.
@@ -52,9 +61,10 @@ struct Args {
     pcap: Option<String>,
     log: bool,
     command_log: bool,
+    command_dump: Option<String>,
 }
 
-const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log] --socket PATH...";
+const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log] [--command-dump FILE] --socket PATH...";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -63,6 +73,7 @@ fn parse() -> Result<Args, String> {
         pcap: None,
         log: false,
         command_log: false,
+        command_dump: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -78,6 +89,9 @@ fn parse() -> Result<Args, String> {
             "--pcap" => a.pcap = Some(it.next().ok_or("--pcap needs a file")?),
             "--log" => a.log = true,
             "--command-log" => a.command_log = true,
+            "--command-dump" => {
+                a.command_dump = Some(it.next().ok_or("--command-dump needs a file")?)
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -139,6 +153,22 @@ fn print_command_log(path: &str, hca: &MockHca) {
     let _ = o.flush();
 }
 
+/// Appends the commands `hca` executed since the last call, with their bytes, to the dump.
+fn append_command_dump(path: &str, hca: &MockHca, dump: &Mutex<std::fs::File>) {
+    let mut text = String::new();
+    let cmds = hca.take_command_bytes();
+    let n = cmds.len();
+    for c in cmds {
+        text.push_str(&cmdlog::dump_line(path, &c));
+        text.push('\n');
+    }
+    let mut f = dump.lock().unwrap_or_else(|e| e.into_inner());
+    match f.write_all(text.as_bytes()).and_then(|()| f.flush()) {
+        Ok(()) => say!("{path}: command dump: {n} commands written"),
+        Err(e) => warn!("{path}: cannot write the command dump: {e}"),
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse() {
         Ok(a) => a,
@@ -154,6 +184,16 @@ fn main() -> ExitCode {
         warn!("cannot write the capture {p}: {e}");
         return ExitCode::FAILURE;
     }
+    let dump = match &args.command_dump {
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some(Arc::new(Mutex::new(f))),
+            Err(e) => {
+                warn!("cannot write the command dump {p}: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let port_type = args.link;
     let mut listeners = Vec::new();
     for (i, path) in args.sockets.iter().enumerate() {
@@ -166,6 +206,7 @@ fn main() -> ExitCode {
             ..MockConfig::default()
         });
         fabric.attach(&hca);
+        hca.record_command_bytes(dump.is_some());
         let _ = std::fs::remove_file(path);
         match UnixListener::bind(path) {
             Ok(l) => listeners.push((path.clone(), l, Function::new(hca))),
@@ -197,6 +238,7 @@ fn main() -> ExitCode {
         say!("uhca-vfio-user-server: function {path} ready");
         let log = args.log;
         let command_log = args.command_log;
+        let dump = dump.clone();
         threads.push(std::thread::spawn(move || {
             for conn in listener.incoming() {
                 match conn {
@@ -204,6 +246,11 @@ fn main() -> ExitCode {
                         match serve(stream, &function, log) {
                             Ok(s) => warn!("{path}: client gone: {s:?}"),
                             Err(e) => warn!("{path}: connection failed: {e}"),
+                        }
+                        // The dump first: a script waits for the command log's last
+                        // line before it stops the server.
+                        if let Some(d) = &dump {
+                            append_command_dump(&path, function.hca(), d);
                         }
                         if command_log {
                             print_command_log(&path, function.hca());

@@ -19,11 +19,13 @@ echo 16 > /proc/sys/vm/nr_hugepages
 
 fns=$(pci_find 0x15b3 0x101d)
 echo "mock functions:" $fns
-check "two ConnectX functions (15b3:101d) enumerated" [ "$(echo $fns | wc -w)" -eq 2 ]
+check "three ConnectX functions (15b3:101d) enumerated" [ "$(echo $fns | wc -w)" -eq 3 ]
 for f in $fns; do check "$f bound to vfio-pci" bind_vfio "$f"; done
 first=$(echo $fns | cut -d' ' -f1)
 second=$(echo $fns | cut -d' ' -f2)
-[ -n "$second" ] || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+# The third function is rdma-core's (mlx5vfio, at the end); uhca never opens it.
+third=$(echo $fns | cut -d' ' -f3)
+[ -n "$third" ] || { echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 
 t=$(up)
 devinfo --device "$first" > /tmp/devinfo.out 2>&1
@@ -131,6 +133,18 @@ echo "vfio_mlx5 took $(since "$t") s"
 pass=$((pass + $(grep -c '^PASS' /tmp/vfio_mlx5.out)))
 fail=$((fail + $(grep -c '^FAIL' /tmp/vfio_mlx5.out)))
 [ $rc -eq 0 ] || ko "vfio_mlx5 $first exits 0"
+
+# rdma-core's own user-space VFIO driver for ConnectX (libmlx5's mlx5_vfio provider,
+# NVIDIA's code) on the third function: bring-up, a PD, a memory region, teardown. Its
+# commands are in the server's dump beside uhca's (tests/vm/linux-vs-uhca.sh compares).
+t=$(up)
+mlx5vfio "$third" > /tmp/mlx5vfio.out 2>&1
+rc=$?
+cat /tmp/mlx5vfio.out
+echo "mlx5vfio took $(since "$t") s"
+pass=$((pass + $(grep -c '^PASS' /tmp/mlx5vfio.out)))
+fail=$((fail + $(grep -c '^FAIL' /tmp/mlx5vfio.out)))
+[ $rc -eq 0 ] || ko "mlx5vfio $third exits 0"
 
 echo "vfiouser ($link): $(since "$t0") s"
 echo "$pass passed, $fail failed"
