@@ -15,6 +15,7 @@ mod mkey;
 mod pages;
 mod qp;
 mod resources;
+mod special_qp;
 mod srq;
 mod vport;
 mod xrc;
@@ -31,8 +32,13 @@ pub use hca::{
 pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
 pub use qp::optpar;
+pub use special_qp::QP1_Q_KEY;
+pub(crate) use special_qp::is_datagram as is_datagram_qp;
 pub use srq::ARM_RQ_OP_MOD_SRQ;
-pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION};
+pub use vport::{
+    ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS,
+    MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION, PORT_CAPABILITY_MASK,
+};
 
 use crate::caps::{Caps, LinkLayer};
 use crate::device::Device;
@@ -633,6 +639,7 @@ impl Device {
             O::AllocXrcd => run!(AllocXrcdIn, cmd_alloc_xrcd),
             O::DeallocXrcd => run!(DeallocXrcdIn, cmd_dealloc_xrcd),
             O::AllocQCounter => run!(AllocQCounterIn, cmd_alloc_q_counter),
+            O::DeallocQCounter => run!(DeallocQCounterIn, cmd_dealloc_q_counter),
             O::QueryQCounter => run!(QueryQCounterIn, cmd_query_q_counter),
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),
             O::DestroyEq => run!(DestroyEqIn, cmd_destroy_eq),

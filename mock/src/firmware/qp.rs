@@ -2,6 +2,7 @@
 //! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
+use super::special_qp::{has_pd, is_datagram, is_special};
 use super::{
     CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
     syndrome,
@@ -184,12 +185,16 @@ impl Device {
             QpServiceType::Rc => caps.rc(),
             QpServiceType::Uc => caps.uc(),
             QpServiceType::Ud => caps.ud(),
+            st if is_special(st) => {
+                self.check_create_special_qp(st, &q)?;
+                true
+            }
             _ => false,
         };
         if !ok_type {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
         }
-        if !self.fw.pds.contains(&q.pd()) {
+        if has_pd(st) && !self.fw.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));
         }
         if !q.no_sq() && !self.fw.cqs.contains_key(&q.cqn_snd()) {
@@ -304,7 +309,7 @@ impl Device {
     }
 
     fn check_remote_path(&self, st: QpServiceType, p: &Ads) -> Result<(), Fail> {
-        if st == QpServiceType::Ud {
+        if is_datagram(st) {
             return Ok(());
         }
         let idx = p.src_addr_index() as usize;
@@ -355,7 +360,8 @@ impl Device {
                 Transition::Rst2Init => {
                     self.check_path(rp, true)?;
                     copy_path(&mut next, r, &[ads::pkey_index, ads::vhca_port_num]);
-                    if st == QpServiceType::Ud {
+                    if is_datagram(st) {
+                        self.check_special_q_key(st, r)?;
                         copy_qpc(&mut next, r, &[qpc::q_key]);
                     } else {
                         copy_qpc(&mut next, r, &[qpc::rre, qpc::rwe, qpc::rae]);
@@ -363,7 +369,7 @@ impl Device {
                     copy_qpc(&mut next, r, &[qpc::counter_set_id]);
                 }
                 Transition::Init2Rtr => {
-                    if st != QpServiceType::Ud {
+                    if !is_datagram(st) {
                         if !(1..=5).contains(&r.mtu()) {
                             return Err(bad_param(syndrome::BAD_MTU));
                         }
@@ -398,7 +404,7 @@ impl Device {
                         return Err(bad_param(syndrome::BAD_RDMA_DEPTH));
                     }
                     copy_qpc(&mut next, r, &[qpc::next_send_psn]);
-                    if st != QpServiceType::Ud {
+                    if !is_datagram(st) {
                         copy_qpc(
                             &mut next,
                             r,
@@ -421,6 +427,9 @@ impl Device {
                 self.check_path(rp, false)?;
                 self.check_stat_rate(rp)?;
                 self.check_remote_path(st, rp)?;
+            }
+            if opt & optpar::Q_KEY != 0 {
+                self.check_special_q_key(st, r)?;
             }
             if opt & optpar::PKEY_INDEX != 0 && rp.pkey_index() as usize >= PKEY_TABLE_ENTRIES {
                 return Err(bad_param(syndrome::BAD_PKEY_INDEX));

@@ -1,0 +1,310 @@
+//! What Linux's `mlx5_ib` needs to register an InfiniBand device (found by the VM rig's
+//! `linuxmlx5` test, mock/MODEL.md "What Linux's mlx5 driver exercised"): the special QPs
+//! (the port's QP0 and QP1, the REG_UMR QP), DEALLOC_Q_COUNTER, the subnet management
+//! agent's GUIDInfo, P_KeyTable and full PortInfo, MADs of classes without an agent, NOP
+//! work requests on datagram QPs, and the UMR capability bits.
+
+mod common;
+
+use common::verbs::{Node, Wr};
+use common::{Harness, PM_STATE_MIGRATED, pas_bytes};
+use uhca_fwif::cmd::*;
+use uhca_fwif::consts::*;
+use uhca_mock::firmware::{
+    MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS, PORT_CAPABILITY_MASK, QP1_Q_KEY, optpar,
+    syndrome,
+};
+use uhca_mock::{Fabric, LinkLayer, MockConfig};
+
+struct Setup {
+    h: Harness,
+    pd: u32,
+    uar: u32,
+    cqn: u32,
+}
+
+fn setup(cfg: MockConfig) -> Setup {
+    let mut h = Harness::ready(cfg);
+    let uar = h.alloc_uar();
+    let pd = h.alloc_pd();
+    let eq = h.create_eq(uar, 4, &[]);
+    let cqn = h.create_cq(uar, eq.eqn, 6);
+    Setup { h, pd, uar, cqn }
+}
+
+fn rst2init(qpn: u32, qkey: u32) -> Rst2initQpIn {
+    let mut m = Rst2initQpIn::new_cmd();
+    m.set_qpn(qpn);
+    m.qpc_mut()
+        .set_pm_state(PM_STATE_MIGRATED)
+        .set_q_key(qkey)
+        .primary_address_path_mut()
+        .set_vhca_port_num(1);
+    m
+}
+
+fn init2rtr(qpn: u32, mtu: IbMtu, log_msg_max: u8) -> Init2rtrQpIn {
+    let mut m = Init2rtrQpIn::new_cmd();
+    m.set_qpn(qpn);
+    m.qpc_mut()
+        .set_pm_state(PM_STATE_MIGRATED)
+        .set_mtu(mtu.raw())
+        .set_log_msg_max(log_msg_max);
+    m.qpc_mut().primary_address_path_mut().set_vhca_port_num(1);
+    m
+}
+
+fn rtr2rts(qpn: u32) -> Rtr2rtsQpIn {
+    let mut m = Rtr2rtsQpIn::new_cmd();
+    m.set_qpn(qpn);
+    m.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
+    m
+}
+
+/// Linux's REG_UMR QP: a send queue only (zero-length receive queue, `rq_type` 3), no
+/// protection domain (its `pd` is 0: Linux sets `latency_sensitive` instead).
+fn umr_qp_in(s: &mut Setup) -> (CreateQpIn, Vec<u64>) {
+    let (mut c, pages) = s.h.create_qp_in(QpServiceType::RegUmr, 0, s.cqn, s.uar);
+    c.qpc_mut()
+        .set_rq_type(3)
+        .set_log_rq_size(0)
+        .set_log_rq_stride(0)
+        .set_latency_sensitive(true);
+    (c, pages)
+}
+
+#[test]
+fn the_umr_qp_has_no_pd_and_no_receive_queue_and_reaches_rts() {
+    let mut s = setup(MockConfig::infiniband());
+    let (c, pages) = umr_qp_in(&mut s);
+    let qpn = s.h.ok(&c, &pas_bytes(&pages)).qpn();
+    s.h.ok(&rst2init(qpn, 0), &[]);
+    s.h.ok(&init2rtr(qpn, IbMtu::Mtu4096, 12), &[]);
+    s.h.ok(&rtr2rts(qpn), &[]);
+    assert_eq!(s.h.hca.qp_state(qpn), Some(QpState::Rts));
+    // Any other QP still needs a protection domain.
+    let (mut rc, pages) = s.h.create_qp_in(QpServiceType::Rc, 0, s.cqn, s.uar);
+    rc.qpc_mut().set_pd(0);
+    assert_eq!(
+        s.h.err(&rc, &pas_bytes(&pages)),
+        (CmdStatus::BadParamErr, syndrome::BAD_PD)
+    );
+    // A REG_UMR QP with a receive queue is refused.
+    let (mut c, pages) = umr_qp_in(&mut s);
+    c.qpc_mut()
+        .set_rq_type(0)
+        .set_log_rq_size(4)
+        .set_log_rq_stride(2);
+    assert_eq!(
+        s.h.err(&c, &pas_bytes(&pages)),
+        (CmdStatus::BadParamErr, syndrome::UMR_QP_WITH_RQ)
+    );
+}
+
+#[test]
+fn qp0_and_qp1_exist_once_per_port_and_qp0_only_on_infiniband() {
+    let mut s = setup(MockConfig::infiniband());
+    let (pd, cqn, uar) = (s.pd, s.cqn, s.uar);
+    let qp0 = s.h.create_qp(QpServiceType::Qp0, pd, cqn, uar);
+    let qp1 = s.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+    assert_ne!(qp0, qp1);
+    assert!(qp0 > 1 && qp1 > 1, "firmware QPNs, not the wire's 0 and 1");
+    for st in [QpServiceType::Qp0, QpServiceType::Qp1] {
+        let (c, pages) = s.h.create_qp_in(st, pd, cqn, uar);
+        assert_eq!(
+            s.h.err(&c, &pas_bytes(&pages)),
+            (CmdStatus::ResBusy, syndrome::SPECIAL_QP_TAKEN),
+            "a second {st:?}"
+        );
+    }
+    // Once destroyed, the port's QP1 can be made again.
+    let mut d = DestroyQpIn::new_cmd();
+    d.set_qpn(qp1);
+    s.h.ok(&d, &[]);
+    s.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+
+    // An Ethernet port has QP1 (the general services interface) and no QP0.
+    let mut e = setup(MockConfig::ethernet());
+    let (pd, cqn, uar) = (e.pd, e.cqn, e.uar);
+    e.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+    let (c, pages) = e.h.create_qp_in(QpServiceType::Qp0, pd, cqn, uar);
+    assert_eq!(
+        e.h.err(&c, &pas_bytes(&pages)),
+        (CmdStatus::BadParamErr, syndrome::SPECIAL_QP_TAKEN)
+    );
+}
+
+#[test]
+fn qp1_takes_only_the_well_known_q_key_and_both_reach_rts_as_datagram_qps() {
+    let mut s = setup(MockConfig::infiniband());
+    let (pd, cqn, uar) = (s.pd, s.cqn, s.uar);
+    let qp0 = s.h.create_qp(QpServiceType::Qp0, pd, cqn, uar);
+    let qp1 = s.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+    assert_eq!(
+        s.h.err(&rst2init(qp1, 0x1234), &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_QP1_Q_KEY)
+    );
+    assert_eq!(s.h.hca.qp_state(qp1), Some(QpState::Rst));
+    // Linux's transitions of its QP0 and QP1: Q_Key (0 for QP0), then MTU 256 and
+    // 256-byte messages (a MAD), no remote address (datagram QPs have none).
+    s.h.ok(&rst2init(qp0, 0), &[]);
+    s.h.ok(&rst2init(qp1, QP1_Q_KEY), &[]);
+    for qpn in [qp0, qp1] {
+        s.h.ok(&init2rtr(qpn, IbMtu::Mtu256, 8), &[]);
+        s.h.ok(&rtr2rts(qpn), &[]);
+        assert_eq!(s.h.hca.qp_state(qpn), Some(QpState::Rts));
+    }
+    // A later Q_Key change on QP1 is held to the same rule.
+    let mut m = Rts2rtsQpIn::new_cmd();
+    m.set_qpn(qp1).set_opt_param_mask(optpar::Q_KEY);
+    m.qpc_mut().set_q_key(0x1111);
+    assert_eq!(
+        s.h.err(&m, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_QP1_Q_KEY)
+    );
+}
+
+#[test]
+fn dealloc_q_counter_frees_the_set() {
+    let mut h = Harness::ready(MockConfig::infiniband());
+    let a = h.ok(&AllocQCounterIn::new_cmd(), &[]).counter_set_id();
+    let b = h.ok(&AllocQCounterIn::new_cmd(), &[]).counter_set_id();
+    assert_ne!(a, b);
+    let mut d = DeallocQCounterIn::new_cmd();
+    d.set_counter_set_id(a);
+    h.ok(&d, &[]);
+    assert_eq!(
+        h.err(&d, &[]),
+        (CmdStatus::BadResErr, syndrome::NO_SUCH_OBJECT),
+        "freed twice"
+    );
+    let mut q = QueryQCounterIn::new_cmd();
+    q.set_counter_set_id(a);
+    assert_eq!(h.err(&q, &[]).1, syndrome::NO_SUCH_OBJECT);
+    // The freed set is allocated again.
+    assert_eq!(h.ok(&AllocQCounterIn::new_cmd(), &[]).counter_set_id(), a);
+}
+
+fn mad(class: u8, attr: u16, modifier: u32) -> MadIfcIn {
+    let mut m = MadIfcIn::new_cmd();
+    m.set_op_mod(3).set_port(1);
+    let mad = m.mad_mut();
+    mad[0] = 1; // base version
+    mad[1] = class;
+    mad[2] = 1; // class version
+    mad[3] = 0x01; // Get
+    mad[16..18].copy_from_slice(&attr.to_be_bytes());
+    mad[20..24].copy_from_slice(&modifier.to_be_bytes());
+    m
+}
+
+fn mad_status(o: &MadIfcOut) -> u16 {
+    u16::from_be_bytes([o.response_mad_packet()[4], o.response_mad_packet()[5]])
+}
+
+#[test]
+fn the_subnet_management_agent_answers_guid_info_pkey_table_and_a_whole_port_info() {
+    let cfg = MockConfig::infiniband();
+    let mut h = Harness::ready(cfg.clone());
+    // GUIDInfo block 0: the port GUID at entry 0 (GID 0 = subnet prefix + port GUID).
+    let o = h.ok(&mad(0x01, 0x0014, 0), &[]);
+    assert_eq!(mad_status(&o), 0);
+    let d = &o.response_mad_packet()[64..128];
+    assert_eq!(&d[0..8], &cfg.node_guid().to_be_bytes());
+    assert!(d[8..].iter().all(|&b| b == 0), "no other GUID assigned");
+    let o = h.ok(&mad(0x01, 0x0014, 1), &[]);
+    assert_eq!(
+        mad_status(&o),
+        MAD_STATUS_BAD_ATTRIBUTE_VALUE,
+        "8 GUIDs only"
+    );
+    // P_KeyTable: the default P_Key at entry 0 of block 0; 128 entries in 4 blocks.
+    let o = h.ok(&mad(0x01, 0x0016, 0), &[]);
+    assert_eq!(mad_status(&o), 0);
+    let d = &o.response_mad_packet()[64..128];
+    assert_eq!(&d[0..2], &[0xff, 0xff]);
+    assert!(d[2..].iter().all(|&b| b == 0));
+    assert_eq!(mad_status(&h.ok(&mad(0x01, 0x0016, 3), &[])), 0);
+    assert_eq!(
+        mad_status(&h.ok(&mad(0x01, 0x0016, 4), &[])),
+        MAD_STATUS_BAD_ATTRIBUTE_VALUE
+    );
+    // PortInfo: what Linux's `mlx5_query_mad_ifc_port` reads for `ibv_devinfo`.
+    let o = h.ok(&mad(0x01, 0x0015, 1), &[]);
+    let d = &o.response_mad_packet()[64..128];
+    assert_eq!(
+        u32::from_be_bytes([d[20], d[21], d[22], d[23]]),
+        PORT_CAPABILITY_MASK
+    );
+    assert_eq!(d[31] & 0xf, 2, "link width active 4X");
+    assert_eq!(d[36] >> 4, IbMtu::Mtu4096.raw(), "neighbour (active) MTU");
+    assert_eq!(d[41] & 0xf, IbMtu::Mtu4096.raw(), "MTU capability");
+    assert_eq!(d[37] >> 4, 1, "VL capability: VL0");
+    assert_eq!(d[50], 8, "GUID capability: the GID table's 8 entries");
+    assert_ne!(PORT_CAPABILITY_MASK & (1 << 14), 0, "extended speeds");
+    assert_eq!(d[62] >> 4, 2, "extended speed active: EDR");
+}
+
+#[test]
+fn a_mad_of_a_class_without_an_agent_gets_a_mad_status_not_a_command_error() {
+    // Linux's ib_core asks the performance management agent for its ClassPortInfo while
+    // registering the device; the model has no such agent.
+    let mut h = Harness::ready(MockConfig::infiniband());
+    let o = h.ok(&mad(0x04, 0x0001, 0), &[]);
+    assert_eq!(mad_status(&o), MAD_STATUS_BAD_CLASS);
+    assert_eq!(o.response_mad_packet()[3], 0x81, "GetResp");
+    // A MAD that is not base version 1 is still a malformed command.
+    let mut bad = mad(0x04, 0x0001, 0);
+    bad.mad_mut()[0] = 2;
+    assert_eq!(h.err(&bad, &[]).1, syndrome::BAD_MAD);
+}
+
+#[test]
+fn the_capabilities_say_a_umr_changes_no_translation_size() {
+    let mut h = Harness::ready(MockConfig::infiniband());
+    let mut q = QueryHcaCapIn::new_cmd();
+    q.set_op_mod(query_hca_cap_op_mod(
+        HcaCapType::General,
+        HcaCapMode::GetCur,
+    ));
+    let o = h.ok(&q, &[]);
+    let c = o.cmd_hca_cap();
+    assert!(c.umr_modify_entity_size_disabled());
+    assert!(c.umr_modify_atomic_disabled());
+    assert!(c.umr_indirect_mkey_disabled());
+}
+
+/// Linux's write-combining test posts NOP work requests of one 16-byte control segment on
+/// a UD QP: a NOP has no datagram segment. The engine read one and failed the NOP with a
+/// local QP operation error (`mlx5_ib_test_wc: Error -22`, and no InfiniBand device).
+#[test]
+fn a_nop_on_a_ud_qp_is_its_control_segment_alone() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut cq = a.cq(6);
+    let mut qp = a.qp(QpServiceType::Ud, &cq, &cq);
+    a.ud_ready(&qp, 0x11);
+    for _ in 0..3 {
+        a.post_send(
+            &mut qp,
+            &Wr {
+                opcode: Some(WqeOpcode::Nop),
+                ..Wr::default()
+            },
+        );
+    }
+    a.post_send(
+        &mut qp,
+        &Wr {
+            opcode: Some(WqeOpcode::Nop),
+            signaled: true,
+            ..Wr::default()
+        },
+    );
+    assert!(fabric.run_until_idle());
+    let wcs = a.poll_all(&mut cq);
+    assert_eq!(wcs.len(), 1, "one signalled NOP: {wcs:?}");
+    assert_eq!(wcs[0].opcode, CqeOpcode::Req);
+    assert_eq!(wcs[0].wqe_counter(), 3);
+    assert_eq!(a.qp_state(&qp), QpState::Rts);
+}
