@@ -48,8 +48,11 @@ if [ ! -S "$VFIO_USER_DIR/fn0.sock" ]; then
 fi
 
 phase "boot and run"
+# rig.ib_lid, rig.ib_sm_lid: what the guest's ibv_devinfo must show. The server's fabric
+# attaches its one function first, and the mock's subnet manager gives ports LIDs in attach
+# order from 1 and puts the SM behind the first one (mock/src/fabric/sm.rs).
 QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
-  LOG=$RIG_DIR/logs/linuxmlx5.log EXTRA_APPEND="no_timer_check rig.link=$LINK ${EXTRA_APPEND:-}" \
+  LOG=$RIG_DIR/logs/linuxmlx5.log EXTRA_APPEND="no_timer_check rig.link=$LINK rig.ib_lid=1 rig.ib_sm_lid=1 ${EXTRA_APPEND:-}" \
   bash "$VM/run-vm.sh" linuxmlx5
 rc=$?
 # QEMU is gone: the server prints the function's command log when its client goes.
@@ -79,6 +82,15 @@ check "command log: every command completed with status OK" \
 check "command log: ACCESS_REGISTER MCQS and MCQI read (devlink dev info)" \
   sh -c "grep -q ': cmd AccessReg op_mod=0x1 register=0x9060 status=Ok' '$log' &&
     grep -q ': cmd AccessReg op_mod=0x1 register=0x9061 status=Ok' '$log'"
+# mlx5_ib's device resources and special QPs (stage 2): an XRC SRQ, a basic SRQ (an RMP at
+# ISSI 1), four QPs (the write-combining test's UD QP, QP0, QP1, the UMR QP), each taken to
+# RTS and destroyed again at rmmod.
+check "command log: mlx5_ib's CREATE_XRC_SRQ and CREATE_RMP" \
+  sh -c "grep -q ': cmd CreateXrcSrq ' '$log' && grep -q ': cmd CreateRmp ' '$log'"
+nqp=$(grep -c ': cmd CreateQp ' "$log")
+check "command log: $nqp CREATE_QP (4: WC test, QP0, QP1, UMR), as many RTR2RTS and DESTROY_QP" \
+  [ "$nqp" = 4 ] && [ "$(grep -c ': cmd Rtr2rtsQp ' "$log")" = 4 ] &&
+  [ "$(grep -c ': cmd DestroyQp ' "$log")" = 4 ]
 check "no firmware page left at DISABLE_HCA (no model note)" \
   sh -c "! grep -q 'note: DISABLE_HCA with' '$log'"
 check "server: firmware pages held 0, state Disabled" \
