@@ -76,8 +76,12 @@ check() { name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
 check "command log: ENABLE_HCA first" [ "$(echo "$cmds" | head -1)" = EnableHca ]
 check "command log: CREATE_EQ" grep -q ': cmd CreateEq ' "$log"
 check "command log: DISABLE_HCA last" [ "$(echo "$cmds" | tail -1)" = DisableHca ]
+# On Ethernet (not in CI) one refusal is documented: mlx5_ib reads the PTYS register, which
+# the model does not have (mock/MODEL.md).
+allowed='^$'
+[ "$LINK" = ethernet ] && allowed='AccessReg op_mod=0x1 register=0x5004 status=BadParamErr'
 check "command log: every command completed with status OK" \
-  sh -c "! grep ': cmd ' '$log' | grep -v 'status=Ok .* Completed\$'"
+  sh -c "! grep ': cmd ' '$log' | grep -v 'status=Ok .* Completed\$' | grep -v '$allowed'"
 # devlink's version came from the registers: MCQS (0x9060) and MCQI (0x9061) were read.
 check "command log: ACCESS_REGISTER MCQS and MCQI read (devlink dev info)" \
   sh -c "grep -q ': cmd AccessReg op_mod=0x1 register=0x9060 status=Ok' '$log' &&
@@ -85,12 +89,14 @@ check "command log: ACCESS_REGISTER MCQS and MCQI read (devlink dev info)" \
 # mlx5_ib's device resources and special QPs (stage 2): an XRC SRQ, a basic SRQ (an RMP at
 # ISSI 1), four QPs (the write-combining test's UD QP, QP0, QP1, the UMR QP), each taken to
 # RTS and destroyed again at rmmod.
+if [ "$LINK" = infiniband ]; then
 check "command log: mlx5_ib's CREATE_XRC_SRQ and CREATE_RMP" \
   sh -c "grep -q ': cmd CreateXrcSrq ' '$log' && grep -q ': cmd CreateRmp ' '$log'"
 nqp=$(grep -c ': cmd CreateQp ' "$log")
 check "command log: $nqp CREATE_QP (4: WC test, QP0, QP1, UMR), as many RTR2RTS and DESTROY_QP" \
   [ "$nqp" = 4 ] && [ "$(grep -c ': cmd Rtr2rtsQp ' "$log")" = 4 ] &&
   [ "$(grep -c ': cmd DestroyQp ' "$log")" = 4 ]
+fi
 check "no firmware page left at DISABLE_HCA (no model note)" \
   sh -c "! grep -q 'note: DISABLE_HCA with' '$log'"
 check "server: firmware pages held 0, state Disabled" \
