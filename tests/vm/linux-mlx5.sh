@@ -2,7 +2,8 @@
 # Linux's own mlx5 driver against the mock: fetches QEMU 11.1 (fetch-qemu11.sh), builds the
 # server, builds the rig, starts uhca-vfio-user-server with one mock function on InfiniBand
 # (LINK=ethernet: Ethernet) and its command log, boots the guest with one vfio-user-pci
-# device and runs guest/tests/linuxmlx5.sh (modprobe mlx5_core, checks, rmmod mlx5_core).
+# device and runs guest/tests/linuxmlx5.sh (modprobe mlx5_core, checks, modprobe mlx5_ib,
+# ibv_devinfo, rmmod).
 # Then checks the server's command log of the function: what Linux sent, every command
 # completed with status OK, DISABLE_HCA at the end with every firmware page returned.
 # Prints PASS/FAIL lines.

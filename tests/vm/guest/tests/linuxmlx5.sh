@@ -1,7 +1,8 @@
 #!/bin/sh
 # Linux's own mlx5 driver against the mock ConnectX: the function uhca-vfio-user-server
 # serves (InfiniBand, or Ethernet with rig.link=ethernet) is bound by the Debian kernel's
-# mlx5_core instead of vfio-pci, then the module is removed. One PASS/FAIL line per check; the kernel log is printed at the end.
+# mlx5_core instead of vfio-pci; mlx5_ib registers an InfiniBand device on it (stage 2),
+# ibv_devinfo lists it; then the modules are removed. One PASS/FAIL line per check; the kernel log is printed at the end.
 # rig.mlx5_debug=N on the kernel command line loads mlx5_core with debug_mask=N (1 dumps
 # every command's input and output).
 . /tests/lib.sh
