@@ -308,3 +308,146 @@ fn a_nop_on_a_ud_qp_is_its_control_segment_alone() {
     assert_eq!(wcs[0].wqe_counter(), 3);
     assert_eq!(a.qp_state(&qp), QpState::Rts);
 }
+
+/// QP0 or QP1 of `n`, taken to RTS with `qkey` (as Linux's MAD layer does).
+fn special_qp(
+    n: &mut Node,
+    st: QpServiceType,
+    cq: &common::verbs::Cq,
+    qkey: u32,
+) -> common::verbs::Qp {
+    let qp = n.qp(st, cq, cq);
+    n.ud_ready(&qp, qkey);
+    qp
+}
+
+/// A MAD-sized datagram from `from`'s QP `qp` to destination QP `dqpn` of `to`.
+fn send_mad(
+    from: &Node,
+    qp: &mut common::verbs::Qp,
+    to: &Node,
+    dqpn: u32,
+    qkey: u32,
+    mr: &common::verbs::Mr,
+) {
+    let mut av = from.av_to(to, dqpn, qkey);
+    av.grh_gid_fl = 0.into(); // MADs between LIDs of one subnet carry no GRH
+    from.post_send(
+        qp,
+        &Wr {
+            av: Some(av),
+            ..common::verbs::wr(WqeOpcode::Send, mr, 0, 256)
+        },
+    );
+}
+
+#[test]
+fn datagrams_to_qp_0_and_1_reach_the_ports_special_qps_and_leave_from_qp_0_and_1() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut b = Node::new(&fabric, LinkLayer::InfiniBand, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let mut a1 = special_qp(&mut a, QpServiceType::Qp1, &acq, QP1_Q_KEY);
+    let mut b1 = special_qp(&mut b, QpServiceType::Qp1, &bcq, QP1_Q_KEY);
+    let mut a0 = special_qp(&mut a, QpServiceType::Qp0, &acq, 0);
+    let mut b0 = special_qp(&mut b, QpServiceType::Qp0, &bcq, 0);
+    let amr = a.mr(4096);
+    let bmr = b.mr(8192);
+    a.write(&amr, 0, &[0x5a; 256]);
+    // B's QP1 and QP0 each wait with one receive (40 bytes of GRH space, then the MAD).
+    b.post_recv(&mut b1, &[(bmr.key, bmr.iova, 4096)]);
+    b.post_recv(&mut b0, &[(bmr.key, bmr.iova + 4096, 4096)]);
+
+    // QP1 to QP1 with the well-known Q_Key (bit 31 set: the QP's own).
+    send_mad(&a, &mut a1, &b, 1, QP1_Q_KEY, &amr);
+    assert!(fabric.run_until_idle());
+    let sent = a.poll_all(&mut acq);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].opcode, CqeOpcode::Req);
+    assert_eq!(
+        sent[0].qpn(),
+        a1.qpn,
+        "the send completes on the firmware QPN"
+    );
+    let got = b.poll_all(&mut bcq);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].opcode, CqeOpcode::RespSend);
+    assert_eq!(got[0].qpn(), b1.qpn, "received on the port's QP1");
+    assert_eq!(got[0].byte_cnt(), 40 + 256);
+    assert_eq!(
+        got[0].cqe.flags_rqpn.get() & 0x00ff_ffff,
+        1,
+        "the source QP on the wire is QP 1, not {:#x}",
+        a1.qpn
+    );
+    assert_eq!(got[0].cqe.slid.get(), a.h.hca.lid());
+    assert_eq!(b.read(&bmr, 40, 256), vec![0x5a; 256]);
+
+    // QP0 to QP0: subnet management packets carry a Q_Key nobody checks.
+    send_mad(&a, &mut a0, &b, 0, 0x0bad_0bad, &amr);
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq).len(), 1);
+    let got = b.poll_all(&mut bcq);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].qpn(), b0.qpn, "received on the port's QP0");
+    assert_eq!(got[0].cqe.flags_rqpn.get() & 0x00ff_ffff, 0);
+
+    // To QP1 with another Q_Key: a Q_Key violation, nothing received.
+    b.post_recv(&mut b1, &[(bmr.key, bmr.iova, 4096)]);
+    let before = b.h.hca.datapath_counters().rx_qkey_violations;
+    send_mad(&a, &mut a1, &b, 1, 0x1234, &amr);
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq).len(), 1);
+    assert!(b.poll_all(&mut bcq).is_empty());
+    assert_eq!(b.h.hca.datapath_counters().rx_qkey_violations, before + 1);
+
+    // A port without a QP1 drops what is addressed to QP 1.
+    let mut d = DestroyQpIn::new_cmd();
+    d.set_qpn(b1.qpn);
+    b.h.ok(&d, &[]);
+    let before = b.h.hca.datapath_counters().rx_discarded;
+    send_mad(&a, &mut a1, &b, 1, QP1_Q_KEY, &amr);
+    assert!(fabric.run_until_idle());
+    assert!(b.poll_all(&mut bcq).is_empty());
+    assert_eq!(b.h.hca.datapath_counters().rx_discarded, before + 1);
+}
+
+/// The model executes no UMR work request: one on the REG_UMR QP completes with a local QP
+/// operation error (Linux posts none, the capability bits tell it not to need any).
+#[test]
+fn a_umr_work_request_fails_with_a_local_qp_operation_error() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut cq = a.cq(6);
+    let mut qp = a.umr_qp(&cq);
+    // A NOP goes through (the queue works) ...
+    a.post_send(
+        &mut qp,
+        &Wr {
+            opcode: Some(WqeOpcode::Nop),
+            signaled: true,
+            ..Wr::default()
+        },
+    );
+    assert!(fabric.run_until_idle());
+    let wcs = a.poll_all(&mut cq);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].opcode, CqeOpcode::Req);
+    // ... a UMR (its control segment and 48 bytes of UMR control and mkey segments) does not.
+    a.post_send(
+        &mut qp,
+        &Wr {
+            opcode: Some(WqeOpcode::Umr),
+            inline: Some(vec![0; 44]),
+            signaled: true,
+            ..Wr::default()
+        },
+    );
+    assert!(fabric.run_until_idle());
+    let wcs = a.poll_all(&mut cq);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(wcs[0].opcode, CqeOpcode::ReqErr);
+    assert_eq!(wcs[0].syndrome(), CqeSyndrome::LocalQpOpErr);
+    assert_eq!(wcs[0].qpn(), qp.qpn);
+}

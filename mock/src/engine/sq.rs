@@ -236,7 +236,7 @@ impl Device {
         match op {
             WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::Nop => {}
             WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead
-                if st != QpServiceType::Ud =>
+                if !crate::firmware::is_datagram_qp(st) =>
             {
                 let r = WqeRaddrSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
                 w.raddr = Some((r.raddr.get(), r.rkey.get()));

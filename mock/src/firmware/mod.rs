@@ -33,7 +33,7 @@ pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
 pub use qp::optpar;
 pub use special_qp::QP1_Q_KEY;
-pub(crate) use special_qp::is_datagram as is_datagram_qp;
+pub(crate) use special_qp::{is_datagram as is_datagram_qp, wire_qpn};
 pub use srq::ARM_RQ_OP_MOD_SRQ;
 pub use vport::{
     ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS,

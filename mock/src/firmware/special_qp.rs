@@ -37,6 +37,16 @@ pub(crate) fn is_special(st: QpServiceType) -> bool {
     )
 }
 
+/// The QPN a QP's datagrams carry as their source (DETH): 0 and 1 for the port's QP0 and
+/// QP1, the firmware QPN for any other.
+pub(crate) fn wire_qpn(st: QpServiceType, qpn: u32) -> u32 {
+    match st {
+        QpServiceType::Qp0 => 0,
+        QpServiceType::Qp1 => 1,
+        _ => qpn,
+    }
+}
+
 /// Whether CREATE_QP checks the context's `pd`: not for a REG_UMR QP, whose work requests
 /// name the protection domain of each memory key they change (Linux leaves its `pd` 0).
 pub(crate) fn has_pd(st: QpServiceType) -> bool {
