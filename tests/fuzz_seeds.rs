@@ -62,6 +62,8 @@ fn transports(payload: &[u8]) -> Vec<IbTransportRepr<'_>> {
         Opcode::RcSendOnlyWithInvalidate,
         Opcode::UdSendOnlyWithImmediate,
         Opcode::UcRdmaWriteFirst,
+        Opcode::XrcSendOnly,
+        Opcode::XrcRdmaWriteFirst,
     ]
     .into_iter()
     .map(|op| {
@@ -72,6 +74,9 @@ fn transports(payload: &[u8]) -> Vec<IbTransportRepr<'_>> {
         );
         if h.deth {
             t = t.with_deth(0x1111_1111, 0x13);
+        }
+        if h.xrceth {
+            t = t.with_xrceth(0x55);
         }
         if h.reth {
             t = t.with_reth(0x1000, 0x55, 64);

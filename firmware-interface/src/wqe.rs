@@ -1,7 +1,7 @@
 //! Work queue entry segments.
 //!
 //! A send WQE is a control segment followed by segments that depend on the opcode and the
-//! QP type (datagram for UD, remote address for RDMA and atomics, atomic, then data or
+//! QP type (datagram for UD, XRC for XRC, remote address for RDMA and atomics, atomic, then data or
 //! inline segments), in 16-byte units (`ds`), padded to 64-byte basic blocks. A receive WQE
 //! is a list of data segments, ended by one with [`INVALID_LKEY`] when it is shorter than the
 //! queue's stride.
@@ -123,6 +123,15 @@ crate::dp_struct! {
         pub inline_hdr_sz: U16,
         /// First two bytes of the inline header (`inline_hdr.start`).
         pub inline_hdr_start: [u8; 2],
+    }
+
+    /// The XRC segment of an XRC send WQE, right after the control segment: the XRC SRQ
+    /// at the responder that the message is for (it becomes the packets' XRCETH).
+    pub struct WqeXrcSeg = "mlx5_wqe_xrc_seg" {
+        /// The remote XRC SRQ number (bits 23:0).
+        pub xrc_srqn: U32,
+        /// Reserved.
+        pub rsvd: [u8; 12],
     }
 
     /// The "next" segment of a shared receive queue WQE.

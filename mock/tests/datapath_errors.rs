@@ -432,6 +432,9 @@ fn random_packets_at_live_qps_never_panic() {
         if h.deth {
             t = t.with_deth(rnd() as u32, rnd() as u32);
         }
+        if h.xrceth {
+            t = t.with_xrceth(rnd() as u32);
+        }
         if h.reth {
             t = t.with_reth(va, key, (rnd() % 5000) as u32);
         }

@@ -279,10 +279,17 @@ fn create_qp_checks() {
     let (base, pages) = h.create_qp_in(QpServiceType::Rc, pd, cqn, uar);
     let pas = pas_bytes(&pages);
     let mut c = base;
-    c.qpc_mut().set_st(QpServiceType::Xrc.raw());
+    c.qpc_mut().set_st(QpServiceType::Dci.raw());
     assert_eq!(
         h.err(&c, &pas),
         (CmdStatus::BadParamErr, syndrome::BAD_QP_TYPE)
+    );
+    // XRC is offered, but an XRC QP names an XRC domain (more in tests/xrc.rs).
+    let mut c = base;
+    c.qpc_mut().set_st(QpServiceType::Xrc.raw());
+    assert_eq!(
+        h.err(&c, &pas),
+        (CmdStatus::BadParamErr, syndrome::BAD_XRCD)
     );
     let mut c = base;
     c.qpc_mut().set_pd(pd + 9);

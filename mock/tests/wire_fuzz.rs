@@ -142,6 +142,9 @@ fn valid_packets() -> Vec<Vec<u8>> {
         if h.deth {
             t = t.with_deth(1, 2);
         }
+        if h.xrceth {
+            t = t.with_xrceth(0x77);
+        }
         if h.reth {
             t = t.with_reth(3, 4, 5);
         }

@@ -133,6 +133,9 @@ fn all_transports(payload: &[u8]) -> Vec<IbTransportRepr<'_>> {
             if h.deth {
                 t = t.with_deth(0x8000_0001, 0x123456);
             }
+            if h.xrceth {
+                t = t.with_xrceth(0x00AB_CDEF);
+            }
             if h.reth {
                 t = t.with_reth(0x1122_3344_5566_7788, 0x99AA_BBCC, 4096);
             }

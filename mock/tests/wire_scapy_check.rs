@@ -54,6 +54,9 @@ fn scapy_confirms_the_icrc_of_every_opcode() {
         if h.deth {
             t = t.with_deth(0x8000_0000, 3);
         }
+        if h.xrceth {
+            t = t.with_xrceth(0x12_3456);
+        }
         if h.reth {
             t = t.with_reth(0xFFFF_0000_1234_5678, 0xDEAD, 37);
         }

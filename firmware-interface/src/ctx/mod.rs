@@ -1,6 +1,7 @@
 //! The contexts that commands carry: capabilities (`cmd_hca_cap`, `roce_cap`), queue
-//! contexts (`cqc`, `eqc`, `qpc` with its address path `ads`, `srqc`, `xrc_srqc`), the memory key context
-//! (`mkc`), vport contexts and the RoCE address layout, plus the host-endianness register.
+//! contexts (`cqc`, `eqc`, `qpc` with its address path `ads`, `srqc`, `xrc_srqc`), the
+//! memory key context (`mkc`), vport contexts and the RoCE address layout, plus the
+//! host-endianness register.
 //!
 //! ```
 //! use uhca_fwif::ctx::{Qpc, qpc};

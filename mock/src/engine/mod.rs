@@ -14,6 +14,7 @@
 //! | `responder.rs` | the receive side: PSN checks, SEND/WRITE/READ/atomics, ACK coalescing |
 //! | `rq.rs` | receive WQEs of an RQ or an SRQ |
 //! | `cqe.rs` | CQEs (owner bit, opcodes, error CQEs), completion and CQ error events, flush |
+//! | `xrc.rs` | XRC on RC's machinery: XRC opcodes and the XRCETH, the target's SRQ, CQ and PD |
 //! | `counters.rs` | queue counters (QUERY_Q_COUNTER) |
 //!
 //! Frames the engine emits are queued (see [`crate::MockHca::take_tx_frames`]) and never
@@ -27,6 +28,7 @@ mod requester;
 mod responder;
 mod rq;
 mod sq;
+mod xrc;
 
 use crate::device::Device;
 use std::collections::{BTreeMap, VecDeque};
@@ -144,6 +146,9 @@ pub(crate) struct QpDp {
     pub(crate) nak_sent: bool,
     /// A packet arrived (COMM_EST was raised if in RTR).
     pub(crate) established: bool,
+    /// XRC target: the XRC SRQ the request being executed names (its XRCETH, in the QP's
+    /// XRC domain), where receive WQEs come from and completions go.
+    pub(crate) xrc_srqn: Option<u32>,
 }
 
 /// The engine of one HCA.

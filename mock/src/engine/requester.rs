@@ -178,6 +178,7 @@ impl Device {
             atomic: w.atomic.unwrap_or((0, 0)),
             data: if gathers { w.data } else { Vec::new() },
             local,
+            xrc_srqn: w.xrc_srqn,
         };
         if !self.transmit(qpn, &sent, 0, now) {
             return;
@@ -257,6 +258,7 @@ impl Device {
             return true;
         };
         let uc = QpServiceType::from_raw(qpc.st()) == QpServiceType::Uc;
+        let xrc = super::xrc::is_xrc(&qpc).then_some(w.xrc_srqn);
         let dqpn = qpc.remote_qpn();
         let mtu = path_mtu(qpc.mtu());
         let (va, rkey) = w.remote;
@@ -271,7 +273,7 @@ impl Device {
                     rkey,
                     w.len.saturating_sub(off) as u32,
                 );
-                self.emit_packet(&path, &t);
+                self.emit_request(&path, &t, xrc);
             }
             WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
                 let opc = if w.opcode == WqeOpcode::AtomicCs {
@@ -283,7 +285,7 @@ impl Device {
                 bth.ack_req = true;
                 let t = IbTransportRepr::new(bth, &[])
                     .with_atomic_eth(va, rkey, w.atomic.0, w.atomic.1);
-                self.emit_packet(&path, &t);
+                self.emit_request(&path, &t, xrc);
             }
             op => {
                 let write = matches!(op, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
@@ -330,7 +332,7 @@ impl Device {
                     if imm && last {
                         t = t.with_imm_dt(w.imm);
                     }
-                    self.emit_packet(&path, &t);
+                    self.emit_request(&path, &t, xrc);
                 }
                 self.engine.scratch = buf;
                 if let Some(syndrome) = failed {

@@ -166,6 +166,7 @@ impl Device {
             QpServiceType::Rc => TransportService::Rc,
             QpServiceType::Uc => TransportService::Uc,
             QpServiceType::Ud | QpServiceType::Qp0 | QpServiceType::Qp1 => TransportService::Ud,
+            QpServiceType::Xrc => TransportService::Xrc,
             _ => {
                 self.engine.counters.rx_discarded += 1;
                 return;
@@ -191,8 +192,10 @@ impl Device {
             self.engine.counters.rx_pkey_violations += 1;
             return;
         }
-        if matches!(st, QpServiceType::Rc | QpServiceType::Uc)
-            && !self.sent_by_connected_peer(&qpc, info)
+        if matches!(
+            st,
+            QpServiceType::Rc | QpServiceType::Uc | QpServiceType::Xrc
+        ) && !self.sent_by_connected_peer(&qpc, info)
         {
             self.engine.counters.rx_discarded += 1;
             return;
@@ -215,6 +218,7 @@ impl Device {
             }
             QpServiceType::Rc if response => self.requester_rx(qpn, t, now),
             QpServiceType::Rc => self.connected_rx(qpn, t, false, now),
+            QpServiceType::Xrc => self.xrc_rx(qpn, t, response, now),
             _ => self.connected_rx(qpn, t, true, now),
         }
     }
@@ -240,7 +244,7 @@ impl Device {
     }
 
     /// Sends an ACK, NAK or RNR NAK from responder `qpn`.
-    fn send_aeth(&mut self, qpn: u32, p: u32, syndrome: AethSyndrome) {
+    pub(super) fn send_aeth(&mut self, qpn: u32, p: u32, syndrome: AethSyndrome) {
         let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
@@ -253,7 +257,7 @@ impl Device {
             &[],
         )
         .with_aeth(syndrome, msn);
-        self.emit_packet(&path, &t);
+        self.emit_response(qpn, &path, &t);
         match syndrome {
             AethSyndrome::Ack { .. } => self.engine.counters.acks_sent += 1,
             AethSyndrome::RnrNak { .. } => self.engine.counters.rnr_naks_sent += 1,
@@ -283,8 +287,8 @@ impl Device {
         }
     }
 
-    /// RC and UC requests.
-    fn connected_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, uc: bool, now: u64) {
+    /// RC and UC requests (and XRC's, as RC).
+    pub(super) fn connected_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, uc: bool, now: u64) {
         let p = t.bth.psn;
         let Some(s) = self.engine.qps.get_mut(&qpn) else {
             return;
@@ -427,19 +431,20 @@ impl Device {
     }
 
     /// The responder failed: a CQE for the receive WQE in progress, then the error state.
-    fn responder_error(&mut self, qpn: u32, syndrome: Option<CqeSyndrome>, now: u64) {
+    pub(super) fn responder_error(&mut self, qpn: u32, syndrome: Option<CqeSyndrome>, now: u64) {
         let recv = self.engine.qps.get_mut(&qpn).and_then(|s| s.recv.take());
         if let (Some(r), Some(syn)) = (recv, syndrome)
             && let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc)
         {
+            let (cqn, uidx) = self.rx_cq(qpn, &q);
             self.post_err_cqe(
-                q.cqn_rcv(),
+                cqn,
                 qpn,
                 r.wqe.counter,
                 0,
                 syn,
                 CqeOpcode::RespErr,
-                q.user_index(),
+                uidx,
                 now,
             );
         }
@@ -462,11 +467,12 @@ impl Device {
         let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
+        let (cqn, uidx) = self.rx_cq(qpn, &q);
         let mut c = Cqe64 {
             byte_cnt: byte_cnt.into(),
             sop_drop_qpn: (qpn & 0x00ff_ffff).into(),
             wqe_counter: counter.into(),
-            srqn: q.user_index().into(),
+            srqn: uidx.into(),
             ..Default::default()
         };
         if let Some(v) = imm {
@@ -486,7 +492,7 @@ impl Device {
                 c.l4_l3_hdr_type = l3 << 2;
             }
         }
-        self.post_cqe(q.cqn_rcv(), c, opcode, solicited, now);
+        self.post_cqe(cqn, c, opcode, solicited, now);
     }
 
     fn send_rx(
@@ -496,7 +502,7 @@ impl Device {
         uc: bool,
         now: u64,
     ) -> Result<(), Fail> {
-        let pd = self.fw.qps.get(&qpn).map(|q| q.qpc.pd()).unwrap_or(0);
+        let pd = self.rx_pd(qpn);
         let pos = t.bth.opcode.position();
         let first = matches!(pos, Some(MessagePosition::First | MessagePosition::Only));
         let last = matches!(pos, Some(MessagePosition::Last | MessagePosition::Only));
@@ -603,6 +609,7 @@ impl Device {
         } else {
             Fail::Nak(NakCode::InvalidRequest, None)
         };
+        let pd = self.rx_pd(qpn);
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
         // A receive WQE kept from an abandoned UC message (offset 0) does not count.
         let sending = s.recv.as_ref().is_some_and(|r| r.offset != 0);
@@ -615,7 +622,7 @@ impl Device {
                     && self
                         .key_check(
                             reth.rkey,
-                            qpc.pd(),
+                            pd,
                             reth.va,
                             reth.dma_len as u64,
                             Access::RemoteWrite,
@@ -648,7 +655,7 @@ impl Device {
         }
         if n > 0 {
             let span = self
-                .key_check(w.rkey, qpc.pd(), w.va + w.offset, n, Access::RemoteWrite)
+                .key_check(w.rkey, pd, w.va + w.offset, n, Access::RemoteWrite)
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
             self.span_write(&span, 0, t.payload, now, "data (scatter)")
                 .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
@@ -698,7 +705,7 @@ impl Device {
         let reth = t.reth.ok_or(Fail::Nak(NakCode::InvalidRequest, None))?;
         let len = reth.dma_len as u64;
         let pieces = if qpc.rre() {
-            self.key_translate(reth.rkey, qpc.pd(), reth.va, len, Access::RemoteRead)
+            self.key_translate(reth.rkey, self.rx_pd(qpn), reth.va, len, Access::RemoteRead)
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?
         } else {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
@@ -740,7 +747,7 @@ impl Device {
             if op != Opcode::RcRdmaReadResponseMiddle {
                 tt = tt.with_aeth(AethSyndrome::Ack { credit_count: 0x1f }, msn);
             }
-            self.emit_packet(&path, &tt);
+            self.emit_response(qpn, &path, &tt);
         }
         Ok(())
     }
@@ -763,7 +770,7 @@ impl Device {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
         }
         let pieces = self
-            .key_translate(a.rkey, qpc.pd(), a.va, 8, Access::RemoteAtomic)
+            .key_translate(a.rkey, self.rx_pd(qpn), a.va, 8, Access::RemoteAtomic)
             .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
         let mut cur = Vec::with_capacity(8);
         self.dma_gather(&pieces, &mut cur, now)
@@ -811,7 +818,7 @@ impl Device {
         )
         .with_aeth(AethSyndrome::Ack { credit_count: 0x1f }, msn)
         .with_atomic_ack_eth(orig);
-        self.emit_packet(&path, &t);
+        self.emit_response(qpn, &path, &t);
     }
 
     /// A request whose PSN was already executed.

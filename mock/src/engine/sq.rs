@@ -7,7 +7,7 @@ use uhca_fwif::consts::{
     INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
     WqeCtrlFlags, WqeOpcode,
 };
-use uhca_fwif::wqe::{Av, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg};
+use uhca_fwif::wqe::{Av, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, WqeXrcSeg};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// One piece of a send WQE's data.
@@ -34,6 +34,8 @@ pub(crate) struct Wqe {
     pub(crate) raddr: Option<(u64, u32)>,
     pub(crate) atomic: Option<(u64, u64)>,
     pub(crate) data: Vec<Piece>,
+    /// XRC: the remote XRC SRQ (the WQE's XRC segment), 0 otherwise.
+    pub(crate) xrc_srqn: u32,
 }
 
 /// A WQE that was sent and waits for its completion (RC), with what a retransmission or a
@@ -58,6 +60,8 @@ pub(crate) struct SentWqe {
     pub(crate) data: Vec<Piece>,
     /// Where a READ response or an atomic result goes.
     pub(crate) local: Vec<Sge>,
+    /// XRC: the remote XRC SRQ every request packet names, 0 otherwise.
+    pub(crate) xrc_srqn: u32,
 }
 
 impl SentWqe {
@@ -211,6 +215,7 @@ impl Device {
             raddr: None,
             atomic: None,
             data: Vec::new(),
+            xrc_srqn: 0,
         };
         let mut off = SEND_WQE_DS;
         let seg = |off: usize, n: usize| raw.get(off..off + n).ok_or(bad);
@@ -233,6 +238,13 @@ impl Device {
             w.av = Some(av);
             off += len;
         }
+        if st == QpServiceType::Xrc && op != WqeOpcode::Nop {
+            // The XRC segment: the remote XRC SRQ, right after the control segment.
+            let x =
+                WqeXrcSeg::read_from_bytes(seg(off, size_of::<WqeXrcSeg>())?).map_err(|_| bad)?;
+            w.xrc_srqn = x.xrc_srqn.get() & 0x00ff_ffff;
+            off += size_of::<WqeXrcSeg>();
+        }
         match op {
             WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::Nop => {}
             WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead
@@ -242,7 +254,9 @@ impl Device {
                 w.raddr = Some((r.raddr.get(), r.rkey.get()));
                 off += 16;
             }
-            WqeOpcode::AtomicCs | WqeOpcode::AtomicFa if st == QpServiceType::Rc => {
+            WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+                if matches!(st, QpServiceType::Rc | QpServiceType::Xrc) =>
+            {
                 let r = WqeRaddrSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
                 w.raddr = Some((r.raddr.get(), r.rkey.get()));
                 off += 16;

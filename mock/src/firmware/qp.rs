@@ -185,6 +185,7 @@ impl Device {
             QpServiceType::Rc => caps.rc(),
             QpServiceType::Uc => caps.uc(),
             QpServiceType::Ud => caps.ud(),
+            QpServiceType::Xrc => caps.xrc(),
             st if is_special(st) => {
                 self.check_create_special_qp(st, &q)?;
                 true
@@ -193,6 +194,9 @@ impl Device {
         };
         if !ok_type {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
+        }
+        if st == QpServiceType::Xrc {
+            self.check_xrc_qp(&q)?;
         }
         if has_pd(st) && !self.fw.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));

@@ -1,7 +1,8 @@
 //! XRC (eXtended Reliable Connected transport): XRC SRQs, the receive queues of an XRC
 //! domain — CREATE_XRC_SRQ, DESTROY_XRC_SRQ, QUERY_XRC_SRQ, ARM_XRC_SRQ — and the checks
 //! that tie XRC SRQs and XRC QPs to their domain (ALLOC_XRCD and DEALLOC_XRCD are in
-//! `resources.rs`).
+//! `resources.rs`, CREATE_QP in `qp.rs` calls `check_xrc_qp`; the transport is
+//! the engine's `xrc.rs`).
 //!
 //! An XRC SRQ differs from a plain SRQ in what names it and where it completes: no QP
 //! attaches to it; an XRC sender names it in each message's XRCETH, the receiving XRC target
@@ -136,6 +137,20 @@ impl Device {
         }
         s.set_lwm(i.lwm());
         Ok(out(&ArmXrcSrqOut::default()))
+    }
+
+    /// CREATE_QP's checks of an XRC QP (`st` XRC): an initiator has a send queue, a target
+    /// none (`no_sq`), and neither has a receive queue of its own (`rq_type` SRQ, as Linux
+    /// sets it with a placeholder SRQ, or zero-length); both name an allocated XRC domain,
+    /// the domain a target takes requests for.
+    pub(super) fn check_xrc_qp(&self, q: &uhca_fwif::ctx::Qpc) -> Result<(), super::Fail> {
+        if !self.fw.xrcds.contains(&q.xrcd()) {
+            return Err(bad_param(syndrome::BAD_XRCD));
+        }
+        if !matches!(q.rq_type(), 1 | 3) {
+            return Err(bad_param(syndrome::BAD_RQ_TYPE));
+        }
+        Ok(())
     }
 
     /// DEALLOC_XRCD's check: a domain with XRC SRQs or XRC QPs stays.

@@ -108,7 +108,7 @@ pub use eth::{EtherType, EthernetFrame, EthernetRepr, VlanTag};
 pub use ib::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders,
     GrhRepr, IbPacketRepr, IbTransportRepr, LinkNextHeader, LrhRepr, MessagePosition, NakCode,
-    Opcode, RethRepr, TransportService,
+    Opcode, RethRepr, TransportService, XrcethRepr,
 };
 pub use ip::{IpProtocol, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 pub use roce::{ROCEV2_UDP_PORT, RoceV2Repr};
@@ -127,7 +127,7 @@ pub enum Error {
     Malformed,
     /// Well-formed, but not something this module decodes (an ethertype other than IPv4,
     /// IPv6 or 802.1Q, a UDP port other than 4791, a raw IB packet, an opcode whose headers
-    /// are not known: RD, XRC, reserved).
+    /// are not known: RD, reserved).
     Unsupported,
     /// The invariant CRC does not match.
     BadIcrc,

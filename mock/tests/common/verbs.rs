@@ -8,7 +8,7 @@ use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_fwif::cqe::{Cqe64, ErrCqe};
 use uhca_fwif::wqe::{
-    Av, INVALID_LKEY, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeInlineSeg, WqeRaddrSeg,
+    Av, INVALID_LKEY, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeInlineSeg, WqeRaddrSeg, WqeXrcSeg,
 };
 use uhca_hal::{Bar, Dma, DmaRegion};
 use uhca_mock::{Fabric, LinkLayer, MockConfig};
@@ -96,6 +96,8 @@ pub struct Wr {
     pub av: Option<Av>,
     /// Write only the first 16 bytes of `av` (the compact address vector).
     pub compact_av: bool,
+    /// XRC: the remote XRC SRQ, written in an XRC segment right after the control segment.
+    pub xrc_srqn: Option<u32>,
 }
 
 /// Connection parameters of an RC/UC QP.
@@ -577,6 +579,13 @@ impl Node {
     pub fn write_send(&self, qp: &mut Qp, wr: &Wr) -> (u16, u64) {
         let idx = qp.sq_pi;
         let mut body: Vec<u8> = Vec::new();
+        if let Some(n) = wr.xrc_srqn {
+            let x = WqeXrcSeg {
+                xrc_srqn: n.into(),
+                rsvd: [0; 12],
+            };
+            body.extend_from_slice(x.as_bytes());
+        }
         if let Some(av) = &wr.av {
             let len = if wr.compact_av { Av::COMPACT_LEN } else { 48 };
             body.extend_from_slice(&av.as_bytes()[..len]);

@@ -46,11 +46,13 @@ pub enum TransportService {
 }
 
 /// Which extension headers follow the BTH for an opcode, in wire order
-/// (DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload).
+/// (DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, payload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ExtHeaders {
     /// Datagram ETH (8 bytes).
     pub deth: bool,
+    /// XRC ETH (4 bytes): every XRC request names the XRC SRQ it is for.
+    pub xrceth: bool,
     /// RDMA ETH (16 bytes).
     pub reth: bool,
     /// Atomic ETH (28 bytes).
@@ -73,6 +75,7 @@ impl ExtHeaders {
     /// The total length of the extension headers (payload excluded).
     pub const fn len(&self) -> usize {
         (self.deth as usize) * 8
+            + (self.xrceth as usize) * 4
             + (self.reth as usize) * 16
             + (self.atomic_eth as usize) * 28
             + (self.aeth as usize) * 4
@@ -93,6 +96,7 @@ const fn hdrs(spec: &str) -> ExtHeaders {
     let b = spec.as_bytes();
     let mut h = ExtHeaders {
         deth: false,
+        xrceth: false,
         reth: false,
         atomic_eth: false,
         aeth: false,
@@ -106,6 +110,7 @@ const fn hdrs(spec: &str) -> ExtHeaders {
     while i < b.len() {
         match b[i] {
             b'D' => h.deth = true,
+            b'X' => h.xrceth = true,
             b'R' => h.reth = true,
             b'T' => h.atomic_eth = true,
             b'A' => h.aeth = true,
@@ -123,12 +128,12 @@ const fn hdrs(spec: &str) -> ExtHeaders {
 
 macro_rules! opcodes {
     ($($(#[$doc:meta])* $name:ident = $value:expr, $text:expr, $hdrs:expr;)*) => {
-        /// BTH:OpCode. Known opcodes of RC, UC, UD and CNP; anything else is
+        /// BTH:OpCode. Known opcodes of RC, UC, UD, XRC and CNP; anything else is
         /// `Unknown(x)`, losslessly.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Opcode {
             $($(#[$doc])* $name,)*
-            /// An opcode not in this table (RD, XRC, reserved, manufacturer specific).
+            /// An opcode not in this table (RD, reserved, manufacturer specific).
             Unknown(u8),
         }
 
@@ -174,8 +179,10 @@ macro_rules! opcodes {
     };
 }
 
-// Header letters: D=DETH R=RETH T=AtomicETH A=AETH K=AtomicAckETH I=ImmDt V=IETH
-// C=CNP reserved bytes P=payload. IBTA Vol 1 Table 35 (opcodes) and 9.3 (header order).
+// Header letters: D=DETH X=XRCETH R=RETH T=AtomicETH A=AETH K=AtomicAckETH I=ImmDt V=IETH
+// C=CNP reserved bytes P=payload. IBTA Vol 1 Table 35 (opcodes) and 9.3 (header order); XRC
+// (OpCode bits 7:5 = 101) from the XRC annex: the RC operations with an XRCETH right after
+// the BTH in every request, the responses as RC's.
 opcodes! {
     /// RC SEND First.
     RcSendFirst = 0x00, "RC SEND First", "P";
@@ -253,6 +260,52 @@ opcodes! {
     UdSendOnlyWithImmediate = 0x65, "UD SEND Only with Immediate", "DIP";
     /// CNP (RoCEv2 congestion notification packet).
     Cnp = 0x81, "CNP", "C";
+    /// XRC SEND First.
+    XrcSendFirst = 0xA0, "XRC SEND First", "XP";
+    /// XRC SEND Middle.
+    XrcSendMiddle = 0xA1, "XRC SEND Middle", "XP";
+    /// XRC SEND Last.
+    XrcSendLast = 0xA2, "XRC SEND Last", "XP";
+    /// XRC SEND Last with Immediate.
+    XrcSendLastWithImmediate = 0xA3, "XRC SEND Last with Immediate", "XIP";
+    /// XRC SEND Only.
+    XrcSendOnly = 0xA4, "XRC SEND Only", "XP";
+    /// XRC SEND Only with Immediate.
+    XrcSendOnlyWithImmediate = 0xA5, "XRC SEND Only with Immediate", "XIP";
+    /// XRC RDMA WRITE First.
+    XrcRdmaWriteFirst = 0xA6, "XRC RDMA WRITE First", "XRP";
+    /// XRC RDMA WRITE Middle.
+    XrcRdmaWriteMiddle = 0xA7, "XRC RDMA WRITE Middle", "XP";
+    /// XRC RDMA WRITE Last.
+    XrcRdmaWriteLast = 0xA8, "XRC RDMA WRITE Last", "XP";
+    /// XRC RDMA WRITE Last with Immediate.
+    XrcRdmaWriteLastWithImmediate = 0xA9, "XRC RDMA WRITE Last with Immediate", "XIP";
+    /// XRC RDMA WRITE Only.
+    XrcRdmaWriteOnly = 0xAA, "XRC RDMA WRITE Only", "XRP";
+    /// XRC RDMA WRITE Only with Immediate.
+    XrcRdmaWriteOnlyWithImmediate = 0xAB, "XRC RDMA WRITE Only with Immediate", "XRIP";
+    /// XRC RDMA READ Request.
+    XrcRdmaReadRequest = 0xAC, "XRC RDMA READ Request", "XR";
+    /// XRC RDMA READ response First.
+    XrcRdmaReadResponseFirst = 0xAD, "XRC RDMA READ response First", "AP";
+    /// XRC RDMA READ response Middle.
+    XrcRdmaReadResponseMiddle = 0xAE, "XRC RDMA READ response Middle", "P";
+    /// XRC RDMA READ response Last.
+    XrcRdmaReadResponseLast = 0xAF, "XRC RDMA READ response Last", "AP";
+    /// XRC RDMA READ response Only.
+    XrcRdmaReadResponseOnly = 0xB0, "XRC RDMA READ response Only", "AP";
+    /// XRC Acknowledge.
+    XrcAcknowledge = 0xB1, "XRC Acknowledge", "A";
+    /// XRC ATOMIC Acknowledge.
+    XrcAtomicAcknowledge = 0xB2, "XRC ATOMIC Acknowledge", "AK";
+    /// XRC CmpSwap.
+    XrcCompareSwap = 0xB3, "XRC CmpSwap", "XT";
+    /// XRC FetchAdd.
+    XrcFetchAdd = 0xB4, "XRC FetchAdd", "XT";
+    /// XRC SEND Last with Invalidate.
+    XrcSendLastWithInvalidate = 0xB6, "XRC SEND Last with Invalidate", "XVP";
+    /// XRC SEND Only with Invalidate.
+    XrcSendOnlyWithInvalidate = 0xB7, "XRC SEND Only with Invalidate", "XVP";
 }
 
 /// Where a packet sits in its message.
@@ -277,12 +330,18 @@ impl Opcode {
             | RcRdmaWriteFirst
             | RcRdmaReadResponseFirst
             | UcSendFirst
-            | UcRdmaWriteFirst => MessagePosition::First,
+            | UcRdmaWriteFirst
+            | XrcSendFirst
+            | XrcRdmaWriteFirst
+            | XrcRdmaReadResponseFirst => MessagePosition::First,
             RcSendMiddle
             | RcRdmaWriteMiddle
             | RcRdmaReadResponseMiddle
             | UcSendMiddle
-            | UcRdmaWriteMiddle => MessagePosition::Middle,
+            | UcRdmaWriteMiddle
+            | XrcSendMiddle
+            | XrcRdmaWriteMiddle
+            | XrcRdmaReadResponseMiddle => MessagePosition::Middle,
             RcSendLast
             | RcSendLastWithImmediate
             | RcSendLastWithInvalidate
@@ -292,7 +351,13 @@ impl Opcode {
             | UcSendLast
             | UcSendLastWithImmediate
             | UcRdmaWriteLast
-            | UcRdmaWriteLastWithImmediate => MessagePosition::Last,
+            | UcRdmaWriteLastWithImmediate
+            | XrcSendLast
+            | XrcSendLastWithImmediate
+            | XrcSendLastWithInvalidate
+            | XrcRdmaWriteLast
+            | XrcRdmaWriteLastWithImmediate
+            | XrcRdmaReadResponseLast => MessagePosition::Last,
             Unknown(_) => return None,
             _ => MessagePosition::Only,
         })
@@ -309,6 +374,12 @@ impl Opcode {
                 | Opcode::RcRdmaReadResponseMiddle
                 | Opcode::RcRdmaReadResponseLast
                 | Opcode::RcRdmaReadResponseOnly
+                | Opcode::XrcAcknowledge
+                | Opcode::XrcAtomicAcknowledge
+                | Opcode::XrcRdmaReadResponseFirst
+                | Opcode::XrcRdmaReadResponseMiddle
+                | Opcode::XrcRdmaReadResponseLast
+                | Opcode::XrcRdmaReadResponseOnly
         )
     }
 
@@ -584,7 +655,7 @@ mod tests {
         }
         assert_eq!(Opcode::from(0x15), Opcode::Unknown(0x15));
         assert_eq!(Opcode::from(0x40), Opcode::Unknown(0x40)); // RD is not decoded
-        assert_eq!(Opcode::ALL.len(), 23 + 12 + 2 + 1);
+        assert_eq!(Opcode::ALL.len(), 23 + 12 + 2 + 1 + 23);
         for &op in Opcode::ALL {
             assert!(op.name().is_some() && op.headers().is_some());
         }

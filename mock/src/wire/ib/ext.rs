@@ -1,5 +1,5 @@
 //! The extension transport headers, IBTA Vol 1 section 9.3:
-//! RETH, AETH, AtomicETH, AtomicAckETH, DETH, ImmDt, IETH.
+//! RETH, AETH, AtomicETH, AtomicAckETH, DETH, ImmDt, IETH; and the XRC annex's XRCETH.
 //!
 //! ```text
 //!  RETH (16):         VA(64) R_Key(32) DMALen(32)
@@ -9,6 +9,7 @@
 //!  DETH (8):          Q_Key(32) Reserved(8) SrcQP(24)
 //!  ImmDt (4):         Immediate data (opaque, carried as-is)
 //!  IETH (4):          R_Key to invalidate
+//!  XRCETH (4):        Reserved(8) XRCSRQ(24)
 //! ```
 
 use crate::wire::{Error, Result, be};
@@ -27,6 +28,8 @@ pub const DETH_LEN: usize = 8;
 pub const IMM_DT_LEN: usize = 4;
 /// Length of an IETH.
 pub const IETH_LEN: usize = 4;
+/// Length of an XRCETH.
+pub const XRCETH_LEN: usize = 4;
 
 fn check(b: &[u8], len: usize) -> Result<()> {
     if b.len() < len {
@@ -489,9 +492,65 @@ impl DethRepr {
     }
 }
 
+view!(
+    /// A view of an XRC Extended Transport Header: the XRC SRQ an XRC request is for.
+    Xrceth, XRCETH_LEN
+);
+
+impl<T: AsRef<[u8]>> Xrceth<T> {
+    /// XRCETH:XRCSRQ (24 bits).
+    pub fn xrc_srq(&self) -> u32 {
+        be::u24(self.buffer.as_ref(), 1)
+    }
+}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Xrceth<T> {
+    /// Set XRCETH:XRCSRQ (24 bits; the reserved byte is cleared).
+    pub fn set_xrc_srq(&mut self, v: u32) {
+        self.buffer.as_mut()[0] = 0;
+        be::set_u24(self.buffer.as_mut(), 1, v);
+    }
+}
+
+/// A parsed XRCETH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct XrcethRepr {
+    /// XRCSRQ, 24 bits: the number of the XRC SRQ at the responder.
+    pub xrc_srq: u32,
+}
+
+impl XrcethRepr {
+    /// Parse an XRCETH.
+    pub fn parse<T: AsRef<[u8]>>(p: &Xrceth<T>) -> Result<XrcethRepr> {
+        check(p.buffer.as_ref(), XRCETH_LEN)?;
+        Ok(XrcethRepr {
+            xrc_srq: p.xrc_srq(),
+        })
+    }
+    /// 4.
+    pub const fn buffer_len(&self) -> usize {
+        XRCETH_LEN
+    }
+    /// Write the XRCETH. Panics if the view is shorter than 4 bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Xrceth<T>) {
+        p.set_xrc_srq(self.xrc_srq);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xrceth_golden() {
+        // XRCSRQ 0x12_3456 after a reserved byte the writer clears.
+        let b = [0x00, 0x12, 0x34, 0x56];
+        let r = XrcethRepr::parse(&Xrceth::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.xrc_srq, 0x12_3456);
+        let mut out = [0xFFu8; 4];
+        r.emit(&mut Xrceth::new_unchecked(&mut out[..]));
+        assert_eq!(out, b);
+        assert_eq!(Xrceth::new_checked(&b[..3]).unwrap_err(), Error::Truncated);
+    }
 
     #[test]
     fn reth_golden() {

@@ -2,7 +2,8 @@
 //!
 //! * Link and network layer: [`Lrh`]/[`LrhRepr`], [`Grh`]/[`GrhRepr`].
 //! * Transport layer: [`Bth`]/[`BthRepr`] with the [`Opcode`] table, and the extension
-//!   headers RETH, AETH, AtomicETH, AtomicAckETH, DETH, ImmDt, IETH ([`ext`]).
+//!   headers RETH, AETH, AtomicETH, AtomicAckETH, DETH, ImmDt, IETH and XRC's XRCETH
+//!   ([`ext`]).
 //! * [`IbTransportRepr`]: the BTH, the extension headers the opcode calls for and the
 //!   payload (pad removed) — the part shared by native IB and RoCEv2.
 //! * [`IbPacketRepr`]: a whole native IB packet, LRH to VCRC.
@@ -40,7 +41,7 @@ pub use bth::{BTH_LEN, Bth, BthRepr, ExtHeaders, MessagePosition, Opcode, Transp
 pub use ext::{
     AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, Aeth, AethRepr, AethSyndrome, AtomicAckEth,
     AtomicAckEthRepr, AtomicEth, AtomicEthRepr, DETH_LEN, Deth, DethRepr, IETH_LEN, IMM_DT_LEN,
-    NakCode, RETH_LEN, Reth, RethRepr,
+    NakCode, RETH_LEN, Reth, RethRepr, XRCETH_LEN, Xrceth, XrcethRepr,
 };
 pub use grh::{GRH_IP_VERSION, GRH_LEN, GRH_NEXT_HEADER_IBA, Grh, GrhRepr};
 pub use lrh::{LRH_LEN, LinkNextHeader, Lrh, LrhRepr};
@@ -61,6 +62,8 @@ pub struct IbTransportRepr<'a> {
     pub bth: BthRepr,
     /// DETH (UD).
     pub deth: Option<DethRepr>,
+    /// XRCETH (XRC requests).
+    pub xrceth: Option<XrcethRepr>,
     /// RETH (RDMA WRITE First/Only, RDMA READ Request).
     pub reth: Option<RethRepr>,
     /// AtomicETH (CmpSwap, FetchAdd).
@@ -83,6 +86,7 @@ impl<'a> IbTransportRepr<'a> {
         IbTransportRepr {
             bth,
             deth: None,
+            xrceth: None,
             reth: None,
             atomic_eth: None,
             aeth: None,
@@ -106,6 +110,13 @@ impl<'a> IbTransportRepr<'a> {
         self.deth = Some(DethRepr {
             qkey,
             src_qp: src_qp & 0x00FF_FFFF,
+        });
+        self
+    }
+    /// With an XRCETH naming XRC SRQ `xrc_srq`.
+    pub const fn with_xrceth(mut self, xrc_srq: u32) -> Self {
+        self.xrceth = Some(XrcethRepr {
+            xrc_srq: xrc_srq & 0x00FF_FFFF,
         });
         self
     }
@@ -174,6 +185,7 @@ impl<'a> IbTransportRepr<'a> {
     fn present(&self) -> ExtHeaders {
         ExtHeaders {
             deth: self.deth.is_some(),
+            xrceth: self.xrceth.is_some(),
             reth: self.reth.is_some(),
             atomic_eth: self.atomic_eth.is_some(),
             aeth: self.aeth.is_some(),
@@ -205,6 +217,9 @@ impl<'a> IbTransportRepr<'a> {
         };
         if want.deth {
             r.deth = Some(DethRepr::parse(&Deth::new_checked(take(DETH_LEN)?)?)?);
+        }
+        if want.xrceth {
+            r.xrceth = Some(XrcethRepr::parse(&Xrceth::new_checked(take(XRCETH_LEN)?)?)?);
         }
         if want.reth {
             r.reth = Some(RethRepr::parse(&Reth::new_checked(take(RETH_LEN)?)?)?);
@@ -276,6 +291,9 @@ impl<'a> IbTransportRepr<'a> {
         };
         if let Some(h) = &self.deth {
             h.emit(&mut Deth::new_unchecked(&mut buf[next(DETH_LEN)]));
+        }
+        if let Some(h) = &self.xrceth {
+            h.emit(&mut Xrceth::new_unchecked(&mut buf[next(XRCETH_LEN)]));
         }
         if let Some(h) = &self.reth {
             h.emit(&mut Reth::new_unchecked(&mut buf[next(RETH_LEN)]));
