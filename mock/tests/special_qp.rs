@@ -2,12 +2,14 @@
 //! `linuxmlx5` test, mock/MODEL.md "What Linux's mlx5 driver exercised"): the special QPs
 //! (the port's QP0 and QP1, the REG_UMR QP), DEALLOC_Q_COUNTER, the subnet management
 //! agent's GUIDInfo, P_KeyTable and full PortInfo, MADs of classes without an agent, NOP
-//! work requests on datagram QPs, and the UMR capability bits.
+//! work requests on datagram QPs, and the UMR capability bits; and what rdma-core's
+//! libmlx5 needed for its QPs (the linuxuhca test): QUERY_QP's short output, `page_offset`.
 
 mod common;
 
 use common::verbs::{Node, Wr};
 use common::{Harness, PM_STATE_MIGRATED, pas_bytes};
+use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_mock::firmware::{
@@ -15,6 +17,7 @@ use uhca_mock::firmware::{
     syndrome,
 };
 use uhca_mock::{Fabric, LinkLayer, MockConfig};
+use zerocopy::{FromBytes, IntoBytes};
 
 struct Setup {
     h: Harness,
@@ -450,4 +453,86 @@ fn a_umr_work_request_fails_with_a_local_qp_operation_error() {
     assert_eq!(wcs[0].opcode, CqeOpcode::ReqErr);
     assert_eq!(wcs[0].syndrome(), CqeSyndrome::LocalQpOpErr);
     assert_eq!(wcs[0].qpn(), qp.qpn);
+}
+
+/// Linux 6.1 reads QUERY_QP's output up to the QP context (272 bytes), not the page list
+/// after it: the model refused that length (`QUERY_QP(0x50b) op_mod(0x0) failed, status bad
+/// output length(0x51)` when rdma-core's pingpongs ask for the QP's capabilities).
+#[test]
+fn query_qp_answers_an_output_that_ends_after_the_context() {
+    let mut s = setup(MockConfig::infiniband());
+    let (pd, cqn, uar) = (s.pd, s.cqn, s.uar);
+    let qpn = s.h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    let mut q = QueryQpIn::new_cmd();
+    q.set_qpn(qpn);
+    let short = uhca_mock::firmware::QUERY_QP_OUT_FIXED;
+    assert_eq!(short, 272);
+    let r = s.h.exec_raw(q.as_bytes(), short);
+    assert_eq!(r.status(), CmdStatus::Ok, "272-byte output");
+    assert_eq!(r.out.len(), short);
+    let mut full = r.out.clone();
+    full.resize(QueryQpOut::SIZE, 0);
+    let o = QueryQpOut::read_from_prefix(&full).unwrap().0;
+    assert_eq!(
+        o.qpc().st(),
+        QpServiceType::Rc.raw(),
+        "the context is there"
+    );
+    assert_eq!(o.qpc().uar_page(), uar);
+    // One byte less cuts into the context: refused.
+    let r = s.h.exec_raw(q.as_bytes(), short - 1);
+    assert_eq!(r.status(), CmdStatus::BadOutpLenErr);
+}
+
+/// A user QP whose buffer starts inside a page (`qpc.page_offset`): Linux's CREATE_QP for
+/// rdma-core's ibv_rc_pingpong failed with BAD_PAGE_SIZE (`Create QP type 2 failed`) when
+/// its buffer did not start on a page; the model refused any offset.
+#[test]
+fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut b = Node::new(&fabric, LinkLayer::InfiniBand, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let mut aqp = a.qp_with_page_offset(QpServiceType::Ud, &acq, 40);
+    let mut bqp = b.qp(QpServiceType::Ud, &bcq, &bcq);
+    a.ud_ready(&aqp, 0x11);
+    b.ud_ready(&bqp, 0x11);
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    b.write(&bmr, 2048, &[0xa5; 100]);
+    a.post_recv(&mut aqp, &[(amr.key, amr.iova, 2048)]);
+    let av = b.av_to(&a, aqp.qpn, 0x11);
+    b.post_send(
+        &mut bqp,
+        &Wr {
+            av: Some(av),
+            ..common::verbs::wr(WqeOpcode::Send, &bmr, 2048, 100)
+        },
+    );
+    assert!(fabric.run_until_idle());
+    let got = a.poll_all(&mut acq);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].opcode, CqeOpcode::RespSend);
+    assert_eq!(got[0].byte_cnt(), 140);
+    assert_eq!(a.read(&amr, 40, 100), vec![0xa5; 100]);
+    assert_eq!(b.poll_all(&mut bcq).len(), 1);
+    // And back: A's send queue, after its receive queue, from the same offset.
+    a.write(&amr, 3000, &[0x3c; 64]);
+    b.post_recv(&mut bqp, &[(bmr.key, bmr.iova, 2048)]);
+    let av = a.av_to(&b, bqp.qpn, 0x11);
+    a.post_send(
+        &mut aqp,
+        &Wr {
+            av: Some(av),
+            ..common::verbs::wr(WqeOpcode::Send, &amr, 3000, 64)
+        },
+    );
+    assert!(fabric.run_until_idle());
+    let sent = a.poll_all(&mut acq);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].opcode, CqeOpcode::Req, "{sent:?}");
+    let got = b.poll_all(&mut bcq);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(b.read(&bmr, 40, 64), vec![0x3c; 64]);
 }

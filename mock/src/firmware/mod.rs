@@ -72,6 +72,11 @@ pub(crate) enum Fail {
 
 pub(crate) type CmdResult = Result<Vec<u8>, Fail>;
 
+/// QUERY_QP's output up to its trailing page list: status, syndrome, `opt_param_mask`,
+/// `ece`, the QP context (`qp_pas_or_qpc_ext_and_pas` starts at bit 2176).
+pub const QUERY_QP_OUT_FIXED: usize =
+    uhca_fwif::cmd::query_qp_out::qp_pas_or_qpc_ext_and_pas.bit_offset as usize / 8;
+
 pub(crate) fn bad_param(s: u32) -> Fail {
     Fail::Cmd(CmdStatus::BadParamErr, s)
 }
@@ -591,8 +596,13 @@ impl Device {
             ($in:ty, $handler:ident) => {
                 run!($in, $handler, op_mod_zero)
             };
-            ($in:ty, $handler:ident, $opm:ident) => {{
-                if outlen < <<$in as Command>::Out as PrmLayout>::SIZE {
+            ($in:ty, $handler:ident, $opm:ident) => {
+                run!($in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
+            };
+            // `$min`: the shortest output the command takes (its layout's size, or the part
+            // before a trailing list the firmware writes only as far as the output reaches).
+            ($in:ty, $handler:ident, $opm:ident, $min:expr) => {{
+                if outlen < $min {
                     return Err(Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN));
                 }
                 let inp: $in = parse(input)?;
@@ -653,7 +663,10 @@ impl Device {
             O::ModifyCq => run!(ModifyCqIn, cmd_modify_cq, op_mod_any),
             O::CreateQp => run!(CreateQpIn, cmd_create_qp),
             O::DestroyQp => run!(DestroyQpIn, cmd_destroy_qp),
-            O::QueryQp => run!(QueryQpIn, cmd_query_qp),
+            // QUERY_QP's output ends with the QP's page list (or the extended context and the
+            // list), written as far as the output reaches: Linux 6.1 reads the context only
+            // (272 bytes).
+            O::QueryQp => run!(QueryQpIn, cmd_query_qp, op_mod_zero, QUERY_QP_OUT_FIXED),
             O::Rst2initQp => run!(Rst2initQpIn, cmd_rst2init),
             O::Init2rtrQp => run!(Init2rtrQpIn, cmd_init2rtr),
             O::Rtr2rtsQp => run!(Rtr2rtsQpIn, cmd_rtr2rts),

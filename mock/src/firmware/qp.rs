@@ -245,16 +245,15 @@ impl Device {
         if !ts_ok {
             return Err(bad_param(syndrome::BAD_TS_FORMAT));
         }
-        if q.page_offset() != 0 {
-            return Err(bad_param(syndrome::BAD_PAGE_SIZE));
-        }
         let sq_bytes = if q.no_sq() {
             0
         } else {
             (1u64 << q.log_sq_size()) * 64
         };
         let page_size = (ADAPTER_PAGE_SIZE as u64) << q.log_page_size().min(20);
-        let npages = pages_for(rq_bytes + sq_bytes, page_size) as usize;
+        // `page_offset`: the queue starts that many 64ths of a page into its first page.
+        let start = q.page_offset() as u64 * (page_size / 64);
+        let npages = pages_for(start + rq_bytes + sq_bytes, page_size) as usize;
         let pas = pas_list(c.raw, CreateQpIn::SIZE, npages)?;
         self.need_regular_pages()?;
         if self.fw.qps.len() >= 1 << self.fw.caps.general_cur.log_max_qp() {

@@ -381,6 +381,46 @@ impl Node {
         }
     }
 
+    /// As [`Node::qp`], with the work queue starting `page_offset` 64ths of a page into
+    /// its first page (`qpc.page_offset`, as Linux sets it for a user buffer that does not
+    /// start on a page of the size it chose).
+    pub fn qp_with_page_offset(&mut self, st: QpServiceType, cq: &Cq, page_offset: u8) -> Qp {
+        let (log_sq, log_rq, log_stride) = (6u8, 6u8, 2u8);
+        let rq = (1usize << log_rq) * (16 << log_stride);
+        let sq = (1usize << log_sq) * 64;
+        let start = page_offset as usize * (4096 / 64);
+        let pages0 = self.alloc(start + rq + sq);
+        let dbr = self.alloc(64);
+        let mut c = CreateQpIn::new_cmd();
+        c.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_st(st.raw())
+            .set_pd(self.pd)
+            .set_uar_page(self.uar)
+            .set_log_rq_size(log_rq)
+            .set_log_rq_stride(log_stride)
+            .set_log_sq_size(log_sq)
+            .set_page_offset(page_offset)
+            .set_cqn_snd(cq.cqn)
+            .set_cqn_rcv(cq.cqn)
+            .set_dbr_addr(dbr);
+        let pages: Vec<u64> = (0..(start + rq + sq).div_ceil(4096))
+            .map(|i| pages0 + i as u64 * 4096)
+            .collect();
+        let qpn = self.h.ok(&c, &pas_bytes(&pages)).qpn();
+        Qp {
+            qpn,
+            st,
+            buf: pages0 + start as u64,
+            dbr,
+            log_sq,
+            log_rq,
+            log_stride,
+            sq_pi: 0,
+            rq_pi: 0,
+        }
+    }
+
     /// A REG_UMR QP as Linux makes it (no PD, no receive queue), in RTS. Its send queue
     /// starts at the buffer's start: the returned `buf` is set back by the 16-byte receive
     /// queue that `log_rq` 0 and `log_stride` 0 describe, so `write_send` finds it.
