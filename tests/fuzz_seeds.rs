@@ -17,9 +17,9 @@ use uhca::fwif::consts::{CqeOpcode, CqeSyndrome, EventType};
 use uhca::fwif::cqe::{Cqe64, ErrCqe, op_own_of};
 use uhca::fwif::eqe::Eqe;
 use uhca::fwif::zerocopy::{FromZeros, IntoBytes};
-use uhca::mock::wire::ib::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Grh, Lrh, Reth};
+use uhca::mock::wire::ib::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Grh, Lrh, Reth, Xrceth};
 use uhca::mock::wire::ib::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, GrhRepr, LrhRepr, RethRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, GrhRepr, LrhRepr, RethRepr, XrcethRepr,
 };
 use uhca::mock::wire::pcap::{LinkType, PcapWriter};
 use uhca::mock::wire::{
@@ -200,7 +200,8 @@ fn wire(s: &mut Seeds) {
     }
     .emit(&mut b, 4)
     .unwrap();
-    s.insert(("wire_headers", "udp".into()), with(11, &b));
+    s.insert(("wire_headers", "udp".into()), with(12, &b));
+    header!(11, "xrceth", Xrceth, XrcethRepr { xrc_srq: 0x12_3456 });
 
     // wire_packets: mode 0 (bytes as they are), then a whole packet.
     let payload = b"0123456789abcdefXYZ";

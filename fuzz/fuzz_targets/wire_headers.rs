@@ -5,9 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use uhca_mock::wire::eth::EthernetFrame;
-use uhca_mock::wire::ib::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Grh, Lrh, Reth};
+use uhca_mock::wire::ib::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Grh, Lrh, Reth, Xrceth};
 use uhca_mock::wire::ib::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, GrhRepr, LrhRepr, RethRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, GrhRepr, LrhRepr, RethRepr, XrcethRepr,
 };
 use uhca_mock::wire::{
     BthRepr, EthernetRepr, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpPacket, UdpRepr,
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&which, b)) = data.split_first() else {
         return;
     };
-    match which % 12 {
+    match which % 13 {
         0 => round_trip!(b, Lrh, LrhRepr),
         1 => round_trip!(b, Grh, GrhRepr),
         2 => round_trip!(b, Bth, BthRepr),
@@ -41,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
         5 => round_trip!(b, AtomicEth, AtomicEthRepr),
         6 => round_trip!(b, AtomicAckEth, AtomicAckEthRepr),
         7 => round_trip!(b, Deth, DethRepr),
+        11 => round_trip!(b, Xrceth, XrcethRepr),
         8 => {
             if let Ok(f) = EthernetFrame::new_checked(b) {
                 let _ = (f.payload().len(), f.header_len(), f.outer_ethertype());

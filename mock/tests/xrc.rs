@@ -626,3 +626,194 @@ fn tshark_reads_a_capture_of_xrc_traffic() {
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// One target serves every XRC SRQ of its domain: each message goes to the SRQ its XRCETH
+/// names and completes on that SRQ's CQ; an XRC SRQ's limit, armed with ARM_XRC_SRQ,
+/// raises SRQ_RQ_LIMIT (with the SRQ's number) when its WQEs run low.
+#[test]
+fn one_target_feeds_each_srq_of_its_domain() {
+    let mut x = Xrc::new(LinkLayer::InfiniBand, Conn::default());
+    let mut cq2 = x.b.cq(4);
+    let bpd = x.b.pd;
+    let xrcd = x.xrcd;
+    let mut srq2 = xrc_srq(&mut x.b, xrcd, bpd, &cq2);
+    let bmr = x.bmr;
+    post_srq(&x.b, &mut x.srq, &bmr, 0, 64);
+    post_srq(&x.b, &mut srq2, &bmr, 1024, 64);
+    post_srq(&x.b, &mut srq2, &bmr, 2048, 64);
+    let mut a = ArmXrcSrqIn::new_cmd();
+    a.set_op_mod(ARM_XRC_SRQ_OP_MOD_XRC_SRQ)
+        .set_xrc_srqn(srq2.srqn)
+        .set_lwm(2);
+    x.b.h.ok(&a, &[]);
+    let amr = x.a.mr(4096);
+    x.a.write(&amr, 0, b"to one");
+    x.a.write(&amr, 64, b"to two");
+    let (one, two) = (x.srq.srqn, srq2.srqn);
+    x.a.post_send(&mut x.ini, &xrc_wr(WqeOpcode::Send, &amr, 64, 6, two));
+    x.a.post_send(&mut x.ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 6, one));
+    assert!(x.fabric.run_until_idle());
+    assert_eq!(x.a.poll_all(&mut x.acq).len(), 2);
+    let c1 = x.b.poll_all(&mut x.scq);
+    let c2 = x.b.poll_all(&mut cq2);
+    assert_eq!((c1.len(), c2.len()), (1, 1));
+    assert_eq!(c2[0].wqe_counter(), 0);
+    assert_eq!(x.b.read(&bmr, 1024, 6), b"to two");
+    assert_eq!(x.b.read(&bmr, 0, 6), b"to one");
+    // srq2 had 2 WQEs and a limit of 2: one taken leaves 1 < 2.
+    let lim = x.b.events(EventType::SrqRqLimit);
+    assert_eq!(lim.len(), 1);
+    let d: &uhca_fwif::eqe::EqeQpSrq = lim[0].data_as();
+    assert_eq!((d.r#type, d.qp_srq_n.get() & 0x00ff_ffff), (1, two));
+    let mut q = QueryXrcSrqIn::new_cmd();
+    q.set_xrc_srqn(two);
+    assert_eq!(
+        x.b.h.ok(&q, &[]).xrc_srq_context_entry().lwm(),
+        0,
+        "disarmed"
+    );
+    // A target names SRQs per message, not in its context: no QP holds this one, so it
+    // can be destroyed (a later message naming it would be refused like another domain's).
+    let mut d = DestroyXrcSrqIn::new_cmd();
+    d.set_xrc_srqn(two);
+    x.b.h.ok(&d, &[]);
+}
+
+/// On a lossy fabric (frames dropped, duplicated, reordered) XRC recovers as RC does:
+/// timeouts and sequence NAKs resend, duplicates are answered without a second delivery,
+/// and every message arrives once, in order, intact, in the SRQ it names.
+#[test]
+fn xrc_recovers_from_loss_like_rc() {
+    let conn = Conn {
+        ack_timeout: 8,
+        ..Conn::default()
+    };
+    let mut x = Xrc::new(LinkLayer::Ethernet, conn);
+    x.fabric
+        .set_faults(uhca_mock::FaultConfig::lossy(0x5eed, 60));
+    let amr = x.a.mr(12 * 4096);
+    let bmr = x.bmr;
+    let n = 12u32;
+    for i in 0..n {
+        let msg: Vec<u8> = (0..1000u32).map(|j| (i * 13 + j) as u8).collect();
+        x.a.write(&amr, i as usize * 4096, &msg);
+        // Receive WQE i gets KiB i of the target's region.
+        post_srq(&x.b, &mut x.srq, &bmr, i as u64 * 1024, 1024);
+    }
+    let srqn = x.srq.srqn;
+    for i in 0..n {
+        x.a.post_send(
+            &mut x.ini,
+            &xrc_wr(WqeOpcode::Send, &amr, i as usize * 4096, 1000, srqn),
+        );
+    }
+    assert!(x.fabric.run_until_idle());
+    let wc = x.a.poll_all(&mut x.acq);
+    assert_eq!(wc.len(), n as usize);
+    assert!(wc.iter().all(|w| w.opcode == CqeOpcode::Req), "{wc:?}");
+    let rx = x.b.poll_all(&mut x.scq);
+    assert_eq!(rx.len(), n as usize, "each message delivered once");
+    for (i, c) in rx.iter().enumerate() {
+        assert_eq!((c.opcode, c.byte_cnt()), (CqeOpcode::RespSend, 1000));
+        assert_eq!(c.wqe_counter(), i as u16, "in order");
+        let want: Vec<u8> = (0..1000u32).map(|j| (i as u32 * 13 + j) as u8).collect();
+        assert_eq!(x.b.read(&bmr, i * 1024, 1000), want, "message {i}");
+    }
+    let f = x.fabric.counters();
+    let ad = x.a.h.hca.datapath_counters();
+    assert!(
+        ad.retransmitted_packets > 0,
+        "the faults cost retransmissions: {f:?} {ad:?}"
+    );
+}
+
+/// An InfiniBand node whose firmware stays at ISSI 0 (no SET_ISSI), as `Node::new` brings
+/// one up otherwise.
+fn issi0_node(fabric: &Fabric, n: u8) -> Node {
+    let mac = [0x02, 0xc0, 0xff, 0xee, 0x00, n];
+    let mut h = Harness::initialized_at_issi(
+        MockConfig {
+            mac,
+            ..MockConfig::infiniband()
+        },
+        0,
+    );
+    h.give_outstanding(QueryPagesOpMod::RegularPages);
+    let uar = h.alloc_uar();
+    let pd = h.alloc_pd();
+    let eq = h.create_eq(uar, 6, &[EventType::WqAccessError, EventType::SrqRqLimit]);
+    fabric.attach(&h.hca);
+    Node {
+        h,
+        uar,
+        pd,
+        eq,
+        ip: [0; 4],
+        mac,
+        link: LinkLayer::InfiniBand,
+        keep: Vec::new(),
+        ip6: [0; 16],
+    }
+}
+
+/// At ISSI 0 an XRC SRQ is a CREATE_SRQ with `srqc.xrcd` and `srqc.cqn` (how Linux makes
+/// one on such firmware): a target delivers into it and completes on its CQ, with the
+/// SRQ's number in the CQE (`srqc` has no user index).
+#[test]
+fn an_issi_0_xrc_srq_takes_xrc_sends() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut b = issi0_node(&fabric, 2);
+    let mut acq = a.cq(6);
+    let mut scq = b.cq(6);
+    let mut tcq = b.cq(4);
+    let xa = a.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let xb = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let apd = a.pd;
+    let bpd = b.pd;
+    let mut ini = xrc_qp(&mut a, xa, apd, &acq, true);
+    let tgt = xrc_qp(&mut b, xb, bpd, &tcq, false);
+    let buf = keep(&mut b, 16 * 64);
+    let dbr = keep(&mut b, 64);
+    let mut c = CreateSrqIn::new_cmd();
+    c.srq_context_entry_mut()
+        .set_log_srq_size(4)
+        .set_log_rq_stride(2)
+        .set_xrcd(xb)
+        .set_cqn(scq.cqn)
+        .set_pd(bpd)
+        .set_dbr_addr(dbr);
+    let srqn = b.h.ok(&c, &pas_bytes(&[buf])).srqn();
+    let mut srq = TestSrq {
+        srqn,
+        buf,
+        dbr,
+        posted: 0,
+    };
+    let bmr = b.mr(4096);
+    post_srq(&b, &mut srq, &bmr, 0, 64);
+    a.connect(&ini, &b, tgt.qpn, Conn::default());
+    b.connect(
+        &tgt,
+        &a,
+        ini.qpn,
+        Conn {
+            stop_at_rtr: true,
+            ..Conn::default()
+        },
+    );
+    let amr = a.mr(4096);
+    a.write(&amr, 0, b"issi zero");
+    a.post_send(&mut ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 9, srqn));
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq)[0].opcode, CqeOpcode::Req);
+    let rx = b.poll_all(&mut scq);
+    assert_eq!(rx.len(), 1);
+    assert_eq!(rx[0].qpn(), tgt.qpn);
+    assert_eq!(rx[0].cqe.srqn.get() & 0x00ff_ffff, srqn);
+    assert_eq!(b.read(&bmr, 0, 9), b"issi zero");
+    assert!(
+        b.poll_all(&mut tcq).is_empty(),
+        "nothing on the target's CQ"
+    );
+}

@@ -83,6 +83,12 @@ allowed='^$'
 [ "$LINK" = ethernet ] && allowed='AccessReg op_mod=0x1 register=0x5004 status=BadParamErr'
 check "command log: every command completed with status OK" \
   sh -c "! grep ': cmd ' '$log' | grep -v 'status=Ok .* Completed\$' | grep -v '$allowed'"
+# mlx5_ib's device resources: two XRC domains and an XRC SRQ, made and freed.
+check "command log: mlx5_ib's XRC domains and XRC SRQ created and destroyed" \
+  sh -c "grep -q ': cmd CreateXrcSrq op_mod=0x0 status=Ok' '$log' &&
+    grep -q ': cmd DestroyXrcSrq op_mod=0x0 status=Ok' '$log' &&
+    [ \$(grep -c ': cmd AllocXrcd op_mod=0x0 status=Ok' '$log') -eq 2 ] &&
+    [ \$(grep -c ': cmd DeallocXrcd op_mod=0x0 status=Ok' '$log') -eq 2 ]"
 # devlink's version came from the registers: MCQS (0x9060) and MCQI (0x9061) were read.
 check "command log: ACCESS_REGISTER MCQS and MCQI read (devlink dev info)" \
   sh -c "grep -q ': cmd AccessReg op_mod=0x1 register=0x9060 status=Ok' '$log' &&

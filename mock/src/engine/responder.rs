@@ -257,7 +257,7 @@ impl Device {
             &[],
         )
         .with_aeth(syndrome, msn);
-        self.emit_response(qpn, &path, &t);
+        self.emit_response(&qpc, &path, &t);
         match syndrome {
             AethSyndrome::Ack { .. } => self.engine.counters.acks_sent += 1,
             AethSyndrome::RnrNak { .. } => self.engine.counters.rnr_naks_sent += 1,
@@ -502,7 +502,10 @@ impl Device {
         uc: bool,
         now: u64,
     ) -> Result<(), Fail> {
-        let pd = self.rx_pd(qpn);
+        let pd = match self.fw.qps.get(&qpn) {
+            Some(q) => self.rx_pd(qpn, &q.qpc),
+            None => 0,
+        };
         let pos = t.bth.opcode.position();
         let first = matches!(pos, Some(MessagePosition::First | MessagePosition::Only));
         let last = matches!(pos, Some(MessagePosition::Last | MessagePosition::Only));
@@ -609,7 +612,7 @@ impl Device {
         } else {
             Fail::Nak(NakCode::InvalidRequest, None)
         };
-        let pd = self.rx_pd(qpn);
+        let pd = self.rx_pd(qpn, &qpc);
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
         // A receive WQE kept from an abandoned UC message (offset 0) does not count.
         let sending = s.recv.as_ref().is_some_and(|r| r.offset != 0);
@@ -705,8 +708,14 @@ impl Device {
         let reth = t.reth.ok_or(Fail::Nak(NakCode::InvalidRequest, None))?;
         let len = reth.dma_len as u64;
         let pieces = if qpc.rre() {
-            self.key_translate(reth.rkey, self.rx_pd(qpn), reth.va, len, Access::RemoteRead)
-                .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?
+            self.key_translate(
+                reth.rkey,
+                self.rx_pd(qpn, &qpc),
+                reth.va,
+                len,
+                Access::RemoteRead,
+            )
+            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?
         } else {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
         };
@@ -747,7 +756,7 @@ impl Device {
             if op != Opcode::RcRdmaReadResponseMiddle {
                 tt = tt.with_aeth(AethSyndrome::Ack { credit_count: 0x1f }, msn);
             }
-            self.emit_response(qpn, &path, &tt);
+            self.emit_response(&qpc, &path, &tt);
         }
         Ok(())
     }
@@ -770,7 +779,7 @@ impl Device {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
         }
         let pieces = self
-            .key_translate(a.rkey, self.rx_pd(qpn), a.va, 8, Access::RemoteAtomic)
+            .key_translate(a.rkey, self.rx_pd(qpn, &qpc), a.va, 8, Access::RemoteAtomic)
             .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
         let mut cur = Vec::with_capacity(8);
         self.dma_gather(&pieces, &mut cur, now)
@@ -818,7 +827,7 @@ impl Device {
         )
         .with_aeth(AethSyndrome::Ack { credit_count: 0x1f }, msn)
         .with_atomic_ack_eth(orig);
-        self.emit_response(qpn, &path, &t);
+        self.emit_response(&qpc, &path, &t);
     }
 
     /// A request whose PSN was already executed.

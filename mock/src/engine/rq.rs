@@ -43,13 +43,10 @@ impl Device {
     pub(crate) fn recv_wqe(&mut self, qpn: u32, consume: bool, now: u64) -> Option<RecvWqe> {
         let q = self.fw.qps.get(&qpn)?;
         let qpc = q.qpc;
-        if super::xrc::is_xrc(&qpc) {
-            // An XRC QP's receives come from the XRC SRQ its request names, whatever its
-            // `rq_type` and `srqn_rmpn_xrqn` say.
-            let srqn = self.engine.qps.get(&qpn)?.xrc_srqn?;
-            return self.srq_wqe(srqn, consume, now);
-        }
-        match qpc.rq_type() {
+        let xrc = super::xrc::is_xrc(&qpc);
+        // An XRC QP's receives come from the XRC SRQ its request names, whatever its
+        // `rq_type` and `srqn_rmpn_xrqn` say.
+        match if xrc { 1 } else { qpc.rq_type() } {
             0 => {
                 let pi = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)? as u16;
                 let ci = self.engine.qps.get(&qpn)?.rq_ci;
@@ -82,54 +79,55 @@ impl Device {
                     rlky: qpc.rlky(),
                 })
             }
-            // An SRQ (ISSI 0) or an RMP (ISSI 1).
-            1 => self.srq_wqe(qpc.srqn_rmpn_xrqn(), consume, now),
+            1 => {
+                // An SRQ (ISSI 0) or an RMP (ISSI 1): the same linked list of WQEs.
+                let srqn = if xrc {
+                    self.engine.qps.get(&qpn)?.xrc_srqn?
+                } else {
+                    qpc.srqn_rmpn_xrqn()
+                };
+                let srq = self.fw.srqs.get(&srqn)?;
+                let (size, stride) = (1u32 << srq.log_size(), srq.stride());
+                let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
+                let lwm = srq.lwm();
+                let rlky = srq.rlky();
+                let pi = self.dbr_dword(srq.dbr_addr(), 0, now)? as u16;
+                let (consumed, next) = self.engine.srq_pos.get(&srqn).copied().unwrap_or((0, 0));
+                if pi == consumed {
+                    return None;
+                }
+                let idx = (next as u32 & (size - 1)) as u16;
+                let mut raw = vec![0u8; stride as usize];
+                if !self.queue_read(
+                    QueueBuf::Srq(srqn),
+                    page,
+                    idx as u64 * stride,
+                    &mut raw,
+                    now,
+                    "SRQ WQE",
+                ) {
+                    return None;
+                }
+                if consume {
+                    let nxt = u16::from_be_bytes([raw[2], raw[3]]);
+                    let consumed = consumed.wrapping_add(1);
+                    self.engine.srq_pos.insert(srqn, (consumed, nxt));
+                    // The limit: when fewer WQEs than `lwm` remain posted, one SRQ_RQ_LIMIT
+                    // event, and the limit is disarmed until armed again.
+                    if lwm != 0 && pi.wrapping_sub(consumed) < lwm {
+                        if let Some(s) = self.fw.srqs.get_mut(&srqn) {
+                            s.set_lwm(0);
+                        }
+                        self.srq_event(EventType::SrqRqLimit, srqn, now);
+                    }
+                }
+                Some(RecvWqe {
+                    counter: idx,
+                    sges: parse_sges(raw.get(16..).unwrap_or(&[])),
+                    rlky,
+                })
+            }
             _ => None,
         }
-    }
-
-    /// Takes the next receive WQE of shared receive queue `srqn` (an SRQ, an RMP or an XRC
-    /// SRQ: the same linked list), or only says whether there is one.
-    pub(crate) fn srq_wqe(&mut self, srqn: u32, consume: bool, now: u64) -> Option<RecvWqe> {
-        let srq = self.fw.srqs.get(&srqn)?;
-        let (size, stride) = (1u32 << srq.log_size(), srq.stride());
-        let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
-        let lwm = srq.lwm();
-        let rlky = srq.rlky();
-        let pi = self.dbr_dword(srq.dbr_addr(), 0, now)? as u16;
-        let (consumed, next) = self.engine.srq_pos.get(&srqn).copied().unwrap_or((0, 0));
-        if pi == consumed {
-            return None;
-        }
-        let idx = (next as u32 & (size - 1)) as u16;
-        let mut raw = vec![0u8; stride as usize];
-        if !self.queue_read(
-            QueueBuf::Srq(srqn),
-            page,
-            idx as u64 * stride,
-            &mut raw,
-            now,
-            "SRQ WQE",
-        ) {
-            return None;
-        }
-        if consume {
-            let nxt = u16::from_be_bytes([raw[2], raw[3]]);
-            let consumed = consumed.wrapping_add(1);
-            self.engine.srq_pos.insert(srqn, (consumed, nxt));
-            // The limit: when fewer WQEs than `lwm` remain posted, one SRQ_RQ_LIMIT
-            // event, and the limit is disarmed until armed again.
-            if lwm != 0 && pi.wrapping_sub(consumed) < lwm {
-                if let Some(s) = self.fw.srqs.get_mut(&srqn) {
-                    s.set_lwm(0);
-                }
-                self.srq_event(EventType::SrqRqLimit, srqn, now);
-            }
-        }
-        Some(RecvWqe {
-            counter: idx,
-            sges: parse_sges(raw.get(16..).unwrap_or(&[])),
-            rlky,
-        })
     }
 }

@@ -47,13 +47,15 @@ pub(crate) fn rc_opcode(xrc: Opcode) -> Opcode {
 }
 
 /// Whether `qpc` is an XRC QP.
+#[inline]
 pub(crate) fn is_xrc(qpc: &Qpc) -> bool {
-    QpServiceType::from_raw(qpc.st()) == QpServiceType::Xrc
+    qpc.st() == QpServiceType::Xrc.raw()
 }
 
 impl Device {
     /// Emits a request packet the requester built with an RC opcode: as it is, or, for an
     /// XRC QP (`xrc_srqn` given), with the XRC opcode and an XRCETH naming the remote SRQ.
+    #[inline]
     pub(crate) fn emit_request(
         &mut self,
         path: &Path,
@@ -70,10 +72,11 @@ impl Device {
         }
     }
 
-    /// Emits a response packet the responder built with an RC opcode: for an XRC QP with
-    /// the XRC opcode (responses carry no XRCETH).
-    pub(crate) fn emit_response(&mut self, qpn: u32, path: &Path, t: &IbTransportRepr<'_>) {
-        if self.fw.qps.get(&qpn).is_some_and(|q| is_xrc(&q.qpc)) {
+    /// Emits a response packet the responder (context `qpc`) built with an RC opcode: for
+    /// an XRC QP with the XRC opcode (responses carry no XRCETH).
+    #[inline]
+    pub(crate) fn emit_response(&mut self, qpc: &Qpc, path: &Path, t: &IbTransportRepr<'_>) {
+        if is_xrc(qpc) {
             let mut x = *t;
             x.bth.opcode = xrc_opcode(t.bth.opcode);
             self.emit_packet(path, &x);
@@ -88,23 +91,22 @@ impl Device {
         self.engine.qps.get(&qpn).and_then(|s| s.xrc_srqn)
     }
 
-    /// The PD a responder checks memory keys against: the QP's, or for an XRC target the
-    /// PD of the XRC SRQ the request names.
-    pub(crate) fn rx_pd(&self, qpn: u32) -> u32 {
-        let Some(q) = self.fw.qps.get(&qpn) else {
-            return 0;
-        };
-        if is_xrc(&q.qpc)
+    /// The PD a responder (`qpn`, context `qpc`) checks memory keys against: the QP's, or
+    /// for an XRC target the PD of the XRC SRQ the request names.
+    #[inline]
+    pub(crate) fn rx_pd(&self, qpn: u32, qpc: &Qpc) -> u32 {
+        if is_xrc(qpc)
             && let Some(s) = self.xrc_target_srq(qpn).and_then(|n| self.fw.srqs.get(&n))
         {
             return s.pd();
         }
-        q.qpc.pd()
+        qpc.pd()
     }
 
     /// Where a responder's completions go: (CQ, the CQE's `srqn_uidx`). The QP's receive
     /// CQ and user index, or for an XRC target the CQ and user index of the XRC SRQ the
     /// request names.
+    #[inline]
     pub(crate) fn rx_cq(&self, qpn: u32, qpc: &Qpc) -> (u32, u32) {
         if is_xrc(qpc)
             && let Some(n) = self.xrc_target_srq(qpn)

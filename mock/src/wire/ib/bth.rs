@@ -138,6 +138,7 @@ macro_rules! opcodes {
         }
 
         impl From<u8> for Opcode {
+            #[inline]
             fn from(v: u8) -> Opcode {
                 match v {
                     $($value => Opcode::$name,)*
@@ -147,6 +148,7 @@ macro_rules! opcodes {
         }
 
         impl From<Opcode> for u8 {
+            #[inline]
             fn from(v: Opcode) -> u8 {
                 match v {
                     $(Opcode::$name => $value,)*
@@ -169,9 +171,10 @@ macro_rules! opcodes {
 
             /// The extension headers that follow the BTH; `None` for `Unknown`, whose layout
             /// this module does not know.
+            #[inline]
             pub const fn headers(self) -> Option<ExtHeaders> {
                 match self {
-                    $(Opcode::$name => Some(hdrs($hdrs)),)*
+                    $(Opcode::$name => Some(const { hdrs($hdrs) }),)*
                     Opcode::Unknown(_) => None,
                 }
             }
@@ -384,6 +387,7 @@ impl Opcode {
     }
 
     /// OpCode bits 7:5.
+    #[inline]
     pub fn transport(self) -> TransportService {
         match u8::from(self) >> 5 {
             0 => TransportService::Rc,
