@@ -6,11 +6,12 @@
 //! on the wire they are QP 0 and QP 1 of their port: the datapath delivers the port's
 //! datagrams addressed to destination QP 0 or 1 to them and sends theirs with source QP 0
 //! or 1. One of each per port; QP0 exists on InfiniBand ports only. QP1's Q_Key is the
-//! well-known 0x8001_0000 (IBA 13.5.2).
+//! well-known 0x8001_0000 of the general services interface (IBA volume 1, chapter 13).
 //!
 //! A REG_UMR QP only sends (a zero-length receive queue) and belongs to no protection
-//! domain; the model takes it through its states like any QP but executes no UMR work request (the engine completes one with a
-//! local QP operation error, as any opcode it does not model).
+//! domain; the model takes it through its states like any QP but executes no UMR work
+//! request (the engine completes one with a local QP operation error, as any opcode it does
+//! not model).
 
 use super::{Fail, bad_param, busy, syndrome};
 use crate::caps::LinkLayer;
