@@ -10,7 +10,11 @@
 //!
 //! As in rdma-core: the client sends `size` bytes (default 4096), the server answers with
 //! the same, for `iters` round trips (default 1000), each side keeping `rx_depth` receives
-//! posted (default 500); path MTU 1024 unless `-m`.
+//! posted (default 500); path MTU 1024 unless `-m`. `-c`/`--chk` checks every message
+//! received, as rdma-core's `--chk` does and more: the client sends 0xc5 bytes with 0 at
+//! each page's first byte (rdma-core's mark) and checks each answer is exactly that; the
+//! server checks each message is what uhca's or rdma-core's client sends
+//! (`common::Chk`).
 
 #[path = "common/mod.rs"]
 #[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
@@ -34,6 +38,12 @@ fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()
         qkey: 0,
     };
     let (pd, mut cq, mut mr, mut qp) = common::open_objects::<_, Rc>(hca, args, &spec)?;
+    let client = side.is_client();
+    if args.chk {
+        common::Chk::fill(mr.mem_mut(), 0, args.size, client);
+    } else {
+        mr.mem_mut().fill(0, args.size, 0x7b);
+    }
     let sge = [mr.sge(0, args.size)?];
     let recv = RecvWr {
         wr_id: RECV_WRID,
@@ -46,9 +56,18 @@ fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()
     let (peer, (), mut qp) = common::exchange_rc(hca, &mut side, &me, qp, 1)?;
     common::print_dest("remote address:", &peer);
 
-    mr.mem_mut().fill(0, args.size, 0x7b);
     let send = SendWr::new(SEND_WRID, SendOp::Send, &sge);
-    common::pingpong_loop(hca, &mut cq, &mut qp, args, side.is_client(), &send, &recv)?;
+    let mut checked = 0u64;
+    common::pingpong_loop(hca, &mut cq, &mut qp, args, client, &send, &recv, || {
+        if args.chk {
+            common::Chk::check(mr.mem(), 0, args.size, client)?;
+            checked += 1;
+        }
+        Ok(())
+    })?;
+    if args.chk {
+        println!("--chk: {checked} messages received as sent");
+    }
 
     // Take the QP down in order: flush what is left, then destroy.
     common::take_down(hca, qp, cq, mr, pd)

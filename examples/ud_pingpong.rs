@@ -8,7 +8,9 @@
 //! ```
 //!
 //! As in rdma-core: datagrams of `size` bytes (default 2048, at most the path MTU), Q_Key
-//! 0x11111111, receive buffers 40 bytes larger for the GRH the HCA places first.
+//! 0x11111111, receive buffers 40 bytes larger for the GRH the HCA places first. `-c`/
+//! `--chk` checks every datagram received, as `rc_pingpong --chk` does (rdma-core's
+//! `ibv_ud_pingpong` has no such check; its datagrams are 0x7b bytes).
 
 #[path = "common/mod.rs"]
 #[macro_use] // println!/eprintln! that stay quiet on a closed pipe (common/print.rs)
@@ -45,6 +47,12 @@ fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()
         qkey: QKEY,
     };
     let (pd, mut cq, mut mr, mut qp) = common::open_objects::<_, Ud>(hca, args, &spec)?;
+    let client = side.is_client();
+    if args.chk {
+        common::Chk::fill(mr.mem_mut(), GRH_BYTES, args.size, client);
+    } else {
+        mr.mem_mut().fill(0, args.size + GRH_BYTES, 0x7b);
+    }
     // Each receive takes the GRH and the datagram; each send is the datagram alone.
     let rsge = [mr.sge(0, args.size + GRH_BYTES)?];
     let recv = RecvWr {
@@ -63,7 +71,6 @@ fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()
     })?;
     common::print_dest("remote address:", &peer);
 
-    mr.mem_mut().fill(0, args.size + GRH_BYTES, 0x7b);
     let ssge = [mr.sge(GRH_BYTES, args.size)?];
     let dest = UdDest {
         ah: &ah,
@@ -71,7 +78,18 @@ fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()
         remote_qkey: QKEY,
     };
     let send = SendWr::new(SEND_WRID, SendOp::Send, &ssge).with_ud(dest);
-    common::pingpong_loop(hca, &mut cq, &mut qp, args, side.is_client(), &send, &recv)?;
+    let mut checked = 0u64;
+    common::pingpong_loop(hca, &mut cq, &mut qp, args, client, &send, &recv, || {
+        if args.chk {
+            // The datagram, after the GRH the HCA placed first.
+            common::Chk::check(mr.mem(), GRH_BYTES, args.size, client)?;
+            checked += 1;
+        }
+        Ok(())
+    })?;
+    if args.chk {
+        println!("--chk: {checked} messages received as sent");
+    }
 
     common::take_down(hca, qp, cq, mr, pd)
 }

@@ -80,6 +80,71 @@ pub struct Args {
     /// the example installs at `-g` (default 0) before it starts. Without a kernel driver
     /// nobody else fills the port's GID table.
     pub ip: Option<IpAddr>,
+    /// `-c`/`--chk`: check every message received (see [`Chk`]).
+    pub chk: bool,
+}
+
+/// `--chk` (rdma-core's `ibv_rc_pingpong --chk` marks a page's first byte with 0): what the
+/// ping-pong examples send and expect. The client sends [`Chk::CLIENT_FILL`] with 0 at each
+/// 4 KiB page's first byte and checks that every pong is exactly that (a round trip through
+/// the peer's receive and send); the server starts its buffer as [`Chk::SERVER_FILL`] (so a
+/// receive that wrote nothing shows) and checks every ping is what a client sends: uhca's,
+/// or rdma-core's (0x7b, with the page marks when it ran with `--chk`).
+pub struct Chk;
+
+impl Chk {
+    /// The byte of uhca's client messages.
+    pub const CLIENT_FILL: u8 = 0xc5;
+    /// The byte a server's buffer starts with.
+    pub const SERVER_FILL: u8 = 0x5a;
+    /// The byte of rdma-core's ping-pong messages.
+    pub const RDMA_CORE_FILL: u8 = 0x7b;
+    const PAGE: usize = 4096;
+
+    /// Fills `len` bytes at `off` of `mem` as this side starts them.
+    pub fn fill<M: uhca::hal::DmaMem>(mem: &mut M, off: usize, len: usize, client: bool) {
+        if client {
+            mem.fill(off, len, Self::CLIENT_FILL);
+            for p in (0..len).step_by(Self::PAGE) {
+                mem.write_u8(off + p, 0);
+            }
+        } else {
+            mem.fill(off, len, Self::SERVER_FILL);
+        }
+    }
+
+    /// Checks a received message (`len` bytes at `off`).
+    pub fn check<M: uhca::hal::DmaMem>(mem: &M, off: usize, len: usize, client: bool) -> Res<()> {
+        let mut got = vec![0u8; len];
+        mem.read_bytes(off, &mut got);
+        let expect = |fill: u8, marks: bool| {
+            got.iter().enumerate().all(|(i, &b)| {
+                b == if marks && i % Self::PAGE == 0 {
+                    0
+                } else {
+                    fill
+                }
+            })
+        };
+        let ok = if client {
+            expect(Self::CLIENT_FILL, true)
+        } else {
+            expect(Self::CLIENT_FILL, true)
+                || expect(Self::RDMA_CORE_FILL, true)
+                || expect(Self::RDMA_CORE_FILL, false)
+        };
+        if ok {
+            return Ok(());
+        }
+        let bad = got
+            .iter()
+            .position(|&b| b != Self::CLIENT_FILL && b != Self::RDMA_CORE_FILL);
+        Err(format!(
+            "--chk: a received message of {len} bytes is not what was sent (first bytes {:02x?}, first foreign byte at {bad:?})",
+            &got[..got.len().min(8)]
+        )
+        .into())
+    }
 }
 
 /// A wait for an interrupt: returns how many arrived within the given time (0: none).
@@ -336,8 +401,10 @@ pub fn post_rx_depth<P: Platform + Clone, T: QpTransport, S: RecvReady>(
 /// rdma-core's ping-pong loop: the client sends first; each side sends again once its
 /// previous send and a receive completed; receives are reposted when they run low (the
 /// queue starts with `-r` of them, [`post_rx_depth`]). Each send is `send`, each receive
-/// `recv`, on `qp`, whose completions go to `cq`. Returns the elapsed seconds and prints
-/// rdma-core's two result lines.
+/// `recv`, on `qp`, whose completions go to `cq`; `on_recv` runs at each receive
+/// completion (`--chk` checks the message there) and stops the loop with its error.
+/// Returns the elapsed seconds and prints rdma-core's two result lines.
+#[allow(clippy::too_many_arguments)]
 pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
     hca: &mut Hca<P>,
     cq: &mut Cq<P>,
@@ -346,6 +413,7 @@ pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
     client: bool,
     send: &SendWr<'_>,
     recv: &RecvWr<'_>,
+    mut on_recv: impl FnMut() -> Res<()>,
 ) -> Res<f64> {
     let post_send = |qp: &mut Qp<P, T, _>| {
         qp.post_send(std::slice::from_ref(send))
@@ -390,6 +458,7 @@ pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
             match c.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
+                    on_recv()?;
                     routs -= 1;
                     if routs <= 1 {
                         routs += post_recvs(qp, recv, args.rx_depth - routs);
@@ -678,6 +747,7 @@ pub fn parse_args_with(
         events: false,
         interrupt: None,
         ip: None,
+        chk: false,
     };
     let mut values = vec![None; extra.len()];
     let extra_usage: String = extra.iter().map(|(f, v)| format!(" [{f} {v}]")).collect();
@@ -688,7 +758,7 @@ pub fn parse_args_with(
         eprintln!(
             "usage: {name} (--mock | --udp LOCAL_IP | --device BDF) [-p port] [-i ib_port] [-s size] \
              [-n iters] [-r rx_depth] [-g gid_index] [-m mtu] [-l sl] [-d dev] [--dmac MAC] [-t op]\
-             [-e] [--ip ADDR] {extra_usage} [SERVER]"
+             [-e] [-c] [--ip ADDR] {extra_usage} [SERVER]"
         );
         std::process::exit(2);
     };
@@ -731,6 +801,7 @@ pub fn parse_args_with(
                 a.dmac = Some(parse_mac(&val("--dmac")).unwrap_or_else(|| usage("bad --dmac")))
             }
             "-e" | "--events" => a.events = true,
+            "-c" | "--chk" => a.chk = true,
             "--ip" => {
                 let v = val("--ip");
                 a.ip = Some(

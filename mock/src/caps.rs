@@ -147,6 +147,13 @@ impl Caps {
             // XRC: domains (ALLOC_XRCD), XRC SRQs (CREATE_XRC_SRQ) and XRC QPs.
             .set_xrc(true)
             .set_log_max_xrcd(24)
+            // The engine executes no UMR work request (MODEL.md): a UMR can change no memory
+            // key's translation size, atomic setting or indirection. With these bits set a
+            // kernel driver registers memory with CREATE_MKEY (Linux's mlx5_ib keeps its
+            // cache of pre-made UMR-enabled keys empty).
+            .set_umr_modify_entity_size_disabled(true)
+            .set_umr_modify_atomic_disabled(true)
+            .set_umr_indirect_mkey_disabled(true)
             .set_q_counter_aggregation(false)
             .set_sq_ts_format(0)
             .set_rq_ts_format(0)

@@ -4,24 +4,26 @@
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
 #   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default:
-#                                    vfio,rxe,hostile,vfiouser,linuxmlx5; vfiouser runs
-#                                    tests/vm/vfio-user.sh and linuxmlx5
-#                                    tests/vm/linux-mlx5.sh, each its own boot; with
-#                                    both, tests/vm/linux-vs-uhca.sh compares Linux's
-#                                    and rdma-core's commands with uhca's)
+#                                    vfio,rxe,hostile,vfiouser,linuxmlx5,linuxuhca;
+#                                    vfiouser runs tests/vm/vfio-user.sh, linuxmlx5
+#                                    tests/vm/linux-mlx5.sh and linuxuhca
+#                                    tests/vm/linux-uhca.sh, each its own boot; with
+#                                    vfiouser and linuxmlx5, tests/vm/linux-vs-uhca.sh
+#                                    compares Linux's and rdma-core's commands with uhca's)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio,rxe,hostile,vfiouser,linuxmlx5}
-# vfiouser and linuxmlx5 need QEMU 11.1 and their own boots (vfio-user.sh, linux-mlx5.sh);
-# the others share one boot.
-VFIO_USER=0 LINUX_MLX5=0
+TESTS=${1:-vfio,rxe,hostile,vfiouser,linuxmlx5,linuxuhca}
+# vfiouser, linuxmlx5 and linuxuhca need QEMU 11.1 and their own boots (vfio-user.sh,
+# linux-mlx5.sh, linux-uhca.sh); the others share one boot.
+VFIO_USER=0 LINUX_MLX5=0 LINUX_UHCA=0
 [[ ",$TESTS," == *,vfiouser,* ]] && VFIO_USER=1
 [[ ",$TESTS," == *,linuxmlx5,* ]] && LINUX_MLX5=1
-TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,linuxmlx5,/,/g; s/^,//; s/,$//')
+[[ ",$TESTS," == *,linuxuhca,* ]] && LINUX_UHCA=1
+TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,linuxmlx5,/,/g; s/,linuxuhca,/,/g; s/^,//; s/,$//')
 cd "$REPO"
 
 names=() secs=() results=()
@@ -72,6 +74,11 @@ fi
 # Linux's and rdma-core's commands beside uhca's, field by field (the two boots' command dumps).
 if [ -z "$failed" ] && [ $VFIO_USER = 1 ] && [ $LINUX_MLX5 = 1 ]; then
   phase "linux-vs-uhca: other drivers' commands beside uhca's" bash "$VM/linux-vs-uhca.sh"
+fi
+# Linux's mlx5_ib + libmlx5 and uhca on two mock functions of one fabric, talking (QEMU
+# 11.1, vfio-user, one boot).
+if [ -z "$failed" ] && [ $LINUX_UHCA = 1 ]; then
+  phase "linuxuhca: Linux's mlx5 and uhca talk" bash "$VM/linux-uhca.sh"
 fi
 
 echo

@@ -881,6 +881,17 @@ crate::prm_struct! {
         syndrome / set_syndrome @ 32, 32 : u32;
         counter_set_id / set_counter_set_id @ 88, 8 : u8;
     }
+    /// PRM `dealloc_q_counter_in`.
+    pub struct DeallocQCounterIn : dealloc_q_counter_in = "mlx5_ifc_dealloc_q_counter_in_bits", 128 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        counter_set_id / set_counter_set_id @ 88, 8 : u8;
+    }
+    /// PRM `dealloc_q_counter_out`.
+    pub struct DeallocQCounterOut : dealloc_q_counter_out = "mlx5_ifc_dealloc_q_counter_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+    }
     /// PRM `query_q_counter_in`.
     pub struct QueryQCounterIn : query_q_counter_in = "mlx5_ifc_query_q_counter_in_bits", 256 bits {
         opcode / set_opcode @ 0, 16 : u16;

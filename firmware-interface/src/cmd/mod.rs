@@ -115,6 +115,7 @@ commands! {
     QueryRoceAddressIn => QueryRoceAddressOut : QueryRoceAddress;
     MadIfcIn => MadIfcOut : MadIfc;
     AllocQCounterIn => AllocQCounterOut : AllocQCounter;
+    DeallocQCounterIn => DeallocQCounterOut : DeallocQCounter;
     QueryQCounterIn => QueryQCounterOut : QueryQCounter;
 }
 

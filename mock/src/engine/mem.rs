@@ -31,6 +31,18 @@ pub(crate) enum QueueBuf {
 }
 
 impl QueueBuf {
+    /// Where the queue starts in its first page: a QP's `page_offset`, in 64ths of its
+    /// page size (Linux sets it for a user buffer that does not start on such a page).
+    fn start(self, fw: &crate::firmware::Firmware, page_size: u64) -> u64 {
+        match self {
+            QueueBuf::Qp(n) => fw
+                .qps
+                .get(&n)
+                .map_or(0, |q| q.qpc.page_offset() as u64 * (page_size / 64)),
+            QueueBuf::Srq(_) => 0,
+        }
+    }
+
     fn pas(self, fw: &crate::firmware::Firmware) -> Option<&[u64]> {
         Some(match self {
             QueueBuf::Qp(n) => &fw.qps.get(&n)?.pas,
@@ -144,6 +156,7 @@ impl Device {
         what: &'static str,
     ) -> bool {
         let Device { fw, iommu, .. } = self;
+        let offset = offset + queue.start(fw, page_size);
         let Some(pas) = queue.pas(fw) else {
             return false;
         };

@@ -150,8 +150,13 @@ impl Device {
         if t.bth.opcode == Opcode::Cnp {
             return;
         }
-        let qpn = t.bth.dest_qp;
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        // Destination QP 0 and 1 are the port's QP0 and QP1, whatever their firmware QPNs.
+        let qpn = match t.bth.dest_qp {
+            0 => self.special_qpn(QpServiceType::Qp0),
+            1 => self.special_qpn(QpServiceType::Qp1),
+            n => Some(n),
+        };
+        let Some((qpn, qpc)) = qpn.and_then(|n| self.fw.qps.get(&n).map(|q| (n, q.qpc))) else {
             self.engine.counters.rx_discarded += 1;
             return;
         };
@@ -160,7 +165,7 @@ impl Device {
         let want = match st {
             QpServiceType::Rc => TransportService::Rc,
             QpServiceType::Uc => TransportService::Uc,
-            QpServiceType::Ud => TransportService::Ud,
+            QpServiceType::Ud | QpServiceType::Qp0 | QpServiceType::Qp1 => TransportService::Ud,
             QpServiceType::Xrc => TransportService::Xrc,
             _ => {
                 self.engine.counters.rx_discarded += 1;
@@ -196,7 +201,7 @@ impl Device {
             return;
         }
         self.engine.qps.entry(qpn).or_default();
-        if state == QpState::Rtr && st != QpServiceType::Ud {
+        if state == QpState::Rtr && !crate::firmware::is_datagram_qp(st) {
             let first = self
                 .engine
                 .qps
@@ -208,7 +213,9 @@ impl Device {
             }
         }
         match st {
-            QpServiceType::Ud => self.ud_rx(qpn, t, info, now),
+            QpServiceType::Ud | QpServiceType::Qp0 | QpServiceType::Qp1 => {
+                self.ud_rx(qpn, t, info, now)
+            }
             QpServiceType::Rc if response => self.requester_rx(qpn, t, now),
             QpServiceType::Rc => self.connected_rx(qpn, t, false, now),
             QpServiceType::Xrc => self.xrc_rx(qpn, t, response, now),
@@ -883,7 +890,10 @@ impl Device {
             self.engine.counters.rx_discarded += 1;
             return;
         };
-        if deth.qkey != qpc.q_key() {
+        // Subnet management packets (QP0) carry no Q_Key that anyone checks; QP1's is the
+        // well-known one its context holds.
+        let qp0 = QpServiceType::from_raw(qpc.st()) == QpServiceType::Qp0;
+        if !qp0 && deth.qkey != qpc.q_key() {
             self.engine.counters.rx_qkey_violations += 1;
             return;
         }

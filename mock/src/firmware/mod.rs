@@ -15,6 +15,7 @@ mod mkey;
 mod pages;
 mod qp;
 mod resources;
+mod special_qp;
 mod srq;
 mod vport;
 mod xrc;
@@ -31,8 +32,13 @@ pub use hca::{
 pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
 pub use qp::optpar;
+pub use special_qp::QP1_Q_KEY;
+pub(crate) use special_qp::{is_datagram as is_datagram_qp, wire_qpn};
 pub use srq::ARM_RQ_OP_MOD_SRQ;
-pub use vport::{ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION};
+pub use vport::{
+    ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS,
+    MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION, PORT_CAPABILITY_MASK,
+};
 
 use crate::caps::{Caps, LinkLayer};
 use crate::device::Device;
@@ -65,6 +71,11 @@ pub(crate) enum Fail {
 }
 
 pub(crate) type CmdResult = Result<Vec<u8>, Fail>;
+
+/// QUERY_QP's output up to its trailing page list: status, syndrome, `opt_param_mask`,
+/// `ece`, the QP context (`qp_pas_or_qpc_ext_and_pas` starts at bit 2176).
+pub const QUERY_QP_OUT_FIXED: usize =
+    uhca_fwif::cmd::query_qp_out::qp_pas_or_qpc_ext_and_pas.bit_offset as usize / 8;
 
 pub(crate) fn bad_param(s: u32) -> Fail {
     Fail::Cmd(CmdStatus::BadParamErr, s)
@@ -596,8 +607,13 @@ impl Device {
             ($in:ty, $handler:ident) => {
                 run!($in, $handler, op_mod_zero)
             };
-            ($in:ty, $handler:ident, $opm:ident) => {{
-                if outlen < <<$in as Command>::Out as PrmLayout>::SIZE {
+            ($in:ty, $handler:ident, $opm:ident) => {
+                run!($in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
+            };
+            // `$min`: the shortest output the command takes (its layout's size, or the part
+            // before a trailing list the firmware writes only as far as the output reaches).
+            ($in:ty, $handler:ident, $opm:ident, $min:expr) => {{
+                if outlen < $min {
                     return Err(Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN));
                 }
                 let inp: $in = parse(input)?;
@@ -644,6 +660,7 @@ impl Device {
             O::AllocXrcd => run!(AllocXrcdIn, cmd_alloc_xrcd),
             O::DeallocXrcd => run!(DeallocXrcdIn, cmd_dealloc_xrcd),
             O::AllocQCounter => run!(AllocQCounterIn, cmd_alloc_q_counter),
+            O::DeallocQCounter => run!(DeallocQCounterIn, cmd_dealloc_q_counter),
             O::QueryQCounter => run!(QueryQCounterIn, cmd_query_q_counter),
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),
             O::DestroyEq => run!(DestroyEqIn, cmd_destroy_eq),
@@ -657,7 +674,10 @@ impl Device {
             O::ModifyCq => run!(ModifyCqIn, cmd_modify_cq, op_mod_any),
             O::CreateQp => run!(CreateQpIn, cmd_create_qp),
             O::DestroyQp => run!(DestroyQpIn, cmd_destroy_qp),
-            O::QueryQp => run!(QueryQpIn, cmd_query_qp),
+            // QUERY_QP's output ends with the QP's page list (or the extended context and the
+            // list), written as far as the output reaches: Linux 6.1 reads the context only
+            // (272 bytes).
+            O::QueryQp => run!(QueryQpIn, cmd_query_qp, op_mod_zero, QUERY_QP_OUT_FIXED),
             O::Rst2initQp => run!(Rst2initQpIn, cmd_rst2init),
             O::Init2rtrQp => run!(Init2rtrQpIn, cmd_init2rtr),
             O::Rtr2rtsQp => run!(Rtr2rtsQpIn, cmd_rtr2rts),

@@ -2,6 +2,7 @@
 //! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
+use super::special_qp::{has_pd, is_datagram, is_special};
 use super::{
     CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
     syndrome,
@@ -185,6 +186,10 @@ impl Device {
             QpServiceType::Uc => caps.uc(),
             QpServiceType::Ud => caps.ud(),
             QpServiceType::Xrc => caps.xrc(),
+            st if is_special(st) => {
+                self.check_create_special_qp(st, &q)?;
+                true
+            }
             _ => false,
         };
         if !ok_type {
@@ -193,7 +198,7 @@ impl Device {
         if st == QpServiceType::Xrc {
             self.check_xrc_qp(&q)?;
         }
-        if !self.fw.pds.contains(&q.pd()) {
+        if has_pd(st) && !self.fw.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));
         }
         if !q.no_sq() && !self.fw.cqs.contains_key(&q.cqn_snd()) {
@@ -240,16 +245,15 @@ impl Device {
         if !ts_ok {
             return Err(bad_param(syndrome::BAD_TS_FORMAT));
         }
-        if q.page_offset() != 0 {
-            return Err(bad_param(syndrome::BAD_PAGE_SIZE));
-        }
         let sq_bytes = if q.no_sq() {
             0
         } else {
             (1u64 << q.log_sq_size()) * 64
         };
         let page_size = (ADAPTER_PAGE_SIZE as u64) << q.log_page_size().min(20);
-        let npages = pages_for(rq_bytes + sq_bytes, page_size) as usize;
+        // `page_offset`: the queue starts that many 64ths of a page into its first page.
+        let start = q.page_offset() as u64 * (page_size / 64);
+        let npages = pages_for(start + rq_bytes + sq_bytes, page_size) as usize;
         let pas = pas_list(c.raw, CreateQpIn::SIZE, npages)?;
         self.need_regular_pages()?;
         if self.fw.qps.len() >= 1 << self.fw.caps.general_cur.log_max_qp() {
@@ -308,7 +312,7 @@ impl Device {
     }
 
     fn check_remote_path(&self, st: QpServiceType, p: &Ads) -> Result<(), Fail> {
-        if st == QpServiceType::Ud {
+        if is_datagram(st) {
             return Ok(());
         }
         let idx = p.src_addr_index() as usize;
@@ -359,7 +363,8 @@ impl Device {
                 Transition::Rst2Init => {
                     self.check_path(rp, true)?;
                     copy_path(&mut next, r, &[ads::pkey_index, ads::vhca_port_num]);
-                    if st == QpServiceType::Ud {
+                    if is_datagram(st) {
+                        self.check_special_q_key(st, r)?;
                         copy_qpc(&mut next, r, &[qpc::q_key]);
                     } else {
                         copy_qpc(&mut next, r, &[qpc::rre, qpc::rwe, qpc::rae]);
@@ -367,7 +372,7 @@ impl Device {
                     copy_qpc(&mut next, r, &[qpc::counter_set_id]);
                 }
                 Transition::Init2Rtr => {
-                    if st != QpServiceType::Ud {
+                    if !is_datagram(st) {
                         if !(1..=5).contains(&r.mtu()) {
                             return Err(bad_param(syndrome::BAD_MTU));
                         }
@@ -402,7 +407,7 @@ impl Device {
                         return Err(bad_param(syndrome::BAD_RDMA_DEPTH));
                     }
                     copy_qpc(&mut next, r, &[qpc::next_send_psn]);
-                    if st != QpServiceType::Ud {
+                    if !is_datagram(st) {
                         copy_qpc(
                             &mut next,
                             r,
@@ -425,6 +430,9 @@ impl Device {
                 self.check_path(rp, false)?;
                 self.check_stat_rate(rp)?;
                 self.check_remote_path(st, rp)?;
+            }
+            if opt & optpar::Q_KEY != 0 {
+                self.check_special_q_key(st, r)?;
             }
             if opt & optpar::PKEY_INDEX != 0 && rp.pkey_index() as usize >= PKEY_TABLE_ENTRIES {
                 return Err(bad_param(syndrome::BAD_PKEY_INDEX));

@@ -114,6 +114,17 @@ impl Device {
         Ok(out(&o))
     }
 
+    /// DEALLOC_Q_COUNTER: frees a counter set; QPs that still name it stop counting.
+    pub(crate) fn cmd_dealloc_q_counter(&mut self, _c: &Ctx, i: &DeallocQCounterIn) -> CmdResult {
+        let id = i.counter_set_id();
+        if !self.fw.q_counters.contains(&id) {
+            return Err(bad_res(syndrome::NO_SUCH_OBJECT));
+        }
+        self.fw.q_counters.remove(&id);
+        self.engine.q_counters.remove(&id);
+        Ok(out(&DeallocQCounterOut::default()))
+    }
+
     pub(crate) fn cmd_query_q_counter(&mut self, _c: &Ctx, i: &QueryQCounterIn) -> CmdResult {
         if i.other_vport() || i.vport_number() != 0 {
             return Err(super::bad_param(syndrome::BAD_FUNCTION));

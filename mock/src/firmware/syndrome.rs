@@ -149,6 +149,15 @@ pub const BAD_STAT_RATE: u32 = 0x0006_000f;
 /// or (with BAD_RES_STATE) a MODIFY_RMP whose `rmp_state` is not the RMP's state.
 pub const BAD_RMP_STATE: u32 = 0x0006_0010;
 
+/// A second QP0 or QP1 while the port's first one exists (one of each per port), or QP0 on
+/// an Ethernet port (which has no subnet management interface).
+pub const SPECIAL_QP_TAKEN: u32 = 0x0006_0020;
+/// QP1's context names a Q_Key other than the general services interface's well-known
+/// 0x8001_0000.
+pub const BAD_QP1_Q_KEY: u32 = 0x0006_0021;
+/// A REG_UMR QP with a receive queue (it only sends).
+pub const UMR_QP_WITH_RQ: u32 = 0x0006_0022;
+
 /// A GID or RoCE address index beyond the table.
 pub const BAD_ADDRESS_INDEX: u32 = 0x0007_0001;
 /// A RoCE version or L3 type that does not exist.

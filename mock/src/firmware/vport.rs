@@ -23,6 +23,10 @@ pub const NODE_DESCRIPTION: &[u8] = b"uhca mock HCA";
 
 /// MAD status: unsupported method or attribute.
 pub const MAD_STATUS_UNSUPPORTED: u16 = 0x000c;
+/// MAD status: bad version, or a management class the agent does not support.
+pub const MAD_STATUS_BAD_CLASS: u16 = 0x0004;
+/// MAD status: an invalid attribute or attribute modifier value.
+pub const MAD_STATUS_BAD_ATTRIBUTE_VALUE: u16 = 0x001c;
 
 fn out_len_err() -> Fail {
     Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN)
@@ -277,8 +281,10 @@ impl Device {
     }
 
     /// MAD_IFC: the firmware's subnet management agent answers SubnGet(NodeDescription),
-    /// SubnGet(NodeInfo) and SubnGet(PortInfo); other MADs get the "unsupported" MAD
-    /// status.
+    /// SubnGet(NodeInfo), SubnGet(GUIDInfo), SubnGet(PortInfo) and SubnGet(P_KeyTable);
+    /// other subnet management MADs get the "unsupported" MAD status, MADs of other
+    /// management classes (performance management, vendor classes) the "unsupported class"
+    /// one: the model has no agent for them.
     pub(crate) fn cmd_mad_ifc(&mut self, _c: &Ctx, i: &MadIfcIn) -> CmdResult {
         if self.fw.port_type() != LinkLayer::InfiniBand {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
@@ -291,48 +297,20 @@ impl Device {
         }
         let mad = i.mad();
         let class = mad[1];
-        if mad[0] != 1 || !matches!(class, 0x01 | 0x81) {
+        if mad[0] != 1 {
             return Err(bad_param(syndrome::BAD_MAD));
         }
         let mut resp = *mad;
         resp[3] = 0x81; // GetResp
-        let mut status: u16 = 0;
         let attr = u16::from_be_bytes([mad[16], mad[17]]);
-        let data = &mut resp[64..128];
-        let guid = self.config.node_guid();
-        if mad[3] != 0x01 {
-            status = MAD_STATUS_UNSUPPORTED;
-        } else if attr == 0x0010 {
-            // NodeDescription: 64 bytes of UTF-8, padded with zeros.
-            data.copy_from_slice(&self.fw.node_desc);
-        } else if attr == 0x0011 {
-            // NodeInfo
-            data.fill(0);
-            data[0] = 1;
-            data[1] = 1;
-            data[2] = 1; // channel adapter
-            data[3] = 1; // ports
-            data[4..12].copy_from_slice(&guid.to_be_bytes());
-            data[12..20].copy_from_slice(&guid.to_be_bytes());
-            data[20..28].copy_from_slice(&guid.to_be_bytes());
-            data[28..30].copy_from_slice(&(PKEY_TABLE_ENTRIES as u16).to_be_bytes());
-            data[30..32].copy_from_slice(&crate::pci::DEVICE_ID.to_be_bytes());
-            data[36] = 1;
-            data[37..40].copy_from_slice(&[0x00, 0x02, 0xc9]);
-        } else if attr == 0x0015 {
-            // PortInfo
-            data.fill(0);
-            data[8..16].copy_from_slice(&GID_PREFIX.to_be_bytes());
-            data[16..18].copy_from_slice(&self.fw.lid.to_be_bytes());
-            data[18..20].copy_from_slice(&self.fw.sm_lid.to_be_bytes());
-            data[28] = 1;
-            let phys = if self.port_up() { 5 } else { 2 };
-            data[32] = (1 << 4) | self.fw.port_state.raw();
-            data[33] = phys << 4;
-            data[36] = 5 << 4; // neighbour MTU 4096
+        let modifier = u32::from_be_bytes([mad[20], mad[21], mad[22], mad[23]]);
+        let mut status = if !matches!(class, 0x01 | 0x81) {
+            MAD_STATUS_BAD_CLASS
+        } else if mad[3] != 0x01 {
+            MAD_STATUS_UNSUPPORTED
         } else {
-            status = MAD_STATUS_UNSUPPORTED;
-        }
+            self.smp_get(attr, modifier, &mut resp[64..128])
+        };
         if class == 0x81 {
             status |= 0x8000; // direction: response
         }
@@ -341,4 +319,105 @@ impl Device {
         o.response_mad_packet_mut().copy_from_slice(&resp);
         Ok(out(&o))
     }
+
+    /// The subnet management agent's answer to SubnGet(`attr`, `modifier`): fills the
+    /// 64-byte SMP data and returns the MAD status. Layouts: IBA volume 1, 14.2.5.
+    fn smp_get(&self, attr: u16, modifier: u32, data: &mut [u8]) -> u16 {
+        let guid = self.config.node_guid();
+        match attr {
+            SMP_NODE_DESCRIPTION => {
+                // 64 bytes of UTF-8, padded with zeros.
+                data.copy_from_slice(&self.fw.node_desc);
+            }
+            SMP_NODE_INFO => {
+                data.fill(0);
+                data[0] = 1; // base version
+                data[1] = 1; // class version
+                data[2] = 1; // node type: channel adapter
+                data[3] = 1; // ports
+                data[4..12].copy_from_slice(&guid.to_be_bytes()); // system image GUID
+                data[12..20].copy_from_slice(&guid.to_be_bytes()); // node GUID
+                data[20..28].copy_from_slice(&guid.to_be_bytes()); // port GUID
+                data[28..30].copy_from_slice(&(PKEY_TABLE_ENTRIES as u16).to_be_bytes());
+                data[30..32].copy_from_slice(&crate::pci::DEVICE_ID.to_be_bytes());
+                data[36] = 1; // local port number
+                data[37..40].copy_from_slice(&[0x00, 0x02, 0xc9]); // vendor id
+            }
+            SMP_GUID_INFO => {
+                // Blocks of 8 GUIDs; the port GUID is entry 0 (the GID table's index 0 is
+                // the subnet prefix and it), the others are unassigned.
+                if modifier as usize >= IB_GID_TABLE_ENTRIES.div_ceil(8) {
+                    return MAD_STATUS_BAD_ATTRIBUTE_VALUE;
+                }
+                data.fill(0);
+                if modifier == 0 {
+                    data[0..8].copy_from_slice(&guid.to_be_bytes());
+                }
+            }
+            SMP_PORT_INFO => {
+                if modifier > 1 {
+                    return MAD_STATUS_BAD_ATTRIBUTE_VALUE;
+                }
+                self.port_info(data);
+            }
+            SMP_PKEY_TABLE => {
+                // Blocks of 32 P_Keys; entry 0 is the default P_Key, the others invalid (0).
+                if (modifier & 0xffff) as usize >= PKEY_TABLE_ENTRIES / 32 {
+                    return MAD_STATUS_BAD_ATTRIBUTE_VALUE;
+                }
+                data.fill(0);
+                if modifier & 0xffff == 0 {
+                    data[0..2].copy_from_slice(&DEFAULT_PKEY.to_be_bytes());
+                }
+            }
+            _ => return MAD_STATUS_UNSUPPORTED,
+        }
+        0
+    }
+
+    /// PortInfo (IBA 14.2.5.6): the port as the subnet manager configured it (LID, SM LID,
+    /// state), 4X wide at EDR (an extended speed: 25.78125 Gb/s a lane), MTU 4096, one
+    /// data VL, as many GUIDs as the GID table has entries.
+    fn port_info(&self, data: &mut [u8]) {
+        data.fill(0);
+        data[8..16].copy_from_slice(&GID_PREFIX.to_be_bytes());
+        data[16..18].copy_from_slice(&self.fw.lid.to_be_bytes());
+        data[18..20].copy_from_slice(&self.fw.sm_lid.to_be_bytes());
+        data[20..24].copy_from_slice(&PORT_CAPABILITY_MASK.to_be_bytes());
+        data[28] = 1; // local port number
+        data[29] = LINK_WIDTH_4X; // enabled
+        data[30] = LINK_WIDTH_1X | LINK_WIDTH_4X; // supported
+        data[31] = LINK_WIDTH_4X; // active
+        let phys = if self.port_up() { 5 } else { 2 }; // LinkUp, Polling
+        // LinkSpeedSupported (SDR, DDR, QDR) and the port state.
+        data[32] = (0x7 << 4) | self.fw.port_state.raw();
+        data[33] = phys << 4;
+        // LinkSpeedActive: SDR, overridden by LinkSpeedExtActive; LinkSpeedEnabled all.
+        data[35] = (0x1 << 4) | 0x7;
+        data[36] = 5 << 4; // neighbour MTU 4096, master SM SL 0
+        data[37] = 1 << 4; // VLCap: VL0
+        data[41] = 5; // MTUCap 4096
+        data[43] = 1 << 4; // operational VLs: VL0
+        data[50] = IB_GID_TABLE_ENTRIES as u8; // GUIDCap
+        // LinkSpeedExtActive EDR, LinkSpeedExtSupported FDR and EDR; ext enabled the same.
+        data[62] = (0x2 << 4) | 0x3;
+        data[63] = 0x3;
+    }
 }
+
+/// SMP attribute NodeDescription.
+const SMP_NODE_DESCRIPTION: u16 = 0x0010;
+/// SMP attribute NodeInfo.
+const SMP_NODE_INFO: u16 = 0x0011;
+/// SMP attribute GUIDInfo.
+const SMP_GUID_INFO: u16 = 0x0014;
+/// SMP attribute PortInfo.
+const SMP_PORT_INFO: u16 = 0x0015;
+/// SMP attribute P_KeyTable.
+const SMP_PKEY_TABLE: u16 = 0x0016;
+/// PortInfo link widths.
+const LINK_WIDTH_1X: u8 = 1;
+const LINK_WIDTH_4X: u8 = 2;
+/// PortInfo's CapabilityMask: IsSystemImageGUIDSupported (bit 11) and
+/// IsExtendedSpeedsSupported (bit 14).
+pub const PORT_CAPABILITY_MASK: u32 = (1 << 11) | (1 << 14);

@@ -381,6 +381,96 @@ impl Node {
         }
     }
 
+    /// As [`Node::qp`], with the work queue starting `page_offset` 64ths of a page into
+    /// its first page (`qpc.page_offset`, as Linux sets it for a user buffer that does not
+    /// start on a page of the size it chose).
+    pub fn qp_with_page_offset(&mut self, st: QpServiceType, cq: &Cq, page_offset: u8) -> Qp {
+        let (log_sq, log_rq, log_stride) = (6u8, 6u8, 2u8);
+        let rq = (1usize << log_rq) * (16 << log_stride);
+        let sq = (1usize << log_sq) * 64;
+        let start = page_offset as usize * (4096 / 64);
+        let pages0 = self.alloc(start + rq + sq);
+        let dbr = self.alloc(64);
+        let mut c = CreateQpIn::new_cmd();
+        c.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_st(st.raw())
+            .set_pd(self.pd)
+            .set_uar_page(self.uar)
+            .set_log_rq_size(log_rq)
+            .set_log_rq_stride(log_stride)
+            .set_log_sq_size(log_sq)
+            .set_page_offset(page_offset)
+            .set_cqn_snd(cq.cqn)
+            .set_cqn_rcv(cq.cqn)
+            .set_dbr_addr(dbr);
+        let pages: Vec<u64> = (0..(start + rq + sq).div_ceil(4096))
+            .map(|i| pages0 + i as u64 * 4096)
+            .collect();
+        let qpn = self.h.ok(&c, &pas_bytes(&pages)).qpn();
+        Qp {
+            qpn,
+            st,
+            buf: pages0 + start as u64,
+            dbr,
+            log_sq,
+            log_rq,
+            log_stride,
+            sq_pi: 0,
+            rq_pi: 0,
+        }
+    }
+
+    /// A REG_UMR QP as Linux makes it (no PD, no receive queue), in RTS. Its send queue
+    /// starts at the buffer's start: the returned `buf` is set back by the 16-byte receive
+    /// queue that `log_rq` 0 and `log_stride` 0 describe, so `write_send` finds it.
+    pub fn umr_qp(&mut self, cq: &Cq) -> Qp {
+        let log_sq = 4u8;
+        let buf = self.alloc((1usize << log_sq) * 64);
+        let dbr = self.alloc(64);
+        let mut c = CreateQpIn::new_cmd();
+        c.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_st(QpServiceType::RegUmr.raw())
+            .set_uar_page(self.uar)
+            .set_rq_type(3)
+            .set_log_sq_size(log_sq)
+            .set_cqn_snd(cq.cqn)
+            .set_cqn_rcv(cq.cqn)
+            .set_dbr_addr(dbr);
+        let qpn = self.h.ok(&c, &pas_bytes(&[buf])).qpn();
+        let qp = Qp {
+            qpn,
+            st: QpServiceType::RegUmr,
+            buf: buf - 16,
+            dbr,
+            log_sq,
+            log_rq: 0,
+            log_stride: 0,
+            sq_pi: 0,
+            rq_pi: 0,
+        };
+        let mut m = Rst2initQpIn::new_cmd();
+        m.set_qpn(qpn);
+        m.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .primary_address_path_mut()
+            .set_vhca_port_num(1);
+        self.h.ok(&m, &[]);
+        let mut r = Init2rtrQpIn::new_cmd();
+        r.set_qpn(qpn);
+        r.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_mtu(IbMtu::Mtu4096.raw())
+            .set_log_msg_max(12);
+        self.h.ok(&r, &[]);
+        let mut t = Rtr2rtsQpIn::new_cmd();
+        t.set_qpn(qpn);
+        t.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
+        self.h.ok(&t, &[]);
+        qp
+    }
+
     /// RST → INIT → RTR → RTS for an RC or UC QP towards `peer_qpn` on `peer`.
     pub fn connect(&mut self, qp: &Qp, peer: &Node, peer_qpn: u32, c: Conn) {
         let mut m = Rst2initQpIn::new_cmd();

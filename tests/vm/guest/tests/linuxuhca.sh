@@ -1,0 +1,90 @@
+#!/bin/sh
+# Linux and uhca talk (issue 12, stage 3): two mock functions on one InfiniBand fabric of
+# one uhca-vfio-user-server. The second is bound to vfio-pci for uhca's examples
+# (--device); the first gets Linux's mlx5_core and mlx5_ib, and rdma-core's tools run on it
+# through libibverbs and Debian's libmlx5, which write the WQEs and poll the CQEs the model
+# handles. rdma-core's ibv_rc_pingpong and ibv_ud_pingpong against uhca's rc_pingpong and
+# ud_pingpong, each way round. One PASS/FAIL line per check.
+. /tests/lib.sh
+pass=0 fail=0
+ok() { echo "PASS $*"; pass=$((pass + 1)); }
+ko() { echo "FAIL $*"; fail=$((fail + 1)); }
+check() { name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
+finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
+
+modprobe vfio_iommu_type1 && modprobe vfio_pci || { echo "cannot load vfio_pci"; exit 2; }
+echo 16 > /proc/sys/vm/nr_hugepages
+fns=$(pci_find 0x15b3 0x101d)
+echo "mock functions:" $fns
+check "two ConnectX functions (15b3:101d) enumerated" [ "$(echo $fns | wc -w)" -eq 2 ]
+linux=$(echo $fns | cut -d' ' -f1)
+uhca=$(echo $fns | cut -d' ' -f2)
+[ -n "$uhca" ] || finish
+# vfio-pci first (driver_override keeps mlx5_core off it), then Linux's driver.
+check "$uhca bound to vfio-pci (uhca's)" bind_vfio "$uhca"
+modprobe mlx5_core
+modprobe mlx5_ib
+modprobe ib_uverbs
+for _ in $(seq 50); do
+  [ -e /dev/infiniband/uverbs0 ] && break
+  sleep 0.1
+done
+check "$linux bound to mlx5_core (Linux's)" [ "$(driver_of "$linux")" = mlx5_core ]
+ibdev=$(ls /sys/class/infiniband/ 2>/dev/null | head -1)
+check "mlx5_ib registered ${ibdev:-no device} on $linux" [ -n "$ibdev" ]
+[ -n "$ibdev" ] || finish
+ibv_devinfo -d "$ibdev" > /tmp/devinfo.out 2>&1
+grep -E 'hca_id|state|port_lid|sm_lid' /tmp/devinfo.out
+check "ibv_devinfo: $ibdev's port ACTIVE" grep -q 'state:.*PORT_ACTIVE' /tmp/devinfo.out
+
+# pair NAME SERVER_CMD CLIENT_CMD: the server in the background, the client against
+# 127.0.0.1 (the out-of-band exchange over the guest's loopback, the traffic over the mock
+# fabric); a PASS/FAIL line for each side's exit status and its "100 iters" line.
+pair() {
+  pname=$1 srv=$2 cli=$3
+  t=$(up)
+  timeout 60 $srv > /tmp/srv.out 2>&1 &
+  spid=$!
+  sleep 1
+  timeout 60 $cli 127.0.0.1 > /tmp/cli.out 2>&1
+  crc=$?
+  wait $spid
+  src=$?
+  echo "--- $pname, server: $srv"; cat /tmp/srv.out
+  echo "--- $pname, client: $cli 127.0.0.1"; cat /tmp/cli.out
+  echo "$pname took $(since "$t") s"
+  check "$pname: server exits 0 ($srv)" [ $src -eq 0 ]
+  check "$pname: client exits 0 ($cli)" [ $crc -eq 0 ]
+  check "$pname: 100 iterations reported by both sides" \
+    sh -c "grep -q '^100 iters' /tmp/srv.out && grep -q '^100 iters' /tmp/cli.out"
+}
+# Data checked (-c/--chk on both sides): uhca's client sends 0xc5 bytes with 0 at each page's
+# first byte and checks that every pong is exactly that, a round trip through Linux's
+# receive and send; uhca's server starts its buffer as 0x5a and checks that every ping is
+# what rdma-core's client sends (0x7b, with ibv_rc_pingpong --chk's 0 at each page's first
+# byte); ibv_rc_pingpong --chk checks those bytes of what it receives. ibv_ud_pingpong has
+# no --chk: its side of the check is uhca's.
+ibv="-d $ibdev -i 1 -n 100"
+dev="--device $uhca -n 100 --chk"
+chk() {
+  check "$1: uhca checked 100 messages ($2)" grep -q '^--chk: 100 messages received as sent' "$3"
+}
+pair "RC: Linux serves, uhca connects" "ibv_rc_pingpong $ibv --chk" "rc_pingpong $dev"
+chk "RC: Linux serves, uhca connects" "round trips of its own data" /tmp/cli.out
+pair "RC: uhca serves, Linux connects" "rc_pingpong $dev" "ibv_rc_pingpong $ibv --chk"
+chk "RC: uhca serves, Linux connects" "rdma-core's data" /tmp/srv.out
+# UD: the same datagram size on both sides, given (rdma-core's ud_pingpong posted 1064-byte
+# receives, 1024 + the GRH, where uhca's default datagram is 2048 bytes).
+pair "UD: Linux serves, uhca connects" "ibv_ud_pingpong $ibv -s 1024" "ud_pingpong $dev -s 1024"
+chk "UD: Linux serves, uhca connects" "round trips of its own data" /tmp/cli.out
+pair "UD: uhca serves, Linux connects" "ud_pingpong $dev -s 1024" "ibv_ud_pingpong $ibv -s 1024"
+chk "UD: uhca serves, Linux connects" "rdma-core's data" /tmp/srv.out
+
+echo "--- kernel log (mlx5):"
+dmesg | grep -i 'mlx5' | grep -v 'uhca-rig-mark'
+check "kernel log: no mlx5 warning or error" \
+  sh -c "! dmesg -r | grep mlx5 | grep -q '^<[0-4]>'"
+rmmod mlx5_ib
+rmmod mlx5_core
+check "rmmod mlx5_ib and mlx5_core" [ -z "$(driver_of "$linux")" ]
+finish
