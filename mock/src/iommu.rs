@@ -144,11 +144,10 @@ pub(crate) struct Iommu {
     faults: Vec<IommuFault>,
     bus_master: bool,
     /// The mappings the device used last (a translation cache, like an IOTLB): a B-tree
-    /// search per access costs more than the copy of a small one. Emptied whenever a
+    /// search per access costs more than the copy of a small one. Direct-mapped by the
+    /// accessed IOVA's 4 KiB page number (one compare per access). Emptied whenever a
     /// mapping goes away.
-    tlb: [Option<TlbEntry>; TLB_ENTRIES],
-    /// The entry the next miss replaces.
-    tlb_next: usize,
+    tlb: [TlbEntry; TLB_ENTRIES],
 }
 
 // SAFETY: an entry is a copy of a live Mapping's address, used under the same rules as the
@@ -156,16 +155,36 @@ pub(crate) struct Iommu {
 // before that mapping goes away.
 unsafe impl Send for TlbEntry {}
 
-/// Entries of [`Iommu::tlb`].
-const TLB_ENTRIES: usize = 8;
+/// Entries of [`Iommu::tlb`] (a power of two).
+const TLB_ENTRIES: usize = 32;
 
-/// A cached mapping: IOVA range, CPU address, whether the device may write it.
+/// A cached mapping, found through the page of an access inside it: that page number, the
+/// mapping's IOVA range, CPU address, and whether the device may write it. An empty entry
+/// has the page number `u64::MAX` (no IOVA's page) and a length of 0.
 #[derive(Clone, Copy, Debug)]
 struct TlbEntry {
+    page: u64,
     base: u64,
     len: u64,
     cpu: NonNull<u8>,
     writable: bool,
+}
+
+impl TlbEntry {
+    const EMPTY: TlbEntry = TlbEntry {
+        page: u64::MAX,
+        base: 0,
+        len: 0,
+        cpu: NonNull::dangling(),
+        writable: false,
+    };
+}
+
+/// The entry of [`Iommu::tlb`] for the page of `iova`.
+#[inline]
+fn tlb_slot(iova: u64) -> (u64, usize) {
+    let page = iova >> 12;
+    (page, page as usize & (TLB_ENTRIES - 1))
 }
 
 impl Iommu {
@@ -175,27 +194,31 @@ impl Iommu {
             next_iova: IOVA_BASE,
             faults: Vec::new(),
             bus_master: false,
-            tlb: [None; TLB_ENTRIES],
-            tlb_next: 0,
+            tlb: [TlbEntry::EMPTY; TLB_ENTRIES],
         }
     }
 
     /// Forgets every cached translation (a mapping went away).
     fn flush_tlb(&mut self) {
-        self.tlb = [None; TLB_ENTRIES];
+        self.tlb = [TlbEntry::EMPTY; TLB_ENTRIES];
     }
 
     /// A cached translation of `[iova, iova + len)`: (CPU pointer to `iova`, writable).
+    #[inline]
     fn tlb_lookup(&self, iova: u64, len: usize) -> Option<(NonNull<u8>, bool)> {
-        self.tlb.iter().flatten().find_map(|e| {
-            let off = iova.checked_sub(e.base)?;
-            if off.checked_add(len as u64)? > e.len {
-                return None;
-            }
-            // SAFETY: `off + len <= e.len`: inside (or one past the end of) the live mapping
-            // the entry was taken from (entries are dropped when a mapping goes away).
-            Some((unsafe { e.cpu.add(off as usize) }, e.writable))
-        })
+        let (page, i) = tlb_slot(iova);
+        let e = &self.tlb[i];
+        if e.page != page {
+            return None;
+        }
+        // The entry's page holds `iova`, so `iova` lies in its mapping: `off < e.len`.
+        let off = iova.wrapping_sub(e.base);
+        if off >= e.len || len as u64 > e.len - off {
+            return None;
+        }
+        // SAFETY: `off + len <= e.len`: inside the live mapping the entry was taken from
+        // (entries are emptied when a mapping goes away).
+        Some((unsafe { e.cpu.add(off as usize) }, e.writable))
     }
 
     /// Caches the mapping that holds `iova`, if it is one the device can reach.
@@ -209,13 +232,17 @@ impl Iommu {
             MappingKind::Unbacked => return,
             _ => true,
         };
-        self.tlb[self.tlb_next] = Some(TlbEntry {
+        if iova.wrapping_sub(base) >= m.len as u64 {
+            return;
+        }
+        let (page, i) = tlb_slot(iova);
+        self.tlb[i] = TlbEntry {
+            page,
             base,
             len: m.len as u64,
             cpu: m.cpu,
             writable,
-        });
-        self.tlb_next = (self.tlb_next + 1) % TLB_ENTRIES;
+        };
     }
 
     /// Follows the command register's bus-master bit.
@@ -513,6 +540,7 @@ impl Iommu {
         self.translate_rw(iova, len).map(|(p, _)| p)
     }
 
+    #[inline]
     fn check(
         &mut self,
         iova: u64,
@@ -527,6 +555,19 @@ impl Iommu {
         {
             return Ok(p);
         }
+        self.check_uncached(iova, len, write, now, context)
+    }
+
+    /// [`Iommu::check`] past the translation cache: the mapping table, or the fault.
+    #[inline(never)]
+    fn check_uncached(
+        &mut self,
+        iova: u64,
+        len: usize,
+        write: bool,
+        now: u64,
+        context: &'static str,
+    ) -> Result<NonNull<u8>, IommuFault> {
         let kind = if !self.bus_master {
             FaultKind::BusMasterDisabled
         } else if let Some((p, writable)) = self.translate_rw(iova, len) {
@@ -608,7 +649,8 @@ impl Iommu {
 
     /// Whether `[iova, iova + len)` lies within one mapping.
     pub(crate) fn is_mapped(&self, iova: u64, len: usize) -> bool {
-        self.translate(iova, len).is_some()
+        // A cached entry is a live mapping the device can reach (never an unbacked one).
+        self.tlb_lookup(iova, len).is_some() || self.translate(iova, len).is_some()
     }
 }
 
