@@ -547,10 +547,11 @@ impl Device {
                 break;
             }
             let w = s.outstanding.pop_front();
-            if let Some(w) = w
-                && w.signaled
-            {
-                self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+            if let Some(w) = w {
+                if w.signaled {
+                    self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+                }
+                self.engine.recycle_gather_list(w.data);
             }
         }
         progressed

@@ -210,7 +210,7 @@ impl Device {
             av: None,
             raddr: None,
             atomic: None,
-            data: Vec::new(),
+            data: self.engine.gather_list(),
         };
         let mut off = SEND_WQE_DS;
         let seg = |off: usize, n: usize| raw.get(off..off + n).ok_or(bad);
