@@ -144,9 +144,10 @@ pub(crate) struct Iommu {
     faults: Vec<IommuFault>,
     bus_master: bool,
     /// The mappings the device used last (a translation cache, like an IOTLB): a B-tree
-    /// search per access costs more than the copy of a small one. Direct-mapped by the
-    /// accessed IOVA's 4 KiB page number (one compare per access). Emptied whenever a
-    /// mapping goes away.
+    /// search per access costs more than the copy of a small one. Direct-mapped: an access
+    /// looks only at the entry of its IOVA's 4 KiB page number, filled (on a miss) with
+    /// the mapping that holds that page; any mapping an entry holds serves every access
+    /// inside it. Emptied whenever a mapping goes away.
     tlb: [TlbEntry; TLB_ENTRIES],
 }
 
@@ -158,12 +159,10 @@ unsafe impl Send for TlbEntry {}
 /// Entries of [`Iommu::tlb`] (a power of two).
 const TLB_ENTRIES: usize = 32;
 
-/// A cached mapping, found through the page of an access inside it: that page number, the
-/// mapping's IOVA range, CPU address, and whether the device may write it. An empty entry
-/// has the page number `u64::MAX` (no IOVA's page) and a length of 0.
+/// A cached mapping: its IOVA range, CPU address, and whether the device may write it. An
+/// empty entry has a length of 0.
 #[derive(Clone, Copy, Debug)]
 struct TlbEntry {
-    page: u64,
     base: u64,
     len: u64,
     cpu: NonNull<u8>,
@@ -172,7 +171,6 @@ struct TlbEntry {
 
 impl TlbEntry {
     const EMPTY: TlbEntry = TlbEntry {
-        page: u64::MAX,
         base: 0,
         len: 0,
         cpu: NonNull::dangling(),
@@ -182,9 +180,8 @@ impl TlbEntry {
 
 /// The entry of [`Iommu::tlb`] for the page of `iova`.
 #[inline]
-fn tlb_slot(iova: u64) -> (u64, usize) {
-    let page = iova >> 12;
-    (page, page as usize & (TLB_ENTRIES - 1))
+fn tlb_slot(iova: u64) -> usize {
+    (iova >> 12) as usize & (TLB_ENTRIES - 1)
 }
 
 impl Iommu {
@@ -206,12 +203,7 @@ impl Iommu {
     /// A cached translation of `[iova, iova + len)`: (CPU pointer to `iova`, writable).
     #[inline]
     fn tlb_lookup(&self, iova: u64, len: usize) -> Option<(NonNull<u8>, bool)> {
-        let (page, i) = tlb_slot(iova);
-        let e = &self.tlb[i];
-        if e.page != page {
-            return None;
-        }
-        // The entry's page holds `iova`, so `iova` lies in its mapping: `off < e.len`.
+        let e = &self.tlb[tlb_slot(iova)];
         let off = iova.wrapping_sub(e.base);
         if off >= e.len || len as u64 > e.len - off {
             return None;
@@ -235,9 +227,7 @@ impl Iommu {
         if iova.wrapping_sub(base) >= m.len as u64 {
             return;
         }
-        let (page, i) = tlb_slot(iova);
-        self.tlb[i] = TlbEntry {
-            page,
+        self.tlb[tlb_slot(iova)] = TlbEntry {
             base,
             len: m.len as u64,
             cpu: m.cpu,
@@ -568,10 +558,19 @@ impl Iommu {
         now: u64,
         context: &'static str,
     ) -> Result<NonNull<u8>, IommuFault> {
+        if self.bus_master {
+            // One search of the mapping table fills the entry; it then answers as a hit
+            // would (same bounds and permission checks).
+            self.tlb_fill(iova);
+            if let Some((p, writable)) = self.tlb_lookup(iova, len)
+                && (writable || !write)
+            {
+                return Ok(p);
+            }
+        }
         let kind = if !self.bus_master {
             FaultKind::BusMasterDisabled
         } else if let Some((p, writable)) = self.translate_rw(iova, len) {
-            self.tlb_fill(iova);
             if writable || !write {
                 return Ok(p);
             }
