@@ -10,6 +10,7 @@ use super::sq::{Piece, Wqe};
 use crate::device::Device;
 use crate::wire::ib::ext::rnr_timer_micros;
 use crate::wire::ib::psn;
+use crate::wire::ib::PAYLOAD_IN_PLACE;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
 use uhca_fwif::consts::{
     ATOMIC_REQ_MODE_HOST_ENDIANNESS, CqeOpcode, CqeSyndrome, IbMtu, QpServiceType, QpState,
@@ -298,23 +299,27 @@ impl Device {
                     let b = ((i as u64 + 1) * mtu).min(w.len).max(a);
                     // Every byte of the part is read (or the gather fails): no zeroing.
                     let n = (b - a) as usize;
-                    if buf.len() < n {
-                        buf.resize(n, 0);
+                    let keys = LocalKeys {
+                        pd: qpc.pd(),
+                        rlky: qpc.rlky(),
+                    };
+                    // The part is read from memory straight into its frame when it fits
+                    // the placeholder (any MTU does), else through `buf`.
+                    let in_place = n > 0 && n <= PAYLOAD_IN_PLACE.len();
+                    if !in_place {
+                        if buf.len() < n {
+                            buf.resize(n, 0);
+                        }
+                        if let Err(e) = self.gather_range(keys, &w.data, a, &mut buf[..n], now) {
+                            failed = Some(gather_syndrome(e));
+                            break;
+                        }
                     }
-                    if let Err(e) = self.gather_range(
-                        LocalKeys {
-                            pd: qpc.pd(),
-                            rlky: qpc.rlky(),
-                        },
-                        &w.data,
-                        a,
-                        &mut buf[..n],
-                        now,
-                    ) {
-                        failed = Some(gather_syndrome(e));
-                        break;
-                    }
-                    let data = &buf[..n];
+                    let data = if in_place {
+                        &PAYLOAD_IN_PLACE[..n]
+                    } else {
+                        &buf[..n]
+                    };
                     let opc = if write {
                         write_opcode(uc, first, last, imm)
                     } else {
@@ -330,7 +335,17 @@ impl Device {
                     if imm && last {
                         t = t.with_imm_dt(w.imm);
                     }
-                    self.emit_packet(&path, &t);
+                    if !in_place {
+                        self.emit_packet(&path, &t);
+                        continue;
+                    }
+                    let mut gather = |d: &mut Device, dst: &mut [u8]| {
+                        d.gather_range(keys, &w.data, a, dst, now)
+                    };
+                    if let Err(e) = self.emit_packet_filled(&path, &t, Some(&mut gather)) {
+                        failed = Some(gather_syndrome(e));
+                        break;
+                    }
                 }
                 self.engine.scratch = buf;
                 if let Some(syndrome) = failed {
