@@ -2,10 +2,10 @@
 //! address vector, for RoCEv2 (GID table entries installed with SET_ROCE_ADDRESS) and
 //! native InfiniBand (LRH, and a GRH when asked for).
 
+use super::mem::KeyError;
 use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer};
 use crate::device::Device;
 use crate::firmware::{DEFAULT_PKEY, GID_PREFIX};
-use super::mem::KeyError;
 use crate::wire::icrc::{ICRC_LEN, VCRC_LEN};
 use crate::wire::{
     EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Repr, Ipv6Repr,
@@ -13,6 +13,9 @@ use crate::wire::{
 };
 use uhca_fwif::ctx::Ads;
 use uhca_fwif::wqe::Av;
+
+/// Writes a packet's payload straight into its frame (the bytes given), from memory.
+pub(crate) type PayloadFill<'a> = dyn FnMut(&mut Device, &mut [u8]) -> Result<(), KeyError> + 'a;
 
 /// The default UDP source port when the path gives none.
 pub const DEFAULT_UDP_SPORT: u16 = 0xc000;
@@ -229,7 +232,7 @@ impl Device {
         &mut self,
         path: &Path,
         t: &IbTransportRepr<'_>,
-        mut fill: Option<&mut dyn FnMut(&mut Device, &mut [u8]) -> Result<(), KeyError>>,
+        mut fill: Option<&mut PayloadFill<'_>>,
     ) -> Result<(), KeyError> {
         let mut t = *t;
         t.bth.pkey = DEFAULT_PKEY;

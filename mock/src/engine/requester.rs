@@ -8,9 +8,9 @@ use super::SentWqe;
 use super::mem::{Access, KeyError, LocalKeys, Sge};
 use super::sq::{Piece, Wqe};
 use crate::device::Device;
+use crate::wire::ib::PAYLOAD_IN_PLACE;
 use crate::wire::ib::ext::rnr_timer_micros;
 use crate::wire::ib::psn;
-use crate::wire::ib::PAYLOAD_IN_PLACE;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
 use uhca_fwif::consts::{
     ATOMIC_REQ_MODE_HOST_ENDIANNESS, CqeOpcode, CqeSyndrome, IbMtu, QpServiceType, QpState,
@@ -339,9 +339,8 @@ impl Device {
                         self.emit_packet(&path, &t);
                         continue;
                     }
-                    let mut gather = |d: &mut Device, dst: &mut [u8]| {
-                        d.gather_range(keys, &w.data, a, dst, now)
-                    };
+                    let mut gather =
+                        |d: &mut Device, dst: &mut [u8]| d.gather_range(keys, &w.data, a, dst, now);
                     if let Err(e) = self.emit_packet_filled(&path, &t, Some(&mut gather)) {
                         failed = Some(gather_syndrome(e));
                         break;
