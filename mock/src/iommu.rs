@@ -863,6 +863,53 @@ mod tests {
         assert!(torn.is_empty(), "torn reads (offset, value): {torn:x?}");
     }
 
+    /// The translation cache answers only as the mapping table would: an access that starts
+    /// in a cached mapping and runs past its end faults (nothing written), mappings whose
+    /// pages share a cache entry take turns in it with their own bytes, and a mapping that
+    /// went away faults even though it was cached.
+    #[test]
+    fn the_translation_cache_answers_as_the_mapping_table_would() {
+        let mut m = Iommu::new();
+        m.set_bus_master(true);
+        let a = m.alloc_coherent(8192, 4096).unwrap();
+        m.dma_write(a.iova + 8, &[1; 8], 0, "test").unwrap();
+        // Cached now (both pages): from inside `a` to 8 bytes past its end.
+        m.dma_write(a.iova + 4096, &[2; 8], 0, "test").unwrap();
+        let past = m.dma_write(a.iova + 8192 - 8, &[3; 16], 0, "test");
+        assert_eq!(past.unwrap_err().kind, FaultKind::Unmapped);
+        let mut tail = [0u8; 8];
+        m.dma_read(a.iova + 8192 - 8, &mut tail, 0, "test").unwrap();
+        assert_eq!(tail, [0; 8], "a refused write wrote nothing");
+        // A mapping whose first page takes the cache entry of `a`'s (8 KiB mappings and
+        // their guard pages step through every entry).
+        let mut others = Vec::new();
+        let c = loop {
+            assert!(others.len() < 2 * TLB_ENTRIES, "no mapping shares an entry");
+            let r = m.alloc_coherent(8192, 4096).unwrap();
+            if tlb_slot(r.iova) == tlb_slot(a.iova) {
+                break r;
+            }
+            others.push(r);
+        };
+        for i in 0..3u8 {
+            m.dma_write(c.iova, &[i + 10; 8], 0, "test").unwrap();
+            let mut b = [0u8; 8];
+            m.dma_read(a.iova + 8, &mut b, 0, "test").unwrap();
+            assert_eq!(b, [1; 8]);
+            m.dma_read(c.iova, &mut b, 0, "test").unwrap();
+            assert_eq!(b, [i + 10; 8]);
+        }
+        assert!(m.free_coherent(&c));
+        let gone = m.dma_read(c.iova, &mut [0u8; 8], 0, "test");
+        assert_eq!(gone.unwrap_err().kind, FaultKind::Unmapped);
+        assert!(!m.is_mapped(c.iova, 8));
+        assert!(m.is_mapped(a.iova, 8192) && !m.is_mapped(a.iova, 8193));
+        for r in &others {
+            assert!(m.free_coherent(r));
+        }
+        assert!(m.free_coherent(&a));
+    }
+
     /// Word-wise volatile copies move exactly the bytes asked for, at every alignment of
     /// the device side and every length across the byte, word and four-word boundaries.
     #[test]
