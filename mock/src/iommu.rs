@@ -144,11 +144,11 @@ pub(crate) struct Iommu {
     faults: Vec<IommuFault>,
     bus_master: bool,
     /// The mappings the device used last (a translation cache, like an IOTLB): a B-tree
-    /// search per access costs more than the copy of a small one. Emptied whenever a
-    /// mapping goes away.
-    tlb: [Option<TlbEntry>; TLB_ENTRIES],
-    /// The entry the next miss replaces.
-    tlb_next: usize,
+    /// search per access costs more than the copy of a small one. Direct-mapped: an access
+    /// looks only at the entry of its IOVA's 4 KiB page number, filled (on a miss) with
+    /// the mapping that holds that page; any mapping an entry holds serves every access
+    /// inside it. Emptied whenever a mapping goes away.
+    tlb: [TlbEntry; TLB_ENTRIES],
 }
 
 // SAFETY: an entry is a copy of a live Mapping's address, used under the same rules as the
@@ -156,16 +156,32 @@ pub(crate) struct Iommu {
 // before that mapping goes away.
 unsafe impl Send for TlbEntry {}
 
-/// Entries of [`Iommu::tlb`].
-const TLB_ENTRIES: usize = 8;
+/// Entries of [`Iommu::tlb`] (a power of two).
+const TLB_ENTRIES: usize = 32;
 
-/// A cached mapping: IOVA range, CPU address, whether the device may write it.
+/// A cached mapping: its IOVA range, CPU address, and whether the device may write it. An
+/// empty entry has a length of 0.
 #[derive(Clone, Copy, Debug)]
 struct TlbEntry {
     base: u64,
     len: u64,
     cpu: NonNull<u8>,
     writable: bool,
+}
+
+impl TlbEntry {
+    const EMPTY: TlbEntry = TlbEntry {
+        base: 0,
+        len: 0,
+        cpu: NonNull::dangling(),
+        writable: false,
+    };
+}
+
+/// The entry of [`Iommu::tlb`] for the page of `iova`.
+#[inline]
+fn tlb_slot(iova: u64) -> usize {
+    (iova >> 12) as usize & (TLB_ENTRIES - 1)
 }
 
 impl Iommu {
@@ -175,27 +191,26 @@ impl Iommu {
             next_iova: IOVA_BASE,
             faults: Vec::new(),
             bus_master: false,
-            tlb: [None; TLB_ENTRIES],
-            tlb_next: 0,
+            tlb: [TlbEntry::EMPTY; TLB_ENTRIES],
         }
     }
 
     /// Forgets every cached translation (a mapping went away).
     fn flush_tlb(&mut self) {
-        self.tlb = [None; TLB_ENTRIES];
+        self.tlb = [TlbEntry::EMPTY; TLB_ENTRIES];
     }
 
     /// A cached translation of `[iova, iova + len)`: (CPU pointer to `iova`, writable).
+    #[inline]
     fn tlb_lookup(&self, iova: u64, len: usize) -> Option<(NonNull<u8>, bool)> {
-        self.tlb.iter().flatten().find_map(|e| {
-            let off = iova.checked_sub(e.base)?;
-            if off.checked_add(len as u64)? > e.len {
-                return None;
-            }
-            // SAFETY: `off + len <= e.len`: inside (or one past the end of) the live mapping
-            // the entry was taken from (entries are dropped when a mapping goes away).
-            Some((unsafe { e.cpu.add(off as usize) }, e.writable))
-        })
+        let e = &self.tlb[tlb_slot(iova)];
+        let off = iova.wrapping_sub(e.base);
+        if off >= e.len || len as u64 > e.len - off {
+            return None;
+        }
+        // SAFETY: `off + len <= e.len`: inside the live mapping the entry was taken from
+        // (entries are emptied when a mapping goes away).
+        Some((unsafe { e.cpu.add(off as usize) }, e.writable))
     }
 
     /// Caches the mapping that holds `iova`, if it is one the device can reach.
@@ -209,13 +224,15 @@ impl Iommu {
             MappingKind::Unbacked => return,
             _ => true,
         };
-        self.tlb[self.tlb_next] = Some(TlbEntry {
+        if iova.wrapping_sub(base) >= m.len as u64 {
+            return;
+        }
+        self.tlb[tlb_slot(iova)] = TlbEntry {
             base,
             len: m.len as u64,
             cpu: m.cpu,
             writable,
-        });
-        self.tlb_next = (self.tlb_next + 1) % TLB_ENTRIES;
+        };
     }
 
     /// Follows the command register's bus-master bit.
@@ -513,6 +530,7 @@ impl Iommu {
         self.translate_rw(iova, len).map(|(p, _)| p)
     }
 
+    #[inline]
     fn check(
         &mut self,
         iova: u64,
@@ -527,10 +545,32 @@ impl Iommu {
         {
             return Ok(p);
         }
+        self.check_uncached(iova, len, write, now, context)
+    }
+
+    /// [`Iommu::check`] past the translation cache: the mapping table, or the fault.
+    #[inline(never)]
+    fn check_uncached(
+        &mut self,
+        iova: u64,
+        len: usize,
+        write: bool,
+        now: u64,
+        context: &'static str,
+    ) -> Result<NonNull<u8>, IommuFault> {
+        if self.bus_master {
+            // One search of the mapping table fills the entry; it then answers as a hit
+            // would (same bounds and permission checks).
+            self.tlb_fill(iova);
+            if let Some((p, writable)) = self.tlb_lookup(iova, len)
+                && (writable || !write)
+            {
+                return Ok(p);
+            }
+        }
         let kind = if !self.bus_master {
             FaultKind::BusMasterDisabled
         } else if let Some((p, writable)) = self.translate_rw(iova, len) {
-            self.tlb_fill(iova);
             if writable || !write {
                 return Ok(p);
             }
@@ -608,7 +648,8 @@ impl Iommu {
 
     /// Whether `[iova, iova + len)` lies within one mapping.
     pub(crate) fn is_mapped(&self, iova: u64, len: usize) -> bool {
-        self.translate(iova, len).is_some()
+        // A cached entry is a live mapping the device can reach (never an unbacked one).
+        self.tlb_lookup(iova, len).is_some() || self.translate(iova, len).is_some()
     }
 }
 
@@ -820,6 +861,53 @@ mod tests {
             torn
         });
         assert!(torn.is_empty(), "torn reads (offset, value): {torn:x?}");
+    }
+
+    /// The translation cache answers only as the mapping table would: an access that starts
+    /// in a cached mapping and runs past its end faults (nothing written), mappings whose
+    /// pages share a cache entry take turns in it with their own bytes, and a mapping that
+    /// went away faults even though it was cached.
+    #[test]
+    fn the_translation_cache_answers_as_the_mapping_table_would() {
+        let mut m = Iommu::new();
+        m.set_bus_master(true);
+        let a = m.alloc_coherent(8192, 4096).unwrap();
+        m.dma_write(a.iova + 8, &[1; 8], 0, "test").unwrap();
+        // Cached now (both pages): from inside `a` to 8 bytes past its end.
+        m.dma_write(a.iova + 4096, &[2; 8], 0, "test").unwrap();
+        let past = m.dma_write(a.iova + 8192 - 8, &[3; 16], 0, "test");
+        assert_eq!(past.unwrap_err().kind, FaultKind::Unmapped);
+        let mut tail = [0u8; 8];
+        m.dma_read(a.iova + 8192 - 8, &mut tail, 0, "test").unwrap();
+        assert_eq!(tail, [0; 8], "a refused write wrote nothing");
+        // A mapping whose first page takes the cache entry of `a`'s (8 KiB mappings and
+        // their guard pages step through every entry).
+        let mut others = Vec::new();
+        let c = loop {
+            assert!(others.len() < 2 * TLB_ENTRIES, "no mapping shares an entry");
+            let r = m.alloc_coherent(8192, 4096).unwrap();
+            if tlb_slot(r.iova) == tlb_slot(a.iova) {
+                break r;
+            }
+            others.push(r);
+        };
+        for i in 0..3u8 {
+            m.dma_write(c.iova, &[i + 10; 8], 0, "test").unwrap();
+            let mut b = [0u8; 8];
+            m.dma_read(a.iova + 8, &mut b, 0, "test").unwrap();
+            assert_eq!(b, [1; 8]);
+            m.dma_read(c.iova, &mut b, 0, "test").unwrap();
+            assert_eq!(b, [i + 10; 8]);
+        }
+        assert!(m.free_coherent(&c));
+        let gone = m.dma_read(c.iova, &mut [0u8; 8], 0, "test");
+        assert_eq!(gone.unwrap_err().kind, FaultKind::Unmapped);
+        assert!(!m.is_mapped(c.iova, 8));
+        assert!(m.is_mapped(a.iova, 8192) && !m.is_mapped(a.iova, 8193));
+        for r in &others {
+            assert!(m.free_coherent(r));
+        }
+        assert!(m.free_coherent(&a));
     }
 
     /// Word-wise volatile copies move exactly the bytes asked for, at every alignment of

@@ -175,7 +175,15 @@ pub(crate) struct Engine {
     /// Buffers of frames the fabric delivered, kept for the next frames (an allocation,
     /// zeroing and page faults per packet otherwise).
     pub(crate) spare_frames: Vec<Vec<u8>>,
+    /// Gather lists of completed send WQEs, kept for the next WQEs (an allocation per
+    /// message otherwise).
+    pub(crate) spare_pieces: Vec<Vec<sq::Piece>>,
+    /// Scatter lists of completed receive WQEs, kept for the next receives.
+    pub(crate) spare_sges: Vec<Vec<mem::Sge>>,
 }
+
+/// Most lists [`Engine::spare_pieces`] and [`Engine::spare_sges`] keep each.
+const SPARE_LISTS: usize = 256;
 
 /// Most frame buffers [`Engine::spare_frames`] keeps: a doorbell for a hundred 64 KiB
 /// messages emits thousands of frames before the fabric delivers any, and a smaller pool
@@ -194,6 +202,32 @@ impl Engine {
                 f
             }
             None => vec![0u8; len],
+        }
+    }
+
+    /// An empty gather list for a send WQE, reusing a completed one's.
+    pub(crate) fn gather_list(&mut self) -> Vec<sq::Piece> {
+        self.spare_pieces.pop().unwrap_or_default()
+    }
+
+    /// Keeps the gather list of a completed send WQE for the next.
+    pub(crate) fn recycle_gather_list(&mut self, mut v: Vec<sq::Piece>) {
+        if self.spare_pieces.len() < SPARE_LISTS && v.capacity() > 0 {
+            v.clear();
+            self.spare_pieces.push(v);
+        }
+    }
+
+    /// An empty scatter list for a receive WQE, reusing a completed one's.
+    pub(crate) fn scatter_list(&mut self) -> Vec<mem::Sge> {
+        self.spare_sges.pop().unwrap_or_default()
+    }
+
+    /// Keeps the scatter list of a completed receive WQE for the next.
+    pub(crate) fn recycle_scatter_list(&mut self, mut v: Vec<mem::Sge>) {
+        if self.spare_sges.len() < SPARE_LISTS && v.capacity() > 0 {
+            v.clear();
+            self.spare_sges.push(v);
         }
     }
 

@@ -2,6 +2,7 @@
 //! address vector, for RoCEv2 (GID table entries installed with SET_ROCE_ADDRESS) and
 //! native InfiniBand (LRH, and a GRH when asked for).
 
+use super::mem::KeyError;
 use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer};
 use crate::device::Device;
 use crate::firmware::{DEFAULT_PKEY, GID_PREFIX};
@@ -12,6 +13,9 @@ use crate::wire::{
 };
 use uhca_fwif::ctx::Ads;
 use uhca_fwif::wqe::Av;
+
+/// Writes a packet's payload straight into its frame (the bytes given), from memory.
+pub(crate) type PayloadFill<'a> = dyn FnMut(&mut Device, &mut [u8]) -> Result<(), KeyError> + 'a;
 
 /// The default UDP source port when the path gives none.
 pub const DEFAULT_UDP_SPORT: u16 = 0xc000;
@@ -216,6 +220,20 @@ impl Device {
 
     /// Emits one packet on `path` and queues it for the wire.
     pub(crate) fn emit_packet(&mut self, path: &Path, t: &IbTransportRepr<'_>) {
+        let _ = self.emit_packet_filled(path, t, None);
+    }
+
+    /// Emits one packet on `path` and queues it for the wire; with `fill`, the payload
+    /// (`t.payload` is then `&PAYLOAD_IN_PLACE[..n]`, see
+    /// [`crate::wire::ib::PAYLOAD_IN_PLACE`]) is written by `fill` straight into the frame
+    /// before the headers and CRCs around it (no copy through another buffer). If `fill`
+    /// fails, nothing is sent and its error is returned.
+    pub(crate) fn emit_packet_filled(
+        &mut self,
+        path: &Path,
+        t: &IbTransportRepr<'_>,
+        mut fill: Option<&mut PayloadFill<'_>>,
+    ) -> Result<(), KeyError> {
         let mut t = *t;
         t.bth.pkey = DEFAULT_PKEY;
         let frame = match *path {
@@ -256,8 +274,12 @@ impl Device {
                 // Payload, pad and ICRC are all written by the emitter.
                 let tail = t.payload.len() + usize::from(t.pad_count()) + ICRC_LEN;
                 let mut f = self.engine.frame_buffer(r.buffer_len(), tail);
+                if let Some(fill) = fill.as_mut() {
+                    let at = f.len() - tail;
+                    fill(self, &mut f[at..at + t.payload.len()])?;
+                }
                 if r.emit(&mut f).is_err() {
-                    return;
+                    return Ok(());
                 }
                 f
             }
@@ -283,12 +305,17 @@ impl Device {
                 // Payload, pad, ICRC and VCRC are all written by the emitter.
                 let tail = t.payload.len() + usize::from(t.pad_count()) + ICRC_LEN + VCRC_LEN;
                 let mut f = self.engine.frame_buffer(r.buffer_len(), tail);
+                if let Some(fill) = fill.as_mut() {
+                    let at = f.len() - tail;
+                    fill(self, &mut f[at..at + t.payload.len()])?;
+                }
                 if r.emit(&mut f).is_err() {
-                    return;
+                    return Ok(());
                 }
                 f
             }
         };
         self.push_frame(frame);
+        Ok(())
     }
 }

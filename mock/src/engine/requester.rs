@@ -8,6 +8,7 @@ use super::SentWqe;
 use super::mem::{Access, KeyError, LocalKeys, Sge};
 use super::sq::{Piece, Wqe};
 use crate::device::Device;
+use crate::wire::ib::PAYLOAD_IN_PLACE;
 use crate::wire::ib::ext::rnr_timer_micros;
 use crate::wire::ib::psn;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
@@ -273,7 +274,7 @@ impl Device {
                     rkey,
                     w.len.saturating_sub(off) as u32,
                 );
-                self.emit_request(&path, &t, xrc);
+                let _ = self.emit_request(&path, &t, xrc, None);
             }
             WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
                 let opc = if w.opcode == WqeOpcode::AtomicCs {
@@ -285,7 +286,7 @@ impl Device {
                 bth.ack_req = true;
                 let t = IbTransportRepr::new(bth, &[])
                     .with_atomic_eth(va, rkey, w.atomic.0, w.atomic.1);
-                self.emit_request(&path, &t, xrc);
+                let _ = self.emit_request(&path, &t, xrc, None);
             }
             op => {
                 let write = matches!(op, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
@@ -300,23 +301,27 @@ impl Device {
                     let b = ((i as u64 + 1) * mtu).min(w.len).max(a);
                     // Every byte of the part is read (or the gather fails): no zeroing.
                     let n = (b - a) as usize;
-                    if buf.len() < n {
-                        buf.resize(n, 0);
+                    let keys = LocalKeys {
+                        pd: qpc.pd(),
+                        rlky: qpc.rlky(),
+                    };
+                    // The part is read from memory straight into its frame when it fits
+                    // the placeholder (any MTU does), else through `buf`.
+                    let in_place = n > 0 && n <= PAYLOAD_IN_PLACE.len();
+                    if !in_place {
+                        if buf.len() < n {
+                            buf.resize(n, 0);
+                        }
+                        if let Err(e) = self.gather_range(keys, &w.data, a, &mut buf[..n], now) {
+                            failed = Some(gather_syndrome(e));
+                            break;
+                        }
                     }
-                    if let Err(e) = self.gather_range(
-                        LocalKeys {
-                            pd: qpc.pd(),
-                            rlky: qpc.rlky(),
-                        },
-                        &w.data,
-                        a,
-                        &mut buf[..n],
-                        now,
-                    ) {
-                        failed = Some(gather_syndrome(e));
-                        break;
-                    }
-                    let data = &buf[..n];
+                    let data = if in_place {
+                        &PAYLOAD_IN_PLACE[..n]
+                    } else {
+                        &buf[..n]
+                    };
                     let opc = if write {
                         write_opcode(uc, first, last, imm)
                     } else {
@@ -332,7 +337,16 @@ impl Device {
                     if imm && last {
                         t = t.with_imm_dt(w.imm);
                     }
-                    self.emit_request(&path, &t, xrc);
+                    if !in_place {
+                        let _ = self.emit_request(&path, &t, xrc, None);
+                        continue;
+                    }
+                    let mut gather =
+                        |d: &mut Device, dst: &mut [u8]| d.gather_range(keys, &w.data, a, dst, now);
+                    if let Err(e) = self.emit_request(&path, &t, xrc, Some(&mut gather)) {
+                        failed = Some(gather_syndrome(e));
+                        break;
+                    }
                 }
                 self.engine.scratch = buf;
                 if let Some(syndrome) = failed {
@@ -552,10 +566,11 @@ impl Device {
                 break;
             }
             let w = s.outstanding.pop_front();
-            if let Some(w) = w
-                && w.signaled
-            {
-                self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+            if let Some(w) = w {
+                if w.signaled {
+                    self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+                }
+                self.engine.recycle_gather_list(w.data);
             }
         }
         progressed

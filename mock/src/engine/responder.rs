@@ -572,7 +572,10 @@ impl Device {
         s.epsn = psn::add(s.epsn, 1);
         let total = offset + t.payload.len() as u64;
         if last {
-            s.recv = None;
+            if let Some(r) = s.recv.take() {
+                self.engine.recycle_scatter_list(r.wqe.sges);
+            }
+            let s = self.engine.qps.get_mut(&qpn).ok_or(Fail::Drop)?;
             s.msn = (s.msn + 1) & 0x00ff_ffff;
             let (op, imm) = match t.imm_dt {
                 Some(v) => (CqeOpcode::RespSendImm, Some(v)),

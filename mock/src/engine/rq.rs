@@ -19,9 +19,9 @@ pub(crate) struct RecvWqe {
     pub(crate) rlky: bool,
 }
 
-/// The scatter list of a receive WQE (data segments until [`INVALID_LKEY`]).
-fn parse_sges(raw: &[u8]) -> Vec<Sge> {
-    let mut out = Vec::new();
+/// The scatter list of a receive WQE (data segments until [`INVALID_LKEY`]), appended to
+/// `out` (empty, reused).
+fn parse_sges(raw: &[u8], mut out: Vec<Sge>) -> Vec<Sge> {
     for c in raw.chunks_exact(16) {
         let Ok(d) = WqeDataSeg::read_from_bytes(c) else {
             break;
@@ -65,7 +65,7 @@ impl Device {
                 raw.resize(stride as usize, 0);
                 let read =
                     self.queue_read(QueueBuf::Qp(qpn), page, off, &mut raw, now, "receive WQE");
-                let sges = parse_sges(&raw);
+                let sges = parse_sges(&raw, self.engine.scatter_list());
                 self.engine.rq_buf = raw;
                 if !read {
                     return None;
@@ -123,7 +123,7 @@ impl Device {
                 }
                 Some(RecvWqe {
                     counter: idx,
-                    sges: parse_sges(raw.get(16..).unwrap_or(&[])),
+                    sges: parse_sges(raw.get(16..).unwrap_or(&[]), self.engine.scatter_list()),
                     rlky,
                 })
             }

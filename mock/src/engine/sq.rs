@@ -214,7 +214,7 @@ impl Device {
             av: None,
             raddr: None,
             atomic: None,
-            data: Vec::new(),
+            data: self.engine.gather_list(),
             xrc_srqn: 0,
         };
         let mut off = SEND_WQE_DS;

@@ -24,7 +24,8 @@
 //! PSNs, ACK coalescing, duplicates, sequence NAKs, RNR NAKs (an empty SRQ) and the
 //! requester's retries are RC's code, unchanged.
 
-use super::path::Path;
+use super::mem::KeyError;
+use super::path::{Path, PayloadFill};
 use crate::device::Device;
 use crate::firmware::SrqCtx;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
@@ -55,19 +56,22 @@ pub(crate) fn is_xrc(qpc: &Qpc) -> bool {
 impl Device {
     /// Emits a request packet the requester built with an RC opcode: as it is, or, for an
     /// XRC QP (`xrc_srqn` given), with the XRC opcode and an XRCETH naming the remote SRQ.
+    /// `fill`, if given, writes the payload straight into the frame
+    /// ([`Device::emit_packet_filled`]); its error is returned and nothing is sent.
     #[inline]
     pub(crate) fn emit_request(
         &mut self,
         path: &Path,
         t: &IbTransportRepr<'_>,
         xrc_srqn: Option<u32>,
-    ) {
+        fill: Option<&mut PayloadFill<'_>>,
+    ) -> Result<(), KeyError> {
         match xrc_srqn {
-            None => self.emit_packet(path, t),
+            None => self.emit_packet_filled(path, t, fill),
             Some(n) => {
                 let mut x = t.with_xrceth(n);
                 x.bth.opcode = xrc_opcode(t.bth.opcode);
-                self.emit_packet(path, &x);
+                self.emit_packet_filled(path, &x, fill)
             }
         }
     }

@@ -303,4 +303,63 @@ mod tests {
             );
         }
     }
+
+    /// A payload written at its place before the emitter runs (`PAYLOAD_IN_PLACE`, as the
+    /// engine gathers it) gives the same bytes, ICRC and VCRC included, as a payload the
+    /// emitter copies, for a RoCEv2 frame and a native InfiniBand packet; odd lengths
+    /// included (the pad after the payload).
+    #[test]
+    fn a_payload_in_place_gives_the_same_frame() {
+        use crate::wire::ib::{IbPacketRepr, LinkNextHeader, LrhRepr, PAYLOAD_IN_PLACE};
+        for n in [1usize, 7, 64, 4093, 4096] {
+            let payload: Vec<u8> = (0..n).map(|i| (i * 13 + 5) as u8).collect();
+            let mut copied =
+                IbTransportRepr::new(BthRepr::new(Opcode::RcRdmaWriteFirst, 9, 3), &payload)
+                    .with_reth(0x1000, 0x22, 1 << 16);
+            copied.bth.pkey = 0xffff;
+            let in_place = IbTransportRepr {
+                payload: &PAYLOAD_IN_PLACE[..n],
+                ..copied
+            };
+            let tail = n + usize::from(copied.pad_count()) + crate::wire::icrc::ICRC_LEN;
+            let roce = |t| RoceV2Repr {
+                eth: EthernetRepr {
+                    dst: [2; 6],
+                    src: [4; 6],
+                    vlan: None,
+                },
+                ip: IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
+                udp_src_port: 0xc000,
+                transport: t,
+            };
+            let mut want = vec![0u8; roce(copied).buffer_len()];
+            roce(copied).emit(&mut want).unwrap();
+            let mut got = vec![0u8; want.len()];
+            let at = got.len() - tail;
+            got[at..at + n].copy_from_slice(&payload);
+            roce(in_place).emit(&mut got).unwrap();
+            assert_eq!(got, want, "RoCEv2, {n} bytes");
+
+            let ib = |t| IbPacketRepr {
+                lrh: LrhRepr {
+                    vl: 0,
+                    lver: 0,
+                    sl: 0,
+                    lnh: LinkNextHeader::IbaLocal,
+                    dlid: 2,
+                    packet_length: 0,
+                    slid: 1,
+                },
+                grh: None,
+                transport: t,
+            };
+            let mut want = vec![0u8; ib(copied).buffer_len()];
+            ib(copied).emit(&mut want).unwrap();
+            let mut got = vec![0u8; want.len()];
+            let at = got.len() - tail - crate::wire::icrc::VCRC_LEN;
+            got[at..at + n].copy_from_slice(&payload);
+            ib(in_place).emit(&mut got).unwrap();
+            assert_eq!(got, want, "InfiniBand, {n} bytes");
+        }
+    }
 }

@@ -321,12 +321,23 @@ impl<'a> IbTransportRepr<'a> {
             buf[next(16)].fill(0);
         }
         let p = next(self.payload.len());
-        buf[p].copy_from_slice(self.payload);
+        // A payload already written at its place in `buf` is left as it is.
+        if !core::ptr::eq(self.payload.as_ptr(), PAYLOAD_IN_PLACE.as_ptr()) {
+            buf[p].copy_from_slice(self.payload);
+        }
         let pad = next(usize::from(self.pad_count()));
         buf[pad].fill(0);
         Ok(())
     }
 }
+
+/// The payload of a transport whose bytes are already at their place in the buffer it is
+/// emitted into: `&PAYLOAD_IN_PLACE[..n]` as [`IbTransportRepr::payload`] gives the
+/// length, `n`, and [`IbTransportRepr::emit`] (and the emitters of whole packets and
+/// frames, which call it) writes everything around those `n` bytes, and computes the ICRC
+/// and VCRC over them, without copying them. The mock's engine reads a packet's payload
+/// from memory straight into its frame this way.
+pub(crate) static PAYLOAD_IN_PLACE: [u8; 4096] = [0; 4096];
 
 /// A whole native InfiniBand packet: LRH, optional GRH, transport, ICRC and VCRC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
