@@ -36,6 +36,8 @@ struct Case {
     what: &'static str,
     op: WqeOpcode,
     size: u32,
+    /// The path MTU.
+    mtu: IbMtu,
     batch: usize,
     /// Messages per timed run.
     messages: usize,
@@ -49,6 +51,7 @@ const CASES: &[Case] = &[
         what: "RC SEND 64 B, 32 per doorbell",
         op: WqeOpcode::Send,
         size: 64,
+        mtu: IbMtu::Mtu4096,
         batch: 32,
         messages: 32_000,
         callgrind_messages: 3_200,
@@ -58,6 +61,17 @@ const CASES: &[Case] = &[
         what: "RC WRITE 64 KiB (MTU 4096), 4 per doorbell",
         op: WqeOpcode::RdmaWrite,
         size: 65536,
+        mtu: IbMtu::Mtu4096,
+        batch: 4,
+        messages: 400,
+        callgrind_messages: 32,
+    },
+    Case {
+        name: "write64k-mtu1024",
+        what: "RC WRITE 64 KiB (MTU 1024), 4 per doorbell",
+        op: WqeOpcode::RdmaWrite,
+        size: 65536,
+        mtu: IbMtu::Mtu1024,
         batch: 4,
         messages: 400,
         callgrind_messages: 32,
@@ -77,7 +91,7 @@ struct Bench {
 impl Bench {
     fn new(c: &Case) -> Bench {
         let conn = Conn {
-            mtu: IbMtu::Mtu4096,
+            mtu: c.mtu,
             ..Conn::default()
         };
         let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, conn, conn);
