@@ -815,7 +815,11 @@ unsafe fn volatile_write(dst: NonNull<u8>, data: &[u8]) {
     // One word to a 16-byte boundary, if the range goes that far.
     if len - at >= 8 && !(dst as usize + at).is_multiple_of(16) {
         // SAFETY: `dst + at` is 8-byte aligned and `at + 8 <= len`.
-        unsafe { dst.add(at).cast::<u64>().write_volatile(word(&data[at..at + 8])) };
+        unsafe {
+            dst.add(at)
+                .cast::<u64>()
+                .write_volatile(word(&data[at..at + 8]))
+        };
         at += 8;
     }
     #[cfg(target_arch = "x86_64")]
