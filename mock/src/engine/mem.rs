@@ -84,9 +84,9 @@ pub(crate) struct Span {
 enum SpanMap {
     /// The address is the IOVA (physical access mode, the reserved lkey).
     Direct,
-    /// Through the translation entries of the key at `index`, pages of `ps` bytes from
-    /// `base`.
-    Mtt { index: u32, ps: u64, base: u64 },
+    /// Through the translation entries of the key at `index`, pages of `1 << shift` bytes
+    /// from `base` (a shift, so that the walk finds a page and an offset without dividing).
+    Mtt { index: u32, shift: u32, base: u64 },
 }
 
 impl Span {
@@ -110,15 +110,16 @@ impl Span {
         let start = self.va + offset;
         match self.map {
             SpanMap::Direct => f(start, len, 0),
-            SpanMap::Mtt { index, ps, base } => {
+            SpanMap::Mtt { index, shift, base } => {
+                let ps = 1u64 << shift;
                 let Some(m) = fw.mkeys.get(&index) else {
                     return false;
                 };
                 let end = start + len;
                 let mut cur = start;
                 while cur < end {
-                    let page = ((cur - base) / ps) as usize;
-                    let off = (cur - base) % ps;
+                    let page = ((cur - base) >> shift) as usize;
+                    let off = (cur - base) & (ps - 1);
                     let n = (ps - off).min(end - cur);
                     let Some(&entry) = m.mtt.get(page) else {
                         return false;
@@ -267,16 +268,17 @@ impl Device {
         let map = match m.access_mode() {
             MkcAccessMode::Pa => SpanMap::Direct,
             MkcAccessMode::Mtt => {
-                let ps = 1u64 << c.log_page_size();
+                let shift = u32::from(c.log_page_size());
+                let ps = 1u64 << shift;
                 let base = c.start_addr() & !(ps - 1);
                 // Every page of the range needs its translation entry.
-                let last = (end - 1).checked_sub(base).ok_or(KeyError::Protection)? / ps;
+                let last = (end - 1).checked_sub(base).ok_or(KeyError::Protection)? >> shift;
                 if va < base || last >= m.mtt.len() as u64 {
                     return Err(KeyError::Protection);
                 }
                 SpanMap::Mtt {
                     index: key >> 8,
-                    ps,
+                    shift,
                     base,
                 }
             }
