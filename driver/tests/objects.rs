@@ -303,6 +303,78 @@ fn rc_qp_walks_the_state_machine_on_roce() {
     hca.close().unwrap();
 }
 
+/// An RC QP's transitions ask the requester for an ACK every 2^8 packets, as Linux's
+/// `mlx5_ib` does (`log_ack_req_freq` 8 in every context it sends): left 0, a ConnectX sets
+/// AckReq on every packet and the responder answers each one. The field means nothing to a
+/// UD QP, which stays at 0. Read from the commands' bytes, as the device gets them.
+#[test]
+fn rc_transitions_ask_for_an_ack_every_256_packets() {
+    use uhca_fwif::field::get_bits;
+    use uhca_fwif::{cmd, ctx};
+    let (dev, mut hca) = open(LinkLayer::InfiniBand);
+    dev.record_command_bytes(true);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let attr = common::on_cq(&cq, caps());
+    let rc = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let rc = rc.to_init(&mut hca, InitAttr::default()).unwrap();
+    let own = rc.qpn();
+    let rc = rc
+        .to_rtr(
+            &mut hca,
+            RtrAttr {
+                path_mtu: IbMtu::Mtu1024,
+                dest_qpn: own,
+                rq_psn: 0,
+                max_dest_rd_atomic: 1,
+                min_rnr_timer: 12,
+                ah: ib_path(dev.config().lid),
+            },
+        )
+        .unwrap();
+    let rc = rc.to_rts(&mut hca, RtsAttr::default()).unwrap();
+    let ud = hca.create_qp::<Ud>(&pd, &attr).unwrap();
+    let ud = ud.to_init(&mut hca, InitAttr::default()).unwrap();
+    let ud = ud.to_rtr(&mut hca).unwrap().to_rts(&mut hca, 0).unwrap();
+    // The QPC sits at the same offset in the three modify commands.
+    assert_eq!(
+        cmd::rst2init_qp_in::qpc.bit_offset,
+        cmd::init2rtr_qp_in::qpc.bit_offset
+    );
+    assert_eq!(
+        cmd::rst2init_qp_in::qpc.bit_offset,
+        cmd::rtr2rts_qp_in::qpc.bit_offset
+    );
+    let bit =
+        (cmd::rst2init_qp_in::qpc.bit_offset + ctx::qpc::log_ack_req_freq.bit_offset) as usize;
+    let qpn_bit = cmd::rst2init_qp_in::qpn.bit_offset as usize;
+    let mut seen = Vec::new();
+    for c in dev.take_command_bytes() {
+        let op = c.record.opcode;
+        if matches!(
+            op,
+            CmdOpcode::Rst2initQp | CmdOpcode::Init2rtrQp | CmdOpcode::Rtr2rtsQp
+        ) {
+            let qpn = get_bits(&c.input, qpn_bit, 24) as u32;
+            seen.push((op, qpn, get_bits(&c.input, bit, 4)));
+        }
+    }
+    let (r, u) = (rc.qpn(), ud.qpn());
+    assert_eq!(
+        seen,
+        vec![
+            (CmdOpcode::Rst2initQp, r, 8),
+            (CmdOpcode::Init2rtrQp, r, 8),
+            (CmdOpcode::Rtr2rtsQp, r, 8),
+            (CmdOpcode::Rst2initQp, u, 0),
+            (CmdOpcode::Init2rtrQp, u, 0),
+            (CmdOpcode::Rtr2rtsQp, u, 0),
+        ]
+    );
+    assert_eq!(dev.qp_state(r), Some(QpState::Rts));
+    assert_eq!(dev.qp_state(u), Some(QpState::Rts));
+}
+
 #[test]
 fn uc_and_ud_qps_on_infiniband() {
     let (dev, mut hca) = open(LinkLayer::InfiniBand);

@@ -9,7 +9,9 @@
 #                                    tests/vm/linux-mlx5.sh and linuxuhca
 #                                    tests/vm/linux-uhca.sh, each its own boot; with
 #                                    vfiouser and linuxmlx5, tests/vm/linux-vs-uhca.sh
-#                                    compares Linux's and rdma-core's commands with uhca's)
+#                                    compares Linux's and rdma-core's commands with uhca's;
+#                                    after linuxuhca, linux-vs-uhca.sh linuxuhca compares
+#                                    libmlx5's verbs objects with uhca's)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
@@ -79,6 +81,11 @@ fi
 # 11.1, vfio-user, one boot).
 if [ -z "$failed" ] && [ $LINUX_UHCA = 1 ]; then
   phase "linuxuhca: Linux's mlx5 and uhca talk" bash "$VM/linux-uhca.sh"
+fi
+# The same boot's verbs objects, field by field: libmlx5's (through Linux's mlx5_ib) on fn0
+# against uhca's on fn1 (the linuxuhca boot's command dump; no boot of its own).
+if [ -z "$failed" ] && [ $LINUX_UHCA = 1 ]; then
+  phase "libmlx5-vs-uhca: verbs objects beside uhca's" bash "$VM/linux-vs-uhca.sh" linuxuhca
 fi
 
 echo

@@ -32,7 +32,7 @@ mkdir -p "$RIG_DIR/logs"
 log=$RIG_DIR/logs/linux-uhca-server.log
 rm -f "$VFIO_USER_DIR"/fn*.sock
 "$TARGET_DIR/release/uhca-vfio-user-server" --link infiniband --command-log \
-  --pcap "$RIG_DIR/logs/linux-uhca.pcap" \
+  --command-dump "$RIG_DIR/logs/linux-uhca.cmds" --pcap "$RIG_DIR/logs/linux-uhca.pcap" \
   --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT

@@ -132,6 +132,40 @@ pub fn select_functions(cmds: Vec<DumpedCommand>, suffixes: &[&str]) -> Vec<Dump
         .collect()
 }
 
+/// The opcode whose PRM name (without `MLX5_CMD_OP_`) is `name`.
+pub fn opcode_by_name(name: &str) -> Option<u16> {
+    CmdOpcode::PRM_VALUES
+        .iter()
+        .find(|(n, _)| n.strip_prefix("MLX5_CMD_OP_") == Some(name))
+        .map(|&(_, v)| v as u16)
+}
+
+/// Keeps, per function, the commands from each `open` command through the next `close`
+/// command, both included; the commands outside such a window are dropped. A window left
+/// open at the end keeps what it holds.
+///
+/// Linux's `mlx5_ib` allocates a transport domain when a process opens the device (a user
+/// context) and frees it when the context goes: the window ALLOC_TRANSPORT_DOMAIN ..
+/// DEALLOC_TRANSPORT_DOMAIN holds what rdma-core's libmlx5 asked for through `ib_uverbs`,
+/// without the kernel's own objects (its bring-up, `mlx5_ib`'s special QPs and caches).
+pub fn select_windows(cmds: Vec<DumpedCommand>, open: u16, close: u16) -> Vec<DumpedCommand> {
+    let mut inside: HashMap<String, bool> = HashMap::new();
+    cmds.into_iter()
+        .filter(|c| {
+            let w = inside.entry(c.function.clone()).or_default();
+            if c.opcode == open {
+                *w = true;
+                true
+            } else if c.opcode == close && *w {
+                *w = false;
+                true
+            } else {
+                *w
+            }
+        })
+        .collect()
+}
+
 /// Reads a whole dump; errors carry the line number.
 pub fn parse_dump(text: &str) -> Result<Vec<DumpedCommand>, String> {
     let mut v = Vec::new();

@@ -338,3 +338,58 @@ fn functions_are_selected_by_the_end_of_their_path() {
         all
     );
 }
+
+/// Linux's user contexts are read out of its function's commands: only what lies between
+/// an ALLOC_TRANSPORT_DOMAIN and the next DEALLOC_TRANSPORT_DOMAIN of the same function is
+/// kept (both included), so the kernel's own objects before, between and after two
+/// contexts are left out, and another function's window does not open this one's.
+#[test]
+fn windows_keep_what_lies_between_their_opening_and_closing_commands() {
+    use uhca_vfio_user::cmdlog::{opcode_by_name, select_windows};
+    let open = opcode_by_name("ALLOC_TRANSPORT_DOMAIN").expect("a PRM name");
+    let close = opcode_by_name("DEALLOC_TRANSPORT_DOMAIN").expect("a PRM name");
+    assert_eq!(open, CmdOpcode::AllocTransportDomain.raw());
+    assert_eq!(close, CmdOpcode::DeallocTransportDomain.raw());
+    assert_eq!(opcode_by_name("NO_SUCH_COMMAND"), None);
+    let c = |function: &str, op: CmdOpcode| DumpedCommand {
+        function: function.into(),
+        opcode: op.raw(),
+        op_mod: 0,
+        status: 0,
+        input: Vec::new(),
+        output: Vec::new(),
+    };
+    use CmdOpcode::*;
+    let seq = vec![
+        c("fn0", CreateQp), // the kernel's, before any context
+        c("fn1", AllocTransportDomain),
+        c("fn0", CreateCq), // fn1's window does not open fn0's
+        c("fn0", AllocTransportDomain),
+        c("fn0", AllocPd),
+        c("fn1", AllocPd),
+        c("fn0", DeallocTransportDomain),
+        c("fn0", DestroyQp), // between two contexts: the kernel's
+        c("fn0", AllocTransportDomain),
+        c("fn0", CreateMkey),
+        c("fn0", DeallocTransportDomain),
+        c("fn0", DeallocPd), // after: the kernel's
+    ];
+    let kept: Vec<(String, u16)> = select_windows(seq, open, close)
+        .into_iter()
+        .map(|c| (c.function, c.opcode))
+        .collect();
+    let want: Vec<(String, u16)> = [
+        ("fn1", AllocTransportDomain),
+        ("fn0", AllocTransportDomain),
+        ("fn0", AllocPd),
+        ("fn1", AllocPd),
+        ("fn0", DeallocTransportDomain),
+        ("fn0", AllocTransportDomain),
+        ("fn0", CreateMkey),
+        ("fn0", DeallocTransportDomain),
+    ]
+    .into_iter()
+    .map(|(f, o)| (f.to_string(), o.raw()))
+    .collect();
+    assert_eq!(kept, want);
+}

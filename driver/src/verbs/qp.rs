@@ -313,6 +313,12 @@ const RQ_TYPE_ZERO: u8 = 3;
 const ATOMIC_MODE_IB_COMP: u8 = 1;
 /// UD QPs: path MTU 4096 and 4 KiB messages, as Linux's mlx5 sets them.
 const UD_LOG_MSG_MAX: u8 = 12;
+/// `log_ack_req_freq` of an RC QP: the requester asks for an ACK at least every 2^8
+/// packets (and on the last packet of each message). 0 would ask on every packet, so the
+/// responder would answer every packet of a long message with its own ACK. Linux's
+/// `mlx5_ib` writes 8 (`MLX5_IB_ACK_REQ_FREQ`) into every transition's context; so does uhca
+/// in the RC transitions (`mock/MODEL.md`, "uhca's commands beside Linux's").
+const RC_LOG_ACK_REQ_FREQ: u8 = 8;
 /// Mask of a 24-bit QPN or PSN.
 const MASK24: u32 = 0x00ff_ffff;
 
@@ -785,6 +791,9 @@ fn fill_init<P: Platform + Clone>(
             }
             q.set_rre(a.contains(AccessFlags::REMOTE_READ))
                 .set_rwe(a.contains(AccessFlags::REMOTE_WRITE));
+            if st == QpServiceType::Rc {
+                q.set_log_ack_req_freq(RC_LOG_ACK_REQ_FREQ);
+            }
         }
     }
     Ok(())
@@ -838,7 +847,8 @@ fn fill_rtr<P: Platform + Clone>(
         .set_remote_qpn(attr.dest_qpn)
         .set_next_rcv_psn(attr.rq_psn);
     if rc {
-        q.set_min_rnr_nak(attr.min_rnr_timer);
+        q.set_log_ack_req_freq(RC_LOG_ACK_REQ_FREQ)
+            .set_min_rnr_nak(attr.min_rnr_timer);
         if attr.max_dest_rd_atomic > 0 {
             q.set_log_rra_max(log2_ceil(attr.max_dest_rd_atomic as u64));
         }
@@ -964,7 +974,8 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
         q.set_pm_state(PM_STATE_MIGRATED)
             .set_next_send_psn(attr.sq_psn)
             .set_retry_count(attr.retry_cnt)
-            .set_rnr_retry(attr.rnr_retry);
+            .set_rnr_retry(attr.rnr_retry)
+            .set_log_ack_req_freq(RC_LOG_ACK_REQ_FREQ);
         if attr.max_rd_atomic > 0 {
             q.set_log_sra_max(log2_ceil(attr.max_rd_atomic as u64));
         }

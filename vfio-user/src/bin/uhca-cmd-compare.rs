@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! uhca-cmd-compare --reference NAME DUMP[@FN,...] --uhca DUMP[@FN,...]... --expected FILE
-//!                  [--require NAME,...]
+//!                  [--reference-window OPEN..CLOSE] [--require KIND,...]
 //! ```
 //!
 //! Reads command dumps written by `uhca-vfio-user-server --command-dump`: the reference
@@ -16,13 +16,18 @@
 //! uhca's, and one PASS or FAIL line: FAIL when a field differs that is not an object
 //! number, an address or a PSN and not listed with its reason in the expectations FILE
 //! (`KIND FIELD REASON`, a `*` at the end of KIND matches any kind with that start).
-//! `--require` names opcodes (PRM names without `MLX5_CMD_OP_`) both logs must hold: a FAIL
-//! line for each one missing. The lines start with `NAME-vs-uhca:` (NAME in lower case).
+//! `--reference-window OPEN..CLOSE` (opcode names) keeps only the reference's commands from
+//! each OPEN through the next CLOSE, per function (`ALLOC_TRANSPORT_DOMAIN..DEALLOC_TRANSPORT_DOMAIN`:
+//! what Linux's user contexts, libmlx5, asked for; see `cmdlog::select_windows`).
+//! `--require` names opcodes (PRM names without `MLX5_CMD_OP_`), or whole kinds as printed
+//! after `==` (`CREATE_QP/op_mod=0x0/st=RC`), that both logs must hold: a FAIL line for each
+//! one missing. The lines start with `NAME-vs-uhca:` (NAME in lower case).
 //! Exits 1 when any line is FAIL, 2 on bad input.
 
 use std::process::ExitCode;
 use uhca_vfio_user::cmdlog::{
-    DumpedCommand, FieldVerdict, compare, parse_dump, parse_expected, select_functions, show,
+    DumpedCommand, FieldVerdict, compare, opcode_by_name, parse_dump, parse_expected,
+    select_functions, select_windows, show,
 };
 
 struct Args {
@@ -31,12 +36,23 @@ struct Args {
     uhca: Vec<String>,
     expected: String,
     require: Vec<String>,
+    window: Option<(u16, u16)>,
 }
 
-const USAGE: &str = "usage: uhca-cmd-compare --reference NAME DUMP[@FN,...] --uhca DUMP[@FN,...]... --expected FILE [--require NAME,...]";
+const USAGE: &str = "usage: uhca-cmd-compare --reference NAME DUMP[@FN,...] --uhca DUMP[@FN,...]... --expected FILE [--reference-window OPEN..CLOSE] [--require KIND,...]";
+
+/// `OPEN..CLOSE`: two opcode names.
+fn parse_window(s: &str) -> Result<(u16, u16), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("--reference-window {s}: expected OPEN..CLOSE"))?;
+    let op = |n: &str| opcode_by_name(n).ok_or_else(|| format!("no opcode named {n}"));
+    Ok((op(a)?, op(b)?))
+}
 
 fn parse() -> Result<Args, String> {
     let (mut reference, mut uhca, mut expected, mut require) = (None, Vec::new(), None, Vec::new());
+    let mut window = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || {
@@ -48,6 +64,7 @@ fn parse() -> Result<Args, String> {
             "--uhca" => uhca.push(val()?),
             "--expected" => expected = Some(val()?),
             "--require" => require.extend(val()?.split(',').map(str::to_string)),
+            "--reference-window" => window = Some(parse_window(&val()?)?),
             _ => return Err(USAGE.into()),
         }
     }
@@ -58,6 +75,7 @@ fn parse() -> Result<Args, String> {
             uhca,
             expected,
             require,
+            window,
         }),
         _ => Err(USAGE.into()),
     }
@@ -85,7 +103,13 @@ fn read_dump(arg: &str) -> Result<Vec<DumpedCommand>, String> {
 fn main() -> ExitCode {
     let run = || -> Result<bool, String> {
         let a = parse()?;
-        let reference = read_dump(&a.reference)?;
+        let mut reference = read_dump(&a.reference)?;
+        if let Some((open, close)) = a.window {
+            reference = select_windows(reference, open, close);
+            if reference.is_empty() {
+                return Err(format!("{}: no command inside the window", a.reference));
+            }
+        }
         let mut uhca = Vec::new();
         for p in &a.uhca {
             uhca.extend(read_dump(p)?);
@@ -168,7 +192,10 @@ fn main() -> ExitCode {
         }
         for r in &a.require {
             let start = format!("{r}/");
-            let found = cmp.common.iter().any(|k| k.kind.starts_with(&start));
+            let found = cmp
+                .common
+                .iter()
+                .any(|k| k.kind == *r || k.kind.starts_with(&start));
             verdicts.push(format!(
                 "{} {tag}: {r} in both drivers' logs",
                 if found { "PASS" } else { "FAIL" }
