@@ -56,13 +56,50 @@ pub struct Mr<P: Platform + Clone> {
     buf: Option<DmaBuf<P>>,
     offset: usize,
     len: usize,
-    mkey_index: u32,
-    key: u32,
-    pdn: u32,
-    access: AccessFlags,
-    hca_id: u64,
-    /// Its place in the HCA's release queue (`None` once destroyed).
+    mkey: MttKey<P>,
+}
+
+/// The memory key of a region, [`Mr`] or [`UserMr`](super::UserMr): made by
+/// [`Hca::register_mtt`], destroyed by [`MttKey::destroy`], or handed to the HCA's release
+/// queue with the region's memory by [`MttKey::release`] when the region is dropped.
+#[derive(Debug)]
+pub(crate) struct MttKey<P: Platform + Clone> {
+    /// Its place in the HCA's release queue (`None` once released).
     ticket: Option<Ticket<P>>,
+    pub(crate) mkey_index: u32,
+    /// `(mkey_index << 8) | mkey_7_0`: the lkey and the rkey.
+    pub(crate) key: u32,
+    pub(crate) pdn: u32,
+    pub(crate) access: AccessFlags,
+    pub(crate) hca_id: u64,
+}
+
+impl<P: Platform + Clone> MttKey<P> {
+    /// DESTROY_MKEY, after checking that `hca` made the key (the one command of
+    /// [`Mr::destroy`] and [`UserMr::destroy`](super::UserMr::destroy)).
+    pub(crate) fn destroy(&self, hca: &mut Hca<P>) -> Result<()> {
+        hca.check_owner(self.hca_id)?;
+        let mut d = DestroyMkeyIn::new_cmd();
+        d.set_mkey_index(self.mkey_index);
+        hca.exec(&d, &[], &mut [])?;
+        Ok(())
+    }
+
+    /// For a region dropped undestroyed: the key may still let the device (and remote
+    /// peers) reach `held`, its memory, so the memory goes back only after the HCA's
+    /// DESTROY_MKEY (`crate::release`); without a place in the queue it is leaked.
+    pub(crate) fn release(&mut self, held: Held<P>) {
+        match self.ticket.take() {
+            Some(t) => t.release(Dropped {
+                kind: ObjectKind::Mr,
+                number: self.mkey_index,
+                held,
+                qp: None,
+                busy_at: None,
+            }),
+            None => core::mem::forget(held),
+        }
+    }
 }
 
 /// What QUERY_MKEY reports about a memory region.
@@ -87,17 +124,17 @@ pub struct MrAttr {
 impl<P: Platform + Clone> Mr<P> {
     /// The local key (`(mkey_index << 8) | mkey_7_0`), for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        self.key
+        self.mkey.key
     }
 
     /// The remote key (the same value), for peers' RDMA and atomic requests.
     pub fn rkey(&self) -> u32 {
-        self.key
+        self.mkey.key
     }
 
     /// The memory key index.
     pub fn mkey_index(&self) -> u32 {
-        self.mkey_index
+        self.mkey.mkey_index
     }
 
     /// The address of the region's first byte as the device and the peers use it (an
@@ -118,12 +155,12 @@ impl<P: Platform + Clone> Mr<P> {
 
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
-        self.access
+        self.mkey.access
     }
 
     /// The PD number.
     pub fn pdn(&self) -> u32 {
-        self.pdn
+        self.mkey.pdn
     }
 
     /// The whole buffer behind the region (the region is `offset..offset + len()` of it,
@@ -154,9 +191,9 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<MrAttr> {
-        hca.check_owner(self.hca_id)?;
+        hca.check_owner(self.mkey.hca_id)?;
         let mut q = QueryMkeyIn::new_cmd();
-        q.set_mkey_index(self.mkey_index);
+        q.set_mkey_index(self.mkey.mkey_index);
         let out = hca.exec(&q, &[], &mut [])?;
         let m = out.memory_key_mkey_entry();
         let mut access = AccessFlags::empty();
@@ -182,7 +219,7 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The region back with the error; its buffer stays registered.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<DmaBuf<P>, Failed<Self>> {
-        match destroy_mkey(hca, self.hca_id, self.mkey_index) {
+        match self.mkey.destroy(hca) {
             Ok(()) => match self.buf.take() {
                 Some(b) => Ok(b),
                 None => unreachable!("the buffer is only taken by destroy and drop"),
@@ -195,35 +232,11 @@ impl<P: Platform + Clone> Mr<P> {
     }
 }
 
-/// DESTROY_MKEY of key `mkey_index`, after checking that `hca` made it (the one command of
-/// [`Mr::destroy`] and [`UserMr::destroy`](super::UserMr::destroy)).
-pub(crate) fn destroy_mkey<P: Platform + Clone>(
-    hca: &mut Hca<P>,
-    hca_id: u64,
-    mkey_index: u32,
-) -> Result<()> {
-    hca.check_owner(hca_id)?;
-    let mut d = DestroyMkeyIn::new_cmd();
-    d.set_mkey_index(mkey_index);
-    hca.exec(&d, &[], &mut [])?;
-    Ok(())
-}
-
 impl<P: Platform + Clone> Drop for Mr<P> {
     fn drop(&mut self) {
-        // Not destroyed: the key may still let the device (and remote peers) reach the
-        // memory, so it goes back only after the HCA's DESTROY_MKEY (`crate::release`).
+        // Not destroyed: the buffer goes back after the key (`MttKey::release`).
         if let Some(b) = self.buf.take() {
-            match self.ticket.take() {
-                Some(t) => t.release(Dropped {
-                    kind: ObjectKind::Mr,
-                    number: self.mkey_index,
-                    held: Held::buf(b),
-                    qp: None,
-                    busy_at: None,
-                }),
-                None => core::mem::forget(b),
-            }
+            self.mkey.release(Held::buf(b));
         }
     }
 }
@@ -265,40 +278,61 @@ impl<P: Platform + Clone> Hca<P> {
         len: usize,
         access: AccessFlags,
     ) -> core::result::Result<Mr<P>, Failed<Option<DmaBuf<P>>>> {
+        let (buf, mkey) = self.register_mtt(pd, buf, offset, len, access)?;
+        Ok(Mr {
+            buf: Some(buf),
+            offset,
+            len,
+            mkey,
+        })
+    }
+
+    /// CREATE_MKEY (MTT access mode) over `len` bytes at `offset` of `mem`, with a place
+    /// in the release queue taken first: the registration of [`Hca::reg_mr`] and
+    /// [`Hca::reg_user_mr`]. Gives the memory back with its key, or with the error (the
+    /// memory `None`, leaked, when the device may have made the key anyway).
+    pub(crate) fn register_mtt<M: DmaMem>(
+        &mut self,
+        pd: &Pd,
+        mem: M,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> core::result::Result<(M, MttKey<P>), Failed<Option<M>>> {
         let ticket = match self.release_ticket() {
             Ok(t) => t,
             Err(error) => {
                 return Err(Failed {
-                    object: Some(buf),
+                    object: Some(mem),
                     error,
                 });
             }
         };
-        match self.create_mtt_mkey(pd, &buf, offset, len, access) {
-            Ok((mkey_index, key)) => Ok(Mr {
-                ticket: Some(ticket),
-                buf: Some(buf),
-                offset,
-                len,
-                mkey_index,
-                key,
-                pdn: pd.pdn(),
-                access,
-                hca_id: self.id(),
-            }),
+        match self.create_mtt_mkey(pd, &mem, offset, len, access) {
+            Ok((mkey_index, key)) => {
+                let mkey = MttKey {
+                    ticket: Some(ticket),
+                    mkey_index,
+                    key,
+                    pdn: pd.pdn(),
+                    access,
+                    hca_id: self.id(),
+                };
+                Ok((mem, mkey))
+            }
             Err(error) => {
                 let object = if device_may_hold(&error) {
-                    core::mem::forget(buf);
+                    core::mem::forget(mem);
                     None
                 } else {
-                    Some(buf)
+                    Some(mem)
                 };
                 Err(Failed { object, error })
             }
         }
     }
 
-    pub(crate) fn create_mtt_mkey(
+    fn create_mtt_mkey(
         &mut self,
         pd: &Pd,
         buf: &impl DmaMem,
@@ -408,7 +442,7 @@ impl<P: Platform + Clone> Mr<P> {
     /// [`Error::InvalidArgument`] when `offset..offset + len` is not inside the region, or
     /// `len` does not fit the 32-bit length of a scatter/gather entry. It never panics.
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge> {
-        region_sge(self.iova(), self.len, self.key, offset, len)
+        region_sge(self.iova(), self.len, self.mkey.key, offset, len)
     }
 
     /// The scatter/gather entry for the whole region (`sge(0, len())`).
