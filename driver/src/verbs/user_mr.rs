@@ -18,34 +18,32 @@ use uhca_fwif::consts::AccessFlags;
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaMem, HostBuf, MappedBuf};
 
-use super::mr::{MttKey, region_sge};
+use super::mr::{MttRegion, region_sge};
 use super::{Failed, Pd, Sge};
 use crate::error::Result;
 use crate::hca::Hca;
-use crate::release::Held;
 
 /// A registered memory region over a caller's buffer (an MTT memory key over a
 /// [`MappedBuf`] it owns).
 #[derive(Debug)]
 pub struct UserMr<P: Platform + Clone> {
-    mem: Option<MappedBuf<P>>,
-    mkey: MttKey<P>,
+    reg: MttRegion<P, MappedBuf<P>>,
 }
 
 impl<P: Platform + Clone> UserMr<P> {
     /// The local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        self.mkey.key
+        self.reg.key
     }
 
     /// The remote key (the same value), for peers' RDMA and atomic requests.
     pub fn rkey(&self) -> u32 {
-        self.mkey.key
+        self.reg.key
     }
 
     /// The memory key index.
     pub fn mkey_index(&self) -> u32 {
-        self.mkey.mkey_index
+        self.reg.mkey_index
     }
 
     /// The address of the region's first byte as the device and the peers use it.
@@ -65,28 +63,22 @@ impl<P: Platform + Clone> UserMr<P> {
 
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
-        self.mkey.access
+        self.reg.access
     }
 
     /// The PD number.
     pub fn pdn(&self) -> u32 {
-        self.mkey.pdn
+        self.reg.pdn
     }
 
     /// The buffer, for reading (volatile accesses by offset: the device may write it).
     pub fn mem(&self) -> &MappedBuf<P> {
-        match &self.mem {
-            Some(m) => m,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
-        }
+        self.reg.mem()
     }
 
     /// The buffer, for writing (the device may read it at any time).
     pub fn mem_mut(&mut self) -> &mut MappedBuf<P> {
-        match &mut self.mem {
-            Some(m) => m,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
-        }
+        self.reg.mem_mut()
     }
 
     /// The scatter/gather entry for `len` bytes at `offset` (see [`Mr::sge`](super::Mr::sge)).
@@ -95,7 +87,7 @@ impl<P: Platform + Clone> UserMr<P> {
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a range outside the region or longer than 4 GiB - 1.
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge> {
-        region_sge(self.iova(), self.len(), self.mkey.key, offset, len)
+        region_sge(self.iova(), self.len(), self.reg.key, offset, len)
     }
 
     /// The scatter/gather entry for the whole region.
@@ -114,24 +106,12 @@ impl<P: Platform + Clone> UserMr<P> {
     ///
     /// The region back with the error; its buffer stays registered and mapped.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<MappedBuf<P>, Failed<Self>> {
-        match self.mkey.destroy(hca) {
-            Ok(()) => match self.mem.take() {
-                Some(m) => Ok(m),
-                None => unreachable!("the buffer is only taken by destroy and drop"),
-            },
+        match self.reg.destroy(hca) {
+            Ok(m) => Ok(m),
             Err(error) => Err(Failed {
                 object: self,
                 error,
             }),
-        }
-    }
-}
-
-impl<P: Platform + Clone> Drop for UserMr<P> {
-    fn drop(&mut self) {
-        // Not destroyed: the buffer is unmapped after the key (`MttKey::release`).
-        if let Some(m) = self.mem.take() {
-            self.mkey.release(Held::mapped(m));
         }
     }
 }
@@ -188,10 +168,7 @@ impl<P: Platform + Clone> Hca<P> {
         access: AccessFlags,
     ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
         let len = mem.len();
-        let (mem, mkey) = self.register_mtt(pd, mem, 0, len, access)?;
-        Ok(UserMr {
-            mem: Some(mem),
-            mkey,
-        })
+        let reg = self.register_mtt(pd, mem, 0, len, access)?;
+        Ok(UserMr { reg })
     }
 }
