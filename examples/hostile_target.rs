@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use uhca::driver::Hca;
 use uhca::driver::addr::{AddressHandle, Gid};
 use uhca::driver::verbs::{
-    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Uc, Ud, WcStatus,
-    WorkCompletion, state,
+    Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, QpTransport, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Uc,
+    Ud, WcStatus, WorkCompletion, state,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
@@ -138,12 +138,37 @@ impl<P: Platform + Clone> Ctx<P> {
         Ok(())
     }
 
-    fn recv_wr(&self) -> [Sge; 1] {
-        [Sge {
+    /// A new QP of transport `T` in RESET, both its queues on the one CQ.
+    fn create<T: QpTransport>(&self, hca: &mut Hca<P>) -> Res<Qp<P, T, state::Reset>> {
+        let attr = QpInitAttr {
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            srq: None,
+            cap: caps(),
+        };
+        Ok(hca.create_qp::<T>(&self.pd, &attr)?)
+    }
+
+    /// A new QP of transport `T` in INIT (with `init`), one receive posted into the
+    /// receive buffer that follows the window.
+    fn create_init<T: QpTransport>(
+        &self,
+        hca: &mut Hca<P>,
+        init: InitAttr,
+    ) -> Res<Qp<P, T, state::Init>> {
+        let qp = self.create::<T>(hca)?;
+        let mut qp = qp.to_init(hca, init).map_err(|f| f.error)?;
+        let sge = [Sge {
             addr: self.mr.iova() + WINDOW as u64,
             len: RECV as u32,
             lkey: self.mr.lkey(),
-        }]
+        }];
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &sge,
+        }])
+        .map_err(|e| format!("post_recv: {e:?}"))?;
+        Ok(qp)
     }
 
     fn rc(
@@ -155,15 +180,6 @@ impl<P: Platform + Clone> Ctx<P> {
         rd: u8,
     ) -> Res<String> {
         self.clear(hca)?;
-        let qp = hca.create_qp::<Rc>(
-            &self.pd,
-            &QpInitAttr {
-                send_cq: &self.cq,
-                recv_cq: &self.cq,
-                srq: None,
-                cap: caps(),
-            },
-        )?;
         let access =
             AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
         let init = InitAttr {
@@ -171,13 +187,7 @@ impl<P: Platform + Clone> Ctx<P> {
             access,
             ..InitAttr::default()
         };
-        let mut qp = qp.to_init(hca, init).map_err(|f| f.error)?;
-        let sge = self.recv_wr();
-        qp.post_recv(&[RecvWr {
-            wr_id: 1,
-            sg_list: &sge,
-        }])
-        .map_err(|e| format!("post_recv: {e:?}"))?;
+        let qp = self.create_init::<Rc>(hca, init)?;
         let qp = qp
             .to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, rd))
             .map_err(|f| f.error)?;
@@ -196,27 +206,12 @@ impl<P: Platform + Clone> Ctx<P> {
 
     fn uc(&mut self, hca: &mut Hca<P>, peer: Ipv4Addr, peer_qpn: u32, rq_psn: u32) -> Res<String> {
         self.clear(hca)?;
-        let qp = hca.create_qp::<Uc>(
-            &self.pd,
-            &QpInitAttr {
-                send_cq: &self.cq,
-                recv_cq: &self.cq,
-                srq: None,
-                cap: caps(),
-            },
-        )?;
         let init = InitAttr {
             port: 1,
             access: AccessFlags::REMOTE_WRITE,
             ..InitAttr::default()
         };
-        let mut qp = qp.to_init(hca, init).map_err(|f| f.error)?;
-        let sge = self.recv_wr();
-        qp.post_recv(&[RecvWr {
-            wr_id: 1,
-            sg_list: &sge,
-        }])
-        .map_err(|e| format!("post_recv: {e:?}"))?;
+        let qp = self.create_init::<Uc>(hca, init)?;
         let qp = qp
             .to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, 0))
             .map_err(|f| f.error)?;
@@ -240,27 +235,12 @@ impl<P: Platform + Clone> Ctx<P> {
 
     fn ud(&mut self, hca: &mut Hca<P>, qkey: u32) -> Res<String> {
         self.clear(hca)?;
-        let qp = hca.create_qp::<Ud>(
-            &self.pd,
-            &QpInitAttr {
-                send_cq: &self.cq,
-                recv_cq: &self.cq,
-                srq: None,
-                cap: caps(),
-            },
-        )?;
         let init = InitAttr {
             port: 1,
             qkey,
             ..InitAttr::default()
         };
-        let mut qp = qp.to_init(hca, init).map_err(|f| f.error)?;
-        let sge = self.recv_wr();
-        qp.post_recv(&[RecvWr {
-            wr_id: 1,
-            sg_list: &sge,
-        }])
-        .map_err(|e| format!("post_recv: {e:?}"))?;
+        let qp = self.create_init::<Ud>(hca, init)?;
         let qp = qp.to_rtr(hca).map_err(|f| f.error)?;
         let qp = qp.to_rts(hca, 0x100).map_err(|f| f.error)?;
         let line = format!("QP qpn={} qkey={qkey}", qp.qpn());
@@ -270,15 +250,7 @@ impl<P: Platform + Clone> Ctx<P> {
 
     fn reset(&mut self, hca: &mut Hca<P>) -> Res<String> {
         self.clear(hca)?;
-        let qp = hca.create_qp::<Rc>(
-            &self.pd,
-            &QpInitAttr {
-                send_cq: &self.cq,
-                recv_cq: &self.cq,
-                srq: None,
-                cap: caps(),
-            },
-        )?;
+        let qp = self.create::<Rc>(hca)?;
         let line = format!(
             "QP qpn={} rkey={} va={} len={}",
             qp.qpn(),

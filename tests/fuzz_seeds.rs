@@ -23,10 +23,14 @@ use uhca::mock::wire::ib::{
 };
 use uhca::mock::wire::pcap::{LinkType, PcapWriter};
 use uhca::mock::wire::{
-    AethSyndrome, BthRepr, EtherType, EthernetRepr, IbPacketRepr, IbTransportRepr, IpProtocol,
-    IpRepr, Ipv4Repr, Ipv6Repr, LinkNextHeader, Opcode, RoceV2Repr, UdpRepr, VlanTag,
+    AethSyndrome, BthRepr, EtherType, EthernetRepr, IbTransportRepr, IpProtocol, IpRepr, Ipv4Repr,
+    Ipv6Repr, LinkNextHeader, Opcode, UdpRepr, VlanTag,
 };
 use uhca::oob::{Dest, RdmaDest};
+
+#[path = "../mock/tests/support/packets.rs"]
+mod packets;
+use packets::HeaderValues;
 
 type Seeds = BTreeMap<(&'static str, String), Vec<u8>>;
 
@@ -37,19 +41,32 @@ fn with(first: u8, rest: &[u8]) -> Vec<u8> {
 }
 
 fn lrh(lnh: LinkNextHeader) -> LrhRepr {
-    LrhRepr {
-        vl: 0,
-        lver: 0,
-        sl: 0,
-        lnh,
-        dlid: 0x11,
-        packet_length: 0,
-        slid: 0x22,
-    }
+    packets::lrh(lnh, 0x11, 0x22)
+}
+
+/// The MAC addresses of the seeds' RoCEv2 frames: to, from.
+const DST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const SRC_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+/// An untagged RoCEv2 frame from `SRC_MAC` to `DST_MAC`, UDP source port 49152.
+fn roce_frame(ip: IpRepr, t: IbTransportRepr<'_>) -> Vec<u8> {
+    packets::roce_frame(DST_MAC, SRC_MAC, ip, 49152, t)
 }
 
 /// A transport of each header combination, from a few opcodes.
 fn transports(payload: &[u8]) -> Vec<IbTransportRepr<'_>> {
+    let values = HeaderValues {
+        dest_qp: 0x12,
+        psn: 0x34,
+        deth: (0x1111_1111, 0x13),
+        xrc_srq: 0x55,
+        reth: (0x1000, 0x55, 64),
+        atomic_eth: (0x2000, 0x66, 5, 7),
+        aeth: (AethSyndrome::Ack { credit_count: 31 }, 9),
+        atomic_ack_eth: 42,
+        imm_dt: 0xabcd,
+        ieth: 0x77,
+    };
     [
         Opcode::RcSendOnly,
         Opcode::RcSendFirst,
@@ -66,38 +83,7 @@ fn transports(payload: &[u8]) -> Vec<IbTransportRepr<'_>> {
         Opcode::XrcRdmaWriteFirst,
     ]
     .into_iter()
-    .map(|op| {
-        let h = op.headers().expect("a known opcode");
-        let mut t = IbTransportRepr::new(
-            BthRepr::new(op, 0x12, 0x34),
-            if h.payload { payload } else { &[] },
-        );
-        if h.deth {
-            t = t.with_deth(0x1111_1111, 0x13);
-        }
-        if h.xrceth {
-            t = t.with_xrceth(0x55);
-        }
-        if h.reth {
-            t = t.with_reth(0x1000, 0x55, 64);
-        }
-        if h.atomic_eth {
-            t = t.with_atomic_eth(0x2000, 0x66, 5, 7);
-        }
-        if h.aeth {
-            t = t.with_aeth(AethSyndrome::Ack { credit_count: 31 }, 9);
-        }
-        if h.atomic_ack_eth {
-            t = t.with_atomic_ack_eth(42);
-        }
-        if h.imm_dt {
-            t = t.with_imm_dt(0xabcd);
-        }
-        if h.ieth {
-            t = t.with_ieth(0x77);
-        }
-        t
-    })
+    .map(|op| packets::transport(op, &values, payload))
     .collect()
 }
 
@@ -170,8 +156,8 @@ fn wire(s: &mut Seeds) {
     );
     let mut eth = [0u8; 18];
     EthernetRepr {
-        dst: [2, 0, 0, 0, 0, 2],
-        src: [2, 0, 0, 0, 0, 1],
+        dst: DST_MAC,
+        src: SRC_MAC,
         vlan: Some(VlanTag {
             pcp: 3,
             dei: false,
@@ -206,40 +192,21 @@ fn wire(s: &mut Seeds) {
     // wire_packets: mode 0 (bytes as they are), then a whole packet.
     let payload = b"0123456789abcdefXYZ";
     for (i, t) in transports(payload).into_iter().enumerate() {
-        let ib = IbPacketRepr {
-            lrh: lrh(LinkNextHeader::IbaLocal),
-            grh: None,
-            transport: t,
-        };
-        let mut b = vec![0u8; ib.buffer_len()];
-        ib.emit(&mut b).unwrap();
+        let b = packets::ib_packet(lrh(LinkNextHeader::IbaLocal), None, t);
         s.insert(("wire_packets", format!("ib_{i:02}")), with(0, &b));
         let ip = if i % 2 == 0 {
             IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2]))
         } else {
             IpRepr::Ipv6(Ipv6Repr::new([1; 16], [2; 16]))
         };
-        let r = RoceV2Repr {
-            eth: EthernetRepr {
-                dst: [2, 0, 0, 0, 0, 2],
-                src: [2, 0, 0, 0, 0, 1],
-                vlan: None,
-            },
-            ip,
-            udp_src_port: 49152,
-            transport: t,
-        };
-        let mut b = vec![0u8; r.buffer_len()];
-        r.emit(&mut b).unwrap();
+        let b = roce_frame(ip, t);
         s.insert(("wire_packets", format!("roce_{i:02}")), with(0, &b));
     }
-    let global = IbPacketRepr {
-        lrh: lrh(LinkNextHeader::IbaGlobal),
-        grh: Some(grh),
-        transport: transports(payload)[0],
-    };
-    let mut b = vec![0u8; global.buffer_len()];
-    global.emit(&mut b).unwrap();
+    let b = packets::ib_packet(
+        lrh(LinkNextHeader::IbaGlobal),
+        Some(grh),
+        transports(payload)[0],
+    );
     s.insert(("wire_packets", "ib_global".into()), with(0, &b));
 }
 
@@ -248,30 +215,16 @@ fn pcap(s: &mut Seeds) {
     let ts = transports(payload);
     let mut w = PcapWriter::new(Vec::new(), LinkType::Ethernet).unwrap();
     for (i, t) in ts.iter().take(3).enumerate() {
-        let r = RoceV2Repr {
-            eth: EthernetRepr {
-                dst: [2, 0, 0, 0, 0, 2],
-                src: [2, 0, 0, 0, 0, 1],
-                vlan: None,
-            },
-            ip: IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
-            udp_src_port: 49152,
-            transport: *t,
-        };
-        let mut b = vec![0u8; r.buffer_len()];
-        r.emit(&mut b).unwrap();
+        let b = roce_frame(
+            IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
+            *t,
+        );
         w.write_packet(1_000 * i as u64, &b).unwrap();
     }
     s.insert(("pcap", "roce.pcap".into()), w.into_inner());
     let mut w = PcapWriter::new(Vec::new(), LinkType::User0).unwrap();
     for t in ts.iter().skip(3).take(3) {
-        let ib = IbPacketRepr {
-            lrh: lrh(LinkNextHeader::IbaLocal),
-            grh: None,
-            transport: *t,
-        };
-        let mut b = vec![0u8; ib.buffer_len()];
-        ib.emit(&mut b).unwrap();
+        let b = packets::ib_packet(lrh(LinkNextHeader::IbaLocal), None, *t);
         w.write_packet(5, &b).unwrap();
     }
     s.insert(("pcap", "ib.pcap".into()), w.into_inner());
@@ -279,21 +232,10 @@ fn pcap(s: &mut Seeds) {
     // pcapng, little-endian, laid out from the pcapng specification: a Section Header
     // Block, an Interface Description Block (Ethernet, if_tsresol 9), an Enhanced Packet
     // Block and a Simple Packet Block with one RoCEv2 frame each.
-    let frame = {
-        let r = RoceV2Repr {
-            eth: EthernetRepr {
-                dst: [2, 0, 0, 0, 0, 2],
-                src: [2, 0, 0, 0, 0, 1],
-                vlan: None,
-            },
-            ip: IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
-            udp_src_port: 49152,
-            transport: ts[0],
-        };
-        let mut b = vec![0u8; r.buffer_len()];
-        r.emit(&mut b).unwrap();
-        b
-    };
+    let frame = roce_frame(
+        IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
+        ts[0],
+    );
     fn block(out: &mut Vec<u8>, ty: u32, body: &[u8]) {
         let padded = body.len().next_multiple_of(4);
         let len = (12 + padded) as u32;

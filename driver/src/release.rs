@@ -88,6 +88,20 @@ pub(crate) enum Held<P: Platform + Clone> {
     Mapped(MappedBuf<P>),
 }
 
+/// A memory region's buffer ([`Mr`](crate::verbs::Mr)).
+impl<P: Platform + Clone> From<DmaBuf<P>> for Held<P> {
+    fn from(b: DmaBuf<P>) -> Self {
+        Held::Buf(b)
+    }
+}
+
+/// A memory region's caller buffer ([`UserMr`](crate::verbs::UserMr)).
+impl<P: Platform + Clone> From<MappedBuf<P>> for Held<P> {
+    fn from(m: MappedBuf<P>) -> Self {
+        Held::Mapped(m)
+    }
+}
+
 impl<P: Platform + Clone> Held<P> {
     /// No memory.
     pub(crate) fn nothing() -> Self {
@@ -97,11 +111,6 @@ impl<P: Platform + Clone> Held<P> {
     /// A buffer.
     pub(crate) fn buf(b: DmaBuf<P>) -> Self {
         Held::Buf(b)
-    }
-
-    /// A caller's mapped buffer.
-    pub(crate) fn mapped(m: MappedBuf<P>) -> Self {
-        Held::Mapped(m)
     }
 
     /// A CQ's ring.

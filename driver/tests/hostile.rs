@@ -177,6 +177,41 @@ fn world(seed: u64) -> World {
     }
 }
 
+/// Posts `n` receives on `qp` (wr_id `first_wr`..), one `RECV_LEN` slot each of `node`'s
+/// receive buffers; what the post answers is the test's to see in the completions.
+fn post_recvs<P: Platform + Clone>(qp: &mut Rts<P>, node: &Node<P>, first_wr: u64, n: u64) {
+    for i in 0..n {
+        let sge = [Sge {
+            addr: node.mr.iova() + (RECV_AT + i as usize * RECV_LEN) as u64,
+            len: RECV_LEN as u32,
+            lkey: node.mr.lkey(),
+        }];
+        let _ = qp.post_recv(&[RecvWr {
+            wr_id: first_wr + i,
+            sg_list: &sge,
+        }]);
+    }
+}
+
+/// Posts `n` SENDs on `qp` (wr_id `first_wr`..) from the start of `node`'s region, of
+/// `len`, `len + 1`, ... bytes.
+fn post_sends<P: Platform + Clone>(
+    qp: &mut Rts<P>,
+    node: &Node<P>,
+    first_wr: u64,
+    len: u32,
+    n: u64,
+) {
+    for i in 0..n {
+        let sge = [Sge {
+            addr: node.mr.iova(),
+            len: len + i as u32,
+            lkey: node.mr.lkey(),
+        }];
+        let _ = qp.post_send(&[SendWr::new(first_wr + i, SendOp::Send, &sge)]);
+    }
+}
+
 /// What a hostile node's CQ gave back.
 #[derive(Debug, Default)]
 struct Polled {
@@ -193,50 +228,10 @@ impl World {
 
     /// [`World::exchange`] with every `wr_id` offset by `base`.
     fn exchange_from(&mut self, base: u64, sends: u64, recvs: u64) {
-        let (la, lb) = (self.a.mr.lkey(), self.b.mr.lkey());
-        let (ia, ib) = (self.a.mr.iova(), self.b.mr.iova());
-        for i in 0..recvs {
-            let sge = [Sge {
-                addr: ia + (RECV_AT + i as usize * RECV_LEN) as u64,
-                len: RECV_LEN as u32,
-                lkey: la,
-            }];
-            let _ = self.qa.post_recv(&[RecvWr {
-                wr_id: base + 100 + i,
-                sg_list: &sge,
-            }]);
-        }
-        for i in 0..sends {
-            let sge = [Sge {
-                addr: ib + (RECV_AT + i as usize * RECV_LEN) as u64,
-                len: RECV_LEN as u32,
-                lkey: lb,
-            }];
-            let _ = self.qb.post_recv(&[RecvWr {
-                wr_id: base + 300 + i,
-                sg_list: &sge,
-            }]);
-        }
-        for i in 0..recvs {
-            let sge = [Sge {
-                addr: ib,
-                len: 64 + i as u32,
-                lkey: lb,
-            }];
-            let _ = self
-                .qb
-                .post_send(&[SendWr::new(base + 400 + i, SendOp::Send, &sge)]);
-        }
-        for i in 0..sends {
-            let sge = [Sge {
-                addr: ia,
-                len: 32 + i as u32,
-                lkey: la,
-            }];
-            let _ = self
-                .qa
-                .post_send(&[SendWr::new(base + 1 + i, SendOp::Send, &sge)]);
-        }
+        post_recvs(&mut self.qa, &self.a, base + 100, recvs);
+        post_recvs(&mut self.qb, &self.b, base + 300, sends);
+        post_sends(&mut self.qb, &self.b, base + 400, 64, recvs);
+        post_sends(&mut self.qa, &self.a, base + 1, 32, sends);
     }
 
     /// Moves the fabric and polls `a`'s CQ (through the wrapper) until `want` completions
@@ -314,6 +309,17 @@ fn first_error(got: &Polled) -> Option<BadCqe> {
     got.errors.first().map(|e| e.cqe)
 }
 
+/// Runs the exchange with `lie` armed (as `cqe_lie`), checks that exactly the requests
+/// `completed` complete, and returns the refusal of the first CQE.
+fn cqe_refused(lie: Lie, completed: &[u64]) -> (World, Polled, BadCqe) {
+    let (w, got) = cqe_lie(lie);
+    let Some(refused) = first_error(&got) else {
+        panic!("{lie:?}: no CQE refused; completed {:?}", ids(&got));
+    };
+    assert_eq!(ids(&got), completed, "{lie:?}: what completed");
+    (w, got, refused)
+}
+
 fn ids(got: &Polled) -> Vec<u64> {
     let mut v: Vec<u64> = got.wcs.iter().map(|w| w.wr_id).collect();
     v.sort_unstable();
@@ -326,16 +332,17 @@ fn ids(got: &Polled) -> Vec<u64> {
 
 #[test]
 fn cqe_naming_an_unknown_qp_is_refused_and_the_sends_still_complete() {
-    let (w, got) = cqe_lie(Lie::CqeUnknownQp);
+    // The receive it replaced never completes; the sends do.
+    let (w, got, refused) = cqe_refused(Lie::CqeUnknownQp, &[1, 2]);
     let told = w.lies.told()[0];
-    assert!(matches!(first_error(&got), Some(BadCqe::UnknownQp { qpn }) if qpn >= 0xf0_0000));
+    assert!(matches!(refused, BadCqe::UnknownQp { qpn } if qpn >= 0xf0_0000));
     assert_eq!(
         told.qpn,
         w.qa.qpn(),
         "the lie replaced a CQE of the real QP"
     );
-    // The receive it replaced never completes; the receive queue stays out of step (the
-    // next receive CQE names WQE 1 while WQE 0 is the oldest); the sends complete.
+    // The receive queue stays out of step (the next receive CQE names WQE 1 while WQE 0
+    // is the oldest).
     assert_eq!(
         got.errors[1].cqe,
         BadCqe::NotOutstanding {
@@ -343,34 +350,31 @@ fn cqe_naming_an_unknown_qp_is_refused_and_the_sends_still_complete() {
             wqe_counter: 1
         }
     );
-    assert_eq!(ids(&got), [1, 2]);
 }
 
 #[test]
 fn cqe_with_a_wqe_counter_out_of_range_is_refused() {
-    let (w, got) = cqe_lie(Lie::CqeCounterOutOfRange);
-    match first_error(&got) {
-        Some(BadCqe::NotOutstanding { qpn, wqe_counter }) => {
+    let (w, _, refused) = cqe_refused(Lie::CqeCounterOutOfRange, &[1, 2]);
+    match refused {
+        BadCqe::NotOutstanding { qpn, wqe_counter } => {
             assert_eq!(qpn, w.qa.qpn());
             assert!(wqe_counter >= 0x4000, "the counter the lie wrote");
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(ids(&got), [1, 2]);
 }
 
 #[test]
 fn the_same_cqe_twice_completes_its_request_once() {
-    let (w, got) = cqe_lie(Lie::CqeDuplicate);
     // The first receive completes; its copy (in place of the second) is refused.
+    let (w, _, refused) = cqe_refused(Lie::CqeDuplicate, &[1, 2, 100]);
     assert_eq!(
-        first_error(&got),
-        Some(BadCqe::NotOutstanding {
+        refused,
+        BadCqe::NotOutstanding {
             qpn: w.qa.qpn(),
             wqe_counter: 0
-        })
+        }
     );
-    assert_eq!(ids(&got), [1, 2, 100]);
 }
 
 #[test]
@@ -378,29 +382,27 @@ fn cqe_reporting_another_opcode_than_posted_is_refused() {
     // A receive CQE turned into a requester CQE names WQE 0 of the send queue, where a
     // SEND is outstanding, but reports WQE opcode 0 (NOP): refused, the SEND stays
     // outstanding and completes with its own CQE.
-    let (w, got) = cqe_lie(Lie::CqeOpcodeMismatch);
+    let (w, _, refused) = cqe_refused(Lie::CqeOpcodeMismatch, &[1, 2]);
     assert_eq!(
-        first_error(&got),
-        Some(BadCqe::OpcodeMismatch {
+        refused,
+        BadCqe::OpcodeMismatch {
             qpn: w.qa.qpn(),
             wqe_counter: 0,
             reported: 0
-        })
+        }
     );
-    assert_eq!(ids(&got), [1, 2]);
 }
 
 #[test]
 fn cqe_with_a_reserved_opcode_is_refused() {
-    let (w, got) = cqe_lie(Lie::CqeReservedOpcode);
+    let (w, _, refused) = cqe_refused(Lie::CqeReservedOpcode, &[1, 2]);
     assert_eq!(
-        first_error(&got),
-        Some(BadCqe::UnexpectedOpcode {
+        refused,
+        BadCqe::UnexpectedOpcode {
             qpn: w.qa.qpn(),
             opcode: uhca_fwif::consts::CqeOpcode::from_raw(7)
-        })
+        }
     );
-    assert_eq!(ids(&got), [1, 2]);
 }
 
 #[test]
@@ -445,9 +447,9 @@ fn byte_count_beyond_the_posted_buffer_is_refused() {
     // The receive WQE can take 512 bytes; the CQE claims about 4 GiB: refused before the
     // WQE is taken (it used to be reported as received). The device's own writes stayed
     // inside the posted buffer (guards checked by `cqe_lie`).
-    let (w, got) = cqe_lie(Lie::CqeByteCountTooLarge);
-    match first_error(&got) {
-        Some(BadCqe::ByteCountTooLarge { qpn, byte_cnt }) => {
+    let (w, got, refused) = cqe_refused(Lie::CqeByteCountTooLarge, &[1, 2]);
+    match refused {
+        BadCqe::ByteCountTooLarge { qpn, byte_cnt } => {
             assert_eq!(qpn, w.qa.qpn());
             assert!(byte_cnt >= 0xffff_f000);
             assert_eq!(w.qa.qpn(), w.lies.told()[0].qpn);
@@ -455,7 +457,6 @@ fn byte_count_beyond_the_posted_buffer_is_refused() {
         other => panic!("{other:?}"),
     }
     assert!(got.wcs.iter().all(|c| c.byte_len <= RECV_LEN as u32));
-    assert_eq!(ids(&got), [1, 2]);
 }
 
 // ---- EQEs ------------------------------------------------------------------------------
@@ -471,26 +472,32 @@ fn eqe_lie(lie: Lie) -> (World, uhca_driver::Result<()>) {
     (w, r)
 }
 
+/// [`eqe_lie`] for a lie the driver is to pass over: serving the EQ succeeds.
+fn eqe_passed_over(lie: Lie) -> World {
+    let (w, r) = eqe_lie(lie);
+    if let Err(e) = r {
+        panic!("{lie:?}: serving the EQ failed: {e:?}");
+    }
+    w
+}
+
 #[test]
 fn eqe_of_an_unknown_type_is_ignored() {
-    let (mut w, r) = eqe_lie(Lie::EqeUnknownType);
-    r.unwrap();
+    let mut w = eqe_passed_over(Lie::EqeUnknownType);
     assert_eq!(w.a.hca.next_event(), None);
     assert!(w.a.hca.create_cq(7).is_ok(), "the HCA works on");
 }
 
 #[test]
 fn completion_event_for_a_cq_that_does_not_exist_is_dropped_and_counted() {
-    let (mut w, r) = eqe_lie(Lie::EqeCompUnknownCq);
-    r.unwrap();
+    let mut w = eqe_passed_over(Lie::EqeCompUnknownCq);
     assert_eq!(w.a.hca.next_completion_event(), None);
     assert_eq!(w.a.hca.unknown_cq_events(), 1);
 }
 
 #[test]
 fn cq_error_event_for_a_cq_that_does_not_exist_is_dropped_and_counted() {
-    let (mut w, r) = eqe_lie(Lie::EqeCqErrorUnknownCq);
-    r.unwrap();
+    let mut w = eqe_passed_over(Lie::EqeCqErrorUnknownCq);
     assert_eq!(w.a.hca.next_event(), None);
     assert_eq!(w.a.hca.unknown_cq_events(), 1);
 }
@@ -696,8 +703,10 @@ fn an_object_number_already_in_use_is_taken_as_given() {
 
 // ---- the initialization segment and the BAR --------------------------------------------
 
+type Health = Vec<uhca_driver::Result<uhca_hal::init_seg::HealthStatus>>;
+
 /// Polls `a`'s health four times a second of model time apart.
-fn health(w: &mut World) -> Vec<uhca_driver::Result<uhca_hal::init_seg::HealthStatus>> {
+fn health(w: &mut World) -> Health {
     (0..4)
         .map(|_| {
             w.lies.hca().advance_us(1_000_000);
@@ -706,11 +715,17 @@ fn health(w: &mut World) -> Vec<uhca_driver::Result<uhca_hal::init_seg::HealthSt
         .collect()
 }
 
+/// A world with `lie` armed and the four health polls it gave.
+fn health_lie(lie: Lie) -> (World, Health) {
+    let mut w = world(7);
+    w.lies.arm(lie);
+    let h = health(&mut w);
+    (w, h)
+}
+
 #[test]
 fn health_syndrome_outside_the_list_is_fatal_and_named() {
-    let mut w = world(7);
-    w.lies.arm(Lie::HealthSyndromeGarbage);
-    let h = health(&mut w);
+    let (mut w, h) = health_lie(Lie::HealthSyndromeGarbage);
     let fatal = Error::Fatal(FatalHealth::RecoveryRequired {
         synd: uhca_hal::init_seg::HealthSyndrome(0xee),
         ext_synd: 0,
@@ -725,9 +740,7 @@ fn health_syndrome_outside_the_list_is_fatal_and_named() {
 
 #[test]
 fn health_counter_stuck_is_fatal_after_three_polls() {
-    let mut w = world(7);
-    w.lies.arm(Lie::HealthCounterStuck);
-    let h = health(&mut w);
+    let (_, h) = health_lie(Lie::HealthCounterStuck);
     assert!(h[..3].iter().all(|r| r.is_ok()), "{h:?}");
     assert!(matches!(
         h[3],

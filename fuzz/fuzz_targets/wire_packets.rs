@@ -12,9 +12,10 @@ use uhca_mock::wire::check::check;
 use uhca_mock::wire::crc::Crc16;
 use uhca_mock::wire::icrc::{ib_icrc, roce_v2_icrc, vcrc};
 use uhca_mock::wire::pcap::LinkType;
-use uhca_mock::wire::{
-    IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Packet, Ipv4Repr, RoceV2Repr, roce,
-};
+use uhca_mock::wire::{IpRepr, Ipv4Packet, Ipv4Repr, RoceV2Repr, roce};
+
+#[path = "../../mock/tests/support/packets.rs"]
+mod packets;
 
 /// Native IB: the last six bytes are ICRC (little-endian) and VCRC.
 fn fix_ib(p: &mut [u8]) {
@@ -68,16 +69,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = check(link, b);
     }
 
-    if let Ok(t) = IbTransportRepr::parse(b) {
-        let mut out = vec![0u8; t.buffer_len()];
-        t.emit(&mut out).expect("a parsed transport emits");
-        assert_eq!(IbTransportRepr::parse(&out).unwrap(), t);
-    }
-    if let Ok(p) = IbPacketRepr::parse(b) {
-        let mut out = vec![0u8; p.buffer_len()];
-        p.emit(&mut out).expect("a parsed IB packet emits");
-        assert_eq!(IbPacketRepr::parse(&out).unwrap(), p);
-    }
+    packets::assert_ib_reemits(b);
     if let Ok(r) = RoceV2Repr::parse(b) {
         let mut out = vec![0u8; r.buffer_len()];
         r.emit(&mut out).expect("a parsed RoCEv2 frame emits");

@@ -8,9 +8,13 @@ use uhca_mock::wire::ib::{Aeth, AtomicEth, Bth, Deth, Grh, Lrh, Reth};
 use uhca_mock::wire::icrc::{ib_icrc, roce_v2_icrc, vcrc};
 use uhca_mock::wire::pcap::PcapReader;
 use uhca_mock::wire::{
-    AethSyndrome, BthRepr, EthernetRepr, IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Packet,
-    Ipv4Repr, Ipv6Packet, Ipv6Repr, LinkNextHeader, LrhRepr, Opcode, RoceV2Repr, UdpPacket,
+    AethSyndrome, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, LinkNextHeader, Opcode,
+    RoceV2Repr, UdpPacket,
 };
+
+#[path = "support/packets.rs"]
+mod packets;
+use packets::HeaderValues;
 
 struct Rng(u64);
 
@@ -109,16 +113,7 @@ fn all_parsers(b: &[u8]) {
     let _ = ib_icrc(b);
     let _ = roce_v2_icrc(b);
     let _ = vcrc(b);
-    if let Ok(t) = IbTransportRepr::parse(b) {
-        let mut out = vec![0u8; t.buffer_len()];
-        t.emit(&mut out).expect("a parsed transport emits");
-        assert_eq!(IbTransportRepr::parse(&out).unwrap(), t);
-    }
-    if let Ok(p) = IbPacketRepr::parse(b) {
-        let mut out = vec![0u8; p.buffer_len()];
-        p.emit(&mut out).expect("a parsed IB packet emits");
-        assert_eq!(IbPacketRepr::parse(&out).unwrap(), p);
-    }
+    packets::assert_ib_reemits(b);
     if let Ok(r) = RoceV2Repr::parse(b) {
         let mut out = vec![0u8; r.buffer_len()];
         r.emit(&mut out).expect("a parsed RoCEv2 frame emits");
@@ -130,73 +125,34 @@ fn all_parsers(b: &[u8]) {
     }
 }
 
+/// Every opcode's transport, as a native IB packet and as RoCEv2 frames over IPv4 and IPv6.
 fn valid_packets() -> Vec<Vec<u8>> {
     let payload = b"0123456789abcdefXYZ";
+    let values = HeaderValues {
+        dest_qp: 0x10,
+        psn: 0x20,
+        deth: (1, 2),
+        xrc_srq: 0x77,
+        reth: (3, 4, 5),
+        atomic_eth: (6, 7, 8, 9),
+        aeth: (AethSyndrome::RnrNak { timer: 3 }, 10),
+        atomic_ack_eth: 11,
+        imm_dt: 12,
+        ieth: 13,
+    };
     let mut out = Vec::new();
     for &op in Opcode::ALL {
-        let h = op.headers().unwrap();
-        let mut t = IbTransportRepr::new(
-            BthRepr::new(op, 0x10, 0x20),
-            if h.payload { &payload[..] } else { &[] },
-        );
-        if h.deth {
-            t = t.with_deth(1, 2);
-        }
-        if h.xrceth {
-            t = t.with_xrceth(0x77);
-        }
-        if h.reth {
-            t = t.with_reth(3, 4, 5);
-        }
-        if h.atomic_eth {
-            t = t.with_atomic_eth(6, 7, 8, 9);
-        }
-        if h.aeth {
-            t = t.with_aeth(AethSyndrome::RnrNak { timer: 3 }, 10);
-        }
-        if h.atomic_ack_eth {
-            t = t.with_atomic_ack_eth(11);
-        }
-        if h.imm_dt {
-            t = t.with_imm_dt(12);
-        }
-        if h.ieth {
-            t = t.with_ieth(13);
-        }
-        let lrh = LrhRepr {
-            vl: 0,
-            lver: 0,
-            sl: 0,
-            lnh: LinkNextHeader::IbaLocal,
-            dlid: 1,
-            packet_length: 0,
-            slid: 2,
-        };
-        let p = IbPacketRepr {
-            lrh,
-            grh: None,
-            transport: t,
-        };
-        let mut b = vec![0u8; p.buffer_len()];
-        p.emit(&mut b).unwrap();
-        out.push(b);
+        let t = packets::transport(op, &values, payload);
+        out.push(packets::ib_packet(
+            packets::lrh(LinkNextHeader::IbaLocal, 1, 2),
+            None,
+            t,
+        ));
         for ip in [
             IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2])),
             IpRepr::Ipv6(Ipv6Repr::new([1; 16], [2; 16])),
         ] {
-            let r = RoceV2Repr {
-                eth: EthernetRepr {
-                    dst: [1; 6],
-                    src: [2; 6],
-                    vlan: None,
-                },
-                ip,
-                udp_src_port: 1,
-                transport: t,
-            };
-            let mut b = vec![0u8; r.buffer_len()];
-            r.emit(&mut b).unwrap();
-            out.push(b);
+            out.push(packets::roce_frame([1; 6], [2; 6], ip, 1, t));
         }
     }
     out

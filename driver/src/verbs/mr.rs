@@ -53,16 +53,80 @@ static NEXT_KEY_VARIANT: AtomicU8 = AtomicU8::new(0x5a);
 /// A registered memory region: an MTT memory key over memory it owns.
 #[derive(Debug)]
 pub struct Mr<P: Platform + Clone> {
-    buf: Option<DmaBuf<P>>,
+    /// The key and the whole buffer; the region is `offset..offset + len` of it.
+    reg: MttRegion<P, DmaBuf<P>>,
     offset: usize,
     len: usize,
-    mkey_index: u32,
-    key: u32,
-    pdn: u32,
-    access: AccessFlags,
-    hca_id: u64,
-    /// Its place in the HCA's release queue (`None` once destroyed).
+}
+
+/// What both kinds of region, [`Mr`] and [`UserMr`](super::UserMr), are made of: an MTT
+/// memory key and the memory `M` it covers, which the region owns while the key lives.
+/// Made by [`Hca::register_mtt`]; [`MttRegion::destroy`] gives the memory back after
+/// DESTROY_MKEY; dropped undestroyed, it hands both to the HCA's release queue.
+#[derive(Debug)]
+pub(crate) struct MttRegion<P: Platform + Clone, M: Into<Held<P>>> {
+    /// The memory (`None` once given back by `destroy` or handed over by drop).
+    mem: Option<M>,
+    /// Its place in the HCA's release queue.
     ticket: Option<Ticket<P>>,
+    pub(crate) mkey_index: u32,
+    /// `(mkey_index << 8) | mkey_7_0`: the lkey and the rkey.
+    pub(crate) key: u32,
+    pub(crate) pdn: u32,
+    pub(crate) access: AccessFlags,
+    pub(crate) hca_id: u64,
+}
+
+impl<P: Platform + Clone, M: Into<Held<P>>> MttRegion<P, M> {
+    /// The memory the key covers.
+    pub(crate) fn mem(&self) -> &M {
+        match &self.mem {
+            Some(m) => m,
+            None => unreachable!("the buffer is only taken by destroy and drop"),
+        }
+    }
+
+    /// The memory, for writing (the device may read it at any time).
+    pub(crate) fn mem_mut(&mut self) -> &mut M {
+        match &mut self.mem {
+            Some(m) => m,
+            None => unreachable!("the buffer is only taken by destroy and drop"),
+        }
+    }
+
+    /// DESTROY_MKEY, after checking that `hca` made the key, then the memory back (the
+    /// one command of [`Mr::destroy`] and [`UserMr::destroy`](super::UserMr::destroy)).
+    /// On an error the key and the memory stay.
+    pub(crate) fn destroy(&mut self, hca: &mut Hca<P>) -> Result<M> {
+        hca.check_owner(self.hca_id)?;
+        let mut d = DestroyMkeyIn::new_cmd();
+        d.set_mkey_index(self.mkey_index);
+        hca.exec(&d, &[], &mut [])?;
+        match self.mem.take() {
+            Some(m) => Ok(m),
+            None => unreachable!("the buffer is only taken by destroy and drop"),
+        }
+    }
+}
+
+impl<P: Platform + Clone, M: Into<Held<P>>> Drop for MttRegion<P, M> {
+    fn drop(&mut self) {
+        // Not destroyed: the key may still let the device (and remote peers) reach the
+        // memory, so it goes back (a caller's buffer: is unmapped) only after the HCA's
+        // DESTROY_MKEY (`crate::release`).
+        if let Some(m) = self.mem.take() {
+            match self.ticket.take() {
+                Some(t) => t.release(Dropped {
+                    kind: ObjectKind::Mr,
+                    number: self.mkey_index,
+                    held: m.into(),
+                    qp: None,
+                    busy_at: None,
+                }),
+                None => core::mem::forget(m),
+            }
+        }
+    }
 }
 
 /// What QUERY_MKEY reports about a memory region.
@@ -87,23 +151,23 @@ pub struct MrAttr {
 impl<P: Platform + Clone> Mr<P> {
     /// The local key (`(mkey_index << 8) | mkey_7_0`), for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        self.key
+        self.reg.key
     }
 
     /// The remote key (the same value), for peers' RDMA and atomic requests.
     pub fn rkey(&self) -> u32 {
-        self.key
+        self.reg.key
     }
 
     /// The memory key index.
     pub fn mkey_index(&self) -> u32 {
-        self.mkey_index
+        self.reg.mkey_index
     }
 
     /// The address of the region's first byte as the device and the peers use it (an
     /// IOVA); work requests name `iova() + offset`.
     pub fn iova(&self) -> u64 {
-        self.buf.as_ref().map_or(0, |b| b.iova()) + self.offset as u64
+        self.reg.mem().iova() + self.offset as u64
     }
 
     /// The region's length in bytes.
@@ -118,29 +182,23 @@ impl<P: Platform + Clone> Mr<P> {
 
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
-        self.access
+        self.reg.access
     }
 
     /// The PD number.
     pub fn pdn(&self) -> u32 {
-        self.pdn
+        self.reg.pdn
     }
 
     /// The whole buffer behind the region (the region is `offset..offset + len()` of it,
     /// see [`Mr::buffer_offset`]).
     pub fn mem(&self) -> &DmaBuf<P> {
-        match &self.buf {
-            Some(b) => b,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
-        }
+        self.reg.mem()
     }
 
     /// The buffer, for writing (the device may read it at any time).
     pub fn mem_mut(&mut self) -> &mut DmaBuf<P> {
-        match &mut self.buf {
-            Some(b) => b,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
-        }
+        self.reg.mem_mut()
     }
 
     /// Where the region starts in its buffer.
@@ -154,9 +212,9 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<MrAttr> {
-        hca.check_owner(self.hca_id)?;
+        hca.check_owner(self.reg.hca_id)?;
         let mut q = QueryMkeyIn::new_cmd();
-        q.set_mkey_index(self.mkey_index);
+        q.set_mkey_index(self.reg.mkey_index);
         let out = hca.exec(&q, &[], &mut [])?;
         let m = out.memory_key_mkey_entry();
         let mut access = AccessFlags::empty();
@@ -182,48 +240,12 @@ impl<P: Platform + Clone> Mr<P> {
     ///
     /// The region back with the error; its buffer stays registered.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<DmaBuf<P>, Failed<Self>> {
-        match destroy_mkey(hca, self.hca_id, self.mkey_index) {
-            Ok(()) => match self.buf.take() {
-                Some(b) => Ok(b),
-                None => unreachable!("the buffer is only taken by destroy and drop"),
-            },
+        match self.reg.destroy(hca) {
+            Ok(b) => Ok(b),
             Err(error) => Err(Failed {
                 object: self,
                 error,
             }),
-        }
-    }
-}
-
-/// DESTROY_MKEY of key `mkey_index`, after checking that `hca` made it (the one command of
-/// [`Mr::destroy`] and [`UserMr::destroy`](super::UserMr::destroy)).
-pub(crate) fn destroy_mkey<P: Platform + Clone>(
-    hca: &mut Hca<P>,
-    hca_id: u64,
-    mkey_index: u32,
-) -> Result<()> {
-    hca.check_owner(hca_id)?;
-    let mut d = DestroyMkeyIn::new_cmd();
-    d.set_mkey_index(mkey_index);
-    hca.exec(&d, &[], &mut [])?;
-    Ok(())
-}
-
-impl<P: Platform + Clone> Drop for Mr<P> {
-    fn drop(&mut self) {
-        // Not destroyed: the key may still let the device (and remote peers) reach the
-        // memory, so it goes back only after the HCA's DESTROY_MKEY (`crate::release`).
-        if let Some(b) = self.buf.take() {
-            match self.ticket.take() {
-                Some(t) => t.release(Dropped {
-                    kind: ObjectKind::Mr,
-                    number: self.mkey_index,
-                    held: Held::buf(b),
-                    qp: None,
-                    busy_at: None,
-                }),
-                None => core::mem::forget(b),
-            }
         }
     }
 }
@@ -265,21 +287,35 @@ impl<P: Platform + Clone> Hca<P> {
         len: usize,
         access: AccessFlags,
     ) -> core::result::Result<Mr<P>, Failed<Option<DmaBuf<P>>>> {
+        let reg = self.register_mtt(pd, buf, offset, len, access)?;
+        Ok(Mr { reg, offset, len })
+    }
+
+    /// CREATE_MKEY (MTT access mode) over `len` bytes at `offset` of `mem`, with a place
+    /// in the release queue taken first: the registration of [`Hca::reg_mr`] and
+    /// [`Hca::reg_user_mr`]. Gives the key with the memory, or the memory back with the
+    /// error (`None`, leaked, when the device may have made the key anyway).
+    pub(crate) fn register_mtt<M: DmaMem + Into<Held<P>>>(
+        &mut self,
+        pd: &Pd,
+        mem: M,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> core::result::Result<MttRegion<P, M>, Failed<Option<M>>> {
         let ticket = match self.release_ticket() {
             Ok(t) => t,
             Err(error) => {
                 return Err(Failed {
-                    object: Some(buf),
+                    object: Some(mem),
                     error,
                 });
             }
         };
-        match self.create_mtt_mkey(pd, &buf, offset, len, access) {
-            Ok((mkey_index, key)) => Ok(Mr {
+        match self.create_mtt_mkey(pd, &mem, offset, len, access) {
+            Ok((mkey_index, key)) => Ok(MttRegion {
+                mem: Some(mem),
                 ticket: Some(ticket),
-                buf: Some(buf),
-                offset,
-                len,
                 mkey_index,
                 key,
                 pdn: pd.pdn(),
@@ -288,17 +324,17 @@ impl<P: Platform + Clone> Hca<P> {
             }),
             Err(error) => {
                 let object = if device_may_hold(&error) {
-                    core::mem::forget(buf);
+                    core::mem::forget(mem);
                     None
                 } else {
-                    Some(buf)
+                    Some(mem)
                 };
                 Err(Failed { object, error })
             }
         }
     }
 
-    pub(crate) fn create_mtt_mkey(
+    fn create_mtt_mkey(
         &mut self,
         pd: &Pd,
         buf: &impl DmaMem,
@@ -408,7 +444,7 @@ impl<P: Platform + Clone> Mr<P> {
     /// [`Error::InvalidArgument`] when `offset..offset + len` is not inside the region, or
     /// `len` does not fit the 32-bit length of a scatter/gather entry. It never panics.
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge> {
-        region_sge(self.iova(), self.len, self.key, offset, len)
+        region_sge(self.iova(), self.len, self.reg.key, offset, len)
     }
 
     /// The scatter/gather entry for the whole region (`sge(0, len())`).

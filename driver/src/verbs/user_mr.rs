@@ -18,40 +18,32 @@ use uhca_fwif::consts::AccessFlags;
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaMem, HostBuf, MappedBuf};
 
-use super::mr::{destroy_mkey, region_sge};
-use super::{Failed, Pd, Sge, device_may_hold};
+use super::mr::{MttRegion, region_sge};
+use super::{Failed, Pd, Sge};
 use crate::error::Result;
 use crate::hca::Hca;
-use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
 /// A registered memory region over a caller's buffer (an MTT memory key over a
 /// [`MappedBuf`] it owns).
 #[derive(Debug)]
 pub struct UserMr<P: Platform + Clone> {
-    mem: Option<MappedBuf<P>>,
-    /// Its place in the HCA's release queue (`crate::release`), used if it is dropped.
-    ticket: Option<Ticket<P>>,
-    mkey_index: u32,
-    key: u32,
-    pdn: u32,
-    access: AccessFlags,
-    hca_id: u64,
+    reg: MttRegion<P, MappedBuf<P>>,
 }
 
 impl<P: Platform + Clone> UserMr<P> {
     /// The local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        self.key
+        self.reg.key
     }
 
     /// The remote key (the same value), for peers' RDMA and atomic requests.
     pub fn rkey(&self) -> u32 {
-        self.key
+        self.reg.key
     }
 
     /// The memory key index.
     pub fn mkey_index(&self) -> u32 {
-        self.mkey_index
+        self.reg.mkey_index
     }
 
     /// The address of the region's first byte as the device and the peers use it.
@@ -71,28 +63,22 @@ impl<P: Platform + Clone> UserMr<P> {
 
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
-        self.access
+        self.reg.access
     }
 
     /// The PD number.
     pub fn pdn(&self) -> u32 {
-        self.pdn
+        self.reg.pdn
     }
 
     /// The buffer, for reading (volatile accesses by offset: the device may write it).
     pub fn mem(&self) -> &MappedBuf<P> {
-        match &self.mem {
-            Some(m) => m,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
-        }
+        self.reg.mem()
     }
 
     /// The buffer, for writing (the device may read it at any time).
     pub fn mem_mut(&mut self) -> &mut MappedBuf<P> {
-        match &mut self.mem {
-            Some(m) => m,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
-        }
+        self.reg.mem_mut()
     }
 
     /// The scatter/gather entry for `len` bytes at `offset` (see [`Mr::sge`](super::Mr::sge)).
@@ -101,7 +87,7 @@ impl<P: Platform + Clone> UserMr<P> {
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a range outside the region or longer than 4 GiB - 1.
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge> {
-        region_sge(self.iova(), self.len(), self.key, offset, len)
+        region_sge(self.iova(), self.len(), self.reg.key, offset, len)
     }
 
     /// The scatter/gather entry for the whole region.
@@ -120,34 +106,12 @@ impl<P: Platform + Clone> UserMr<P> {
     ///
     /// The region back with the error; its buffer stays registered and mapped.
     pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<MappedBuf<P>, Failed<Self>> {
-        match destroy_mkey(hca, self.hca_id, self.mkey_index) {
-            Ok(()) => match self.mem.take() {
-                Some(m) => Ok(m),
-                None => unreachable!("the buffer is only taken by destroy and drop"),
-            },
+        match self.reg.destroy(hca) {
+            Ok(m) => Ok(m),
             Err(error) => Err(Failed {
                 object: self,
                 error,
             }),
-        }
-    }
-}
-
-impl<P: Platform + Clone> Drop for UserMr<P> {
-    fn drop(&mut self) {
-        // Not destroyed: the key may still let the device (and remote peers) reach the
-        // memory, so it is unmapped only after the HCA's DESTROY_MKEY (`crate::release`).
-        if let Some(m) = self.mem.take() {
-            match self.ticket.take() {
-                Some(t) => t.release(Dropped {
-                    kind: ObjectKind::Mr,
-                    number: self.mkey_index,
-                    held: Held::mapped(m),
-                    qp: None,
-                    busy_at: None,
-                }),
-                None => core::mem::forget(m),
-            }
         }
     }
 }
@@ -203,35 +167,8 @@ impl<P: Platform + Clone> Hca<P> {
         mem: MappedBuf<P>,
         access: AccessFlags,
     ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
-        let ticket = match self.release_ticket() {
-            Ok(t) => t,
-            Err(error) => {
-                return Err(Failed {
-                    object: Some(mem),
-                    error,
-                });
-            }
-        };
         let len = mem.len();
-        match self.create_mtt_mkey(pd, &mem, 0, len, access) {
-            Ok((mkey_index, key)) => Ok(UserMr {
-                mem: Some(mem),
-                ticket: Some(ticket),
-                mkey_index,
-                key,
-                pdn: pd.pdn(),
-                access,
-                hca_id: self.id(),
-            }),
-            Err(error) => {
-                let object = if device_may_hold(&error) {
-                    core::mem::forget(mem);
-                    None
-                } else {
-                    Some(mem)
-                };
-                Err(Failed { object, error })
-            }
-        }
+        let reg = self.register_mtt(pd, mem, 0, len, access)?;
+        Ok(UserMr { reg })
     }
 }
