@@ -231,8 +231,7 @@ impl Device {
         let (Some(grh), Some(l3)) = (info.grh, info.l3) else {
             return true;
         };
-        let Some(super::path::Path::Roce { dip, .. }) = self.qp_path(qpc.primary_address_path())
-        else {
+        let Some(dip) = self.qp_remote_ip(qpc.primary_address_path()) else {
             return true;
         };
         if l3 == CQE_ROCE_L3_HEADER_TYPE_IPV4 {
