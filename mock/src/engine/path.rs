@@ -124,6 +124,25 @@ impl Device {
         })
     }
 
+    /// The destination IP address of the RoCE path [`Self::qp_path`] builds from `ads`
+    /// (`Path::Roce`'s `dip`), without building the rest of it: `None` exactly when that
+    /// path is not a RoCE one (an InfiniBand port, or a source GID index without an entry).
+    /// The responder checks every packet's source address against it.
+    pub(crate) fn qp_remote_ip(&self, ads: &Ads) -> Option<[u8; 16]> {
+        match self.fw.port_type() {
+            LinkLayer::Ethernet if ads.fl() => {
+                Some(self.sgid(ads.src_addr_index() as usize).unwrap_or([0; 16]))
+            }
+            LinkLayer::Ethernet => {
+                self.sgid(ads.src_addr_index() as usize)?;
+                let mut dgid = [0u8; 16];
+                dgid.copy_from_slice(ads.rgid_rip());
+                Some(dgid)
+            }
+            LinkLayer::InfiniBand => None,
+        }
+    }
+
     /// The path of an RC or UC QP (its primary address path).
     pub(crate) fn qp_path(&self, ads: &Ads) -> Option<Path> {
         match self.fw.port_type() {

@@ -22,6 +22,7 @@ use uhca_fwif::consts::{
     QpServiceType, QpState,
 };
 use uhca_fwif::cqe::{CQE_FLAGS_GRH, Cqe64};
+use uhca_fwif::ctx::Qpc;
 
 /// The bytes in front of the payload of a UD receive (the GRH, or the IP header).
 pub const UD_GRH_BYTES: usize = 40;
@@ -83,6 +84,19 @@ fn is_write(op: Opcode) -> bool {
             | UcRdmaWriteOnly
             | UcRdmaWriteOnlyWithImmediate
     )
+}
+
+/// The length check of a SEND or WRITE request packet (IB spec vol. 1, 9.7.5.1): a FIRST
+/// or MIDDLE carries exactly the path MTU (the QP context's `mtu`), an ONLY or LAST at most
+/// that. A packet failing it is a malformed request (NAK Invalid Request on RC), whatever
+/// its RETH length says.
+fn fits_path_mtu(qpc: &Qpc, t: &IbTransportRepr<'_>) -> bool {
+    let mtu = path_mtu(qpc.mtu());
+    let n = t.payload.len() as u64;
+    match t.bth.opcode.position() {
+        Some(MessagePosition::First | MessagePosition::Middle) => n == mtu,
+        _ => n <= mtu,
+    }
 }
 
 impl Device {
@@ -217,9 +231,9 @@ impl Device {
                 self.ud_rx(qpn, t, info, now)
             }
             QpServiceType::Rc if response => self.requester_rx(qpn, t, now),
-            QpServiceType::Rc => self.connected_rx(qpn, t, false, now),
+            QpServiceType::Rc => self.connected_rx(qpn, &qpc, t, false, now),
             QpServiceType::Xrc => self.xrc_rx(qpn, t, response, now),
-            _ => self.connected_rx(qpn, t, true, now),
+            _ => self.connected_rx(qpn, &qpc, t, true, now),
         }
     }
 
@@ -231,8 +245,7 @@ impl Device {
         let (Some(grh), Some(l3)) = (info.grh, info.l3) else {
             return true;
         };
-        let Some(super::path::Path::Roce { dip, .. }) = self.qp_path(qpc.primary_address_path())
-        else {
+        let Some(dip) = self.qp_remote_ip(qpc.primary_address_path()) else {
             return true;
         };
         if l3 == CQE_ROCE_L3_HEADER_TYPE_IPV4 {
@@ -287,8 +300,17 @@ impl Device {
         }
     }
 
-    /// RC and UC requests (and XRC's, as RC).
-    pub(super) fn connected_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, uc: bool, now: u64) {
+    /// RC and UC requests (and XRC's, as RC). `qpc` is the QP's context as the packet's
+    /// dispatch read it (nothing on the way here changes it): the checks and the placement
+    /// below read it instead of looking the QP up again.
+    pub(super) fn connected_rx(
+        &mut self,
+        qpn: u32,
+        qpc: &Qpc,
+        t: &IbTransportRepr<'_>,
+        uc: bool,
+        now: u64,
+    ) {
         let p = t.bth.psn;
         let Some(s) = self.engine.qps.get_mut(&qpn) else {
             return;
@@ -341,13 +363,13 @@ impl Device {
             _ => {}
         }
         let res = match t.bth.opcode {
-            op if (is_send(op) || is_write(op)) && !self.fits_path_mtu(qpn, t) => Err(if uc {
+            op if (is_send(op) || is_write(op)) && !fits_path_mtu(qpc, t) => Err(if uc {
                 Fail::Drop
             } else {
                 Fail::Nak(NakCode::InvalidRequest, None)
             }),
-            op if is_send(op) => self.send_rx(qpn, t, uc, now),
-            op if is_write(op) => self.write_rx(qpn, t, uc, now),
+            op if is_send(op) => self.send_rx(qpn, qpc, t, uc, now),
+            op if is_write(op) => self.write_rx(qpn, qpc, t, uc, now),
             Opcode::RcRdmaReadRequest => self.read_rx(qpn, t, p, false, now),
             Opcode::RcCompareSwap | Opcode::RcFetchAdd => self.atomic_rx(qpn, t, now),
             _ => Err(Fail::Nak(NakCode::InvalidRequest, None)),
@@ -412,21 +434,6 @@ impl Device {
                 }
                 self.responder_error(qpn, syndrome, now);
             }
-        }
-    }
-
-    /// The length check of a SEND or WRITE request packet (IB spec vol. 1, 9.7.5.1): a
-    /// FIRST or MIDDLE carries exactly the path MTU, an ONLY or LAST at most that. A
-    /// packet failing it is a malformed request (NAK Invalid Request on RC), whatever its
-    /// RETH length says.
-    fn fits_path_mtu(&self, qpn: u32, t: &IbTransportRepr<'_>) -> bool {
-        let Some(mtu) = self.fw.qps.get(&qpn).map(|q| path_mtu(q.qpc.mtu())) else {
-            return false;
-        };
-        let n = t.payload.len() as u64;
-        match t.bth.opcode.position() {
-            Some(MessagePosition::First | MessagePosition::Middle) => n == mtu,
-            _ => n <= mtu,
         }
     }
 
@@ -498,14 +505,12 @@ impl Device {
     fn send_rx(
         &mut self,
         qpn: u32,
+        qpc: &Qpc,
         t: &IbTransportRepr<'_>,
         uc: bool,
         now: u64,
     ) -> Result<(), Fail> {
-        let pd = match self.fw.qps.get(&qpn) {
-            Some(q) => self.rx_pd(qpn, &q.qpc),
-            None => 0,
-        };
+        let pd = self.rx_pd(qpn, qpc);
         let pos = t.bth.opcode.position();
         let first = matches!(pos, Some(MessagePosition::First | MessagePosition::Only));
         let last = matches!(pos, Some(MessagePosition::Last | MessagePosition::Only));
@@ -600,13 +605,11 @@ impl Device {
     fn write_rx(
         &mut self,
         qpn: u32,
+        qpc: &Qpc,
         t: &IbTransportRepr<'_>,
         uc: bool,
         now: u64,
     ) -> Result<(), Fail> {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
-            return Err(Fail::Drop);
-        };
         let pos = t.bth.opcode.position();
         let first = matches!(pos, Some(MessagePosition::First | MessagePosition::Only));
         let last = matches!(pos, Some(MessagePosition::Last | MessagePosition::Only));
@@ -615,7 +618,7 @@ impl Device {
         } else {
             Fail::Nak(NakCode::InvalidRequest, None)
         };
-        let pd = self.rx_pd(qpn, &qpc);
+        let pd = self.rx_pd(qpn, qpc);
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
         // A receive WQE kept from an abandoned UC message (offset 0) does not count.
         let sending = s.recv.as_ref().is_some_and(|r| r.offset != 0);

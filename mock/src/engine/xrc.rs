@@ -174,6 +174,6 @@ impl Device {
             self.responder_error(qpn, None, now);
             return;
         }
-        self.connected_rx(qpn, &rc, false, now);
+        self.connected_rx(qpn, &qpc, &rc, false, now);
     }
 }

@@ -82,7 +82,26 @@ impl FaultInjector {
         per_mille > 0 && self.next() % 1000 < per_mille as u64
     }
 
+    #[inline]
     pub(crate) fn judge(&mut self, len: usize) -> Verdict {
+        // No rate set (the default): nothing happens, and the generator, which only a
+        // rate above zero draws from, stays where it is.
+        let c = &self.cfg;
+        if c.drop_per_mille
+            | c.duplicate_per_mille
+            | c.corrupt_per_mille
+            | c.reorder_per_mille
+            | c.delay_per_mille
+            == 0
+        {
+            return Verdict::default();
+        }
+        self.draw(len)
+    }
+
+    /// [`Self::judge`] with at least one rate set.
+    #[inline(never)]
+    fn draw(&mut self, len: usize) -> Verdict {
         let c = self.cfg;
         let mut v = Verdict::default();
         if self.hit(c.drop_per_mille) {

@@ -44,6 +44,7 @@ impl<'a> RoceV2Repr<'a> {
     /// Errors: `Unsupported` for an EtherType other than IPv4/IPv6 (behind an optional 802.1Q
     /// tag), a protocol other than UDP, a UDP destination port other than 4791, an IP
     /// fragment or an unknown opcode; `Truncated`, `Malformed`, `BadChecksum`, `BadIcrc`.
+    #[inline]
     pub fn parse(frame: &'a [u8]) -> Result<Self> {
         let f = EthernetFrame::new_checked(frame)?;
         let (eth, ethertype) = EthernetRepr::parse(&f)?;
@@ -98,6 +99,7 @@ pub fn ip_datagram_len(ip: &IpRepr, transport: &IbTransportRepr<'_>) -> usize {
 
 /// Parse a RoCEv2 IP datagram (IP header to ICRC, trailing bytes beyond the IP length
 /// ignored): the IP header, the UDP source port and the transport. See [`RoceV2Repr::parse`].
+#[inline]
 pub fn parse_ip_datagram(datagram: &[u8]) -> Result<(IpRepr, u16, IbTransportRepr<'_>)> {
     let (ip, ip_header, ip_payload) = match datagram.first().map(|b| b >> 4) {
         None => return Err(Error::Truncated),
