@@ -133,6 +133,33 @@ if [ -n "$lid2" ]; then
   }
   xpair "XRC: $ibdev serves, $ibdev2 connects" "$ibdev" "$ibdev2"
   xpair "XRC: $ibdev2 serves, $ibdev connects" "$ibdev2" "$ibdev"
+  # Two clients on the second device share one XRC domain (ib_uverbs finds it by the file
+  # /tmp/xrc_domain both open), each with its own XRC SRQ and target QP. The server (-c 2)
+  # sends each client's messages through its two initiators in turn, so half of them reach
+  # a client through the other client's target QP, naming its own SRQ: one target feeding
+  # an SRQ of another process in its domain.
+  pname="XRC: $ibdev serves two clients on $ibdev2 sharing a domain"
+  t=$(up)
+  timeout 30 ibv_xsrq_pingpong -d "$ibdev" $x -c 2 > /tmp/srv.out 2>&1 &
+  spid=$!
+  sleep 1
+  timeout 30 ibv_xsrq_pingpong -d "$ibdev2" $x 127.0.0.1 > /tmp/cli2.out 2>&1 &
+  c2pid=$!
+  timeout 30 ibv_xsrq_pingpong -d "$ibdev2" $x 127.0.0.1 > /tmp/cli.out 2>&1
+  crc=$?
+  wait $c2pid
+  c2rc=$?
+  wait $spid
+  src=$?
+  echo "--- $pname, server: ibv_xsrq_pingpong -d $ibdev $x -c 2"; cat /tmp/srv.out
+  echo "--- $pname, clients: ibv_xsrq_pingpong -d $ibdev2 $x 127.0.0.1 (two)"
+  cat /tmp/cli.out /tmp/cli2.out
+  echo "$pname took $(since "$t") s"
+  check "$pname: server exits 0 and reports success" \
+    sh -c "[ $src -eq 0 ] && grep -q '^success' /tmp/srv.out"
+  check "$pname: both clients exit 0 and report success" \
+    sh -c "[ $crc -eq 0 ] && [ $c2rc -eq 0 ] && grep -q '^success' /tmp/cli.out &&
+      grep -q '^success' /tmp/cli2.out"
   # ibv_srq_pingpong: 4 RC QPs on each side sharing one SRQ (Linux creates it as an RMP) and
   # one CQ; 200 exchanges in all. --chk: the server checks the first byte of each page of
   # what it received (rdma-core's check; the buffer starts zeroed, so it is weak).
