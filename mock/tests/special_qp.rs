@@ -574,7 +574,10 @@ fn every_completion_names_its_qps_user_index_the_senders_too() {
     assert_eq!(sent.len(), 3, "{sent:?}");
     for c in &sent {
         assert_eq!(c.opcode, CqeOpcode::Req, "{c:?}");
-        let i = aqps.iter().position(|q| q.qpn == c.qpn()).expect("a QP of A");
+        let i = aqps
+            .iter()
+            .position(|q| q.qpn == c.qpn())
+            .expect("a QP of A");
         assert_eq!(
             c.cqe.srqn.get() & 0x00ff_ffff,
             uidx(i as u32),
@@ -586,7 +589,10 @@ fn every_completion_names_its_qps_user_index_the_senders_too() {
     assert_eq!(got.len(), 3, "{got:?}");
     for c in &got {
         assert_eq!(c.opcode, CqeOpcode::RespSend, "{c:?}");
-        let i = bqps.iter().position(|q| q.qpn == c.qpn()).expect("a QP of B");
+        let i = bqps
+            .iter()
+            .position(|q| q.qpn == c.qpn())
+            .expect("a QP of B");
         assert_eq!(c.cqe.srqn.get() & 0x00ff_ffff, uidx(0x10 + i as u32));
         assert_eq!(b.read(&bmr, i * 1024, 100), vec![i as u8 + 1; 100]);
     }

@@ -889,5 +889,8 @@ fn an_xrc_target_created_as_linux_does_without_uar_or_doorbell_record_receives()
     assert_eq!(got[0].opcode, CqeOpcode::RespSend);
     assert_eq!(got[0].qpn(), tgt.qpn);
     assert_eq!(b.read(&bmr, 0, 18), b"to a kernel target");
-    assert!(b.poll_all(&mut tcq).is_empty(), "nothing on the placeholder's CQ");
+    assert!(
+        b.poll_all(&mut tcq).is_empty(),
+        "nothing on the placeholder's CQ"
+    );
 }

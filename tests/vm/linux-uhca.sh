@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Linux and uhca talk (issue 12, stage 3): fetches QEMU 11.1, builds the server and uhca's
-# pingpong examples, builds the rig, starts uhca-vfio-user-server with two mock functions on
-# one InfiniBand fabric and its command log, boots the guest with both and runs
+# pingpong examples, builds the rig, starts uhca-vfio-user-server with three mock functions on
+# one InfiniBand fabric and its command log, boots the guest with them and runs
 # guest/tests/linuxuhca.sh: Linux's mlx5_ib + rdma-core's libmlx5 on the first function,
 # uhca through vfio-pci on the second, ibv_rc_pingpong / ibv_ud_pingpong against uhca's
-# rc_pingpong / ud_pingpong, both ways. Then checks the server's command log: every command
+# rc_pingpong / ud_pingpong, both ways; then ibv_xsrq_pingpong and ibv_srq_pingpong between
+# Linux's first and third functions. Then checks the server's command log: every command
 # of both drivers completed OK. Prints PASS/FAIL lines.
 #
 #   bash tests/vm/linux-uhca.sh     environment: as run-vm.sh
