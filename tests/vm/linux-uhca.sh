@@ -70,6 +70,10 @@ bad=$(grep ': cmd ' "$log" | grep -v 'status=Ok .* Completed$')
 check "command log: every command of the three functions completed with status OK" [ -z "$bad" ]
 check "no model note (the model saw nothing it had to remark on)" \
   sh -c "! grep -q 'note:' '$log'"
+# XRC on the wire: the capture against what ibv_xsrq_pingpong printed in the guest.
+xrc=$(python3 "$VM/xrc-wire.py" "$RIG_DIR/logs/linux-uhca.pcap" "$RIG_DIR/logs/linuxuhca.log" 2>&1)
+echo "$xrc"
+pass=$((pass + $(echo "$xrc" | grep -c '^PASS'))) fail=$((fail + $(echo "$xrc" | grep -vc '^PASS')))
 echo "server checks: $pass passed, $fail failed"
 [ $fail -eq 0 ] || rc=1
 rm -rf "$VFIO_USER_DIR"
