@@ -244,11 +244,19 @@ fn arming_an_eq_that_holds_unread_eqes_interrupts_at_once() {
     // The driver reads that EQE; meanwhile a second command completes (disarmed: silent).
     assert_eq!(h.poll_eq(&mut eq).len(), 1);
     h.alloc_pd();
-    assert_eq!(h.hca.interrupts(vector), before + 1, "disarmed: no interrupt");
+    assert_eq!(
+        h.hca.interrupts(vector),
+        before + 1,
+        "disarmed: no interrupt"
+    );
     // The driver arms with the consumer counter of what it read: the second EQE is
     // unread, so the EQ interrupts at once (and is disarmed again).
     h.eq_doorbell(&eq, true);
-    assert_eq!(h.hca.interrupts(vector), before + 2, "armed while not empty");
+    assert_eq!(
+        h.hca.interrupts(vector),
+        before + 2,
+        "armed while not empty"
+    );
     // It reads the second EQE and arms an empty EQ: nothing until the next EQE.
     assert_eq!(h.poll_eq(&mut eq).len(), 1);
     h.eq_doorbell(&eq, true);
