@@ -223,6 +223,52 @@ fn eq_gets_only_the_events_its_bitmask_names() {
     assert_eq!(types, [EventType::Cmd], "no PORT_CHANGE without its bit");
 }
 
+/// L14: an EQ armed while it holds EQEs past the consumer counter the doorbell names
+/// interrupts at once. A driver reads its EQEs, then writes the doorbell with its consumer
+/// counter and the arm bit; an EQE written after its last read and before the doorbell
+/// found the EQ disarmed (no interrupt), and the model kept it silent after the arm too.
+/// Linux saw that as a command that never completed: after 60 s
+/// `mlx5_cmd_eq_recover: Recovered 1 EQEs on cmd_eq` and
+/// `cmd[0]: DEALLOC_XRCD(0x80f) recovered after timeout` (the linuxuhca test, under load).
+#[test]
+fn arming_an_eq_that_holds_unread_eqes_interrupts_at_once() {
+    let mut h = ready();
+    let uar = h.alloc_uar();
+    let mut eq = h.create_eq(uar, 4, &[EventType::Cmd]);
+    let vector = 0;
+    h.eq_doorbell(&eq, true);
+    let before = h.hca.interrupts(vector);
+    // Armed: the next command's EQE interrupts, and disarms the EQ.
+    h.alloc_pd();
+    assert_eq!(h.hca.interrupts(vector), before + 1);
+    // The driver reads that EQE; meanwhile a second command completes (disarmed: silent).
+    assert_eq!(h.poll_eq(&mut eq).len(), 1);
+    h.alloc_pd();
+    assert_eq!(
+        h.hca.interrupts(vector),
+        before + 1,
+        "disarmed: no interrupt"
+    );
+    // The driver arms with the consumer counter of what it read: the second EQE is
+    // unread, so the EQ interrupts at once (and is disarmed again).
+    h.eq_doorbell(&eq, true);
+    assert_eq!(
+        h.hca.interrupts(vector),
+        before + 2,
+        "armed while not empty"
+    );
+    // It reads the second EQE and arms an empty EQ: nothing until the next EQE.
+    assert_eq!(h.poll_eq(&mut eq).len(), 1);
+    h.eq_doorbell(&eq, true);
+    assert_eq!(h.hca.interrupts(vector), before + 2, "armed while empty");
+    h.alloc_pd();
+    assert_eq!(h.hca.interrupts(vector), before + 3);
+    // Updating the consumer counter without arming never interrupts.
+    h.alloc_pd();
+    h.eq_doorbell(&eq, false);
+    assert_eq!(h.hca.interrupts(vector), before + 3);
+}
+
 #[test]
 fn eq_create_query_doorbell_destroy() {
     let mut h = ready();

@@ -536,3 +536,64 @@ fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(b.read(&bmr, 40, 64), vec![0x3c; 64]);
 }
+
+/// L13: with CQE version 1 every CQE names its QP by the QP's `user_index` in `srqn_uidx`,
+/// the requester's (send) completions too. libmlx5 finds the QP of a send completion that
+/// way and moves that QP's send queue on; with several QPs on one CQ (rdma-core's
+/// `ibv_srq_pingpong`: four RC QPs, one CQ), a requester CQE without it was taken as the
+/// first QP's, the others' send queues looked full and `ibv_post_send` failed.
+#[test]
+fn every_completion_names_its_qps_user_index_the_senders_too() {
+    let link = LinkLayer::InfiniBand;
+    let fabric = Fabric::new(link);
+    let mut a = Node::new(&fabric, link, 1);
+    let mut b = Node::new(&fabric, link, 2);
+    let mut acq = a.cq(6);
+    let mut bcq = b.cq(6);
+    let (apd, bpd) = (a.pd, b.pd);
+    let uidx = |i: u32| 0x00a0_0000 + i;
+    let mut aqps = Vec::new();
+    let mut bqps = Vec::new();
+    for i in 0..3 {
+        aqps.push(a.qp_with_user_index(QpServiceType::Rc, apd, &acq, &acq, uidx(i)));
+        bqps.push(b.qp_with_user_index(QpServiceType::Rc, bpd, &bcq, &bcq, uidx(0x10 + i)));
+    }
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    for (aq, bq) in aqps.iter().zip(&bqps) {
+        a.connect(aq, &b, bq.qpn, common::verbs::Conn::default());
+        b.connect(bq, &a, aq.qpn, common::verbs::Conn::default());
+    }
+    for (i, (aq, bq)) in aqps.iter_mut().zip(bqps.iter_mut()).enumerate() {
+        b.post_recv(bq, &[(bmr.key, bmr.iova + i as u64 * 1024, 1024)]);
+        a.write(&amr, i * 1024, &[i as u8 + 1; 100]);
+        a.post_send(aq, &common::verbs::wr(WqeOpcode::Send, &amr, i * 1024, 100));
+    }
+    assert!(fabric.run_until_idle());
+    let sent = a.poll_all(&mut acq);
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    for c in &sent {
+        assert_eq!(c.opcode, CqeOpcode::Req, "{c:?}");
+        let i = aqps
+            .iter()
+            .position(|q| q.qpn == c.qpn())
+            .expect("a QP of A");
+        assert_eq!(
+            c.cqe.srqn.get() & 0x00ff_ffff,
+            uidx(i as u32),
+            "the send completion of QP {:#x} names its user index",
+            c.qpn()
+        );
+    }
+    let got = b.poll_all(&mut bcq);
+    assert_eq!(got.len(), 3, "{got:?}");
+    for c in &got {
+        assert_eq!(c.opcode, CqeOpcode::RespSend, "{c:?}");
+        let i = bqps
+            .iter()
+            .position(|q| q.qpn == c.qpn())
+            .expect("a QP of B");
+        assert_eq!(c.cqe.srqn.get() & 0x00ff_ffff, uidx(0x10 + i as u32));
+        assert_eq!(b.read(&bmr, i * 1024, 100), vec![i as u8 + 1; 100]);
+    }
+}

@@ -817,3 +817,80 @@ fn an_issi_0_xrc_srq_takes_xrc_sends() {
         "nothing on the target's CQ"
     );
 }
+
+/// X1: Linux creates an XRC target QP in the kernel (`ibv_xsrq_pingpong`'s receive QP) with
+/// no send queue, its receive side "SRQ" naming a placeholder XRC SRQ of the driver's own
+/// domain, and no UAR page, doorbell record or page list: `uar_page` and `dbr_addr` are 0.
+/// The model refused the UAR (BAD_UAR); a QP without a send queue rings no doorbell. The
+/// target then takes XRC SENDs into the SRQ of its domain that each request names.
+#[test]
+fn an_xrc_target_created_as_linux_does_without_uar_or_doorbell_record_receives() {
+    let link = LinkLayer::InfiniBand;
+    let fabric = Fabric::new(link);
+    let mut a = Node::new(&fabric, link, 1);
+    let mut b = Node::new(&fabric, link, 2);
+    let mut acq = a.cq(6);
+    let mut scq = b.cq(6);
+    let mut tcq = b.cq(4);
+    let xa = a.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let apd = a.pd;
+    let mut ini = xrc_qp(&mut a, xa, apd, &acq, true);
+    // The driver's own domain and placeholder XRC SRQ, then the user's domain.
+    let bpd = b.pd;
+    let x0 = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let s0 = xrc_srq(&mut b, x0, bpd, &tcq);
+    let xrcd = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let mut c = CreateQpIn::new_cmd();
+    c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
+    c.qpc_mut()
+        .set_st(QpServiceType::Xrc.raw())
+        .set_pd(bpd)
+        .set_xrcd(xrcd)
+        .set_rq_type(1)
+        .set_no_sq(true)
+        .set_cqn_snd(tcq.cqn)
+        .set_cqn_rcv(tcq.cqn)
+        .set_srqn_rmpn_xrqn(s0.srqn);
+    assert_eq!(c.qpc().uar_page(), 0);
+    assert_eq!(c.qpc().dbr_addr(), 0);
+    let tgt = Qp {
+        qpn: b.h.ok(&c, &[]).qpn(),
+        st: QpServiceType::Xrc,
+        buf: 0,
+        dbr: 0,
+        log_sq: 0,
+        log_rq: 0,
+        log_stride: 0,
+        sq_pi: 0,
+        rq_pi: 0,
+    };
+    let mut srq = xrc_srq(&mut b, xrcd, bpd, &scq);
+    let bmr = b.mr(4096);
+    a.connect(&ini, &b, tgt.qpn, Conn::default());
+    b.connect(
+        &tgt,
+        &a,
+        ini.qpn,
+        Conn {
+            stop_at_rtr: true,
+            ..Conn::default()
+        },
+    );
+    post_srq(&b, &mut srq, &bmr, 0, 64);
+    let amr = a.mr(4096);
+    a.write(&amr, 0, b"to a kernel target");
+    a.post_send(&mut ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 18, srq.srqn));
+    assert!(fabric.run_until_idle());
+    let sent = a.poll_all(&mut acq);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].opcode, CqeOpcode::Req, "{sent:?}");
+    let got = b.poll_all(&mut scq);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].opcode, CqeOpcode::RespSend);
+    assert_eq!(got[0].qpn(), tgt.qpn);
+    assert_eq!(b.read(&bmr, 0, 18), b"to a kernel target");
+    assert!(
+        b.poll_all(&mut tcq).is_empty(),
+        "nothing on the placeholder's CQ"
+    );
+}

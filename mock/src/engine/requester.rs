@@ -448,7 +448,9 @@ impl Device {
         }
     }
 
-    /// A requester (REQ) CQE for a completed WQE.
+    /// A requester (REQ) CQE for a completed WQE. Its `srqn_uidx` carries the QP's
+    /// `user_index`, as every CQE of the QP does: with CQE version 1 a driver finds the QP
+    /// (and its send queue's consumer index) from it, and libmlx5 does.
     pub(crate) fn requester_cqe(
         &mut self,
         qpn: u32,
@@ -457,11 +459,17 @@ impl Device {
         byte_cnt: u32,
         now: u64,
     ) {
-        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+        let Some((cqn, uidx)) = self
+            .fw
+            .qps
+            .get(&qpn)
+            .map(|q| (q.qpc.cqn_snd(), q.qpc.user_index()))
+        else {
             return;
         };
         let c = uhca_fwif::cqe::Cqe64 {
             byte_cnt: byte_cnt.into(),
+            srqn: uidx.into(),
             sop_drop_qpn: (((op.raw() as u32) << 24) | (qpn & 0x00ff_ffff)).into(),
             wqe_counter: counter.into(),
             ..Default::default()

@@ -143,7 +143,16 @@ impl Device {
         }
         eq.ci = full;
         if arm {
-            eq.armed = true;
+            // An EQ armed while it holds EQEs past the consumer counter the doorbell names
+            // (written after the driver's last read, while it was disarmed) interrupts at
+            // once; otherwise the next EQE does.
+            if eq.ci != eq.pi {
+                eq.armed = false;
+                let v = eq.intr;
+                self.raise_interrupt(v);
+            } else {
+                eq.armed = true;
+            }
         }
     }
 

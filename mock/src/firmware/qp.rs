@@ -221,7 +221,10 @@ impl Device {
         if q.log_sq_size() > caps.log_max_qp_sz() || q.log_rq_size() > caps.log_max_qp_sz() {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        if !self.fw.uars.contains(&q.uar_page()) {
+        // The UAR page is where the QP's send doorbells ring: a QP without a send queue
+        // rings none, and Linux leaves the page 0 for the XRC targets it creates (`no_sq`,
+        // no doorbell record, no page list).
+        if !q.no_sq() && !self.fw.uars.contains(&q.uar_page()) {
             return Err(bad_param(syndrome::BAD_UAR));
         }
         if !q.dbr_addr().is_multiple_of(8) {

@@ -345,6 +345,19 @@ impl Node {
     }
 
     pub fn qp_in(&mut self, st: QpServiceType, pd: u32, scq: &Cq, rcq: &Cq) -> Qp {
+        self.qp_with_user_index(st, pd, scq, rcq, 0)
+    }
+
+    /// As [`Node::qp_in`], with `qpc.user_index` set (what CQEs of version 1 carry in
+    /// `srqn_uidx` to name the QP).
+    pub fn qp_with_user_index(
+        &mut self,
+        st: QpServiceType,
+        pd: u32,
+        scq: &Cq,
+        rcq: &Cq,
+        user_index: u32,
+    ) -> Qp {
         let (log_sq, log_rq, log_stride) = (6u8, 6u8, 2u8);
         let rq = (1usize << log_rq) * (16 << log_stride);
         let sq = (1usize << log_sq) * 64;
@@ -362,6 +375,7 @@ impl Node {
             .set_log_sq_size(log_sq)
             .set_cqn_snd(scq.cqn)
             .set_cqn_rcv(rcq.cqn)
+            .set_user_index(user_index)
             .set_dbr_addr(dbr);
         let pages: Vec<u64> = (0..(rq + sq).div_ceil(4096))
             .map(|i| buf + i as u64 * 4096)
