@@ -846,3 +846,33 @@ fn a_retransmission_reads_memory_again_through_its_key() {
     assert_eq!(p.a.h.hca.datapath_counters().timeouts, 1);
     assert_eq!(p.b.read(&dst, 0, 4096), vec![0u8; 4096]);
 }
+
+/// The responder checks every packet of an RDMA WRITE against its memory key: a key
+/// destroyed after the message's first packet was placed fails the next packet (remote
+/// access error, nothing more written), even though the first packet's check of the whole
+/// range passed.
+#[test]
+fn a_write_whose_key_is_destroyed_mid_message_fails_at_the_next_packet() {
+    let mut p = Pair::rc(LinkLayer::Ethernet);
+    let amr = p.a.mr(4096);
+    let bmr = p.b.mr(4096);
+    p.a.write(&amr, 0, &[7u8; 3000]);
+    let mut w = wr(WqeOpcode::RdmaWrite, &amr, 0, 3000);
+    w.raddr = Some((bmr.iova, bmr.key));
+    p.a.post_send(&mut p.aqp, &w);
+    // MTU 1024: First, Middle, Last.
+    let frames = p.a.h.hca.take_tx_frames();
+    assert_eq!(frames.len(), 3);
+    p.b.h.hca.receive_frames(&frames[..1]);
+    assert_eq!(p.b.read(&bmr, 0, 1024), vec![7u8; 1024]);
+    p.b.destroy_mr(&bmr);
+    p.b.h.hca.receive_frames(&frames[1..]);
+    assert_eq!(p.b.qp_state(&p.bqp), QpState::Err);
+    assert_eq!(p.b.events(EventType::WqAccessError).len(), 1);
+    // The key's memory past the first packet is untouched.
+    assert_eq!(p.b.read(&bmr, 1024, 2048), vec![0u8; 2048]);
+    p.run();
+    let wc = p.a.poll_all(&mut p.acq);
+    assert_eq!(wc[0].opcode, CqeOpcode::ReqErr);
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::RemoteAccessErr);
+}
