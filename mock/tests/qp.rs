@@ -2,27 +2,11 @@
 
 mod common;
 
-use common::{Harness, pas_bytes};
+use common::{Harness, Setup, pas_bytes, setup};
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
 use uhca_mock::firmware::{optpar, syndrome};
 use uhca_mock::{LinkLayer, MockConfig};
-
-struct Setup {
-    h: Harness,
-    pd: u32,
-    uar: u32,
-    cqn: u32,
-}
-
-fn setup(cfg: MockConfig) -> Setup {
-    let mut h = Harness::ready(cfg);
-    let uar = h.alloc_uar();
-    let pd = h.alloc_pd();
-    let eq = h.create_eq(uar, 4, &[]);
-    let cqn = h.create_cq(uar, eq.eqn, 6);
-    Setup { h, pd, uar, cqn }
-}
 
 fn rst2init(qpn: u32) -> Rst2initQpIn {
     let mut m = Rst2initQpIn::new_cmd();

@@ -7,11 +7,12 @@
 
 mod common;
 
-use common::verbs::{Node, Wr};
-use common::{Harness, PM_STATE_MIGRATED, pas_bytes};
+use common::verbs::{Cq, Mr, Node, Qp, Wr};
+use common::{Harness, PM_STATE_MIGRATED, Setup, pas_bytes, setup};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::*;
+use uhca_fwif::wqe::Av;
 use uhca_mock::firmware::{
     MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS, PORT_CAPABILITY_MASK, QP1_Q_KEY, optpar,
     syndrome,
@@ -19,20 +20,23 @@ use uhca_mock::firmware::{
 use uhca_mock::{Fabric, LinkLayer, MockConfig};
 use zerocopy::{FromBytes, IntoBytes};
 
-struct Setup {
-    h: Harness,
-    pd: u32,
-    uar: u32,
-    cqn: u32,
+/// Two InfiniBand nodes on one fabric, each with a CQ of 64 entries.
+fn two_nodes() -> (Fabric, Node, Node, Cq, Cq) {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
+    let mut b = Node::new(&fabric, LinkLayer::InfiniBand, 2);
+    let acq = a.cq(6);
+    let bcq = b.cq(6);
+    (fabric, a, b, acq, bcq)
 }
 
-fn setup(cfg: MockConfig) -> Setup {
-    let mut h = Harness::ready(cfg);
-    let uar = h.alloc_uar();
-    let pd = h.alloc_pd();
-    let eq = h.create_eq(uar, 4, &[]);
-    let cqn = h.create_cq(uar, eq.eqn, 6);
-    Setup { h, pd, uar, cqn }
+/// A NOP work request (its control segment alone), completion requested if `signaled`.
+fn nop(signaled: bool) -> Wr {
+    Wr {
+        opcode: Some(WqeOpcode::Nop),
+        signaled,
+        ..Wr::default()
+    }
 }
 
 fn rst2init(qpn: u32, qkey: u32) -> Rst2initQpIn {
@@ -67,7 +71,7 @@ fn rtr2rts(qpn: u32) -> Rtr2rtsQpIn {
 /// Linux's REG_UMR QP: a send queue only (zero-length receive queue, `rq_type` 3), no
 /// protection domain (its `pd` is 0: Linux sets `latency_sensitive` instead).
 fn umr_qp_in(s: &mut Setup) -> (CreateQpIn, Vec<u64>) {
-    let (mut c, pages) = s.h.create_qp_in(QpServiceType::RegUmr, 0, s.cqn, s.uar);
+    let (mut c, pages) = s.create_qp_in(QpServiceType::RegUmr, 0);
     c.qpc_mut()
         .set_rq_type(3)
         .set_log_rq_size(0)
@@ -86,10 +90,10 @@ fn the_umr_qp_has_no_pd_and_no_receive_queue_and_reaches_rts() {
     s.h.ok(&rtr2rts(qpn), &[]);
     assert_eq!(s.h.hca.qp_state(qpn), Some(QpState::Rts));
     // Any other QP still needs a protection domain.
-    let (mut rc, pages) = s.h.create_qp_in(QpServiceType::Rc, 0, s.cqn, s.uar);
+    let (mut rc, pages) = s.create_qp_in(QpServiceType::Rc, 0);
     rc.qpc_mut().set_pd(0);
     assert_eq!(
-        s.h.err(&rc, &pas_bytes(&pages)),
+        s.create_qp_err(&rc, &pages),
         (CmdStatus::BadParamErr, syndrome::BAD_PD)
     );
     // A REG_UMR QP with a receive queue is refused.
@@ -99,7 +103,7 @@ fn the_umr_qp_has_no_pd_and_no_receive_queue_and_reaches_rts() {
         .set_log_rq_size(4)
         .set_log_rq_stride(2);
     assert_eq!(
-        s.h.err(&c, &pas_bytes(&pages)),
+        s.create_qp_err(&c, &pages),
         (CmdStatus::BadParamErr, syndrome::UMR_QP_WITH_RQ)
     );
 }
@@ -107,15 +111,14 @@ fn the_umr_qp_has_no_pd_and_no_receive_queue_and_reaches_rts() {
 #[test]
 fn qp0_and_qp1_exist_once_per_port_and_qp0_only_on_infiniband() {
     let mut s = setup(MockConfig::infiniband());
-    let (pd, cqn, uar) = (s.pd, s.cqn, s.uar);
-    let qp0 = s.h.create_qp(QpServiceType::Qp0, pd, cqn, uar);
-    let qp1 = s.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+    let qp0 = s.create_qp(QpServiceType::Qp0);
+    let qp1 = s.create_qp(QpServiceType::Qp1);
     assert_ne!(qp0, qp1);
     assert!(qp0 > 1 && qp1 > 1, "firmware QPNs, not the wire's 0 and 1");
     for st in [QpServiceType::Qp0, QpServiceType::Qp1] {
-        let (c, pages) = s.h.create_qp_in(st, pd, cqn, uar);
+        let (c, pages) = s.create_qp_in(st, s.pd);
         assert_eq!(
-            s.h.err(&c, &pas_bytes(&pages)),
+            s.create_qp_err(&c, &pages),
             (CmdStatus::ResBusy, syndrome::SPECIAL_QP_TAKEN),
             "a second {st:?}"
         );
@@ -124,15 +127,14 @@ fn qp0_and_qp1_exist_once_per_port_and_qp0_only_on_infiniband() {
     let mut d = DestroyQpIn::new_cmd();
     d.set_qpn(qp1);
     s.h.ok(&d, &[]);
-    s.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+    s.create_qp(QpServiceType::Qp1);
 
     // An Ethernet port has QP1 (the general services interface) and no QP0.
     let mut e = setup(MockConfig::ethernet());
-    let (pd, cqn, uar) = (e.pd, e.cqn, e.uar);
-    e.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
-    let (c, pages) = e.h.create_qp_in(QpServiceType::Qp0, pd, cqn, uar);
+    e.create_qp(QpServiceType::Qp1);
+    let (c, pages) = e.create_qp_in(QpServiceType::Qp0, e.pd);
     assert_eq!(
-        e.h.err(&c, &pas_bytes(&pages)),
+        e.create_qp_err(&c, &pages),
         (CmdStatus::BadParamErr, syndrome::SPECIAL_QP_TAKEN)
     );
 }
@@ -140,9 +142,8 @@ fn qp0_and_qp1_exist_once_per_port_and_qp0_only_on_infiniband() {
 #[test]
 fn qp1_takes_only_the_well_known_q_key_and_both_reach_rts_as_datagram_qps() {
     let mut s = setup(MockConfig::infiniband());
-    let (pd, cqn, uar) = (s.pd, s.cqn, s.uar);
-    let qp0 = s.h.create_qp(QpServiceType::Qp0, pd, cqn, uar);
-    let qp1 = s.h.create_qp(QpServiceType::Qp1, pd, cqn, uar);
+    let qp0 = s.create_qp(QpServiceType::Qp0);
+    let qp1 = s.create_qp(QpServiceType::Qp1);
     assert_eq!(
         s.h.err(&rst2init(qp1, 0x1234), &[]),
         (CmdStatus::BadParamErr, syndrome::BAD_QP1_Q_KEY)
@@ -265,13 +266,7 @@ fn a_mad_of_a_class_without_an_agent_gets_a_mad_status_not_a_command_error() {
 #[test]
 fn the_capabilities_say_a_umr_changes_no_translation_size() {
     let mut h = Harness::ready(MockConfig::infiniband());
-    let mut q = QueryHcaCapIn::new_cmd();
-    q.set_op_mod(query_hca_cap_op_mod(
-        HcaCapType::General,
-        HcaCapMode::GetCur,
-    ));
-    let o = h.ok(&q, &[]);
-    let c = o.cmd_hca_cap();
+    let c = h.general_caps();
     assert!(c.umr_modify_entity_size_disabled());
     assert!(c.umr_modify_atomic_disabled());
     assert!(c.umr_indirect_mkey_disabled());
@@ -288,22 +283,9 @@ fn a_nop_on_a_ud_qp_is_its_control_segment_alone() {
     let mut qp = a.qp(QpServiceType::Ud, &cq, &cq);
     a.ud_ready(&qp, 0x11);
     for _ in 0..3 {
-        a.post_send(
-            &mut qp,
-            &Wr {
-                opcode: Some(WqeOpcode::Nop),
-                ..Wr::default()
-            },
-        );
+        a.post_send(&mut qp, &nop(false));
     }
-    a.post_send(
-        &mut qp,
-        &Wr {
-            opcode: Some(WqeOpcode::Nop),
-            signaled: true,
-            ..Wr::default()
-        },
-    );
+    a.post_send(&mut qp, &nop(true));
     assert!(fabric.run_until_idle());
     let wcs = a.poll_all(&mut cq);
     assert_eq!(wcs.len(), 1, "one signalled NOP: {wcs:?}");
@@ -313,44 +295,30 @@ fn a_nop_on_a_ud_qp_is_its_control_segment_alone() {
 }
 
 /// QP0 or QP1 of `n`, taken to RTS with `qkey` (as Linux's MAD layer does).
-fn special_qp(
-    n: &mut Node,
-    st: QpServiceType,
-    cq: &common::verbs::Cq,
-    qkey: u32,
-) -> common::verbs::Qp {
+fn special_qp(n: &mut Node, st: QpServiceType, cq: &Cq, qkey: u32) -> Qp {
     let qp = n.qp(st, cq, cq);
     n.ud_ready(&qp, qkey);
     qp
 }
 
+/// A SEND on a UD QP of `len` bytes at `off` in `mr` to the address `av`.
+fn datagram(av: Av, mr: &Mr, off: usize, len: u32) -> Wr {
+    Wr {
+        av: Some(av),
+        ..common::verbs::wr(WqeOpcode::Send, mr, off, len)
+    }
+}
+
 /// A MAD-sized datagram from `from`'s QP `qp` to destination QP `dqpn` of `to`.
-fn send_mad(
-    from: &Node,
-    qp: &mut common::verbs::Qp,
-    to: &Node,
-    dqpn: u32,
-    qkey: u32,
-    mr: &common::verbs::Mr,
-) {
+fn send_mad(from: &Node, qp: &mut Qp, to: &Node, dqpn: u32, qkey: u32, mr: &Mr) {
     let mut av = from.av_to(to, dqpn, qkey);
     av.grh_gid_fl = 0.into(); // MADs between LIDs of one subnet carry no GRH
-    from.post_send(
-        qp,
-        &Wr {
-            av: Some(av),
-            ..common::verbs::wr(WqeOpcode::Send, mr, 0, 256)
-        },
-    );
+    from.post_send(qp, &datagram(av, mr, 0, 256));
 }
 
 #[test]
 fn datagrams_to_qp_0_and_1_reach_the_ports_special_qps_and_leave_from_qp_0_and_1() {
-    let fabric = Fabric::new(LinkLayer::InfiniBand);
-    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
-    let mut b = Node::new(&fabric, LinkLayer::InfiniBand, 2);
-    let mut acq = a.cq(6);
-    let mut bcq = b.cq(6);
+    let (fabric, mut a, mut b, mut acq, mut bcq) = two_nodes();
     let mut a1 = special_qp(&mut a, QpServiceType::Qp1, &acq, QP1_Q_KEY);
     let mut b1 = special_qp(&mut b, QpServiceType::Qp1, &bcq, QP1_Q_KEY);
     let mut a0 = special_qp(&mut a, QpServiceType::Qp0, &acq, 0);
@@ -425,14 +393,7 @@ fn a_umr_work_request_fails_with_a_local_qp_operation_error() {
     let mut cq = a.cq(6);
     let mut qp = a.umr_qp(&cq);
     // A NOP goes through (the queue works) ...
-    a.post_send(
-        &mut qp,
-        &Wr {
-            opcode: Some(WqeOpcode::Nop),
-            signaled: true,
-            ..Wr::default()
-        },
-    );
+    a.post_send(&mut qp, &nop(true));
     assert!(fabric.run_until_idle());
     let wcs = a.poll_all(&mut cq);
     assert_eq!(wcs.len(), 1);
@@ -461,8 +422,7 @@ fn a_umr_work_request_fails_with_a_local_qp_operation_error() {
 #[test]
 fn query_qp_answers_an_output_that_ends_after_the_context() {
     let mut s = setup(MockConfig::infiniband());
-    let (pd, cqn, uar) = (s.pd, s.cqn, s.uar);
-    let qpn = s.h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    let qpn = s.create_qp(QpServiceType::Rc);
     let mut q = QueryQpIn::new_cmd();
     q.set_qpn(qpn);
     let short = uhca_mock::firmware::QUERY_QP_OUT_FIXED;
@@ -478,7 +438,7 @@ fn query_qp_answers_an_output_that_ends_after_the_context() {
         QpServiceType::Rc.raw(),
         "the context is there"
     );
-    assert_eq!(o.qpc().uar_page(), uar);
+    assert_eq!(o.qpc().uar_page(), s.uar);
     // One byte less cuts into the context: refused.
     let r = s.h.exec_raw(q.as_bytes(), short - 1);
     assert_eq!(r.status(), CmdStatus::BadOutpLenErr);
@@ -489,11 +449,7 @@ fn query_qp_answers_an_output_that_ends_after_the_context() {
 /// its buffer did not start on a page; the model refused any offset.
 #[test]
 fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
-    let fabric = Fabric::new(LinkLayer::InfiniBand);
-    let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
-    let mut b = Node::new(&fabric, LinkLayer::InfiniBand, 2);
-    let mut acq = a.cq(6);
-    let mut bcq = b.cq(6);
+    let (fabric, mut a, mut b, mut acq, mut bcq) = two_nodes();
     let mut aqp = a.qp_with_page_offset(QpServiceType::Ud, &acq, 40);
     let mut bqp = b.qp(QpServiceType::Ud, &bcq, &bcq);
     a.ud_ready(&aqp, 0x11);
@@ -503,13 +459,7 @@ fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
     b.write(&bmr, 2048, &[0xa5; 100]);
     a.post_recv(&mut aqp, &[(amr.key, amr.iova, 2048)]);
     let av = b.av_to(&a, aqp.qpn, 0x11);
-    b.post_send(
-        &mut bqp,
-        &Wr {
-            av: Some(av),
-            ..common::verbs::wr(WqeOpcode::Send, &bmr, 2048, 100)
-        },
-    );
+    b.post_send(&mut bqp, &datagram(av, &bmr, 2048, 100));
     assert!(fabric.run_until_idle());
     let got = a.poll_all(&mut acq);
     assert_eq!(got.len(), 1, "{got:?}");
@@ -521,13 +471,7 @@ fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
     a.write(&amr, 3000, &[0x3c; 64]);
     b.post_recv(&mut bqp, &[(bmr.key, bmr.iova, 2048)]);
     let av = a.av_to(&b, bqp.qpn, 0x11);
-    a.post_send(
-        &mut aqp,
-        &Wr {
-            av: Some(av),
-            ..common::verbs::wr(WqeOpcode::Send, &amr, 3000, 64)
-        },
-    );
+    a.post_send(&mut aqp, &datagram(av, &amr, 3000, 64));
     assert!(fabric.run_until_idle());
     let sent = a.poll_all(&mut acq);
     assert_eq!(sent.len(), 1);
@@ -544,12 +488,7 @@ fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
 /// first QP's, the others' send queues looked full and `ibv_post_send` failed.
 #[test]
 fn every_completion_names_its_qps_user_index_the_senders_too() {
-    let link = LinkLayer::InfiniBand;
-    let fabric = Fabric::new(link);
-    let mut a = Node::new(&fabric, link, 1);
-    let mut b = Node::new(&fabric, link, 2);
-    let mut acq = a.cq(6);
-    let mut bcq = b.cq(6);
+    let (fabric, mut a, mut b, mut acq, mut bcq) = two_nodes();
     let (apd, bpd) = (a.pd, b.pd);
     let uidx = |i: u32| 0x00a0_0000 + i;
     let mut aqps = Vec::new();

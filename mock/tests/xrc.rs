@@ -21,10 +21,70 @@ struct Refs {
 fn refs(h: &mut Harness) -> Refs {
     let pd = h.alloc_pd();
     let uar = h.alloc_uar();
-    let xrcd = h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let xrcd = alloc_xrcd(h);
     let eq = h.create_eq(uar, 3, &[]);
     let cqn = h.create_cq(uar, eq.eqn, 4);
     Refs { pd, xrcd, cqn }
+}
+
+impl Refs {
+    /// DEALLOC_XRCD of the XRC domain.
+    fn dealloc_xrcd(&self) -> DeallocXrcdIn {
+        let mut d = DeallocXrcdIn::new_cmd();
+        d.set_xrcd(self.xrcd);
+        d
+    }
+
+    /// DESTROY_CQ of the CQ.
+    fn destroy_cq(&self) -> DestroyCqIn {
+        let mut d = DestroyCqIn::new_cmd();
+        d.set_cqn(self.cqn);
+        d
+    }
+}
+
+/// ALLOC_XRCD: a new XRC domain's number.
+fn alloc_xrcd(h: &mut Harness) -> u32 {
+    h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd()
+}
+
+/// A CREATE_XRC_SRQ input for 2^`log_size` WQEs of 64 bytes (`log_rq_stride` 2) in domain
+/// `xrcd` and PD `pd`, completing on CQ `cqn`, reporting `user_index`, with its doorbell
+/// record at `dbr`.
+fn create_xrc_srq_in(
+    log_size: u8,
+    xrcd: u32,
+    cqn: u32,
+    pd: u32,
+    user_index: u32,
+    dbr: u64,
+) -> CreateXrcSrqIn {
+    let mut c = CreateXrcSrqIn::new_cmd();
+    c.xrc_srq_context_entry_mut()
+        .set_log_xrc_srq_size(log_size)
+        .set_log_rq_stride(2)
+        .set_xrcd(xrcd)
+        .set_cqn(cqn)
+        .set_pd(pd)
+        .set_user_index(user_index)
+        .set_db_record_addr_h((dbr >> 32) as u32)
+        .set_db_record_addr_l((dbr as u32) >> 2);
+    c
+}
+
+/// At ISSI 0, a CREATE_SRQ input for 2^`log_size` WQEs of 64 bytes in domain `xrcd` and PD
+/// `pd`, completing on CQ `cqn`, with its doorbell record at `dbr` (how Linux makes an SRQ,
+/// XRC or not, on such firmware).
+fn create_srq_in(log_size: u8, xrcd: u32, cqn: u32, pd: u32, dbr: u64) -> CreateSrqIn {
+    let mut c = CreateSrqIn::new_cmd();
+    c.srq_context_entry_mut()
+        .set_log_srq_size(log_size)
+        .set_log_rq_stride(2)
+        .set_xrcd(xrcd)
+        .set_cqn(cqn)
+        .set_pd(pd)
+        .set_dbr_addr(dbr);
+    c
 }
 
 /// A CREATE_XRC_SRQ input for 64 WQEs of 64 bytes, its page list and the doorbell record's
@@ -32,16 +92,7 @@ fn refs(h: &mut Harness) -> Refs {
 fn xrc_srq_in(h: &mut Harness, r: &Refs) -> (CreateXrcSrqIn, Vec<u8>, u64) {
     let buf = h.p.alloc_coherent(64 * 64, 4096).unwrap();
     let dbr = h.p.alloc_coherent(64, 64).unwrap();
-    let mut c = CreateXrcSrqIn::new_cmd();
-    c.xrc_srq_context_entry_mut()
-        .set_log_xrc_srq_size(6)
-        .set_log_rq_stride(2)
-        .set_xrcd(r.xrcd)
-        .set_cqn(r.cqn)
-        .set_pd(r.pd)
-        .set_user_index(0x00ab_cdef)
-        .set_db_record_addr_h((dbr.iova >> 32) as u32)
-        .set_db_record_addr_l((dbr.iova as u32) >> 2);
+    let c = create_xrc_srq_in(6, r.xrcd, r.cqn, r.pd, 0x00ab_cdef, dbr.iova);
     let pages = pas_bytes(&pages_of(&buf, 64 * 64));
     let iova = dbr.iova;
     h.pages.push(buf);
@@ -52,14 +103,9 @@ fn xrc_srq_in(h: &mut Harness, r: &Refs) -> (CreateXrcSrqIn, Vec<u8>, u64) {
 #[test]
 fn the_xrc_capability_is_offered() {
     let mut h = Harness::ready(MockConfig::infiniband());
-    let mut q = QueryHcaCapIn::new_cmd();
-    q.set_op_mod(query_hca_cap_op_mod(
-        HcaCapType::General,
-        HcaCapMode::GetCur,
-    ));
-    let o = h.ok(&q, &[]);
-    assert!(o.cmd_hca_cap().xrc());
-    assert!(o.cmd_hca_cap().log_max_xrcd() > 0);
+    let c = h.general_caps();
+    assert!(c.xrc());
+    assert!(c.log_max_xrcd() > 0);
 }
 
 /// Linux's `mlx5_ib` creates an XRC SRQ at probe (ISSI 1) with CREATE_XRC_SRQ; it arms,
@@ -101,11 +147,8 @@ fn xrc_srq_create_query_arm_destroy() {
     );
     // What it uses cannot go while it lives: its domain, its CQ, its PD.
     let in_use = (CmdStatus::ResBusy, syndrome::OBJECT_IN_USE);
-    let mut dx = DeallocXrcdIn::new_cmd();
-    dx.set_xrcd(r.xrcd);
+    let (dx, dc) = (r.dealloc_xrcd(), r.destroy_cq());
     assert_eq!(h.err(&dx, &[]), in_use);
-    let mut dc = DestroyCqIn::new_cmd();
-    dc.set_cqn(r.cqn);
     assert_eq!(h.err(&dc, &[]), in_use);
     let mut dp = DeallocPdIn::new_cmd();
     dp.set_pd(r.pd);
@@ -173,12 +216,8 @@ fn xrc_srq_creation_checks_what_it_names() {
     c.xrc_srq_context_entry_mut().set_log_xrc_srq_size(9);
     assert_eq!(h.exec(&c, &pages).status(), CmdStatus::BadInpLenErr);
     // After all that, nothing was created: the domain and the CQ go.
-    let mut dx = DeallocXrcdIn::new_cmd();
-    dx.set_xrcd(r.xrcd);
-    h.ok(&dx, &[]);
-    let mut dc = DestroyCqIn::new_cmd();
-    dc.set_cqn(r.cqn);
-    h.ok(&dc, &[]);
+    h.ok(&r.dealloc_xrcd(), &[]);
+    h.ok(&r.destroy_cq(), &[]);
 }
 
 /// At ISSI 0 Linux creates every SRQ with CREATE_SRQ, naming an XRC domain and a CQ in
@@ -190,14 +229,7 @@ fn an_issi_0_srq_in_an_xrc_domain() {
     let r = refs(&mut h);
     let buf = h.p.alloc_coherent(64 * 64, 4096).unwrap();
     let dbr = h.p.alloc_coherent(64, 64).unwrap();
-    let mut c = CreateSrqIn::new_cmd();
-    c.srq_context_entry_mut()
-        .set_log_srq_size(6)
-        .set_log_rq_stride(2)
-        .set_xrcd(r.xrcd)
-        .set_cqn(r.cqn)
-        .set_pd(r.pd)
-        .set_dbr_addr(dbr.iova);
+    let mut c = create_srq_in(6, r.xrcd, r.cqn, r.pd, dbr.iova);
     let pages = pas_bytes(&pages_of(&buf, 64 * 64));
     c.srq_context_entry_mut().set_xrcd(r.xrcd + 9);
     assert_eq!(h.err(&c, &pages).1, syndrome::BAD_XRCD);
@@ -207,11 +239,8 @@ fn an_issi_0_srq_in_an_xrc_domain() {
     assert_eq!(h.err(&c, &pages).1, syndrome::BAD_CQ);
     c.srq_context_entry_mut().set_cqn(r.cqn);
     let srqn = h.ok(&c, &pages).srqn();
-    let mut dx = DeallocXrcdIn::new_cmd();
-    dx.set_xrcd(r.xrcd);
+    let (dx, dc) = (r.dealloc_xrcd(), r.destroy_cq());
     assert_eq!(h.err(&dx, &[]).1, syndrome::OBJECT_IN_USE);
-    let mut dc = DestroyCqIn::new_cmd();
-    dc.set_cqn(r.cqn);
     assert_eq!(h.err(&dc, &[]).1, syndrome::OBJECT_IN_USE);
     let mut d = DestroySrqIn::new_cmd();
     d.set_srqn(srqn);
@@ -236,6 +265,18 @@ struct TestSrq {
     posted: u32,
 }
 
+impl TestSrq {
+    /// SRQ `srqn` with its queue at `buf` and its doorbell record at `dbr`, nothing posted.
+    fn new(srqn: u32, buf: u64, dbr: u64) -> TestSrq {
+        TestSrq {
+            srqn,
+            buf,
+            dbr,
+            posted: 0,
+        }
+    }
+}
+
 /// The user index the test gives its XRC SRQs (what their CQEs report).
 const SRQ_USER_INDEX: u32 = 0x0005_a5a5;
 
@@ -250,23 +291,9 @@ fn keep(n: &mut Node, len: usize) -> u64 {
 fn xrc_srq(n: &mut Node, xrcd: u32, pd: u32, cq: &Cq) -> TestSrq {
     let buf = keep(n, 16 * 64);
     let dbr = keep(n, 64);
-    let mut c = CreateXrcSrqIn::new_cmd();
-    c.xrc_srq_context_entry_mut()
-        .set_log_xrc_srq_size(4)
-        .set_log_rq_stride(2)
-        .set_xrcd(xrcd)
-        .set_cqn(cq.cqn)
-        .set_pd(pd)
-        .set_user_index(SRQ_USER_INDEX)
-        .set_db_record_addr_h((dbr >> 32) as u32)
-        .set_db_record_addr_l((dbr as u32) >> 2);
+    let c = create_xrc_srq_in(4, xrcd, cq.cqn, pd, SRQ_USER_INDEX, dbr);
     let srqn = n.h.ok(&c, &pas_bytes(&[buf])).xrc_srqn();
-    TestSrq {
-        srqn,
-        buf,
-        dbr,
-        posted: 0,
-    }
+    TestSrq::new(srqn, buf, dbr)
 }
 
 /// Posts one receive WQE (a "next" segment, then one data segment) to an XRC SRQ: the list
@@ -287,21 +314,29 @@ fn post_srq(n: &Node, s: &mut TestSrq, mr: &Mr, off: u64, len: u32) {
     assert!(n.h.hca.host_write(s.dbr, &s.posted.to_be_bytes()));
 }
 
+/// A CREATE_QP input of an XRC QP in domain `xrcd` and PD `pd`, completing on CQ `cqn` (send
+/// and receive); what else it has (UAR, queues, doorbell record) is the caller's.
+fn xrc_qp_in(xrcd: u32, pd: u32, cqn: u32) -> CreateQpIn {
+    let mut c = CreateQpIn::new_cmd();
+    c.qpc_mut()
+        .set_st(QpServiceType::Xrc.raw())
+        .set_pm_state(PM_STATE_MIGRATED)
+        .set_pd(pd)
+        .set_xrcd(xrcd)
+        .set_cqn_snd(cqn)
+        .set_cqn_rcv(cqn);
+    c
+}
+
 /// CREATE_QP of an XRC QP on `n`: an initiator (2^6 send WQEBBs) or a target (`no_sq`);
 /// neither has a receive queue of its own (`rq_type` 3, zero length).
 fn xrc_qp(n: &mut Node, xrcd: u32, pd: u32, cq: &Cq, initiator: bool) -> Qp {
     let sq = keep(n, 4096);
     let dbr = keep(n, 64);
-    let mut c = CreateQpIn::new_cmd();
-    c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
+    let mut c = xrc_qp_in(xrcd, pd, cq.cqn);
     c.qpc_mut()
-        .set_st(QpServiceType::Xrc.raw())
-        .set_pd(pd)
-        .set_xrcd(xrcd)
         .set_uar_page(n.uar)
         .set_rq_type(3)
-        .set_cqn_snd(cq.cqn)
-        .set_cqn_rcv(cq.cqn)
         .set_dbr_addr(dbr);
     let pages = if initiator {
         c.qpc_mut().set_log_sq_size(6);
@@ -313,17 +348,32 @@ fn xrc_qp(n: &mut Node, xrcd: u32, pd: u32, cq: &Cq, initiator: bool) -> Qp {
     let qpn = n.h.ok(&c, &pas_bytes(&pages)).qpn();
     // The test's WQE writer puts the SQ after an RQ of 2^log_rq WQEs of 16 << log_stride
     // bytes; there is no RQ, so the buffer is named 16 bytes early.
-    Qp {
-        qpn,
-        st: QpServiceType::Xrc,
-        buf: sq - 16,
-        dbr,
-        log_sq: 6,
-        log_rq: 0,
-        log_stride: 0,
-        sq_pi: 0,
-        rq_pi: 0,
-    }
+    Qp::without_rq(qpn, QpServiceType::Xrc, sq - 16, dbr, 6)
+}
+
+/// On `a`: a CQ of 2^`log_cq` entries, an XRC domain and an initiator in `a`'s PD that
+/// completes on that CQ.
+fn initiator(a: &mut Node, log_cq: u8) -> (Cq, Qp) {
+    let acq = a.cq(log_cq);
+    let xa = alloc_xrcd(&mut a.h);
+    let apd = a.pd;
+    let ini = xrc_qp(a, xa, apd, &acq, true);
+    (acq, ini)
+}
+
+/// Connects initiator `ini` on `a` (with `initiator_conn`) to target `tgt` on `b`, which
+/// stays at RTR (a target never sends a request).
+fn connect_xrc(a: &mut Node, ini: &Qp, b: &mut Node, tgt: &Qp, initiator_conn: Conn) {
+    a.connect(ini, b, tgt.qpn, initiator_conn);
+    b.connect(
+        tgt,
+        a,
+        ini.qpn,
+        Conn {
+            stop_at_rtr: true,
+            ..Conn::default()
+        },
+    );
 }
 
 /// An initiator on A connected to a target on B; on B an XRC domain with one XRC SRQ
@@ -350,29 +400,17 @@ impl Xrc {
         let fabric = Fabric::new(link);
         let mut a = Node::new(&fabric, link, 1);
         let mut b = Node::new(&fabric, link, 2);
-        let acq = a.cq(8);
+        let (acq, ini) = initiator(&mut a, 8);
         let scq = b.cq(8);
         let tcq = b.cq(4);
-        let xa = a.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-        let xrcd = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-        let apd = a.pd;
-        let ini = xrc_qp(&mut a, xa, apd, &acq, true);
+        let xrcd = alloc_xrcd(&mut b.h);
         // The target's PD is not the SRQ's: data access is checked against the SRQ's PD.
         let tpd = b.h.alloc_pd();
         let tgt = xrc_qp(&mut b, xrcd, tpd, &tcq, false);
         let bpd = b.pd;
         let srq = xrc_srq(&mut b, xrcd, bpd, &scq);
         let bmr = b.mr(16384);
-        a.connect(&ini, &b, tgt.qpn, initiator_conn);
-        b.connect(
-            &tgt,
-            &a,
-            ini.qpn,
-            Conn {
-                stop_at_rtr: true,
-                ..Conn::default()
-            },
-        );
+        connect_xrc(&mut a, &ini, &mut b, &tgt, initiator_conn);
         Xrc {
             fabric,
             a,
@@ -463,7 +501,7 @@ fn an_xrc_send_lands_in_the_srq_its_header_names_roce() {
 #[test]
 fn a_request_naming_an_srq_of_another_domain_is_refused() {
     let mut x = Xrc::new(LinkLayer::InfiniBand, Conn::default());
-    let other = x.b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let other = alloc_xrcd(&mut x.b.h);
     assert_ne!(other, x.xrcd);
     let mut ocq = x.b.cq(4);
     let bpd = x.b.pd;
@@ -512,18 +550,12 @@ fn xrc_qp_creation_checks() {
     let fabric = Fabric::new(LinkLayer::InfiniBand);
     let mut n = Node::new(&fabric, LinkLayer::InfiniBand, 1);
     let cq = n.cq(4);
-    let xrcd = n.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-    let mut c = CreateQpIn::new_cmd();
+    let xrcd = alloc_xrcd(&mut n.h);
+    let mut c = xrc_qp_in(xrcd + 40, n.pd, cq.cqn);
     c.qpc_mut()
-        .set_st(QpServiceType::Xrc.raw())
-        .set_pm_state(PM_STATE_MIGRATED)
-        .set_pd(n.pd)
-        .set_xrcd(xrcd + 40)
         .set_uar_page(n.uar)
         .set_rq_type(3)
-        .set_no_sq(true)
-        .set_cqn_snd(cq.cqn)
-        .set_cqn_rcv(cq.cqn);
+        .set_no_sq(true);
     assert_eq!(
         n.h.err(&c, &[]),
         (CmdStatus::BadParamErr, syndrome::BAD_XRCD)
@@ -764,44 +796,20 @@ fn an_issi_0_xrc_srq_takes_xrc_sends() {
     let fabric = Fabric::new(LinkLayer::InfiniBand);
     let mut a = Node::new(&fabric, LinkLayer::InfiniBand, 1);
     let mut b = issi0_node(&fabric, 2);
-    let mut acq = a.cq(6);
+    let (mut acq, mut ini) = initiator(&mut a, 6);
     let mut scq = b.cq(6);
     let mut tcq = b.cq(4);
-    let xa = a.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-    let xb = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-    let apd = a.pd;
+    let xb = alloc_xrcd(&mut b.h);
     let bpd = b.pd;
-    let mut ini = xrc_qp(&mut a, xa, apd, &acq, true);
     let tgt = xrc_qp(&mut b, xb, bpd, &tcq, false);
     let buf = keep(&mut b, 16 * 64);
     let dbr = keep(&mut b, 64);
-    let mut c = CreateSrqIn::new_cmd();
-    c.srq_context_entry_mut()
-        .set_log_srq_size(4)
-        .set_log_rq_stride(2)
-        .set_xrcd(xb)
-        .set_cqn(scq.cqn)
-        .set_pd(bpd)
-        .set_dbr_addr(dbr);
+    let c = create_srq_in(4, xb, scq.cqn, bpd, dbr);
     let srqn = b.h.ok(&c, &pas_bytes(&[buf])).srqn();
-    let mut srq = TestSrq {
-        srqn,
-        buf,
-        dbr,
-        posted: 0,
-    };
+    let mut srq = TestSrq::new(srqn, buf, dbr);
     let bmr = b.mr(4096);
     post_srq(&b, &mut srq, &bmr, 0, 64);
-    a.connect(&ini, &b, tgt.qpn, Conn::default());
-    b.connect(
-        &tgt,
-        &a,
-        ini.qpn,
-        Conn {
-            stop_at_rtr: true,
-            ..Conn::default()
-        },
-    );
+    connect_xrc(&mut a, &ini, &mut b, &tgt, Conn::default());
     let amr = a.mr(4096);
     a.write(&amr, 0, b"issi zero");
     a.post_send(&mut ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 9, srqn));
@@ -829,53 +837,25 @@ fn an_xrc_target_created_as_linux_does_without_uar_or_doorbell_record_receives()
     let fabric = Fabric::new(link);
     let mut a = Node::new(&fabric, link, 1);
     let mut b = Node::new(&fabric, link, 2);
-    let mut acq = a.cq(6);
+    let (mut acq, mut ini) = initiator(&mut a, 6);
     let mut scq = b.cq(6);
     let mut tcq = b.cq(4);
-    let xa = a.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-    let apd = a.pd;
-    let mut ini = xrc_qp(&mut a, xa, apd, &acq, true);
     // The driver's own domain and placeholder XRC SRQ, then the user's domain.
     let bpd = b.pd;
-    let x0 = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
+    let x0 = alloc_xrcd(&mut b.h);
     let s0 = xrc_srq(&mut b, x0, bpd, &tcq);
-    let xrcd = b.h.ok(&AllocXrcdIn::new_cmd(), &[]).xrcd();
-    let mut c = CreateQpIn::new_cmd();
-    c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
+    let xrcd = alloc_xrcd(&mut b.h);
+    let mut c = xrc_qp_in(xrcd, bpd, tcq.cqn);
     c.qpc_mut()
-        .set_st(QpServiceType::Xrc.raw())
-        .set_pd(bpd)
-        .set_xrcd(xrcd)
         .set_rq_type(1)
         .set_no_sq(true)
-        .set_cqn_snd(tcq.cqn)
-        .set_cqn_rcv(tcq.cqn)
         .set_srqn_rmpn_xrqn(s0.srqn);
     assert_eq!(c.qpc().uar_page(), 0);
     assert_eq!(c.qpc().dbr_addr(), 0);
-    let tgt = Qp {
-        qpn: b.h.ok(&c, &[]).qpn(),
-        st: QpServiceType::Xrc,
-        buf: 0,
-        dbr: 0,
-        log_sq: 0,
-        log_rq: 0,
-        log_stride: 0,
-        sq_pi: 0,
-        rq_pi: 0,
-    };
+    let tgt = Qp::without_rq(b.h.ok(&c, &[]).qpn(), QpServiceType::Xrc, 0, 0, 0);
     let mut srq = xrc_srq(&mut b, xrcd, bpd, &scq);
     let bmr = b.mr(4096);
-    a.connect(&ini, &b, tgt.qpn, Conn::default());
-    b.connect(
-        &tgt,
-        &a,
-        ini.qpn,
-        Conn {
-            stop_at_rtr: true,
-            ..Conn::default()
-        },
-    );
+    connect_xrc(&mut a, &ini, &mut b, &tgt, Conn::default());
     post_srq(&b, &mut srq, &bmr, 0, 64);
     let amr = a.mr(4096);
     a.write(&amr, 0, b"to a kernel target");

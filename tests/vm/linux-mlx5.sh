@@ -26,7 +26,9 @@ export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-linux-mlx5.XXXXXX)}
 LINK=${LINK:-infiniband}
 cd "$REPO"
 
-phase() { echo; echo "=== linux-mlx5: $* ($(date -u +%H:%M:%S))"; }
+RIG_NAME=linux-mlx5
+. "$VM/lib/report.sh"
+. "$VM/lib/server.sh"
 phase "fetch QEMU 11.1"
 bash "$VM/fetch-qemu11.sh" || exit 1
 phase "build the server"
@@ -35,36 +37,18 @@ phase "build the rig"
 bash "$VM/build-rig.sh" linuxmlx5 || exit 1
 
 phase "start the server ($LINK)"
-mkdir -p "$RIG_DIR/logs"
 log=$RIG_DIR/logs/linux-mlx5-server.log
-rm -f "$VFIO_USER_DIR"/fn*.sock
-"$TARGET_DIR/release/uhca-vfio-user-server" --link "$LINK" --command-log \
-  --command-dump "$RIG_DIR/logs/linux-mlx5-$LINK.cmds" --socket "$VFIO_USER_DIR/fn0.sock" > "$log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
-for _ in $(seq 100); do
-  [ -S "$VFIO_USER_DIR/fn0.sock" ] && break
-  sleep 0.1
-done
-if [ ! -S "$VFIO_USER_DIR/fn0.sock" ]; then
-  echo "linux-mlx5: the server did not start"; cat "$log"; exit 1
-fi
+start_server "$log" --link "$LINK" --command-log \
+  --command-dump "$RIG_DIR/logs/linux-mlx5-$LINK.cmds" --socket "$VFIO_USER_DIR/fn0.sock" || exit 1
 
 phase "boot and run"
 # rig.ib_lid, rig.ib_sm_lid: what the guest's ibv_devinfo must show. The server's fabric
 # attaches its one function first, and the mock's subnet manager gives ports LIDs in attach
 # order from 1 and puts the SM behind the first one (mock/src/fabric/sm.rs).
-QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
-  LOG=$RIG_DIR/logs/linuxmlx5.log EXTRA_APPEND="no_timer_check rig.link=$LINK rig.ib_lid=1 rig.ib_sm_lid=1 ${EXTRA_APPEND:-}" \
-  bash "$VM/run-vm.sh" linuxmlx5
+boot_vfio_user linuxmlx5 "$RIG_DIR/logs/linuxmlx5.log" "rig.link=$LINK rig.ib_lid=1 rig.ib_sm_lid=1"
 rc=$?
 # QEMU is gone: the server prints the function's command log when its client goes.
-for _ in $(seq 50); do
-  grep -q "firmware pages held" "$log" && break
-  sleep 0.1
-done
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
+stop_server "firmware pages held" 1
 
 phase "the mock's command log of Linux's mlx5_core"
 cmds=$(sed -n 's/.*: cmd \([A-Za-z0-9]*\) .*/\1/p' "$log")
@@ -72,10 +56,6 @@ echo "commands Linux sent, in order (repeats folded):"
 echo "$cmds" | uniq -c | sed 's/^/  /'
 echo "distinct: $(echo "$cmds" | sort -u | grep -c .)"
 grep -v ': cmd ' "$log" | sed 's/^/  server: /'
-pass=0 fail=0
-ok() { echo "PASS $*"; pass=$((pass + 1)); }
-ko() { echo "FAIL $*"; fail=$((fail + 1)); }
-check() { name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
 check "command log: ENABLE_HCA first" [ "$(echo "$cmds" | head -1)" = EnableHca ]
 check "command log: CREATE_EQ" grep -q ': cmd CreateEq ' "$log"
 check "command log: DISABLE_HCA last" [ "$(echo "$cmds" | tail -1)" = DisableHca ]

@@ -17,7 +17,9 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-linux-uhca.XXXXXX)}
 cd "$REPO"
 
-phase() { echo; echo "=== linux-uhca: $* ($(date -u +%H:%M:%S))"; }
+RIG_NAME=linux-uhca
+. "$VM/lib/report.sh"
+. "$VM/lib/server.sh"
 phase "fetch QEMU 11.1"
 bash "$VM/fetch-qemu11.sh" || exit 1
 phase "build the server and uhca's examples"
@@ -29,42 +31,19 @@ phase "build the rig"
 bash "$VM/build-rig.sh" linuxuhca || exit 1
 
 phase "start the server (infiniband, three functions)"
-mkdir -p "$RIG_DIR/logs"
 log=$RIG_DIR/logs/linux-uhca-server.log
-rm -f "$VFIO_USER_DIR"/fn*.sock
-"$TARGET_DIR/release/uhca-vfio-user-server" --link infiniband --command-log \
+start_server "$log" --link infiniband --command-log \
   --command-dump "$RIG_DIR/logs/linux-uhca.cmds" --pcap "$RIG_DIR/logs/linux-uhca.pcap" \
   --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" \
-  --socket "$VFIO_USER_DIR/fn2.sock" > "$log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
-for _ in $(seq 100); do
-  [ -S "$VFIO_USER_DIR/fn0.sock" ] && [ -S "$VFIO_USER_DIR/fn1.sock" ] &&
-    [ -S "$VFIO_USER_DIR/fn2.sock" ] && break
-  sleep 0.1
-done
-if [ ! -S "$VFIO_USER_DIR/fn2.sock" ]; then
-  echo "linux-uhca: the server did not start"; cat "$log"; exit 1
-fi
+  --socket "$VFIO_USER_DIR/fn2.sock" || exit 1
 
 phase "boot and run"
-QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
-  LOG=$RIG_DIR/logs/linuxuhca.log EXTRA_APPEND="no_timer_check rig.link=infiniband ${EXTRA_APPEND:-}" \
-  bash "$VM/run-vm.sh" linuxuhca
+boot_vfio_user linuxuhca "$RIG_DIR/logs/linuxuhca.log" rig.link=infiniband
 rc=$?
-for _ in $(seq 50); do
-  [ "$(grep -c "firmware pages held" "$log")" -ge 3 ] && break
-  sleep 0.1
-done
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
+stop_server "firmware pages held" 3
 
 phase "the server's log"
 grep -v ': cmd ' "$log" | sed 's/^/  server: /'
-pass=0 fail=0
-ok() { echo "PASS $*"; pass=$((pass + 1)); }
-ko() { echo "FAIL $*"; fail=$((fail + 1)); }
-check() { name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
 bad=$(grep ': cmd ' "$log" | grep -v 'status=Ok .* Completed$')
 [ -z "$bad" ] || echo "$bad"
 check "command log: every command of the three functions completed with status OK" [ -z "$bad" ]

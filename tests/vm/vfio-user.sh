@@ -20,7 +20,9 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-vfio-user.XXXXXX)}
 cd "$REPO"
 
-phase() { echo; echo "=== vfio-user: $* ($(date -u +%H:%M:%S))"; }
+RIG_NAME=vfio-user
+. "$VM/lib/report.sh"
+. "$VM/lib/server.sh"
 phase "fetch QEMU 11.1"
 bash "$VM/fetch-qemu11.sh" || exit 1
 phase "build the server and the guest's programs"
@@ -42,36 +44,16 @@ host_check() {
 for link in ${LINKS:-ethernet infiniband}; do
   phase "start the server ($link)"
   log=$RIG_DIR/logs/vfio-user-server-$link.log
-  mkdir -p "$RIG_DIR/logs"
-  rm -f "$VFIO_USER_DIR"/fn*.sock
-  "$TARGET_DIR/release/uhca-vfio-user-server" --link "$link" --log \
+  start_server "$log" --link "$link" --log \
     --command-dump "$RIG_DIR/logs/vfio-user-$link.cmds" \
     --pcap "$RIG_DIR/logs/vfio-user-$link.pcap" \
     --socket "$VFIO_USER_DIR/fn0.sock" --socket "$VFIO_USER_DIR/fn1.sock" \
-    --socket "$VFIO_USER_DIR/fn2.sock" > "$log" 2>&1 &
-  server=$!
-  trap 'kill $server 2>/dev/null; rm -rf "$VFIO_USER_DIR"' EXIT
-  for _ in $(seq 100); do
-    [ -S "$VFIO_USER_DIR/fn0.sock" ] && [ -S "$VFIO_USER_DIR/fn1.sock" ] &&
-      [ -S "$VFIO_USER_DIR/fn2.sock" ] && break
-    sleep 0.1
-  done
-  if [ ! -S "$VFIO_USER_DIR/fn2.sock" ]; then
-    echo "vfio-user: the server did not start"; cat "$log"; rc=1; break
-  fi
+    --socket "$VFIO_USER_DIR/fn2.sock" || { rc=1; break; }
   phase "boot and run ($link)"
-  QEMU=$RIG_DIR/qemu11/qemu IOMMU_OPTS=intremap=on,caching-mode=on MEM_SHARED=1 \
-    LOG=$RIG_DIR/logs/vfiouser-$link.log \
-    EXTRA_APPEND="no_timer_check rig.link=$link ${EXTRA_APPEND:-}" \
-    bash "$VM/run-vm.sh" vfiouser || rc=1
+  boot_vfio_user vfiouser "$RIG_DIR/logs/vfiouser-$link.log" "rig.link=$link" || rc=1
   # QEMU is gone: the server appends each function's commands to the dump (for
   # linux-vs-uhca.sh) when its client goes.
-  for _ in $(seq 50); do
-    [ "$(grep -c ': command dump: ' "$log")" -ge 3 ] && break
-    sleep 0.1
-  done
-  kill "$server" 2>/dev/null
-  wait "$server" 2>/dev/null
+  stop_server ': command dump: ' 3
   echo "--- server log ($log):"
   grep -v "IOMMU fault:" "$log" | tail -5
   # The device's side of vfio_mlx5's DMA to an IOVA the guest never mapped: the server

@@ -377,6 +377,16 @@ impl Harness {
         n
     }
 
+    /// The current general capabilities (QUERY_HCA_CAP, `cmd_hca_cap`, current values).
+    pub fn general_caps(&mut self) -> uhca_fwif::ctx::CmdHcaCap {
+        let mut q = QueryHcaCapIn::new_cmd();
+        q.set_op_mod(query_hca_cap_op_mod(
+            HcaCapType::General,
+            HcaCapMode::GetCur,
+        ));
+        *self.ok(&q, &[]).cmd_hca_cap()
+    }
+
     pub fn alloc_uar(&mut self) -> u32 {
         self.ok(&AllocUarIn::new_cmd(), &[]).uar()
     }
@@ -530,6 +540,43 @@ impl Harness {
         m.field_select_mut().set_roce_en(true);
         m.nic_vport_context_mut().set_roce_en(true);
         self.ok(&m, &[]);
+    }
+}
+
+/// A ready HCA with what the QP tests start from: a UAR, a PD, an EQ of 16 entries and a
+/// CQ of 64 entries on it.
+pub struct Setup {
+    pub h: Harness,
+    pub pd: u32,
+    pub uar: u32,
+    pub cqn: u32,
+}
+
+/// A [`Setup`] on an HCA with configuration `cfg`.
+pub fn setup(cfg: MockConfig) -> Setup {
+    let mut h = Harness::ready(cfg);
+    let uar = h.alloc_uar();
+    let pd = h.alloc_pd();
+    let eq = h.create_eq(uar, 4, &[]);
+    let cqn = h.create_cq(uar, eq.eqn, 6);
+    Setup { h, pd, uar, cqn }
+}
+
+impl Setup {
+    /// CREATE_QP of a QP of service type `st` in the set-up's PD, on its CQ and UAR.
+    pub fn create_qp(&mut self, st: QpServiceType) -> u32 {
+        self.h.create_qp(st, self.pd, self.cqn, self.uar)
+    }
+
+    /// A CREATE_QP input of service type `st` with protection domain `pd`, on the set-up's
+    /// CQ and UAR, with its page list.
+    pub fn create_qp_in(&mut self, st: QpServiceType, pd: u32) -> (CreateQpIn, Vec<u64>) {
+        self.h.create_qp_in(st, pd, self.cqn, self.uar)
+    }
+
+    /// The status and syndrome of a CREATE_QP the model refuses.
+    pub fn create_qp_err(&mut self, c: &CreateQpIn, pages: &[u64]) -> (CmdStatus, u32) {
+        self.h.err(c, &pas_bytes(pages))
     }
 }
 

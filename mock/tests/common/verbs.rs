@@ -81,6 +81,26 @@ pub struct Qp {
     pub rq_pi: u32,
 }
 
+impl Qp {
+    /// The handle of QP `qpn` of service type `st` with no receive queue of its own: a send
+    /// queue of 2^`log_sq` WQEBBs, its doorbell record at `dbr`, nothing posted. `buf` is
+    /// where the WQE writer takes the queues to start: a receive queue of one 16-byte WQE
+    /// (`log_rq` 0, `log_stride` 0), then the send queue; a send queue at `sq` is `sq - 16`.
+    pub fn without_rq(qpn: u32, st: QpServiceType, buf: u64, dbr: u64, log_sq: u8) -> Qp {
+        Qp {
+            qpn,
+            st,
+            buf,
+            dbr,
+            log_sq,
+            log_rq: 0,
+            log_stride: 0,
+            sq_pi: 0,
+            rq_pi: 0,
+        }
+    }
+}
+
 /// A send work request.
 #[derive(Clone, Debug, Default)]
 pub struct Wr {
@@ -453,17 +473,7 @@ impl Node {
             .set_cqn_rcv(cq.cqn)
             .set_dbr_addr(dbr);
         let qpn = self.h.ok(&c, &pas_bytes(&[buf])).qpn();
-        let qp = Qp {
-            qpn,
-            st: QpServiceType::RegUmr,
-            buf: buf - 16,
-            dbr,
-            log_sq,
-            log_rq: 0,
-            log_stride: 0,
-            sq_pi: 0,
-            rq_pi: 0,
-        };
+        let qp = Qp::without_rq(qpn, QpServiceType::RegUmr, buf - 16, dbr, log_sq);
         let mut m = Rst2initQpIn::new_cmd();
         m.set_qpn(qpn);
         m.qpc_mut()
