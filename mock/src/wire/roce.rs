@@ -9,7 +9,7 @@
 //! non-zero UDP checksum is verified and a zero one accepted over both.
 
 use crate::wire::eth::{EtherType, EthernetFrame, EthernetRepr};
-use crate::wire::ib::IbTransportRepr;
+use crate::wire::ib::{BTH_LEN, Bth, IbTransportRepr};
 use crate::wire::icrc::{ICRC_LEN, roce_v2_icrc_parts};
 use crate::wire::ip::{IpProtocol, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 use crate::wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
@@ -262,6 +262,42 @@ pub fn parse_udp_payload_unverified(payload: &[u8]) -> Result<IbTransportRepr<'_
         .checked_sub(ICRC_LEN)
         .ok_or(Error::Truncated)?;
     IbTransportRepr::parse(&payload[..end])
+}
+
+/// Re-seals a RoCEv2 frame (Ethernet header to ICRC) whose headers were copied from
+/// another frame of the same length that differs only in BTH:PSN and payload, as the
+/// middle packets of one message do: sets BTH:PSN to `psn` (24 bits) and computes the ICRC
+/// again (and over IPv6 the UDP checksum, which covers the payload). Every other byte stays
+/// as it was: the IPv4 header and its checksum hold no PSN and no payload byte.
+///
+/// Errors: `Truncated` if the IP, UDP and BTH headers and the ICRC do not fit in the frame;
+/// `Malformed` if the IP version is neither 4 nor 6 or the IP lengths disagree with the frame.
+pub fn reseal_frame(frame: &mut [u8], psn: u32) -> Result<()> {
+    let eth_len = EthernetFrame::new_checked(&*frame)?.header_len();
+    let d = &mut frame[eth_len..];
+    let (hl, total, v6) = match d.first().map(|b| b >> 4) {
+        Some(4) => {
+            let hl = usize::from(d[0] & 0x0F) * 4;
+            let total = usize::from(crate::wire::be::u16(d, 2));
+            (hl, total, false)
+        }
+        Some(6) if d.len() >= 40 => (40, 40 + usize::from(crate::wire::be::u16(d, 4)), true),
+        Some(6) | None => return Err(Error::Truncated),
+        Some(_) => return Err(Error::Malformed),
+    };
+    let t = hl + UDP_HEADER_LEN;
+    if hl < 20 || total > d.len() || total < t + BTH_LEN + ICRC_LEN {
+        return Err(Error::Malformed);
+    }
+    let end = total - ICRC_LEN;
+    Bth::new_unchecked(&mut d[t..t + BTH_LEN]).set_psn(psn);
+    let icrc = roce_v2_icrc_parts(&d[..hl], &d[hl..t], &d[t..end])?;
+    d[end..total].copy_from_slice(&icrc.to_le_bytes());
+    if v6 {
+        let ip = IpRepr::Ipv6(Ipv6Repr::parse(&Ipv6Packet::new_checked(&d[..total])?)?);
+        UdpPacket::new_unchecked(&mut d[hl..total]).fill_checksum(&ip);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
