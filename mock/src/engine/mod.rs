@@ -180,6 +180,9 @@ pub(crate) struct Engine {
     pub(crate) spare_pieces: Vec<Vec<sq::Piece>>,
     /// Scatter lists of completed receive WQEs, kept for the next receives.
     pub(crate) spare_sges: Vec<Vec<mem::Sge>>,
+    /// The headers of the last RoCEv2 frame received, to parse the next ones that repeat
+    /// them (see [`crate::wire::roce::RxPrediction`]).
+    pub(crate) rx_prediction: Option<crate::wire::roce::RxPrediction>,
 }
 
 /// Most lists [`Engine::spare_pieces`] and [`Engine::spare_sges`] keep each.

@@ -17,6 +17,51 @@ use uhca_fwif::wqe::Av;
 /// Writes a packet's payload straight into its frame (the bytes given), from memory.
 pub(crate) type PayloadFill<'a> = dyn FnMut(&mut Device, &mut [u8]) -> Result<(), KeyError> + 'a;
 
+/// The most header bytes a [`HeaderTemplate`] keeps: Ethernet with a VLAN tag, IPv6, UDP,
+/// BTH and XRCETH (82), or LRH, GRH, BTH and XRCETH (64).
+const TEMPLATE_MAX: usize = 96;
+
+/// The headers of a packet the requester sent, kept to build the next packets of the same
+/// message that differ from it only in BTH:PSN and payload (its middle packets: the same
+/// opcode, length and address headers), as a hardware send engine reuses a QP's header
+/// template. The packets built from it are byte for byte what a full emit would give
+/// (`mock/tests/header_template.rs`).
+#[derive(Clone, Debug)]
+pub(crate) struct HeaderTemplate {
+    bytes: [u8; TEMPLATE_MAX],
+    header_len: usize,
+    payload_len: usize,
+    frame_len: usize,
+    ib: bool,
+}
+
+impl HeaderTemplate {
+    /// The template of `frame`, a packet on `path` whose payload of `payload_len` bytes
+    /// needs no pad and ends where the ICRC (and VCRC) begins; `None` if it does not fit.
+    pub(crate) fn of(path: &Path, frame: &[u8], payload_len: usize) -> Option<Self> {
+        let ib = matches!(path, Path::Ib { .. });
+        let trailer = if ib { ICRC_LEN + VCRC_LEN } else { ICRC_LEN };
+        let header_len = frame.len().checked_sub(payload_len + trailer)?;
+        if header_len > TEMPLATE_MAX || !payload_len.is_multiple_of(4) {
+            return None;
+        }
+        let mut bytes = [0u8; TEMPLATE_MAX];
+        bytes[..header_len].copy_from_slice(&frame[..header_len]);
+        Some(HeaderTemplate {
+            bytes,
+            header_len,
+            payload_len,
+            frame_len: frame.len(),
+            ib,
+        })
+    }
+
+    /// The payload length of the packets built from this template.
+    pub(crate) fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+}
+
 /// The default UDP source port when the path gives none.
 pub const DEFAULT_UDP_SPORT: u16 = 0xc000;
 
@@ -251,8 +296,52 @@ impl Device {
         &mut self,
         path: &Path,
         t: &IbTransportRepr<'_>,
-        mut fill: Option<&mut PayloadFill<'_>>,
+        fill: Option<&mut PayloadFill<'_>>,
     ) -> Result<(), KeyError> {
+        if let Some(frame) = self.build_packet(path, t, fill)? {
+            self.push_frame(frame);
+        }
+        Ok(())
+    }
+
+    /// Sends a packet built from `template` (the headers of an earlier packet of the same
+    /// message and length) with BTH:PSN `psn` and the payload `fill` writes: the headers
+    /// copied, the PSN set, the ICRC (and VCRC, or IPv6's UDP checksum) computed again. If
+    /// `fill` fails, nothing is sent and its error is returned.
+    pub(crate) fn emit_from_template(
+        &mut self,
+        template: &HeaderTemplate,
+        psn: u32,
+        fill: &mut PayloadFill<'_>,
+    ) -> Result<(), KeyError> {
+        let h = template.header_len;
+        // Every byte is written below (headers, payload, ICRC and VCRC): no zeroing.
+        let mut f = self
+            .engine
+            .frame_buffer(template.frame_len, template.frame_len);
+        f[..h].copy_from_slice(&template.bytes[..h]);
+        fill(self, &mut f[h..h + template.payload_len])?;
+        let sealed = if template.ib {
+            crate::wire::ib::reseal_packet(&mut f, psn)
+        } else {
+            crate::wire::roce::reseal_frame(&mut f, psn)
+        };
+        // The template came from a frame this model emitted, so it always re-seals.
+        debug_assert!(sealed.is_ok(), "a template that does not re-seal");
+        if sealed.is_ok() {
+            self.push_frame(f);
+        }
+        Ok(())
+    }
+
+    /// Builds one packet on `path` (see [`Device::emit_packet_filled`]) without queueing
+    /// it: `None` if the headers could not be emitted (nothing to send).
+    pub(crate) fn build_packet(
+        &mut self,
+        path: &Path,
+        t: &IbTransportRepr<'_>,
+        mut fill: Option<&mut PayloadFill<'_>>,
+    ) -> Result<Option<Vec<u8>>, KeyError> {
         let mut t = *t;
         t.bth.pkey = DEFAULT_PKEY;
         let frame = match *path {
@@ -298,7 +387,7 @@ impl Device {
                     fill(self, &mut f[at..at + t.payload.len()])?;
                 }
                 if r.emit(&mut f).is_err() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 f
             }
@@ -329,12 +418,11 @@ impl Device {
                     fill(self, &mut f[at..at + t.payload.len()])?;
                 }
                 if r.emit(&mut f).is_err() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 f
             }
         };
-        self.push_frame(frame);
-        Ok(())
+        Ok(Some(frame))
     }
 }

@@ -6,6 +6,7 @@
 
 use super::SentWqe;
 use super::mem::{Access, KeyError, LocalKeys, Sge};
+use super::path::HeaderTemplate;
 use super::sq::{Piece, Wqe};
 use crate::device::Device;
 use crate::wire::ib::PAYLOAD_IN_PLACE;
@@ -294,17 +295,33 @@ impl Device {
                 // Each packet's payload is read from memory into one buffer, reused.
                 let mut buf = std::mem::take(&mut self.engine.scratch);
                 let mut failed = None;
+                // The headers of the first middle packet sent here; the later middle
+                // packets are built from them (they differ only in PSN and payload).
+                let mut template: Option<HeaderTemplate> = None;
+                let keys = LocalKeys {
+                    pd: qpc.pd(),
+                    rlky: qpc.rlky(),
+                };
                 for i in from..w.npkts {
                     let first = i == 0;
                     let last = i + 1 == w.npkts;
+                    let middle = !first && !last;
                     let a = i as u64 * mtu;
                     let b = ((i as u64 + 1) * mtu).min(w.len).max(a);
                     // Every byte of the part is read (or the gather fails): no zeroing.
                     let n = (b - a) as usize;
-                    let keys = LocalKeys {
-                        pd: qpc.pd(),
-                        rlky: qpc.rlky(),
-                    };
+                    if middle && let Some(tp) = template.as_ref().filter(|tp| tp.payload_len() == n)
+                    {
+                        let mut gather = |d: &mut Device, dst: &mut [u8]| {
+                            d.gather_range(keys, &w.data, a, dst, now)
+                        };
+                        let psn = psn::add(w.first_psn, i);
+                        if let Err(e) = self.emit_from_template(tp, psn, &mut gather) {
+                            failed = Some(gather_syndrome(e));
+                            break;
+                        }
+                        continue;
+                    }
                     // The part is read from memory straight into its frame when it fits
                     // the placeholder (any MTU does), else through `buf`.
                     let in_place = n > 0 && n <= PAYLOAD_IN_PLACE.len();
@@ -343,9 +360,18 @@ impl Device {
                     }
                     let mut gather =
                         |d: &mut Device, dst: &mut [u8]| d.gather_range(keys, &w.data, a, dst, now);
-                    if let Err(e) = self.emit_request(&path, &t, xrc, Some(&mut gather)) {
-                        failed = Some(gather_syndrome(e));
-                        break;
+                    match self.build_request(&path, &t, xrc, Some(&mut gather)) {
+                        Ok(Some(frame)) => {
+                            if middle && template.is_none() {
+                                template = HeaderTemplate::of(&path, &frame, n);
+                            }
+                            self.push_frame(frame);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            failed = Some(gather_syndrome(e));
+                            break;
+                        }
                     }
                 }
                 self.engine.scratch = buf;

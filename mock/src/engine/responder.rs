@@ -13,6 +13,7 @@ use crate::caps::LinkLayer;
 use crate::device::Device;
 use crate::firmware::DEFAULT_PKEY;
 use crate::wire::ib::psn;
+use crate::wire::roce::RxPrediction;
 use crate::wire::{
     AethSyndrome, BthRepr, IbPacketRepr, IbTransportRepr, IpRepr, MessagePosition, NakCode, Opcode,
     RoceV2Repr, TransportService,
@@ -109,9 +110,23 @@ impl Device {
         self.engine.counters.rx_packets += 1;
         match self.fw.port_type() {
             LinkLayer::Ethernet => {
-                let Ok(r) = RoceV2Repr::parse(f) else {
-                    self.engine.counters.rx_malformed += 1;
-                    return;
+                // The next packets of a message carry the same headers but the PSN: they
+                // are parsed as predicted (see `RxPrediction`; the ICRC is still checked).
+                let predicted = self.engine.rx_prediction.as_ref().and_then(|p| p.parse(f));
+                let r = match predicted {
+                    Some(Ok(r)) => r,
+                    Some(Err(_)) => {
+                        self.engine.counters.rx_malformed += 1;
+                        return;
+                    }
+                    None => {
+                        let Ok(r) = RoceV2Repr::parse(f) else {
+                            self.engine.counters.rx_malformed += 1;
+                            return;
+                        };
+                        self.engine.rx_prediction = RxPrediction::of(f, &r);
+                        r
+                    }
                 };
                 let at = r.eth.buffer_len();
                 let mut grh = [0u8; UD_GRH_BYTES];

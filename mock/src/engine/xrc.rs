@@ -66,12 +66,27 @@ impl Device {
         xrc_srqn: Option<u32>,
         fill: Option<&mut PayloadFill<'_>>,
     ) -> Result<(), KeyError> {
+        if let Some(frame) = self.build_request(path, t, xrc_srqn, fill)? {
+            self.push_frame(frame);
+        }
+        Ok(())
+    }
+
+    /// Builds the request packet [`Device::emit_request`] sends, without queueing it.
+    #[inline]
+    pub(crate) fn build_request(
+        &mut self,
+        path: &Path,
+        t: &IbTransportRepr<'_>,
+        xrc_srqn: Option<u32>,
+        fill: Option<&mut PayloadFill<'_>>,
+    ) -> Result<Option<Vec<u8>>, KeyError> {
         match xrc_srqn {
-            None => self.emit_packet_filled(path, t, fill),
+            None => self.build_packet(path, t, fill),
             Some(n) => {
                 let mut x = t.with_xrceth(n);
                 x.bth.opcode = xrc_opcode(t.bth.opcode);
-                self.emit_packet_filled(path, &x, fill)
+                self.build_packet(path, &x, fill)
             }
         }
     }

@@ -9,7 +9,7 @@
 //! non-zero UDP checksum is verified and a zero one accepted over both.
 
 use crate::wire::eth::{EtherType, EthernetFrame, EthernetRepr};
-use crate::wire::ib::IbTransportRepr;
+use crate::wire::ib::{BTH_LEN, Bth, IbTransportRepr};
 use crate::wire::icrc::{ICRC_LEN, roce_v2_icrc_parts};
 use crate::wire::ip::{IpProtocol, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 use crate::wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
@@ -264,6 +264,154 @@ pub fn parse_udp_payload_unverified(payload: &[u8]) -> Result<IbTransportRepr<'_
     IbTransportRepr::parse(&payload[..end])
 }
 
+/// The most header bytes a [`RxPrediction`] compares: Ethernet with a VLAN tag (18), IPv4
+/// with options (60), UDP (8), BTH and its extension headers (up to 40 in a
+/// [`RxPrediction`]'s use; longer headers are not predicted).
+const PREDICTED_MAX: usize = 128;
+
+/// Header prediction for received frames: what [`RoceV2Repr::parse`] found in one frame,
+/// kept to parse the next frames whose bytes before the payload are the same but for
+/// BTH:PSN, and whose length is the same (the middle packets of one message, or SENDs of
+/// one size on one QP). Every check the parser makes (lengths, EtherType, IPv4 version,
+/// header checksum and fragment bits, UDP port and checksum, BTH and extension headers, pad)
+/// depends only on those bytes and that length, so such a frame passes them all and parses
+/// to the same values with its own PSN and payload; only its ICRC, which covers the payload,
+/// is computed again. IPv4 with a zero UDP checksum only (over IPv6 the UDP checksum covers
+/// the payload).
+#[derive(Clone, Debug)]
+pub struct RxPrediction {
+    bytes: [u8; PREDICTED_MAX],
+    header_len: usize,
+    frame_len: usize,
+    /// Where the IP header begins (after the Ethernet header) and its length.
+    ip_at: usize,
+    ip_len: usize,
+    /// The IP total length (the frame may carry Ethernet padding after it).
+    ip_total: usize,
+    pad: usize,
+    repr: RoceV2Repr<'static>,
+}
+
+impl RxPrediction {
+    /// The prediction `frame`, which parsed to `r`, gives; `None` if it cannot be predicted
+    /// from (not IPv4, a UDP checksum, headers longer than kept).
+    pub fn of(frame: &[u8], r: &RoceV2Repr<'_>) -> Option<Self> {
+        let IpRepr::Ipv4(_) = r.ip else {
+            return None;
+        };
+        let ip_at = EthernetFrame::new_checked(frame).ok()?.header_len();
+        let ip = frame.get(ip_at..)?;
+        let ip_len = usize::from(ip.first()? & 0x0F) * 4;
+        let ip_total = usize::from(crate::wire::be::u16(ip, 2));
+        let udp = ip.get(ip_len..ip_len + UDP_HEADER_LEN)?;
+        if udp[6..8] != [0, 0] {
+            return None;
+        }
+        let header_len = ip_at + ip_len + UDP_HEADER_LEN + r.transport.header_len();
+        if header_len > PREDICTED_MAX || frame.len() < header_len {
+            return None;
+        }
+        let mut bytes = [0u8; PREDICTED_MAX];
+        bytes[..header_len].copy_from_slice(&frame[..header_len]);
+        let mut repr = RoceV2Repr {
+            transport: IbTransportRepr {
+                payload: &[],
+                ..r.transport
+            },
+            ..*r
+        };
+        repr.transport.bth.psn = 0;
+        Some(RxPrediction {
+            bytes,
+            header_len,
+            frame_len: frame.len(),
+            ip_at,
+            ip_len,
+            ip_total,
+            pad: usize::from(r.transport.bth.pad_count),
+            repr,
+        })
+    }
+
+    /// Parses `frame` as predicted: `None` if its length or a header byte other than
+    /// BTH:PSN differs (parse it with [`RoceV2Repr::parse`]); else what that parse would
+    /// return: the predicted values with the frame's PSN and payload, or `BadIcrc`.
+    #[inline]
+    pub fn parse<'a>(&self, frame: &'a [u8]) -> Option<Result<RoceV2Repr<'a>>> {
+        let h = self.header_len;
+        if frame.len() != self.frame_len {
+            return None;
+        }
+        let bth = self.ip_at + self.ip_len + UDP_HEADER_LEN;
+        // BTH bytes 9-11 are the PSN.
+        let psn_at = bth + 9;
+        if frame[..psn_at] != self.bytes[..psn_at]
+            || frame[psn_at + 3..h] != self.bytes[psn_at + 3..h]
+        {
+            return None;
+        }
+        let end = self.ip_at + self.ip_total - ICRC_LEN;
+        let stored =
+            u32::from_le_bytes([frame[end], frame[end + 1], frame[end + 2], frame[end + 3]]);
+        let icrc = roce_v2_icrc_parts(
+            &frame[self.ip_at..self.ip_at + self.ip_len],
+            &frame[self.ip_at + self.ip_len..bth],
+            &frame[bth..end],
+        );
+        match icrc {
+            Ok(c) if c == stored => {}
+            Ok(_) => return Some(Err(Error::BadIcrc)),
+            Err(e) => return Some(Err(e)),
+        }
+        let mut r = RoceV2Repr {
+            transport: IbTransportRepr {
+                payload: &frame[h..end - self.pad],
+                ..self.repr.transport
+            },
+            ..self.repr
+        };
+        r.transport.bth.psn =
+            u32::from_be_bytes([0, frame[psn_at], frame[psn_at + 1], frame[psn_at + 2]]);
+        Some(Ok(r))
+    }
+}
+
+/// Re-seals a RoCEv2 frame (Ethernet header to ICRC) whose headers were copied from
+/// another frame of the same length that differs only in BTH:PSN and payload, as the
+/// middle packets of one message do: sets BTH:PSN to `psn` (24 bits) and computes the ICRC
+/// again (and over IPv6 the UDP checksum, which covers the payload). Every other byte stays
+/// as it was: the IPv4 header and its checksum hold no PSN and no payload byte.
+///
+/// Errors: `Truncated` if the IP, UDP and BTH headers and the ICRC do not fit in the frame;
+/// `Malformed` if the IP version is neither 4 nor 6 or the IP lengths disagree with the frame.
+pub fn reseal_frame(frame: &mut [u8], psn: u32) -> Result<()> {
+    let eth_len = EthernetFrame::new_checked(&*frame)?.header_len();
+    let d = &mut frame[eth_len..];
+    let (hl, total, v6) = match d.first().map(|b| b >> 4) {
+        Some(4) => {
+            let hl = usize::from(d[0] & 0x0F) * 4;
+            let total = usize::from(crate::wire::be::u16(d, 2));
+            (hl, total, false)
+        }
+        Some(6) if d.len() >= 40 => (40, 40 + usize::from(crate::wire::be::u16(d, 4)), true),
+        Some(6) | None => return Err(Error::Truncated),
+        Some(_) => return Err(Error::Malformed),
+    };
+    let t = hl + UDP_HEADER_LEN;
+    if hl < 20 || total > d.len() || total < t + BTH_LEN + ICRC_LEN {
+        return Err(Error::Malformed);
+    }
+    let end = total - ICRC_LEN;
+    Bth::new_unchecked(&mut d[t..t + BTH_LEN]).set_psn(psn);
+    let icrc = roce_v2_icrc_parts(&d[..hl], &d[hl..t], &d[t..end])?;
+    d[end..total].copy_from_slice(&icrc.to_le_bytes());
+    if v6 {
+        let ip = IpRepr::Ipv6(Ipv6Repr::parse(&Ipv6Packet::new_checked(&d[..total])?)?);
+        UdpPacket::new_unchecked(&mut d[hl..total]).fill_checksum(&ip);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,5 +511,76 @@ mod tests {
             ib(in_place).emit(&mut got).unwrap();
             assert_eq!(got, want, "InfiniBand, {n} bytes");
         }
+    }
+
+    fn frame_with(psn: u32, opcode: Opcode, payload: &[u8], vlan: bool, ipv6: bool) -> Vec<u8> {
+        let mut t = IbTransportRepr::new(BthRepr::new(opcode, 0x11, psn), payload);
+        t.bth.pkey = 0xffff;
+        let r = RoceV2Repr {
+            eth: EthernetRepr {
+                dst: [2; 6],
+                src: [4; 6],
+                vlan: vlan.then_some(crate::wire::VlanTag {
+                    pcp: 3,
+                    dei: false,
+                    vid: 0x123,
+                }),
+            },
+            ip: if ipv6 {
+                IpRepr::Ipv6(Ipv6Repr::new([7; 16], [8; 16]))
+            } else {
+                IpRepr::Ipv4(Ipv4Repr::new([10, 0, 0, 1], [10, 0, 0, 2]))
+            },
+            udp_src_port: 0xc000,
+            transport: t,
+        };
+        let mut f = vec![0u8; r.buffer_len()];
+        r.emit(&mut f).unwrap();
+        f
+    }
+
+    /// A frame that repeats the predicted headers but the PSN parses to what the full
+    /// parser gives; one that differs anywhere else in its headers, or in length, is not
+    /// predicted; a bad ICRC is reported as the parser reports it.
+    #[test]
+    fn a_predicted_parse_is_the_full_parse() {
+        for vlan in [false, true] {
+            let a: Vec<u8> = (0..256).map(|i| (i * 3) as u8).collect();
+            let b: Vec<u8> = (0..256).map(|i| (i * 5 + 1) as u8).collect();
+            let first = frame_with(0x00ff_fffe, Opcode::RcRdmaWriteMiddle, &a, vlan, false);
+            let p = RxPrediction::of(&first, &RoceV2Repr::parse(&first).unwrap())
+                .expect("an IPv4 frame is predicted");
+            // The PSN wraps: all three bytes differ.
+            let next = frame_with(0x00ff_ffff, Opcode::RcRdmaWriteMiddle, &b, vlan, false);
+            let wrapped = frame_with(0, Opcode::RcRdmaWriteMiddle, &b, vlan, false);
+            for f in [&first, &next, &wrapped] {
+                assert_eq!(
+                    p.parse(f).expect("predicted").unwrap(),
+                    RoceV2Repr::parse(f).unwrap(),
+                    "vlan {vlan}"
+                );
+            }
+            // Another opcode (the BTH), another length: parsed in full.
+            let last = frame_with(1, Opcode::RcRdmaWriteLast, &b, vlan, false);
+            assert!(p.parse(&last).is_none());
+            let short = frame_with(1, Opcode::RcRdmaWriteMiddle, &b[..252], vlan, false);
+            assert!(p.parse(&short).is_none());
+            // Any header byte changed but the PSN's: not predicted (the IPv4 checksum, the
+            // TTL, a MAC byte, the UDP port, the QPN: each is the full parser's to judge).
+            let psn_at = p.ip_at + p.ip_len + UDP_HEADER_LEN + 9;
+            for at in (0..p.header_len).filter(|i| !(psn_at..psn_at + 3).contains(i)) {
+                let mut f = next.clone();
+                f[at] ^= 0x01;
+                assert!(p.parse(&f).is_none(), "byte {at} changed, vlan {vlan}");
+            }
+            // A payload byte changed: predicted, and the ICRC does not match.
+            let mut f = next.clone();
+            f[p.header_len + 7] ^= 0x80;
+            assert_eq!(p.parse(&f).unwrap().unwrap_err(), Error::BadIcrc);
+            assert_eq!(RoceV2Repr::parse(&f).unwrap_err(), Error::BadIcrc);
+        }
+        // IPv6 (its UDP checksum covers the payload) is never predicted.
+        let v6 = frame_with(5, Opcode::RcSendMiddle, &[1; 256], false, true);
+        assert!(RxPrediction::of(&v6, &RoceV2Repr::parse(&v6).unwrap()).is_none());
     }
 }

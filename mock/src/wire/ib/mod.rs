@@ -464,3 +464,29 @@ impl<'a> IbPacketRepr<'a> {
         Ok(())
     }
 }
+
+/// Re-seals a native InfiniBand packet (LRH to VCRC) whose headers were copied from
+/// another packet of the same length that differs only in BTH:PSN and payload, as the
+/// middle packets of one message do: sets BTH:PSN to `psn` (24 bits) and computes the ICRC
+/// and the VCRC again over the packet as it now is. Every other byte stays as it was.
+///
+/// Errors: `Truncated` if the headers, ICRC and VCRC do not fit; `Unsupported` for a raw or
+/// IP non-IBA packet (LNH 0b00, 0b01), which has no BTH.
+pub fn reseal_packet(packet: &mut [u8], psn: u32) -> Result<()> {
+    let bth_at = match LinkNextHeader::from(*packet.get(1).ok_or(Error::Truncated)?) {
+        LinkNextHeader::IbaLocal => LRH_LEN,
+        LinkNextHeader::IbaGlobal => LRH_LEN + GRH_LEN,
+        LinkNextHeader::Raw | LinkNextHeader::IpNonIba => return Err(Error::Unsupported),
+    };
+    let pkt = packet.len().checked_sub(VCRC_LEN).ok_or(Error::Truncated)?;
+    let end = pkt.checked_sub(ICRC_LEN).ok_or(Error::Truncated)?;
+    if end < bth_at + BTH_LEN {
+        return Err(Error::Truncated);
+    }
+    Bth::new_unchecked(&mut packet[bth_at..bth_at + BTH_LEN]).set_psn(psn);
+    let icrc = ib_icrc(&packet[..end])?;
+    packet[end..pkt].copy_from_slice(&icrc.to_le_bytes());
+    let v = vcrc(&packet[..pkt]);
+    packet[pkt..].copy_from_slice(&v.to_le_bytes());
+    Ok(())
+}

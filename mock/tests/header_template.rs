@@ -1,0 +1,165 @@
+//! The middle packets of a multi-packet message are built from the headers of the first
+//! one sent (a header template: only BTH:PSN, the payload and the CRCs are written again).
+//! Each must be byte for byte the packet a full emit of its parsed contents gives, over
+//! RoCEv2 (IPv4 and IPv6) and native InfiniBand (with and without a GRH), for SENDs and
+//! WRITEs, first transmissions and retransmissions; and the message must arrive whole.
+
+mod common;
+
+use common::verbs::{Conn, Cq, Node, Qp, wr};
+use uhca_fwif::consts::*;
+use uhca_mock::wire::{IbPacketRepr, RoceV2Repr};
+use uhca_mock::{Fabric, LinkLayer};
+
+/// Messages of 7 packets at MTU 256: a first, five middle and a last, the last one short.
+const LEN: usize = 6 * 256 + 100;
+
+struct Setup {
+    fabric: Fabric,
+    a: Node,
+    b: Node,
+    acq: Cq,
+    bcq: Cq,
+    aqp: Qp,
+    bqp: Qp,
+}
+
+fn setup(link: LinkLayer, ipv6: bool, grh: bool) -> Setup {
+    let fabric = Fabric::new(link);
+    let mut a = Node::new(&fabric, link, 1);
+    let mut b = Node::new(&fabric, link, 2);
+    if ipv6 {
+        a.add_ipv6_gid(1);
+        b.add_ipv6_gid(2);
+    }
+    let acq = a.cq(8);
+    let bcq = b.cq(8);
+    let aqp = a.qp(QpServiceType::Rc, &acq, &acq);
+    let bqp = b.qp(QpServiceType::Rc, &bcq, &bcq);
+    let c = Conn {
+        mtu: IbMtu::Mtu256,
+        gid_index: u8::from(ipv6),
+        grh,
+        ..Conn::default()
+    };
+    a.connect(&aqp, &b, bqp.qpn, c);
+    b.connect(&bqp, &a, aqp.qpn, c);
+    Setup {
+        fabric,
+        a,
+        b,
+        acq,
+        bcq,
+        aqp,
+        bqp,
+    }
+}
+
+/// Emits `frame`'s parsed contents again into a fresh buffer: what a full emit gives.
+fn full_emit(link: LinkLayer, frame: &[u8]) -> Vec<u8> {
+    match link {
+        LinkLayer::Ethernet => {
+            let r = RoceV2Repr::parse(frame).expect("a frame that parses (ICRC checked)");
+            let mut out = vec![0u8; r.buffer_len()];
+            r.emit(&mut out).expect("emit");
+            out
+        }
+        LinkLayer::InfiniBand => {
+            let r = IbPacketRepr::parse(frame).expect("a packet that parses (ICRC, VCRC checked)");
+            let mut out = vec![0u8; r.buffer_len()];
+            r.emit(&mut out).expect("emit");
+            out
+        }
+    }
+}
+
+fn psn_of(link: LinkLayer, frame: &[u8]) -> u32 {
+    match link {
+        LinkLayer::Ethernet => RoceV2Repr::parse(frame).unwrap().transport.bth.psn,
+        LinkLayer::InfiniBand => IbPacketRepr::parse(frame).unwrap().transport.bth.psn,
+    }
+}
+
+/// Checks every frame against its full emit, and that the PSNs run on by one.
+fn check_frames(link: LinkLayer, frames: &[Vec<u8>], what: &str) {
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(
+            &full_emit(link, f),
+            f,
+            "{what}: packet {i} of {} differs from a full emit of its contents",
+            frames.len()
+        );
+    }
+    for w in frames.windows(2) {
+        assert_eq!(
+            psn_of(link, &w[1]),
+            (psn_of(link, &w[0]) + 1) & 0x00ff_ffff,
+            "{what}: PSNs in order"
+        );
+    }
+}
+
+fn message(link: LinkLayer, ipv6: bool, grh: bool, op: WqeOpcode) {
+    let what = format!("{link:?} ipv6={ipv6} grh={grh} {op:?}");
+    let mut s = setup(link, ipv6, grh);
+    let amr = s.a.mr(8192);
+    let bmr = s.b.mr(8192);
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + 5) as u8).collect();
+    s.a.write(&amr, 0, &data);
+    let mut w = wr(op, &amr, 0, LEN as u32);
+    if op == WqeOpcode::RdmaWrite {
+        w.raddr = Some((bmr.iova + 64, bmr.key));
+    } else {
+        s.b.post_recv(&mut s.bqp, &[(bmr.key, bmr.iova + 64, 4096)]);
+    }
+    s.a.post_send(&mut s.aqp, &w);
+    let frames = s.a.h.hca.take_tx_frames();
+    assert_eq!(frames.len(), 7, "{what}: packets of the message");
+    check_frames(link, &frames, &what);
+    // Lose packets 2 to 6: the responder's sequence NAK makes the requester send them again
+    // from packet 2 (a retransmission builds its own template from its first middle packet).
+    s.b.h.hca.receive_frames(&frames[..2]);
+    assert!(s.fabric.run_until_idle(), "{what}: fabric idle");
+    assert_eq!(s.b.read(&bmr, 64, LEN), data, "{what}: data at the target");
+    let wc = s.a.poll_all(&mut s.acq);
+    assert_eq!(wc.len(), 1, "{what}: the sender's completion");
+    assert_eq!(
+        wc[0].opcode,
+        CqeOpcode::Req,
+        "{what}: completed without error"
+    );
+    if op == WqeOpcode::Send {
+        let wc = s.b.poll_all(&mut s.bcq);
+        assert_eq!(wc.len(), 1, "{what}: the receiver's completion");
+        assert_eq!(wc[0].byte_cnt(), LEN as u32, "{what}: bytes received");
+    }
+    let c = s.a.h.hca.datapath_counters();
+    assert!(
+        c.retransmitted_packets >= 5,
+        "{what}: packets 2 to 6 sent again ({} retransmitted)",
+        c.retransmitted_packets
+    );
+}
+
+#[test]
+fn template_packets_equal_full_emits_roce_ipv4() {
+    for op in [WqeOpcode::RdmaWrite, WqeOpcode::Send] {
+        message(LinkLayer::Ethernet, false, false, op);
+    }
+}
+
+#[test]
+fn template_packets_equal_full_emits_roce_ipv6() {
+    for op in [WqeOpcode::RdmaWrite, WqeOpcode::Send] {
+        message(LinkLayer::Ethernet, true, false, op);
+    }
+}
+
+#[test]
+fn template_packets_equal_full_emits_infiniband() {
+    for grh in [false, true] {
+        for op in [WqeOpcode::RdmaWrite, WqeOpcode::Send] {
+            message(LinkLayer::InfiniBand, false, grh, op);
+        }
+    }
+}
