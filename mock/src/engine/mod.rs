@@ -8,10 +8,10 @@
 //! | --- | --- |
 //! | `mod.rs` | per-HCA and per-QP state, counters, the entry points (doorbells, frames, timers) |
 //! | `mem.rs` | queue buffers through their `pas` lists, memory-key checks, gather and scatter |
-//! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit |
+//! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit; header templates (a message's middle packets built from the first one's headers) |
 //! | `sq.rs` | fetching and decoding send WQEs |
 //! | `requester.rs` | the send side: packets, ACK/NAK, read and atomic responses, retransmission |
-//! | `responder.rs` | the receive side: PSN checks, SEND/WRITE/READ/atomics, ACK coalescing |
+//! | `responder.rs` | the receive side: parsing (with header prediction, `wire::roce::RxPrediction`), PSN checks, SEND/WRITE/READ/atomics, ACK coalescing |
 //! | `rq.rs` | receive WQEs of an RQ or an SRQ |
 //! | `cqe.rs` | CQEs (owner bit, opcodes, error CQEs), completion and CQ error events, flush |
 //! | `xrc.rs` | XRC on RC's machinery: XRC opcodes and the XRCETH, the target's SRQ, CQ and PD |
@@ -180,8 +180,8 @@ pub(crate) struct Engine {
     pub(crate) spare_pieces: Vec<Vec<sq::Piece>>,
     /// Scatter lists of completed receive WQEs, kept for the next receives.
     pub(crate) spare_sges: Vec<Vec<mem::Sge>>,
-    /// The headers of the last RoCEv2 frame received, to parse the next ones that repeat
-    /// them (see [`crate::wire::roce::RxPrediction`]).
+    /// The headers of the last RoCEv2 frame received with data, to parse the next ones that
+    /// repeat them (see [`crate::wire::roce::RxPrediction`]).
     pub(crate) rx_prediction: Option<crate::wire::roce::RxPrediction>,
 }
 

@@ -124,7 +124,12 @@ impl Device {
                             self.engine.counters.rx_malformed += 1;
                             return;
                         };
-                        self.engine.rx_prediction = RxPrediction::of(f, &r);
+                        // Packets with data are kept to predict the next. (An RDMA
+                        // exchange both ways receives data and ACKs in turn: an ACK kept
+                        // would push out the data packet that comes next.)
+                        if !r.transport.payload.is_empty() {
+                            self.engine.rx_prediction = RxPrediction::of(f, &r);
+                        }
                         r
                     }
                 };
