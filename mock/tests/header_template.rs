@@ -6,53 +6,30 @@
 
 mod common;
 
-use common::verbs::{Conn, Cq, Node, Qp, wr};
+use common::verbs::{Conn, Pair, wr};
 use uhca_fwif::consts::*;
+use uhca_mock::LinkLayer;
 use uhca_mock::wire::{IbPacketRepr, RoceV2Repr};
-use uhca_mock::{Fabric, LinkLayer};
 
 /// Messages of 7 packets at MTU 256: a first, five middle and a last, the last one short.
 const LEN: usize = 6 * 256 + 100;
 
-struct Setup {
-    fabric: Fabric,
-    a: Node,
-    b: Node,
-    acq: Cq,
-    bcq: Cq,
-    aqp: Qp,
-    bqp: Qp,
-}
-
-fn setup(link: LinkLayer, ipv6: bool, grh: bool) -> Setup {
-    let fabric = Fabric::new(link);
-    let mut a = Node::new(&fabric, link, 1);
-    let mut b = Node::new(&fabric, link, 2);
-    if ipv6 {
-        a.add_ipv6_gid(1);
-        b.add_ipv6_gid(2);
-    }
-    let acq = a.cq(8);
-    let bcq = b.cq(8);
-    let aqp = a.qp(QpServiceType::Rc, &acq, &acq);
-    let bqp = b.qp(QpServiceType::Rc, &bcq, &bcq);
+/// Two nodes with an RC QP each, connected at MTU 256 (from GID index 1, an IPv6 GID, with
+/// `ipv6`; with a GRH on InfiniBand with `grh`).
+fn setup(link: LinkLayer, ipv6: bool, grh: bool) -> Pair {
     let c = Conn {
         mtu: IbMtu::Mtu256,
         gid_index: u8::from(ipv6),
         grh,
         ..Conn::default()
     };
-    a.connect(&aqp, &b, bqp.qpn, c);
-    b.connect(&bqp, &a, aqp.qpn, c);
-    Setup {
-        fabric,
-        a,
-        b,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    }
+    Pair::new_with(link, QpServiceType::Rc, c, c, |node| {
+        if ipv6 {
+            // Node n's IPv4 address ends in n; its IPv6 GID is fd00::n.
+            let n = node.ip[3];
+            node.add_ipv6_gid(n);
+        }
+    })
 }
 
 /// Emits `frame`'s parsed contents again into a fresh buffer: what a full emit gives.
@@ -115,6 +92,14 @@ fn message(link: LinkLayer, ipv6: bool, grh: bool, op: WqeOpcode) {
     s.a.post_send(&mut s.aqp, &w);
     let frames = s.a.h.hca.take_tx_frames();
     assert_eq!(frames.len(), 7, "{what}: packets of the message");
+    if link == LinkLayer::Ethernet {
+        let ip = RoceV2Repr::parse(&frames[0]).expect("parses").ip;
+        assert_eq!(
+            matches!(ip, uhca_mock::wire::IpRepr::Ipv6(_)),
+            ipv6,
+            "{what}: the IP version asked for"
+        );
+    }
     check_frames(link, &frames, &what);
     // Lose packets 2 to 6: the responder's sequence NAK makes the requester send them again
     // from packet 2 (a retransmission builds its own template from its first middle packet).
