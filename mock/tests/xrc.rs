@@ -495,6 +495,67 @@ fn an_xrc_send_lands_in_the_srq_its_header_names_roce() {
     an_xrc_send_lands_in_the_srq_its_header_names(LinkLayer::Ethernet);
 }
 
+/// An XRC SEND of five packets (at MTU 1024): its middle packets, built from the first
+/// middle packet's headers, carry the XRCETH as a full emit would (byte for byte), and the
+/// message lands whole in the SRQ's buffer.
+fn a_long_xrc_send_keeps_its_xrceth_in_every_packet(link: LinkLayer) {
+    use uhca_mock::wire::{IbPacketRepr, RoceV2Repr};
+    let mut x = Xrc::new(link, Conn::default());
+    let amr = x.a.mr(16384);
+    let msg: Vec<u8> = (0..4196u32).map(|i| (i * 11 + 1) as u8).collect();
+    x.a.write(&amr, 0, &msg);
+    let bmr = x.bmr;
+    post_srq(&x.b, &mut x.srq, &bmr, 0, 8192);
+    let srqn = x.srq.srqn;
+    x.a.post_send(&mut x.ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 4196, srqn));
+    let frames = x.a.h.hca.take_tx_frames();
+    assert_eq!(frames.len(), 5, "first, three middle, last");
+    for (i, f) in frames.iter().enumerate() {
+        let again = match link {
+            LinkLayer::Ethernet => {
+                let r = RoceV2Repr::parse(f).expect("parses");
+                assert_eq!(
+                    r.transport.xrceth.map(|h| h.xrc_srq),
+                    Some(srqn),
+                    "packet {i}"
+                );
+                let mut out = vec![0u8; r.buffer_len()];
+                r.emit(&mut out).unwrap();
+                out
+            }
+            LinkLayer::InfiniBand => {
+                let r = IbPacketRepr::parse(f).expect("parses");
+                assert_eq!(
+                    r.transport.xrceth.map(|h| h.xrc_srq),
+                    Some(srqn),
+                    "packet {i}"
+                );
+                let mut out = vec![0u8; r.buffer_len()];
+                r.emit(&mut out).unwrap();
+                out
+            }
+        };
+        assert_eq!(&again, f, "packet {i} equals a full emit of its contents");
+    }
+    x.b.h.hca.receive_frames(&frames);
+    assert!(x.fabric.run_until_idle());
+    assert_eq!(x.a.poll_all(&mut x.acq).len(), 1);
+    let rx = x.b.poll_all(&mut x.scq);
+    assert_eq!(rx.len(), 1, "{rx:?}");
+    assert_eq!(rx[0].byte_cnt(), 4196);
+    assert_eq!(x.b.read(&bmr, 0, 4196), msg);
+}
+
+#[test]
+fn a_long_xrc_send_keeps_its_xrceth_in_every_packet_infiniband() {
+    a_long_xrc_send_keeps_its_xrceth_in_every_packet(LinkLayer::InfiniBand);
+}
+
+#[test]
+fn a_long_xrc_send_keeps_its_xrceth_in_every_packet_roce() {
+    a_long_xrc_send_keeps_its_xrceth_in_every_packet(LinkLayer::Ethernet);
+}
+
 /// A request naming an XRC SRQ of another domain is a remote access violation: NAK, the
 /// initiator's WQE fails with a remote access error, the target goes to the error state
 /// with a WQ access error event, and the other domain's SRQ is untouched.
