@@ -326,10 +326,19 @@ impl Device {
         } else {
             crate::wire::roce::reseal_frame(&mut f, psn)
         };
-        // The template came from a frame this model emitted, so it always re-seals.
-        debug_assert!(sealed.is_ok(), "a template that does not re-seal");
-        if sealed.is_ok() {
-            self.push_frame(f);
+        // The template came from a frame this model emitted, so it always re-seals; were it
+        // not to, the packet is not sent (the requester's timer sends it again) and the
+        // model says why.
+        match sealed {
+            Ok(()) => self.push_frame(f),
+            Err(e) => {
+                debug_assert!(false, "a header template that does not re-seal: {e:?}");
+                let now = self.engine.now;
+                self.note(
+                    now,
+                    format!("a header template did not re-seal ({e:?}): PSN {psn:#x} not sent"),
+                );
+            }
         }
         Ok(())
     }
