@@ -7,9 +7,9 @@
 //! `UHCA_BENCH_CALLGRIND=0` skips the instruction counts. Without `--bench`
 //! (`cargo test --benches`) a quick pass runs: one short run, no callgrind.
 //!
-//! Two mock HCAs on one fabric (RoCEv2, virtual clock, no faults), one RC QP each, driven
-//! with raw PRM bytes by the mock's own test driver (`tests/common`), never the HAL or the
-//! driver. Outside the clock: receive WQEs posted, send WQEs written with their doorbell
+//! Two mock HCAs on one fabric (RoCEv2; native InfiniBand for the last case; virtual
+//! clock, no faults), one RC QP each, driven with raw PRM bytes by the mock's own test
+//! driver (`tests/common`), never the HAL or the driver. Outside the clock: receive WQEs posted, send WQEs written with their doorbell
 //! record, CQEs polled afterwards. Timed: one send doorbell for a batch of WQEs and
 //! `Fabric::run_until_idle`, during which the sender builds the packets (headers, payload
 //! read through the IOMMU, ICRC), the fabric routes them, the receiver parses and checks
@@ -38,6 +38,8 @@ struct Case {
     size: u32,
     /// The path MTU.
     mtu: IbMtu,
+    /// The fabric: RoCEv2 (Ethernet) or native InfiniBand.
+    link: LinkLayer,
     batch: usize,
     /// Messages per timed run.
     messages: usize,
@@ -52,6 +54,7 @@ const CASES: &[Case] = &[
         op: WqeOpcode::Send,
         size: 64,
         mtu: IbMtu::Mtu4096,
+        link: LinkLayer::Ethernet,
         batch: 32,
         messages: 32_000,
         callgrind_messages: 3_200,
@@ -62,6 +65,7 @@ const CASES: &[Case] = &[
         op: WqeOpcode::RdmaWrite,
         size: 65536,
         mtu: IbMtu::Mtu4096,
+        link: LinkLayer::Ethernet,
         batch: 4,
         messages: 400,
         callgrind_messages: 32,
@@ -72,6 +76,18 @@ const CASES: &[Case] = &[
         op: WqeOpcode::RdmaWrite,
         size: 65536,
         mtu: IbMtu::Mtu1024,
+        link: LinkLayer::Ethernet,
+        batch: 4,
+        messages: 400,
+        callgrind_messages: 32,
+    },
+    Case {
+        name: "write64k-ib",
+        what: "RC WRITE 64 KiB (MTU 4096, IB), 4 per doorbell",
+        op: WqeOpcode::RdmaWrite,
+        size: 65536,
+        mtu: IbMtu::Mtu4096,
+        link: LinkLayer::InfiniBand,
         batch: 4,
         messages: 400,
         callgrind_messages: 32,
@@ -94,7 +110,7 @@ impl Bench {
             mtu: c.mtu,
             ..Conn::default()
         };
-        let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, conn, conn);
+        let mut p = Pair::new(c.link, QpServiceType::Rc, conn, conn);
         let len = c.size as usize * c.batch;
         let src = p.a.mr(len);
         let dst = p.b.mr(len);

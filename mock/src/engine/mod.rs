@@ -183,6 +183,8 @@ pub(crate) struct Engine {
     /// The headers of the last RoCEv2 frame received with data, to parse the next ones that
     /// repeat them (see [`crate::wire::roce::RxPrediction`]).
     pub(crate) rx_prediction: Option<crate::wire::roce::RxPrediction>,
+    /// The same for native InfiniBand packets (see [`crate::wire::ib::RxPrediction`]).
+    pub(crate) ib_rx_prediction: Option<crate::wire::ib::RxPrediction>,
 }
 
 /// Most lists [`Engine::spare_pieces`] and [`Engine::spare_sges`] keep each.

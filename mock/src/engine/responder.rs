@@ -12,6 +12,7 @@ use super::{ACK_COALESCE_PACKETS, RESPONDER_RESOURCES, RecvProgress, RespResourc
 use crate::caps::LinkLayer;
 use crate::device::Device;
 use crate::firmware::DEFAULT_PKEY;
+use crate::wire::ib::RxPrediction as IbRxPrediction;
 use crate::wire::ib::psn;
 use crate::wire::roce::RxPrediction;
 use crate::wire::{
@@ -157,9 +158,28 @@ impl Device {
                 self.dispatch(&r.transport, &info, now);
             }
             LinkLayer::InfiniBand => {
-                let Ok(p) = IbPacketRepr::parse(f) else {
-                    self.engine.counters.rx_malformed += 1;
-                    return;
+                let predicted = self
+                    .engine
+                    .ib_rx_prediction
+                    .as_ref()
+                    .and_then(|p| p.parse(f));
+                let p = match predicted {
+                    Some(Ok(p)) => p,
+                    Some(Err(_)) => {
+                        self.engine.counters.rx_malformed += 1;
+                        return;
+                    }
+                    None => {
+                        let Ok(p) = IbPacketRepr::parse(f) else {
+                            self.engine.counters.rx_malformed += 1;
+                            return;
+                        };
+                        // As over RoCEv2: packets with data only.
+                        if !p.transport.payload.is_empty() {
+                            self.engine.ib_rx_prediction = IbRxPrediction::of(f, &p);
+                        }
+                        p
+                    }
                 };
                 if p.lrh.dlid != self.fw.lid && p.lrh.dlid != 0xffff {
                     self.engine.counters.rx_discarded += 1;

@@ -465,6 +465,101 @@ impl<'a> IbPacketRepr<'a> {
     }
 }
 
+/// The most header bytes a [`RxPrediction`] compares: LRH, GRH, BTH and extension headers.
+const PREDICTED_MAX: usize = 128;
+
+/// Header prediction for received native InfiniBand packets: what [`IbPacketRepr::parse`]
+/// found in one packet, kept to parse the next packets whose bytes before the payload are
+/// the same but for BTH:PSN, and whose length is the same (the middle packets of one
+/// message, or SENDs of one size on one QP). Every check the parser makes (LRH and GRH
+/// fields and lengths, BTH and extension headers, pad) depends only on those bytes and that
+/// length, so such a packet passes them all and parses to the same values with its own PSN
+/// and payload; its VCRC and ICRC, which cover the payload, are computed again and checked
+/// in the parser's order. The RoCEv2 form is [`crate::wire::roce::RxPrediction`].
+#[derive(Clone, Debug)]
+pub struct RxPrediction {
+    bytes: [u8; PREDICTED_MAX],
+    header_len: usize,
+    len: usize,
+    bth_at: usize,
+    repr: IbPacketRepr<'static>,
+}
+
+impl RxPrediction {
+    /// The prediction `packet`, which parsed to `r`, gives; `None` if its headers are
+    /// longer than kept.
+    pub fn of(packet: &[u8], r: &IbPacketRepr<'_>) -> Option<Self> {
+        let bth_at = LRH_LEN + r.grh.map_or(0, |_| GRH_LEN);
+        let header_len = bth_at + r.transport.header_len();
+        if header_len > PREDICTED_MAX || packet.len() < header_len {
+            return None;
+        }
+        let mut bytes = [0u8; PREDICTED_MAX];
+        bytes[..header_len].copy_from_slice(&packet[..header_len]);
+        let mut repr = IbPacketRepr {
+            transport: IbTransportRepr {
+                payload: &[],
+                ..r.transport
+            },
+            ..*r
+        };
+        repr.transport.bth.psn = 0;
+        Some(RxPrediction {
+            bytes,
+            header_len,
+            len: packet.len(),
+            bth_at,
+            repr,
+        })
+    }
+
+    /// Parses `packet` as predicted: `None` if its length or a header byte other than
+    /// BTH:PSN differs (parse it with [`IbPacketRepr::parse`]); else what that parse would
+    /// return: the predicted values with the packet's PSN and payload, or `BadVcrc`,
+    /// `BadIcrc`.
+    #[inline]
+    pub fn parse<'a>(&self, packet: &'a [u8]) -> Option<Result<IbPacketRepr<'a>>> {
+        let h = self.header_len;
+        if packet.len() != self.len {
+            return None;
+        }
+        // BTH bytes 9-11 are the PSN.
+        let psn_at = self.bth_at + 9;
+        if packet[..psn_at] != self.bytes[..psn_at]
+            || packet[psn_at + 3..h] != self.bytes[psn_at + 3..h]
+        {
+            return None;
+        }
+        let pkt = packet.len() - VCRC_LEN;
+        if vcrc(&packet[..pkt]) != u16::from_le_bytes([packet[pkt], packet[pkt + 1]]) {
+            return Some(Err(Error::BadVcrc));
+        }
+        let end = pkt - ICRC_LEN;
+        let stored = u32::from_le_bytes([
+            packet[end],
+            packet[end + 1],
+            packet[end + 2],
+            packet[end + 3],
+        ]);
+        match ib_icrc(&packet[..end]) {
+            Ok(c) if c == stored => {}
+            Ok(_) => return Some(Err(Error::BadIcrc)),
+            Err(e) => return Some(Err(e)),
+        }
+        let pad = usize::from(self.repr.transport.bth.pad_count);
+        let mut r = IbPacketRepr {
+            transport: IbTransportRepr {
+                payload: &packet[h..end - pad],
+                ..self.repr.transport
+            },
+            ..self.repr
+        };
+        r.transport.bth.psn =
+            u32::from_be_bytes([0, packet[psn_at], packet[psn_at + 1], packet[psn_at + 2]]);
+        Some(Ok(r))
+    }
+}
+
 /// Re-seals a native InfiniBand packet (LRH to VCRC) whose headers were copied from
 /// another packet of the same length that differs only in BTH:PSN and payload, as the
 /// middle packets of one message do: sets BTH:PSN to `psn` (24 bits) and computes the ICRC
@@ -489,4 +584,74 @@ pub fn reseal_packet(packet: &mut [u8], psn: u32) -> Result<()> {
     let v = vcrc(&packet[..pkt]);
     packet[pkt..].copy_from_slice(&v.to_le_bytes());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(psn: u32, opcode: Opcode, payload: &[u8], grh: bool) -> Vec<u8> {
+        let mut t = IbTransportRepr::new(BthRepr::new(opcode, 0x11, psn), payload);
+        t.bth.pkey = 0xffff;
+        let r = IbPacketRepr {
+            lrh: LrhRepr {
+                vl: 0,
+                lver: 0,
+                sl: 0,
+                lnh: LinkNextHeader::IbaLocal,
+                dlid: 2,
+                packet_length: 0,
+                slid: 1,
+            },
+            grh: grh.then(|| GrhRepr::new([7; 16], [8; 16])),
+            transport: t,
+        };
+        let mut p = vec![0u8; r.buffer_len()];
+        r.emit(&mut p).unwrap();
+        p
+    }
+
+    /// As `roce::tests::a_predicted_parse_is_the_full_parse`, for native InfiniBand with and
+    /// without a GRH: the VCRC is checked before the ICRC, as the full parser does.
+    #[test]
+    fn a_predicted_parse_is_the_full_parse() {
+        for grh in [false, true] {
+            let a: Vec<u8> = (0..256).map(|i| (i * 3) as u8).collect();
+            let b: Vec<u8> = (0..256).map(|i| (i * 5 + 1) as u8).collect();
+            let first = packet(0x00ff_fffe, Opcode::RcSendMiddle, &a, grh);
+            let p =
+                RxPrediction::of(&first, &IbPacketRepr::parse(&first).unwrap()).expect("predicted");
+            let next = packet(0x00ff_ffff, Opcode::RcSendMiddle, &b, grh);
+            let wrapped = packet(0, Opcode::RcSendMiddle, &b, grh);
+            for f in [&first, &next, &wrapped] {
+                assert_eq!(
+                    p.parse(f).expect("predicted").unwrap(),
+                    IbPacketRepr::parse(f).unwrap(),
+                    "grh {grh}"
+                );
+            }
+            assert!(p.parse(&packet(1, Opcode::RcSendLast, &b, grh)).is_none());
+            assert!(
+                p.parse(&packet(1, Opcode::RcSendMiddle, &b[..252], grh))
+                    .is_none()
+            );
+            let psn_at = p.bth_at + 9;
+            for at in (0..p.header_len).filter(|i| !(psn_at..psn_at + 3).contains(i)) {
+                let mut f = next.clone();
+                f[at] ^= 0x01;
+                assert!(p.parse(&f).is_none(), "byte {at} changed, grh {grh}");
+            }
+            // A payload byte changed: the VCRC fails first, in both parsers.
+            let mut f = next.clone();
+            f[p.header_len + 7] ^= 0x80;
+            assert_eq!(p.parse(&f).unwrap().unwrap_err(), Error::BadVcrc);
+            assert_eq!(IbPacketRepr::parse(&f).unwrap_err(), Error::BadVcrc);
+            // The payload and the VCRC changed to match: the ICRC fails, in both.
+            let n = f.len() - VCRC_LEN;
+            let v = vcrc(&f[..n]);
+            f[n..].copy_from_slice(&v.to_le_bytes());
+            assert_eq!(p.parse(&f).unwrap().unwrap_err(), Error::BadIcrc);
+            assert_eq!(IbPacketRepr::parse(&f).unwrap_err(), Error::BadIcrc);
+        }
+    }
 }
