@@ -1,7 +1,8 @@
 //! Whole packets: native InfiniBand (LRH to VCRC), RoCEv2 frames (Ethernet to ICRC), RoCEv2
 //! IP datagrams and UDP payloads, the ICRC and VCRC functions, and `uhca-wirecheck`'s
 //! verdict on a captured packet of every link type. Whatever parses must emit and parse back
-//! to the same representation; nothing may panic.
+//! to the same representation, parse the same through a header prediction made from it, and
+//! re-seal (PSN, ICRC, VCRC or UDP checksum) to the same bytes; nothing may panic.
 //!
 //! The first byte is a mode: with bit 0 set, the packet's CRCs (and IPv4 header checksum)
 //! are made good before parsing, so that the fuzzer reaches the header logic behind them.
@@ -12,7 +13,9 @@ use uhca_mock::wire::check::check;
 use uhca_mock::wire::crc::Crc16;
 use uhca_mock::wire::icrc::{ib_icrc, roce_v2_icrc, vcrc};
 use uhca_mock::wire::pcap::LinkType;
-use uhca_mock::wire::{IpRepr, Ipv4Packet, Ipv4Repr, RoceV2Repr, roce};
+use uhca_mock::wire::{
+    EthernetFrame, IbPacketRepr, IpRepr, Ipv4Packet, Ipv4Repr, RoceV2Repr, ib, roce,
+};
 
 #[path = "../../mock/tests/support/packets.rs"]
 mod packets;
@@ -70,6 +73,16 @@ fuzz_target!(|data: &[u8]| {
     }
 
     packets::assert_ib_reemits(b);
+    if let Ok(r) = IbPacketRepr::parse(b) {
+        // The receiver's header prediction, made from this packet, parses it as the parser
+        // did; re-sealing it with its own PSN (the sender's header template) changes nothing.
+        if let Some(p) = ib::RxPrediction::of(b, &r) {
+            assert_eq!(p.parse(b).expect("predicted").expect("parses"), r);
+        }
+        let mut again = b.to_vec();
+        ib::reseal_packet(&mut again, r.transport.bth.psn).expect("a parsed packet re-seals");
+        assert_eq!(again, b);
+    }
     if let Ok(r) = RoceV2Repr::parse(b) {
         let mut out = vec![0u8; r.buffer_len()];
         r.emit(&mut out).expect("a parsed RoCEv2 frame emits");
@@ -78,6 +91,20 @@ fuzz_target!(|data: &[u8]| {
             (q.eth, q.udp_src_port, q.transport),
             (r.eth, r.udp_src_port, r.transport)
         );
+        // As for InfiniBand above: the prediction, and re-sealing with the same PSN.
+        if let Some(p) = roce::RxPrediction::of(b, &r) {
+            assert_eq!(p.parse(b).expect("predicted").expect("parses"), r);
+        }
+        let mut again = b.to_vec();
+        roce::reseal_frame(&mut again, r.transport.bth.psn).expect("a parsed frame re-seals");
+        // Over IPv6 a zero UDP checksum ("none") parses, and re-sealing computes one: the
+        // engine's own frames always carry one.
+        let eth = EthernetFrame::new_checked(b).expect("parsed").header_len();
+        let no_v6_checksum =
+            matches!(r.ip, IpRepr::Ipv6(_)) && b[eth + 40 + 6..eth + 40 + 8] == [0, 0];
+        if !no_v6_checksum {
+            assert_eq!(again, b);
+        }
     }
     if let Ok((ip, port, t)) = roce::parse_ip_datagram(b) {
         let mut out = vec![0u8; roce::ip_datagram_len(&ip, &t)];
