@@ -1,5 +1,6 @@
 //! The driver's error type.
 
+use uhca_fwif::consts::CqeOpcode;
 use uhca_hal::cmdq::{CmdError, CmdInitError};
 use uhca_hal::init_seg::{FatalHealth, InitSegError};
 use uhca_hal::{ConfigError, DmaError};
@@ -52,9 +53,8 @@ pub enum Error {
     /// An object created by another [`Hca`](crate::Hca) was handed to this one (its number
     /// would name a different object of this device); nothing was sent.
     WrongHca,
-    /// The device wrote a CQE that does not match what was posted (see
-    /// [`PollError`](crate::verbs::PollError)).
-    BadCompletion(crate::verbs::PollError),
+    /// The device wrote a CQE that does not match what was posted (see [`PollError`]).
+    BadCompletion(PollError),
     /// The device refused a QP state transition because the QP is not in the state the
     /// transition starts from (BAD_QP_STATE): the device moved it on its own, for example
     /// to ERR after an error completion, or to SQER.
@@ -172,3 +172,119 @@ impl Error {
 
 /// The driver's result type.
 pub type Result<T> = core::result::Result<T, Error>;
+
+/// A CQE the driver refused to believe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BadCqe {
+    /// It names a QP that does not complete to this CQ (nor did lately).
+    UnknownQp {
+        /// The QPN in the CQE.
+        qpn: u32,
+    },
+    /// It names a QP whose send (requester CQE) or receive (responder CQE) queue does not
+    /// complete to this CQ, or that has no such queue.
+    WrongCq {
+        /// The QP.
+        qpn: u32,
+        /// This CQ.
+        cqn: u32,
+    },
+    /// Its WQE counter names no outstanding WQE of the QP (or SRQ).
+    NotOutstanding {
+        /// The QP.
+        qpn: u32,
+        /// The counter.
+        wqe_counter: u16,
+    },
+    /// A successful requester CQE whose WQE opcode is not the one posted there.
+    OpcodeMismatch {
+        /// The QP.
+        qpn: u32,
+        /// The counter.
+        wqe_counter: u16,
+        /// The raw WQE opcode the CQE reports.
+        reported: u8,
+    },
+    /// A receive CQE whose byte count is larger than the oldest receive WQE of the QP
+    /// (the one it names) can take: the sum of its scatter entries. (Two fields only: a
+    /// larger error would slow every poll, which returns it by value.)
+    ByteCountTooLarge {
+        /// The QP.
+        qpn: u32,
+        /// The byte count the CQE reports.
+        byte_cnt: u32,
+    },
+    /// A CQE opcode the driver does not expect on a verbs CQ (resize, signature error, no
+    /// packet, reserved values).
+    UnexpectedOpcode {
+        /// The QP.
+        qpn: u32,
+        /// The CQE opcode.
+        opcode: CqeOpcode,
+    },
+}
+
+impl core::fmt::Display for BadCqe {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BadCqe::UnknownQp { qpn } => write!(f, "CQE for unknown QP {qpn:#x}"),
+            BadCqe::WrongCq { qpn, cqn } => {
+                write!(
+                    f,
+                    "CQE for QP {qpn:#x}, which does not complete to CQ {cqn:#x}"
+                )
+            }
+            BadCqe::NotOutstanding { qpn, wqe_counter } => write!(
+                f,
+                "CQE for QP {qpn:#x} names WQE {wqe_counter}, which is not outstanding"
+            ),
+            BadCqe::OpcodeMismatch {
+                qpn,
+                wqe_counter,
+                reported,
+            } => write!(
+                f,
+                "CQE for QP {qpn:#x} WQE {wqe_counter} reports WQE opcode {reported:#x}, not the one posted"
+            ),
+            BadCqe::ByteCountTooLarge { qpn, byte_cnt } => write!(
+                f,
+                "CQE for QP {qpn:#x} reports {byte_cnt} bytes, more than its receive can take"
+            ),
+            BadCqe::UnexpectedOpcode { qpn, opcode } => {
+                write!(f, "unexpected {opcode} for QP {qpn:#x}")
+            }
+        }
+    }
+}
+
+/// [`Cq::poll`](crate::verbs::Cq::poll) met a CQE it refused (it is consumed); the `polled` completions before it
+/// are valid and in the caller's slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollError {
+    /// Completions written to the slice before the bad CQE.
+    pub polled: usize,
+    /// The CQ.
+    pub cqn: u32,
+    /// What was wrong with it.
+    pub cqe: BadCqe,
+}
+
+impl core::fmt::Display for PollError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "device wrote a bad CQE to CQ {:#x} (after {} good ones): {}",
+            self.cqn, self.polled, self.cqe
+        )
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for PollError {}
+
+impl From<PollError> for Error {
+    fn from(e: PollError) -> Error {
+        Error::BadCompletion(e)
+    }
+}

@@ -130,8 +130,8 @@ pub use reserved::ReservedLkey;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 pub use user_mr::UserMr;
 
+pub use crate::error::{BadCqe, PollError};
 pub use dp::MAX_PENDING_CQ_EVENTS;
-pub use poll::{BadCqe, PollError};
 pub use post::{RecvQueue, RecvReady, SendQueue};
 pub use wr::{
     BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,

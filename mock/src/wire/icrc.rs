@@ -25,7 +25,9 @@
 //! None of these functions allocates: variant headers are masked in a copy on the stack.
 
 use crate::wire::crc::{Crc16, Crc32};
-use crate::wire::ib::{BTH_LEN, GRH_LEN, LRH_LEN, LinkNextHeader};
+use crate::wire::ib::bth::BTH_LEN;
+use crate::wire::ib::grh::GRH_LEN;
+use crate::wire::ib::lrh::{LRH_LEN, LinkNextHeader};
 use crate::wire::{Error, Result};
 
 /// The length of the ICRC.

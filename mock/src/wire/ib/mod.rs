@@ -31,10 +31,10 @@
 //! assert_eq!(parsed.lrh.packet_length, 7); // 28 bytes up to and including the ICRC
 //! ```
 
-mod bth;
+pub(crate) mod bth;
 pub mod ext;
-mod grh;
-mod lrh;
+pub(crate) mod grh;
+pub(crate) mod lrh;
 pub mod psn;
 
 pub use bth::{BTH_LEN, Bth, BthRepr, ExtHeaders, MessagePosition, Opcode, TransportService};
