@@ -40,6 +40,8 @@ pub struct Pipe {
     child: Child,
     stdin: BufWriter<ChildStdin>,
     lines: Receiver<String>,
+    /// The request lines sent since the last answer (named when the harness fails).
+    pending: Vec<String>,
 }
 
 impl Pipe {
@@ -66,12 +68,14 @@ impl Pipe {
             stdin: BufWriter::new(child.stdin.take().unwrap()),
             child,
             lines,
+            pending: Vec::new(),
         }
     }
 
     /// Queues one request line (sent with the next [`Pipe::recv`]).
     pub fn send(&mut self, line: &str) {
         writeln!(self.stdin, "{line}").unwrap_or_else(|e| panic!("{} gone: {e}", self.name));
+        self.pending.push(line.to_string());
     }
 
     /// Sends what is queued and waits at most `timeout` for the next answer line.
@@ -79,9 +83,26 @@ impl Pipe {
         self.stdin
             .flush()
             .unwrap_or_else(|e| panic!("{} gone: {e}", self.name));
-        self.lines.recv_timeout(timeout).unwrap_or_else(|_| {
-            panic!("{}: no answer within {timeout:?} (died or hung)", self.name)
-        })
+        let asked = self.pending.join("\n  ");
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => {
+                self.pending.clear();
+                line
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!(
+                    "{}: no answer within {timeout:?} (hung); asked:\n  {asked}",
+                    self.name
+                )
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let status = self.child.wait();
+                panic!(
+                    "{}: exited without answering ({status:?}); asked:\n  {asked}",
+                    self.name
+                )
+            }
+        }
     }
 }
 
