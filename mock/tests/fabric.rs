@@ -375,17 +375,24 @@ fn mixed_operations_under_faults_execute_atomics_exactly_once() {
     mixed(0xabc, 100);
 }
 
-fn mixed(seed: u64, rounds: u32) {
+/// An RC pair at MTU 256 with a short ACK timeout on a fabric that drops, duplicates and
+/// reorders `per_mille` of its frames each and corrupts 2%.
+fn lossy_pair(link: LinkLayer, seed: u64, per_mille: u16) -> Pair {
     let c = Conn {
         ack_timeout: 8,
         mtu: IbMtu::Mtu256,
         ..Conn::default()
     };
-    let mut p = Pair::new(LinkLayer::Ethernet, QpServiceType::Rc, c, c);
+    let p = Pair::new(link, QpServiceType::Rc, c, c);
     p.fabric.set_faults(FaultConfig {
         corrupt_per_mille: 20,
-        ..FaultConfig::lossy(seed, 100)
+        ..FaultConfig::lossy(seed, per_mille)
     });
+    p
+}
+
+fn mixed(seed: u64, rounds: u32) {
+    let mut p = lossy_pair(LinkLayer::Ethernet, seed, 100);
     let amr = p.a.mr(1 << 16);
     let bmr = p.b.mr(1 << 16);
     let pattern: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
@@ -534,16 +541,7 @@ fn the_fabric_and_the_hca_port_share_one_link_layer() {
 /// here as wrong data, a wrong PSN as a retry error).
 fn long_messages_under_faults(link: LinkLayer, seed: u64) {
     const LEN: usize = 7 * 256 + 36;
-    let c = Conn {
-        ack_timeout: 8,
-        mtu: IbMtu::Mtu256,
-        ..Conn::default()
-    };
-    let mut p = Pair::new(link, QpServiceType::Rc, c, c);
-    p.fabric.set_faults(FaultConfig {
-        corrupt_per_mille: 20,
-        ..FaultConfig::lossy(seed, 50)
-    });
+    let mut p = lossy_pair(link, seed, 50);
     let amr = p.a.mr(1 << 16);
     let bmr = p.b.mr(1 << 16);
     for round in 0..40u32 {

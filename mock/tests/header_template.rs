@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::verbs::{Conn, Pair, wr};
+use common::verbs::{Conn, Pair, full_emit, transport_of, wr};
 use uhca_fwif::consts::*;
 use uhca_mock::LinkLayer;
-use uhca_mock::wire::{IbPacketRepr, RoceV2Repr};
+use uhca_mock::wire::RoceV2Repr;
 
 /// Messages of 7 packets at MTU 256: a first, five middle and a last, the last one short.
 const LEN: usize = 6 * 256 + 100;
@@ -32,31 +32,6 @@ fn setup(link: LinkLayer, ipv6: bool, grh: bool) -> Pair {
     })
 }
 
-/// Emits `frame`'s parsed contents again into a fresh buffer: what a full emit gives.
-fn full_emit(link: LinkLayer, frame: &[u8]) -> Vec<u8> {
-    match link {
-        LinkLayer::Ethernet => {
-            let r = RoceV2Repr::parse(frame).expect("a frame that parses (ICRC checked)");
-            let mut out = vec![0u8; r.buffer_len()];
-            r.emit(&mut out).expect("emit");
-            out
-        }
-        LinkLayer::InfiniBand => {
-            let r = IbPacketRepr::parse(frame).expect("a packet that parses (ICRC, VCRC checked)");
-            let mut out = vec![0u8; r.buffer_len()];
-            r.emit(&mut out).expect("emit");
-            out
-        }
-    }
-}
-
-fn psn_of(link: LinkLayer, frame: &[u8]) -> u32 {
-    match link {
-        LinkLayer::Ethernet => RoceV2Repr::parse(frame).unwrap().transport.bth.psn,
-        LinkLayer::InfiniBand => IbPacketRepr::parse(frame).unwrap().transport.bth.psn,
-    }
-}
-
 /// Checks every frame against its full emit, and that the PSNs run on by one.
 fn check_frames(link: LinkLayer, frames: &[Vec<u8>], what: &str) {
     for (i, f) in frames.iter().enumerate() {
@@ -69,8 +44,8 @@ fn check_frames(link: LinkLayer, frames: &[Vec<u8>], what: &str) {
     }
     for w in frames.windows(2) {
         assert_eq!(
-            psn_of(link, &w[1]),
-            (psn_of(link, &w[0]) + 1) & 0x00ff_ffff,
+            transport_of(link, &w[1]).bth.psn,
+            (transport_of(link, &w[0]).bth.psn + 1) & 0x00ff_ffff,
             "{what}: PSNs in order"
         );
     }

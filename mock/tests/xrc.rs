@@ -252,7 +252,7 @@ fn an_issi_0_srq_in_an_xrc_domain() {
 // ---- The transport: an initiator on HCA A, a target, its domain's XRC SRQs on HCA B ----
 
 use common::PM_STATE_MIGRATED;
-use common::verbs::{Conn, Cq, Mr, Node, Qp, Wr, wr};
+use common::verbs::{Conn, Cq, Mr, Node, Qp, Wr, full_emit, transport_of, wr};
 use uhca_hal::DmaRegion;
 use uhca_mock::wire::pcap::PcapReader;
 use uhca_mock::{Fabric, LinkLayer};
@@ -499,7 +499,6 @@ fn an_xrc_send_lands_in_the_srq_its_header_names_roce() {
 /// middle packet's headers, carry the XRCETH as a full emit would (byte for byte), and the
 /// message lands whole in the SRQ's buffer.
 fn a_long_xrc_send_keeps_its_xrceth_in_every_packet(link: LinkLayer) {
-    use uhca_mock::wire::{IbPacketRepr, RoceV2Repr};
     let mut x = Xrc::new(link, Conn::default());
     let amr = x.a.mr(16384);
     let msg: Vec<u8> = (0..4196u32).map(|i| (i * 11 + 1) as u8).collect();
@@ -511,30 +510,9 @@ fn a_long_xrc_send_keeps_its_xrceth_in_every_packet(link: LinkLayer) {
     let frames = x.a.h.hca.take_tx_frames();
     assert_eq!(frames.len(), 5, "first, three middle, last");
     for (i, f) in frames.iter().enumerate() {
-        let again = match link {
-            LinkLayer::Ethernet => {
-                let r = RoceV2Repr::parse(f).expect("parses");
-                assert_eq!(
-                    r.transport.xrceth.map(|h| h.xrc_srq),
-                    Some(srqn),
-                    "packet {i}"
-                );
-                let mut out = vec![0u8; r.buffer_len()];
-                r.emit(&mut out).unwrap();
-                out
-            }
-            LinkLayer::InfiniBand => {
-                let r = IbPacketRepr::parse(f).expect("parses");
-                assert_eq!(
-                    r.transport.xrceth.map(|h| h.xrc_srq),
-                    Some(srqn),
-                    "packet {i}"
-                );
-                let mut out = vec![0u8; r.buffer_len()];
-                r.emit(&mut out).unwrap();
-                out
-            }
-        };
+        let xrceth = transport_of(link, f).xrceth;
+        assert_eq!(xrceth.map(|h| h.xrc_srq), Some(srqn), "packet {i}");
+        let again = full_emit(link, f);
         assert_eq!(&again, f, "packet {i} equals a full emit of its contents");
     }
     x.b.h.hca.receive_frames(&frames);

@@ -16,8 +16,8 @@ use crate::wire::ib::RxPrediction as IbRxPrediction;
 use crate::wire::ib::psn;
 use crate::wire::roce::RxPrediction;
 use crate::wire::{
-    AethSyndrome, BthRepr, IbPacketRepr, IbTransportRepr, IpRepr, MessagePosition, NakCode, Opcode,
-    RoceV2Repr, TransportService,
+    AethSyndrome, BthRepr, IbTransportRepr, IpRepr, MessagePosition, NakCode, Opcode,
+    TransportService,
 };
 use uhca_fwif::consts::{
     CQE_ROCE_L3_HEADER_TYPE_IPV4, CQE_ROCE_L3_HEADER_TYPE_IPV6, CqeOpcode, CqeSyndrome,
@@ -112,27 +112,10 @@ impl Device {
         match self.fw.port_type() {
             LinkLayer::Ethernet => {
                 // The next packets of a message carry the same headers but the PSN: they
-                // are parsed as predicted (see `RxPrediction`; the ICRC is still checked).
-                let predicted = self.engine.rx_prediction.as_ref().and_then(|p| p.parse(f));
-                let r = match predicted {
-                    Some(Ok(r)) => r,
-                    Some(Err(_)) => {
-                        self.engine.counters.rx_malformed += 1;
-                        return;
-                    }
-                    None => {
-                        let Ok(r) = RoceV2Repr::parse(f) else {
-                            self.engine.counters.rx_malformed += 1;
-                            return;
-                        };
-                        // Packets with data are kept to predict the next. (An RDMA
-                        // exchange both ways receives data and ACKs in turn: an ACK kept
-                        // would push out the data packet that comes next.)
-                        if !r.transport.payload.is_empty() {
-                            self.engine.rx_prediction = RxPrediction::of(f, &r);
-                        }
-                        r
-                    }
+                // are parsed as predicted (the ICRC is still checked).
+                let Ok(r) = RxPrediction::parse_keeping(&mut self.engine.rx_prediction, f) else {
+                    self.engine.counters.rx_malformed += 1;
+                    return;
                 };
                 let at = r.eth.buffer_len();
                 let mut grh = [0u8; UD_GRH_BYTES];
@@ -158,28 +141,10 @@ impl Device {
                 self.dispatch(&r.transport, &info, now);
             }
             LinkLayer::InfiniBand => {
-                let predicted = self
-                    .engine
-                    .ib_rx_prediction
-                    .as_ref()
-                    .and_then(|p| p.parse(f));
-                let p = match predicted {
-                    Some(Ok(p)) => p,
-                    Some(Err(_)) => {
-                        self.engine.counters.rx_malformed += 1;
-                        return;
-                    }
-                    None => {
-                        let Ok(p) = IbPacketRepr::parse(f) else {
-                            self.engine.counters.rx_malformed += 1;
-                            return;
-                        };
-                        // As over RoCEv2: packets with data only.
-                        if !p.transport.payload.is_empty() {
-                            self.engine.ib_rx_prediction = IbRxPrediction::of(f, &p);
-                        }
-                        p
-                    }
+                let Ok(p) = IbRxPrediction::parse_keeping(&mut self.engine.ib_rx_prediction, f)
+                else {
+                    self.engine.counters.rx_malformed += 1;
+                    return;
                 };
                 if p.lrh.dlid != self.fw.lid && p.lrh.dlid != 0xffff {
                     self.engine.counters.rx_discarded += 1;

@@ -99,6 +99,7 @@ pub mod ib;
 pub mod icrc;
 pub mod ip;
 pub mod pcap;
+mod predict;
 pub mod roce;
 pub mod udp;
 

@@ -12,6 +12,7 @@ use crate::wire::eth::{EtherType, EthernetFrame, EthernetRepr};
 use crate::wire::ib::{BTH_LEN, Bth, IbTransportRepr};
 use crate::wire::icrc::{ICRC_LEN, roce_v2_icrc_parts};
 use crate::wire::ip::{IpProtocol, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
+use crate::wire::predict::KeptHeaders;
 use crate::wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
 use crate::wire::{Error, Result};
 
@@ -264,11 +265,6 @@ pub fn parse_udp_payload_unverified(payload: &[u8]) -> Result<IbTransportRepr<'_
     IbTransportRepr::parse(&payload[..end])
 }
 
-/// The most header bytes a [`RxPrediction`] compares: Ethernet with a VLAN tag (18), IPv4
-/// with options (60), UDP (8), BTH and its extension headers (up to 40 in a
-/// [`RxPrediction`]'s use; longer headers are not predicted).
-const PREDICTED_MAX: usize = 128;
-
 /// Header prediction for received frames: what [`RoceV2Repr::parse`] found in one frame,
 /// kept to parse the next frames whose bytes before the payload are the same but for
 /// BTH:PSN, and whose length is the same (the middle packets of one message, or SENDs of
@@ -277,18 +273,15 @@ const PREDICTED_MAX: usize = 128;
 /// depends only on those bytes and that length, so such a frame passes them all and parses
 /// to the same values with its own PSN and payload; only its ICRC, which covers the payload,
 /// is computed again. IPv4 with a zero UDP checksum only (over IPv6 the UDP checksum covers
-/// the payload).
+/// the payload). The native InfiniBand form is [`crate::wire::ib::RxPrediction`].
 #[derive(Clone, Debug)]
 pub struct RxPrediction {
-    bytes: [u8; PREDICTED_MAX],
-    header_len: usize,
-    frame_len: usize,
+    kept: KeptHeaders,
     /// Where the IP header begins (after the Ethernet header) and its length.
     ip_at: usize,
     ip_len: usize,
     /// The IP total length (the frame may carry Ethernet padding after it).
     ip_total: usize,
-    pad: usize,
     repr: RoceV2Repr<'static>,
 }
 
@@ -307,29 +300,20 @@ impl RxPrediction {
         if udp[6..8] != [0, 0] {
             return None;
         }
-        let header_len = ip_at + ip_len + UDP_HEADER_LEN + r.transport.header_len();
-        if header_len > PREDICTED_MAX || frame.len() < header_len {
-            return None;
-        }
-        let mut bytes = [0u8; PREDICTED_MAX];
-        bytes[..header_len].copy_from_slice(&frame[..header_len]);
-        let mut repr = RoceV2Repr {
-            transport: IbTransportRepr {
-                payload: &[],
-                ..r.transport
-            },
-            ..*r
-        };
-        repr.transport.bth.psn = 0;
+        let bth_at = ip_at + ip_len + UDP_HEADER_LEN;
+        let kept = KeptHeaders::of(frame, bth_at + r.transport.header_len(), bth_at)?;
         Some(RxPrediction {
-            bytes,
-            header_len,
-            frame_len: frame.len(),
+            kept,
             ip_at,
             ip_len,
             ip_total,
-            pad: usize::from(r.transport.bth.pad_count),
-            repr,
+            repr: RoceV2Repr {
+                transport: IbTransportRepr {
+                    payload: &[],
+                    ..r.transport
+                },
+                ..*r
+            },
         })
     }
 
@@ -338,41 +322,45 @@ impl RxPrediction {
     /// return: the predicted values with the frame's PSN and payload, or `BadIcrc`.
     #[inline]
     pub fn parse<'a>(&self, frame: &'a [u8]) -> Option<Result<RoceV2Repr<'a>>> {
-        let h = self.header_len;
-        if frame.len() != self.frame_len {
-            return None;
-        }
-        let bth = self.ip_at + self.ip_len + UDP_HEADER_LEN;
-        // BTH bytes 9-11 are the PSN.
-        let psn_at = bth + 9;
-        if frame[..psn_at] != self.bytes[..psn_at]
-            || frame[psn_at + 3..h] != self.bytes[psn_at + 3..h]
-        {
-            return None;
-        }
-        let end = self.ip_at + self.ip_total - ICRC_LEN;
+        let psn = self.kept.repeated_by(frame)?;
+        let (ip, udp) = (self.ip_at, self.ip_at + self.ip_len);
+        let bth = udp + UDP_HEADER_LEN;
+        let end = ip + self.ip_total - ICRC_LEN;
         let stored =
             u32::from_le_bytes([frame[end], frame[end + 1], frame[end + 2], frame[end + 3]]);
-        let icrc = roce_v2_icrc_parts(
-            &frame[self.ip_at..self.ip_at + self.ip_len],
-            &frame[self.ip_at + self.ip_len..bth],
-            &frame[bth..end],
-        );
-        match icrc {
+        match roce_v2_icrc_parts(&frame[ip..udp], &frame[udp..bth], &frame[bth..end]) {
             Ok(c) if c == stored => {}
             Ok(_) => return Some(Err(Error::BadIcrc)),
             Err(e) => return Some(Err(e)),
         }
+        let pad = usize::from(self.repr.transport.bth.pad_count);
         let mut r = RoceV2Repr {
             transport: IbTransportRepr {
-                payload: &frame[h..end - self.pad],
+                payload: &frame[self.kept.header_len()..end - pad],
                 ..self.repr.transport
             },
             ..self.repr
         };
-        r.transport.bth.psn =
-            u32::from_be_bytes([0, frame[psn_at], frame[psn_at + 1], frame[psn_at + 2]]);
+        r.transport.bth.psn = psn;
         Some(Ok(r))
+    }
+
+    /// Parses `frame` as `kept` predicts it, else in full; a frame with data parsed in full
+    /// is kept to predict the next. (An ACK is not kept: an RDMA exchange both ways
+    /// receives data and ACKs in turn, and a kept ACK would push out the data packet that
+    /// comes next.)
+    pub fn parse_keeping<'a>(
+        kept: &mut Option<RxPrediction>,
+        frame: &'a [u8],
+    ) -> Result<RoceV2Repr<'a>> {
+        if let Some(r) = kept.as_ref().and_then(|p| p.parse(frame)) {
+            return r;
+        }
+        let r = RoceV2Repr::parse(frame)?;
+        if !r.transport.payload.is_empty() {
+            *kept = RxPrediction::of(frame, &r);
+        }
+        Ok(r)
     }
 }
 
@@ -567,15 +555,16 @@ mod tests {
             assert!(p.parse(&short).is_none());
             // Any header byte changed but the PSN's: not predicted (the IPv4 checksum, the
             // TTL, a MAC byte, the UDP port, the QPN: each is the full parser's to judge).
-            let psn_at = p.ip_at + p.ip_len + UDP_HEADER_LEN + 9;
-            for at in (0..p.header_len).filter(|i| !(psn_at..psn_at + 3).contains(i)) {
+            let psn_at = p.kept.psn_at();
+            assert_eq!(psn_at, p.ip_at + p.ip_len + UDP_HEADER_LEN + 9);
+            for at in (0..p.kept.header_len()).filter(|i| !(psn_at..psn_at + 3).contains(i)) {
                 let mut f = next.clone();
                 f[at] ^= 0x01;
                 assert!(p.parse(&f).is_none(), "byte {at} changed, vlan {vlan}");
             }
             // A payload byte changed: predicted, and the ICRC does not match.
             let mut f = next.clone();
-            f[p.header_len + 7] ^= 0x80;
+            f[p.kept.header_len() + 7] ^= 0x80;
             assert_eq!(p.parse(&f).unwrap().unwrap_err(), Error::BadIcrc);
             assert_eq!(RoceV2Repr::parse(&f).unwrap_err(), Error::BadIcrc);
         }

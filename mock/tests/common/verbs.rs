@@ -843,3 +843,37 @@ pub fn wr(op: WqeOpcode, mr: &Mr, off: usize, len: u32) -> Wr {
         ..Wr::default()
     }
 }
+
+/// The transport (BTH onward) of a frame of `link`, parsed whole: ICRC (and VCRC) checked.
+pub fn transport_of(link: LinkLayer, frame: &[u8]) -> uhca_mock::wire::IbTransportRepr<'_> {
+    match link {
+        LinkLayer::Ethernet => {
+            uhca_mock::wire::RoceV2Repr::parse(frame)
+                .expect("a frame that parses (ICRC checked)")
+                .transport
+        }
+        LinkLayer::InfiniBand => {
+            uhca_mock::wire::IbPacketRepr::parse(frame)
+                .expect("a packet that parses (ICRC, VCRC checked)")
+                .transport
+        }
+    }
+}
+
+/// A frame of `link` parsed whole and emitted again: what a full emit of its contents gives.
+pub fn full_emit(link: LinkLayer, frame: &[u8]) -> Vec<u8> {
+    match link {
+        LinkLayer::Ethernet => {
+            let r = uhca_mock::wire::RoceV2Repr::parse(frame).expect("a frame that parses");
+            let mut out = vec![0u8; r.buffer_len()];
+            r.emit(&mut out).expect("emit");
+            out
+        }
+        LinkLayer::InfiniBand => {
+            let r = uhca_mock::wire::IbPacketRepr::parse(frame).expect("a packet that parses");
+            let mut out = vec![0u8; r.buffer_len()];
+            r.emit(&mut out).expect("emit");
+            out
+        }
+    }
+}

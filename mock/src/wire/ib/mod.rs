@@ -47,6 +47,7 @@ pub use grh::{GRH_IP_VERSION, GRH_LEN, GRH_NEXT_HEADER_IBA, Grh, GrhRepr};
 pub use lrh::{LRH_LEN, LinkNextHeader, Lrh, LrhRepr};
 
 use crate::wire::icrc::{ICRC_LEN, VCRC_LEN, ib_icrc, vcrc};
+use crate::wire::predict::KeptHeaders;
 use crate::wire::{Error, Result, be};
 
 /// The IB transport part of a packet: BTH, extension headers and payload.
@@ -465,9 +466,6 @@ impl<'a> IbPacketRepr<'a> {
     }
 }
 
-/// The most header bytes a [`RxPrediction`] compares: LRH, GRH, BTH and extension headers.
-const PREDICTED_MAX: usize = 128;
-
 /// Header prediction for received native InfiniBand packets: what [`IbPacketRepr::parse`]
 /// found in one packet, kept to parse the next packets whose bytes before the payload are
 /// the same but for BTH:PSN, and whose length is the same (the middle packets of one
@@ -478,10 +476,7 @@ const PREDICTED_MAX: usize = 128;
 /// in the parser's order. The RoCEv2 form is [`crate::wire::roce::RxPrediction`].
 #[derive(Clone, Debug)]
 pub struct RxPrediction {
-    bytes: [u8; PREDICTED_MAX],
-    header_len: usize,
-    len: usize,
-    bth_at: usize,
+    kept: KeptHeaders,
     repr: IbPacketRepr<'static>,
 }
 
@@ -490,26 +485,16 @@ impl RxPrediction {
     /// longer than kept.
     pub fn of(packet: &[u8], r: &IbPacketRepr<'_>) -> Option<Self> {
         let bth_at = LRH_LEN + r.grh.map_or(0, |_| GRH_LEN);
-        let header_len = bth_at + r.transport.header_len();
-        if header_len > PREDICTED_MAX || packet.len() < header_len {
-            return None;
-        }
-        let mut bytes = [0u8; PREDICTED_MAX];
-        bytes[..header_len].copy_from_slice(&packet[..header_len]);
-        let mut repr = IbPacketRepr {
-            transport: IbTransportRepr {
-                payload: &[],
-                ..r.transport
-            },
-            ..*r
-        };
-        repr.transport.bth.psn = 0;
+        let kept = KeptHeaders::of(packet, bth_at + r.transport.header_len(), bth_at)?;
         Some(RxPrediction {
-            bytes,
-            header_len,
-            len: packet.len(),
-            bth_at,
-            repr,
+            kept,
+            repr: IbPacketRepr {
+                transport: IbTransportRepr {
+                    payload: &[],
+                    ..r.transport
+                },
+                ..*r
+            },
         })
     }
 
@@ -519,17 +504,7 @@ impl RxPrediction {
     /// `BadIcrc`.
     #[inline]
     pub fn parse<'a>(&self, packet: &'a [u8]) -> Option<Result<IbPacketRepr<'a>>> {
-        let h = self.header_len;
-        if packet.len() != self.len {
-            return None;
-        }
-        // BTH bytes 9-11 are the PSN.
-        let psn_at = self.bth_at + 9;
-        if packet[..psn_at] != self.bytes[..psn_at]
-            || packet[psn_at + 3..h] != self.bytes[psn_at + 3..h]
-        {
-            return None;
-        }
+        let psn = self.kept.repeated_by(packet)?;
         let pkt = packet.len() - VCRC_LEN;
         if vcrc(&packet[..pkt]) != u16::from_le_bytes([packet[pkt], packet[pkt + 1]]) {
             return Some(Err(Error::BadVcrc));
@@ -549,14 +524,29 @@ impl RxPrediction {
         let pad = usize::from(self.repr.transport.bth.pad_count);
         let mut r = IbPacketRepr {
             transport: IbTransportRepr {
-                payload: &packet[h..end - pad],
+                payload: &packet[self.kept.header_len()..end - pad],
                 ..self.repr.transport
             },
             ..self.repr
         };
-        r.transport.bth.psn =
-            u32::from_be_bytes([0, packet[psn_at], packet[psn_at + 1], packet[psn_at + 2]]);
+        r.transport.bth.psn = psn;
         Some(Ok(r))
+    }
+
+    /// Parses `packet` as `kept` predicts it, else in full; a packet with data parsed in
+    /// full is kept to predict the next (see [`crate::wire::roce::RxPrediction::parse_keeping`]).
+    pub fn parse_keeping<'a>(
+        kept: &mut Option<RxPrediction>,
+        packet: &'a [u8],
+    ) -> Result<IbPacketRepr<'a>> {
+        if let Some(r) = kept.as_ref().and_then(|p| p.parse(packet)) {
+            return r;
+        }
+        let r = IbPacketRepr::parse(packet)?;
+        if !r.transport.payload.is_empty() {
+            *kept = RxPrediction::of(packet, &r);
+        }
+        Ok(r)
     }
 }
 
@@ -635,15 +625,16 @@ mod tests {
                 p.parse(&packet(1, Opcode::RcSendMiddle, &b[..252], grh))
                     .is_none()
             );
-            let psn_at = p.bth_at + 9;
-            for at in (0..p.header_len).filter(|i| !(psn_at..psn_at + 3).contains(i)) {
+            let psn_at = p.kept.psn_at();
+            assert_eq!(psn_at, LRH_LEN + if grh { GRH_LEN } else { 0 } + 9);
+            for at in (0..p.kept.header_len()).filter(|i| !(psn_at..psn_at + 3).contains(i)) {
                 let mut f = next.clone();
                 f[at] ^= 0x01;
                 assert!(p.parse(&f).is_none(), "byte {at} changed, grh {grh}");
             }
             // A payload byte changed: the VCRC fails first, in both parsers.
             let mut f = next.clone();
-            f[p.header_len + 7] ^= 0x80;
+            f[p.kept.header_len() + 7] ^= 0x80;
             assert_eq!(p.parse(&f).unwrap().unwrap_err(), Error::BadVcrc);
             assert_eq!(IbPacketRepr::parse(&f).unwrap_err(), Error::BadVcrc);
             // The payload and the VCRC changed to match: the ICRC fails, in both.
