@@ -536,3 +536,33 @@ fn every_completion_names_its_qps_user_index_the_senders_too() {
         assert_eq!(b.read(&bmr, i * 1024, 100), vec![i as u8 + 1; 100]);
     }
 }
+
+/// Issue 31 F3: a requester's error CQE (here a remote access error NAK) names the QP's
+/// user index too, as its successful and flush CQEs do: libmlx5 with CQE version 1 finds
+/// the QP of an error completion by it (`cq.c` `get_req_context`).
+#[test]
+fn a_requester_error_completion_names_its_qps_user_index() {
+    let (fabric, mut a, mut b, mut acq, mut bcq) = two_nodes();
+    let (apd, bpd) = (a.pd, b.pd);
+    let mut aq = a.qp_with_user_index(QpServiceType::Rc, apd, &acq, &acq, 0x00a0_0007);
+    let bq = b.qp_with_user_index(QpServiceType::Rc, bpd, &bcq, &bcq, 0x00b0_0003);
+    a.connect(&aq, &b, bq.qpn, common::verbs::Conn::default());
+    b.connect(&bq, &a, aq.qpn, common::verbs::Conn::default());
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    let mut w = common::verbs::wr(WqeOpcode::RdmaWrite, &amr, 0, 64);
+    // A wrong rkey: the responder NAKs with a remote access error.
+    w.raddr = Some((bmr.iova, bmr.key ^ 0x100));
+    a.post_send(&mut aq, &w);
+    assert!(fabric.run_until_idle());
+    let wc = a.poll_all(&mut acq);
+    assert_eq!(wc[0].opcode, CqeOpcode::ReqErr, "{wc:?}");
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::RemoteAccessErr);
+    assert_eq!(
+        wc[0].err.srqn.get() & 0x00ff_ffff,
+        0x00a0_0007,
+        "the requester's error CQE names its QP's user index"
+    );
+    // The responder's error CQE (none here: a WRITE consumes no receive) and its flush.
+    let _ = b.poll_all(&mut bcq);
+}

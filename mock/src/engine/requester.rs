@@ -548,7 +548,14 @@ impl Device {
         else {
             return;
         };
-        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+        // The QP's user index, as on every CQE: with CQE version 1 libmlx5 finds the QP of
+        // an error completion by it (`get_req_context`).
+        let Some((cqn, uidx)) = self
+            .fw
+            .qps
+            .get(&qpn)
+            .map(|q| (q.qpc.cqn_snd(), q.qpc.user_index()))
+        else {
             return;
         };
         self.post_err_cqe(
@@ -558,7 +565,7 @@ impl Device {
             w.opcode.raw(),
             syndrome,
             CqeOpcode::ReqErr,
-            0,
+            uidx,
             now,
         );
         self.qp_to_error(qpn, now);
