@@ -239,6 +239,16 @@ impl Srq {
         }
     }
 
+    /// Where the queue starts in its first page, in 64ths of the page size
+    /// (`srqc.page_offset`, `wq.page_offset`, `xrc_srqc.page_offset`).
+    pub(crate) fn page_offset(&self) -> u8 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.page_offset(),
+            SrqCtx::Rmp(c) => c.wq().page_offset(),
+            SrqCtx::Xrc(c) => c.page_offset(),
+        }
+    }
+
     /// log2 of the buffer's page size in 4 KiB units.
     pub(crate) fn log_page_size(&self) -> u8 {
         match &self.ctx {

@@ -289,8 +289,17 @@ impl Node {
 
     /// A CQ of 2^log 64-byte CQEs on the node's EQ (every CQE starts invalid, owner 1).
     pub fn cq(&mut self, log: u8) -> Cq {
+        self.cq_with_page_offset(log, 0)
+    }
+
+    /// As [`Node::cq`], the CQEs starting `page_offset` 64ths of a 4 KiB page into the first
+    /// page of the page list (`cqc.page_offset`, as Linux sets it for a user buffer).
+    pub fn cq_with_page_offset(&mut self, log: u8, page_offset: u8) -> Cq {
+        let start = page_offset as usize * (4096 / 64);
         let bytes = 64usize << log;
-        let buf = self.alloc(bytes.max(4096));
+        let span = start + bytes;
+        let pages0 = self.alloc(span.max(4096));
+        let buf = pages0 + start as u64;
         let dbr = self.alloc(64);
         let mut init = vec![0u8; bytes];
         for c in init.chunks_mut(64) {
@@ -300,11 +309,12 @@ impl Node {
         let mut c = CreateCqIn::new_cmd();
         c.cq_context_mut()
             .set_log_cq_size(log)
+            .set_page_offset(page_offset)
             .set_uar_page(self.uar)
             .set_c_eqn_or_apu_element(self.eq.eqn as u32)
             .set_dbr_addr(dbr);
-        let pages: Vec<u64> = (0..bytes.div_ceil(4096))
-            .map(|i| buf + i as u64 * 4096)
+        let pages: Vec<u64> = (0..span.div_ceil(4096))
+            .map(|i| pages0 + i as u64 * 4096)
             .collect();
         let cqn = self.h.ok(&c, &pas_bytes(&pages)).cqn();
         Cq {
