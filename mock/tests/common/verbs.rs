@@ -164,6 +164,32 @@ impl Node {
 
     /// As [`Node::new`], with the IPv4 address of GID 0.
     pub fn with_ip(fabric: &Fabric, link: LinkLayer, n: u8, ip: [u8; 4]) -> Node {
+        Self::with_setup(fabric, link, n, ip, |_| {})
+    }
+
+    /// As [`Node::new`], with 8-byte atomics in the host's byte order: SET_HCA_CAP of the
+    /// atomic capability with `atomic_req_8B_endianness_mode` 1 before INIT_HCA, as
+    /// Linux's `handle_hca_cap_atomic` sets it.
+    pub fn with_host_order_atomics(fabric: &Fabric, link: LinkLayer, n: u8) -> Node {
+        Self::with_setup(fabric, link, n, [192, 168, 0, n], |h| {
+            let mut s = SetHcaCapIn::new_cmd();
+            s.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
+            let mut a = uhca_fwif::ctx::AtomicCaps::default();
+            a.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+            s.capability_mut()[..<uhca_fwif::ctx::AtomicCaps as uhca_fwif::PrmLayout>::SIZE]
+                .copy_from_slice(a.as_bytes());
+            h.ok(&s, &[]);
+        })
+    }
+
+    /// As [`Node::with_ip`], running `before_init` on the harness before INIT_HCA.
+    pub fn with_setup(
+        fabric: &Fabric,
+        link: LinkLayer,
+        n: u8,
+        ip: [u8; 4],
+        before_init: impl FnOnce(&mut Harness),
+    ) -> Node {
         let mac = [0x02, 0xc0, 0xff, 0xee, 0x00, n];
         let cfg = match link {
             LinkLayer::Ethernet => MockConfig {
@@ -175,7 +201,7 @@ impl Node {
                 ..MockConfig::infiniband()
             },
         };
-        let mut h = Harness::ready(cfg);
+        let mut h = Harness::ready_with(cfg, before_init);
         let uar = h.alloc_uar();
         let pd = h.alloc_pd();
         let eq = h.create_eq(
