@@ -259,7 +259,11 @@ fn compare_and_swap_compares_with_the_remote_word_in_host_order() {
     b.mr.mem().read_bytes(0, &mut got);
     assert_eq!(got, word.to_ne_bytes(), "no swap");
     a.mr.mem().read_bytes(0, &mut got);
-    assert_eq!(u64::from_ne_bytes(got), word, "the original value, host order");
+    assert_eq!(
+        u64::from_ne_bytes(got),
+        word,
+        "the original value, host order"
+    );
     // The host-order word: swapped.
     qa.post_send(&[cas(2, word)]).unwrap();
     run(&fabric);

@@ -523,7 +523,11 @@ fn an_rmp_and_a_cq_that_start_inside_their_first_page_receive_and_complete() {
     let rmpn = b.h.ok(&c, &pas_bytes(&[rmp_pages.iova])).rmpn();
     let data = b.mr(4096);
     b.write(&rmp_pages, start, &linked_wqe(1, data.key, data.iova));
-    b.write(&rmp_pages, start + 64, &linked_wqe(2, data.key, data.iova + 64));
+    b.write(
+        &rmp_pages,
+        start + 64,
+        &linked_wqe(2, data.key, data.iova + 64),
+    );
     b.write(&dbr, 0, &2u32.to_be_bytes());
     let mut aqp = a.qp(QpServiceType::Rc, &acq, &acq);
     let (mut q, pages) = b.h.create_qp_in(QpServiceType::Rc, b.pd, bcq.cqn, b.uar);

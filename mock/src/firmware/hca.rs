@@ -140,7 +140,10 @@ impl Device {
         // to the output's length).
         let need = |size: usize| {
             if c.outlen < super::QUERY_HCA_CAP_OUT_FIXED + size {
-                Err(Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN))
+                Err(Fail::Cmd(
+                    CmdStatus::BadOutpLenErr,
+                    syndrome::BAD_OUTPUT_LEN,
+                ))
             } else {
                 Ok(())
             }
