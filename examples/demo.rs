@@ -170,8 +170,10 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
     );
 
     if report.atomics {
-        b.mr.mem_mut().write_be64(12288, 7);
-        b.mr.mem_mut().write_be64(12296, 100);
+        // The remote words in the host's byte order: the driver set the HCA's 8-byte atomic
+        // endianness mode to host endianness at bring-up, as Linux does.
+        b.mr.mem_mut().write_bytes(12288, &7u64.to_ne_bytes());
+        b.mr.mem_mut().write_bytes(12296, &100u64.to_ne_bytes());
         let (cas_to, faa_to) = ([a.mr.sge(12288, 8)?], [a.mr.sge(12296, 8)?]);
         let cas = SendOp::AtomicCmpSwap {
             remote_addr: remote + 12288,
@@ -190,14 +192,15 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
         ])?;
         completed(&tb, &mut a.cq)?;
         completed(&tb, &mut a.cq)?;
-        // The original values land in the local buffer in the host's byte order (the
-        // driver asks the HCA for host-order atomic results, as Linux does); the remote
-        // words are big-endian, as the InfiniBand specification keeps them.
+        // The original values land in the local buffer, and the remote words are, in the
+        // host's byte order (the driver asks the HCA for host-order atomics, as Linux does).
         let mut orig = [0u8; 16];
         a.mr.mem().read_bytes(12288, &mut orig);
         let host = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
         let (old_cas, old_faa) = (host(&orig[..8]), host(&orig[8..]));
-        let (new_cas, new_faa) = (b.mr.mem().read_be64(12288), b.mr.mem().read_be64(12296));
+        let mut words = [0u8; 16];
+        b.mr.mem().read_bytes(12288, &mut words);
+        let (new_cas, new_faa) = (host(&words[..8]), host(&words[8..]));
         if (old_cas, old_faa, new_cas, new_faa) != (7, 100, 42, 105) {
             return Err("atomics: wrong values".into());
         }

@@ -31,8 +31,10 @@ fn rc_every_opcode(link: LinkLayer) {
     // target; 12288 CAS word, 12296 FAA word.
     let secret: Vec<u8> = (0..1024u32).map(|i| (i ^ 0x5a) as u8).collect();
     b.mr.mem_mut().write_bytes(8192, &secret);
-    b.mr.mem_mut().write_be64(12288, 1000);
-    b.mr.mem_mut().write_be64(12296, 40);
+    // The atomic targets in the host's byte order: the driver set the 8-byte atomic
+    // endianness mode to host endianness at bring-up, as Linux does.
+    b.mr.mem_mut().write_bytes(12288, &1000u64.to_ne_bytes());
+    b.mr.mem_mut().write_bytes(12296, &40u64.to_ne_bytes());
 
     let r = |i: u64| {
         [Sge {
@@ -197,12 +199,14 @@ fn rc_every_opcode(link: LinkLayer) {
     let mut rd = vec![0u8; 1024];
     a.mr.mem().read_bytes(8192, &mut rd);
     assert_eq!(rd, secret);
-    // Atomics: the remote words are big-endian; the original values land in the local
-    // buffer in the host's byte order (the driver set the requester's 8-byte endianness
-    // mode to host endianness, as Linux does; rdma-core users read them the same way).
+    // Atomics: the remote words and the original values landing in the local buffer are
+    // in the host's byte order (the driver set the 8-byte atomic endianness mode to host
+    // endianness, as Linux does; rdma-core users and Soft-RoCE read them the same way).
     assert_eq!((wa[6].byte_len, wa[7].byte_len), (8, 8));
-    assert_eq!(bm.read_be64(12288), 2000);
-    assert_eq!(bm.read_be64(12296), 42);
+    let mut words = [0u8; 16];
+    bm.read_bytes(12288, &mut words);
+    assert_eq!(words[..8], 2000u64.to_ne_bytes(), "CAS target, host order");
+    assert_eq!(words[8..], 42u64.to_ne_bytes(), "FAA target, host order");
     let mut orig = [0u8; 16];
     a.mr.mem().read_bytes(12288, &mut orig);
     assert_eq!(orig[..8], 1000u64.to_ne_bytes(), "CAS original, host order");
@@ -217,6 +221,55 @@ fn rc_every_opcode_over_rocev2() {
 #[test]
 fn rc_every_opcode_over_infiniband() {
     rc_every_opcode(LinkLayer::InfiniBand);
+}
+
+/// Issue 31 F2: compare-and-swap compares with the remote word read in the host's byte
+/// order (the mode the driver set at bring-up): a compare equal to the host-order word
+/// swaps, one equal to the same bytes read big-endian does not.
+#[test]
+fn compare_and_swap_compares_with_the_remote_word_in_host_order() {
+    let (fabric, mut a, mut b, mut qa, _qb) = rc_pair(LinkLayer::InfiniBand, RtsAttr::default());
+    let (la, ia, ib, rkey) = (a.mr.lkey(), a.mr.iova(), b.mr.iova(), b.mr.rkey());
+    let word = 0x0000_0000_ffff_ffffu64;
+    b.mr.mem_mut().write_bytes(0, &word.to_ne_bytes());
+    let to = [Sge {
+        addr: ia,
+        len: 8,
+        lkey: la,
+    }];
+    let cas = |id, compare| {
+        SendWr::new(
+            id,
+            SendOp::AtomicCmpSwap {
+                remote_addr: ib,
+                rkey,
+                compare,
+                swap: 7,
+            },
+            &to,
+        )
+        .with_flags(SendFlags::SIGNALED)
+    };
+    // The same bytes read the other way round: no match, nothing swapped.
+    let other = word.swap_bytes();
+    qa.post_send(&[cas(1, other)]).unwrap();
+    run(&fabric);
+    assert_eq!(poll(&mut a)[0].status, WcStatus::Success);
+    let mut got = [0u8; 8];
+    b.mr.mem().read_bytes(0, &mut got);
+    assert_eq!(got, word.to_ne_bytes(), "no swap");
+    a.mr.mem().read_bytes(0, &mut got);
+    assert_eq!(
+        u64::from_ne_bytes(got),
+        word,
+        "the original value, host order"
+    );
+    // The host-order word: swapped.
+    qa.post_send(&[cas(2, word)]).unwrap();
+    run(&fabric);
+    assert_eq!(poll(&mut a)[0].status, WcStatus::Success);
+    b.mr.mem().read_bytes(0, &mut got);
+    assert_eq!(u64::from_ne_bytes(got), 7, "swapped");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use uhca_fwif::eqe::EqeCmd;
 use uhca_hal::{Bar, Clock, Dma};
 use uhca_mock::firmware::syndrome;
 use uhca_mock::{CommandOutcome, FaultKind, MockConfig};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 fn query_cap_input() -> Vec<u8> {
     let mut q = QueryHcaCapIn::new_cmd();
@@ -159,6 +159,31 @@ fn lengths_are_checked() {
     // Command status: an input shorter than its layout.
     let r = h.exec_raw(&CreateCqIn::new_cmd().as_bytes()[..32], 16);
     assert_eq!(r.status(), CmdStatus::BadInpLenErr);
+}
+
+/// Issue 31 F4: QUERY_HCA_CAP answers an output that holds the capability page asked for,
+/// as rdma-core's DevX tests read it on ConnectX (16 + 2048 bytes,
+/// `tests/mlx5_prm_structs.py` `QueryCmdHcaCapOut`), not only the whole 4112-byte union;
+/// an output too short for the page is still refused.
+#[test]
+fn query_hca_cap_answers_an_output_that_holds_the_page() {
+    let mut h = Harness::initialized(MockConfig::default());
+    let r = h.exec_raw(&query_cap_input(), 16 + 2048);
+    assert_eq!(r.delivery, DeliveryStatus::Ok);
+    assert_eq!(r.status(), CmdStatus::Ok, "syndrome {:#x}", r.syndrome());
+    assert_eq!(r.out.len(), 16 + 2048);
+    let mut full = r.out.clone();
+    full.resize(QueryHcaCapOut::SIZE, 0);
+    let o = QueryHcaCapOut::read_from_bytes(&full).unwrap();
+    assert_eq!(o.cmd_hca_cap().log_max_qp(), 17);
+    // Exactly the general page (its layout's size) is enough too.
+    let page = uhca_fwif::ctx::CmdHcaCap::SIZE;
+    let r = h.exec_raw(&query_cap_input(), 16 + page);
+    assert_eq!(r.status(), CmdStatus::Ok);
+    // One byte short of the page: refused.
+    let r = h.exec_raw(&query_cap_input(), 16 + page - 1);
+    assert_eq!(r.status(), CmdStatus::BadOutpLenErr);
+    assert_eq!(r.syndrome(), syndrome::BAD_OUTPUT_LEN);
 }
 
 #[test]

@@ -770,3 +770,89 @@ fn ud_compact_and_extended_address_vectors_over_infiniband() {
     assert_eq!(sent[0].syndrome(), CqeSyndrome::LocalLengthErr);
     assert!(b.poll_all(&mut bcq).is_empty(), "nothing arrives");
 }
+
+/// A pair of RC QPs on two nodes whose 8-byte atomics are in the host's byte order
+/// (`host`) or big-endian (the power-on mode).
+fn atomic_pair(host: bool) -> Pair {
+    let link = LinkLayer::InfiniBand;
+    let fabric = uhca_mock::Fabric::new(link);
+    let node = |n| {
+        if host {
+            common::verbs::Node::with_host_order_atomics(&fabric, link, n)
+        } else {
+            common::verbs::Node::new(&fabric, link, n)
+        }
+    };
+    let mut a = node(1);
+    let mut b = node(2);
+    let acq = a.cq(6);
+    let bcq = b.cq(6);
+    let aqp = a.qp(QpServiceType::Rc, &acq, &acq);
+    let bqp = b.qp(QpServiceType::Rc, &bcq, &bcq);
+    a.connect(&aqp, &b, bqp.qpn, Conn::default());
+    b.connect(&bqp, &a, aqp.qpn, Conn::default());
+    Pair {
+        fabric,
+        a,
+        b,
+        acq,
+        bcq,
+        aqp,
+        bqp,
+    }
+}
+
+/// Issue 31 F2: the 8-byte atomic endianness mode the driver set decides the byte order of
+/// the responder's target word and of the original value written back to the requester:
+/// big-endian in mode 0 (the power-on value), the host's (little-endian: HOST_ENDIANNESS
+/// was written with `he` 0) in mode 1, as Linux's `handle_hca_cap_atomic` sets it. The same
+/// target bytes ff ff ff ff 00 00 00 00, fetch-and-add 1, then compare-and-swap.
+#[test]
+fn atomics_work_on_the_target_in_the_byte_order_of_the_endianness_mode() {
+    for host in [false, true] {
+        let mut p = atomic_pair(host);
+        assert_eq!(p.b.h.hca.atomic_req_endianness_mode(), host as u8);
+        let amr = p.a.mr(4096);
+        let bmr = p.b.mr(4096);
+        p.b.write(&bmr, 64, &[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        let mut w = wr(WqeOpcode::AtomicFa, &amr, 0, 8);
+        w.raddr = Some((bmr.iova + 64, bmr.key));
+        w.atomic = Some((1, 0));
+        p.a.post_send(&mut p.aqp, &w);
+        p.run();
+        let wc = p.a.poll_all(&mut p.acq);
+        assert_eq!(wc.len(), 1);
+        assert_eq!(wc[0].opcode, CqeOpcode::Req, "{wc:?}");
+        // The fetched value: the target's bytes as they were, in either mode (read and
+        // written back in the same order).
+        assert_eq!(p.a.read(&amr, 0, 8), [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        let after = p.b.read(&bmr, 64, 8);
+        if host {
+            // 0x00000000_ffffffff + 1 = 0x00000001_00000000, little-endian.
+            assert_eq!(after, [0, 0, 0, 0, 1, 0, 0, 0], "host order");
+        } else {
+            // 0xffffffff_00000000 + 1, big-endian.
+            assert_eq!(after, [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1], "big-endian");
+        }
+        // Compare-and-swap whose compare is the word in the mode's order: it swaps.
+        let word = if host {
+            u64::from_le_bytes(after.clone().try_into().unwrap())
+        } else {
+            u64::from_be_bytes(after.clone().try_into().unwrap())
+        };
+        let mut w = wr(WqeOpcode::AtomicCs, &amr, 8, 8);
+        w.raddr = Some((bmr.iova + 64, bmr.key));
+        w.atomic = Some((0x0102_0304_0506_0708, word));
+        p.a.post_send(&mut p.aqp, &w);
+        p.run();
+        assert_eq!(p.a.poll_all(&mut p.acq).len(), 1);
+        assert_eq!(p.a.read(&amr, 8, 8), after, "the original value");
+        let swapped = 0x0102_0304_0506_0708u64;
+        let want = if host {
+            swapped.to_le_bytes()
+        } else {
+            swapped.to_be_bytes()
+        };
+        assert_eq!(p.b.read(&bmr, 64, 8), want, "swapped (host {host})");
+    }
+}

@@ -481,6 +481,126 @@ fn a_qp_whose_queue_starts_inside_its_first_page_sends_and_receives() {
     assert_eq!(b.read(&bmr, 40, 64), vec![0x3c; 64]);
 }
 
+/// An RMP's WQEs at 64 bytes each, `next` linking WQE `i` to `i + 1`, one data segment of
+/// 64 bytes at `addr` of key `lkey`.
+fn linked_wqe(next: u16, lkey: u32, addr: u64) -> Vec<u8> {
+    let mut w = vec![0u8; 64];
+    w[2..4].copy_from_slice(&next.to_be_bytes());
+    let d = uhca_fwif::wqe::WqeDataSeg {
+        byte_count: 64.into(),
+        lkey: lkey.into(),
+        addr: addr.into(),
+    };
+    w[16..32].copy_from_slice(d.as_bytes());
+    w[36..40].copy_from_slice(&uhca_fwif::wqe::INVALID_LKEY.to_be_bytes());
+    w
+}
+
+/// Issue 31 F1: Linux (>= 5.11, `srq_cmd.c` `get_pas_size`, the offset from
+/// `mlx5_umem_find_best_quantized_pgoff`) creates SRQs, XRC SRQs and RMPs, and CQs
+/// (`mlx5_umem_find_best_cq_quantized_pgoff`), whose user buffer starts `page_offset` 64ths
+/// of a page into the first page of the page list; the model refused any offset. An RMP
+/// and a CQ that start inside their first page: the receive lands through the WQE at the
+/// offset, its CQE is written at the offset, and the page lists count the offset.
+#[test]
+fn an_rmp_and_a_cq_that_start_inside_their_first_page_receive_and_complete() {
+    let (fabric, mut a, mut b, mut acq, _) = two_nodes();
+    // B's CQ: 64 CQEs (4096 bytes) from 40/64 of the first page: two pages.
+    let mut bcq = b.cq_with_page_offset(6, 40);
+    // An RMP of 8 WQEs of 64 bytes from 20/64 of its page (1280 bytes in).
+    let (po, start) = (20u8, 20 * 4096 / 64);
+    let rmp_pages = b.mr(8192);
+    let dbr = b.mr(64);
+    let mut c = CreateRmpIn::new_cmd();
+    c.ctx_mut().set_state(RmpcState::Rdy.raw());
+    c.ctx_mut()
+        .wq_mut()
+        .set_log_wq_sz(3)
+        .set_log_wq_stride(6)
+        .set_pd(b.pd)
+        .set_page_offset(po)
+        .set_dbr_addr(dbr.iova);
+    let rmpn = b.h.ok(&c, &pas_bytes(&[rmp_pages.iova])).rmpn();
+    let data = b.mr(4096);
+    b.write(&rmp_pages, start, &linked_wqe(1, data.key, data.iova));
+    b.write(
+        &rmp_pages,
+        start + 64,
+        &linked_wqe(2, data.key, data.iova + 64),
+    );
+    b.write(&dbr, 0, &2u32.to_be_bytes());
+    let mut aqp = a.qp(QpServiceType::Rc, &acq, &acq);
+    let (mut q, pages) = b.h.create_qp_in(QpServiceType::Rc, b.pd, bcq.cqn, b.uar);
+    q.qpc_mut().set_rq_type(1).set_srqn_rmpn_xrqn(rmpn);
+    let bqpn = b.h.ok(&q, &pas_bytes(&pages)).qpn();
+    let bqp = Qp {
+        qpn: bqpn,
+        st: QpServiceType::Rc,
+        buf: 0,
+        dbr: 0,
+        log_sq: 4,
+        log_rq: 4,
+        log_stride: 2,
+        sq_pi: 0,
+        rq_pi: 0,
+    };
+    a.connect(&aqp, &b, bqpn, common::verbs::Conn::default());
+    b.connect(&bqp, &a, aqp.qpn, common::verbs::Conn::default());
+    let amr = a.mr(4096);
+    a.write(&amr, 0, &[0x5a; 32]);
+    a.write(&amr, 64, &[0x6b; 32]);
+    a.post_send(&mut aqp, &common::verbs::wr(WqeOpcode::Send, &amr, 0, 32));
+    a.post_send(&mut aqp, &common::verbs::wr(WqeOpcode::Send, &amr, 64, 32));
+    assert!(fabric.run_until_idle());
+    assert_eq!(a.poll_all(&mut acq).len(), 2);
+    // The CQEs are read at the CQ's offset (`bcq.buf`).
+    let got = b.poll_all(&mut bcq);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].opcode, CqeOpcode::RespSend);
+    assert_eq!(
+        got.iter().map(|w| w.wqe_counter()).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    assert_eq!(b.read(&data, 0, 32), vec![0x5a; 32]);
+    assert_eq!(b.read(&data, 64, 32), vec![0x6b; 32]);
+    // Nothing was written where a CQ without the offset would have put its CQEs.
+    let mut first = [0u8; 64];
+    assert!(b.h.hca.host_read(bcq.buf - 40 * 64, &mut first));
+    assert_eq!(first, [0u8; 64]);
+}
+
+/// The page list must cover the offset as well as the queue: a CQ of 4096 bytes from an
+/// offset needs two pages, an RMP whose WQEs reach past its page two; one page is an input
+/// too short for the list (BAD_INPUT_LEN), as without the offset a page too few is.
+#[test]
+fn a_page_list_that_does_not_cover_the_offset_is_refused() {
+    let (_fabric, mut a, _b, _, _) = two_nodes();
+    let buf = a.mr(8192);
+    let dbr = a.mr(64);
+    let mut c = CreateCqIn::new_cmd();
+    c.cq_context_mut()
+        .set_log_cq_size(6)
+        .set_page_offset(1)
+        .set_uar_page(a.uar)
+        .set_c_eqn_or_apu_element(a.eq.eqn as u32)
+        .set_dbr_addr(dbr.iova);
+    let r = a.h.exec(&c, &pas_bytes(&[buf.iova]));
+    assert_eq!(r.status(), CmdStatus::BadInpLenErr);
+    a.h.ok(&c, &pas_bytes(&[buf.iova, buf.iova + 4096]));
+    let mut r = CreateRmpIn::new_cmd();
+    r.ctx_mut().set_state(RmpcState::Rdy.raw());
+    r.ctx_mut()
+        .wq_mut()
+        .set_log_wq_sz(6)
+        .set_log_wq_stride(6)
+        .set_pd(a.pd)
+        .set_page_offset(1)
+        .set_dbr_addr(dbr.iova);
+    let o = a.h.exec(&r, &pas_bytes(&[buf.iova]));
+    assert_eq!(o.status(), CmdStatus::BadInpLenErr);
+    a.h.ok(&r, &pas_bytes(&[buf.iova, buf.iova + 4096]));
+}
+
 /// L13: with CQE version 1 every CQE names its QP by the QP's `user_index` in `srqn_uidx`,
 /// the requester's (send) completions too. libmlx5 finds the QP of a send completion that
 /// way and moves that QP's send queue on; with several QPs on one CQ (rdma-core's
@@ -535,4 +655,34 @@ fn every_completion_names_its_qps_user_index_the_senders_too() {
         assert_eq!(c.cqe.srqn.get() & 0x00ff_ffff, uidx(0x10 + i as u32));
         assert_eq!(b.read(&bmr, i * 1024, 100), vec![i as u8 + 1; 100]);
     }
+}
+
+/// Issue 31 F3: a requester's error CQE (here a remote access error NAK) names the QP's
+/// user index too, as its successful and flush CQEs do: libmlx5 with CQE version 1 finds
+/// the QP of an error completion by it (`cq.c` `get_req_context`).
+#[test]
+fn a_requester_error_completion_names_its_qps_user_index() {
+    let (fabric, mut a, mut b, mut acq, mut bcq) = two_nodes();
+    let (apd, bpd) = (a.pd, b.pd);
+    let mut aq = a.qp_with_user_index(QpServiceType::Rc, apd, &acq, &acq, 0x00a0_0007);
+    let bq = b.qp_with_user_index(QpServiceType::Rc, bpd, &bcq, &bcq, 0x00b0_0003);
+    a.connect(&aq, &b, bq.qpn, common::verbs::Conn::default());
+    b.connect(&bq, &a, aq.qpn, common::verbs::Conn::default());
+    let amr = a.mr(4096);
+    let bmr = b.mr(4096);
+    let mut w = common::verbs::wr(WqeOpcode::RdmaWrite, &amr, 0, 64);
+    // A wrong rkey: the responder NAKs with a remote access error.
+    w.raddr = Some((bmr.iova, bmr.key ^ 0x100));
+    a.post_send(&mut aq, &w);
+    assert!(fabric.run_until_idle());
+    let wc = a.poll_all(&mut acq);
+    assert_eq!(wc[0].opcode, CqeOpcode::ReqErr, "{wc:?}");
+    assert_eq!(wc[0].syndrome(), CqeSyndrome::RemoteAccessErr);
+    assert_eq!(
+        wc[0].err.srqn.get() & 0x00ff_ffff,
+        0x00a0_0007,
+        "the requester's error CQE names its QP's user index"
+    );
+    // The responder's error CQE (none here: a WRITE consumes no receive) and its flush.
+    let _ = b.poll_all(&mut bcq);
 }

@@ -913,3 +913,36 @@ fn an_xrc_target_created_as_linux_does_without_uar_or_doorbell_record_receives()
         "nothing on the placeholder's CQ"
     );
 }
+
+/// Issue 31 F1: an XRC SRQ whose buffer starts `page_offset` 64ths of a page into its first
+/// page (Linux's CREATE_XRC_SRQ for a user buffer): the page list covers the offset, and a
+/// send through the target lands through the WQE at the offset.
+#[test]
+fn an_xrc_srq_that_starts_inside_its_first_page_receives() {
+    let mut x = Xrc::new(LinkLayer::InfiniBand, Conn::default());
+    // 16 WQEs of 64 bytes from 60/64 of the first page: two pages.
+    let start = 60 * 4096 / 64;
+    let pages = keep(&mut x.b, 8192);
+    let dbr = keep(&mut x.b, 64);
+    let mut c = create_xrc_srq_in(4, x.xrcd, x.scq.cqn, x.b.pd, SRQ_USER_INDEX, dbr);
+    c.xrc_srq_context_entry_mut().set_page_offset(60);
+    let short = x.b.h.exec(&c, &pas_bytes(&[pages]));
+    assert_eq!(
+        short.status(),
+        CmdStatus::BadInpLenErr,
+        "one page is too few"
+    );
+    let srqn = x.b.h.ok(&c, &pas_bytes(&[pages, pages + 4096])).xrc_srqn();
+    let mut srq = TestSrq::new(srqn, pages + start as u64, dbr);
+    let bmr = x.bmr;
+    post_srq(&x.b, &mut srq, &bmr, 0, 64);
+    let amr = x.a.mr(4096);
+    x.a.write(&amr, 0, b"offset srq");
+    x.a.post_send(&mut x.ini, &xrc_wr(WqeOpcode::Send, &amr, 0, 10, srqn));
+    assert!(x.fabric.run_until_idle());
+    assert_eq!(x.a.poll_all(&mut x.acq).len(), 1);
+    let rx = x.b.poll_all(&mut x.scq);
+    assert_eq!(rx.len(), 1, "{rx:?}");
+    assert_eq!(rx[0].opcode, CqeOpcode::RespSend);
+    assert_eq!(x.b.read(&bmr, 0, 10), b"offset srq");
+}

@@ -44,8 +44,13 @@ pub enum SendOp {
     },
     /// Atomic compare-and-swap of the 8 bytes at `remote_addr` (RC): if they equal
     /// `compare` they become `swap`; the original value lands in the one 8-byte entry of the
-    /// scatter list, in the host's byte order (read it with `u64::from_ne_bytes`, as with
-    /// rdma-core). The remote word is big-endian. Only when
+    /// scatter list. Byte order: the remote word is a `u64` in the host's byte order (the
+    /// responder compares `compare` with `u64::from_ne_bytes` of its bytes and stores
+    /// `swap.to_ne_bytes()`), and so is the original value (read it with
+    /// `u64::from_ne_bytes`), as with rdma-core and Linux: at bring-up the driver sets the
+    /// HCA's 8-byte atomic endianness mode to host endianness, and atomics are offered only
+    /// when the HCA supports that mode (`supported_atomic_req_8B_endianness_mode_1`). Both
+    /// ends must be in that mode (Linux's `mlx5_core` sets it too). Only when
     /// [`DeviceCaps::atomic`](crate::caps::DeviceCaps::atomic).
     AtomicCmpSwap {
         /// Remote address, 8-byte aligned.
@@ -58,8 +63,8 @@ pub enum SendOp {
         swap: u64,
     },
     /// Atomic fetch-and-add on the 8 bytes at `remote_addr` (RC); the original value lands
-    /// in the one 8-byte entry of the scatter list, in the host's byte order (as for
-    /// [`SendOp::AtomicCmpSwap`]). The remote word is big-endian.
+    /// in the one 8-byte entry of the scatter list. The remote word and the original value
+    /// are `u64`s in the host's byte order (as for [`SendOp::AtomicCmpSwap`]).
     AtomicFetchAdd {
         /// Remote address, 8-byte aligned.
         remote_addr: u64,

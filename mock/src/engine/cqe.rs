@@ -33,9 +33,11 @@ impl Device {
         let cqe_size: u64 = if cqc.cqe_sz() == 1 { 128 } else { 64 };
         let page = (ADAPTER_PAGE_SIZE as u64) << cqc.log_page_size().min(20);
         let pi = cq.pi;
-        // The slot's IOVA, from the CQ's page list in place: a CQE (64 bytes at a multiple
-        // of 64) never crosses a page of 4 KiB or more.
-        let off = (pi & (size - 1)) as u64 * cqe_size + (cqe_size - 64);
+        // The slot's IOVA, from the CQ's page list in place, `page_offset` 64ths of a page
+        // into the first page: a CQE (64 bytes at a multiple of 64 from a start that is a
+        // multiple of 64) never crosses a page of 4 KiB or more.
+        let start = cqc.page_offset() as u64 * (page / 64);
+        let off = start + (pi & (size - 1)) as u64 * cqe_size + (cqe_size - 64);
         let slot = cq
             .pas
             .get((off / page) as usize)

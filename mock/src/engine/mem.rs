@@ -31,16 +31,14 @@ pub(crate) enum QueueBuf {
 }
 
 impl QueueBuf {
-    /// Where the queue starts in its first page: a QP's `page_offset`, in 64ths of its
-    /// page size (Linux sets it for a user buffer that does not start on such a page).
+    /// Where the queue starts in its first page: a QP's or SRQ's `page_offset`, in 64ths of
+    /// its page size (Linux sets it for a user buffer that does not start on such a page).
     fn start(self, fw: &crate::firmware::Firmware, page_size: u64) -> u64 {
-        match self {
-            QueueBuf::Qp(n) => fw
-                .qps
-                .get(&n)
-                .map_or(0, |q| q.qpc.page_offset() as u64 * (page_size / 64)),
-            QueueBuf::Srq(_) => 0,
-        }
+        let po = match self {
+            QueueBuf::Qp(n) => fw.qps.get(&n).map_or(0, |q| q.qpc.page_offset()),
+            QueueBuf::Srq(n) => fw.srqs.get(&n).map_or(0, |s| s.page_offset()),
+        };
+        po as u64 * (page_size / 64)
     }
 
     fn pas(self, fw: &crate::firmware::Firmware) -> Option<&[u64]> {

@@ -548,7 +548,14 @@ impl Device {
         else {
             return;
         };
-        let Some(cqn) = self.fw.qps.get(&qpn).map(|q| q.qpc.cqn_snd()) else {
+        // The QP's user index, as on every CQE: with CQE version 1 libmlx5 finds the QP of
+        // an error completion by it (`get_req_context`).
+        let Some((cqn, uidx)) = self
+            .fw
+            .qps
+            .get(&qpn)
+            .map(|q| (q.qpc.cqn_snd(), q.qpc.user_index()))
+        else {
             return;
         };
         self.post_err_cqe(
@@ -558,7 +565,7 @@ impl Device {
             w.opcode.raw(),
             syndrome,
             CqeOpcode::ReqErr,
-            0,
+            uidx,
             now,
         );
         self.qp_to_error(qpn, now);
@@ -871,18 +878,29 @@ impl Device {
         }
     }
 
-    /// An 8-byte atomic's original value as the requester writes it into the local buffer:
-    /// big-endian (network order, `atomic_req_8B_endianness_mode` 0, the power-on value), or
-    /// in the host's byte order once the driver set the mode to host endianness (1) with
-    /// SET_HCA_CAP; the host's order is what the HOST_ENDIANNESS register says (`he` set:
-    /// big-endian).
+    /// An 8-byte atomic's original value as the requester writes it into the local buffer,
+    /// in the byte order of the device's 8-byte atomic endianness mode
+    /// ([`Device::atomic_8b_host_order`]).
     fn atomic_result_bytes(&self, orig: u64) -> [u8; 8] {
-        let mode = self.fw.caps.atomic_cur.atomic_req_8B_endianness_mode();
-        if mode == ATOMIC_REQ_MODE_HOST_ENDIANNESS && !self.fw.host_endianness_he {
+        if self.atomic_8b_host_order() {
             orig.to_le_bytes()
         } else {
             orig.to_be_bytes()
         }
+    }
+
+    /// Whether this device's 8-byte atomics work on words in the host's byte order rather
+    /// than big-endian: the requester's result written into the local buffer, and the
+    /// responder's target word (read, changed and written back) and the original value it
+    /// returns. Big-endian (network order) while `atomic_req_8B_endianness_mode` is 0, the
+    /// power-on value; the host's order once the driver set it to host endianness (1) with
+    /// SET_HCA_CAP of the atomic capability (as Linux's `handle_hca_cap_atomic` does when
+    /// `supported_atomic_req_8B_endianness_mode_1` is offered; Soft-RoCE likewise works on a
+    /// host-order `u64`). The host's order is what the HOST_ENDIANNESS register says (`he`
+    /// set: big-endian, so host order is big-endian too).
+    pub(crate) fn atomic_8b_host_order(&self) -> bool {
+        let mode = self.fw.caps.atomic_cur.atomic_req_8B_endianness_mode();
+        mode == ATOMIC_REQ_MODE_HOST_ENDIANNESS && !self.fw.host_endianness_he
     }
 
     /// Writes READ response data or an atomic result into the WQE's local SGL; completes the

@@ -797,7 +797,14 @@ impl Device {
             .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         let mut b = [0u8; 8];
         b.copy_from_slice(&cur[..8]);
-        let orig = u64::from_be_bytes(b);
+        // The target word in the byte order of the 8-byte atomic endianness mode the driver
+        // set (big-endian by default, the host's with mode 1).
+        let host_order = self.atomic_8b_host_order();
+        let orig = if host_order {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        };
         let new = if t.bth.opcode == Opcode::RcCompareSwap {
             if orig == a.compare {
                 a.swap_or_add
@@ -807,7 +814,12 @@ impl Device {
         } else {
             orig.wrapping_add(a.swap_or_add)
         };
-        self.dma_scatter(&pieces, &new.to_be_bytes(), now)
+        let new = if host_order {
+            new.to_le_bytes()
+        } else {
+            new.to_be_bytes()
+        };
+        self.dma_scatter(&pieces, &new, now)
             .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         let p = t.bth.psn;
         let s = self.engine.qps.get_mut(&qpn).ok_or(Fail::Drop)?;

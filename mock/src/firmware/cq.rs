@@ -34,9 +34,6 @@ impl Device {
         if cqc.log_cq_size() > caps.log_max_cq_sz() {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        if cqc.page_offset() != 0 {
-            return Err(bad_param(syndrome::BAD_PAGE_SIZE));
-        }
         if !self.fw.uars.contains(&cqc.uar_page()) {
             return Err(bad_param(syndrome::BAD_UAR));
         }
@@ -48,7 +45,11 @@ impl Device {
             return Err(bad_param(syndrome::BAD_DBR_ADDR));
         }
         let page_size = (ADAPTER_PAGE_SIZE as u64) << cqc.log_page_size().min(20);
-        let npages = pages_for(cqe_size << cqc.log_cq_size(), page_size) as usize;
+        // `page_offset`: the CQ starts that many 64ths of a page into its first page (Linux
+        // computes one for a user buffer, `mlx5_umem_find_best_cq_quantized_pgoff`); the page
+        // list covers the offset and the CQEs.
+        let start = cqc.page_offset() as u64 * (page_size / 64);
+        let npages = pages_for(start + (cqe_size << cqc.log_cq_size()), page_size) as usize;
         let pas = pas_list(c.raw, CreateCqIn::SIZE, npages)?;
         self.need_regular_pages()?;
         if self.fw.cqs.len() >= 1 << self.fw.caps.general_cur.log_max_cq() {

@@ -131,12 +131,23 @@ impl Device {
     }
 
     pub(crate) fn cmd_query_hca_cap(&mut self, c: &Ctx, i: &QueryHcaCapIn) -> CmdResult {
-        let _ = c;
         own_function(i.function_id(), i.other_function())?;
         let op_mod = i.op_mod();
         let cur = op_mod & 1 == 1;
         let mut o = QueryHcaCapOut::default();
         let cap = o.capability_mut();
+        // The output must hold the page asked for, not the whole union (the answer is cut
+        // to the output's length).
+        let need = |size: usize| {
+            if c.outlen < super::QUERY_HCA_CAP_OUT_FIXED + size {
+                Err(Fail::Cmd(
+                    CmdStatus::BadOutpLenErr,
+                    syndrome::BAD_OUTPUT_LEN,
+                ))
+            } else {
+                Ok(())
+            }
+        };
         match HcaCapType::from_raw(op_mod >> 1) {
             HcaCapType::General => {
                 let g = if cur {
@@ -144,6 +155,7 @@ impl Device {
                 } else {
                     &self.fw.caps.general_max
                 };
+                need(CmdHcaCap::SIZE)?;
                 cap[..CmdHcaCap::SIZE].copy_from_slice(g.as_bytes());
             }
             HcaCapType::Roce if self.fw.port_type() == LinkLayer::Ethernet => {
@@ -152,6 +164,7 @@ impl Device {
                 } else {
                     &self.fw.caps.roce_max
                 };
+                need(RoceCap::SIZE)?;
                 cap[..RoceCap::SIZE].copy_from_slice(r.as_bytes());
             }
             HcaCapType::Atomic if self.fw.caps.general_max.atomic() => {
@@ -160,6 +173,7 @@ impl Device {
                 } else {
                     &self.fw.caps.atomic_max
                 };
+                need(AtomicCaps::SIZE)?;
                 cap[..AtomicCaps::SIZE].copy_from_slice(a.as_bytes());
             }
             _ => return Err(bad_param(syndrome::BAD_CAP_TYPE)),

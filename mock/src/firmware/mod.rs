@@ -77,6 +77,13 @@ pub(crate) type CmdResult = Result<Vec<u8>, Fail>;
 pub const QUERY_QP_OUT_FIXED: usize =
     uhca_fwif::cmd::query_qp_out::qp_pas_or_qpc_ext_and_pas.bit_offset as usize / 8;
 
+/// QUERY_HCA_CAP's output before its capability union (status, syndrome, reserved): the
+/// output need reach only as far as the capability page asked for (the union is as large
+/// as the largest page; rdma-core's DevX tests, run on ConnectX, read a 2048-byte
+/// capability, `tests/mlx5_prm_structs.py` `QueryCmdHcaCapOut`).
+pub const QUERY_HCA_CAP_OUT_FIXED: usize =
+    uhca_fwif::cmd::query_hca_cap_out::capability.bit_offset as usize / 8;
+
 pub(crate) fn bad_param(s: u32) -> Fail {
     Fail::Cmd(CmdStatus::BadParamErr, s)
 }
@@ -229,6 +236,16 @@ impl Srq {
             SrqCtx::Srq(c) => 16u64 << c.log_rq_stride(),
             SrqCtx::Rmp(c) => 1u64 << c.wq().log_wq_stride(),
             SrqCtx::Xrc(c) => 16u64 << c.log_rq_stride(),
+        }
+    }
+
+    /// Where the queue starts in its first page, in 64ths of the page size
+    /// (`srqc.page_offset`, `wq.page_offset`, `xrc_srqc.page_offset`).
+    pub(crate) fn page_offset(&self) -> u8 {
+        match &self.ctx {
+            SrqCtx::Srq(c) => c.page_offset(),
+            SrqCtx::Rmp(c) => c.wq().page_offset(),
+            SrqCtx::Xrc(c) => c.page_offset(),
         }
     }
 
@@ -640,7 +657,12 @@ impl Device {
             O::SetIssi => run!(SetIssiIn, cmd_set_issi),
             O::QueryPages => run!(QueryPagesIn, cmd_query_pages, op_mod_any),
             O::ManagePages => run!(ManagePagesIn, cmd_manage_pages, op_mod_any),
-            O::QueryHcaCap => run!(QueryHcaCapIn, cmd_query_hca_cap, op_mod_any),
+            O::QueryHcaCap => run!(
+                QueryHcaCapIn,
+                cmd_query_hca_cap,
+                op_mod_any,
+                QUERY_HCA_CAP_OUT_FIXED
+            ),
             O::SetHcaCap => run!(SetHcaCapIn, cmd_set_hca_cap, op_mod_any),
             O::InitHca => run!(InitHcaIn, cmd_init_hca),
             O::TeardownHca => run!(TeardownHcaIn, cmd_teardown_hca),

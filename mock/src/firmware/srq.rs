@@ -45,9 +45,6 @@ impl Device {
         if !self.fw.pds.contains(&pd) {
             return Err(bad_param(syndrome::BAD_PD));
         }
-        if page_offset != 0 {
-            return Err(bad_param(syndrome::BAD_PAGE_SIZE));
-        }
         if !dbr_addr.is_multiple_of(8) {
             return Err(bad_param(syndrome::BAD_DBR_ADDR));
         }
@@ -56,7 +53,11 @@ impl Device {
         }
         let bytes = (1u64 << log_size) * stride;
         let page_size = (ADAPTER_PAGE_SIZE as u64) << log_page_size.min(20);
-        let npages = pages_for(bytes, page_size) as usize;
+        // `page_offset`: the queue starts that many 64ths of a page into its first page
+        // (Linux computes one for a user buffer not aligned to the page size it picked,
+        // `srq_cmd.c` `get_pas_size`); the page list covers the offset and the queue.
+        let start = page_offset as u64 * (page_size / 64);
+        let npages = pages_for(start + bytes, page_size) as usize;
         let pas = pas_list(c.raw, in_size, npages)?;
         self.need_regular_pages()?;
         if self.fw.srqs.len() >= 1 << log_max {

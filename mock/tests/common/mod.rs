@@ -143,6 +143,16 @@ impl Harness {
     /// Initialized at interface step `issi` (0: SET_ISSI is not sent, as by a driver for
     /// firmware older than ISSI 1).
     pub fn initialized_at_issi(cfg: MockConfig, issi: u16) -> Self {
+        Self::initialized_with(cfg, issi, |_| {})
+    }
+
+    /// As [`Harness::initialized_at_issi`], running `before_init` (SET_HCA_CAP, for one)
+    /// just before INIT_HCA.
+    pub fn initialized_with(
+        cfg: MockConfig,
+        issi: u16,
+        before_init: impl FnOnce(&mut Harness),
+    ) -> Self {
         let mut h = Self::started(cfg);
         h.ok(&EnableHcaIn::new_cmd(), &[]);
         if issi != 0 {
@@ -155,6 +165,7 @@ impl Harness {
         a.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
             .set_register_id(REG_HOST_ENDIANNESS);
         h.ok(&a, &[0u8; 16]);
+        before_init(&mut h);
         h.give_outstanding(QueryPagesOpMod::InitPages);
         h.ok(&InitHcaIn::new_cmd(), &[]);
         h
@@ -162,7 +173,12 @@ impl Harness {
 
     /// Initialized, with the regular pages given up front and an Ethernet port's RoCE on.
     pub fn ready(cfg: MockConfig) -> Self {
-        let mut h = Self::initialized(cfg);
+        Self::ready_with(cfg, |_| {})
+    }
+
+    /// As [`Harness::ready`], running `before_init` just before INIT_HCA.
+    pub fn ready_with(cfg: MockConfig, before_init: impl FnOnce(&mut Harness)) -> Self {
+        let mut h = Self::initialized_with(cfg, 1, before_init);
         h.give_outstanding(QueryPagesOpMod::RegularPages);
         h
     }

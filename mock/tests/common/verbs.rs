@@ -164,6 +164,32 @@ impl Node {
 
     /// As [`Node::new`], with the IPv4 address of GID 0.
     pub fn with_ip(fabric: &Fabric, link: LinkLayer, n: u8, ip: [u8; 4]) -> Node {
+        Self::with_setup(fabric, link, n, ip, |_| {})
+    }
+
+    /// As [`Node::new`], with 8-byte atomics in the host's byte order: SET_HCA_CAP of the
+    /// atomic capability with `atomic_req_8B_endianness_mode` 1 before INIT_HCA, as
+    /// Linux's `handle_hca_cap_atomic` sets it.
+    pub fn with_host_order_atomics(fabric: &Fabric, link: LinkLayer, n: u8) -> Node {
+        Self::with_setup(fabric, link, n, [192, 168, 0, n], |h| {
+            let mut s = SetHcaCapIn::new_cmd();
+            s.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
+            let mut a = uhca_fwif::ctx::AtomicCaps::default();
+            a.set_atomic_req_8B_endianness_mode(ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+            s.capability_mut()[..<uhca_fwif::ctx::AtomicCaps as uhca_fwif::PrmLayout>::SIZE]
+                .copy_from_slice(a.as_bytes());
+            h.ok(&s, &[]);
+        })
+    }
+
+    /// As [`Node::with_ip`], running `before_init` on the harness before INIT_HCA.
+    pub fn with_setup(
+        fabric: &Fabric,
+        link: LinkLayer,
+        n: u8,
+        ip: [u8; 4],
+        before_init: impl FnOnce(&mut Harness),
+    ) -> Node {
         let mac = [0x02, 0xc0, 0xff, 0xee, 0x00, n];
         let cfg = match link {
             LinkLayer::Ethernet => MockConfig {
@@ -175,7 +201,7 @@ impl Node {
                 ..MockConfig::infiniband()
             },
         };
-        let mut h = Harness::ready(cfg);
+        let mut h = Harness::ready_with(cfg, before_init);
         let uar = h.alloc_uar();
         let pd = h.alloc_pd();
         let eq = h.create_eq(
@@ -289,8 +315,17 @@ impl Node {
 
     /// A CQ of 2^log 64-byte CQEs on the node's EQ (every CQE starts invalid, owner 1).
     pub fn cq(&mut self, log: u8) -> Cq {
+        self.cq_with_page_offset(log, 0)
+    }
+
+    /// As [`Node::cq`], the CQEs starting `page_offset` 64ths of a 4 KiB page into the first
+    /// page of the page list (`cqc.page_offset`, as Linux sets it for a user buffer).
+    pub fn cq_with_page_offset(&mut self, log: u8, page_offset: u8) -> Cq {
+        let start = page_offset as usize * (4096 / 64);
         let bytes = 64usize << log;
-        let buf = self.alloc(bytes.max(4096));
+        let span = start + bytes;
+        let pages0 = self.alloc(span.max(4096));
+        let buf = pages0 + start as u64;
         let dbr = self.alloc(64);
         let mut init = vec![0u8; bytes];
         for c in init.chunks_mut(64) {
@@ -300,11 +335,12 @@ impl Node {
         let mut c = CreateCqIn::new_cmd();
         c.cq_context_mut()
             .set_log_cq_size(log)
+            .set_page_offset(page_offset)
             .set_uar_page(self.uar)
             .set_c_eqn_or_apu_element(self.eq.eqn as u32)
             .set_dbr_addr(dbr);
-        let pages: Vec<u64> = (0..bytes.div_ceil(4096))
-            .map(|i| buf + i as u64 * 4096)
+        let pages: Vec<u64> = (0..span.div_ceil(4096))
+            .map(|i| pages0 + i as u64 * 4096)
             .collect();
         let cqn = self.h.ok(&c, &pas_bytes(&pages)).cqn();
         Cq {
