@@ -39,6 +39,20 @@
  *   poll_empty_v1      ibv_poll_cq on an empty CQ (mlx5_poll_cq_v1), per call
  *   poll_16_v0         as poll_16_v1 with CQE version 0 (mlx5_poll_cq)
  *   poll_empty_v0      as poll_empty_v1 with CQE version 0
+ *   srq_recv_sge_32    ibv_post_srq_recv (mlx5_post_srq_recv), 1 SGE, 32 per call; between
+ *                      chunks the posted WQEs are given back with mlx5_free_srq_wqe, as the
+ *                      poll of their CQEs does
+ *   poll_recv_16_{rq,srq}_{send,send_imm,write_imm}
+ *                      ibv_poll_cq for 16 responder CQEs (RESP_SEND, RESP_SEND_IMM,
+ *                      RESP_WR_IMM) of receives posted on an RQ or on an SRQ (mlx5_poll_cq_v1)
+ *   fast_send_sge_32, fast_send_inline64_32, fast_write_sge_32
+ *                      libmlx5's fastest post: ibv_wr_start, 32 x (ibv_wr_send or
+ *                      ibv_wr_rdma_write, ibv_wr_set_sge or ibv_wr_set_inline_data),
+ *                      ibv_wr_complete on the ibv_qp_ex mlx5_qp_fill_wr_pfns fills
+ *   fast_poll_16_v1, fast_poll_recv_16_*
+ *                      libmlx5's fastest poll: ibv_start_poll, 15 ibv_next_poll,
+ *                      ibv_end_poll on the ibv_cq_ex mlx5_cq_fill_pfns fills, reading wr_id,
+ *                      status, opcode (and byte_len, imm_data of a receive)
  * Every SEND and WRITE is signalled. For the poll cases every CQE names a SEND that was
  * posted with mlx5_post_send (outside the timed region) and is still outstanding, so the
  * provider takes its normal path: the QP found (and cached for the rest of the call), wr_id
