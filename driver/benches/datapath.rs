@@ -53,6 +53,41 @@ const ROWS: &[(&str, &str, Option<f64>)] = &[
         Some(55.0),
     ),
     ("poll_empty_v1", "poll an empty CQ (per call)", None),
+    (
+        "srq_recv_sge_32",
+        "SRQ post_recv 1 SGE, 32 per call (per request)",
+        None,
+    ),
+    (
+        "poll_recv_16_rq_send",
+        "poll 16 receive CQEs of SENDs, RQ (per CQE)",
+        None,
+    ),
+    (
+        "poll_recv_16_rq_send_imm",
+        "poll 16 recv CQEs of SENDs with imm, RQ",
+        None,
+    ),
+    (
+        "poll_recv_16_rq_write_imm",
+        "poll 16 recv CQEs of WRITEs with imm, RQ",
+        None,
+    ),
+    (
+        "poll_recv_16_srq_send",
+        "poll 16 receive CQEs of SENDs, SRQ (per CQE)",
+        None,
+    ),
+    (
+        "poll_recv_16_srq_send_imm",
+        "poll 16 recv CQEs of SENDs with imm, SRQ",
+        None,
+    ),
+    (
+        "poll_recv_16_srq_write_imm",
+        "poll 16 recv CQEs of WRITEs with imm, SRQ",
+        None,
+    ),
 ];
 
 /// Bytes of a send WQE slot (a WQEBB) and of the rings, as the libmlx5 harness has them.
@@ -217,6 +252,10 @@ fn cell(v: Option<f64>, width: usize) -> String {
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs a quick smoke pass.
     let quick = !std::env::args().any(|a| a == "--bench");
+    // `-- --gate`: uhca's instruction counts only, checked against datapath.expected (CI).
+    let gate_only = std::env::args().any(|a| a == "--gate");
+    // `-- --write-expected`: a full run that also rewrites datapath.expected.
+    let write_expected = std::env::args().any(|a| a == "--write-expected");
     let child = std::env::var_os(callgrind::CASE_ENV).is_some();
     let filter = std::env::var("UHCA_BENCH_CASE").unwrap_or_default();
     let callgrind_n = match env_u64("UHCA_BENCH_CALLGRIND_N") {
@@ -226,8 +265,12 @@ fn main() {
         None => Some(100_000),
     };
     let opts = callgrind::Options {
-        ops: env_u64("UHCA_BENCH_N").unwrap_or(if quick { 20_000 } else { 10_000_000 }),
-        runs: if quick {
+        ops: env_u64("UHCA_BENCH_N").unwrap_or(if quick || gate_only {
+            20_000
+        } else {
+            10_000_000
+        }),
+        runs: if quick || gate_only {
             1
         } else {
             env_u64("UHCA_BENCH_RUNS").unwrap_or(5) as usize
@@ -235,10 +278,14 @@ fn main() {
         // (A re-executed child counts nothing itself.)
         callgrind_ops: callgrind_n.filter(|_| !child && callgrind::available()),
     };
+    if gate_only && !child && opts.callgrind_ops.is_none() {
+        eprintln!("--gate needs instruction counts: valgrind (callgrind), and not --bench-less");
+        std::process::exit(2);
+    }
 
     // libmlx5, default locks and MLX5_SINGLE_THREADED=1 (not in a re-executed child).
     let mut mlx5: [Option<libmlx5::Table>; 2] = [None, None];
-    if !child {
+    if !child && !gate_only {
         let dir = if quick {
             let d = common::workspace_root().join("target/parity/bin");
             d.join(libmlx5::HARNESS).is_file().then_some(d)
@@ -271,7 +318,7 @@ fn main() {
     let uhca: BTreeMap<&str, Measured> = common::uhca::measure(&names, &filter, &opts);
 
     let mut copy: BTreeMap<&str, Measured> = BTreeMap::new();
-    for (name, _, _) in ROWS {
+    for (name, _, _) in ROWS.iter().filter(|_| !gate_only) {
         if name.contains(filter.as_str())
             && let Some(m) = copy_case(name, &opts)
         {
@@ -311,31 +358,41 @@ fn main() {
         }
     );
     println!();
+    let fast = |name: &str| format!("fast_{name}");
     println!(
-        "{:<46} {:>9} {:>9} {:>10} {:>9}",
-        "ns per op", "uhca", "libmlx5", "libmlx5 ST", "copy"
+        "{:<46} {:>9} {:>9} {:>10} {:>9} {:>9}",
+        "ns per op", "uhca", "libmlx5", "libmlx5 ST", "fast path", "copy"
     );
     for (name, what, _) in ROWS.iter().filter(|r| r.0.contains(filter.as_str())) {
         println!(
-            "{what:<46} {} {} {} {}",
+            "{what:<46} {} {} {} {} {}",
             cell(uhca.get(name).map(|m| m.ns), 9),
             cell(ml(0, name).map(|m| m.ns), 9),
             cell(ml(1, name).map(|m| m.ns), 10),
+            cell(ml(0, &fast(name)).map(|m| m.ns), 9),
             cell(copy.get(name).map(|m| m.ns), 9),
         );
     }
     println!();
     println!(
-        "{:<46} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9}",
-        "instructions per op", "uhca", "libmlx5", "libmlx5 ST", "copy", "target", "½ libmlx5"
+        "{:<46} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "instructions per op",
+        "uhca",
+        "libmlx5",
+        "libmlx5 ST",
+        "fast path",
+        "copy",
+        "target",
+        "½ libmlx5"
     );
     for (name, what, target) in ROWS.iter().filter(|r| r.0.contains(filter.as_str())) {
         let lib = ml(0, name).and_then(|m| m.instructions);
         println!(
-            "{what:<46} {} {} {} {} {} {}",
+            "{what:<46} {} {} {} {} {} {} {}",
             cell(uhca.get(name).and_then(|m| m.instructions), 9),
             cell(lib, 9),
             cell(ml(1, name).and_then(|m| m.instructions), 10),
+            cell(ml(0, &fast(name)).and_then(|m| m.instructions), 9),
             cell(copy.get(name).and_then(|m| m.instructions), 9),
             cell(*target, 9),
             cell(lib.map(|v| v / 2.0), 9),
@@ -353,7 +410,7 @@ fn main() {
     }
     // Two threads, two QP/CQ pairs of one HCA, no lock between them (not in a quick pass:
     // it needs the machine's cores to itself to mean anything).
-    if !quick && filter.is_empty() {
+    if !quick && !gate_only && filter.is_empty() {
         let (one, two) = common::uhca::two_threads(opts.ops.min(20_000_000));
         println!();
         println!(
@@ -363,5 +420,203 @@ fn main() {
             one / 1e6,
             two / one
         );
+    }
+
+    let counted: BTreeMap<&str, f64> = uhca
+        .iter()
+        .filter_map(|(k, m)| m.instructions.map(|v| (*k, v)))
+        .collect();
+    if !gate_only && opts.callgrind_ops.is_some() {
+        print_markdown(&uhca, &|i, n| ml(i, n), &copy);
+    }
+    if counted.is_empty() {
+        return;
+    }
+    if write_expected {
+        if !filter.is_empty() {
+            eprintln!("--write-expected needs every row: unset UHCA_BENCH_CASE");
+            std::process::exit(2);
+        }
+        gate::write(&counted);
+    }
+    if !gate::check(&counted) {
+        std::process::exit(1);
+    }
+}
+
+/// The commit the tree is at (`git rev-parse --short HEAD`), with "+ changes" if the work
+/// tree differs from it.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(common::workspace_root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(s) if s.is_empty() => head,
+        _ => format!("{head} + uncommitted changes"),
+    }
+}
+
+/// The instruction table as BENCHMARKS.md shows it (paste it over the old one).
+fn print_markdown(
+    uhca: &BTreeMap<&str, Measured>,
+    ml: &dyn Fn(usize, &str) -> Option<Measured>,
+    copy: &BTreeMap<&str, Measured>,
+) {
+    let md = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    println!();
+    println!(
+        "BENCHMARKS.md table (instructions per operation, callgrind), measured at {}:",
+        commit()
+    );
+    println!();
+    println!(
+        "| Operation | uhca | libmlx5 | libmlx5 ST | libmlx5 fast path | copy | uhca / libmlx5 |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|");
+    for (name, what, _) in ROWS {
+        let u = uhca.get(name).and_then(|m| m.instructions);
+        let lib = ml(0, name).and_then(|m| m.instructions);
+        let ratio = match (u, lib) {
+            (Some(u), Some(l)) if l > 0.0 => format!("{:.2}", u / l),
+            _ => "-".into(),
+        };
+        println!(
+            "| {what} | {} | {} | {} | {} | {} | {ratio} |",
+            md(u),
+            md(lib),
+            md(ml(1, name).and_then(|m| m.instructions)),
+            md(ml(0, &format!("fast_{name}")).and_then(|m| m.instructions)),
+            md(copy.get(name).and_then(|m| m.instructions)),
+        );
+    }
+}
+
+/// The regression gate: uhca's instructions per operation against the figures committed in
+/// `driver/benches/datapath.expected`.
+mod gate {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    /// How much worse than its committed figure a row may be.
+    const TOLERANCE: f64 = 0.02;
+
+    fn path() -> PathBuf {
+        super::common::workspace_root().join("driver/benches/datapath.expected")
+    }
+
+    const HEADER: &str = "\
+# uhca's instructions per operation in the datapath benchmark (driver/benches/datapath.rs),
+# counted by callgrind (exact: the same from one run to the next). The benchmark fails when a
+# row is more than 2% above its figure here, and says so when one is more than 2% below.
+# One row a line: case name, instructions per operation.
+# Refresh (after an intended change, from the workspace root):
+#   cargo bench -p uhca-driver --bench datapath -- --write-expected
+# Check only (what CI runs, about a minute):
+#   cargo bench -p uhca-driver --bench datapath -- --gate
+";
+
+    fn read() -> Result<BTreeMap<String, f64>, String> {
+        let text = std::fs::read_to_string(path())
+            .map_err(|e| format!("cannot read {}: {e}", path().display()))?;
+        let mut out = BTreeMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut w = line.split_whitespace();
+            match (
+                w.next(),
+                w.next().and_then(|v| v.parse::<f64>().ok()),
+                w.next(),
+            ) {
+                (Some(name), Some(v), None) => {
+                    out.insert(name.to_string(), v);
+                }
+                _ => {
+                    return Err(format!(
+                        "{}:{}: not \"NAME COUNT\"",
+                        path().display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `counted` as the committed figures.
+    pub fn write(counted: &BTreeMap<&str, f64>) {
+        let mut text = HEADER.to_string();
+        for (name, _, _) in super::ROWS {
+            if let Some(v) = counted.get(name) {
+                text.push_str(&format!("{name} {v:.2}\n"));
+            }
+        }
+        match std::fs::write(path(), text) {
+            Ok(()) => println!("wrote {}", path().display()),
+            Err(e) => {
+                eprintln!("cannot write {}: {e}", path().display());
+                std::process::exit(2);
+            }
+        }
+    }
+
+    /// Compares `counted` with the committed figures; false if a row regressed by more than
+    /// [`TOLERANCE`] or the file is unusable.
+    pub fn check(counted: &BTreeMap<&str, f64>) -> bool {
+        let expected = match read() {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("gate: {e}");
+                return false;
+            }
+        };
+        println!();
+        println!(
+            "gate: uhca's instructions per operation against driver/benches/datapath.expected (2% tolerance)"
+        );
+        let mut ok = true;
+        let mut stale = false;
+        for (name, &new) in counted {
+            let Some(&old) = expected.get(*name) else {
+                println!(
+                    "  note: {name} has no committed figure ({new:.1} now): add it to datapath.expected"
+                );
+                stale = true;
+                continue;
+            };
+            let change = (new - old) / old * 100.0;
+            if new > old * (1.0 + TOLERANCE) {
+                println!("  REGRESSION {name}: {old:.1} committed, {new:.1} now ({change:+.1}%)");
+                ok = false;
+            } else if new < old * (1.0 - TOLERANCE) {
+                println!(
+                    "  improved {name}: {old:.1} committed, {new:.1} now ({change:+.1}%): update datapath.expected"
+                );
+                stale = true;
+            }
+        }
+        if stale {
+            println!(
+                "  to update: cargo bench -p uhca-driver --bench datapath -- --write-expected"
+            );
+        }
+        println!(
+            "gate: {}",
+            if ok {
+                "passed"
+            } else {
+                "FAILED: a row is more than 2% worse than its committed figure"
+            }
+        );
+        ok
     }
 }

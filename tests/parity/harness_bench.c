@@ -39,6 +39,20 @@
  *   poll_empty_v1      ibv_poll_cq on an empty CQ (mlx5_poll_cq_v1), per call
  *   poll_16_v0         as poll_16_v1 with CQE version 0 (mlx5_poll_cq)
  *   poll_empty_v0      as poll_empty_v1 with CQE version 0
+ *   srq_recv_sge_32    ibv_post_srq_recv (mlx5_post_srq_recv), 1 SGE, 32 per call; between
+ *                      chunks the posted WQEs are given back with mlx5_free_srq_wqe, as the
+ *                      poll of their CQEs does
+ *   poll_recv_16_{rq,srq}_{send,send_imm,write_imm}
+ *                      ibv_poll_cq for 16 responder CQEs (RESP_SEND, RESP_SEND_IMM,
+ *                      RESP_WR_IMM) of receives posted on an RQ or on an SRQ (mlx5_poll_cq_v1)
+ *   fast_send_sge_32, fast_send_inline64_32, fast_write_sge_32
+ *                      libmlx5's fastest post: ibv_wr_start, 32 x (ibv_wr_send or
+ *                      ibv_wr_rdma_write, ibv_wr_set_sge or ibv_wr_set_inline_data),
+ *                      ibv_wr_complete on the ibv_qp_ex mlx5_qp_fill_wr_pfns fills
+ *   fast_poll_16_v1, fast_poll_recv_16_*
+ *                      libmlx5's fastest poll: ibv_start_poll, 15 ibv_next_poll,
+ *                      ibv_end_poll on the ibv_cq_ex mlx5_cq_fill_pfns fills, reading wr_id,
+ *                      status, opcode (and byte_len, imm_data of a receive)
  * Every SEND and WRITE is signalled. For the poll cases every CQE names a SEND that was
  * posted with mlx5_post_send (outside the timed region) and is still outstanding, so the
  * provider takes its normal path: the QP found (and cached for the rest of the call), wr_id
@@ -110,10 +124,10 @@ struct qp_ctx {
 static struct qp_ctx post_qp, cq_qp[2];
 /* The CQs: 0 and 1 (CQE version 1 and 0) are filled a lap at a time; 2 and 3 (version 1 and
  * 0) stay empty. */
-static struct mlx5_cq cq[4];
-static __be32 cq_dbrec[4][2] __attribute__((aligned(64)));
+static struct mlx5_cq cq[6];
+static __be32 cq_dbrec[6][2] __attribute__((aligned(64)));
 static uint8_t cq_uar[4096] __attribute__((aligned(64)));
-static uint32_t cq_lap[2];
+static uint32_t cq_lap[6];
 
 static uint8_t payload[BATCH][MSG] __attribute__((aligned(64)));
 static struct ibv_sge sge[BATCH];
@@ -156,10 +170,10 @@ static void make_context(struct mlx5_context *c, int cqe_version)
 /* An RC QP in RTS (harness_wqe.c's do_qp, with libmlx5's locks): RQ first, SQ after it in one
  * buffer, as libmlx5 lays them out. */
 static void make_qp(struct qp_ctx *q, struct mlx5_context *c, uint32_t qpn, uint32_t rsn,
-		    int log_sq, unsigned sq_max_post, struct mlx5_cq *send_cq)
+		    int log_sq, unsigned sq_max_post, struct mlx5_cq *send_cq, int log_rq)
 {
 	struct mlx5_qp *qp = &q->qp;
-	size_t rq_bytes = (size_t)1 << (LOG_RQ + LOG_RQ_STRIDE);
+	size_t rq_bytes = (size_t)1 << (log_rq + LOG_RQ_STRIDE);
 	size_t sq_bytes = (size_t)MLX5_SEND_WQE_BB << log_sq;
 
 	qp->ibv_qp = &qp->verbs_qp.qp;
@@ -191,8 +205,8 @@ static void make_qp(struct qp_ctx *q, struct mlx5_context *c, uint32_t qpn, uint
 		exit(2);
 	}
 	qp->rq.offset = 0;
-	qp->rq.wqe_cnt = 1u << LOG_RQ;
-	qp->rq.max_post = 1u << LOG_RQ;
+	qp->rq.wqe_cnt = 1u << log_rq;
+	qp->rq.max_post = 1u << log_rq;
 	qp->rq.wqe_shift = LOG_RQ_STRIDE;
 	qp->rq.max_gs = 1;
 	qp->rq.qp_state_max_gs = 1;
@@ -299,6 +313,8 @@ struct bench_case {
 	void (*body)(const struct bench_case *c, unsigned ops);
 	/* For the poll cases: which CQ (index into cq[]). */
 	int which;
+	/* For the receive poll cases: the CQE opcode the lap's CQEs carry (MLX5_CQE_RESP_*). */
+	int op;
 };
 
 /* The "device" retired everything posted: the provider's overflow check sees an empty
@@ -434,6 +450,288 @@ static void poll_empty(const struct bench_case *c, unsigned ops)
 	}
 }
 
+/* --- the receive side ------------------------------------------------------------------ */
+
+/* CQ 4 completes the receives of recv_qp[0] (its own RQ of 8192 WQEs, so a lap of 4096 is
+ * posted without the overflow check failing), CQ 5 those of recv_qp[1], which receives from
+ * srq[0] (8192 WQEs). srq[1] (1024 WQEs) is the SRQ the srq_recv_sge_32 case posts to. */
+#define RECV_QPN_RQ 0x1235
+#define RECV_UIDX_RQ 8
+#define RECV_QPN_SRQ 0x1236
+#define RECV_UIDX_SRQ 9
+#define LOG_RQ_POLL 13
+#define LOG_SRQ_POLL 13
+#define LOG_SRQ_POST 10
+#define SRQ_WQE_SHIFT 5
+#define IMM_DATA 0x12345678u
+static struct qp_ctx recv_qp[2];
+static struct mlx5_srq srq[2];
+static __be32 srq_dbrec[2][2] __attribute__((aligned(64)));
+/* The SRQ WQE index of each receive a lap posted, in order. */
+static uint16_t lap_index[1u << LOG_CQ];
+/* srq_recv_sge_32: where the last chunk's posts began, and the counter then. */
+static int srq_post_head;
+static uint16_t srq_post_counter;
+
+static struct mlx5_wqe_srq_next_seg *srq_wqe(struct mlx5_srq *s, int n)
+{
+	return (void *)((uint8_t *)s->buf.buf + ((size_t)n << s->wqe_shift));
+}
+
+/* An SRQ as mlx5_create_srq / mlx5_alloc_srq_buf lay it out: WQEs of a next segment and one
+ * data segment (32 bytes), linked in order (set_srq_buf_ll), head 0, tail the last WQE, no
+ * wait queue (as when the device's largest SRQ is under twice the request), the free-WQE
+ * bitmap empty. */
+static void make_srq(struct mlx5_srq *s, int log, uint32_t srqn, __be32 *db)
+{
+	int n = 1 << log;
+
+	s->rsc.type = MLX5_RSC_TYPE_SRQ;
+	s->rsc.rsn = srqn;
+	s->srqn = srqn;
+	s->vsrq.srq.context = &ctx_v1.ibv_ctx.context;
+	s->vsrq.srq.pd = &pdom.mpd.ibv_pd;
+	s->max_gs = 1;
+	s->wqe_shift = SRQ_WQE_SHIFT;
+	s->buf.buf = zalloc_aligned((size_t)n << SRQ_WQE_SHIFT);
+	s->buf.length = (size_t)n << SRQ_WQE_SHIFT;
+	s->max = n;
+	s->head = 0;
+	s->tail = n - 1;
+	s->nwqes = n;
+	s->waitq_head = -1;
+	s->waitq_tail = -1;
+	for (int i = 0; i < n - 1; i++)
+		srq_wqe(s, i)->next_wqe_index = htobe16(i + 1);
+	s->wrid = calloc(n, sizeof(uint64_t));
+	s->free_wqe_bitmap = calloc((n + 8 * sizeof(long) - 1) / (8 * sizeof(long)), sizeof(long));
+	if (!s->wrid || !s->free_wqe_bitmap) {
+		fprintf(stderr, "harness_bench: out of memory\n");
+		exit(2);
+	}
+	s->db = db;
+	if (mlx5_spinlock_init_pd(&s->lock, &pdom.mpd.ibv_pd)) {
+		fprintf(stderr, "harness_bench: spinlock init failed\n");
+		exit(2);
+	}
+}
+
+static void make_recv_side(void)
+{
+	ctx_v1.ibv_ctx.context.ops.post_srq_recv = mlx5_post_srq_recv;
+	make_cq(&cq[4], &ctx_v1, cq_dbrec[4], 0x25);
+	make_cq(&cq[5], &ctx_v1, cq_dbrec[5], 0x26);
+	make_srq(&srq[0], LOG_SRQ_POLL, 0x31, srq_dbrec[0]);
+	make_srq(&srq[1], LOG_SRQ_POST, 0x32, srq_dbrec[1]);
+	make_qp(&recv_qp[0], &ctx_v1, RECV_QPN_RQ, RECV_UIDX_RQ, LOG_SQ, SQ_MAX_POST, &cq[4],
+		LOG_RQ_POLL);
+	make_qp(&recv_qp[1], &ctx_v1, RECV_QPN_SRQ, RECV_UIDX_SRQ, LOG_SQ, SQ_MAX_POST, &cq[5],
+		LOG_RQ);
+	recv_qp[1].qp.verbs_qp.qp.srq = &srq[0].vsrq.srq;
+}
+
+/* One lap of receive completions: 4096 receives posted (ibv_post_recv on the RQ, or
+ * ibv_post_srq_recv on the SRQ, 32 per call), then one responder CQE per receive written as
+ * the device writes it for an RC QP on InfiniBand (body first, op_own last): opcode
+ * c->op (RESP_SEND, RESP_SEND_IMM or RESP_WR_IMM), the QPN in sop_drop_qpn, the QP's user
+ * index in srqn_uidx (CQE version 1), the WQE's index in wqe_counter, 64 bytes in byte_cnt,
+ * the immediate in imm_inval_pkey (0, the P_Key index, for a plain SEND), the sender's LID in
+ * slid, no GRH. */
+static void prepare_recv_cq(const struct bench_case *c)
+{
+	struct mlx5_cq *q = &cq[c->which];
+	int on_srq = c->which == 5;
+	struct mlx5_qp *qp = &recv_qp[on_srq].qp;
+	unsigned n = 1u << LOG_CQ;
+	uint8_t owner = cq_lap[c->which] & 1;
+	struct ibv_recv_wr *bad;
+	int err;
+
+	if (on_srq) {
+		struct mlx5_srq *s = &srq[0];
+		int at = s->head;
+
+		for (unsigned i = 0; i < n; i += BATCH)
+			if ((err = ibv_post_srq_recv(&s->vsrq.srq, recv_wr, &bad)))
+				fail_post("posting a lap of SRQ receives", err);
+		/* The WQEs the head went through: their links are stable while they are posted. */
+		for (unsigned i = 0; i < n; i++) {
+			lap_index[i] = at;
+			at = be16toh(srq_wqe(s, at)->next_wqe_index);
+		}
+	} else {
+		unsigned first = qp->rq.head;
+
+		for (unsigned i = 0; i < n; i += BATCH)
+			if ((err = ibv_post_recv(qp->ibv_qp, recv_wr, &bad)))
+				fail_post("posting a lap of receives", err);
+		for (unsigned i = 0; i < n; i++)
+			lap_index[i] = (uint16_t)(first + i);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct mlx5_cqe64 *cqe = (void *)((uint8_t *)q->buf_a.buf + (size_t)i * 64);
+
+		memset(cqe, 0, 63);
+		cqe->slid = htobe16(1);
+		cqe->srqn_uidx = htobe32(on_srq ? RECV_UIDX_SRQ : RECV_UIDX_RQ);
+		cqe->imm_inval_pkey = c->op == MLX5_CQE_RESP_SEND ? 0 : htobe32(IMM_DATA);
+		cqe->byte_cnt = htobe32(MSG);
+		cqe->sop_drop_qpn = htobe32(on_srq ? RECV_QPN_SRQ : RECV_QPN_RQ);
+		cqe->wqe_counter = htobe16(lap_index[i]);
+		udma_to_device_barrier();
+		cqe->op_own = c->op << 4 | owner;
+	}
+	cq_lap[c->which]++;
+}
+
+/* The "device" consumed what the last chunk posted to srq[1] and the CQ gave the WQEs back
+ * (mlx5_free_srq_wqe, as the poll of their CQEs does). */
+static void prepare_srq_post(const struct bench_case *c)
+{
+	struct mlx5_srq *s = &srq[1];
+	uint16_t posted = s->counter - srq_post_counter;
+	int at = srq_post_head;
+
+	for (unsigned i = 0; i < posted; i++) {
+		int next = be16toh(srq_wqe(s, at)->next_wqe_index);
+
+		mlx5_free_srq_wqe(s, at);
+		at = next;
+	}
+	srq_post_head = s->head;
+	srq_post_counter = s->counter;
+}
+
+static void srq_recv_32(const struct bench_case *c, unsigned ops)
+{
+	struct ibv_recv_wr *bad;
+
+	for (unsigned i = 0; i < ops; i += BATCH) {
+		int err = ibv_post_srq_recv(&srq[1].vsrq.srq, recv_wr, &bad);
+
+		if (__builtin_expect(err, 0))
+			fail_post("ibv_post_srq_recv", err);
+	}
+}
+
+/* --- libmlx5's fastest paths: ibv_wr_* on an ibv_qp_ex, ibv_start_poll on an ibv_cq_ex --- */
+
+static void make_fast_paths(void)
+{
+	struct ibv_qp_init_attr_ex qa = {
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE,
+	};
+	/* What a transport reads of a completion: byte_len and the immediate (receives). */
+	struct ibv_cq_init_attr_ex ca = {
+		.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM,
+	};
+	int err;
+
+	if ((err = mlx5_qp_fill_wr_pfns(&post_qp.qp, &qa, NULL)))
+		fail_post("mlx5_qp_fill_wr_pfns", err);
+	post_qp.qp.verbs_qp.comp_mask |= VERBS_QP_EX;
+	for (int k = 0; k < 6; k++) {
+		/* As mlx5_create_cq_ex with IBV_CREATE_CQ_ATTR_SINGLE_THREADED when the
+		 * application says it is single-threaded (the ST run). */
+		if (mlx5_single_threaded)
+			cq[k].flags |= MLX5_CQ_FLAGS_SINGLE_THREADED;
+		cq[k].flags |= MLX5_CQ_FLAGS_EXTENDED;
+		if (cq[k].verbs_cq.cq.context && (err = mlx5_cq_fill_pfns(&cq[k], &ca,
+				to_mctx(cq[k].verbs_cq.cq.context))))
+			fail_post("mlx5_cq_fill_pfns", err);
+	}
+}
+
+static void fast_send_32(const struct bench_case *c, unsigned ops)
+{
+	struct ibv_qp_ex *qx = &post_qp.qp.verbs_qp.qp_ex;
+
+	for (unsigned i = 0; i < ops; i += BATCH) {
+		int err;
+
+		ibv_wr_start(qx);
+		for (int k = 0; k < BATCH; k++) {
+			qx->wr_id = k;
+			qx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_send(qx);
+			ibv_wr_set_sge(qx, 0x4242, (uintptr_t)payload[k], MSG);
+		}
+		if (__builtin_expect((err = ibv_wr_complete(qx)), 0))
+			fail_post("ibv_wr_complete", err);
+	}
+}
+
+static void fast_inline_32(const struct bench_case *c, unsigned ops)
+{
+	struct ibv_qp_ex *qx = &post_qp.qp.verbs_qp.qp_ex;
+
+	for (unsigned i = 0; i < ops; i += BATCH) {
+		int err;
+
+		ibv_wr_start(qx);
+		for (int k = 0; k < BATCH; k++) {
+			qx->wr_id = k;
+			qx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+			ibv_wr_send(qx);
+			ibv_wr_set_inline_data(qx, payload[k], MSG);
+		}
+		if (__builtin_expect((err = ibv_wr_complete(qx)), 0))
+			fail_post("ibv_wr_complete", err);
+	}
+}
+
+static void fast_write_32(const struct bench_case *c, unsigned ops)
+{
+	struct ibv_qp_ex *qx = &post_qp.qp.verbs_qp.qp_ex;
+
+	for (unsigned i = 0; i < ops; i += BATCH) {
+		int err;
+
+		ibv_wr_start(qx);
+		for (int k = 0; k < BATCH; k++) {
+			qx->wr_id = k;
+			qx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_rdma_write(qx, 0x5151, 0x7f0000001000ull + (uint64_t)k * MSG);
+			ibv_wr_set_sge(qx, 0x4242, (uintptr_t)payload[k], MSG);
+		}
+		if (__builtin_expect((err = ibv_wr_complete(qx)), 0))
+			fail_post("ibv_wr_complete", err);
+	}
+}
+
+/* ibv_start_poll, 15 ibv_next_poll, ibv_end_poll per 16 CQEs, reading what ibv_poll_cq
+ * would have given a transport: wr_id, status, the opcode and, of a receive, byte_len and
+ * (with immediate) the immediate. */
+static void fast_poll_16(const struct bench_case *c, unsigned ops)
+{
+	struct ibv_cq_ex *q = &cq[c->which].verbs_cq.cq_ex;
+	struct ibv_poll_cq_attr attr = {};
+	int recv = c->which >= 4, imm = recv && c->op != MLX5_CQE_RESP_SEND;
+	long sum = 0;
+
+	for (unsigned got = 0; got < ops; got += POLL_BATCH) {
+		for (int k = 0; k < POLL_BATCH; k++) {
+			int err = k ? ibv_next_poll(q) : ibv_start_poll(q, &attr);
+
+			if (__builtin_expect(err || q->status != IBV_WC_SUCCESS, 0)) {
+				fprintf(stderr, "harness_bench: CQE %d of 16: %d, status %d\n", k,
+					err, err ? 0 : q->status);
+				exit(2);
+			}
+			sum += q->wr_id + ibv_wc_read_opcode(q);
+			if (recv) {
+				sum += ibv_wc_read_byte_len(q);
+				if (imm)
+					sum += ibv_wc_read_imm_data(q);
+			}
+		}
+		ibv_end_poll(q);
+	}
+	sink = sum;
+}
+
 static const struct bench_case cases[] = {
 	{ "send_sge_1", SQ_MAX_POST, prepare_sq, post_1, 0 },
 	{ "send_sge_32", SQ_MAX_POST, prepare_sq, send_32, 0 },
@@ -444,6 +742,33 @@ static const struct bench_case cases[] = {
 	{ "poll_empty_v1", 1u << LOG_CQ, prepare_none, poll_empty, 2 },
 	{ "poll_16_v0", 1u << LOG_CQ, prepare_cq, poll_16, 1 },
 	{ "poll_empty_v0", 1u << LOG_CQ, prepare_none, poll_empty, 3 },
+	{ "srq_recv_sge_32", 1u << (LOG_SRQ_POST - 1), prepare_srq_post, srq_recv_32, 0 },
+	{ "poll_recv_16_rq_send", 1u << LOG_CQ, prepare_recv_cq, poll_16, 4, MLX5_CQE_RESP_SEND },
+	{ "poll_recv_16_rq_send_imm", 1u << LOG_CQ, prepare_recv_cq, poll_16, 4,
+	  MLX5_CQE_RESP_SEND_IMM },
+	{ "poll_recv_16_rq_write_imm", 1u << LOG_CQ, prepare_recv_cq, poll_16, 4,
+	  MLX5_CQE_RESP_WR_IMM },
+	{ "poll_recv_16_srq_send", 1u << LOG_CQ, prepare_recv_cq, poll_16, 5, MLX5_CQE_RESP_SEND },
+	{ "poll_recv_16_srq_send_imm", 1u << LOG_CQ, prepare_recv_cq, poll_16, 5,
+	  MLX5_CQE_RESP_SEND_IMM },
+	{ "poll_recv_16_srq_write_imm", 1u << LOG_CQ, prepare_recv_cq, poll_16, 5,
+	  MLX5_CQE_RESP_WR_IMM },
+	{ "fast_send_sge_32", SQ_MAX_POST, prepare_sq, fast_send_32, 0 },
+	{ "fast_send_inline64_32", SQ_MAX_POST, prepare_sq, fast_inline_32, 0 },
+	{ "fast_write_sge_32", SQ_MAX_POST, prepare_sq, fast_write_32, 0 },
+	{ "fast_poll_16_v1", 1u << LOG_CQ, prepare_cq, fast_poll_16, 0 },
+	{ "fast_poll_recv_16_rq_send", 1u << LOG_CQ, prepare_recv_cq, fast_poll_16, 4,
+	  MLX5_CQE_RESP_SEND },
+	{ "fast_poll_recv_16_rq_send_imm", 1u << LOG_CQ, prepare_recv_cq, fast_poll_16, 4,
+	  MLX5_CQE_RESP_SEND_IMM },
+	{ "fast_poll_recv_16_rq_write_imm", 1u << LOG_CQ, prepare_recv_cq, fast_poll_16, 4,
+	  MLX5_CQE_RESP_WR_IMM },
+	{ "fast_poll_recv_16_srq_send", 1u << LOG_CQ, prepare_recv_cq, fast_poll_16, 5,
+	  MLX5_CQE_RESP_SEND },
+	{ "fast_poll_recv_16_srq_send_imm", 1u << LOG_CQ, prepare_recv_cq, fast_poll_16, 5,
+	  MLX5_CQE_RESP_SEND_IMM },
+	{ "fast_poll_recv_16_srq_write_imm", 1u << LOG_CQ, prepare_recv_cq, fast_poll_16, 5,
+	  MLX5_CQE_RESP_WR_IMM },
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -527,9 +852,11 @@ int main(int argc, char **argv)
 		cq[k].cons_index = 1u << LOG_CQ;
 	}
 	make_qp(&post_qp, &ctx_v1, 0x99, 0x99 /* its own user index; never polled */, LOG_SQ,
-		SQ_MAX_POST, &cq[0]);
-	make_qp(&cq_qp[0], &ctx_v1, CQ_QPN, CQ_UIDX, LOG_CQ, 1u << LOG_CQ, &cq[0]);
-	make_qp(&cq_qp[1], &ctx_v0, CQ_QPN, CQ_QPN, LOG_CQ, 1u << LOG_CQ, &cq[1]);
+		SQ_MAX_POST, &cq[0], LOG_RQ);
+	make_qp(&cq_qp[0], &ctx_v1, CQ_QPN, CQ_UIDX, LOG_CQ, 1u << LOG_CQ, &cq[0], LOG_RQ);
+	make_qp(&cq_qp[1], &ctx_v0, CQ_QPN, CQ_QPN, LOG_CQ, 1u << LOG_CQ, &cq[1], LOG_RQ);
+	make_recv_side();
+	make_fast_paths();
 	make_wrs();
 
 	if (argc == 2 && !strcmp(argv[1], "list")) {

@@ -46,6 +46,71 @@ pub const CASES: &[(&str, &str)] = &[
         "poll 16 SEND CQEs per call, per CQE (CQE v0: mlx5_poll_cq)",
     ),
     ("poll_empty_v0", "poll an empty CQ, per call (mlx5_poll_cq)"),
+    ("srq_recv_sge_32", "ibv_post_srq_recv, 1 SGE, 32 per call"),
+    (
+        "poll_recv_16_rq_send",
+        "poll 16 receive CQEs of SENDs (RQ), per CQE",
+    ),
+    (
+        "poll_recv_16_rq_send_imm",
+        "poll 16 receive CQEs of SENDs with immediate (RQ), per CQE",
+    ),
+    (
+        "poll_recv_16_rq_write_imm",
+        "poll 16 receive CQEs of RDMA WRITEs with immediate (RQ), per CQE",
+    ),
+    (
+        "poll_recv_16_srq_send",
+        "as poll_recv_16_rq_send from an SRQ",
+    ),
+    (
+        "poll_recv_16_srq_send_imm",
+        "as poll_recv_16_rq_send_imm from an SRQ",
+    ),
+    (
+        "poll_recv_16_srq_write_imm",
+        "as poll_recv_16_rq_write_imm from an SRQ",
+    ),
+    (
+        "fast_send_sge_32",
+        "ibv_wr_start, 32 x (ibv_wr_send, ibv_wr_set_sge), ibv_wr_complete",
+    ),
+    (
+        "fast_send_inline64_32",
+        "as fast_send_sge_32 with ibv_wr_set_inline_data of 64 B",
+    ),
+    (
+        "fast_write_sge_32",
+        "as fast_send_sge_32 with ibv_wr_rdma_write",
+    ),
+    (
+        "fast_poll_16_v1",
+        "ibv_start_poll, 15 ibv_next_poll, ibv_end_poll on 16 SEND CQEs, per CQE",
+    ),
+    (
+        "fast_poll_recv_16_rq_send",
+        "as poll_recv_16_rq_send with ibv_start_poll",
+    ),
+    (
+        "fast_poll_recv_16_rq_send_imm",
+        "as poll_recv_16_rq_send_imm with ibv_start_poll",
+    ),
+    (
+        "fast_poll_recv_16_rq_write_imm",
+        "as poll_recv_16_rq_write_imm with ibv_start_poll",
+    ),
+    (
+        "fast_poll_recv_16_srq_send",
+        "as poll_recv_16_srq_send with ibv_start_poll",
+    ),
+    (
+        "fast_poll_recv_16_srq_send_imm",
+        "as poll_recv_16_srq_send_imm with ibv_start_poll",
+    ),
+    (
+        "fast_poll_recv_16_srq_write_imm",
+        "as poll_recv_16_srq_write_imm with ibv_start_poll",
+    ),
 ];
 /// The longest the timed run of every case may take.
 const LIMIT: Duration = Duration::from_secs(600);

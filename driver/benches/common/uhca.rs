@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
-    SendWr, Sge, WorkCompletion, state,
+    SendWr, Sge, Srq, SrqInitAttr, WorkCompletion, state,
 };
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, CqeOpcode, WqeOpcode};
@@ -120,6 +120,8 @@ struct Pair {
     cq: Cq<P>,
     qp: Qp<P, Rc, state::Rts>,
     mr: Mr<P>,
+    /// The SRQ the QP receives from, if it does.
+    srq: Option<Srq<P>>,
     cq_iova: u64,
     cq_log: u32,
     cq_pi: u32,
@@ -148,25 +150,37 @@ impl std::ops::DerefMut for Rig {
     }
 }
 
-/// Creates a QP/CQ/MR on `hca` and brings the QP to RTS connected to itself.
-fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid) -> Pair {
+/// Creates a QP/CQ/MR on `hca` (and an SRQ of 1024 WQEs the QP receives from, if
+/// `with_srq`) and brings the QP to RTS connected to itself.
+fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid, with_srq: bool) -> Pair {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(4095).unwrap();
     let mr = hca
         .alloc_mr(&pd, 1 << 16, AccessFlags::LOCAL_WRITE)
         .unwrap();
+    let srq = with_srq.then(|| {
+        hca.create_srq(
+            &pd,
+            SrqInitAttr {
+                max_wr: 1023,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap()
+    });
     let qp = hca
         .create_qp::<Rc>(
             &pd,
             &QpInitAttr {
                 send_cq: &cq,
                 recv_cq: &cq,
-                srq: None,
+                srq: srq.as_ref(),
                 cap: QpCaps {
                     max_send_wr: 512,
-                    max_recv_wr: 1024,
+                    max_recv_wr: if with_srq { 0 } else { 1024 },
                     max_send_sge: 1,
-                    max_recv_sge: 1,
+                    max_recv_sge: if with_srq { 0 } else { 1 },
                     max_inline_data: 64,
                 },
             },
@@ -209,6 +223,7 @@ fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid) -> Pa
         cq,
         qp,
         mr,
+        srq,
         cq_iova,
         cq_log,
         cq_pi: 0,
@@ -217,6 +232,15 @@ fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid) -> Pa
 
 impl Rig {
     fn new() -> Rig {
+        Rig::make(false)
+    }
+
+    /// A rig whose QP receives from an SRQ.
+    fn with_srq() -> Rig {
+        Rig::make(true)
+    }
+
+    fn make(with_srq: bool) -> Rig {
         let dev = MockHca::new(MockConfig {
             port_type: LinkLayer::Ethernet,
             clock: ClockMode::Virtual,
@@ -239,7 +263,7 @@ impl Rig {
         let mac = uhca_driver::addr::Mac([2, 0, 0, 0, 0, 1]);
         let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 0, 1));
         let gid = hca.add_roce_gid(1, 0, ip, mac, None).expect("a RoCE GID");
-        let main = make_pair(&dev, &mut hca, gid);
+        let main = make_pair(&dev, &mut hca, gid, with_srq);
         p.on.store(true, Ordering::SeqCst);
         Rig { p, hca, gid, main }
     }
@@ -247,7 +271,7 @@ impl Rig {
     /// Another QP/CQ/MR on the same HCA (commands go to the model meanwhile).
     fn pair(&mut self) -> Pair {
         self.p.on.store(false, Ordering::SeqCst);
-        let pair = make_pair(&self.main.dev, &mut self.hca, self.gid);
+        let pair = make_pair(&self.main.dev, &mut self.hca, self.gid, false);
         self.p.on.store(true, Ordering::SeqCst);
         pair
     }
@@ -279,6 +303,21 @@ impl Pair {
         c.wqe_counter.set(counter);
         c.byte_cnt.set(64);
         self.cqe(c, CqeOpcode::RespSend);
+    }
+
+    /// A responder CQE of `opcode` for the receive WQE at `counter` (of the RQ or the SRQ),
+    /// as libmlx5's harness writes it: 64 bytes, the immediate for the `*Imm` opcodes, the
+    /// sender's LID 1, no GRH.
+    fn resp_of(&mut self, counter: u16, opcode: CqeOpcode) {
+        let mut c = Cqe64::new_zeroed();
+        c.sop_drop_qpn.set(self.qp.qpn());
+        c.wqe_counter.set(counter);
+        c.byte_cnt.set(64);
+        c.slid.set(1);
+        if opcode != CqeOpcode::RespSend {
+            c.immediate.set(IMM_DATA);
+        }
+        self.cqe(c, opcode);
     }
 
     fn sq_producer(&self) -> u32 {
@@ -474,6 +513,149 @@ impl Case for EmptyPollCase {
     }
 }
 
+/// The immediate of the receive CQEs with immediate.
+const IMM_DATA: u32 = 0x1234_5678;
+
+/// The order an SRQ hands out its WQEs (uhca's and rdma-core's free list: the next WQE to
+/// post first, one WQE kept spare, a completed WQE linked after the last), so the
+/// benchmark's CQEs name the WQEs the posts took.
+struct SrqOrder(std::collections::VecDeque<u16>);
+
+impl SrqOrder {
+    fn new(srq: &Srq<P>) -> SrqOrder {
+        SrqOrder((0..1u32 << srq.log_size()).map(|i| i as u16).collect())
+    }
+    /// The WQE the next post takes.
+    fn take(&mut self) -> u16 {
+        assert!(self.0.len() > 1, "the SRQ keeps one WQE spare");
+        self.0.pop_front().expect("a free WQE")
+    }
+    /// A WQE completed.
+    fn give_back(&mut self, index: u16) {
+        self.0.push_back(index);
+    }
+}
+
+/// poll, 16 per call, 256 receive CQEs of `opcode` per chunk; `prepare` posts 256 receives
+/// (32 per call, on the QP's RQ or on its SRQ) and writes their CQEs.
+struct RecvPollCase {
+    rig: Rig,
+    sge: [Sge; 1],
+    opcode: CqeOpcode,
+    /// The RQ's next WQE counter; unused with an SRQ.
+    counter: u16,
+    order: Option<SrqOrder>,
+    wc: [WorkCompletion; 16],
+}
+
+impl RecvPollCase {
+    fn new(with_srq: bool, opcode: CqeOpcode) -> RecvPollCase {
+        let rig = if with_srq {
+            Rig::with_srq()
+        } else {
+            Rig::new()
+        };
+        let sge = sge_of(&rig);
+        let order = rig.srq.as_ref().map(SrqOrder::new);
+        RecvPollCase {
+            rig,
+            sge,
+            opcode,
+            counter: 0,
+            order,
+            wc: [WorkCompletion::default(); 16],
+        }
+    }
+}
+
+impl Case for RecvPollCase {
+    fn chunk(&self) -> u64 {
+        256
+    }
+
+    fn prepare(&mut self) {
+        let wrs: [RecvWr<'_>; 32] = std::array::from_fn(|i| RecvWr {
+            wr_id: i as u64,
+            sg_list: &self.sge,
+        });
+        for _ in 0..256 / 32 {
+            match self.rig.main.srq.as_mut() {
+                Some(srq) => srq.post_recv(&wrs).unwrap(),
+                None => self.rig.main.qp.post_recv(&wrs).unwrap(),
+            }
+        }
+        for _ in 0..256 {
+            let counter = match self.order.as_mut() {
+                Some(o) => {
+                    let at = o.take();
+                    // Given back when its CQE is polled, in this order.
+                    o.give_back(at);
+                    at
+                }
+                None => {
+                    self.counter = self.counter.wrapping_add(1);
+                    self.counter.wrapping_sub(1)
+                }
+            };
+            self.rig.resp_of(counter, self.opcode);
+        }
+    }
+
+    fn run(&mut self) {
+        for _ in 0..256 / 16 {
+            let n = self
+                .rig
+                .cq
+                .poll(std::hint::black_box(&mut self.wc))
+                .unwrap();
+            debug_assert_eq!(n, 16);
+        }
+    }
+}
+
+/// post_recv on an SRQ, 32 per call, 512 per chunk; `prepare` completes them (512
+/// responder CQEs, polled).
+struct SrqRecvCase {
+    rig: Rig,
+    sge: [Sge; 1],
+    order: SrqOrder,
+    posted: bool,
+}
+
+impl Case for SrqRecvCase {
+    fn chunk(&self) -> u64 {
+        512
+    }
+
+    fn prepare(&mut self) {
+        if !self.posted {
+            return;
+        }
+        let mut wc = [WorkCompletion::default(); 32];
+        for _ in 0..512 / 32 {
+            for _ in 0..32 {
+                let at = self.order.take();
+                self.rig.resp_of(at, CqeOpcode::RespSend);
+                self.order.give_back(at);
+            }
+            assert_eq!(self.rig.cq.poll(&mut wc).unwrap(), 32);
+        }
+        self.posted = false;
+    }
+
+    fn run(&mut self) {
+        let wrs: [RecvWr<'_>; 32] = std::array::from_fn(|i| RecvWr {
+            wr_id: i as u64,
+            sg_list: &self.sge,
+        });
+        let srq = self.rig.main.srq.as_mut().expect("an SRQ");
+        for _ in 0..512 / 32 {
+            srq.post_recv(std::hint::black_box(&wrs)).unwrap();
+        }
+        self.posted = true;
+    }
+}
+
 fn sge_of(rig: &Rig) -> [Sge; 1] {
     [Sge {
         addr: rig.mr.iova(),
@@ -542,6 +724,32 @@ pub fn measure(
                     },
                     opts,
                 )
+            }
+            "srq_recv_sge_32" => {
+                let rig = Rig::with_srq();
+                let sge = sge_of(&rig);
+                let order = SrqOrder::new(rig.srq.as_ref().expect("an SRQ"));
+                callgrind::measure(
+                    &id,
+                    &mut SrqRecvCase {
+                        rig,
+                        sge,
+                        order,
+                        posted: false,
+                    },
+                    opts,
+                )
+            }
+            _ if name.starts_with("poll_recv_16_") => {
+                let with_srq = name.contains("_srq_");
+                let opcode = if name.ends_with("_send") {
+                    CqeOpcode::RespSend
+                } else if name.ends_with("_send_imm") {
+                    CqeOpcode::RespSendImm
+                } else {
+                    CqeOpcode::RespWrImm
+                };
+                callgrind::measure(&id, &mut RecvPollCase::new(with_srq, opcode), opts)
             }
             "poll_empty_v1" => callgrind::measure(
                 &id,
