@@ -1,0 +1,418 @@
+//! The devices and their object tables, without the C ABI: bring-up on first open, the
+//! queries the verbs answer from, and PDs and CQs by handle.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Mutex;
+
+use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr};
+use uhca_driver::{Hca, HcaConfig};
+use uhca_hal::{PciConfig, Platform};
+use uhca_mock::fabric::PumpHandle;
+use uhca_mock::{Fabric, MockConfig, MockHca, MockPlatform};
+
+use crate::config::{DeviceKind, DeviceSpec};
+
+/// A verb's failure: the errno it returns (or sets) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerbsError {
+    /// The errno value (`libc::EINVAL`, ...).
+    pub errno: i32,
+    /// What went wrong.
+    pub msg: String,
+}
+
+impl VerbsError {
+    /// A failure with `errno`.
+    pub fn new(errno: i32, msg: impl Into<String>) -> Self {
+        Self {
+            errno,
+            msg: msg.into(),
+        }
+    }
+
+    fn driver(what: &str, e: impl fmt::Debug) -> Self {
+        Self::new(libc::EIO, format!("{what}: {e:?}"))
+    }
+}
+
+impl fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (errno {})", self.msg, self.errno)
+    }
+}
+
+impl std::error::Error for VerbsError {}
+
+/// A result of a verb.
+pub type VResult<T> = Result<T, VerbsError>;
+
+/// What `ibv_query_device` reports, gathered from the driver.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Firmware version.
+    pub fw_version: (u16, u16, u16),
+    /// Node GUID (host order).
+    pub node_guid: u64,
+    /// System image GUID (host order).
+    pub sys_image_guid: u64,
+    /// PCI vendor ID.
+    pub vendor_id: u16,
+    /// PCI device ID.
+    pub vendor_part_id: u16,
+    /// The driver's device limits.
+    pub caps: uhca_driver::caps::DeviceCaps,
+    /// log2 of the largest MR.
+    pub log_max_mr_size: u8,
+    /// Scatter/gather entries every QP type offers.
+    pub max_sge: u32,
+}
+
+/// The mock behind a `mock:NAME=udp:IP` device: the fabric with its UDP uplink and pump.
+struct MockHw {
+    hca: Hca<MockPlatform>,
+    // Dropped after the HCA: the pump stops, then the model and the fabric go.
+    _pump: PumpHandle,
+    _dev: MockHca,
+    _fabric: Fabric,
+}
+
+/// An open device: the HCA and the objects the application holds on it.
+pub struct Open {
+    users: usize,
+    hw: MockHw,
+    next_handle: u32,
+    pds: HashMap<u32, Pd>,
+    cqs: HashMap<u32, Cq<MockPlatform>>,
+}
+
+/// One configured device.
+pub struct Device {
+    spec: DeviceSpec,
+    open: Mutex<Option<Open>>,
+}
+
+fn mock_config(ip: Ipv4Addr) -> MockConfig {
+    MockConfig {
+        port_type: uhca_mock::LinkLayer::Ethernet,
+        mac: DeviceSpec::mock_mac(ip),
+        ..MockConfig::default()
+    }
+}
+
+impl Device {
+    /// A device for `spec`, not yet brought up.
+    pub fn new(spec: DeviceSpec) -> Self {
+        Self {
+            spec,
+            open: Mutex::new(None),
+        }
+    }
+
+    /// Its configuration.
+    pub fn spec(&self) -> &DeviceSpec {
+        &self.spec
+    }
+
+    /// The node GUID (host order) without bringing the device up: a mock's follows from its
+    /// MAC address; a VFIO function's is known only once open (0 before).
+    pub fn node_guid(&self) -> u64 {
+        match &self.spec.kind {
+            DeviceKind::MockUdp { ip } => mock_config(*ip).node_guid(),
+            DeviceKind::Vfio { .. } => self
+                .with(|o| o.hw.hca.query_port(1).map(|p| p.node_guid).unwrap_or(0))
+                .unwrap_or(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Open>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens the device (brings it up on the first open).
+    ///
+    /// # Errors
+    ///
+    /// A VFIO device (not in this slice: ENOSYS), or a failed bring-up or UDP bind.
+    pub fn open(&self) -> VResult<()> {
+        let mut g = self.lock();
+        if let Some(o) = g.as_mut() {
+            o.users += 1;
+            return Ok(());
+        }
+        let ip = match &self.spec.kind {
+            DeviceKind::MockUdp { ip } => *ip,
+            DeviceKind::Vfio { bdf } => {
+                return Err(VerbsError::new(
+                    libc::ENOSYS,
+                    format!("VFIO devices ({bdf}) are listed but cannot be opened yet"),
+                ));
+            }
+        };
+        let cfg = mock_config(ip);
+        let mac = cfg.mac;
+        let fabric = Fabric::ethernet();
+        let dev = MockHca::new(cfg);
+        let hcfg = HcaConfig {
+            fw_pre_init_timeout_ns: 5_000_000_000,
+            cmd_timeout_ns: 5_000_000_000,
+            ..HcaConfig::default()
+        };
+        let mut hca =
+            Hca::open_with(dev.platform(), hcfg).map_err(|e| VerbsError::driver("bring-up", e))?;
+        fabric.attach(&dev);
+        let up = (|| {
+            hca.add_roce_gid(1, 0, IpAddr::V4(ip), uhca_driver::addr::Mac(mac), None)
+                .map_err(|e| VerbsError::driver("installing the RoCEv2 GID", e))?;
+            fabric.attach_udp(&dev, ip).map_err(|e| {
+                VerbsError::new(
+                    libc::EADDRINUSE,
+                    format!("binding UDP {ip}:{}: {e}", crate::config::ROCE_UDP_PORT),
+                )
+            })
+        })();
+        if let Err(e) = up {
+            let _ = hca.close();
+            return Err(e);
+        }
+        let pump = fabric.start_pump(20);
+        *g = Some(Open {
+            users: 1,
+            hw: MockHw {
+                hca,
+                _pump: pump,
+                _dev: dev,
+                _fabric: fabric,
+            },
+            next_handle: 1,
+            pds: HashMap::new(),
+            cqs: HashMap::new(),
+        });
+        Ok(())
+    }
+
+    /// Closes one open; the last one destroys what is left and closes the HCA.
+    ///
+    /// # Errors
+    ///
+    /// EINVAL if the device is not open; EIO if the teardown failed.
+    pub fn close(&self) -> VResult<()> {
+        let mut g = self.lock();
+        let o = g
+            .as_mut()
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, "device not open"))?;
+        o.users -= 1;
+        if o.users > 0 {
+            return Ok(());
+        }
+        let mut o = g.take().expect("open");
+        for (_, cq) in o.cqs.drain() {
+            let _ = cq.destroy(&mut o.hw.hca);
+        }
+        for (_, pd) in o.pds.drain() {
+            let _ = pd.destroy(&mut o.hw.hca);
+        }
+        let MockHw { hca, .. } = o.hw;
+        hca.close().map_err(|e| VerbsError::driver("close", e))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Open) -> R) -> VResult<R> {
+        let mut g = self.lock();
+        let o = g
+            .as_mut()
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, "device not open"))?;
+        Ok(f(o))
+    }
+
+    /// `ibv_query_device`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or a failed query.
+    pub fn query_device(&self) -> VResult<DeviceInfo> {
+        self.with(|o| {
+            let hca = &mut o.hw.hca;
+            let vendor_id = hca
+                .platform()
+                .config_read16(0)
+                .map_err(|e| VerbsError::driver("config read", e))?;
+            let vendor_part_id = hca
+                .platform()
+                .config_read16(2)
+                .map_err(|e| VerbsError::driver("config read", e))?;
+            let p = hca
+                .query_port(1)
+                .map_err(|e| VerbsError::driver("query port", e))?;
+            let caps = *hca.caps();
+            // Send SGEs of an RC WQE (control, remote address and atomic segments first),
+            // receive SGEs of a receive WQE: the smaller is what every QP type offers.
+            let send_desc = (caps.max_send_wqe_bytes as usize).min(63 * 16);
+            let max_sge = (send_desc.saturating_sub(48) / 16)
+                .min(caps.max_recv_wqe_bytes as usize / 16) as u32;
+            Ok(DeviceInfo {
+                fw_version: hca.info().fw_version,
+                node_guid: p.node_guid,
+                sys_image_guid: p.system_image_guid,
+                vendor_id,
+                vendor_part_id,
+                caps,
+                log_max_mr_size: hca.hca_cap().log_max_mrw_sz(),
+                max_sge,
+            })
+        })?
+    }
+
+    /// `ibv_query_port`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or no such port.
+    pub fn query_port(&self, port: u8) -> VResult<PortAttr> {
+        self.with(|o| {
+            let n = o.hw.hca.caps().num_ports;
+            if port == 0 || port > n {
+                return Err(VerbsError::new(libc::EINVAL, format!("no port {port}")));
+            }
+            o.hw.hca
+                .query_port(port)
+                .map_err(|e| VerbsError::driver("query port", e))
+        })?
+    }
+
+    /// `ibv_query_gid`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, no such port or index.
+    pub fn query_gid(&self, port: u8, index: u32) -> VResult<GidEntry> {
+        let p = self.query_port(port)?;
+        if index >= p.gid_table_len {
+            return Err(VerbsError::new(
+                libc::EINVAL,
+                format!("no GID index {index}"),
+            ));
+        }
+        self.with(|o| {
+            o.hw.hca
+                .query_gid(port, index as u16)
+                .map_err(|e| VerbsError::driver("query GID", e))
+        })?
+    }
+
+    /// `ibv_query_pkey`: the P_Key at `index` (host order).
+    ///
+    /// # Errors
+    ///
+    /// Not open, no such port or index; EOPNOTSUPP on an InfiniBand port (the driver has no
+    /// P_Key table query yet).
+    pub fn query_pkey(&self, port: u8, index: u16) -> VResult<u16> {
+        let p = self.query_port(port)?;
+        if u32::from(index) >= p.pkey_table_len {
+            return Err(VerbsError::new(
+                libc::EINVAL,
+                format!("no P_Key index {index}"),
+            ));
+        }
+        match p.link_layer {
+            // A RoCE port has the default P_Key only.
+            uhca_driver::caps::LinkLayer::Ethernet if index == 0 => Ok(0xffff),
+            _ => Err(VerbsError::new(
+                libc::EOPNOTSUPP,
+                "P_Key table query on an InfiniBand port",
+            )),
+        }
+    }
+
+    /// `ibv_alloc_pd`: the new PD's handle.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or the driver's failure.
+    pub fn alloc_pd(&self) -> VResult<u32> {
+        self.with(|o| {
+            let pd =
+                o.hw.hca
+                    .alloc_pd()
+                    .map_err(|e| VerbsError::driver("alloc PD", e))?;
+            let h = o.next_handle;
+            o.next_handle = o.next_handle.wrapping_add(1).max(1);
+            o.pds.insert(h, pd);
+            Ok(h)
+        })?
+    }
+
+    /// `ibv_dealloc_pd`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, or the driver's failure (EBUSY while objects use it:
+    /// the PD stays).
+    pub fn dealloc_pd(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let pd = o
+                .pds
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown PD"))?;
+            pd.destroy(&mut o.hw.hca).map_err(|f| {
+                o.pds.insert(handle, f.object);
+                VerbsError::new(libc::EBUSY, format!("dealloc PD: {:?}", f.error))
+            })
+        })?
+    }
+
+    /// `ibv_create_cq`: the handle and the number of entries it holds.
+    ///
+    /// # Errors
+    ///
+    /// Not open, a depth out of range, or the driver's failure.
+    pub fn create_cq(&self, cqe: u32) -> VResult<(u32, u32)> {
+        self.with(|o| {
+            if cqe == 0 || cqe > o.hw.hca.caps().max_cqe.saturating_sub(1) {
+                return Err(VerbsError::new(libc::EINVAL, format!("{cqe} CQ entries")));
+            }
+            let cq =
+                o.hw.hca
+                    .create_cq(cqe)
+                    .map_err(|e| VerbsError::driver("create CQ", e))?;
+            let n = cq.cqe();
+            let h = o.next_handle;
+            o.next_handle = o.next_handle.wrapping_add(1).max(1);
+            o.cqs.insert(h, cq);
+            Ok((h, n))
+        })?
+    }
+
+    /// `ibv_destroy_cq`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, or the driver's failure (the CQ stays).
+    pub fn destroy_cq(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let cq = o
+                .cqs
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown CQ"))?;
+            cq.destroy(&mut o.hw.hca).map_err(|f| {
+                o.cqs.insert(handle, f.object);
+                VerbsError::new(libc::EBUSY, format!("destroy CQ: {:?}", f.error))
+            })
+        })?
+    }
+
+    /// How many PDs and CQs the application holds (for tests).
+    pub fn object_counts(&self) -> (usize, usize) {
+        self.with(|o| (o.pds.len(), o.cqs.len())).unwrap_or((0, 0))
+    }
+}
+
+/// The platform's type, named for the C layer.
+pub type MockP = MockPlatform;
+
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Device>();
+    fn plat<P: Platform + Clone>() {}
+    plat::<MockP>();
+};

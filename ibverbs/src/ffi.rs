@@ -1,0 +1,741 @@
+//! The C ABI: the exported verbs, each carried by a trampoline with its rdma-core version
+//! (`export!`), and the only `unsafe` of the crate. Every function here checks its pointers
+//! against what this library handed out where it can, converts, and calls [`crate::device`].
+
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::ptr;
+use std::sync::OnceLock;
+
+use uhca_driver::caps::LinkLayer;
+use uhca_driver::verbs::GidType;
+
+use crate::abi::*;
+use crate::config::{self, DeviceKind};
+use crate::device::{Device, VerbsError};
+
+/// Exports `$f` as `$sym@@$ver`: a global trampoline (a jump to the Rust function) that
+/// carries the version through `.symver`; the version script (build.rs) declares the nodes
+/// and localizes every other name.
+macro_rules! export {
+    ($sym:literal @ $ver:literal => $f:path) => {
+        core::arch::global_asm!(
+            ".pushsection .text",
+            ".p2align 4",
+            concat!(".globl uhca_export_", $sym),
+            concat!(".type uhca_export_", $sym, ",@function"),
+            concat!("uhca_export_", $sym, ":"),
+            "jmp {f}@PLT",
+            concat!(".size uhca_export_", $sym, ", . - uhca_export_", $sym),
+            concat!(".symver uhca_export_", $sym, ", ", $sym, "@@", $ver),
+            ".popsection",
+            f = sym $f,
+        );
+    };
+}
+
+/// One configured device: the core's and the `struct ibv_device` handed out for it.
+struct Entry {
+    dev: Device,
+    c: Box<IbvDevice>,
+}
+
+fn registry() -> &'static [Entry] {
+    static REG: OnceLock<Vec<Entry>> = OnceLock::new();
+    REG.get_or_init(|| {
+        let specs = match std::env::var(config::ENV) {
+            Err(_) => {
+                eprintln!("{}", config::HINT);
+                Vec::new()
+            }
+            Ok(v) => match config::parse(&v) {
+                Ok(s) if s.is_empty() => {
+                    eprintln!("{}", config::HINT);
+                    s
+                }
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("uhca libibverbs: {e}; no devices offered");
+                    Vec::new()
+                }
+            },
+        };
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let mut c = Box::new(IbvDevice {
+                    ops: DeviceOps {
+                        dummy1: 0,
+                        dummy2: 0,
+                    },
+                    node_type: NODE_CA,
+                    transport_type: TRANSPORT_IB,
+                    name: [0; SYSFS_NAME_MAX],
+                    dev_name: [0; SYSFS_NAME_MAX],
+                    dev_path: [0; SYSFS_PATH_MAX],
+                    ibdev_path: [0; SYSFS_PATH_MAX],
+                });
+                put_str(&mut c.name, &spec.name);
+                put_str(&mut c.dev_name, &format!("uverbs{i}"));
+                put_str(
+                    &mut c.dev_path,
+                    &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                );
+                put_str(
+                    &mut c.ibdev_path,
+                    &format!("/sys/class/infiniband/{}", spec.name),
+                );
+                Entry {
+                    dev: Device::new(spec),
+                    c,
+                }
+            })
+            .collect()
+    })
+}
+
+fn put_str(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len() - 1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+    dst[n] = 0;
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Prints a failure once on stderr (as a provider's debug output would) when
+/// `UHCA_VERBS_DEBUG` is set, and returns its errno.
+fn report(e: &VerbsError) -> c_int {
+    if std::env::var_os("UHCA_VERBS_DEBUG").is_some() {
+        eprintln!("uhca libibverbs: {e}");
+    }
+    e.errno
+}
+
+fn entry_of(dev: *const IbvDevice) -> Option<&'static Entry> {
+    registry().iter().find(|e| ptr::eq(&*e.c, dev))
+}
+
+/// What `ibv_open_device` allocates: the `struct ibv_context` first, then which device.
+#[repr(C)]
+struct Ctx {
+    ibv: IbvContext,
+    entry: &'static Entry,
+}
+
+/// A PD: the `struct ibv_pd`, then the device.
+#[repr(C)]
+struct CPd {
+    ibv: IbvPd,
+    entry: &'static Entry,
+}
+
+/// A CQ: the `struct ibv_cq`, then the device.
+#[repr(C)]
+struct CCq {
+    ibv: IbvCq,
+    entry: &'static Entry,
+}
+
+/// The device of a context this library made.
+///
+/// # Safety
+///
+/// `ctx` is null or a context from `ibv_open_device` not yet closed.
+unsafe fn ctx_entry(ctx: *mut IbvContext) -> Option<&'static Entry> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: by the contract, a non-null ctx is the first field of a live Ctx.
+    Some(unsafe { (*(ctx as *mut Ctx)).entry })
+}
+
+// ---- The device list --------------------------------------------------------------
+
+export!("ibv_get_device_list" @ "IBVERBS_1.1" => get_device_list);
+unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut IbvDevice {
+    let reg = registry();
+    let mut v: Vec<*mut IbvDevice> = reg
+        .iter()
+        .map(|e| &*e.c as *const IbvDevice as *mut IbvDevice)
+        .collect();
+    let n = v.len();
+    v.push(ptr::null_mut());
+    if !num.is_null() {
+        // SAFETY: the caller passes a writable int or NULL.
+        unsafe { *num = n as c_int };
+    }
+    Box::into_raw(v.into_boxed_slice()) as *mut *mut IbvDevice
+}
+
+export!("ibv_free_device_list" @ "IBVERBS_1.1" => free_device_list);
+unsafe extern "C" fn free_device_list(list: *mut *mut IbvDevice) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: the list came from get_device_list: NULL-terminated.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: it was a boxed slice of n + 1 pointers, handed back once.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+export!("ibv_get_device_name" @ "IBVERBS_1.1" => get_device_name);
+unsafe extern "C" fn get_device_name(dev: *mut IbvDevice) -> *const c_char {
+    match entry_of(dev) {
+        Some(e) => e.c.name.as_ptr(),
+        None => {
+            set_errno(libc::EINVAL);
+            ptr::null()
+        }
+    }
+}
+
+export!("ibv_get_device_guid" @ "IBVERBS_1.1" => get_device_guid);
+unsafe extern "C" fn get_device_guid(dev: *mut IbvDevice) -> u64 {
+    match entry_of(dev) {
+        Some(e) => e.dev.node_guid().to_be(),
+        None => {
+            set_errno(libc::EINVAL);
+            0
+        }
+    }
+}
+
+// ---- Contexts ---------------------------------------------------------------------
+
+unsafe extern "C" fn alloc_mw(_pd: *mut IbvPd, _t: c_int) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+unsafe extern "C" fn bind_mw(_qp: *mut c_void, _mw: *mut c_void, _b: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+unsafe extern "C" fn dealloc_mw(_mw: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+/// No QP can be created yet, so no CQ of this library ever holds a completion: a poll of a
+/// CQ this library made finds none; anything else is refused.
+unsafe extern "C" fn poll_cq(cq: *mut IbvCq, _n: c_int, _wc: *mut c_void) -> c_int {
+    if cq.is_null() {
+        return -libc::EINVAL;
+    }
+    0
+}
+unsafe extern "C" fn req_notify_cq(_cq: *mut IbvCq, _solicited: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+unsafe extern "C" fn post_unsupported(
+    _q: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller passes a writable pointer or NULL.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_open_device" @ "IBVERBS_1.1" => open_device);
+unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
+    let Some(entry) = entry_of(dev) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    if let Err(e) = entry.dev.open() {
+        eprintln!("uhca libibverbs: {}: {e}", entry.dev.spec().name);
+        set_errno(e.errno);
+        return ptr::null_mut();
+    }
+    let ops = IbvContextOps {
+        compat0: [ptr::null_mut(); 7],
+        alloc_mw: Some(alloc_mw),
+        bind_mw: Some(bind_mw),
+        dealloc_mw: Some(dealloc_mw),
+        compat1: ptr::null_mut(),
+        poll_cq: Some(poll_cq),
+        req_notify_cq: Some(req_notify_cq),
+        compat2: [ptr::null_mut(); 7],
+        post_srq_recv: Some(post_unsupported),
+        compat3: [ptr::null_mut(); 4],
+        post_send: Some(post_unsupported),
+        post_recv: Some(post_unsupported),
+        compat4: [ptr::null_mut(); 5],
+    };
+    let ctx = Box::new(Ctx {
+        ibv: IbvContext {
+            device: dev,
+            ops,
+            cmd_fd: -1,
+            async_fd: -1,
+            num_comp_vectors: 1,
+            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+            abi_compat: ptr::null_mut(),
+        },
+        entry,
+    });
+    Box::into_raw(ctx) as *mut IbvContext
+}
+
+export!("ibv_close_device" @ "IBVERBS_1.1" => close_device);
+unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
+    if ctx.is_null() {
+        return -1;
+    }
+    // SAFETY: a context from open_device, closed once (the caller's contract).
+    let ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
+    match ctx.entry.dev.close() {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(report(&e));
+            -1
+        }
+    }
+}
+
+// ---- Queries ----------------------------------------------------------------------
+
+export!("ibv_query_device" @ "IBVERBS_1.1" => query_device);
+unsafe extern "C" fn query_device(ctx: *mut IbvContext, attr: *mut IbvDeviceAttr) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    let d = match entry.dev.query_device() {
+        Ok(d) => d,
+        Err(e) => return report(&e),
+    };
+    let c = &d.caps;
+    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
+    // SAFETY: attr points to a writable struct ibv_device_attr (the caller's contract);
+    // every field is plain data, so zeroing first is a valid value.
+    let a = unsafe {
+        ptr::write_bytes(attr, 0, 1);
+        &mut *attr
+    };
+    put_str(
+        &mut a.fw_ver,
+        &format!("{}.{}.{}", d.fw_version.0, d.fw_version.1, d.fw_version.2),
+    );
+    a.node_guid = d.node_guid.to_be();
+    a.sys_image_guid = d.sys_image_guid.to_be();
+    a.max_mr_size = if d.log_max_mr_size >= 64 {
+        u64::MAX
+    } else {
+        1u64 << d.log_max_mr_size
+    };
+    a.page_size_cap = 4096;
+    a.vendor_id = u32::from(d.vendor_id);
+    a.vendor_part_id = u32::from(d.vendor_part_id);
+    a.max_qp = i(c.max_qp);
+    a.max_qp_wr = i(c.max_qp_wr);
+    a.device_cap_flags = DEVICE_RC_RNR_NAK_GEN | DEVICE_PORT_ACTIVE_EVENT;
+    a.max_sge = i(d.max_sge);
+    a.max_sge_rd = i(d.max_sge);
+    a.max_cq = i(c.max_cq);
+    a.max_cqe = i(c.max_cqe.saturating_sub(1));
+    a.max_mr = i(c.max_mr);
+    a.max_pd = i(c.max_pd);
+    a.max_qp_rd_atom = i(c.max_qp_rd_atom);
+    a.max_res_rd_atom = i(c.max_qp_rd_atom.saturating_mul(c.max_qp));
+    a.max_qp_init_rd_atom = i(c.max_qp_init_rd_atom);
+    a.atomic_cap = if c.atomic { ATOMIC_HCA } else { 0 };
+    a.max_srq = i(c.max_srq);
+    a.max_srq_wr = i(c.max_srq_wr.saturating_sub(1));
+    a.max_srq_sge = i((u32::from(c.max_recv_wqe_bytes) / 16).saturating_sub(1));
+    a.max_pkeys = c.pkey_table_len.min(u16::MAX as u32) as u16;
+    a.phys_port_cnt = c.num_ports;
+    0
+}
+
+export!("ibv_query_port" @ "IBVERBS_1.1" => query_port);
+/// The exported compat `ibv_query_port`: fills `struct _compat_ibv_port_attr` (the first
+/// 48 bytes); the inline `ibv_query_port` of `verbs.h` zeroes the rest first.
+unsafe extern "C" fn query_port(ctx: *mut IbvContext, port: u8, out: *mut c_void) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if out.is_null() {
+        return libc::EINVAL;
+    }
+    let p = match entry.dev.query_port(port) {
+        Ok(p) => p,
+        Err(e) => return report(&e),
+    };
+    let caps_max_msg = entry
+        .dev
+        .query_device()
+        .map(|d| d.caps.max_msg_sz)
+        .unwrap_or(1 << 30);
+    let mtu = |m: uhca_fwif::consts::IbMtu| c_int::from(m.raw());
+    let a = IbvPortAttr {
+        state: c_int::from(p.state.raw()),
+        max_mtu: mtu(p.max_mtu),
+        active_mtu: mtu(p.active_mtu),
+        gid_tbl_len: p.gid_table_len.min(i32::MAX as u32) as c_int,
+        port_cap_flags: if p.link_layer == LinkLayer::Ethernet {
+            PORT_CM_SUP
+        } else {
+            0
+        },
+        max_msg_sz: caps_max_msg.min(u64::from(u32::MAX)) as u32,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: p.pkey_table_len.min(u16::MAX as u32) as u16,
+        lid: p.lid,
+        sm_lid: p.sm_lid,
+        lmc: p.lmc,
+        max_vl_num: 1,
+        sm_sl: p.sm_sl,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        // 4X, 25 Gb/s (EDR): what the model's link is not modelled as; reported as a
+        // plausible ConnectX link.
+        active_width: 2,
+        active_speed: 32,
+        phys_state: p.phys_state.raw(),
+        link_layer: if p.link_layer == LinkLayer::Ethernet {
+            LINK_LAYER_ETHERNET
+        } else {
+            LINK_LAYER_INFINIBAND
+        },
+        flags: 0,
+        port_cap_flags2: 0,
+    };
+    // SAFETY: out points to at least COMPAT_PORT_ATTR_LEN writable bytes (the compat
+    // struct's size), and a is a plain struct of at least that size.
+    unsafe {
+        ptr::copy_nonoverlapping(
+            &a as *const IbvPortAttr as *const u8,
+            out as *mut u8,
+            COMPAT_PORT_ATTR_LEN,
+        )
+    };
+    0
+}
+
+export!("ibv_query_gid" @ "IBVERBS_1.1" => query_gid);
+unsafe extern "C" fn query_gid(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: c_int,
+    gid: *mut IbvGid,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return -1;
+    };
+    if gid.is_null() || index < 0 {
+        return -1;
+    }
+    match entry.dev.query_gid(port, index as u32) {
+        Ok(g) => {
+            // SAFETY: gid points to a writable union ibv_gid.
+            unsafe { (*gid).raw = g.gid.0 };
+            0
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            -1
+        }
+    }
+}
+
+export!("ibv_query_gid_type" @ "IBVERBS_PRIVATE_34" => query_gid_type);
+/// rdma-core's private `ibv_query_gid_type`: 0 (`IBV_GID_TYPE_SYSFS_IB_ROCE_V1`) for an
+/// InfiniBand or RoCE v1 entry, 1 (`IBV_GID_TYPE_SYSFS_ROCE_V2`) for RoCE v2.
+unsafe extern "C" fn query_gid_type(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: u32,
+    kind: *mut c_int,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if kind.is_null() {
+        return libc::EINVAL;
+    }
+    match entry.dev.query_gid(port, index) {
+        Ok(g) => {
+            let t = match g.kind {
+                GidType::RoceV2Ipv4 | GidType::RoceV2Ipv6 => 1,
+                GidType::Empty => return libc::ENODATA,
+                _ => 0,
+            };
+            // SAFETY: kind points to a writable enum (an int).
+            unsafe { *kind = t };
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_query_pkey" @ "IBVERBS_1.1" => query_pkey);
+unsafe extern "C" fn query_pkey(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return -1;
+    };
+    if pkey.is_null() || !(0..=u16::MAX as c_int).contains(&index) {
+        return -1;
+    }
+    match entry.dev.query_pkey(port, index as u16) {
+        Ok(k) => {
+            // SAFETY: pkey points to a writable __be16.
+            unsafe { *pkey = k.to_be() };
+            0
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            -1
+        }
+    }
+}
+
+export!("ibv_read_sysfs_file" @ "IBVERBS_1.0" => read_sysfs_file);
+/// No sysfs stands behind these devices: every read fails (ENOENT), as for a missing file.
+unsafe extern "C" fn read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    set_errno(libc::ENOENT);
+    -1
+}
+
+// ---- PD and CQ --------------------------------------------------------------------
+
+export!("ibv_alloc_pd" @ "IBVERBS_1.1" => alloc_pd);
+unsafe extern "C" fn alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    match entry.dev.alloc_pd() {
+        Ok(handle) => Box::into_raw(Box::new(CPd {
+            ibv: IbvPd {
+                context: ctx,
+                handle,
+            },
+            entry,
+        })) as *mut IbvPd,
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_dealloc_pd" @ "IBVERBS_1.1" => dealloc_pd);
+unsafe extern "C" fn dealloc_pd(pd: *mut IbvPd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    let p = pd as *mut CPd;
+    // SAFETY: pd came from alloc_pd and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.dealloc_pd(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_create_cq" @ "IBVERBS_1.1" => create_cq);
+unsafe extern "C" fn create_cq(
+    ctx: *mut IbvContext,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut c_void,
+    _comp_vector: c_int,
+) -> *mut IbvCq {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    if !channel.is_null() {
+        // No completion channel can exist yet (ibv_create_comp_channel refuses).
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    if cqe <= 0 {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    match entry.dev.create_cq(cqe as u32) {
+        Ok((handle, n)) => Box::into_raw(Box::new(CCq {
+            ibv: IbvCq {
+                context: ctx,
+                channel,
+                cq_context,
+                handle,
+                cqe: n.min(i32::MAX as u32) as c_int,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            },
+            entry,
+        })) as *mut IbvCq,
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_destroy_cq" @ "IBVERBS_1.1" => destroy_cq);
+unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    let p = cq as *mut CCq;
+    // SAFETY: cq came from create_cq and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.destroy_cq(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+// ---- Not in this slice: refused as rdma-core refuses what a provider lacks -------------
+
+export!("ibv_reg_mr" @ "IBVERBS_1.1" => reg_mr);
+unsafe extern "C" fn reg_mr(
+    _pd: *mut IbvPd,
+    _addr: *mut c_void,
+    _len: usize,
+    _access: c_int,
+) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+
+export!("ibv_dereg_mr" @ "IBVERBS_1.1" => dereg_mr);
+unsafe extern "C" fn dereg_mr(_mr: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
+unsafe extern "C" fn create_qp(_pd: *mut IbvPd, _attr: *mut c_void) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+
+export!("ibv_modify_qp" @ "IBVERBS_1.1" => modify_qp);
+unsafe extern "C" fn modify_qp(_qp: *mut c_void, _attr: *mut c_void, _mask: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_query_qp" @ "IBVERBS_1.1" => query_qp);
+unsafe extern "C" fn query_qp(
+    _qp: *mut c_void,
+    _attr: *mut c_void,
+    _mask: c_int,
+    _init: *mut c_void,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_destroy_qp" @ "IBVERBS_1.1" => destroy_qp);
+unsafe extern "C" fn destroy_qp(_qp: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_qp_to_qp_ex" @ "IBVERBS_1.6" => qp_to_qp_ex);
+/// As rdma-core for a QP not created through `ibv_create_qp_ex`: NULL.
+unsafe extern "C" fn qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
+    ptr::null_mut()
+}
+
+export!("ibv_create_comp_channel" @ "IBVERBS_1.0" => create_comp_channel);
+unsafe extern "C" fn create_comp_channel(_ctx: *mut IbvContext) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+
+export!("ibv_destroy_comp_channel" @ "IBVERBS_1.0" => destroy_comp_channel);
+unsafe extern "C" fn destroy_comp_channel(_ch: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_get_cq_event" @ "IBVERBS_1.1" => get_cq_event);
+unsafe extern "C" fn get_cq_event(
+    _ch: *mut c_void,
+    _cq: *mut *mut IbvCq,
+    _ctx: *mut *mut c_void,
+) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
+export!("ibv_ack_cq_events" @ "IBVERBS_1.1" => ack_cq_events);
+/// No event can have been delivered (`ibv_get_cq_event` refuses), so there is none to
+/// acknowledge.
+unsafe extern "C" fn ack_cq_events(_cq: *mut IbvCq, _n: u32) {}
+
+export!("ibv_wc_status_str" @ "IBVERBS_1.1" => wc_status_str);
+unsafe extern "C" fn wc_status_str(status: c_int) -> *const c_char {
+    const S: [&CStr; 23] = [
+        c"success",
+        c"local length error",
+        c"local QP operation error",
+        c"local EE context operation error",
+        c"local protection error",
+        c"Work Request Flushed Error",
+        c"memory management operation error",
+        c"bad response error",
+        c"local access error",
+        c"remote invalid request error",
+        c"remote access error",
+        c"remote operation error",
+        c"transport retry counter exceeded",
+        c"RNR retry counter exceeded",
+        c"local RDD violation error",
+        c"remote invalid RD request",
+        c"aborted error",
+        c"invalid EE context number",
+        c"invalid EE context state",
+        c"fatal error",
+        c"response timeout error",
+        c"general error",
+        c"TM error",
+    ];
+    usize::try_from(status)
+        .ok()
+        .and_then(|i| S.get(i))
+        .map_or(c"unknown".as_ptr(), |s| s.as_ptr())
+}
+
+const _: () = {
+    // The kinds are all used above; a VFIO entry is offered through the same table.
+    let _ = |k: &DeviceKind| matches!(k, DeviceKind::Vfio { .. });
+};
