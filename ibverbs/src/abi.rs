@@ -287,3 +287,74 @@ mod tests {
         assert_eq!(offset_of!(IbvCq, cqe), 28);
     }
 }
+
+/// [`LAYOUT`] against the installed `<infiniband/verbs.h>`: a C program made from the table
+/// prints each `sizeof`/`offsetof`, compiled with `cc`. Skipped (with a message) without a
+/// compiler or the header, unless `UHCA_REQUIRE_IBVERBS_UTILS=1`.
+#[cfg(test)]
+mod header {
+    use super::LAYOUT;
+    use std::path::Path;
+    use std::process::Command;
+
+    const HEADER: &str = "/usr/include/infiniband/verbs.h";
+
+    fn skip(why: &str) {
+        assert!(
+            std::env::var("UHCA_REQUIRE_IBVERBS_UTILS").as_deref() != Ok("1"),
+            "UHCA_REQUIRE_IBVERBS_UTILS=1 but {why}"
+        );
+        eprintln!("skipped: {why} (install libibverbs-dev and a C compiler)");
+    }
+
+    #[test]
+    fn layouts_match_the_header() {
+        if !Path::new(HEADER).exists() {
+            return skip(&format!("{HEADER} is absent"));
+        }
+        let dir = std::env::temp_dir().join(format!("uhca-ibverbs-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n\
+             int main(void) {\n",
+        );
+        for (s, f, _) in LAYOUT {
+            let t = if *s == "ibv_gid" { "union" } else { "struct" };
+            if f.is_empty() {
+                c += &format!("printf(\"{s} . %zu\\n\", sizeof({t} {s}));\n");
+            } else {
+                c += &format!("printf(\"{s} {f} %zu\\n\", offsetof({t} {s}, {f}));\n");
+            }
+        }
+        c += "return 0;\n}\n";
+        let src = dir.join("layout.c");
+        let exe = dir.join("layout");
+        std::fs::write(&src, c).unwrap();
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let built = match Command::new(&cc).arg(&src).arg("-o").arg(&exe).output() {
+            Ok(o) => o,
+            Err(e) => return skip(&format!("no C compiler ({cc}: {e})")),
+        };
+        assert!(
+            built.status.success(),
+            "{cc} failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let out = Command::new(&exe).output().unwrap();
+        let out = String::from_utf8(out.stdout).unwrap();
+        let mut lines = out.lines();
+        let mut checked = 0;
+        for (s, f, rust) in LAYOUT {
+            let line = lines.next().expect("a line per entry");
+            let mut w = line.split(' ');
+            assert_eq!(w.next(), Some(*s));
+            let field = w.next().unwrap();
+            assert_eq!(field, if f.is_empty() { "." } else { f });
+            let c: usize = w.next().unwrap().parse().unwrap();
+            assert_eq!(c, *rust, "{s}.{field}: C says {c}, Rust {rust}");
+            checked += 1;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("{checked} sizes and offsets match {HEADER}");
+    }
+}

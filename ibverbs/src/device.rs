@@ -416,3 +416,65 @@ const _: fn() = || {
     fn plat<P: Platform + Clone>() {}
     plat::<MockP>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mock_device_over_udp() {
+        // An address of its own, so other tests and programs keep theirs.
+        let ip = Ipv4Addr::new(127, 0, 0, 91);
+        let d = Device::new(DeviceSpec {
+            name: "uhca-t".into(),
+            kind: DeviceKind::MockUdp { ip },
+        });
+        assert_eq!(d.query_device().unwrap_err().errno, libc::EINVAL);
+        let guid = d.node_guid();
+        d.open().unwrap();
+        d.open().unwrap();
+        let info = d.query_device().unwrap();
+        assert_eq!(info.vendor_id, 0x15b3);
+        assert_eq!(info.node_guid, guid);
+        let p = d.query_port(1).unwrap();
+        assert_eq!(p.link_layer, uhca_driver::caps::LinkLayer::Ethernet);
+        assert_eq!(d.query_port(2).unwrap_err().errno, libc::EINVAL);
+        let g = d.query_gid(1, 0).unwrap();
+        assert_eq!(g.gid.0[10..], [0xff, 0xff, 127, 0, 0, 91]);
+        assert_eq!(g.kind, GidTypeAlias::RoceV2Ipv4);
+        assert_eq!(d.query_pkey(1, 0), Ok(0xffff));
+        assert!(d.query_pkey(1, 1).is_err());
+        let pd = d.alloc_pd().unwrap();
+        let (cq, n) = d.create_cq(16).unwrap();
+        assert!(n >= 16);
+        assert_eq!(d.object_counts(), (1, 1));
+        assert_eq!(d.dealloc_pd(pd + 100).unwrap_err().errno, libc::EINVAL);
+        d.destroy_cq(cq).unwrap();
+        d.dealloc_pd(pd).unwrap();
+        assert_eq!(d.destroy_cq(cq).unwrap_err().errno, libc::EINVAL);
+        // The first close keeps the device up for the second opener.
+        d.close().unwrap();
+        assert!(d.query_port(1).is_ok());
+        // Left-over objects go with the last close.
+        d.alloc_pd().unwrap();
+        d.close().unwrap();
+        assert_eq!(d.close().unwrap_err().errno, libc::EINVAL);
+        // And it opens again (the UDP address was let go).
+        d.open().unwrap();
+        d.close().unwrap();
+    }
+
+    #[test]
+    fn vfio_is_listed_but_not_opened() {
+        let d = Device::new(DeviceSpec {
+            name: "v".into(),
+            kind: DeviceKind::Vfio {
+                bdf: "0000:3b:00.0".into(),
+            },
+        });
+        assert_eq!(d.open().unwrap_err().errno, libc::ENOSYS);
+        assert_eq!(d.node_guid(), 0);
+    }
+
+    use uhca_driver::verbs::GidType as GidTypeAlias;
+}
