@@ -214,6 +214,31 @@ pub struct IbvPd {
     pub handle: u32,
 }
 
+/// `struct ibv_mr` (48 bytes).
+#[repr(C)]
+pub struct IbvMr {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `pd`.
+    pub pd: *mut IbvPd,
+    /// `addr`: the application's address of the region.
+    pub addr: *mut c_void,
+    /// `length`.
+    pub length: usize,
+    /// `handle`.
+    pub handle: u32,
+    /// `lkey`.
+    pub lkey: u32,
+    /// `rkey`.
+    pub rkey: u32,
+}
+
+/// `IBV_ACCESS_LOCAL_WRITE` … `IBV_ACCESS_REMOTE_ATOMIC`: the rights uhca's keys carry (the
+/// same bits as the PRM's).
+pub const ACCESS_BASIC: c_int = 0xf;
+/// `IBV_ACCESS_RELAXED_ORDERING` (an optional hint: may be ignored).
+pub const ACCESS_RELAXED_ORDERING: c_int = 1 << 20;
+
 /// `struct ibv_cq` (128 bytes).
 #[repr(C)]
 pub struct IbvCq {
@@ -264,6 +289,7 @@ layout! {
     IbvDeviceAttr => "ibv_device_attr" { fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt }
     IbvPortAttr => "ibv_port_attr" { state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2 }
     IbvPd => "ibv_pd" { context, handle }
+    IbvMr => "ibv_mr" { context, pd, addr, length, handle, lkey, rkey }
     IbvCq => "ibv_cq" { context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed }
     IbvGid => "ibv_gid" { raw }
 }

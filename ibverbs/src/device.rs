@@ -6,8 +6,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
 
-use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr};
+use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, UserMr};
 use uhca_driver::{Hca, HcaConfig};
+use uhca_fwif::consts::AccessFlags;
+use uhca_hal::HostBuf;
 use uhca_hal::{PciConfig, Platform};
 use uhca_mock::fabric::PumpHandle;
 use uhca_mock::{Fabric, MockConfig, MockHca, MockPlatform};
@@ -85,6 +87,27 @@ pub struct Open {
     next_handle: u32,
     pds: HashMap<u32, Pd>,
     cqs: HashMap<u32, Cq<MockPlatform>>,
+    mrs: HashMap<u32, Registered>,
+}
+
+/// A registration of the application's memory: uhca's key over the range, and the
+/// application's address of its first byte (what its SGEs name).
+struct Registered {
+    mr: UserMr<MockPlatform>,
+    pd: u32,
+    va: u64,
+    len: usize,
+}
+
+/// What `ibv_reg_mr` hands back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    /// The MR's handle.
+    pub handle: u32,
+    /// The local key.
+    pub lkey: u32,
+    /// The remote key.
+    pub rkey: u32,
 }
 
 /// One configured device.
@@ -188,6 +211,7 @@ impl Device {
             next_handle: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
+            mrs: HashMap::new(),
         });
         Ok(())
     }
@@ -207,6 +231,12 @@ impl Device {
             return Ok(());
         }
         let mut o = g.take().expect("open");
+        for (_, r) in o.mrs.drain() {
+            // The memory stays the application's: unmapped, never freed (HostBuf::Static).
+            if let Ok(m) = r.mr.destroy(&mut o.hw.hca) {
+                let _ = m.unmap();
+            }
+        }
         for (_, cq) in o.cqs.drain() {
             let _ = cq.destroy(&mut o.hw.hca);
         }
@@ -401,6 +431,114 @@ impl Device {
         })?
     }
 
+    /// `ibv_reg_mr`: registers `buf`, the application's memory at its address `va`, on the
+    /// PD `pd`. Only local rights: a peer would address the region by the application's
+    /// virtual address, and uhca's keys start at the IOVA it maps the range at.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown PD, remote access (EOPNOTSUPP), a buffer that is not 8-byte
+    /// aligned (EINVAL), or the driver's failure.
+    pub fn reg_mr(&self, pd: u32, va: u64, buf: HostBuf, access: AccessFlags) -> VResult<MrKeys> {
+        if access.intersects(
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        ) {
+            return Err(VerbsError::new(
+                libc::EOPNOTSUPP,
+                "remote access to an MR (peers would address it by virtual address)",
+            ));
+        }
+        self.with(|o| {
+            let p = o
+                .pds
+                .get(&pd)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown PD"))?;
+            let mapped =
+                o.hw.hca
+                    .map_host_buf(buf)
+                    .map_err(|f| VerbsError::new(libc::EINVAL, format!("map: {:?}", f.error)))?;
+            let len = uhca_hal::DmaMem::len(&mapped);
+            let mr = match o.hw.hca.reg_user_mr(p, mapped, access) {
+                Ok(mr) => mr,
+                Err(f) => {
+                    if let Some(m) = f.object {
+                        let _ = m.unmap();
+                    }
+                    return Err(VerbsError::driver("register", f.error));
+                }
+            };
+            let keys = MrKeys {
+                handle: o.next_handle,
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            };
+            o.next_handle = o.next_handle.wrapping_add(1).max(1);
+            o.mrs.insert(keys.handle, Registered { mr, pd, va, len });
+            Ok(keys)
+        })?
+    }
+
+    /// `ibv_dereg_mr`: the key goes, the range is unmapped; the memory was and stays the
+    /// application's.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, or the driver's failure (the MR stays).
+    pub fn dereg_mr(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown MR"))?;
+            let Registered { mr, pd, va, len } = r;
+            match mr.destroy(&mut o.hw.hca) {
+                Ok(m) => m
+                    .unmap()
+                    .map(drop)
+                    .map_err(|e| VerbsError::driver("unmap", e)),
+                Err(f) => {
+                    o.mrs.insert(
+                        handle,
+                        Registered {
+                            mr: f.object,
+                            pd,
+                            va,
+                            len,
+                        },
+                    );
+                    Err(VerbsError::new(
+                        libc::EBUSY,
+                        format!("dereg MR: {:?}", f.error),
+                    ))
+                }
+            }
+        })?
+    }
+
+    /// The device address of `len` bytes at the application's address `addr` under `lkey`
+    /// (an SGE of the application turned into uhca's).
+    ///
+    /// # Errors
+    ///
+    /// EINVAL if no MR of that key covers the range.
+    pub fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .values()
+                .find(|r| r.mr.lkey() == lkey)
+                .ok_or_else(|| {
+                    VerbsError::new(libc::EINVAL, format!("no MR has lkey {lkey:#x}"))
+                })?;
+            let off = addr
+                .checked_sub(r.va)
+                .filter(|off| off.saturating_add(u64::from(len)) <= r.len as u64)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "an SGE outside its MR"))?;
+            r.mr.sge(off as usize, len as usize)
+                .map_err(|e| VerbsError::driver("SGE", e))
+        })?
+    }
+
     /// How many PDs and CQs the application holds (for tests).
     pub fn object_counts(&self) -> (usize, usize) {
         self.with(|o| (o.pds.len(), o.cqs.len())).unwrap_or((0, 0))
@@ -461,6 +599,40 @@ mod tests {
         assert_eq!(d.close().unwrap_err().errno, libc::EINVAL);
         // And it opens again (the UDP address was let go).
         d.open().unwrap();
+        d.close().unwrap();
+    }
+
+    #[test]
+    fn memory_the_application_owns() {
+        let ip = Ipv4Addr::new(127, 0, 0, 92);
+        let d = Device::new(DeviceSpec {
+            name: "uhca-m".into(),
+            kind: DeviceKind::MockUdp { ip },
+        });
+        d.open().unwrap();
+        let pd = d.alloc_pd().unwrap();
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; 8192].into_boxed_slice());
+        let va = buf.as_ptr() as u64;
+        let remote = d.reg_mr(
+            pd,
+            va,
+            HostBuf::from(&mut [0u8; 0][..]),
+            AccessFlags::REMOTE_WRITE,
+        );
+        assert_eq!(remote.unwrap_err().errno, libc::EOPNOTSUPP);
+        let k = d
+            .reg_mr(pd, va, HostBuf::from(buf), AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = d.translate(k.lkey, va + 100, 50).unwrap();
+        assert_eq!((sge.len, sge.lkey), (50, k.lkey));
+        assert!(d.translate(k.lkey, va + 8190, 4).is_err());
+        assert!(d.translate(k.lkey, va - 1, 4).is_err());
+        assert!(d.translate(k.lkey ^ 0x100, va, 4).is_err());
+        // The PD is in use.
+        assert_eq!(d.dealloc_pd(pd).unwrap_err().errno, libc::EBUSY);
+        d.dereg_mr(k.handle).unwrap();
+        assert!(d.translate(k.lkey, va, 4).is_err());
+        d.dealloc_pd(pd).unwrap();
         d.close().unwrap();
     }
 

@@ -134,6 +134,13 @@ struct CPd {
     entry: &'static Entry,
 }
 
+/// An MR: the `struct ibv_mr`, then the device.
+#[repr(C)]
+struct CMr {
+    ibv: IbvMr,
+    entry: &'static Entry,
+}
+
 /// A CQ: the `struct ibv_cq`, then the device.
 #[repr(C)]
 struct CCq {
@@ -629,19 +636,68 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
 // ---- Not in this slice: refused as rdma-core refuses what a provider lacks -------------
 
 export!("ibv_reg_mr" @ "IBVERBS_1.1" => reg_mr);
+/// Registers `len` bytes the application owns at `addr`, with local rights only (see
+/// [`Device::reg_mr`]); remote rights: EOPNOTSUPP.
 unsafe extern "C" fn reg_mr(
-    _pd: *mut IbvPd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
-) -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    ptr::null_mut()
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut IbvMr {
+    if pd.is_null() || addr.is_null() || len == 0 || len > isize::MAX as usize {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    if access & !(ACCESS_BASIC | ACCESS_RELAXED_ORDERING) != 0 {
+        // Memory-window binding, zero-based, on-demand paging, huge pages: not offered.
+        set_errno(libc::EOPNOTSUPP);
+        return ptr::null_mut();
+    }
+    let p = pd as *mut CPd;
+    // SAFETY: pd came from alloc_pd and is still allocated (the caller's contract).
+    let (entry, pd_handle, ctx) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.context) };
+    // SAFETY: ibv_reg_mr's contract: the application owns `len` bytes at `addr` and keeps
+    // them valid until ibv_dereg_mr. The slice lives only until MappedBuf::new turns it into
+    // a raw range (HostBuf::into_raw keeps no reference), and HostBuf::Static is never
+    // freed: dereg unmaps and hands the memory back to its owner.
+    let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+    let rights = uhca_fwif::consts::AccessFlags::from_bits_truncate((access & ACCESS_BASIC) as u32);
+    match entry.dev.reg_mr(pd_handle, addr as u64, buf.into(), rights) {
+        Ok(k) => Box::into_raw(Box::new(CMr {
+            ibv: IbvMr {
+                context: ctx,
+                pd,
+                addr,
+                length: len,
+                handle: k.handle,
+                lkey: k.lkey,
+                rkey: k.rkey,
+            },
+            entry,
+        })) as *mut IbvMr,
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
 }
 
 export!("ibv_dereg_mr" @ "IBVERBS_1.1" => dereg_mr);
-unsafe extern "C" fn dereg_mr(_mr: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
+unsafe extern "C" fn dereg_mr(mr: *mut IbvMr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    let p = mr as *mut CMr;
+    // SAFETY: mr came from reg_mr and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.dereg_mr(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
 }
 
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
