@@ -262,6 +262,197 @@ pub struct IbvCq {
     pub async_events_completed: u32,
 }
 
+/// `struct ibv_qp_cap` (20 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct IbvQpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr` (64 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpInitAttr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut IbvCq,
+    pub recv_cq: *mut IbvCq,
+    pub srq: *mut c_void,
+    pub cap: IbvQpCap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+/// `IBV_QPT_RC`.
+pub const QPT_RC: c_int = 2;
+
+/// `struct ibv_global_route` (24 bytes; 8-byte aligned, as `union ibv_gid` holds `__be64`s).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvGlobalRoute {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvAhAttr {
+    pub grh: IbvGlobalRoute,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+/// `struct ibv_qp_attr` (144 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpAttr {
+    pub qp_state: c_int,
+    pub cur_qp_state: c_int,
+    pub path_mtu: c_int,
+    pub path_mig_state: c_int,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub cap: IbvQpCap,
+    pub ah_attr: IbvAhAttr,
+    pub alt_ah_attr: IbvAhAttr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+/// `enum ibv_qp_attr_mask` bits.
+#[allow(missing_docs)]
+pub mod qp_mask {
+    pub const STATE: i32 = 1 << 0;
+    pub const CUR_STATE: i32 = 1 << 1;
+    pub const EN_SQD_ASYNC_NOTIFY: i32 = 1 << 2;
+    pub const ACCESS_FLAGS: i32 = 1 << 3;
+    pub const PKEY_INDEX: i32 = 1 << 4;
+    pub const PORT: i32 = 1 << 5;
+    pub const QKEY: i32 = 1 << 6;
+    pub const AV: i32 = 1 << 7;
+    pub const PATH_MTU: i32 = 1 << 8;
+    pub const TIMEOUT: i32 = 1 << 9;
+    pub const RETRY_CNT: i32 = 1 << 10;
+    pub const RNR_RETRY: i32 = 1 << 11;
+    pub const RQ_PSN: i32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+    pub const ALT_PATH: i32 = 1 << 14;
+    pub const MIN_RNR_TIMER: i32 = 1 << 15;
+    pub const SQ_PSN: i32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+    pub const PATH_MIG_STATE: i32 = 1 << 18;
+    pub const CAP: i32 = 1 << 19;
+    pub const DEST_QPN: i32 = 1 << 20;
+}
+
+/// `struct ibv_qp` (160 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQp {
+    pub context: *mut IbvContext,
+    pub qp_context: *mut c_void,
+    pub pd: *mut IbvPd,
+    pub send_cq: *mut IbvCq,
+    pub recv_cq: *mut IbvCq,
+    pub srq: *mut c_void,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_int,
+    pub qp_type: c_int,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_sge` (16 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// `struct ibv_send_wr` (128 bytes): the common head; the unions after it (RDMA, atomic,
+/// UD, XRC, bind, TSO) are opaque here since only SEND is offered.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSendWr {
+    pub wr_id: u64,
+    pub next: *mut IbvSendWr,
+    pub sg_list: *mut IbvSge,
+    pub num_sge: c_int,
+    pub opcode: c_int,
+    pub send_flags: u32,
+    pub imm_data: u32,
+    pub rest: [u64; 11],
+}
+
+/// `IBV_WR_SEND`.
+pub const WR_SEND: c_int = 2;
+/// `IBV_SEND_SIGNALED`.
+pub const SEND_SIGNALED: u32 = 1 << 1;
+/// `IBV_SEND_INLINE`.
+pub const SEND_INLINE: u32 = 1 << 3;
+
+/// `struct ibv_recv_wr` (32 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvRecvWr {
+    pub wr_id: u64,
+    pub next: *mut IbvRecvWr,
+    pub sg_list: *mut IbvSge,
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_wc` (48 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvWc {
+    pub wr_id: u64,
+    pub status: c_int,
+    pub opcode: c_int,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: u32,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
 /// `union ibv_gid` (16 bytes, network order).
 #[repr(C)]
 pub struct IbvGid {
@@ -292,6 +483,16 @@ layout! {
     IbvMr => "ibv_mr" { context, pd, addr, length, handle, lkey, rkey }
     IbvCq => "ibv_cq" { context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed }
     IbvGid => "ibv_gid" { raw }
+    IbvQpCap => "ibv_qp_cap" { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }
+    IbvQpInitAttr => "ibv_qp_init_attr" { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+    IbvGlobalRoute => "ibv_global_route" { dgid, flow_label, sgid_index, hop_limit, traffic_class }
+    IbvAhAttr => "ibv_ah_attr" { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }
+    IbvQpAttr => "ibv_qp_attr" { qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit }
+    IbvQp => "ibv_qp" { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed }
+    IbvSge => "ibv_sge" { addr, length, lkey }
+    IbvSendWr => "ibv_send_wr" { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data }
+    IbvRecvWr => "ibv_recv_wr" { wr_id, next, sg_list, num_sge }
+    IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
 }
 
 #[cfg(test)]

@@ -72,8 +72,8 @@ pub struct DeviceInfo {
 }
 
 /// The mock behind a `mock:NAME=udp:IP` device: the fabric with its UDP uplink and pump.
-struct MockHw {
-    hca: Hca<MockPlatform>,
+pub(crate) struct MockHw {
+    pub(crate) hca: Hca<MockPlatform>,
     // Dropped after the HCA: the pump stops, then the model and the fabric go.
     _pump: PumpHandle,
     _dev: MockHca,
@@ -83,11 +83,37 @@ struct MockHw {
 /// An open device: the HCA and the objects the application holds on it.
 pub struct Open {
     users: usize,
-    hw: MockHw,
+    pub(crate) hw: MockHw,
     next_handle: u32,
-    pds: HashMap<u32, Pd>,
-    cqs: HashMap<u32, Cq<MockPlatform>>,
+    pub(crate) pds: HashMap<u32, Pd>,
+    pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
     mrs: HashMap<u32, Registered>,
+    pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
+}
+
+impl Open {
+    /// A fresh handle.
+    pub(crate) fn handle(&mut self) -> u32 {
+        let h = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        h
+    }
+
+    /// The device address of `len` bytes at the application's address `addr` under
+    /// `lkey`.
+    pub(crate) fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
+        let r = self
+            .mrs
+            .values()
+            .find(|r| r.mr.lkey() == lkey)
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, format!("no MR has lkey {lkey:#x}")))?;
+        let off = addr
+            .checked_sub(r.va)
+            .filter(|off| off.saturating_add(u64::from(len)) <= r.len as u64)
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, "an SGE outside its MR"))?;
+        r.mr.sge(off as usize, len as usize)
+            .map_err(|e| VerbsError::driver("SGE", e))
+    }
 }
 
 /// A registration of the application's memory: uhca's key over the range, and the
@@ -212,6 +238,7 @@ impl Device {
             pds: HashMap::new(),
             cqs: HashMap::new(),
             mrs: HashMap::new(),
+            qps: HashMap::new(),
         });
         Ok(())
     }
@@ -230,6 +257,12 @@ impl Device {
         if o.users > 0 {
             return Ok(());
         }
+        let qps: Vec<u32> = o.qps.keys().copied().collect();
+        drop(g);
+        for h in qps {
+            let _ = self.destroy_qp(h);
+        }
+        let mut g = self.lock();
         let mut o = g.take().expect("open");
         for (_, r) in o.mrs.drain() {
             // The memory stays the application's: unmapped, never freed (HostBuf::Static).
@@ -245,6 +278,10 @@ impl Device {
         }
         let MockHw { hca, .. } = o.hw;
         hca.close().map_err(|e| VerbsError::driver("close", e))
+    }
+
+    pub(crate) fn with_open<R>(&self, f: impl FnOnce(&mut Open) -> R) -> VResult<R> {
+        self.with(f)
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Open) -> R) -> VResult<R> {
@@ -522,21 +559,7 @@ impl Device {
     ///
     /// EINVAL if no MR of that key covers the range.
     pub fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
-        self.with(|o| {
-            let r = o
-                .mrs
-                .values()
-                .find(|r| r.mr.lkey() == lkey)
-                .ok_or_else(|| {
-                    VerbsError::new(libc::EINVAL, format!("no MR has lkey {lkey:#x}"))
-                })?;
-            let off = addr
-                .checked_sub(r.va)
-                .filter(|off| off.saturating_add(u64::from(len)) <= r.len as u64)
-                .ok_or_else(|| VerbsError::new(libc::EINVAL, "an SGE outside its MR"))?;
-            r.mr.sge(off as usize, len as usize)
-                .map_err(|e| VerbsError::driver("SGE", e))
-        })?
+        self.with(|o| o.translate(lkey, addr, len))?
     }
 
     /// How many PDs and CQs the application holds (for tests).

@@ -227,13 +227,68 @@ unsafe extern "C" fn bind_mw(_qp: *mut c_void, _mw: *mut c_void, _b: *mut c_void
 unsafe extern "C" fn dealloc_mw(_mw: *mut c_void) -> c_int {
     libc::EOPNOTSUPP
 }
-/// No QP can be created yet, so no CQ of this library ever holds a completion: a poll of a
-/// CQ this library made finds none; anything else is refused.
-unsafe extern "C" fn poll_cq(cq: *mut IbvCq, _n: c_int, _wc: *mut c_void) -> c_int {
-    if cq.is_null() {
+/// The `poll_cq` op: up to `n` completions into `wc`; negative on failure.
+unsafe extern "C" fn poll_cq(cq: *mut IbvCq, n: c_int, wc: *mut c_void) -> c_int {
+    use uhca_driver::verbs::{WcOpcode, WcStatus};
+    if cq.is_null() || n < 0 || (n > 0 && wc.is_null()) {
         return -libc::EINVAL;
     }
-    0
+    // SAFETY: cq came from create_cq.
+    let c = unsafe { &*(cq as *mut CCq) };
+    let got = match c.entry.dev.poll_cq(c.ibv.handle, n as usize) {
+        Ok(g) => g,
+        Err(e) => return -report(&e),
+    };
+    // SAFETY: wc holds n writable struct ibv_wc (the caller's contract), and got.len() <= n.
+    let out = unsafe { std::slice::from_raw_parts_mut(wc as *mut IbvWc, got.len()) };
+    for (o, w) in out.iter_mut().zip(&got) {
+        let status = match w.status {
+            WcStatus::Success => 0,
+            WcStatus::LocalLength => 1,
+            WcStatus::LocalQpOp => 2,
+            WcStatus::LocalProtection => 4,
+            WcStatus::WrFlushed => 5,
+            WcStatus::MwBind => 6,
+            WcStatus::BadResponse => 7,
+            WcStatus::LocalAccess => 8,
+            WcStatus::RemoteInvalidRequest => 9,
+            WcStatus::RemoteAccess => 10,
+            WcStatus::RemoteOperation => 11,
+            WcStatus::RetryExceeded => 12,
+            WcStatus::RnrRetryExceeded => 13,
+            WcStatus::RemoteAborted => 16,
+            WcStatus::Unknown(_) => 21,
+        };
+        let opcode = match w.opcode {
+            WcOpcode::Send => 0,
+            WcOpcode::RdmaWrite => 1,
+            WcOpcode::RdmaRead => 2,
+            WcOpcode::CompSwap => 3,
+            WcOpcode::FetchAdd => 4,
+            WcOpcode::Recv => 128,
+            WcOpcode::RecvRdmaWithImm => 129,
+        };
+        *o = IbvWc {
+            wr_id: w.wr_id,
+            status,
+            opcode,
+            vendor_err: u32::from(w.vendor_err),
+            byte_len: w.byte_len,
+            imm_data: w.imm_data,
+            qp_num: w.qp_num,
+            src_qp: w.src_qp,
+            // IBV_WC_GRH 1, IBV_WC_WITH_IMM 2, IBV_WC_WITH_INV 8.
+            wc_flags: {
+                let f = w.wc_flags.bits() as u32;
+                (f & 3) | if f & 4 != 0 { 8 } else { 0 }
+            },
+            pkey_index: 0,
+            slid: w.slid,
+            sl: w.sl,
+            dlid_path_bits: w.dlid_path_bits,
+        };
+    }
+    got.len() as c_int
 }
 unsafe extern "C" fn req_notify_cq(_cq: *mut IbvCq, _solicited: c_int) -> c_int {
     libc::EOPNOTSUPP
@@ -272,8 +327,8 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         compat2: [ptr::null_mut(); 7],
         post_srq_recv: Some(post_unsupported),
         compat3: [ptr::null_mut(); 4],
-        post_send: Some(post_unsupported),
-        post_recv: Some(post_unsupported),
+        post_send: Some(post_send),
+        post_recv: Some(post_recv),
         compat4: [ptr::null_mut(); 5],
     };
     let ctx = Box::new(Ctx {
@@ -700,30 +755,310 @@ unsafe extern "C" fn dereg_mr(mr: *mut IbvMr) -> c_int {
     }
 }
 
+/// A QP: the `struct ibv_qp`, then the device.
+#[repr(C)]
+struct CQp {
+    ibv: IbvQp,
+    entry: &'static Entry,
+}
+
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
-unsafe extern "C" fn create_qp(_pd: *mut IbvPd, _attr: *mut c_void) -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    ptr::null_mut()
+/// RC QPs without an SRQ or inline data; other types: EOPNOTSUPP.
+unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
+    let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
+    if a.qp_type != QPT_RC || !a.srq.is_null() {
+        set_errno(libc::EOPNOTSUPP);
+        return ptr::null_mut();
+    }
+    if a.send_cq.is_null() || a.recv_cq.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: both CQs came from create_cq (the caller's contract).
+    let (scq, rcq) = unsafe { ((*a.send_cq).handle, (*a.recv_cq).handle) };
+    let caps = uhca_driver::verbs::QpCaps {
+        max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
+        max_inline_data: a.cap.max_inline_data,
+    };
+    match p
+        .entry
+        .dev
+        .create_qp(p.ibv.handle, scq, rcq, caps, a.sq_sig_all != 0)
+    {
+        Ok((handle, qpn, got)) => {
+            // As rdma-core: the capabilities the QP got go back into the caller's attr.
+            a.cap = IbvQpCap {
+                max_send_wr: got.max_send_wr,
+                max_recv_wr: got.max_recv_wr,
+                max_send_sge: got.max_send_sge,
+                max_recv_sge: got.max_recv_sge,
+                max_inline_data: got.max_inline_data,
+            };
+            Box::into_raw(Box::new(CQp {
+                ibv: IbvQp {
+                    context: p.ibv.context,
+                    qp_context: a.qp_context,
+                    pd,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: ptr::null_mut(),
+                    handle,
+                    qp_num: qpn,
+                    state: 0,
+                    qp_type: QPT_RC,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    events_completed: 0,
+                },
+                entry: p.entry,
+            })) as *mut IbvQp
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
 }
 
 export!("ibv_modify_qp" @ "IBVERBS_1.1" => modify_qp);
-unsafe extern "C" fn modify_qp(_qp: *mut c_void, _attr: *mut c_void, _mask: c_int) -> c_int {
-    libc::EOPNOTSUPP
+unsafe extern "C" fn modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int) -> c_int {
+    use crate::abi::qp_mask as m;
+    use crate::qp::{Av, Modify, QpState};
+    if qp.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp; attr is the caller's readable ibv_qp_attr.
+    let (q, a) = unsafe { (&mut *(qp as *mut CQp), &*attr) };
+    let supported = m::STATE
+        | m::CUR_STATE
+        | m::ACCESS_FLAGS
+        | m::PKEY_INDEX
+        | m::PORT
+        | m::AV
+        | m::PATH_MTU
+        | m::TIMEOUT
+        | m::RETRY_CNT
+        | m::RNR_RETRY
+        | m::RQ_PSN
+        | m::MAX_QP_RD_ATOMIC
+        | m::MIN_RNR_TIMER
+        | m::SQ_PSN
+        | m::MAX_DEST_RD_ATOMIC
+        | m::DEST_QPN;
+    if mask & !supported != 0 {
+        return report(&VerbsError::new(
+            libc::EOPNOTSUPP,
+            format!("QP attribute mask bits {:#x}", mask & !supported),
+        ));
+    }
+    let has = |b: c_int| mask & b != 0;
+    let state = if has(m::STATE) {
+        match QpState::from_raw(a.qp_state) {
+            Some(s) => Some(s),
+            None => return libc::EINVAL,
+        }
+    } else {
+        None
+    };
+    let md = Modify {
+        state,
+        port: has(m::PORT).then_some(a.port_num),
+        pkey_index: has(m::PKEY_INDEX).then_some(a.pkey_index),
+        access: has(m::ACCESS_FLAGS)
+            .then(|| uhca_fwif::consts::AccessFlags::from_bits_truncate(a.qp_access_flags & 0xe)),
+        path_mtu: has(m::PATH_MTU).then_some(a.path_mtu as u8),
+        dest_qpn: has(m::DEST_QPN).then_some(a.dest_qp_num),
+        rq_psn: has(m::RQ_PSN).then_some(a.rq_psn),
+        max_dest_rd_atomic: has(m::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+        min_rnr_timer: has(m::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        av: has(m::AV).then_some(Av {
+            is_global: a.ah_attr.is_global != 0,
+            dgid: a.ah_attr.grh.dgid,
+            sgid_index: a.ah_attr.grh.sgid_index,
+            hop_limit: a.ah_attr.grh.hop_limit,
+            traffic_class: a.ah_attr.grh.traffic_class,
+            flow_label: a.ah_attr.grh.flow_label,
+            dlid: a.ah_attr.dlid,
+            sl: a.ah_attr.sl,
+        }),
+        sq_psn: has(m::SQ_PSN).then_some(a.sq_psn),
+        timeout: has(m::TIMEOUT).then_some(a.timeout),
+        retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry),
+        max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+    };
+    match q.entry.dev.modify_qp(q.ibv.handle, &md) {
+        Ok(s) => {
+            q.ibv.state = s as c_int;
+            0
+        }
+        Err(e) => report(&e),
+    }
 }
 
 export!("ibv_query_qp" @ "IBVERBS_1.1" => query_qp);
 unsafe extern "C" fn query_qp(
-    _qp: *mut c_void,
-    _attr: *mut c_void,
+    qp: *mut IbvQp,
+    attr: *mut IbvQpAttr,
     _mask: c_int,
-    _init: *mut c_void,
+    init: *mut IbvQpInitAttr,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    if qp.is_null() || attr.is_null() || init.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp.
+    let q = unsafe { &*(qp as *mut CQp) };
+    let (state, caps, sig_all, port, _qpn) = match q.entry.dev.query_qp(q.ibv.handle) {
+        Ok(v) => v,
+        Err(e) => return report(&e),
+    };
+    let cap = IbvQpCap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline_data,
+    };
+    // SAFETY: attr and init are the caller's writable structs; all-zero is a valid value of
+    // each (integers and null pointers).
+    let (a, i) = unsafe {
+        ptr::write_bytes(attr, 0, 1);
+        ptr::write_bytes(init, 0, 1);
+        (&mut *attr, &mut *init)
+    };
+    // What the library keeps of the QP: state, capabilities, port. The path and sequence
+    // numbers are the device's and not read back here (the mask is not looked at).
+    a.qp_state = state as c_int;
+    a.cur_qp_state = state as c_int;
+    a.cap = cap;
+    a.port_num = port;
+    i.qp_context = q.ibv.qp_context;
+    i.send_cq = q.ibv.send_cq;
+    i.recv_cq = q.ibv.recv_cq;
+    i.cap = cap;
+    i.qp_type = QPT_RC;
+    i.sq_sig_all = c_int::from(sig_all);
+    0
 }
 
 export!("ibv_destroy_qp" @ "IBVERBS_1.1" => destroy_qp);
-unsafe extern "C" fn destroy_qp(_qp: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
+unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    let p = qp as *mut CQp;
+    // SAFETY: qp came from create_qp and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.destroy_qp(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// The SGEs of a work request.
+///
+/// # Safety
+///
+/// `list` points to `n` readable `struct ibv_sge` (or `n` is 0).
+unsafe fn app_sges(list: *const IbvSge, n: c_int) -> Vec<crate::qp::AppSge> {
+    if n <= 0 || list.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
+    s.iter()
+        .map(|g| crate::qp::AppSge {
+            addr: g.addr,
+            len: g.length,
+            lkey: g.lkey,
+        })
+        .collect()
+}
+
+/// The `post_send` op: SEND only (other opcodes and inline data: EOPNOTSUPP).
+unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    let set_bad = |w: *mut IbvSendWr| {
+        if !bad.is_null() {
+            // SAFETY: the caller passes a writable pointer or NULL.
+            unsafe { *bad = w as *mut c_void };
+        }
+    };
+    if qp.is_null() {
+        set_bad(wr as *mut IbvSendWr);
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp.
+    let q = unsafe { &*(qp as *mut CQp) };
+    let mut ptrs = Vec::new();
+    let mut reqs = Vec::new();
+    let mut w = wr as *mut IbvSendWr;
+    while !w.is_null() {
+        // SAFETY: a list of the caller's readable ibv_send_wr, NULL-terminated.
+        let r = unsafe { &*w };
+        if r.opcode != WR_SEND || r.send_flags & SEND_INLINE != 0 {
+            set_bad(w);
+            return libc::EOPNOTSUPP;
+        }
+        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        reqs.push((r.wr_id, sges, r.send_flags & SEND_SIGNALED != 0));
+        ptrs.push(w);
+        w = r.next;
+    }
+    match q.entry.dev.post_send(q.ibv.handle, &reqs) {
+        Ok(()) => 0,
+        Err((i, e)) => {
+            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvSendWr));
+            e
+        }
+    }
+}
+
+/// The `post_recv` op.
+unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    let set_bad = |w: *mut IbvRecvWr| {
+        if !bad.is_null() {
+            // SAFETY: the caller passes a writable pointer or NULL.
+            unsafe { *bad = w as *mut c_void };
+        }
+    };
+    if qp.is_null() {
+        set_bad(wr as *mut IbvRecvWr);
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp.
+    let q = unsafe { &*(qp as *mut CQp) };
+    let mut ptrs = Vec::new();
+    let mut reqs = Vec::new();
+    let mut w = wr as *mut IbvRecvWr;
+    while !w.is_null() {
+        // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
+        let r = unsafe { &*w };
+        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        reqs.push((r.wr_id, sges));
+        ptrs.push(w);
+        w = r.next;
+    }
+    match q.entry.dev.post_recv(q.ibv.handle, &reqs) {
+        Ok(()) => 0,
+        Err((i, e)) => {
+            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));
+            e
+        }
+    }
 }
 
 export!("ibv_qp_to_qp_ex" @ "IBVERBS_1.6" => qp_to_qp_ex);

@@ -33,3 +33,4 @@ pub mod config;
 pub mod device;
 #[cfg(not(test))]
 mod ffi;
+pub mod qp;
