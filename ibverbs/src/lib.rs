@@ -23,8 +23,8 @@
 //! LD_LIBRARY_PATH=/tmp/uhca-verbs UHCA_DEVICES="mock:uhca0=udp:127.0.0.1" ibv_devinfo
 //! ```
 //!
-//! Layers: [`config`] and [`device`] are plain Rust (configuration parsing, bring-up, the
-//! object tables), tested without the C ABI; [`abi`] holds the `#[repr(C)]` structures of
+//! Layers: [`config`], [`device`] and [`qp`] are plain Rust (configuration parsing,
+//! bring-up, the object tables, QP transitions), tested without the C ABI; [`abi`] holds the `#[repr(C)]` structures of
 //! rdma-core 44's `verbs.h`; `ffi` (built outside unit tests) holds the exported functions
 //! and the only `unsafe` of the crate.
 

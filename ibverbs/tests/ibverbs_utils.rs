@@ -190,3 +190,84 @@ fn every_import_of_the_programs_resolves() {
         );
     }
 }
+
+/// Whether something listens on TCP `port` (from `/proc/net/tcp`, without connecting: the
+/// ping-pong server accepts one connection only).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+        })
+}
+
+/// Debian's `ibv_rc_pingpong --chk`, server and client as two processes, each on a mock HCA
+/// of this library whose RoCEv2 port is UDP on 127.0.0.1 and 127.0.0.2; 60 s at most.
+#[test]
+fn ibv_rc_pingpong_between_two_processes() {
+    let Some(p) = program("ibv_rc_pingpong") else {
+        return;
+    };
+    let tcp = 20000 + (std::process::id() % 20000) as u16;
+    let port = tcp.to_string();
+    let spawn = |ip: &str, server: Option<&str>| {
+        let mut cmd = Command::new(&p);
+        cmd.args(["-d", "uhca0", "-g", "0", "-p", &port, "-n", "200", "--chk"]);
+        if let Some(s) = server {
+            cmd.arg(s);
+        }
+        cmd.env("LD_LIBRARY_PATH", lib_dir())
+            .env("UHCA_DEVICES", format!("mock:uhca0=udp:{ip}"))
+            .env("UHCA_VERBS_DEBUG", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut server = spawn("127.0.0.1", None);
+    while !listening(tcp) {
+        if Instant::now() > deadline || server.try_wait().unwrap().is_some() {
+            let _ = server.kill();
+            let out = server.wait_with_output().unwrap();
+            panic!(
+                "the server never listened on TCP {tcp}:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = spawn("127.0.0.2", Some("127.0.0.1"));
+    let mut done = [None, None];
+    while done.iter().any(Option::is_none) {
+        for (d, c) in done.iter_mut().zip([&mut server, &mut client]) {
+            if d.is_none() {
+                *d = c.try_wait().unwrap();
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = server.kill();
+            let _ = client.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut ok = true;
+    for (name, c) in [("server", server), ("client", client)] {
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!(
+            "{name} ({}):\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ok &= out.status.success() && stdout.contains("200 iters in");
+    }
+    assert!(ok, "ibv_rc_pingpong failed (output above)");
+}
