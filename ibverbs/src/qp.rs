@@ -522,3 +522,112 @@ where
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DeviceKind, DeviceSpec};
+    use std::net::Ipv4Addr;
+    use uhca_hal::HostBuf;
+
+    #[test]
+    fn transitions_by_mask() {
+        let d = Device::new(DeviceSpec {
+            name: "uhca-q".into(),
+            kind: DeviceKind::MockUdp {
+                ip: Ipv4Addr::new(127, 0, 0, 93),
+            },
+        });
+        d.open().unwrap();
+        let pd = d.alloc_pd().unwrap();
+        let (cq, _) = d.create_cq(8).unwrap();
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; 4096].into_boxed_slice());
+        let va = buf.as_ptr() as u64;
+        let mr = d
+            .reg_mr(pd, va, HostBuf::from(buf), AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let caps = QpCaps {
+            max_send_wr: 1,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let inline = QpCaps {
+            max_inline_data: 64,
+            ..caps
+        };
+        assert_eq!(
+            d.create_qp(pd, cq, cq, inline, false).unwrap_err().errno,
+            libc::EOPNOTSUPP
+        );
+        let (qp, qpn, got) = d.create_qp(pd, cq, cq, caps, false).unwrap();
+        assert!(got.max_recv_wr >= 4 && qpn != 0);
+        let to = |s| Modify {
+            state: Some(s),
+            ..Modify::default()
+        };
+        // RESET -> RTR is not a transition; INIT needs its port and access.
+        assert_eq!(
+            d.modify_qp(qp, &to(QpState::Rtr)).unwrap_err().errno,
+            libc::EINVAL
+        );
+        assert_eq!(
+            d.modify_qp(qp, &to(QpState::Init)).unwrap_err().errno,
+            libc::EINVAL
+        );
+        let sge = vec![AppSge {
+            addr: va,
+            len: 4096,
+            lkey: mr.lkey,
+        }];
+        assert!(
+            d.post_recv(qp, &[(1, sge.clone())]).is_err(),
+            "RESET takes no receive"
+        );
+        let init = Modify {
+            port: Some(1),
+            access: Some(AccessFlags::empty()),
+            pkey_index: Some(0),
+            ..to(QpState::Init)
+        };
+        assert_eq!(d.modify_qp(qp, &init), Ok(QpState::Init));
+        assert_eq!(
+            d.modify_qp(qp, &Modify::default()).unwrap_err().errno,
+            libc::EOPNOTSUPP
+        );
+        d.post_recv(qp, &[(1, sge.clone()), (2, sge.clone())])
+            .unwrap();
+        let outside = vec![AppSge {
+            addr: va + 1,
+            len: 4096,
+            lkey: mr.lkey,
+        }];
+        assert_eq!(
+            d.post_recv(qp, &[(3, sge.clone()), (4, outside)]),
+            Err((1, libc::EINVAL))
+        );
+        assert_eq!(
+            d.post_send(qp, &[(5, sge, true)]),
+            Err((0, libc::EINVAL)),
+            "INIT sends nothing"
+        );
+        assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
+        // To ERR flushes the receives.
+        assert_eq!(d.modify_qp(qp, &to(QpState::Err)), Ok(QpState::Err));
+        let mut flushed = 0;
+        for _ in 0..100 {
+            flushed += d.poll_cq(cq, 8).unwrap().len();
+            if flushed == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(flushed, 2);
+        assert_eq!(d.modify_qp(qp, &to(QpState::Reset)), Ok(QpState::Reset));
+        d.destroy_qp(qp).unwrap();
+        assert_eq!(d.destroy_qp(qp).unwrap_err().errno, libc::EINVAL);
+        d.dereg_mr(mr.handle).unwrap();
+        d.close().unwrap();
+    }
+}
