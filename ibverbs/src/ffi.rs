@@ -331,12 +331,16 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         post_recv: Some(post_recv),
         compat4: [ptr::null_mut(); 5],
     };
+    // A real descriptor that programs may poll (UCX epolls it): no asynchronous event
+    // source exists yet, so it never becomes readable.
+    // SAFETY: eventfd takes no pointers; a failure returns -1, which is kept as is.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     let ctx = Box::new(Ctx {
         ibv: IbvContext {
             device: dev,
             ops,
             cmd_fd: -1,
-            async_fd: -1,
+            async_fd,
             num_comp_vectors: 1,
             mutex: libc::PTHREAD_MUTEX_INITIALIZER,
             abi_compat: ptr::null_mut(),
@@ -353,6 +357,10 @@ unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
     }
     // SAFETY: a context from open_device, closed once (the caller's contract).
     let ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
+    if ctx.ibv.async_fd >= 0 {
+        // SAFETY: the eventfd open_device made, closed once here.
+        unsafe { libc::close(ctx.ibv.async_fd) };
+    }
     match ctx.entry.dev.close() {
         Ok(()) => 0,
         Err(e) => {
