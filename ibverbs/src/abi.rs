@@ -453,6 +453,17 @@ pub struct IbvWc {
     pub dlid_path_bits: u8,
 }
 
+/// `struct ibv_comp_channel` (16 bytes).
+#[repr(C)]
+pub struct IbvCompChannel {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `fd`.
+    pub fd: c_int,
+    /// `refcnt`: the CQs on it.
+    pub refcnt: c_int,
+}
+
 /// `union ibv_gid` (16 bytes, network order).
 #[repr(C)]
 pub struct IbvGid {
@@ -483,6 +494,7 @@ layout! {
     IbvMr => "ibv_mr" { context, pd, addr, length, handle, lkey, rkey }
     IbvCq => "ibv_cq" { context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed }
     IbvGid => "ibv_gid" { raw }
+    IbvCompChannel => "ibv_comp_channel" { context, fd, refcnt }
     IbvQpCap => "ibv_qp_cap" { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }
     IbvQpInitAttr => "ibv_qp_init_attr" { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
     IbvGlobalRoute => "ibv_global_route" { dgid, flow_label, sgid_index, hop_limit, traffic_class }

@@ -89,6 +89,9 @@ pub struct Open {
     pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
     mrs: HashMap<u32, Registered>,
     pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
+    /// CQ handle → (the completion channel's tag, the CQ's tag): opaque values of the C
+    /// layer (its pointers), so that an event names what the application holds.
+    channels: HashMap<u32, (usize, usize)>,
 }
 
 impl Open {
@@ -239,6 +242,7 @@ impl Device {
             cqs: HashMap::new(),
             mrs: HashMap::new(),
             qps: HashMap::new(),
+            channels: HashMap::new(),
         });
         Ok(())
     }
@@ -450,6 +454,69 @@ impl Device {
         })?
     }
 
+    /// Attaches CQ `handle` to a completion channel: its events go to `channel`, and are
+    /// reported as `tag` (both opaque here).
+    ///
+    /// # Errors
+    ///
+    /// Not open, or an unknown CQ.
+    pub fn attach_channel(&self, handle: u32, channel: usize, tag: usize) -> VResult<()> {
+        self.with(|o| {
+            if !o.cqs.contains_key(&handle) {
+                return Err(VerbsError::new(libc::EINVAL, "unknown CQ"));
+            }
+            o.channels.insert(handle, (channel, tag));
+            Ok(())
+        })?
+    }
+
+    /// `ibv_req_notify_cq`: arms the CQ for its next (solicited) completion.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown CQ, or one on no completion channel.
+    pub fn req_notify_cq(&self, handle: u32, solicited_only: bool) -> VResult<()> {
+        self.with(|o| {
+            if !o.channels.contains_key(&handle) {
+                return Err(VerbsError::new(
+                    libc::EINVAL,
+                    "a CQ on no completion channel",
+                ));
+            }
+            let cq = o
+                .cqs
+                .get_mut(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown CQ"))?;
+            cq.req_notify(solicited_only);
+            Ok(())
+        })?
+    }
+
+    /// One completion event of a CQ on `channel`, if one arrived: serves the event queue,
+    /// then takes (and acknowledges to the device) the first CQ's event. Returns the CQ's tag.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or the event queue's failure.
+    pub fn take_cq_event(&self, channel: usize) -> VResult<Option<usize>> {
+        self.with(|o| {
+            o.hw.hca
+                .process_events()
+                .map_err(|e| VerbsError::driver("event queue", e))?;
+            for (h, (ch, tag)) in &o.channels {
+                if *ch != channel {
+                    continue;
+                }
+                if let Some(cq) = o.cqs.get_mut(h)
+                    && cq.take_event(&mut o.hw.hca)
+                {
+                    return Ok(Some(*tag));
+                }
+            }
+            Ok(None)
+        })?
+    }
+
     /// `ibv_destroy_cq`.
     ///
     /// # Errors
@@ -461,10 +528,14 @@ impl Device {
                 .cqs
                 .remove(&handle)
                 .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown CQ"))?;
-            cq.destroy(&mut o.hw.hca).map_err(|f| {
-                o.cqs.insert(handle, f.object);
-                VerbsError::new(libc::EBUSY, format!("destroy CQ: {:?}", f.error))
-            })
+            cq.destroy(&mut o.hw.hca)
+                .map(|()| {
+                    o.channels.remove(&handle);
+                })
+                .map_err(|f| {
+                    o.cqs.insert(handle, f.object);
+                    VerbsError::new(libc::EBUSY, format!("destroy CQ: {:?}", f.error))
+                })
         })?
     }
 

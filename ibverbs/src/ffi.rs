@@ -290,8 +290,17 @@ unsafe extern "C" fn poll_cq(cq: *mut IbvCq, n: c_int, wc: *mut c_void) -> c_int
     }
     got.len() as c_int
 }
-unsafe extern "C" fn req_notify_cq(_cq: *mut IbvCq, _solicited: c_int) -> c_int {
-    libc::EOPNOTSUPP
+/// The `req_notify_cq` op: arms a CQ that is on a completion channel.
+unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited: c_int) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: cq came from create_cq.
+    let c = unsafe { &*(cq as *mut CCq) };
+    match c.entry.dev.req_notify_cq(c.ibv.handle, solicited != 0) {
+        Ok(()) => 0,
+        Err(e) => report(&e),
+    }
 }
 unsafe extern "C" fn post_unsupported(
     _q: *mut c_void,
@@ -647,17 +656,12 @@ unsafe extern "C" fn create_cq(
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     };
-    if !channel.is_null() {
-        // No completion channel can exist yet (ibv_create_comp_channel refuses).
-        set_errno(libc::EINVAL);
-        return ptr::null_mut();
-    }
     if cqe <= 0 {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     }
-    match entry.dev.create_cq(cqe as u32) {
-        Ok((handle, n)) => Box::into_raw(Box::new(CCq {
+    let made = entry.dev.create_cq(cqe as u32).map(|(handle, n)| {
+        Box::into_raw(Box::new(CCq {
             ibv: IbvCq {
                 context: ctx,
                 channel,
@@ -670,12 +674,31 @@ unsafe extern "C" fn create_cq(
                 async_events_completed: 0,
             },
             entry,
-        })) as *mut IbvCq,
+        })) as *mut IbvCq
+    });
+    let cq = match made {
+        Ok(cq) => cq,
         Err(e) => {
             set_errno(report(&e));
-            ptr::null_mut()
+            return ptr::null_mut();
         }
+    };
+    if !channel.is_null() {
+        // SAFETY: cq was just made here; channel came from ibv_create_comp_channel.
+        let handle = unsafe { (*cq).handle };
+        if let Err(e) = entry
+            .dev
+            .attach_channel(handle, channel as usize, cq as usize)
+        {
+            // SAFETY: cq is ours and not yet handed out.
+            unsafe { destroy_cq(cq) };
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+        // SAFETY: as above: a live channel of the caller's.
+        unsafe { (*(channel as *mut IbvCompChannel)).refcnt += 1 };
     }
+    cq
 }
 
 export!("ibv_destroy_cq" @ "IBVERBS_1.1" => destroy_cq);
@@ -685,9 +708,14 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
     }
     let p = cq as *mut CCq;
     // SAFETY: cq came from create_cq and is still allocated (the caller's contract).
-    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    let (entry, handle, channel) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.channel) };
     match entry.dev.destroy_cq(handle) {
         Ok(()) => {
+            if !channel.is_null() {
+                // SAFETY: the CQ's channel outlives its CQs (destroy_comp_channel refuses
+                // while refcnt > 0).
+                unsafe { (*(channel as *mut IbvCompChannel)).refcnt -= 1 };
+            }
             // SAFETY: as above; freed once, after the device let it go.
             drop(unsafe { Box::from_raw(p) });
             0
@@ -1075,31 +1103,98 @@ unsafe extern "C" fn qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
     ptr::null_mut()
 }
 
+/// A completion channel: the `struct ibv_comp_channel`, then the device.
+#[repr(C)]
+struct CChannel {
+    ibv: IbvCompChannel,
+    entry: &'static Entry,
+}
+
 export!("ibv_create_comp_channel" @ "IBVERBS_1.0" => create_comp_channel);
-unsafe extern "C" fn create_comp_channel(_ctx: *mut IbvContext) -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    ptr::null_mut()
+/// Its `fd` is a real eventfd, but it is never signalled: `ibv_get_cq_event` finds events
+/// by serving the device's event queue, not by reading it.
+unsafe extern "C" fn create_comp_channel(ctx: *mut IbvContext) -> *mut IbvCompChannel {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    // SAFETY: eventfd takes no pointers.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return ptr::null_mut();
+    }
+    Box::into_raw(Box::new(CChannel {
+        ibv: IbvCompChannel {
+            context: ctx,
+            fd,
+            refcnt: 0,
+        },
+        entry,
+    })) as *mut IbvCompChannel
 }
 
 export!("ibv_destroy_comp_channel" @ "IBVERBS_1.0" => destroy_comp_channel);
-unsafe extern "C" fn destroy_comp_channel(_ch: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
+unsafe extern "C" fn destroy_comp_channel(ch: *mut IbvCompChannel) -> c_int {
+    if ch.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: ch came from create_comp_channel and is still allocated.
+    if unsafe { (*ch).refcnt } > 0 {
+        // As rdma-core: CQs still use it.
+        return libc::EBUSY;
+    }
+    // SAFETY: as above; freed once. The fd is the eventfd made with it.
+    let c = unsafe { Box::from_raw(ch as *mut CChannel) };
+    // SAFETY: the eventfd create_comp_channel made, closed once here.
+    unsafe { libc::close(c.ibv.fd) };
+    0
 }
 
 export!("ibv_get_cq_event" @ "IBVERBS_1.1" => get_cq_event);
+/// Blocks until a CQ on `ch` has a completion event (after `ibv_req_notify_cq`), serving
+/// the device's event queue every 50 µs meanwhile.
 unsafe extern "C" fn get_cq_event(
-    _ch: *mut c_void,
-    _cq: *mut *mut IbvCq,
-    _ctx: *mut *mut c_void,
+    ch: *mut IbvCompChannel,
+    cq: *mut *mut IbvCq,
+    cq_ctx: *mut *mut c_void,
 ) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
+    if ch.is_null() || cq.is_null() || cq_ctx.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: ch came from create_comp_channel and is still allocated.
+    let entry = unsafe { (*(ch as *mut CChannel)).entry };
+    loop {
+        match entry.dev.take_cq_event(ch as usize) {
+            Ok(Some(tag)) => {
+                let got = tag as *mut IbvCq;
+                // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq
+                // detaches it); cq and cq_ctx are the caller's writable pointers.
+                unsafe {
+                    *cq = got;
+                    *cq_ctx = (*got).cq_context;
+                }
+                return 0;
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_micros(50)),
+            Err(e) => {
+                set_errno(report(&e));
+                return -1;
+            }
+        }
+    }
 }
 
 export!("ibv_ack_cq_events" @ "IBVERBS_1.1" => ack_cq_events);
-/// No event can have been delivered (`ibv_get_cq_event` refuses), so there is none to
-/// acknowledge.
-unsafe extern "C" fn ack_cq_events(_cq: *mut IbvCq, _n: u32) {}
+/// Counts the acknowledged events in the CQ (`comp_events_completed`), as rdma-core; the
+/// device was acknowledged when the event was taken.
+unsafe extern "C" fn ack_cq_events(cq: *mut IbvCq, n: u32) {
+    if !cq.is_null() {
+        // SAFETY: cq came from create_cq and is still allocated.
+        unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(n) };
+    }
+}
 
 export!("ibv_wc_status_str" @ "IBVERBS_1.1" => wc_status_str);
 unsafe extern "C" fn wc_status_str(status: c_int) -> *const c_char {

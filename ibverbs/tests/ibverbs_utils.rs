@@ -206,17 +206,25 @@ fn listening(port: u16) -> bool {
 }
 
 /// Debian's `ibv_rc_pingpong --chk`, server and client as two processes, each on a mock HCA
-/// of this library whose RoCEv2 port is UDP on 127.0.0.1 and 127.0.0.2; 60 s at most.
+/// of this library whose RoCEv2 port is UDP on 127.0.0.1 and 127.0.0.2; 60 s at most each
+/// run. Polling, then with completion events (`-e`), one after the other (both bind the
+/// same UDP addresses).
 #[test]
 fn ibv_rc_pingpong_between_two_processes() {
     let Some(p) = program("ibv_rc_pingpong") else {
         return;
     };
     let tcp = 20000 + (std::process::id() % 20000) as u16;
+    pingpong(&p, tcp, &[]);
+    pingpong(&p, tcp + 1, &["-e"]);
+}
+
+fn pingpong(p: &Path, tcp: u16, extra: &[&str]) {
     let port = tcp.to_string();
     let spawn = |ip: &str, server: Option<&str>| {
-        let mut cmd = Command::new(&p);
+        let mut cmd = Command::new(p);
         cmd.args(["-d", "uhca0", "-g", "0", "-p", &port, "-n", "200", "--chk"]);
+        cmd.args(extra);
         if let Some(s) = server {
             cmd.arg(s);
         }
@@ -269,5 +277,5 @@ fn ibv_rc_pingpong_between_two_processes() {
         );
         ok &= out.status.success() && stdout.contains("200 iters in");
     }
-    assert!(ok, "ibv_rc_pingpong failed (output above)");
+    assert!(ok, "ibv_rc_pingpong {extra:?} failed (output above)");
 }
