@@ -1,0 +1,599 @@
+//! The structures of rdma-core 44's `<infiniband/verbs.h>` (x86-64) that this library
+//! hands out or fills, as `#[repr(C)]` Rust types. [`LAYOUT`] lists every size and offset
+//! the C side relies on; `tests/layout.rs` compiles the same list against the installed
+//! header with `offsetof`/`sizeof` and compares.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::mem::{offset_of, size_of};
+
+/// `IBV_SYSFS_NAME_MAX`.
+pub const SYSFS_NAME_MAX: usize = 64;
+/// `IBV_SYSFS_PATH_MAX`.
+pub const SYSFS_PATH_MAX: usize = 256;
+
+/// `IBV_NODE_CA`.
+pub const NODE_CA: c_int = 1;
+/// `IBV_TRANSPORT_IB`.
+pub const TRANSPORT_IB: c_int = 0;
+/// `IBV_LINK_LAYER_INFINIBAND`.
+pub const LINK_LAYER_INFINIBAND: u8 = 1;
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_ATOMIC_HCA`.
+pub const ATOMIC_HCA: c_int = 1;
+/// `IBV_PORT_CM_SUP` (in `port_cap_flags`).
+pub const PORT_CM_SUP: u32 = 1 << 16;
+/// `IBV_DEVICE_RC_RNR_NAK_GEN` (in `device_cap_flags`).
+pub const DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
+/// `IBV_DEVICE_PORT_ACTIVE_EVENT`.
+pub const DEVICE_PORT_ACTIVE_EVENT: u32 = 1 << 14;
+
+/// `struct _ibv_device_ops`: two pointers nobody calls (kept 0; `usize` so that a device is
+/// `Send` and `Sync`).
+#[repr(C)]
+pub struct DeviceOps {
+    /// `_dummy1`.
+    pub dummy1: usize,
+    /// `_dummy2`.
+    pub dummy2: usize,
+}
+
+/// `struct ibv_device` (664 bytes).
+#[repr(C)]
+pub struct IbvDevice {
+    /// `_ops`.
+    pub ops: DeviceOps,
+    /// `node_type` (`enum ibv_node_type`).
+    pub node_type: c_int,
+    /// `transport_type` (`enum ibv_transport_type`).
+    pub transport_type: c_int,
+    /// `name`: the device name.
+    pub name: [c_char; SYSFS_NAME_MAX],
+    /// `dev_name`: the uverbs device name ("uverbs0").
+    pub dev_name: [c_char; SYSFS_NAME_MAX],
+    /// `dev_path`: the uverbs sysfs path.
+    pub dev_path: [c_char; SYSFS_PATH_MAX],
+    /// `ibdev_path`: the infiniband class sysfs path.
+    pub ibdev_path: [c_char; SYSFS_PATH_MAX],
+}
+
+/// A slot of `struct ibv_context_ops` that programs never call (a compat entry).
+pub type Slot = *mut c_void;
+
+/// `int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *)`.
+pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut c_void) -> c_int;
+/// `int (*req_notify_cq)(struct ibv_cq *, int)`.
+pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
+/// `int (*post_*)(queue, wr, bad_wr)` for sends, receives and SRQ receives.
+pub type PostFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int;
+/// `struct ibv_mw *(*alloc_mw)(struct ibv_pd *, enum ibv_mw_type)`.
+pub type AllocMwFn = unsafe extern "C" fn(*mut IbvPd, c_int) -> *mut c_void;
+/// `int (*bind_mw)(struct ibv_qp *, struct ibv_mw *, struct ibv_mw_bind *)`.
+pub type BindMwFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> c_int;
+/// `int (*dealloc_mw)(struct ibv_mw *)`.
+pub type DeallocMwFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `struct ibv_context_ops` (256 bytes, 32 pointers): the datapath the inline verbs call.
+#[repr(C)]
+pub struct IbvContextOps {
+    /// `_compat_query_device` … `_compat_dereg_mr` (7 slots).
+    pub compat0: [Slot; 7],
+    /// `alloc_mw`.
+    pub alloc_mw: Option<AllocMwFn>,
+    /// `bind_mw`.
+    pub bind_mw: Option<BindMwFn>,
+    /// `dealloc_mw`.
+    pub dealloc_mw: Option<DeallocMwFn>,
+    /// `_compat_create_cq`.
+    pub compat1: Slot,
+    /// `poll_cq`.
+    pub poll_cq: Option<PollCqFn>,
+    /// `req_notify_cq`.
+    pub req_notify_cq: Option<ReqNotifyCqFn>,
+    /// `_compat_cq_event` … `_compat_destroy_srq` (7 slots).
+    pub compat2: [Slot; 7],
+    /// `post_srq_recv`.
+    pub post_srq_recv: Option<PostFn>,
+    /// `_compat_create_qp` … `_compat_destroy_qp` (4 slots).
+    pub compat3: [Slot; 4],
+    /// `post_send`.
+    pub post_send: Option<PostFn>,
+    /// `post_recv`.
+    pub post_recv: Option<PostFn>,
+    /// `_compat_create_ah` … `_compat_async_event` (5 slots).
+    pub compat4: [Slot; 5],
+}
+
+/// `struct ibv_context` (328 bytes).
+#[repr(C)]
+pub struct IbvContext {
+    /// `device`.
+    pub device: *mut IbvDevice,
+    /// `ops`.
+    pub ops: IbvContextOps,
+    /// `cmd_fd`.
+    pub cmd_fd: c_int,
+    /// `async_fd`.
+    pub async_fd: c_int,
+    /// `num_comp_vectors`.
+    pub num_comp_vectors: c_int,
+    /// `mutex`.
+    pub mutex: libc::pthread_mutex_t,
+    /// `abi_compat`: not `UINTPTR_MAX`, so `verbs_get_ctx_op` finds no extended op and the
+    /// inline verbs fall back to the exported ones.
+    pub abi_compat: *mut c_void,
+}
+
+/// `struct ibv_device_attr` (232 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvDeviceAttr {
+    pub fw_ver: [c_char; 64],
+    /// Big-endian.
+    pub node_guid: u64,
+    /// Big-endian.
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: u32,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_int,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+/// `struct ibv_port_attr` (52 bytes). The exported compat `ibv_query_port@IBVERBS_1.1`
+/// fills the first [`COMPAT_PORT_ATTR_LEN`] bytes (`struct _compat_ibv_port_attr`).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvPortAttr {
+    pub state: c_int,
+    pub max_mtu: c_int,
+    pub active_mtu: c_int,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// What `ibv_query_port@IBVERBS_1.1` writes: up to and including `link_layer`, padded
+/// (`struct _compat_ibv_port_attr`, 48 bytes).
+pub const COMPAT_PORT_ATTR_LEN: usize = 48;
+
+/// `struct ibv_pd` (16 bytes).
+#[repr(C)]
+pub struct IbvPd {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `handle`.
+    pub handle: u32,
+}
+
+/// `struct ibv_mr` (48 bytes).
+#[repr(C)]
+pub struct IbvMr {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `pd`.
+    pub pd: *mut IbvPd,
+    /// `addr`: the application's address of the region.
+    pub addr: *mut c_void,
+    /// `length`.
+    pub length: usize,
+    /// `handle`.
+    pub handle: u32,
+    /// `lkey`.
+    pub lkey: u32,
+    /// `rkey`.
+    pub rkey: u32,
+}
+
+/// `IBV_ACCESS_LOCAL_WRITE` … `IBV_ACCESS_REMOTE_ATOMIC`: the rights uhca's keys carry (the
+/// same bits as the PRM's).
+pub const ACCESS_BASIC: c_int = 0xf;
+/// `IBV_ACCESS_RELAXED_ORDERING` (an optional hint: may be ignored).
+pub const ACCESS_RELAXED_ORDERING: c_int = 1 << 20;
+
+/// `struct ibv_cq` (128 bytes).
+#[repr(C)]
+pub struct IbvCq {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `channel`.
+    pub channel: *mut c_void,
+    /// `cq_context`.
+    pub cq_context: *mut c_void,
+    /// `handle`.
+    pub handle: u32,
+    /// `cqe`: the entries the CQ holds.
+    pub cqe: c_int,
+    /// `mutex`.
+    pub mutex: libc::pthread_mutex_t,
+    /// `cond`.
+    pub cond: libc::pthread_cond_t,
+    /// `comp_events_completed`.
+    pub comp_events_completed: u32,
+    /// `async_events_completed`.
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_qp_cap` (20 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct IbvQpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr` (64 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpInitAttr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut IbvCq,
+    pub recv_cq: *mut IbvCq,
+    pub srq: *mut c_void,
+    pub cap: IbvQpCap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+/// `IBV_QPT_RC`.
+pub const QPT_RC: c_int = 2;
+
+/// `struct ibv_global_route` (24 bytes; 8-byte aligned, as `union ibv_gid` holds `__be64`s).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvGlobalRoute {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvAhAttr {
+    pub grh: IbvGlobalRoute,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+/// `struct ibv_qp_attr` (144 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpAttr {
+    pub qp_state: c_int,
+    pub cur_qp_state: c_int,
+    pub path_mtu: c_int,
+    pub path_mig_state: c_int,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub cap: IbvQpCap,
+    pub ah_attr: IbvAhAttr,
+    pub alt_ah_attr: IbvAhAttr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+/// `enum ibv_qp_attr_mask` bits.
+#[allow(missing_docs)]
+pub mod qp_mask {
+    pub const STATE: i32 = 1 << 0;
+    pub const CUR_STATE: i32 = 1 << 1;
+    pub const EN_SQD_ASYNC_NOTIFY: i32 = 1 << 2;
+    pub const ACCESS_FLAGS: i32 = 1 << 3;
+    pub const PKEY_INDEX: i32 = 1 << 4;
+    pub const PORT: i32 = 1 << 5;
+    pub const QKEY: i32 = 1 << 6;
+    pub const AV: i32 = 1 << 7;
+    pub const PATH_MTU: i32 = 1 << 8;
+    pub const TIMEOUT: i32 = 1 << 9;
+    pub const RETRY_CNT: i32 = 1 << 10;
+    pub const RNR_RETRY: i32 = 1 << 11;
+    pub const RQ_PSN: i32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+    pub const ALT_PATH: i32 = 1 << 14;
+    pub const MIN_RNR_TIMER: i32 = 1 << 15;
+    pub const SQ_PSN: i32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+    pub const PATH_MIG_STATE: i32 = 1 << 18;
+    pub const CAP: i32 = 1 << 19;
+    pub const DEST_QPN: i32 = 1 << 20;
+}
+
+/// `struct ibv_qp` (160 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQp {
+    pub context: *mut IbvContext,
+    pub qp_context: *mut c_void,
+    pub pd: *mut IbvPd,
+    pub send_cq: *mut IbvCq,
+    pub recv_cq: *mut IbvCq,
+    pub srq: *mut c_void,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_int,
+    pub qp_type: c_int,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_sge` (16 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// `struct ibv_send_wr` (128 bytes): the common head; the unions after it (RDMA, atomic,
+/// UD, XRC, bind, TSO) are opaque here since only SEND is offered.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSendWr {
+    pub wr_id: u64,
+    pub next: *mut IbvSendWr,
+    pub sg_list: *mut IbvSge,
+    pub num_sge: c_int,
+    pub opcode: c_int,
+    pub send_flags: u32,
+    pub imm_data: u32,
+    pub rest: [u64; 11],
+}
+
+/// `IBV_WR_SEND`.
+pub const WR_SEND: c_int = 2;
+/// `IBV_SEND_SIGNALED`.
+pub const SEND_SIGNALED: u32 = 1 << 1;
+/// `IBV_SEND_INLINE`.
+pub const SEND_INLINE: u32 = 1 << 3;
+
+/// `struct ibv_recv_wr` (32 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvRecvWr {
+    pub wr_id: u64,
+    pub next: *mut IbvRecvWr,
+    pub sg_list: *mut IbvSge,
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_wc` (48 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvWc {
+    pub wr_id: u64,
+    pub status: c_int,
+    pub opcode: c_int,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: u32,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+/// `struct ibv_comp_channel` (16 bytes).
+#[repr(C)]
+pub struct IbvCompChannel {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `fd`.
+    pub fd: c_int,
+    /// `refcnt`: the CQs on it.
+    pub refcnt: c_int,
+}
+
+/// `union ibv_gid` (16 bytes, network order).
+#[repr(C)]
+pub struct IbvGid {
+    /// `raw`.
+    pub raw: [u8; 16],
+}
+
+macro_rules! layout {
+    ($( $t:ident => $c:literal { $($f:ident),* } )*) => {
+        /// Every size (`sizeof struct X`) and offset (`offsetof struct X field`) of this
+        /// module, by its C name, as `tests/layout.rs` checks against the header.
+        pub const LAYOUT: &[(&str, &str, usize)] = &[
+            $(
+                ($c, "", size_of::<$t>()),
+                $( ($c, stringify!($f), offset_of!($t, $f)), )*
+            )*
+        ];
+    };
+}
+
+layout! {
+    IbvDevice => "ibv_device" { node_type, transport_type, name, dev_name, dev_path, ibdev_path }
+    IbvContext => "ibv_context" { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
+    IbvContextOps => "ibv_context_ops" { alloc_mw, bind_mw, dealloc_mw, poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv }
+    IbvDeviceAttr => "ibv_device_attr" { fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt }
+    IbvPortAttr => "ibv_port_attr" { state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2 }
+    IbvPd => "ibv_pd" { context, handle }
+    IbvMr => "ibv_mr" { context, pd, addr, length, handle, lkey, rkey }
+    IbvCq => "ibv_cq" { context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed }
+    IbvGid => "ibv_gid" { raw }
+    IbvCompChannel => "ibv_comp_channel" { context, fd, refcnt }
+    IbvQpCap => "ibv_qp_cap" { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }
+    IbvQpInitAttr => "ibv_qp_init_attr" { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+    IbvGlobalRoute => "ibv_global_route" { dgid, flow_label, sgid_index, hop_limit, traffic_class }
+    IbvAhAttr => "ibv_ah_attr" { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }
+    IbvQpAttr => "ibv_qp_attr" { qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit }
+    IbvQp => "ibv_qp" { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed }
+    IbvSge => "ibv_sge" { addr, length, lkey }
+    IbvSendWr => "ibv_send_wr" { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data }
+    IbvRecvWr => "ibv_recv_wr" { wr_id, next, sg_list, num_sge }
+    IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sizes VERBS-ABI measured (restated in the README), without a compiler.
+    #[test]
+    fn known_sizes() {
+        assert_eq!(size_of::<IbvDevice>(), 664);
+        assert_eq!(size_of::<IbvContextOps>(), 256);
+        assert_eq!(size_of::<IbvContext>(), 328);
+        assert_eq!(offset_of!(IbvContext, abi_compat), 320);
+        assert_eq!(offset_of!(IbvContextOps, poll_cq), 88);
+        assert_eq!(offset_of!(IbvContextOps, post_send), 200);
+        assert_eq!(offset_of!(IbvContextOps, post_recv), 208);
+        assert_eq!(offset_of!(IbvContextOps, post_srq_recv), 160);
+        assert_eq!(size_of::<IbvPortAttr>(), 52);
+        assert_eq!(offset_of!(IbvCq, cqe), 28);
+    }
+}
+
+/// [`LAYOUT`] against the installed `<infiniband/verbs.h>`: a C program made from the table
+/// prints each `sizeof`/`offsetof`, compiled with `cc`. Skipped (with a message) without a
+/// compiler or the header, unless `UHCA_REQUIRE_IBVERBS_UTILS=1`.
+#[cfg(test)]
+mod header {
+    use super::LAYOUT;
+    use std::path::Path;
+    use std::process::Command;
+
+    const HEADER: &str = "/usr/include/infiniband/verbs.h";
+
+    fn skip(why: &str) {
+        assert!(
+            std::env::var("UHCA_REQUIRE_IBVERBS_UTILS").as_deref() != Ok("1"),
+            "UHCA_REQUIRE_IBVERBS_UTILS=1 but {why}"
+        );
+        eprintln!("skipped: {why} (install libibverbs-dev and a C compiler)");
+    }
+
+    #[test]
+    fn layouts_match_the_header() {
+        if !Path::new(HEADER).exists() {
+            return skip(&format!("{HEADER} is absent"));
+        }
+        let dir = std::env::temp_dir().join(format!("uhca-ibverbs-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n\
+             int main(void) {\n",
+        );
+        for (s, f, _) in LAYOUT {
+            let t = if *s == "ibv_gid" { "union" } else { "struct" };
+            if f.is_empty() {
+                c += &format!("printf(\"{s} . %zu\\n\", sizeof({t} {s}));\n");
+            } else {
+                c += &format!("printf(\"{s} {f} %zu\\n\", offsetof({t} {s}, {f}));\n");
+            }
+        }
+        c += "return 0;\n}\n";
+        let src = dir.join("layout.c");
+        let exe = dir.join("layout");
+        std::fs::write(&src, c).unwrap();
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let built = match Command::new(&cc).arg(&src).arg("-o").arg(&exe).output() {
+            Ok(o) => o,
+            Err(e) => return skip(&format!("no C compiler ({cc}: {e})")),
+        };
+        assert!(
+            built.status.success(),
+            "{cc} failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let out = Command::new(&exe).output().unwrap();
+        let out = String::from_utf8(out.stdout).unwrap();
+        let mut lines = out.lines();
+        let mut checked = 0;
+        for (s, f, rust) in LAYOUT {
+            let line = lines.next().expect("a line per entry");
+            let mut w = line.split(' ');
+            assert_eq!(w.next(), Some(*s));
+            let field = w.next().unwrap();
+            assert_eq!(field, if f.is_empty() { "." } else { f });
+            let c: usize = w.next().unwrap().parse().unwrap();
+            assert_eq!(c, *rust, "{s}.{field}: C says {c}, Rust {rust}");
+            checked += 1;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("{checked} sizes and offsets match {HEADER}");
+    }
+}

@@ -1,0 +1,224 @@
+//! The devices this library offers, from the `UHCA_DEVICES` environment variable.
+//!
+//! The syntax (see the crate's README): entries separated by `;`, each
+//! `KIND:NAME=WHERE`:
+//!
+//! - `mock:NAME=udp:IPV4` — a mock ConnectX in this process whose RoCEv2 port is a kernel UDP
+//!   socket bound to `IPV4:4791` (as the examples' `--udp` mode), with the RoCEv2 GID of
+//!   `IPV4` at index 0;
+//! - `vfio:NAME=BDF` — a ConnectX function bound to vfio-pci at PCI address `BDF`
+//!   (`0000:3b:00.0`).
+//!
+//! `NAME` is what `ibv_get_device_name` returns: 1 to 63 of `A-Z a-z 0-9 _ -`, unique.
+//! Spaces around entries and parts are ignored; an empty entry (a trailing `;`) is allowed.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+/// The environment variable that lists the devices.
+pub const ENV: &str = "UHCA_DEVICES";
+
+/// The UDP port of RoCEv2 (the mock binds `IP:4791`).
+pub const ROCE_UDP_PORT: u16 = 4791;
+
+/// One configured device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceSpec {
+    /// The verbs device name.
+    pub name: String,
+    /// What backs it.
+    pub kind: DeviceKind,
+}
+
+/// What backs a configured device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A mock HCA in this process, its RoCEv2 port a UDP socket on `ip:4791`.
+    MockUdp {
+        /// The local address the socket binds, and the port's RoCEv2 GID.
+        ip: Ipv4Addr,
+    },
+    /// A PCI function bound to vfio-pci.
+    Vfio {
+        /// The PCI address, `DDDD:BB:DD.F`.
+        bdf: String,
+    },
+}
+
+impl DeviceSpec {
+    /// The MAC address of a mock device: locally administered, from its IP address, so two
+    /// processes on two addresses get distinct GUIDs.
+    pub fn mock_mac(ip: Ipv4Addr) -> [u8; 6] {
+        let o = ip.octets();
+        [0x02, 0x00, o[0], o[1], o[2], o[3]]
+    }
+}
+
+/// A malformed `UHCA_DEVICES`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The entry at fault (as written).
+    pub entry: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{ENV}: entry {:?}: {}", self.entry, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn valid_name(n: &str) -> bool {
+    (1..=63).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn valid_bdf(s: &str) -> bool {
+    // DDDD:BB:DD.F, hexadecimal.
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+        && b[11] <= b'7'
+}
+
+/// Parses the value of `UHCA_DEVICES`.
+///
+/// # Errors
+///
+/// The first malformed entry, or a repeated name.
+pub fn parse(s: &str) -> Result<Vec<DeviceSpec>, ConfigError> {
+    let mut out: Vec<DeviceSpec> = Vec::new();
+    for entry in s.split(';') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let err = |reason: &str| ConfigError {
+            entry: entry.to_string(),
+            reason: reason.to_string(),
+        };
+        let (kind, rest) = entry
+            .split_once(':')
+            .ok_or_else(|| err("expected KIND:NAME=WHERE (KIND is mock or vfio)"))?;
+        let (name, place) = rest
+            .split_once('=')
+            .ok_or_else(|| err("expected KIND:NAME=WHERE"))?;
+        let (kind, name, place) = (kind.trim(), name.trim(), place.trim());
+        if !valid_name(name) {
+            return Err(err(
+                "a device name is 1 to 63 of A-Z, a-z, 0-9, '_' and '-'",
+            ));
+        }
+        if out.iter().any(|d| d.name == name) {
+            return Err(err("this name is already configured"));
+        }
+        let kind = match kind {
+            "mock" => {
+                let ip = place
+                    .strip_prefix("udp:")
+                    .ok_or_else(|| err("a mock device's port is udp:IPV4 (e.g. udp:127.0.0.1)"))?;
+                let ip = ip
+                    .trim()
+                    .parse::<Ipv4Addr>()
+                    .map_err(|_| err("udp: takes an IPv4 address (the port is always 4791)"))?;
+                if out
+                    .iter()
+                    .any(|d| matches!(d.kind, DeviceKind::MockUdp { ip: o } if o == ip))
+                {
+                    return Err(err("two mock devices cannot bind one address"));
+                }
+                DeviceKind::MockUdp { ip }
+            }
+            "vfio" => {
+                if !valid_bdf(place) {
+                    return Err(err("a VFIO device is a PCI address DDDD:BB:DD.F"));
+                }
+                DeviceKind::Vfio {
+                    bdf: place.to_ascii_lowercase(),
+                }
+            }
+            _ => return Err(err("KIND is mock or vfio")),
+        };
+        out.push(DeviceSpec {
+            name: name.to_string(),
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// The line printed on stderr when no device is configured.
+pub const HINT: &str = "uhca libibverbs: no devices configured; set UHCA_DEVICES, e.g. \
+UHCA_DEVICES=\"mock:uhca0=udp:127.0.0.1\" (see the uhca-ibverbs README)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mock_and_vfio() {
+        let d = parse(" mock:uhca0=udp:127.0.0.1 ; vfio:uhca1=0000:3B:00.0;").unwrap();
+        assert_eq!(
+            d,
+            vec![
+                DeviceSpec {
+                    name: "uhca0".into(),
+                    kind: DeviceKind::MockUdp {
+                        ip: Ipv4Addr::new(127, 0, 0, 1)
+                    }
+                },
+                DeviceSpec {
+                    name: "uhca1".into(),
+                    kind: DeviceKind::Vfio {
+                        bdf: "0000:3b:00.0".into()
+                    }
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_is_no_device() {
+        assert_eq!(parse(""), Ok(vec![]));
+        assert_eq!(parse(" ; "), Ok(vec![]));
+    }
+
+    #[test]
+    fn refusals() {
+        for bad in [
+            "uhca0",
+            "mock:uhca0",
+            "mock:uhca0=127.0.0.1",
+            "mock:uhca0=udp:localhost",
+            "mock:uhca0=udp:127.0.0.1:4791",
+            "mock:=udp:127.0.0.1",
+            "mock:a b=udp:127.0.0.1",
+            "rxe:uhca0=udp:127.0.0.1",
+            "vfio:x=3b:00.0",
+            "vfio:x=0000:3b:00.8",
+            "mock:a=udp:127.0.0.1;mock:a=udp:127.0.0.2",
+            "mock:a=udp:127.0.0.1;mock:b=udp:127.0.0.1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        let long = format!("mock:{}=udp:127.0.0.1", "x".repeat(64));
+        assert!(parse(&long).is_err());
+    }
+
+    #[test]
+    fn mac_and_guid_follow_the_address() {
+        assert_eq!(
+            DeviceSpec::mock_mac(Ipv4Addr::new(127, 0, 0, 2)),
+            [2, 0, 127, 0, 0, 2]
+        );
+    }
+}

@@ -1,0 +1,746 @@
+//! The devices and their object tables, without the C ABI: bring-up on first open, the
+//! queries the verbs answer from, and PDs and CQs by handle.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Mutex;
+
+use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, UserMr};
+use uhca_driver::{Hca, HcaConfig};
+use uhca_fwif::consts::AccessFlags;
+use uhca_hal::HostBuf;
+use uhca_hal::{PciConfig, Platform};
+use uhca_mock::fabric::PumpHandle;
+use uhca_mock::{Fabric, MockConfig, MockHca, MockPlatform};
+
+use crate::config::{DeviceKind, DeviceSpec};
+
+/// A verb's failure: the errno it returns (or sets) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerbsError {
+    /// The errno value (`libc::EINVAL`, ...).
+    pub errno: i32,
+    /// What went wrong.
+    pub msg: String,
+}
+
+impl VerbsError {
+    /// A failure with `errno`.
+    pub fn new(errno: i32, msg: impl Into<String>) -> Self {
+        Self {
+            errno,
+            msg: msg.into(),
+        }
+    }
+
+    fn driver(what: &str, e: impl fmt::Debug) -> Self {
+        Self::new(libc::EIO, format!("{what}: {e:?}"))
+    }
+}
+
+impl fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (errno {})", self.msg, self.errno)
+    }
+}
+
+impl std::error::Error for VerbsError {}
+
+/// A result of a verb.
+pub type VResult<T> = Result<T, VerbsError>;
+
+/// What `ibv_query_device` reports, gathered from the driver.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Firmware version.
+    pub fw_version: (u16, u16, u16),
+    /// Node GUID (host order).
+    pub node_guid: u64,
+    /// System image GUID (host order).
+    pub sys_image_guid: u64,
+    /// PCI vendor ID.
+    pub vendor_id: u16,
+    /// PCI device ID.
+    pub vendor_part_id: u16,
+    /// The driver's device limits.
+    pub caps: uhca_driver::caps::DeviceCaps,
+    /// log2 of the largest MR.
+    pub log_max_mr_size: u8,
+    /// Scatter/gather entries every QP type offers.
+    pub max_sge: u32,
+}
+
+/// The mock behind a `mock:NAME=udp:IP` device: the fabric with its UDP uplink and pump.
+pub(crate) struct MockHw {
+    pub(crate) hca: Hca<MockPlatform>,
+    // Dropped after the HCA: the pump stops, then the model and the fabric go.
+    _pump: PumpHandle,
+    _dev: MockHca,
+    _fabric: Fabric,
+}
+
+/// An open device: the HCA and the objects the application holds on it.
+pub struct Open {
+    users: usize,
+    pub(crate) hw: MockHw,
+    next_handle: u32,
+    pub(crate) pds: HashMap<u32, Pd>,
+    pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
+    mrs: HashMap<u32, Registered>,
+    pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
+    /// CQ handle → (the completion channel's tag, the CQ's tag): opaque values of the C
+    /// layer (its pointers), so that an event names what the application holds.
+    channels: HashMap<u32, (usize, usize)>,
+}
+
+impl Open {
+    /// A fresh handle.
+    pub(crate) fn handle(&mut self) -> u32 {
+        let h = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        h
+    }
+
+    /// The device address of `len` bytes at the application's address `addr` under
+    /// `lkey`.
+    pub(crate) fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
+        let r = self
+            .mrs
+            .values()
+            .find(|r| r.mr.lkey() == lkey)
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, format!("no MR has lkey {lkey:#x}")))?;
+        let off = addr
+            .checked_sub(r.va)
+            .filter(|off| off.saturating_add(u64::from(len)) <= r.len as u64)
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, "an SGE outside its MR"))?;
+        r.mr.sge(off as usize, len as usize)
+            .map_err(|e| VerbsError::driver("SGE", e))
+    }
+}
+
+/// A registration of the application's memory: uhca's key over the range, and the
+/// application's address of its first byte (what its SGEs name).
+struct Registered {
+    mr: UserMr<MockPlatform>,
+    pd: u32,
+    va: u64,
+    len: usize,
+}
+
+/// What `ibv_reg_mr` hands back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    /// The MR's handle.
+    pub handle: u32,
+    /// The local key.
+    pub lkey: u32,
+    /// The remote key.
+    pub rkey: u32,
+}
+
+/// One configured device.
+pub struct Device {
+    spec: DeviceSpec,
+    open: Mutex<Option<Open>>,
+}
+
+fn mock_config(ip: Ipv4Addr) -> MockConfig {
+    MockConfig {
+        port_type: uhca_mock::LinkLayer::Ethernet,
+        mac: DeviceSpec::mock_mac(ip),
+        ..MockConfig::default()
+    }
+}
+
+impl Device {
+    /// A device for `spec`, not yet brought up.
+    pub fn new(spec: DeviceSpec) -> Self {
+        Self {
+            spec,
+            open: Mutex::new(None),
+        }
+    }
+
+    /// Its configuration.
+    pub fn spec(&self) -> &DeviceSpec {
+        &self.spec
+    }
+
+    /// The node GUID (host order) without bringing the device up: a mock's follows from its
+    /// MAC address; a VFIO function's is known only once open (0 before).
+    pub fn node_guid(&self) -> u64 {
+        match &self.spec.kind {
+            DeviceKind::MockUdp { ip } => mock_config(*ip).node_guid(),
+            DeviceKind::Vfio { .. } => self
+                .with(|o| o.hw.hca.query_port(1).map(|p| p.node_guid).unwrap_or(0))
+                .unwrap_or(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Open>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens the device (brings it up on the first open).
+    ///
+    /// # Errors
+    ///
+    /// A VFIO device (not in this slice: ENOSYS), or a failed bring-up or UDP bind.
+    pub fn open(&self) -> VResult<()> {
+        let mut g = self.lock();
+        if let Some(o) = g.as_mut() {
+            o.users += 1;
+            return Ok(());
+        }
+        let ip = match &self.spec.kind {
+            DeviceKind::MockUdp { ip } => *ip,
+            DeviceKind::Vfio { bdf } => {
+                return Err(VerbsError::new(
+                    libc::ENOSYS,
+                    format!("VFIO devices ({bdf}) are listed but cannot be opened yet"),
+                ));
+            }
+        };
+        let cfg = mock_config(ip);
+        let mac = cfg.mac;
+        let fabric = Fabric::ethernet();
+        let dev = MockHca::new(cfg);
+        let hcfg = HcaConfig {
+            fw_pre_init_timeout_ns: 5_000_000_000,
+            cmd_timeout_ns: 5_000_000_000,
+            ..HcaConfig::default()
+        };
+        let mut hca =
+            Hca::open_with(dev.platform(), hcfg).map_err(|e| VerbsError::driver("bring-up", e))?;
+        fabric.attach(&dev);
+        let up = (|| {
+            hca.add_roce_gid(1, 0, IpAddr::V4(ip), uhca_driver::addr::Mac(mac), None)
+                .map_err(|e| VerbsError::driver("installing the RoCEv2 GID", e))?;
+            fabric.attach_udp(&dev, ip).map_err(|e| {
+                VerbsError::new(
+                    libc::EADDRINUSE,
+                    format!("binding UDP {ip}:{}: {e}", crate::config::ROCE_UDP_PORT),
+                )
+            })
+        })();
+        if let Err(e) = up {
+            let _ = hca.close();
+            return Err(e);
+        }
+        let pump = fabric.start_pump(20);
+        *g = Some(Open {
+            users: 1,
+            hw: MockHw {
+                hca,
+                _pump: pump,
+                _dev: dev,
+                _fabric: fabric,
+            },
+            next_handle: 1,
+            pds: HashMap::new(),
+            cqs: HashMap::new(),
+            mrs: HashMap::new(),
+            qps: HashMap::new(),
+            channels: HashMap::new(),
+        });
+        Ok(())
+    }
+
+    /// Closes one open; the last one destroys what is left and closes the HCA.
+    ///
+    /// # Errors
+    ///
+    /// EINVAL if the device is not open; EIO if the teardown failed.
+    pub fn close(&self) -> VResult<()> {
+        let mut g = self.lock();
+        let o = g
+            .as_mut()
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, "device not open"))?;
+        o.users -= 1;
+        if o.users > 0 {
+            return Ok(());
+        }
+        let qps: Vec<u32> = o.qps.keys().copied().collect();
+        drop(g);
+        for h in qps {
+            let _ = self.destroy_qp(h);
+        }
+        let mut g = self.lock();
+        let mut o = g.take().expect("open");
+        for (_, r) in o.mrs.drain() {
+            // The memory stays the application's: unmapped, never freed (HostBuf::Static).
+            if let Ok(m) = r.mr.destroy(&mut o.hw.hca) {
+                let _ = m.unmap();
+            }
+        }
+        for (_, cq) in o.cqs.drain() {
+            let _ = cq.destroy(&mut o.hw.hca);
+        }
+        for (_, pd) in o.pds.drain() {
+            let _ = pd.destroy(&mut o.hw.hca);
+        }
+        let MockHw { hca, .. } = o.hw;
+        hca.close().map_err(|e| VerbsError::driver("close", e))
+    }
+
+    pub(crate) fn with_open<R>(&self, f: impl FnOnce(&mut Open) -> R) -> VResult<R> {
+        self.with(f)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Open) -> R) -> VResult<R> {
+        let mut g = self.lock();
+        let o = g
+            .as_mut()
+            .ok_or_else(|| VerbsError::new(libc::EINVAL, "device not open"))?;
+        Ok(f(o))
+    }
+
+    /// `ibv_query_device`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or a failed query.
+    pub fn query_device(&self) -> VResult<DeviceInfo> {
+        self.with(|o| {
+            let hca = &mut o.hw.hca;
+            let vendor_id = hca
+                .platform()
+                .config_read16(0)
+                .map_err(|e| VerbsError::driver("config read", e))?;
+            let vendor_part_id = hca
+                .platform()
+                .config_read16(2)
+                .map_err(|e| VerbsError::driver("config read", e))?;
+            let p = hca
+                .query_port(1)
+                .map_err(|e| VerbsError::driver("query port", e))?;
+            let caps = *hca.caps();
+            // Send SGEs of an RC WQE (control, remote address and atomic segments first),
+            // receive SGEs of a receive WQE: the smaller is what every QP type offers.
+            let send_desc = (caps.max_send_wqe_bytes as usize).min(63 * 16);
+            let max_sge = (send_desc.saturating_sub(48) / 16)
+                .min(caps.max_recv_wqe_bytes as usize / 16) as u32;
+            Ok(DeviceInfo {
+                fw_version: hca.info().fw_version,
+                node_guid: p.node_guid,
+                sys_image_guid: p.system_image_guid,
+                vendor_id,
+                vendor_part_id,
+                caps,
+                log_max_mr_size: hca.hca_cap().log_max_mrw_sz(),
+                max_sge,
+            })
+        })?
+    }
+
+    /// `ibv_query_port`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or no such port.
+    pub fn query_port(&self, port: u8) -> VResult<PortAttr> {
+        self.with(|o| {
+            let n = o.hw.hca.caps().num_ports;
+            if port == 0 || port > n {
+                return Err(VerbsError::new(libc::EINVAL, format!("no port {port}")));
+            }
+            o.hw.hca
+                .query_port(port)
+                .map_err(|e| VerbsError::driver("query port", e))
+        })?
+    }
+
+    /// `ibv_query_gid`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, no such port or index.
+    pub fn query_gid(&self, port: u8, index: u32) -> VResult<GidEntry> {
+        let p = self.query_port(port)?;
+        if index >= p.gid_table_len {
+            return Err(VerbsError::new(
+                libc::EINVAL,
+                format!("no GID index {index}"),
+            ));
+        }
+        self.with(|o| {
+            o.hw.hca
+                .query_gid(port, index as u16)
+                .map_err(|e| VerbsError::driver("query GID", e))
+        })?
+    }
+
+    /// `ibv_query_pkey`: the P_Key at `index` (host order).
+    ///
+    /// # Errors
+    ///
+    /// Not open, no such port or index; EOPNOTSUPP on an InfiniBand port (the driver has no
+    /// P_Key table query yet).
+    pub fn query_pkey(&self, port: u8, index: u16) -> VResult<u16> {
+        let p = self.query_port(port)?;
+        if u32::from(index) >= p.pkey_table_len {
+            return Err(VerbsError::new(
+                libc::EINVAL,
+                format!("no P_Key index {index}"),
+            ));
+        }
+        match p.link_layer {
+            // A RoCE port has the default P_Key only.
+            uhca_driver::caps::LinkLayer::Ethernet if index == 0 => Ok(0xffff),
+            _ => Err(VerbsError::new(
+                libc::EOPNOTSUPP,
+                "P_Key table query on an InfiniBand port",
+            )),
+        }
+    }
+
+    /// `ibv_alloc_pd`: the new PD's handle.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or the driver's failure.
+    pub fn alloc_pd(&self) -> VResult<u32> {
+        self.with(|o| {
+            let pd =
+                o.hw.hca
+                    .alloc_pd()
+                    .map_err(|e| VerbsError::driver("alloc PD", e))?;
+            let h = o.next_handle;
+            o.next_handle = o.next_handle.wrapping_add(1).max(1);
+            o.pds.insert(h, pd);
+            Ok(h)
+        })?
+    }
+
+    /// `ibv_dealloc_pd`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, or the driver's failure (EBUSY while objects use it:
+    /// the PD stays).
+    pub fn dealloc_pd(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let pd = o
+                .pds
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown PD"))?;
+            pd.destroy(&mut o.hw.hca).map_err(|f| {
+                o.pds.insert(handle, f.object);
+                VerbsError::new(libc::EBUSY, format!("dealloc PD: {:?}", f.error))
+            })
+        })?
+    }
+
+    /// `ibv_create_cq`: the handle and the number of entries it holds.
+    ///
+    /// # Errors
+    ///
+    /// Not open, a depth out of range, or the driver's failure.
+    pub fn create_cq(&self, cqe: u32) -> VResult<(u32, u32)> {
+        self.with(|o| {
+            if cqe == 0 || cqe > o.hw.hca.caps().max_cqe.saturating_sub(1) {
+                return Err(VerbsError::new(libc::EINVAL, format!("{cqe} CQ entries")));
+            }
+            let cq =
+                o.hw.hca
+                    .create_cq(cqe)
+                    .map_err(|e| VerbsError::driver("create CQ", e))?;
+            let n = cq.cqe();
+            let h = o.next_handle;
+            o.next_handle = o.next_handle.wrapping_add(1).max(1);
+            o.cqs.insert(h, cq);
+            Ok((h, n))
+        })?
+    }
+
+    /// Attaches CQ `handle` to a completion channel: its events go to `channel`, and are
+    /// reported as `tag` (both opaque here).
+    ///
+    /// # Errors
+    ///
+    /// Not open, or an unknown CQ.
+    pub fn attach_channel(&self, handle: u32, channel: usize, tag: usize) -> VResult<()> {
+        self.with(|o| {
+            if !o.cqs.contains_key(&handle) {
+                return Err(VerbsError::new(libc::EINVAL, "unknown CQ"));
+            }
+            o.channels.insert(handle, (channel, tag));
+            Ok(())
+        })?
+    }
+
+    /// `ibv_req_notify_cq`: arms the CQ for its next (solicited) completion.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown CQ, or one on no completion channel.
+    pub fn req_notify_cq(&self, handle: u32, solicited_only: bool) -> VResult<()> {
+        self.with(|o| {
+            if !o.channels.contains_key(&handle) {
+                return Err(VerbsError::new(
+                    libc::EINVAL,
+                    "a CQ on no completion channel",
+                ));
+            }
+            let cq = o
+                .cqs
+                .get_mut(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown CQ"))?;
+            cq.req_notify(solicited_only);
+            Ok(())
+        })?
+    }
+
+    /// One completion event of a CQ on `channel`, if one arrived: serves the event queue,
+    /// then takes (and acknowledges to the device) the first CQ's event. Returns the CQ's tag.
+    ///
+    /// # Errors
+    ///
+    /// Not open, or the event queue's failure.
+    pub fn take_cq_event(&self, channel: usize) -> VResult<Option<usize>> {
+        self.with(|o| {
+            o.hw.hca
+                .process_events()
+                .map_err(|e| VerbsError::driver("event queue", e))?;
+            for (h, (ch, tag)) in &o.channels {
+                if *ch != channel {
+                    continue;
+                }
+                if let Some(cq) = o.cqs.get_mut(h)
+                    && cq.take_event(&mut o.hw.hca)
+                {
+                    return Ok(Some(*tag));
+                }
+            }
+            Ok(None)
+        })?
+    }
+
+    /// `ibv_destroy_cq`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, or the driver's failure (the CQ stays).
+    pub fn destroy_cq(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let cq = o
+                .cqs
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown CQ"))?;
+            cq.destroy(&mut o.hw.hca)
+                .map(|()| {
+                    o.channels.remove(&handle);
+                })
+                .map_err(|f| {
+                    o.cqs.insert(handle, f.object);
+                    VerbsError::new(libc::EBUSY, format!("destroy CQ: {:?}", f.error))
+                })
+        })?
+    }
+
+    /// `ibv_reg_mr`: registers `buf`, the application's memory at its address `va`, on the
+    /// PD `pd`. Only local rights: a peer would address the region by the application's
+    /// virtual address, and uhca's keys start at the IOVA it maps the range at.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown PD, remote access (EOPNOTSUPP), a buffer that is not 8-byte
+    /// aligned (EINVAL), or the driver's failure.
+    pub fn reg_mr(&self, pd: u32, va: u64, buf: HostBuf, access: AccessFlags) -> VResult<MrKeys> {
+        if access.intersects(
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        ) {
+            return Err(VerbsError::new(
+                libc::EOPNOTSUPP,
+                "remote access to an MR (peers would address it by virtual address)",
+            ));
+        }
+        self.with(|o| {
+            let p = o
+                .pds
+                .get(&pd)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown PD"))?;
+            let mapped =
+                o.hw.hca
+                    .map_host_buf(buf)
+                    .map_err(|f| VerbsError::new(libc::EINVAL, format!("map: {:?}", f.error)))?;
+            let len = uhca_hal::DmaMem::len(&mapped);
+            let mr = match o.hw.hca.reg_user_mr(p, mapped, access) {
+                Ok(mr) => mr,
+                Err(f) => {
+                    if let Some(m) = f.object {
+                        let _ = m.unmap();
+                    }
+                    return Err(VerbsError::driver("register", f.error));
+                }
+            };
+            let keys = MrKeys {
+                handle: o.next_handle,
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            };
+            o.next_handle = o.next_handle.wrapping_add(1).max(1);
+            o.mrs.insert(keys.handle, Registered { mr, pd, va, len });
+            Ok(keys)
+        })?
+    }
+
+    /// `ibv_dereg_mr`: the key goes, the range is unmapped; the memory was and stays the
+    /// application's.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, or the driver's failure (the MR stays).
+    pub fn dereg_mr(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown MR"))?;
+            let Registered { mr, pd, va, len } = r;
+            match mr.destroy(&mut o.hw.hca) {
+                Ok(m) => m
+                    .unmap()
+                    .map(drop)
+                    .map_err(|e| VerbsError::driver("unmap", e)),
+                Err(f) => {
+                    o.mrs.insert(
+                        handle,
+                        Registered {
+                            mr: f.object,
+                            pd,
+                            va,
+                            len,
+                        },
+                    );
+                    Err(VerbsError::new(
+                        libc::EBUSY,
+                        format!("dereg MR: {:?}", f.error),
+                    ))
+                }
+            }
+        })?
+    }
+
+    /// The device address of `len` bytes at the application's address `addr` under `lkey`
+    /// (an SGE of the application turned into uhca's).
+    ///
+    /// # Errors
+    ///
+    /// EINVAL if no MR of that key covers the range.
+    pub fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
+        self.with(|o| o.translate(lkey, addr, len))?
+    }
+
+    /// How many PDs and CQs the application holds (for tests).
+    pub fn object_counts(&self) -> (usize, usize) {
+        self.with(|o| (o.pds.len(), o.cqs.len())).unwrap_or((0, 0))
+    }
+}
+
+/// The platform's type, named for the C layer.
+pub type MockP = MockPlatform;
+
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Device>();
+    fn plat<P: Platform + Clone>() {}
+    plat::<MockP>();
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mock_device_over_udp() {
+        // An address of its own, so other tests and programs keep theirs.
+        let ip = Ipv4Addr::new(127, 0, 0, 91);
+        let d = Device::new(DeviceSpec {
+            name: "uhca-t".into(),
+            kind: DeviceKind::MockUdp { ip },
+        });
+        assert_eq!(d.query_device().unwrap_err().errno, libc::EINVAL);
+        let guid = d.node_guid();
+        d.open().unwrap();
+        d.open().unwrap();
+        let info = d.query_device().unwrap();
+        assert_eq!(info.vendor_id, 0x15b3);
+        assert_eq!(info.node_guid, guid);
+        let p = d.query_port(1).unwrap();
+        assert_eq!(p.link_layer, uhca_driver::caps::LinkLayer::Ethernet);
+        assert_eq!(d.query_port(2).unwrap_err().errno, libc::EINVAL);
+        let g = d.query_gid(1, 0).unwrap();
+        assert_eq!(g.gid.0[10..], [0xff, 0xff, 127, 0, 0, 91]);
+        assert_eq!(g.kind, GidTypeAlias::RoceV2Ipv4);
+        assert_eq!(d.query_pkey(1, 0), Ok(0xffff));
+        assert!(d.query_pkey(1, 1).is_err());
+        let pd = d.alloc_pd().unwrap();
+        let (cq, n) = d.create_cq(16).unwrap();
+        assert!(n >= 16);
+        assert_eq!(d.object_counts(), (1, 1));
+        assert_eq!(d.dealloc_pd(pd + 100).unwrap_err().errno, libc::EINVAL);
+        d.destroy_cq(cq).unwrap();
+        d.dealloc_pd(pd).unwrap();
+        assert_eq!(d.destroy_cq(cq).unwrap_err().errno, libc::EINVAL);
+        // The first close keeps the device up for the second opener.
+        d.close().unwrap();
+        assert!(d.query_port(1).is_ok());
+        // Left-over objects go with the last close.
+        d.alloc_pd().unwrap();
+        d.close().unwrap();
+        assert_eq!(d.close().unwrap_err().errno, libc::EINVAL);
+        // And it opens again (the UDP address was let go).
+        d.open().unwrap();
+        d.close().unwrap();
+    }
+
+    #[test]
+    fn memory_the_application_owns() {
+        let ip = Ipv4Addr::new(127, 0, 0, 92);
+        let d = Device::new(DeviceSpec {
+            name: "uhca-m".into(),
+            kind: DeviceKind::MockUdp { ip },
+        });
+        d.open().unwrap();
+        let pd = d.alloc_pd().unwrap();
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; 8192].into_boxed_slice());
+        let va = buf.as_ptr() as u64;
+        let remote = d.reg_mr(
+            pd,
+            va,
+            HostBuf::from(&mut [0u8; 0][..]),
+            AccessFlags::REMOTE_WRITE,
+        );
+        assert_eq!(remote.unwrap_err().errno, libc::EOPNOTSUPP);
+        let k = d
+            .reg_mr(pd, va, HostBuf::from(buf), AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = d.translate(k.lkey, va + 100, 50).unwrap();
+        assert_eq!((sge.len, sge.lkey), (50, k.lkey));
+        assert!(d.translate(k.lkey, va + 8190, 4).is_err());
+        assert!(d.translate(k.lkey, va - 1, 4).is_err());
+        assert!(d.translate(k.lkey ^ 0x100, va, 4).is_err());
+        // The PD is in use.
+        assert_eq!(d.dealloc_pd(pd).unwrap_err().errno, libc::EBUSY);
+        d.dereg_mr(k.handle).unwrap();
+        assert!(d.translate(k.lkey, va, 4).is_err());
+        d.dealloc_pd(pd).unwrap();
+        d.close().unwrap();
+    }
+
+    #[test]
+    fn vfio_is_listed_but_not_opened() {
+        let d = Device::new(DeviceSpec {
+            name: "v".into(),
+            kind: DeviceKind::Vfio {
+                bdf: "0000:3b:00.0".into(),
+            },
+        });
+        assert_eq!(d.open().unwrap_err().errno, libc::ENOSYS);
+        assert_eq!(d.node_guid(), 0);
+    }
+
+    use uhca_driver::verbs::GidType as GidTypeAlias;
+}

@@ -1,0 +1,1235 @@
+//! The C ABI: the exported verbs, each carried by a trampoline with its rdma-core version
+//! (`export!`), and the only `unsafe` of the crate. Every function here checks its pointers
+//! against what this library handed out where it can, converts, and calls [`crate::device`].
+
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::ptr;
+use std::sync::OnceLock;
+
+use uhca_driver::caps::LinkLayer;
+use uhca_driver::verbs::GidType;
+
+use crate::abi::*;
+use crate::config::{self, DeviceKind};
+use crate::device::{Device, VerbsError};
+
+/// Exports `$f` as `$sym@@$ver`: a global trampoline (a jump to the Rust function) that
+/// carries the version through `.symver`; the version script (build.rs) declares the nodes
+/// and localizes every other name.
+macro_rules! export {
+    ($sym:literal @ $ver:literal => $f:path) => {
+        core::arch::global_asm!(
+            ".pushsection .text",
+            ".p2align 4",
+            concat!(".globl uhca_export_", $sym),
+            concat!(".type uhca_export_", $sym, ",@function"),
+            concat!("uhca_export_", $sym, ":"),
+            "jmp {f}@PLT",
+            concat!(".size uhca_export_", $sym, ", . - uhca_export_", $sym),
+            concat!(".symver uhca_export_", $sym, ", ", $sym, "@@", $ver),
+            ".popsection",
+            f = sym $f,
+        );
+    };
+}
+
+/// One configured device: the core's and the `struct ibv_device` handed out for it.
+struct Entry {
+    dev: Device,
+    c: Box<IbvDevice>,
+}
+
+fn registry() -> &'static [Entry] {
+    static REG: OnceLock<Vec<Entry>> = OnceLock::new();
+    REG.get_or_init(|| {
+        let specs = match std::env::var(config::ENV) {
+            Err(_) => {
+                eprintln!("{}", config::HINT);
+                Vec::new()
+            }
+            Ok(v) => match config::parse(&v) {
+                Ok(s) if s.is_empty() => {
+                    eprintln!("{}", config::HINT);
+                    s
+                }
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("uhca libibverbs: {e}; no devices offered");
+                    Vec::new()
+                }
+            },
+        };
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let mut c = Box::new(IbvDevice {
+                    ops: DeviceOps {
+                        dummy1: 0,
+                        dummy2: 0,
+                    },
+                    node_type: NODE_CA,
+                    transport_type: TRANSPORT_IB,
+                    name: [0; SYSFS_NAME_MAX],
+                    dev_name: [0; SYSFS_NAME_MAX],
+                    dev_path: [0; SYSFS_PATH_MAX],
+                    ibdev_path: [0; SYSFS_PATH_MAX],
+                });
+                put_str(&mut c.name, &spec.name);
+                put_str(&mut c.dev_name, &format!("uverbs{i}"));
+                put_str(
+                    &mut c.dev_path,
+                    &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                );
+                put_str(
+                    &mut c.ibdev_path,
+                    &format!("/sys/class/infiniband/{}", spec.name),
+                );
+                Entry {
+                    dev: Device::new(spec),
+                    c,
+                }
+            })
+            .collect()
+    })
+}
+
+fn put_str(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len() - 1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+    dst[n] = 0;
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Prints a failure once on stderr (as a provider's debug output would) when
+/// `UHCA_VERBS_DEBUG` is set, and returns its errno.
+fn report(e: &VerbsError) -> c_int {
+    if std::env::var_os("UHCA_VERBS_DEBUG").is_some() {
+        eprintln!("uhca libibverbs: {e}");
+    }
+    e.errno
+}
+
+fn entry_of(dev: *const IbvDevice) -> Option<&'static Entry> {
+    registry().iter().find(|e| ptr::eq(&*e.c, dev))
+}
+
+/// What `ibv_open_device` allocates: the `struct ibv_context` first, then which device.
+#[repr(C)]
+struct Ctx {
+    ibv: IbvContext,
+    entry: &'static Entry,
+}
+
+/// A PD: the `struct ibv_pd`, then the device.
+#[repr(C)]
+struct CPd {
+    ibv: IbvPd,
+    entry: &'static Entry,
+}
+
+/// An MR: the `struct ibv_mr`, then the device.
+#[repr(C)]
+struct CMr {
+    ibv: IbvMr,
+    entry: &'static Entry,
+}
+
+/// A CQ: the `struct ibv_cq`, then the device.
+#[repr(C)]
+struct CCq {
+    ibv: IbvCq,
+    entry: &'static Entry,
+}
+
+/// The device of a context this library made.
+///
+/// # Safety
+///
+/// `ctx` is null or a context from `ibv_open_device` not yet closed.
+unsafe fn ctx_entry(ctx: *mut IbvContext) -> Option<&'static Entry> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: by the contract, a non-null ctx is the first field of a live Ctx.
+    Some(unsafe { (*(ctx as *mut Ctx)).entry })
+}
+
+// ---- The device list --------------------------------------------------------------
+
+export!("ibv_get_device_list" @ "IBVERBS_1.1" => get_device_list);
+unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut IbvDevice {
+    let reg = registry();
+    let mut v: Vec<*mut IbvDevice> = reg
+        .iter()
+        .map(|e| &*e.c as *const IbvDevice as *mut IbvDevice)
+        .collect();
+    let n = v.len();
+    v.push(ptr::null_mut());
+    if !num.is_null() {
+        // SAFETY: the caller passes a writable int or NULL.
+        unsafe { *num = n as c_int };
+    }
+    Box::into_raw(v.into_boxed_slice()) as *mut *mut IbvDevice
+}
+
+export!("ibv_free_device_list" @ "IBVERBS_1.1" => free_device_list);
+unsafe extern "C" fn free_device_list(list: *mut *mut IbvDevice) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: the list came from get_device_list: NULL-terminated.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: it was a boxed slice of n + 1 pointers, handed back once.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+export!("ibv_get_device_name" @ "IBVERBS_1.1" => get_device_name);
+unsafe extern "C" fn get_device_name(dev: *mut IbvDevice) -> *const c_char {
+    match entry_of(dev) {
+        Some(e) => e.c.name.as_ptr(),
+        None => {
+            set_errno(libc::EINVAL);
+            ptr::null()
+        }
+    }
+}
+
+export!("ibv_get_device_guid" @ "IBVERBS_1.1" => get_device_guid);
+unsafe extern "C" fn get_device_guid(dev: *mut IbvDevice) -> u64 {
+    match entry_of(dev) {
+        Some(e) => e.dev.node_guid().to_be(),
+        None => {
+            set_errno(libc::EINVAL);
+            0
+        }
+    }
+}
+
+// ---- Contexts ---------------------------------------------------------------------
+
+unsafe extern "C" fn alloc_mw(_pd: *mut IbvPd, _t: c_int) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+unsafe extern "C" fn bind_mw(_qp: *mut c_void, _mw: *mut c_void, _b: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+unsafe extern "C" fn dealloc_mw(_mw: *mut c_void) -> c_int {
+    libc::EOPNOTSUPP
+}
+/// The `poll_cq` op: up to `n` completions into `wc`; negative on failure.
+unsafe extern "C" fn poll_cq(cq: *mut IbvCq, n: c_int, wc: *mut c_void) -> c_int {
+    use uhca_driver::verbs::{WcOpcode, WcStatus};
+    if cq.is_null() || n < 0 || (n > 0 && wc.is_null()) {
+        return -libc::EINVAL;
+    }
+    // SAFETY: cq came from create_cq.
+    let c = unsafe { &*(cq as *mut CCq) };
+    let got = match c.entry.dev.poll_cq(c.ibv.handle, n as usize) {
+        Ok(g) => g,
+        Err(e) => return -report(&e),
+    };
+    // SAFETY: wc holds n writable struct ibv_wc (the caller's contract), and got.len() <= n.
+    let out = unsafe { std::slice::from_raw_parts_mut(wc as *mut IbvWc, got.len()) };
+    for (o, w) in out.iter_mut().zip(&got) {
+        let status = match w.status {
+            WcStatus::Success => 0,
+            WcStatus::LocalLength => 1,
+            WcStatus::LocalQpOp => 2,
+            WcStatus::LocalProtection => 4,
+            WcStatus::WrFlushed => 5,
+            WcStatus::MwBind => 6,
+            WcStatus::BadResponse => 7,
+            WcStatus::LocalAccess => 8,
+            WcStatus::RemoteInvalidRequest => 9,
+            WcStatus::RemoteAccess => 10,
+            WcStatus::RemoteOperation => 11,
+            WcStatus::RetryExceeded => 12,
+            WcStatus::RnrRetryExceeded => 13,
+            WcStatus::RemoteAborted => 16,
+            WcStatus::Unknown(_) => 21,
+        };
+        let opcode = match w.opcode {
+            WcOpcode::Send => 0,
+            WcOpcode::RdmaWrite => 1,
+            WcOpcode::RdmaRead => 2,
+            WcOpcode::CompSwap => 3,
+            WcOpcode::FetchAdd => 4,
+            WcOpcode::Recv => 128,
+            WcOpcode::RecvRdmaWithImm => 129,
+        };
+        *o = IbvWc {
+            wr_id: w.wr_id,
+            status,
+            opcode,
+            vendor_err: u32::from(w.vendor_err),
+            byte_len: w.byte_len,
+            imm_data: w.imm_data,
+            qp_num: w.qp_num,
+            src_qp: w.src_qp,
+            // IBV_WC_GRH 1, IBV_WC_WITH_IMM 2, IBV_WC_WITH_INV 8.
+            wc_flags: {
+                let f = w.wc_flags.bits() as u32;
+                (f & 3) | if f & 4 != 0 { 8 } else { 0 }
+            },
+            pkey_index: 0,
+            slid: w.slid,
+            sl: w.sl,
+            dlid_path_bits: w.dlid_path_bits,
+        };
+    }
+    got.len() as c_int
+}
+/// The `req_notify_cq` op: arms a CQ that is on a completion channel.
+unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited: c_int) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: cq came from create_cq.
+    let c = unsafe { &*(cq as *mut CCq) };
+    match c.entry.dev.req_notify_cq(c.ibv.handle, solicited != 0) {
+        Ok(()) => 0,
+        Err(e) => report(&e),
+    }
+}
+unsafe extern "C" fn post_unsupported(
+    _q: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller passes a writable pointer or NULL.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_open_device" @ "IBVERBS_1.1" => open_device);
+unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
+    let Some(entry) = entry_of(dev) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    if let Err(e) = entry.dev.open() {
+        eprintln!("uhca libibverbs: {}: {e}", entry.dev.spec().name);
+        set_errno(e.errno);
+        return ptr::null_mut();
+    }
+    let ops = IbvContextOps {
+        compat0: [ptr::null_mut(); 7],
+        alloc_mw: Some(alloc_mw),
+        bind_mw: Some(bind_mw),
+        dealloc_mw: Some(dealloc_mw),
+        compat1: ptr::null_mut(),
+        poll_cq: Some(poll_cq),
+        req_notify_cq: Some(req_notify_cq),
+        compat2: [ptr::null_mut(); 7],
+        post_srq_recv: Some(post_unsupported),
+        compat3: [ptr::null_mut(); 4],
+        post_send: Some(post_send),
+        post_recv: Some(post_recv),
+        compat4: [ptr::null_mut(); 5],
+    };
+    // A real descriptor that programs may poll (UCX epolls it): no asynchronous event
+    // source exists yet, so it never becomes readable.
+    // SAFETY: eventfd takes no pointers; a failure returns -1, which is kept as is.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    let ctx = Box::new(Ctx {
+        ibv: IbvContext {
+            device: dev,
+            ops,
+            cmd_fd: -1,
+            async_fd,
+            num_comp_vectors: 1,
+            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+            abi_compat: ptr::null_mut(),
+        },
+        entry,
+    });
+    Box::into_raw(ctx) as *mut IbvContext
+}
+
+export!("ibv_close_device" @ "IBVERBS_1.1" => close_device);
+unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
+    if ctx.is_null() {
+        return -1;
+    }
+    // SAFETY: a context from open_device, closed once (the caller's contract).
+    let ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
+    if ctx.ibv.async_fd >= 0 {
+        // SAFETY: the eventfd open_device made, closed once here.
+        unsafe { libc::close(ctx.ibv.async_fd) };
+    }
+    match ctx.entry.dev.close() {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(report(&e));
+            -1
+        }
+    }
+}
+
+// ---- Queries ----------------------------------------------------------------------
+
+export!("ibv_query_device" @ "IBVERBS_1.1" => query_device);
+unsafe extern "C" fn query_device(ctx: *mut IbvContext, attr: *mut IbvDeviceAttr) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    let d = match entry.dev.query_device() {
+        Ok(d) => d,
+        Err(e) => return report(&e),
+    };
+    let c = &d.caps;
+    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
+    // SAFETY: attr points to a writable struct ibv_device_attr (the caller's contract);
+    // every field is plain data, so zeroing first is a valid value.
+    let a = unsafe {
+        ptr::write_bytes(attr, 0, 1);
+        &mut *attr
+    };
+    put_str(
+        &mut a.fw_ver,
+        &format!("{}.{}.{}", d.fw_version.0, d.fw_version.1, d.fw_version.2),
+    );
+    a.node_guid = d.node_guid.to_be();
+    a.sys_image_guid = d.sys_image_guid.to_be();
+    a.max_mr_size = if d.log_max_mr_size >= 64 {
+        u64::MAX
+    } else {
+        1u64 << d.log_max_mr_size
+    };
+    a.page_size_cap = 4096;
+    a.vendor_id = u32::from(d.vendor_id);
+    a.vendor_part_id = u32::from(d.vendor_part_id);
+    a.max_qp = i(c.max_qp);
+    a.max_qp_wr = i(c.max_qp_wr);
+    a.device_cap_flags = DEVICE_RC_RNR_NAK_GEN | DEVICE_PORT_ACTIVE_EVENT;
+    a.max_sge = i(d.max_sge);
+    a.max_sge_rd = i(d.max_sge);
+    a.max_cq = i(c.max_cq);
+    a.max_cqe = i(c.max_cqe.saturating_sub(1));
+    a.max_mr = i(c.max_mr);
+    a.max_pd = i(c.max_pd);
+    a.max_qp_rd_atom = i(c.max_qp_rd_atom);
+    a.max_res_rd_atom = i(c.max_qp_rd_atom.saturating_mul(c.max_qp));
+    a.max_qp_init_rd_atom = i(c.max_qp_init_rd_atom);
+    a.atomic_cap = if c.atomic { ATOMIC_HCA } else { 0 };
+    a.max_srq = i(c.max_srq);
+    a.max_srq_wr = i(c.max_srq_wr.saturating_sub(1));
+    a.max_srq_sge = i((u32::from(c.max_recv_wqe_bytes) / 16).saturating_sub(1));
+    a.max_pkeys = c.pkey_table_len.min(u16::MAX as u32) as u16;
+    a.phys_port_cnt = c.num_ports;
+    0
+}
+
+export!("ibv_query_port" @ "IBVERBS_1.1" => query_port);
+/// The exported compat `ibv_query_port`: fills `struct _compat_ibv_port_attr` (the first
+/// 48 bytes); the inline `ibv_query_port` of `verbs.h` zeroes the rest first.
+unsafe extern "C" fn query_port(ctx: *mut IbvContext, port: u8, out: *mut c_void) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if out.is_null() {
+        return libc::EINVAL;
+    }
+    let p = match entry.dev.query_port(port) {
+        Ok(p) => p,
+        Err(e) => return report(&e),
+    };
+    let caps_max_msg = entry
+        .dev
+        .query_device()
+        .map(|d| d.caps.max_msg_sz)
+        .unwrap_or(1 << 30);
+    let mtu = |m: uhca_fwif::consts::IbMtu| c_int::from(m.raw());
+    let a = IbvPortAttr {
+        state: c_int::from(p.state.raw()),
+        max_mtu: mtu(p.max_mtu),
+        active_mtu: mtu(p.active_mtu),
+        gid_tbl_len: p.gid_table_len.min(i32::MAX as u32) as c_int,
+        port_cap_flags: if p.link_layer == LinkLayer::Ethernet {
+            PORT_CM_SUP
+        } else {
+            0
+        },
+        max_msg_sz: caps_max_msg.min(u64::from(u32::MAX)) as u32,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: p.pkey_table_len.min(u16::MAX as u32) as u16,
+        lid: p.lid,
+        sm_lid: p.sm_lid,
+        lmc: p.lmc,
+        max_vl_num: 1,
+        sm_sl: p.sm_sl,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        // 4X, 25 Gb/s (EDR): what the model's link is not modelled as; reported as a
+        // plausible ConnectX link.
+        active_width: 2,
+        active_speed: 32,
+        phys_state: p.phys_state.raw(),
+        link_layer: if p.link_layer == LinkLayer::Ethernet {
+            LINK_LAYER_ETHERNET
+        } else {
+            LINK_LAYER_INFINIBAND
+        },
+        flags: 0,
+        port_cap_flags2: 0,
+    };
+    // SAFETY: out points to at least COMPAT_PORT_ATTR_LEN writable bytes (the compat
+    // struct's size), and a is a plain struct of at least that size.
+    unsafe {
+        ptr::copy_nonoverlapping(
+            &a as *const IbvPortAttr as *const u8,
+            out as *mut u8,
+            COMPAT_PORT_ATTR_LEN,
+        )
+    };
+    0
+}
+
+export!("ibv_query_gid" @ "IBVERBS_1.1" => query_gid);
+unsafe extern "C" fn query_gid(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: c_int,
+    gid: *mut IbvGid,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return -1;
+    };
+    if gid.is_null() || index < 0 {
+        return -1;
+    }
+    match entry.dev.query_gid(port, index as u32) {
+        Ok(g) => {
+            // SAFETY: gid points to a writable union ibv_gid.
+            unsafe { (*gid).raw = g.gid.0 };
+            0
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            -1
+        }
+    }
+}
+
+export!("ibv_query_gid_type" @ "IBVERBS_PRIVATE_34" => query_gid_type);
+/// rdma-core's private `ibv_query_gid_type`: 0 (`IBV_GID_TYPE_SYSFS_IB_ROCE_V1`) for an
+/// InfiniBand or RoCE v1 entry, 1 (`IBV_GID_TYPE_SYSFS_ROCE_V2`) for RoCE v2.
+unsafe extern "C" fn query_gid_type(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: u32,
+    kind: *mut c_int,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if kind.is_null() {
+        return libc::EINVAL;
+    }
+    match entry.dev.query_gid(port, index) {
+        Ok(g) => {
+            let t = match g.kind {
+                GidType::RoceV2Ipv4 | GidType::RoceV2Ipv6 => 1,
+                GidType::Empty => return libc::ENODATA,
+                _ => 0,
+            };
+            // SAFETY: kind points to a writable enum (an int).
+            unsafe { *kind = t };
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_query_pkey" @ "IBVERBS_1.1" => query_pkey);
+unsafe extern "C" fn query_pkey(
+    ctx: *mut IbvContext,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        return -1;
+    };
+    if pkey.is_null() || !(0..=u16::MAX as c_int).contains(&index) {
+        return -1;
+    }
+    match entry.dev.query_pkey(port, index as u16) {
+        Ok(k) => {
+            // SAFETY: pkey points to a writable __be16.
+            unsafe { *pkey = k.to_be() };
+            0
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            -1
+        }
+    }
+}
+
+export!("ibv_read_sysfs_file" @ "IBVERBS_1.0" => read_sysfs_file);
+/// No sysfs stands behind these devices: every read fails (ENOENT), as for a missing file.
+unsafe extern "C" fn read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    set_errno(libc::ENOENT);
+    -1
+}
+
+// ---- PD and CQ --------------------------------------------------------------------
+
+export!("ibv_alloc_pd" @ "IBVERBS_1.1" => alloc_pd);
+unsafe extern "C" fn alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    match entry.dev.alloc_pd() {
+        Ok(handle) => Box::into_raw(Box::new(CPd {
+            ibv: IbvPd {
+                context: ctx,
+                handle,
+            },
+            entry,
+        })) as *mut IbvPd,
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_dealloc_pd" @ "IBVERBS_1.1" => dealloc_pd);
+unsafe extern "C" fn dealloc_pd(pd: *mut IbvPd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    let p = pd as *mut CPd;
+    // SAFETY: pd came from alloc_pd and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.dealloc_pd(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_create_cq" @ "IBVERBS_1.1" => create_cq);
+unsafe extern "C" fn create_cq(
+    ctx: *mut IbvContext,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut c_void,
+    _comp_vector: c_int,
+) -> *mut IbvCq {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    if cqe <= 0 {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    let made = entry.dev.create_cq(cqe as u32).map(|(handle, n)| {
+        Box::into_raw(Box::new(CCq {
+            ibv: IbvCq {
+                context: ctx,
+                channel,
+                cq_context,
+                handle,
+                cqe: n.min(i32::MAX as u32) as c_int,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            },
+            entry,
+        })) as *mut IbvCq
+    });
+    let cq = match made {
+        Ok(cq) => cq,
+        Err(e) => {
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+    };
+    if !channel.is_null() {
+        // SAFETY: cq was just made here; channel came from ibv_create_comp_channel.
+        let handle = unsafe { (*cq).handle };
+        if let Err(e) = entry
+            .dev
+            .attach_channel(handle, channel as usize, cq as usize)
+        {
+            // SAFETY: cq is ours and not yet handed out.
+            unsafe { destroy_cq(cq) };
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+        // SAFETY: as above: a live channel of the caller's.
+        unsafe { (*(channel as *mut IbvCompChannel)).refcnt += 1 };
+    }
+    cq
+}
+
+export!("ibv_destroy_cq" @ "IBVERBS_1.1" => destroy_cq);
+unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    let p = cq as *mut CCq;
+    // SAFETY: cq came from create_cq and is still allocated (the caller's contract).
+    let (entry, handle, channel) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.channel) };
+    match entry.dev.destroy_cq(handle) {
+        Ok(()) => {
+            if !channel.is_null() {
+                // SAFETY: the CQ's channel outlives its CQs (destroy_comp_channel refuses
+                // while refcnt > 0).
+                unsafe { (*(channel as *mut IbvCompChannel)).refcnt -= 1 };
+            }
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+// ---- Not in this slice: refused as rdma-core refuses what a provider lacks -------------
+
+export!("ibv_reg_mr" @ "IBVERBS_1.1" => reg_mr);
+/// Registers `len` bytes the application owns at `addr`, with local rights only (see
+/// [`Device::reg_mr`]); remote rights: EOPNOTSUPP.
+unsafe extern "C" fn reg_mr(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut IbvMr {
+    if pd.is_null() || addr.is_null() || len == 0 || len > isize::MAX as usize {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    if access & !(ACCESS_BASIC | ACCESS_RELAXED_ORDERING) != 0 {
+        // Memory-window binding, zero-based, on-demand paging, huge pages: not offered.
+        set_errno(libc::EOPNOTSUPP);
+        return ptr::null_mut();
+    }
+    let p = pd as *mut CPd;
+    // SAFETY: pd came from alloc_pd and is still allocated (the caller's contract).
+    let (entry, pd_handle, ctx) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.context) };
+    // SAFETY: ibv_reg_mr's contract: the application owns `len` bytes at `addr` and keeps
+    // them valid until ibv_dereg_mr. The slice lives only until MappedBuf::new turns it into
+    // a raw range (HostBuf::into_raw keeps no reference), and HostBuf::Static is never
+    // freed: dereg unmaps and hands the memory back to its owner.
+    let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+    let rights = uhca_fwif::consts::AccessFlags::from_bits_truncate((access & ACCESS_BASIC) as u32);
+    match entry.dev.reg_mr(pd_handle, addr as u64, buf.into(), rights) {
+        Ok(k) => Box::into_raw(Box::new(CMr {
+            ibv: IbvMr {
+                context: ctx,
+                pd,
+                addr,
+                length: len,
+                handle: k.handle,
+                lkey: k.lkey,
+                rkey: k.rkey,
+            },
+            entry,
+        })) as *mut IbvMr,
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_dereg_mr" @ "IBVERBS_1.1" => dereg_mr);
+unsafe extern "C" fn dereg_mr(mr: *mut IbvMr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    let p = mr as *mut CMr;
+    // SAFETY: mr came from reg_mr and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.dereg_mr(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// A QP: the `struct ibv_qp`, then the device.
+#[repr(C)]
+struct CQp {
+    ibv: IbvQp,
+    entry: &'static Entry,
+}
+
+export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
+/// RC QPs without an SRQ or inline data; other types: EOPNOTSUPP.
+unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
+    let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
+    if a.qp_type != QPT_RC || !a.srq.is_null() {
+        set_errno(libc::EOPNOTSUPP);
+        return ptr::null_mut();
+    }
+    if a.send_cq.is_null() || a.recv_cq.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: both CQs came from create_cq (the caller's contract).
+    let (scq, rcq) = unsafe { ((*a.send_cq).handle, (*a.recv_cq).handle) };
+    let caps = uhca_driver::verbs::QpCaps {
+        max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
+        max_inline_data: a.cap.max_inline_data,
+    };
+    match p
+        .entry
+        .dev
+        .create_qp(p.ibv.handle, scq, rcq, caps, a.sq_sig_all != 0)
+    {
+        Ok((handle, qpn, got)) => {
+            // As rdma-core: the capabilities the QP got go back into the caller's attr.
+            a.cap = IbvQpCap {
+                max_send_wr: got.max_send_wr,
+                max_recv_wr: got.max_recv_wr,
+                max_send_sge: got.max_send_sge,
+                max_recv_sge: got.max_recv_sge,
+                max_inline_data: got.max_inline_data,
+            };
+            Box::into_raw(Box::new(CQp {
+                ibv: IbvQp {
+                    context: p.ibv.context,
+                    qp_context: a.qp_context,
+                    pd,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: ptr::null_mut(),
+                    handle,
+                    qp_num: qpn,
+                    state: 0,
+                    qp_type: QPT_RC,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    events_completed: 0,
+                },
+                entry: p.entry,
+            })) as *mut IbvQp
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_modify_qp" @ "IBVERBS_1.1" => modify_qp);
+unsafe extern "C" fn modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int) -> c_int {
+    use crate::abi::qp_mask as m;
+    use crate::qp::{Av, Modify, QpState};
+    if qp.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp; attr is the caller's readable ibv_qp_attr.
+    let (q, a) = unsafe { (&mut *(qp as *mut CQp), &*attr) };
+    let supported = m::STATE
+        | m::CUR_STATE
+        | m::ACCESS_FLAGS
+        | m::PKEY_INDEX
+        | m::PORT
+        | m::AV
+        | m::PATH_MTU
+        | m::TIMEOUT
+        | m::RETRY_CNT
+        | m::RNR_RETRY
+        | m::RQ_PSN
+        | m::MAX_QP_RD_ATOMIC
+        | m::MIN_RNR_TIMER
+        | m::SQ_PSN
+        | m::MAX_DEST_RD_ATOMIC
+        | m::DEST_QPN;
+    if mask & !supported != 0 {
+        return report(&VerbsError::new(
+            libc::EOPNOTSUPP,
+            format!("QP attribute mask bits {:#x}", mask & !supported),
+        ));
+    }
+    let has = |b: c_int| mask & b != 0;
+    let state = if has(m::STATE) {
+        match QpState::from_raw(a.qp_state) {
+            Some(s) => Some(s),
+            None => return libc::EINVAL,
+        }
+    } else {
+        None
+    };
+    let md = Modify {
+        state,
+        port: has(m::PORT).then_some(a.port_num),
+        pkey_index: has(m::PKEY_INDEX).then_some(a.pkey_index),
+        access: has(m::ACCESS_FLAGS)
+            .then(|| uhca_fwif::consts::AccessFlags::from_bits_truncate(a.qp_access_flags & 0xe)),
+        path_mtu: has(m::PATH_MTU).then_some(a.path_mtu as u8),
+        dest_qpn: has(m::DEST_QPN).then_some(a.dest_qp_num),
+        rq_psn: has(m::RQ_PSN).then_some(a.rq_psn),
+        max_dest_rd_atomic: has(m::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+        min_rnr_timer: has(m::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        av: has(m::AV).then_some(Av {
+            is_global: a.ah_attr.is_global != 0,
+            dgid: a.ah_attr.grh.dgid,
+            sgid_index: a.ah_attr.grh.sgid_index,
+            hop_limit: a.ah_attr.grh.hop_limit,
+            traffic_class: a.ah_attr.grh.traffic_class,
+            flow_label: a.ah_attr.grh.flow_label,
+            dlid: a.ah_attr.dlid,
+            sl: a.ah_attr.sl,
+        }),
+        sq_psn: has(m::SQ_PSN).then_some(a.sq_psn),
+        timeout: has(m::TIMEOUT).then_some(a.timeout),
+        retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry),
+        max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+    };
+    match q.entry.dev.modify_qp(q.ibv.handle, &md) {
+        Ok(s) => {
+            q.ibv.state = s as c_int;
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_query_qp" @ "IBVERBS_1.1" => query_qp);
+unsafe extern "C" fn query_qp(
+    qp: *mut IbvQp,
+    attr: *mut IbvQpAttr,
+    _mask: c_int,
+    init: *mut IbvQpInitAttr,
+) -> c_int {
+    if qp.is_null() || attr.is_null() || init.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp.
+    let q = unsafe { &*(qp as *mut CQp) };
+    let (state, caps, sig_all, port, _qpn) = match q.entry.dev.query_qp(q.ibv.handle) {
+        Ok(v) => v,
+        Err(e) => return report(&e),
+    };
+    let cap = IbvQpCap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline_data,
+    };
+    // SAFETY: attr and init are the caller's writable structs; all-zero is a valid value of
+    // each (integers and null pointers).
+    let (a, i) = unsafe {
+        ptr::write_bytes(attr, 0, 1);
+        ptr::write_bytes(init, 0, 1);
+        (&mut *attr, &mut *init)
+    };
+    // What the library keeps of the QP: state, capabilities, port. The path and sequence
+    // numbers are the device's and not read back here (the mask is not looked at).
+    a.qp_state = state as c_int;
+    a.cur_qp_state = state as c_int;
+    a.cap = cap;
+    a.port_num = port;
+    i.qp_context = q.ibv.qp_context;
+    i.send_cq = q.ibv.send_cq;
+    i.recv_cq = q.ibv.recv_cq;
+    i.cap = cap;
+    i.qp_type = QPT_RC;
+    i.sq_sig_all = c_int::from(sig_all);
+    0
+}
+
+export!("ibv_destroy_qp" @ "IBVERBS_1.1" => destroy_qp);
+unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    let p = qp as *mut CQp;
+    // SAFETY: qp came from create_qp and is still allocated (the caller's contract).
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.destroy_qp(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// The SGEs of a work request.
+///
+/// # Safety
+///
+/// `list` points to `n` readable `struct ibv_sge` (or `n` is 0).
+unsafe fn app_sges(list: *const IbvSge, n: c_int) -> Vec<crate::qp::AppSge> {
+    if n <= 0 || list.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
+    s.iter()
+        .map(|g| crate::qp::AppSge {
+            addr: g.addr,
+            len: g.length,
+            lkey: g.lkey,
+        })
+        .collect()
+}
+
+/// The `post_send` op: SEND only (other opcodes and inline data: EOPNOTSUPP).
+unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    let set_bad = |w: *mut IbvSendWr| {
+        if !bad.is_null() {
+            // SAFETY: the caller passes a writable pointer or NULL.
+            unsafe { *bad = w as *mut c_void };
+        }
+    };
+    if qp.is_null() {
+        set_bad(wr as *mut IbvSendWr);
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp.
+    let q = unsafe { &*(qp as *mut CQp) };
+    let mut ptrs = Vec::new();
+    let mut reqs = Vec::new();
+    let mut w = wr as *mut IbvSendWr;
+    while !w.is_null() {
+        // SAFETY: a list of the caller's readable ibv_send_wr, NULL-terminated.
+        let r = unsafe { &*w };
+        if r.opcode != WR_SEND || r.send_flags & SEND_INLINE != 0 {
+            set_bad(w);
+            return libc::EOPNOTSUPP;
+        }
+        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        reqs.push((r.wr_id, sges, r.send_flags & SEND_SIGNALED != 0));
+        ptrs.push(w);
+        w = r.next;
+    }
+    match q.entry.dev.post_send(q.ibv.handle, &reqs) {
+        Ok(()) => 0,
+        Err((i, e)) => {
+            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvSendWr));
+            e
+        }
+    }
+}
+
+/// The `post_recv` op.
+unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    let set_bad = |w: *mut IbvRecvWr| {
+        if !bad.is_null() {
+            // SAFETY: the caller passes a writable pointer or NULL.
+            unsafe { *bad = w as *mut c_void };
+        }
+    };
+    if qp.is_null() {
+        set_bad(wr as *mut IbvRecvWr);
+        return libc::EINVAL;
+    }
+    // SAFETY: qp came from create_qp.
+    let q = unsafe { &*(qp as *mut CQp) };
+    let mut ptrs = Vec::new();
+    let mut reqs = Vec::new();
+    let mut w = wr as *mut IbvRecvWr;
+    while !w.is_null() {
+        // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
+        let r = unsafe { &*w };
+        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        reqs.push((r.wr_id, sges));
+        ptrs.push(w);
+        w = r.next;
+    }
+    match q.entry.dev.post_recv(q.ibv.handle, &reqs) {
+        Ok(()) => 0,
+        Err((i, e)) => {
+            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));
+            e
+        }
+    }
+}
+
+export!("ibv_qp_to_qp_ex" @ "IBVERBS_1.6" => qp_to_qp_ex);
+/// As rdma-core for a QP not created through `ibv_create_qp_ex`: NULL.
+unsafe extern "C" fn qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
+    ptr::null_mut()
+}
+
+/// A completion channel: the `struct ibv_comp_channel`, then the device.
+#[repr(C)]
+struct CChannel {
+    ibv: IbvCompChannel,
+    entry: &'static Entry,
+}
+
+export!("ibv_create_comp_channel" @ "IBVERBS_1.0" => create_comp_channel);
+/// Its `fd` is a real eventfd, but it is never signalled: `ibv_get_cq_event` finds events
+/// by serving the device's event queue, not by reading it.
+unsafe extern "C" fn create_comp_channel(ctx: *mut IbvContext) -> *mut IbvCompChannel {
+    // SAFETY: ctx is the caller's open context.
+    let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    // SAFETY: eventfd takes no pointers.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return ptr::null_mut();
+    }
+    Box::into_raw(Box::new(CChannel {
+        ibv: IbvCompChannel {
+            context: ctx,
+            fd,
+            refcnt: 0,
+        },
+        entry,
+    })) as *mut IbvCompChannel
+}
+
+export!("ibv_destroy_comp_channel" @ "IBVERBS_1.0" => destroy_comp_channel);
+unsafe extern "C" fn destroy_comp_channel(ch: *mut IbvCompChannel) -> c_int {
+    if ch.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: ch came from create_comp_channel and is still allocated.
+    if unsafe { (*ch).refcnt } > 0 {
+        // As rdma-core: CQs still use it.
+        return libc::EBUSY;
+    }
+    // SAFETY: as above; freed once. The fd is the eventfd made with it.
+    let c = unsafe { Box::from_raw(ch as *mut CChannel) };
+    // SAFETY: the eventfd create_comp_channel made, closed once here.
+    unsafe { libc::close(c.ibv.fd) };
+    0
+}
+
+export!("ibv_get_cq_event" @ "IBVERBS_1.1" => get_cq_event);
+/// Blocks until a CQ on `ch` has a completion event (after `ibv_req_notify_cq`), serving
+/// the device's event queue every 50 µs meanwhile.
+unsafe extern "C" fn get_cq_event(
+    ch: *mut IbvCompChannel,
+    cq: *mut *mut IbvCq,
+    cq_ctx: *mut *mut c_void,
+) -> c_int {
+    if ch.is_null() || cq.is_null() || cq_ctx.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: ch came from create_comp_channel and is still allocated.
+    let entry = unsafe { (*(ch as *mut CChannel)).entry };
+    loop {
+        match entry.dev.take_cq_event(ch as usize) {
+            Ok(Some(tag)) => {
+                let got = tag as *mut IbvCq;
+                // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq
+                // detaches it); cq and cq_ctx are the caller's writable pointers.
+                unsafe {
+                    *cq = got;
+                    *cq_ctx = (*got).cq_context;
+                }
+                return 0;
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_micros(50)),
+            Err(e) => {
+                set_errno(report(&e));
+                return -1;
+            }
+        }
+    }
+}
+
+export!("ibv_ack_cq_events" @ "IBVERBS_1.1" => ack_cq_events);
+/// Counts the acknowledged events in the CQ (`comp_events_completed`), as rdma-core; the
+/// device was acknowledged when the event was taken.
+unsafe extern "C" fn ack_cq_events(cq: *mut IbvCq, n: u32) {
+    if !cq.is_null() {
+        // SAFETY: cq came from create_cq and is still allocated.
+        unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(n) };
+    }
+}
+
+export!("ibv_wc_status_str" @ "IBVERBS_1.1" => wc_status_str);
+unsafe extern "C" fn wc_status_str(status: c_int) -> *const c_char {
+    const S: [&CStr; 23] = [
+        c"success",
+        c"local length error",
+        c"local QP operation error",
+        c"local EE context operation error",
+        c"local protection error",
+        c"Work Request Flushed Error",
+        c"memory management operation error",
+        c"bad response error",
+        c"local access error",
+        c"remote invalid request error",
+        c"remote access error",
+        c"remote operation error",
+        c"transport retry counter exceeded",
+        c"RNR retry counter exceeded",
+        c"local RDD violation error",
+        c"remote invalid RD request",
+        c"aborted error",
+        c"invalid EE context number",
+        c"invalid EE context state",
+        c"fatal error",
+        c"response timeout error",
+        c"general error",
+        c"TM error",
+    ];
+    usize::try_from(status)
+        .ok()
+        .and_then(|i| S.get(i))
+        .map_or(c"unknown".as_ptr(), |s| s.as_ptr())
+}
+
+const _: () = {
+    // The kinds are all used above; a VFIO entry is offered through the same table.
+    let _ = |k: &DeviceKind| matches!(k, DeviceKind::Vfio { .. });
+};

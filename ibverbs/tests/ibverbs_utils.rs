@@ -1,0 +1,281 @@
+//! rdma-core's own programs (Debian's `ibverbs-utils`) on this library: `ibv_devices` and
+//! `ibv_devinfo` run with `LD_LIBRARY_PATH` on a directory where `libibverbs.so.1` is this
+//! crate's cdylib, and list the devices of `UHCA_DEVICES`.
+//!
+//! Skipped with a message when the programs are absent, unless
+//! `UHCA_REQUIRE_IBVERBS_UTILS=1` (then a failure). This test does not link the crate: it
+//! only loads the shared library cargo built beside it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn require() -> bool {
+    std::env::var("UHCA_REQUIRE_IBVERBS_UTILS").as_deref() == Ok("1")
+}
+
+/// The program's path, or `None` (skip) when it is not installed.
+fn program(name: &str) -> Option<PathBuf> {
+    let p = Path::new("/usr/bin").join(name);
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        !require(),
+        "UHCA_REQUIRE_IBVERBS_UTILS=1 but {} is absent",
+        p.display()
+    );
+    eprintln!(
+        "skipped: {} is absent (apt-get install ibverbs-utils)",
+        p.display()
+    );
+    None
+}
+
+/// A directory holding `libibverbs.so.1` → the cdylib cargo built for this test run (made
+/// once for the tests of this process).
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_lib_dir).clone()
+}
+
+fn make_lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let so = [deps, deps.parent().unwrap()]
+        .iter()
+        .map(|d| d.join("libuhca_ibverbs.so"))
+        .find(|p| p.exists())
+        .expect("libuhca_ibverbs.so beside the test (cargo builds the cdylib with the tests)");
+    let dir = std::env::temp_dir().join(format!("uhca-ibverbs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&so, &link).unwrap();
+    dir
+}
+
+/// Runs `prog args` on this library with `devices` as `UHCA_DEVICES` (unset if `None`),
+/// killed after 30 s.
+fn run(prog: &Path, args: &[&str], devices: Option<&str>) -> Output {
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match devices {
+        Some(d) => cmd.env("UHCA_DEVICES", d),
+        None => cmd.env_remove("UHCA_DEVICES"),
+    };
+    let mut child = cmd.spawn().unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("{} {args:?} did not finish in 30 s", prog.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    eprintln!(
+        "$ UHCA_DEVICES={devices:?} {} {}\n{}{}",
+        prog.display(),
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn ibv_devices_lists_nothing_without_configuration() {
+    let Some(p) = program("ibv_devices") else {
+        return;
+    };
+    let out = run(&p, &[], None);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 2, "only the heading: {stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one hint line: {stderr}");
+    assert!(stderr.contains("UHCA_DEVICES"));
+}
+
+#[test]
+fn ibv_devices_lists_the_configured_devices() {
+    let Some(p) = program("ibv_devices") else {
+        return;
+    };
+    let out = run(
+        &p,
+        &[],
+        Some("mock:uhca0=udp:127.0.0.81;vfio:uhca1=0000:3b:00.0"),
+    );
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // The mock's GUID is its MAC 02:00:127.0.0.81 as a modified EUI-64.
+    assert_eq!(
+        rows,
+        vec![
+            vec!["uhca0", "00007ffffe000051"],
+            vec!["uhca1", "0000000000000000"]
+        ]
+    );
+}
+
+#[test]
+fn ibv_devinfo_describes_a_mock_device() {
+    let Some(p) = program("ibv_devinfo") else {
+        return;
+    };
+    let out = run(&p, &["-v"], Some("mock:uhca0=udp:127.0.0.82"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for want in [
+        "hca_id:\tuhca0",
+        "vendor_id:\t\t\t0x15b3",
+        "node_guid:\t\t\t0000:7fff:fe00:0052",
+        "phys_port_cnt:\t\t\t1",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  0]:\t\t::ffff:127.0.0.82, RoCE v2",
+    ] {
+        assert!(stdout.contains(want), "no {want:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn ibv_devinfo_reports_a_vfio_device_it_cannot_open() {
+    let Some(p) = program("ibv_devinfo") else {
+        return;
+    };
+    let out = run(&p, &["-d", "uhca1"], Some("vfio:uhca1=0000:3b:00.0"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be opened yet"), "{stderr}");
+}
+
+/// `ldd -r` finds every symbol (with its version) that the three programs import.
+#[test]
+fn every_import_of_the_programs_resolves() {
+    for name in ["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong"] {
+        let Some(p) = program(name) else {
+            continue;
+        };
+        let out = Command::new("ldd")
+            .arg("-r")
+            .arg(&p)
+            .env("LD_LIBRARY_PATH", lib_dir())
+            .output()
+            .expect("ldd");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let so = lib_dir().join("libibverbs.so.1");
+        assert!(
+            text.contains(&format!("libibverbs.so.1 => {}", so.display())),
+            "{name} does not load this library:\n{text}"
+        );
+        assert!(
+            !text.contains("undefined symbol") && !text.contains("not found"),
+            "{name}:\n{text}"
+        );
+    }
+}
+
+/// Whether something listens on TCP `port` (from `/proc/net/tcp`, without connecting: the
+/// ping-pong server accepts one connection only).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+        })
+}
+
+/// Debian's `ibv_rc_pingpong --chk`, server and client as two processes, each on a mock HCA
+/// of this library whose RoCEv2 port is UDP on 127.0.0.1 and 127.0.0.2; 60 s at most each
+/// run. Polling, then with completion events (`-e`), one after the other (both bind the
+/// same UDP addresses).
+#[test]
+fn ibv_rc_pingpong_between_two_processes() {
+    let Some(p) = program("ibv_rc_pingpong") else {
+        return;
+    };
+    let tcp = 20000 + (std::process::id() % 20000) as u16;
+    pingpong(&p, tcp, &[]);
+    pingpong(&p, tcp + 1, &["-e"]);
+}
+
+fn pingpong(p: &Path, tcp: u16, extra: &[&str]) {
+    let port = tcp.to_string();
+    let spawn = |ip: &str, server: Option<&str>| {
+        let mut cmd = Command::new(p);
+        cmd.args(["-d", "uhca0", "-g", "0", "-p", &port, "-n", "200", "--chk"]);
+        cmd.args(extra);
+        if let Some(s) = server {
+            cmd.arg(s);
+        }
+        cmd.env("LD_LIBRARY_PATH", lib_dir())
+            .env("UHCA_DEVICES", format!("mock:uhca0=udp:{ip}"))
+            .env("UHCA_VERBS_DEBUG", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut server = spawn("127.0.0.1", None);
+    while !listening(tcp) {
+        if Instant::now() > deadline || server.try_wait().unwrap().is_some() {
+            let _ = server.kill();
+            let out = server.wait_with_output().unwrap();
+            panic!(
+                "the server never listened on TCP {tcp}:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = spawn("127.0.0.2", Some("127.0.0.1"));
+    let mut done = [None, None];
+    while done.iter().any(Option::is_none) {
+        for (d, c) in done.iter_mut().zip([&mut server, &mut client]) {
+            if d.is_none() {
+                *d = c.try_wait().unwrap();
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = server.kill();
+            let _ = client.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut ok = true;
+    for (name, c) in [("server", server), ("client", client)] {
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!(
+            "{name} ({}):\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ok &= out.status.success() && stdout.contains("200 iters in");
+    }
+    assert!(ok, "ibv_rc_pingpong {extra:?} failed (output above)");
+}
