@@ -52,7 +52,7 @@ pub struct Endpoint {
 
 /// A communicator whose QPs are created but not connected: hand each peer its
 /// [`Pending::endpoint`], gather theirs, and [`Pending::connect`].
-pub struct Pending<P: Platform + Clone> {
+pub struct Pending<P: Platform> {
     rank: usize,
     size: usize,
     cfg: Config,
@@ -65,7 +65,7 @@ pub struct Pending<P: Platform + Clone> {
 
 /// One peer: the QP, where to write, and the flow-control counters (all cumulative, in
 /// chunks, since the communicator was connected).
-struct Channel<P: Platform + Clone> {
+struct Channel<P: Platform> {
     qp: Qp<P, Rc, state::Rts>,
     remote_inbox: u64,
     rkey: u32,
@@ -94,7 +94,7 @@ struct Channel<P: Platform + Clone> {
 /// on one CQ, and one memory region for the inboxes and outboxes.
 ///
 /// Every rank must call the same collectives in the same order with the same counts.
-pub struct Communicator<P: Platform + Clone> {
+pub struct Communicator<P: Platform> {
     rank: usize,
     size: usize,
     cfg: Config,
@@ -123,7 +123,7 @@ fn queue_depth(window: usize) -> usize {
     2 * window + 4
 }
 
-impl<P: Platform + Clone> Communicator<P> {
+impl<P: Platform> Communicator<P> {
     /// Creates the objects of rank `rank` of `size` on `hca` (port 1): a PD, a CQ, a
     /// memory region of 2 × (size − 1) × window × chunk_bytes bytes and an RC QP in INIT
     /// (with its receives posted) per peer.
@@ -221,7 +221,7 @@ impl<P: Platform + Clone> Communicator<P> {
     }
 }
 
-impl<P: Platform + Clone> Pending<P> {
+impl<P: Platform> Pending<P> {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
@@ -373,7 +373,7 @@ fn slot_base(rank: usize, peer: usize, cfg: Config) -> (usize, usize) {
     (2 * index * size, (2 * index + 1) * size)
 }
 
-impl<P: Platform + Clone> Communicator<P> {
+impl<P: Platform> Communicator<P> {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank

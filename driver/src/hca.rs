@@ -132,7 +132,7 @@ pub struct BringUpInfo {
 }
 
 /// One HCA, brought up and ready for verbs objects.
-pub struct Hca<P: Platform + Clone> {
+pub struct Hca<P: Platform> {
     p: P,
     cfg: HcaConfig,
     // Field order matters for drop: the command queue and the EQ memory are freed before
@@ -166,7 +166,7 @@ pub struct Hca<P: Platform + Clone> {
     hca_initialized: bool,
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
+impl<P: Platform> core::fmt::Debug for Hca<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Hca")
             .field("info", &self.info)
@@ -177,7 +177,7 @@ impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Brings the device behind `p` up with the default settings.
     ///
     /// # Errors
@@ -1010,7 +1010,7 @@ impl<P: Platform + Clone> Hca<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Hca<P> {
+impl<P: Platform> Drop for Hca<P> {
     fn drop(&mut self) {
         if self.cmdq.is_some() {
             let _ = self.teardown();

@@ -30,4 +30,7 @@ pub mod verbs;
 pub use error::{Error, Result};
 pub use hca::{AsyncEvent, Hca, HcaConfig, TeardownMode};
 pub use release::ObjectKind;
+/// The platform trait every object is generic over (`uhca_hal::Platform`), named here so a
+/// user of the driver needs no second crate to write `P: Platform`.
+pub use uhca_hal::Platform;
 pub use verbs::Failed;

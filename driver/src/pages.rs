@@ -266,7 +266,7 @@ pub(crate) type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) 
 
 /// The firmware dropped every page of `function` at once: they are free again, with no
 /// command (Linux `pagealloc.c` `release_all_pages`).
-pub(crate) fn release_all_pages<P: Platform + Clone>(
+pub(crate) fn release_all_pages<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,
@@ -289,7 +289,7 @@ pub(crate) fn release_all_pages<P: Platform + Clone>(
 
 /// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
 /// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
-pub(crate) fn give_pages<P: Platform + Clone>(
+pub(crate) fn give_pages<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,
@@ -366,7 +366,7 @@ pub(crate) fn give_pages<P: Platform + Clone>(
 
 /// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
 /// (stops at the first empty reply).
-pub(crate) fn take_pages<P: Platform + Clone>(
+pub(crate) fn take_pages<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,
@@ -387,7 +387,7 @@ pub(crate) fn take_pages<P: Platform + Clone>(
 
 /// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
 /// returns how many the firmware gave back.
-pub(crate) fn take_pages_once<P: Platform + Clone>(
+pub(crate) fn take_pages_once<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,

@@ -201,9 +201,14 @@ pub trait Clock {
 }
 
 /// Everything the HAL needs from one device's platform.
-pub trait Platform: Bar + Dma + HostMem + PciConfig + Clock {}
+///
+/// A platform is a handle: `Clone` must be cheap and every clone must reach the same device
+/// (a shared reference, or an `Arc` of the platform's state as `uhca-vfio`'s and the
+/// mock's platforms are). The driver's objects each keep a clone, so they own the
+/// platform and carry no lifetime.
+pub trait Platform: Bar + Dma + HostMem + PciConfig + Clock + Clone {}
 
-impl<T: Bar + Dma + HostMem + PciConfig + Clock> Platform for T {}
+impl<T: Bar + Dma + HostMem + PciConfig + Clock + Clone> Platform for T {}
 
 // A shared reference to a platform is a platform handle: the HAL's owners (DMA buffers,
 // the command queue) keep a handle so they can free memory and reach the device, and

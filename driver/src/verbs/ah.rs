@@ -46,7 +46,7 @@ impl Ah {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates an address handle (`ibv_create_ah`): no command, the path is checked
     /// against the port and encoded.
     ///

@@ -62,7 +62,7 @@ pub struct CqAttr {
 /// while its QPs post on theirs. Polling ([`Cq::poll`]) and arming ([`Cq::req_notify`])
 /// need only the CQ.
 #[derive(Debug)]
-pub struct Cq<P: Platform + Clone> {
+pub struct Cq<P: Platform> {
     ring: Option<CqRing<DmaBuf<P>>>,
     cqn: u32,
     cqe: u32,
@@ -76,7 +76,7 @@ pub struct Cq<P: Platform + Clone> {
     ticket: Option<Ticket<P>>,
 }
 
-impl<P: Platform + Clone> Cq<P> {
+impl<P: Platform> Cq<P> {
     /// The CQ number.
     pub fn cqn(&self) -> u32 {
         self.cqn
@@ -228,7 +228,7 @@ impl<P: Platform + Clone> Cq<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Cq<P> {
+impl<P: Platform> Drop for Cq<P> {
     fn drop(&mut self) {
         // Not destroyed: the device may still write CQEs and read the doorbell record, so
         // the ring is freed only after the HCA's DESTROY_CQ (`crate::release`).
@@ -247,7 +247,7 @@ impl<P: Platform + Clone> Drop for Cq<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates a completion queue for at least `cqe` completions (`ibv_create_cq`): the
     /// size is rounded up to a power of two (one entry is kept spare, as verbs providers
     /// do), the CQ uses the HCA's UAR and reports completion events to the HCA's EQ.

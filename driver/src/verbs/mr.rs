@@ -52,7 +52,7 @@ static NEXT_KEY_VARIANT: AtomicU8 = AtomicU8::new(0x5a);
 
 /// A registered memory region: an MTT memory key over memory it owns.
 #[derive(Debug)]
-pub struct Mr<P: Platform + Clone> {
+pub struct Mr<P: Platform> {
     /// The key and the whole buffer; the region is `offset..offset + len` of it.
     reg: MttRegion<P, DmaBuf<P>>,
     offset: usize,
@@ -64,7 +64,7 @@ pub struct Mr<P: Platform + Clone> {
 /// Made by [`Hca::register_mtt`]; [`MttRegion::destroy`] gives the memory back after
 /// DESTROY_MKEY; dropped undestroyed, it hands both to the HCA's release queue.
 #[derive(Debug)]
-pub(crate) struct MttRegion<P: Platform + Clone, M: Into<Held<P>>> {
+pub(crate) struct MttRegion<P: Platform, M: Into<Held<P>>> {
     /// The memory (`None` once given back by `destroy` or handed over by drop).
     mem: Option<M>,
     /// Its place in the HCA's release queue.
@@ -77,7 +77,7 @@ pub(crate) struct MttRegion<P: Platform + Clone, M: Into<Held<P>>> {
     pub(crate) hca_id: u64,
 }
 
-impl<P: Platform + Clone, M: Into<Held<P>>> MttRegion<P, M> {
+impl<P: Platform, M: Into<Held<P>>> MttRegion<P, M> {
     /// The memory the key covers.
     pub(crate) fn mem(&self) -> &M {
         match &self.mem {
@@ -109,7 +109,7 @@ impl<P: Platform + Clone, M: Into<Held<P>>> MttRegion<P, M> {
     }
 }
 
-impl<P: Platform + Clone, M: Into<Held<P>>> Drop for MttRegion<P, M> {
+impl<P: Platform, M: Into<Held<P>>> Drop for MttRegion<P, M> {
     fn drop(&mut self) {
         // Not destroyed: the key may still let the device (and remote peers) reach the
         // memory, so it goes back (a caller's buffer: is unmapped) only after the HCA's
@@ -148,7 +148,7 @@ pub struct MrAttr {
     pub access_mode: MkcAccessMode,
 }
 
-impl<P: Platform + Clone> Mr<P> {
+impl<P: Platform> Mr<P> {
     /// The local key (`(mkey_index << 8) | mkey_7_0`), for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
         self.reg.key
@@ -250,7 +250,7 @@ impl<P: Platform + Clone> Mr<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Allocates `len` bytes of zeroed DMA memory and registers them (like rust-ibverbs'
     /// `pd.allocate`).
     ///
@@ -421,7 +421,7 @@ fn check_access(access: AccessFlags) -> Result<()> {
     Ok(())
 }
 
-impl<P: Platform + Clone> Mr<P> {
+impl<P: Platform> Mr<P> {
     /// The scatter/gather entry for `len` bytes at `offset` in the region (offsets count
     /// from the region's first byte, [`Mr::iova`]), with this region's local key: what a
     /// work request names to send from or receive into these bytes.

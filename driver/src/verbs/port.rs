@@ -203,7 +203,7 @@ fn ib_mtu_for_eth(eth_mtu: u32) -> IbMtu {
         .unwrap_or(IbMtu::Mtu256)
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     fn check_port(&self, port: u8) -> Result<()> {
         if port == 0 || port > self.caps().num_ports.max(1) {
             return Err(Error::InvalidArgument("no such port"));

@@ -8,7 +8,7 @@
 //!
 //! ```compile_fail
 //! # use uhca_driver::verbs::{Qp, Rc, RtsAttr, state};
-//! # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Rc, state::Reset>) {
+//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Rc, state::Reset>) {
 //! // RESET -> RTS skips INIT and RTR: there is no `to_rts` on a QP in RESET.
 //! let _ = qp.to_rts(hca, RtsAttr::default());
 //! # }
@@ -16,7 +16,7 @@
 //!
 //! ```compile_fail
 //! # use uhca_driver::verbs::{Qp, Ud, state};
-//! # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Ud, state::Init>) {
+//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Ud, state::Init>) {
 //! // A UD QP has no path: its INIT2RTR takes no address handle.
 //! let _ = qp.to_rtr(hca, uhca_driver::verbs::RtrAttr::default());
 //! # }
@@ -156,7 +156,7 @@ pub struct QpCaps {
 
 /// What a QP is created with.
 #[derive(Debug)]
-pub struct QpInitAttr<'a, P: Platform + Clone> {
+pub struct QpInitAttr<'a, P: Platform> {
     /// The CQ for send completions.
     pub send_cq: &'a Cq<P>,
     /// The CQ for receive completions.
@@ -416,7 +416,7 @@ pub(crate) fn queue_sizes(
     Ok(QueueSizes { rq, sq, actual })
 }
 
-struct QpInner<P: Platform + Clone> {
+struct QpInner<P: Platform> {
     rings: QpRings<DmaBuf<P>>,
     /// The platform, for the send doorbell.
     bar: P,
@@ -442,7 +442,7 @@ struct QpInner<P: Platform + Clone> {
 }
 
 /// What posting needs of a QP, borrowed apart.
-pub(crate) struct QpDatapath<'a, P: Platform + Clone> {
+pub(crate) struct QpDatapath<'a, P: Platform> {
     pub(crate) rings: &'a mut QpRings<DmaBuf<P>>,
     pub(crate) bar: &'a P,
     pub(crate) shared: &'a QpHandle<P>,
@@ -455,12 +455,12 @@ pub(crate) struct QpDatapath<'a, P: Platform + Clone> {
 ///
 /// A `Qp` is [`Send`]: each thread can own its QPs and post on them with no lock and no
 /// [`Hca`]; the CQs they complete to can be polled on other threads.
-pub struct Qp<P: Platform + Clone, T: QpTransport, S: QpStateKind> {
+pub struct Qp<P: Platform, T: QpTransport, S: QpStateKind> {
     inner: Option<QpInner<P>>,
     _marker: PhantomData<fn() -> (T, S)>,
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> core::fmt::Debug for Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> core::fmt::Debug for Qp<P, T, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn())
@@ -470,7 +470,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> core::fmt::Debug for Q
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
     fn drop(&mut self) {
         // Not destroyed: the device may still use the queues and the doorbell record, so
         // the rings are freed only after the HCA's DESTROY_QP (`crate::release`).
@@ -486,7 +486,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     fn inner(&self) -> &QpInner<P> {
         match &self.inner {
             Some(i) => i,
@@ -702,7 +702,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     }
 }
 
-fn query_qp<P: Platform + Clone>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
+fn query_qp<P: Platform>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
     let mut q = QueryQpIn::new_cmd();
     q.set_qpn(qpn);
     let out = hca.exec(&q, &[], &mut [])?;
@@ -723,7 +723,7 @@ fn query_qp<P: Platform + Clone>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
     })
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Reset> {
     /// RESET → INIT (RST2INIT_QP): port, P_Key index, and the remote access rights (RC,
     /// UC) or the Q_Key (UD).
     ///
@@ -754,7 +754,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
     }
 }
 
-fn fill_init<P: Platform + Clone>(
+fn fill_init<P: Platform>(
     hca: &Hca<P>,
     st: QpServiceType,
     attr: &InitAttr,
@@ -799,7 +799,7 @@ fn fill_init<P: Platform + Clone>(
     Ok(())
 }
 
-fn check_port<P: Platform + Clone>(hca: &Hca<P>, port: u8) -> Result<()> {
+fn check_port<P: Platform>(hca: &Hca<P>, port: u8) -> Result<()> {
     if port == 0 || port > hca.caps().num_ports.max(1) {
         return Err(Error::InvalidArgument("no such port"));
     }
@@ -807,7 +807,7 @@ fn check_port<P: Platform + Clone>(hca: &Hca<P>, port: u8) -> Result<()> {
 }
 
 /// INIT2RTR context of a connected QP.
-fn fill_rtr<P: Platform + Clone>(
+fn fill_rtr<P: Platform>(
     hca: &Hca<P>,
     rc: bool,
     port: u8,
@@ -860,7 +860,7 @@ fn fill_rtr<P: Platform + Clone>(
     Ok(())
 }
 
-impl<P: Platform + Clone> Qp<P, Rc, state::Init> {
+impl<P: Platform> Qp<P, Rc, state::Init> {
     /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN, responder depth, RNR
     /// timer and the path.
     ///
@@ -878,7 +878,7 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Init> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Uc, state::Init> {
+impl<P: Platform> Qp<P, Uc, state::Init> {
     /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN and the path
     /// (`max_dest_rd_atomic` and `min_rnr_timer` do not apply to UC and are ignored).
     ///
@@ -894,7 +894,7 @@ impl<P: Platform + Clone> Qp<P, Uc, state::Init> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Init> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Init> {
     fn connected_to_rtr(
         self,
         hca: &mut Hca<P>,
@@ -914,7 +914,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Init> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Ud, state::Init> {
+impl<P: Platform> Qp<P, Ud, state::Init> {
     /// INIT → RTR (INIT2RTR_QP). A UD QP has no path: destinations come with each send.
     ///
     /// # Errors
@@ -934,7 +934,7 @@ impl<P: Platform + Clone> Qp<P, Ud, state::Init> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
+impl<P: Platform> Qp<P, Rc, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): send PSN, ACK timeout, retry counts and requester depth.
     ///
     /// # Errors
@@ -984,7 +984,7 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Uc, state::Rtr> {
+impl<P: Platform> Qp<P, Uc, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
     ///
     /// # Errors
@@ -999,7 +999,7 @@ impl<P: Platform + Clone> Qp<P, Uc, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Ud, state::Rtr> {
+impl<P: Platform> Qp<P, Ud, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
     ///
     /// # Errors
@@ -1014,7 +1014,7 @@ impl<P: Platform + Clone> Qp<P, Ud, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Rtr> {
     fn psn_to_rts(
         self,
         hca: &mut Hca<P>,
@@ -1035,7 +1035,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     /// SQER → RTS (SQERR2RTS_QP): resumes a send queue the device stopped after a send
     /// error on an unreliable QP. Only the device knows whether the QP is in SQER: if it
     /// is not, this is [`Error::BadQpState`] and the QP comes back unchanged.
@@ -1051,7 +1051,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates a QP of transport `T` in RESET (`ibv_create_qp`): the work queues sized
     /// from `attr.cap` (see [`Qp::caps`] for what it got), one DMA buffer for the RQ, the
     /// SQ and the doorbell record, the HCA's UAR for send doorbells.

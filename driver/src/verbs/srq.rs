@@ -62,7 +62,7 @@ pub struct SrqAttr {
 
 /// A shared receive queue.
 #[derive(Debug)]
-pub struct Srq<P: Platform + Clone> {
+pub struct Srq<P: Platform> {
     buf: Option<DmaBuf<P>>,
     /// The free list, shared with the CQs of the QPs that receive from it (`verbs::dp`).
     shared: SrqHandle<P>,
@@ -77,7 +77,7 @@ pub struct Srq<P: Platform + Clone> {
     ticket: Option<Ticket<P>>,
 }
 
-impl<P: Platform + Clone> Srq<P> {
+impl<P: Platform> Srq<P> {
     /// The SRQ's number: its RMP number, which a QP names to receive from it and SRQ
     /// events carry.
     pub fn srqn(&self) -> u32 {
@@ -216,7 +216,7 @@ impl<P: Platform + Clone> Srq<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Srq<P> {
+impl<P: Platform> Drop for Srq<P> {
     fn drop(&mut self) {
         // Not destroyed: the device may still read WQEs and the doorbell record, so the
         // buffer is freed only after the HCA's DESTROY_RMP (`crate::release`).
@@ -235,7 +235,7 @@ impl<P: Platform + Clone> Drop for Srq<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates a shared receive queue (`ibv_create_srq`): CREATE_RMP.
     ///
     /// # Errors
