@@ -117,8 +117,20 @@ impl core::fmt::Display for Error {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for Error {}
+impl core::error::Error for Error {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Error::Command(e) | Error::BadQpState { cause: e, .. } => Some(e),
+            Error::CommandQueue(e) => Some(e),
+            Error::InitSeg(e) => Some(e),
+            Error::Fatal(e) => Some(e),
+            Error::Dma(e) => Some(e),
+            Error::Config(e) => Some(e),
+            Error::BadCompletion(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<CmdError> for Error {
     fn from(e: CmdError) -> Self {
@@ -258,6 +270,8 @@ impl core::fmt::Display for BadCqe {
     }
 }
 
+impl core::error::Error for BadCqe {}
+
 /// [`Cq::poll`](crate::verbs::Cq::poll) met a CQE it refused (it is consumed); the `polled` completions before it
 /// are valid and in the caller's slice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,8 +294,11 @@ impl core::fmt::Display for PollError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for PollError {}
+impl core::error::Error for PollError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.cqe)
+    }
+}
 
 impl From<PollError> for Error {
     fn from(e: PollError) -> Error {

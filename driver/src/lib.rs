@@ -2,8 +2,8 @@
 //!
 //! Bring-up and teardown of an mlx5 HCA, firmware page management, event processing, the
 //! verbs objects (PD, MR, CQ, QP, SRQ, AH) and the datapath, generic over the platform of
-//! [`uhca_hal::platform`]. The core is `no_std`; the `std` feature makes the error types
-//! implement `std::error::Error` and starts no thread (the device's health is read by every
+//! [`uhca_hal::platform`]. The core is `no_std`, and its error types implement `core::error::Error` (so
+//! `std::error::Error` with `std`, with `source()` where one wraps another); the `std` feature starts no thread (the device's health is read by every
 //! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform (`uhca-vfio`, as [`vfio`]).
 //!
 #![cfg_attr(not(feature = "std"), no_std)]

@@ -34,6 +34,7 @@ struct Chunk<D: Dma> {
 
 /// Why the pool could not hand out or take back a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PageError {
     /// No DMA memory for another chunk.
     Dma(DmaError),
@@ -41,6 +42,32 @@ pub enum PageError {
     Full,
     /// The firmware returned an address the pool never gave it, or gave twice.
     UnknownPage(u64),
+}
+
+impl core::fmt::Display for PageError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PageError::Dma(e) => write!(f, "no DMA memory for firmware pages: {e}"),
+            PageError::Full => {
+                f.write_str("the firmware page pool is full (budget or chunks spent)")
+            }
+            PageError::UnknownPage(a) => {
+                write!(
+                    f,
+                    "firmware returned page {a:#x}, which the pool never gave it or gave twice"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for PageError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            PageError::Dma(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// Firmware pages: which the firmware holds, which are free.

@@ -110,6 +110,8 @@ impl core::fmt::Display for DmaError {
     }
 }
 
+impl core::error::Error for DmaError {}
+
 /// DMA memory for one device: coherent allocations the driver shares with the device
 /// (queues, mailboxes, doorbell records, firmware pages), and mappings of caller buffers
 /// (memory regions).
@@ -175,6 +177,8 @@ impl core::fmt::Display for ConfigError {
         }
     }
 }
+
+impl core::error::Error for ConfigError {}
 
 /// PCI configuration space of the function, in the PCI's little-endian order (values are
 /// returned in host order).

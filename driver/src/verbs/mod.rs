@@ -170,8 +170,11 @@ impl<T> core::fmt::Display for Failed<T> {
     }
 }
 
-#[cfg(feature = "std")]
-impl<T: core::fmt::Debug> std::error::Error for Failed<T> {}
+impl<T: core::fmt::Debug> core::error::Error for Failed<T> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
 
 /// Whether, after `e`, the device may hold an object made from the memory the failed
 /// command named (and so may still write that memory): a command that timed out may yet
