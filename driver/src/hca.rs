@@ -36,7 +36,7 @@ use crate::caps::{
     DeviceCaps, LinkLayer, RoceCaps, atomic_caps_to_set, atomics_offered, general_caps_to_set,
     roce_caps_to_set,
 };
-use crate::error::{Error, Result};
+use crate::error::{Arg, Error, InvalidArgument, Result};
 pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
 use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
@@ -412,7 +412,9 @@ impl<P: Platform> Hca<P> {
 
     fn create_eq(&mut self, uar: u32) -> Result<()> {
         if self.cfg.log_eq_size > 11 {
-            return Err(Error::InvalidArgument("log_eq_size too large"));
+            return Err(
+                InvalidArgument::max(Arg::LogEqSize, self.cfg.log_eq_size.into(), 11).into(),
+            );
         }
         let entries = ((1u32 << self.cfg.log_eq_size) + NUM_SPARE_EQE).next_power_of_two();
         let log = entries.trailing_zeros() as u8;
@@ -420,7 +422,13 @@ impl<P: Platform> Hca<P> {
         let buf = DmaBuf::alloc(self.p.clone(), bytes, ADAPTER_PAGE_SIZE)?;
         let iova = buf.iova();
         // EQ number 0 until the firmware names it; the ring only uses it for doorbells.
-        let ring = EqRing::new(buf, 0, log).map_err(|_| Error::InvalidArgument("log_eq_size"))?;
+        let ring = EqRing::new(buf, 0, log).map_err(|_| {
+            InvalidArgument::rule(
+                Arg::LogEqSize,
+                self.cfg.log_eq_size.into(),
+                "the HAL refused the EQ's layout (a driver bug)",
+            )
+        })?;
         let mut c = CreateEqIn::new_cmd();
         c.eq_context_entry_mut()
             .set_log_eq_size(log)
@@ -432,7 +440,9 @@ impl<P: Platform> Hca<P> {
         let npages = bytes / ADAPTER_PAGE_SIZE;
         let mut pas = [0u8; MAX_EQ_PAGES * 8];
         if npages > MAX_EQ_PAGES {
-            return Err(Error::InvalidArgument("log_eq_size too large"));
+            return Err(
+                InvalidArgument::max(Arg::LogEqSize, self.cfg.log_eq_size.into(), 11).into(),
+            );
         }
         for i in 0..npages {
             let a = iova + (i * ADAPTER_PAGE_SIZE) as u64;

@@ -9,7 +9,7 @@ use uhca_hal::dma::{DmaBuf, DmaMem};
 
 use super::dp::{QpHandle, QpMap};
 use super::{Failed, MAX_PAS, PagePlan, log2_ceil, release_unless_held};
-use crate::error::{Error, Result};
+use crate::error::{Arg, Error, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
@@ -186,7 +186,12 @@ impl<P: Platform> Cq<P> {
             return Err(Error::Unsupported("CQ moderation"));
         }
         if m.period_us > MAX_CQ_PERIOD {
-            return Err(Error::InvalidArgument("cq_period above 4095 us"));
+            return Err(InvalidArgument::max(
+                Arg::CqPeriod,
+                m.period_us.into(),
+                MAX_CQ_PERIOD.into(),
+            )
+            .into());
         }
         let mut c = ModifyCqIn::new_cmd();
         c.set_cqn(self.cqn)
@@ -258,13 +263,13 @@ impl<P: Platform> Hca<P> {
     /// holds (no command is sent); [`Error::Dma`]; the command's error.
     pub fn create_cq(&mut self, cqe: u32) -> Result<Cq<P>> {
         if cqe == 0 {
-            return Err(Error::InvalidArgument("CQ size 0"));
+            return Err(InvalidArgument::min(Arg::Cqe, 0, 1).into());
         }
         let entries = (cqe as u64 + 1).next_power_of_two();
         if entries > self.caps().max_cqe as u64 {
-            return Err(Error::InvalidArgument(
-                "CQ larger than the device's largest CQ (log_max_cq_sz)",
-            ));
+            // One entry stays free (the ring holds `cqe + 1` rounded up to a power of two).
+            let max = u64::from(self.caps().max_cqe).saturating_sub(1);
+            return Err(InvalidArgument::max(Arg::Cqe, cqe.into(), max).into());
         }
         let log = log2_ceil(entries);
         let ticket = self.release_ticket()?;
@@ -311,7 +316,12 @@ impl<P: Platform> Hca<P> {
                 let mut d = DestroyCqIn::new_cmd();
                 d.set_cqn(cqn);
                 let _ = self.exec(&d, &[], &mut []);
-                return Err(Error::InvalidArgument("CQ layout"));
+                return Err(InvalidArgument::rule(
+                    Arg::Cqe,
+                    cqe.into(),
+                    "the HAL refused the CQ's layout (a driver bug)",
+                )
+                .into());
             }
         };
         self.cq_created(cqn);

@@ -143,7 +143,10 @@ pub use wr::{
 /// `?` converts it into its [`Error`] (the object is then dropped, which queues it for
 /// release by its HCA: see the [module documentation](self). Match on it to keep the object, for example to move a
 /// QP to RESET after a refused transition, or to retry a destroy.
-#[derive(Debug)]
+///
+/// It is an error (`core::error::Error`, its [`source`](core::error::Error::source) the
+/// [`Error`]) and `Debug` for any object, so `?` puts it into a `Box<dyn Error>` and
+/// `unwrap` works in code generic over the platform; its `Debug` names the object's type.
 pub struct Failed<T> {
     /// The object, unchanged (in the state it was in before the call).
     pub object: T,
@@ -170,7 +173,16 @@ impl<T> core::fmt::Display for Failed<T> {
     }
 }
 
-impl<T: core::fmt::Debug> core::error::Error for Failed<T> {
+impl<T> core::fmt::Debug for Failed<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Failed")
+            .field("object", &core::any::type_name::<T>())
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl<T> core::error::Error for Failed<T> {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         Some(&self.error)
     }

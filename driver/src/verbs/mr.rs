@@ -35,7 +35,9 @@ use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
 use super::{Failed, MAX_PAS, Pd, Sge, device_may_hold};
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::{Arg, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
@@ -260,7 +262,7 @@ impl<P: Platform> Hca<P> {
     /// sent); [`Error::Dma`]; the command's error.
     pub fn alloc_mr(&mut self, pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr<P>> {
         if len == 0 {
-            return Err(Error::InvalidArgument("memory region length 0"));
+            return Err(InvalidArgument::min(Arg::MrLength, 0, 1).into());
         }
         check_access(access)?;
         let buf = self.alloc_dma(len, 1 << ADAPTER_PAGE_SHIFT)?;
@@ -344,17 +346,25 @@ impl<P: Platform> Hca<P> {
     ) -> Result<(u32, u32)> {
         self.check_owner(pd.hca_id())?;
         if len == 0 {
-            return Err(Error::InvalidArgument("memory region length 0"));
+            return Err(InvalidArgument::min(Arg::MrLength, 0, 1).into());
         }
         if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
-            return Err(Error::InvalidArgument("memory region outside its buffer"));
+            let end = offset
+                .checked_add(len)
+                .map_or(u64::MAX, InvalidArgument::wide);
+            return Err(
+                InvalidArgument::max(Arg::RangeEnd, end, InvalidArgument::wide(buf.len())).into(),
+            );
         }
         check_access(access)?;
         let log_max = self.hca_cap().log_max_mrw_sz();
         if log_max < 64 && len as u64 > (1u64 << log_max) {
-            return Err(Error::InvalidArgument(
-                "memory region larger than the device allows (log_max_mrw_sz)",
-            ));
+            return Err(InvalidArgument::max(
+                Arg::MrLength,
+                InvalidArgument::wide(len),
+                1u64 << log_max,
+            )
+            .into());
         }
         let start = buf.iova() + offset as u64;
         let end = start + len as u64;
@@ -367,9 +377,12 @@ impl<P: Platform> Hca<P> {
                 break n;
             }
             if shift >= MAX_MTT_PAGE_SHIFT {
-                return Err(Error::InvalidArgument(
-                    "memory region needs more than 512 translation entries of 1 GiB",
-                ));
+                return Err(InvalidArgument::rule(
+                    Arg::MrLength,
+                    InvalidArgument::wide(len),
+                    "the region needs more than 512 translation entries of 1 GiB",
+                )
+                .into());
             }
             shift += 1;
         };
@@ -414,9 +427,12 @@ fn check_access(access: AccessFlags) -> Result<()> {
     if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
         && !access.contains(AccessFlags::LOCAL_WRITE)
     {
-        return Err(Error::InvalidArgument(
+        return Err(InvalidArgument::rule(
+            Arg::AccessFlags,
+            access.bits().into(),
             "remote write or remote atomic access needs local write",
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -468,12 +484,15 @@ pub(crate) fn region_sge(
     len: usize,
 ) -> Result<Sge> {
     if offset.checked_add(len).is_none_or(|end| end > region_len) {
-        return Err(Error::InvalidArgument(
-            "scatter/gather range outside its memory region",
-        ));
+        let end = offset
+            .checked_add(len)
+            .map_or(u64::MAX, InvalidArgument::wide);
+        return Err(
+            InvalidArgument::max(Arg::RangeEnd, end, InvalidArgument::wide(region_len)).into(),
+        );
     }
     let len = u32::try_from(len).map_err(|_| {
-        Error::InvalidArgument("scatter/gather entry longer than 4 GiB - 1 (its length is 32 bits)")
+        InvalidArgument::max(Arg::SgeLength, InvalidArgument::wide(len), u32::MAX.into())
     })?;
     Ok(Sge {
         addr: iova + offset as u64,
