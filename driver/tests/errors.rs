@@ -41,6 +41,9 @@ fn posting_more_sges_than_max_send_sge_names_the_count_and_the_limit() {
     assert_eq!(*source, bad.error);
 }
 
+/// One field of a QP's capabilities.
+type CapField = fn(&mut uhca_driver::verbs::QpCaps) -> &mut u32;
+
 #[test]
 fn a_qp_with_too_many_sges_is_refused_with_the_argument_given_and_limit() {
     let (_dev, mut hca) = open(LinkLayer::Ethernet);
@@ -69,7 +72,7 @@ fn a_qp_with_too_many_sges_is_refused_with_the_argument_given_and_limit() {
     );
     qp.destroy(&mut hca).unwrap();
     // The same for each queue limit: the limit named is the largest accepted.
-    let fields: [(Arg, fn(&mut uhca_driver::verbs::QpCaps) -> &mut u32); 4] = [
+    let fields: [(Arg, CapField); 4] = [
         (Arg::MaxInlineData, |c| &mut c.max_inline_data),
         (Arg::MaxRecvSge, |c| &mut c.max_recv_sge),
         (Arg::MaxSendWr, |c| &mut c.max_send_wr),

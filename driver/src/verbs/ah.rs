@@ -10,6 +10,8 @@ use uhca_hal::Platform;
 
 use crate::addr::AddressHandle;
 use crate::caps::LinkLayer;
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::{Arg, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::verbs::qp::{ah_link_layer, port_in_range};
