@@ -457,24 +457,26 @@ impl<P: Platform> Hca<P> {
         Ok(())
     }
 
-    /// Executes a firmware command, serving events (command completions, page requests,
-    /// asynchronous events) while it is outstanding. Objects dropped without `destroy` are
-    /// destroyed first ([`crate::release`]). `extra_in` is appended to the input
-    /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
-    /// `C::Out` (for outputs with a flexible array).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Fatal`] if the device is dead (checked before sending),
-    /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
-    pub fn exec<C: Command>(
-        &mut self,
-        input: &C,
-        extra_in: &[u8],
-        out_extra: &mut [u8],
-    ) -> Result<C::Out> {
-        self.release_dropped();
-        self.exec_now(input, extra_in, out_extra)
+    raw_pub! {
+        /// Executes a firmware command, serving events (command completions, page requests,
+        /// asynchronous events) while it is outstanding. Objects dropped without `destroy` are
+        /// destroyed first ([`crate::release`]). `extra_in` is appended to the input
+        /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
+        /// `C::Out` (for outputs with a flexible array).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Fatal`] if the device is dead (checked before sending),
+        /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
+        fn exec<C: Command>(
+            &mut self,
+            input: &C,
+            extra_in: &[u8],
+            out_extra: &mut [u8],
+        ) -> Result<C::Out> {
+            self.release_dropped();
+            self.exec_now(input, extra_in, out_extra)
+        }
     }
 
     /// [`Hca::exec`] without releasing dropped objects first.
@@ -853,13 +855,15 @@ impl<P: Platform> Hca<P> {
         self.fatal
     }
 
-    /// Allocates coherent DMA memory for a queue or doorbell record.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Dma`].
-    pub fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaBuf<P>> {
-        Ok(DmaBuf::alloc(self.p.clone(), len, align)?)
+    raw_pub! {
+        /// Allocates coherent DMA memory for a queue or doorbell record.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Dma`].
+        fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaBuf<P>> {
+            Ok(DmaBuf::alloc(self.p.clone(), len, align)?)
+        }
     }
 
     /// Tears the HCA down and reports what happened.

@@ -7,6 +7,7 @@
 //! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform (`uhca-vfio`, as [`vfio`]).
 //!
 #![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_code)]
 #![deny(
     unsafe_op_in_unsafe_fn,
     clippy::undocumented_unsafe_blocks,
@@ -17,6 +18,23 @@
 /// user of the driver names one crate.
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub use uhca_vfio as vfio;
+
+/// Declares a method that can break the driver's invariants (the rings behind a queue's
+/// back, a raw command, raw DMA memory): `pub` with the `raw` feature (for tests and
+/// tools), `pub(crate)` without it, so safe code using the driver cannot reach it.
+macro_rules! raw_pub {
+    ($(#[$m:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "raw")]
+        $(#[$m])*
+        ///
+        /// *Only with the `raw` feature: it can break what the driver keeps consistent.*
+        pub fn $($rest)*
+        #[cfg(not(feature = "raw"))]
+        $(#[$m])*
+        #[allow(dead_code)]
+        pub(crate) fn $($rest)*
+    };
+}
 
 pub mod addr;
 pub mod caps;

@@ -102,11 +102,13 @@ impl<P: Platform> Cq<P> {
         }
     }
 
-    /// The ring, for polling.
-    pub fn ring_mut(&mut self) -> &mut CqRing<DmaBuf<P>> {
-        match &mut self.ring {
-            Some(r) => r,
-            None => unreachable!("the ring is only taken by destroy and drop"),
+    raw_pub! {
+        /// The ring, for polling.
+        fn ring_mut(&mut self) -> &mut CqRing<DmaBuf<P>> {
+            match &mut self.ring {
+                Some(r) => r,
+                None => unreachable!("the ring is only taken by destroy and drop"),
+            }
         }
     }
 

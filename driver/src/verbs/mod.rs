@@ -54,7 +54,9 @@
 //! A [`Cq`] owns a HAL [`CqRing`](uhca_hal::cq::CqRing) (CQEs initialised invalid with
 //! owner 1, doorbell record zeroed) and a [`Qp`] a HAL [`QpRings`](uhca_hal::wq::QpRings)
 //! (RQ then SQ in one buffer, doorbell record after them, send doorbell on the HCA's UAR);
-//! `cq.ring_mut()` and `qp.rings_mut()` hand them to the datapath (post, doorbell, poll).
+//! `cq.ring_mut()` and `qp.rings_mut()` hand them to the datapath (post, doorbell, poll);
+//! they are the driver's own (public only with the `raw` feature, for tests): a caller
+//! posting on a ring behind the driver's back would break its work-request tables.
 //!
 //! The verbs datapath sits on top of them:
 //!

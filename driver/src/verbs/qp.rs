@@ -601,9 +601,11 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         &self.inner().rings
     }
 
-    /// The work-queue rings, for posting.
-    pub fn rings_mut(&mut self) -> &mut QpRings<DmaBuf<P>> {
-        &mut self.inner_mut().rings
+    raw_pub! {
+        /// The work-queue rings, for posting.
+        fn rings_mut(&mut self) -> &mut QpRings<DmaBuf<P>> {
+            &mut self.inner_mut().rings
+        }
     }
 
     /// QUERY_QP.

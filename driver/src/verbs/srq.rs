@@ -120,11 +120,13 @@ impl<P: Platform> Srq<P> {
         }
     }
 
-    /// The buffer, for posting.
-    pub fn mem_mut(&mut self) -> &mut DmaBuf<P> {
-        match &mut self.buf {
-            Some(b) => b,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
+    raw_pub! {
+        /// The buffer, for posting.
+        fn mem_mut(&mut self) -> &mut DmaBuf<P> {
+            match &mut self.buf {
+                Some(b) => b,
+                None => unreachable!("the buffer is only taken by destroy and drop"),
+            }
         }
     }
 
