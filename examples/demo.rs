@@ -250,7 +250,10 @@ pub fn run(pcap: Option<&Path>, mut say: impl FnMut(&str)) -> DemoResult<DemoRep
 }
 
 /// The next completion on `cq`, which must be a success.
-fn completed(tb: &Testbed, cq: &mut Cq<uhca::testbed::Platform>) -> DemoResult<WorkCompletion> {
+fn completed(
+    tb: &Testbed,
+    cq: &mut Cq<uhca::testbed::TestbedPlatform>,
+) -> DemoResult<WorkCompletion> {
     let wc = tb.poll_until(cq, 1, WAIT)?[0];
     if wc.status != WcStatus::Success {
         return Err(format!("work request {} failed: {:?}", wc.wr_id, wc.status).into());

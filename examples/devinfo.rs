@@ -110,7 +110,7 @@ fn run_mock(_ib: bool) -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(feature = "vfio")]
 fn run_device(bdf: &str) -> Result<(), Box<dyn std::error::Error>> {
     let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
-    let mut hca = Hca::open(&platform)?;
+    let mut hca = Hca::open(platform)?;
     describe(&mut hca, bdf)?;
     hca.close()?;
     Ok(())
@@ -152,7 +152,7 @@ fn port_state(s: PortState) -> String {
     format!("{name} ({})", s.raw())
 }
 
-fn describe<P: Platform + Clone>(hca: &mut Hca<P>, name: &str) -> Result<(), Error> {
+fn describe<P: Platform>(hca: &mut Hca<P>, name: &str) -> Result<(), Error> {
     let vendor = hca.platform().config_read16(0)?;
     let part = hca.platform().config_read16(2)?;
     let info = *hca.info();

@@ -66,7 +66,7 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 }
 
 /// The one QP alive at a time.
-enum Target<P: Platform + Clone> {
+enum Target<P: Platform> {
     None,
     Rc(Qp<P, Rc, state::Rts>),
     Uc(Qp<P, Uc, state::Rts>),
@@ -74,7 +74,7 @@ enum Target<P: Platform + Clone> {
     Reset(Qp<P, Rc, state::Reset>),
 }
 
-struct Ctx<P: Platform + Clone> {
+struct Ctx<P: Platform> {
     pd: uhca::driver::verbs::Pd,
     cq: Cq<P>,
     mr: Mr<P>,
@@ -83,7 +83,7 @@ struct Ctx<P: Platform + Clone> {
     recvs: Vec<String>,
 }
 
-fn refill<P: Platform + Clone>(mr: &mut Mr<P>) {
+fn refill<P: Platform>(mr: &mut Mr<P>) {
     let n = mr.mem().len();
     let bytes: Vec<u8> = (0..n).map(pattern).collect();
     mr.mem_mut().write_bytes(0, &bytes);
@@ -119,7 +119,7 @@ fn caps() -> QpCaps {
     }
 }
 
-impl<P: Platform + Clone> Ctx<P> {
+impl<P: Platform> Ctx<P> {
     /// Destroys the current QP and starts the next case from clean memory and an empty CQ.
     fn clear(&mut self, hca: &mut Hca<P>) -> Res<()> {
         let r = match std::mem::replace(&mut self.target, Target::None) {
@@ -304,7 +304,7 @@ impl<P: Platform + Clone> Ctx<P> {
     }
 }
 
-fn serve<P: Platform + Clone>(hca: &mut Hca<P>) -> Res<()> {
+fn serve<P: Platform>(hca: &mut Hca<P>) -> Res<()> {
     let pd = hca.alloc_pd()?;
     let pd_other = hca.alloc_pd()?;
     let cq = hca.create_cq(16)?;

@@ -27,7 +27,7 @@ use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
 
 /// One side of the ping-pong on an HCA that is up (`side`: client or server).
-fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+fn pingpong<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let spec = common::Spec {
         cq_depth: args.rx_depth + 1,

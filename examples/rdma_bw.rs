@@ -107,7 +107,7 @@ fn main() {
 }
 
 /// One side of the test on an HCA that is up (`side`: client or server).
-fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+fn side<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let o = opts();
     let client = side.is_client();
@@ -252,7 +252,7 @@ fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
 
 /// Posts receives `from..from + n`, receive `j` into buffer `j % buffers`, with one
 /// doorbell-record update.
-fn post_recvs<P: Platform + Clone, S: RecvReady>(
+fn post_recvs<P: Platform, S: RecvReady>(
     qp: &mut Qp<P, Rc, S>,
     sges: &[[Sge; 1]],
     from: u64,
@@ -273,7 +273,7 @@ fn post_recvs<P: Platform + Clone, S: RecvReady>(
 /// doorbell per batch, a completion every `cq_mod`-th. Returns the seconds from the first
 /// post to the last completion and the peak rate in bytes per second.
 #[allow(clippy::too_many_arguments)]
-fn stream<P: Platform + Clone>(
+fn stream<P: Platform>(
     qp: &mut Qp<P, Rc, state::Rts>,
     cq: &mut uhca::driver::verbs::Cq<P>,
     args: &Args,
@@ -360,11 +360,7 @@ fn peak_rate(stamps: &[(u64, f64)], window: u64, size: u64) -> f64 {
 }
 
 /// Compares each buffer with the pattern it was sent with: `ok: ...` or `corrupt: ...`.
-fn verify<P: Platform + Clone>(
-    mr: &uhca::driver::verbs::Mr<P>,
-    buffers: usize,
-    size: usize,
-) -> String {
+fn verify<P: Platform>(mr: &uhca::driver::verbs::Mr<P>, buffers: usize, size: usize) -> String {
     let mut got = vec![0u8; size];
     for b in 0..buffers {
         mr.mem().read_bytes(b * size, &mut got);

@@ -71,7 +71,7 @@ fn marker(i: u64) -> u8 {
 }
 
 /// A side's QP, CQ and buffer: `[receive region | send region]`, `size` bytes each.
-struct Ends<P: Platform + Clone> {
+struct Ends<P: Platform> {
     qp: Qp<P, Rc, state::Rts>,
     cq: Cq<P>,
     mr: Mr<P>,
@@ -84,7 +84,7 @@ struct Ends<P: Platform + Clone> {
     wc: [WorkCompletion; 16],
 }
 
-impl<P: Platform + Clone> Ends<P> {
+impl<P: Platform> Ends<P> {
     fn recv_sge(&self) -> [Sge; 1] {
         [Sge {
             addr: self.mr.iova(),
@@ -202,7 +202,7 @@ impl<P: Platform + Clone> Ends<P> {
 }
 
 /// One side of the test on an HCA that is up (`side`: client or server).
-fn side<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+fn side<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let op = Op::parse(args, Op::Send)?;
     let client = side.is_client();

@@ -40,7 +40,7 @@ fn pattern(client: bool, round: u64, i: usize) -> u8 {
 }
 
 /// One side of the test on an HCA that is up (`side`: client or server).
-fn rw<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+fn rw<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let client = side.is_client();
     let size = args.size;

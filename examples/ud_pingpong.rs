@@ -28,7 +28,7 @@ const QKEY: u32 = 0x1111_1111;
 const GRH_BYTES: usize = 40;
 
 /// One side of the ping-pong on an HCA that is up (`side`: client or server).
-fn pingpong<P: Platform + Clone>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
+fn pingpong<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     let args = side.args;
     let mtu = hca.query_port(args.ib_port)?.active_mtu;
     if let Some(m) = mtu.bytes().filter(|&m| args.size > m as usize) {

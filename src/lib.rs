@@ -31,7 +31,8 @@ pub mod prelude {
     //! The names a transport author needs to open an HCA, make its objects, connect queue
     //! pairs and move data, so that one `use uhca::prelude::*;` suffices:
     //!
-    //! * the HCA and its errors: [`Hca`], [`HcaConfig`], [`Error`], [`Failed`];
+    //! * the HCA, its errors and its platform: [`Hca`], [`HcaConfig`], [`Error`], [`Failed`],
+    //!   [`Platform`] (the trait every object is generic over);
     //! * the objects: [`Pd`], [`Mr`], [`UserMr`], [`Cq`], [`Qp`] with its transports
     //!   ([`Rc`], [`Uc`], [`Ud`]) and states ([`state`]), [`Srq`];
     //! * their attributes: [`QpInitAttr`], [`QpCaps`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`],
@@ -45,7 +46,7 @@ pub mod prelude {
     //! ```
     //! use uhca::prelude::*;
     //!
-    //! fn write_with_imm<P: uhca::hal::Platform + Clone>(
+    //! fn write_with_imm<P: Platform>(
     //!     qp: &mut Qp<P, Rc, state::Rts>,
     //!     mr: &Mr<P>,
     //!     remote_addr: u64,
@@ -64,7 +65,7 @@ pub mod prelude {
         RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, UserMr,
         WcOpcode, WcStatus, WorkCompletion, state,
     };
-    pub use uhca_driver::{Error, Failed, Hca, HcaConfig};
+    pub use uhca_driver::{Error, Failed, Hca, HcaConfig, Platform};
     pub use uhca_fwif::consts::{AccessFlags, IbMtu};
     pub use uhca_hal::{DmaMem, HostBuf, MappedBuf};
 }

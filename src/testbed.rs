@@ -38,7 +38,7 @@ use uhca_fwif::consts::{AccessFlags, IbMtu};
 use uhca_mock::{Fabric, IommuFault, LinkLayer, MockConfig, MockHca, MockPlatform};
 
 /// The platform of every testbed HCA.
-pub type Platform = MockPlatform;
+pub type TestbedPlatform = MockPlatform;
 
 /// Why a testbed call failed.
 #[derive(Debug)]
@@ -185,17 +185,17 @@ pub struct RcEnd {
     /// The protection domain of the MR and the QP.
     pub pd: Pd,
     /// The CQ both of the QP's queues complete to.
-    pub cq: Cq<Platform>,
+    pub cq: Cq<TestbedPlatform>,
     /// Zeroed memory, registered for local write, remote write and remote read (and
     /// remote atomics when the device offers them).
-    pub mr: Mr<Platform>,
+    pub mr: Mr<TestbedPlatform>,
     /// The QP, in RTS.
-    pub qp: Qp<Platform, Rc, state::Rts>,
+    pub qp: Qp<TestbedPlatform, Rc, state::Rts>,
 }
 
 struct Node {
     dev: MockHca,
-    hca: Hca<Platform>,
+    hca: Hca<TestbedPlatform>,
     mac: Mac,
     gid: Gid,
     lid: u16,
@@ -292,7 +292,7 @@ impl Testbed {
     /// # Panics
     ///
     /// If there is no HCA `i` (as indexing a slice does).
-    pub fn hca(&mut self, i: usize) -> &mut Hca<Platform> {
+    pub fn hca(&mut self, i: usize) -> &mut Hca<TestbedPlatform> {
         &mut self.nodes[i].hca
     }
 
@@ -388,7 +388,7 @@ impl Testbed {
         &mut self,
         i: usize,
         cfg: &RcConfig,
-    ) -> Result<(Qp<Platform, Rc, state::Init>, Half), TestbedError> {
+    ) -> Result<(Qp<TestbedPlatform, Rc, state::Init>, Half), TestbedError> {
         let hca = &mut self.nodes[i].hca;
         let mut access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -419,13 +419,13 @@ impl Testbed {
     fn ready(
         &mut self,
         i: usize,
-        qp: Qp<Platform, Rc, state::Init>,
+        qp: Qp<TestbedPlatform, Rc, state::Init>,
         peer: usize,
         peer_qpn: u32,
         psn: u32,
         peer_psn: u32,
         cfg: &RcConfig,
-    ) -> Result<Qp<Platform, Rc, state::Rts>, TestbedError> {
+    ) -> Result<Qp<TestbedPlatform, Rc, state::Rts>, TestbedError> {
         let ah = self.path(i, peer, qp.qpn(), peer_qpn)?;
         let hca = &mut self.nodes[i].hca;
         let rtr = RtrAttr {
@@ -458,7 +458,7 @@ impl Testbed {
     /// with [`Error::BadCompletion`]).
     pub fn poll_until(
         &self,
-        cq: &mut Cq<Platform>,
+        cq: &mut Cq<TestbedPlatform>,
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<WorkCompletion>, TestbedError> {
@@ -542,12 +542,12 @@ impl Testbed {
 struct Half {
     hca: usize,
     pd: Pd,
-    cq: Cq<Platform>,
-    mr: Mr<Platform>,
+    cq: Cq<TestbedPlatform>,
+    mr: Mr<TestbedPlatform>,
 }
 
 impl Half {
-    fn with_qp(self, qp: Qp<Platform, Rc, state::Rts>) -> RcEnd {
+    fn with_qp(self, qp: Qp<TestbedPlatform, Rc, state::Rts>) -> RcEnd {
         RcEnd {
             hca: self.hca,
             pd: self.pd,

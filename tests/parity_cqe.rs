@@ -170,6 +170,7 @@ fn ibv_status(s: WcStatus) -> u32 {
         WcStatus::RnrRetryExceeded => 13,
         WcStatus::RemoteAborted => 16,
         WcStatus::Unknown(_) => 21,
+        other => unimplemented!("no ibv_wc_status for {other:?}"),
     }
 }
 
@@ -183,6 +184,7 @@ fn ibv_opcode(o: WcOpcode) -> u32 {
         WcOpcode::FetchAdd => 4,
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
+        other => unimplemented!("no ibv_wc_opcode for {other:?}"),
     }
 }
 

@@ -586,6 +586,7 @@ impl Req {
                 rkey,
                 add,
             } => (6, 0, remote_addr, rkey, 0, add),
+            other => unimplemented!("the harness has no ibv_wr_opcode for {other:?}"),
         };
         // ibv_send_flags: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8.
         let mut flags = 0;

@@ -15,7 +15,7 @@ use uhca_hal::{DmaMem, Platform};
 
 use crate::dtype::{Element, ReduceOp};
 use crate::plan::{Cursor, Plan, Segments, Stream};
-use crate::{Collective, Config, Error, Step};
+use crate::{Arg, Collective, Config, Error, InvalidArgument, Step};
 
 /// Completions taken from the CQ per poll.
 const POLL_BATCH: usize = 32;
@@ -52,7 +52,7 @@ pub struct Endpoint {
 
 /// A communicator whose QPs are created but not connected: hand each peer its
 /// [`Pending::endpoint`], gather theirs, and [`Pending::connect`].
-pub struct Pending<P: Platform + Clone> {
+pub struct Pending<P: Platform> {
     rank: usize,
     size: usize,
     cfg: Config,
@@ -65,7 +65,7 @@ pub struct Pending<P: Platform + Clone> {
 
 /// One peer: the QP, where to write, and the flow-control counters (all cumulative, in
 /// chunks, since the communicator was connected).
-struct Channel<P: Platform + Clone> {
+struct Channel<P: Platform> {
     qp: Qp<P, Rc, state::Rts>,
     remote_inbox: u64,
     rkey: u32,
@@ -94,7 +94,7 @@ struct Channel<P: Platform + Clone> {
 /// on one CQ, and one memory region for the inboxes and outboxes.
 ///
 /// Every rank must call the same collectives in the same order with the same counts.
-pub struct Communicator<P: Platform + Clone> {
+pub struct Communicator<P: Platform> {
     rank: usize,
     size: usize,
     cfg: Config,
@@ -123,7 +123,7 @@ fn queue_depth(window: usize) -> usize {
     2 * window + 4
 }
 
-impl<P: Platform + Clone> Communicator<P> {
+impl<P: Platform> Communicator<P> {
     /// Creates the objects of rank `rank` of `size` on `hca` (port 1): a PD, a CQ, a
     /// memory region of 2 × (size − 1) × window × chunk_bytes bytes and an RC QP in INIT
     /// (with its receives posted) per peer.
@@ -139,16 +139,28 @@ impl<P: Platform + Clone> Communicator<P> {
         addr: PortAddr,
         cfg: Config,
     ) -> Result<Pending<P>, Error> {
-        if size == 0 || rank >= size {
-            return Err(Error::InvalidArgument("rank outside 0..size"));
+        if size == 0 {
+            return Err(InvalidArgument::min(Arg::Size, 0, 1).into());
         }
-        if cfg.chunk_bytes == 0 || !cfg.chunk_bytes.is_multiple_of(8) || cfg.chunk_bytes > 1 << 30 {
-            return Err(Error::InvalidArgument(
-                "chunk_bytes must be a non-zero multiple of 8, at most 1 GiB",
-            ));
+        if rank >= size {
+            return Err(InvalidArgument::max(Arg::Rank, rank, size - 1).into());
         }
-        if cfg.window == 0 || cfg.window > 1024 {
-            return Err(Error::InvalidArgument("window must be 1..=1024"));
+        if cfg.chunk_bytes < 8 {
+            return Err(InvalidArgument::min(Arg::ChunkBytes, cfg.chunk_bytes, 8).into());
+        }
+        if cfg.chunk_bytes > 1 << 30 {
+            return Err(InvalidArgument::max(Arg::ChunkBytes, cfg.chunk_bytes, 1 << 30).into());
+        }
+        if !cfg.chunk_bytes.is_multiple_of(8) {
+            return Err(
+                InvalidArgument::rule(Arg::ChunkBytes, cfg.chunk_bytes, "a multiple of 8").into(),
+            );
+        }
+        if cfg.window == 0 {
+            return Err(InvalidArgument::min(Arg::Window, 0, 1).into());
+        }
+        if cfg.window > 1024 {
+            return Err(InvalidArgument::max(Arg::Window, cfg.window, 1024).into());
         }
         let peers = size - 1;
         let depth = queue_depth(cfg.window);
@@ -157,9 +169,9 @@ impl<P: Platform + Clone> Communicator<P> {
         // of two as the driver sizes them.
         let cqe = (peers.max(1) * 2 * depth.next_power_of_two()) as u32;
         if cqe > hca.caps().max_cqe {
-            return Err(Error::InvalidArgument(
-                "the device's CQ cannot hold every QP's completions: fewer ranks or a smaller window",
-            ));
+            // The most peers whose completions the device's largest CQ holds.
+            let peers_max = hca.caps().max_cqe as usize / (2 * depth.next_power_of_two());
+            return Err(InvalidArgument::max(Arg::Size, size, peers_max + 1).into());
         }
         let cq = hca.create_cq(cqe).map_err(setup(rank, "CREATE_CQ"))?;
         let mr_len = (2 * peers * cfg.window * cfg.chunk_bytes).max(64);
@@ -204,7 +216,13 @@ impl<P: Platform + Clone> Communicator<P> {
                     wr_id: peer as u64,
                     sg_list: &none,
                 }])
-                .map_err(|_| Error::InvalidArgument("the receive queue is smaller than asked"))?;
+                .map_err(|_| {
+                    InvalidArgument::rule(
+                        Arg::Window,
+                        cfg.window,
+                        "the receive queue the device gave is smaller than the window needs",
+                    )
+                })?;
             }
             qps.push(Some(qp));
         }
@@ -221,7 +239,7 @@ impl<P: Platform + Clone> Communicator<P> {
     }
 }
 
-impl<P: Platform + Clone> Pending<P> {
+impl<P: Platform> Pending<P> {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
@@ -261,7 +279,12 @@ impl<P: Platform + Clone> Pending<P> {
     /// [`Error::InvalidArgument`] for a slice of the wrong length; [`Error::Setup`].
     pub fn connect(self, hca: &mut Hca<P>, remote: &[Endpoint]) -> Result<Communicator<P>, Error> {
         if remote.len() != self.size {
-            return Err(Error::InvalidArgument("one endpoint per rank"));
+            return Err(InvalidArgument::rule(
+                Arg::Endpoints,
+                remote.len(),
+                "one endpoint per rank (the communicator's size)",
+            )
+            .into());
         }
         let Pending {
             rank,
@@ -373,7 +396,7 @@ fn slot_base(rank: usize, peer: usize, cfg: Config) -> (usize, usize) {
     (2 * index * size, (2 * index + 1) * size)
 }
 
-impl<P: Platform + Clone> Communicator<P> {
+impl<P: Platform> Communicator<P> {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
@@ -459,9 +482,12 @@ impl<P: Platform + Clone> Communicator<P> {
         let n = self.size;
         let r = self.rank;
         if !buf.len().is_multiple_of(n) {
-            return Err(Error::InvalidArgument(
-                "reduce_scatter: the buffer is not size blocks",
-            ));
+            return Err(InvalidArgument::rule(
+                Arg::BufferLen,
+                buf.len(),
+                "reduce_scatter: a multiple of the communicator's size",
+            )
+            .into());
         }
         self.begin(Collective::ReduceScatter)?;
         if n == 1 || buf.is_empty() {
@@ -501,9 +527,12 @@ impl<P: Platform + Clone> Communicator<P> {
         let n = self.size;
         let r = self.rank;
         if !buf.len().is_multiple_of(n) {
-            return Err(Error::InvalidArgument(
-                "all_gather: the buffer is not size blocks",
-            ));
+            return Err(InvalidArgument::rule(
+                Arg::BufferLen,
+                buf.len(),
+                "all_gather: a multiple of the communicator's size",
+            )
+            .into());
         }
         self.begin(Collective::AllGather)?;
         if n == 1 || buf.is_empty() {
@@ -542,7 +571,7 @@ impl<P: Platform + Clone> Communicator<P> {
         let n = self.size;
         let r = self.rank;
         if root >= n {
-            return Err(Error::InvalidArgument("broadcast: root outside 0..size"));
+            return Err(InvalidArgument::max(Arg::Root, root, n - 1).into());
         }
         self.begin(Collective::Broadcast)?;
         if n == 1 || buf.is_empty() {

@@ -183,8 +183,9 @@ pub enum Error {
         /// The driver's error.
         error: uhca_driver::Error,
     },
-    /// A bad argument (named).
-    InvalidArgument(&'static str),
+    /// A bad argument: which, the value given and the limit it broke (see
+    /// [`InvalidArgument`]).
+    InvalidArgument(InvalidArgument),
     /// The driver refused a work request (e.g. the QP is in error).
     Post {
         /// The rank.
@@ -280,7 +281,7 @@ impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Error::Setup { rank, what, error } => write!(f, "rank {rank}: {what}: {error}"),
-            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::InvalidArgument(e) => e.fmt(f),
             Error::Post {
                 rank,
                 peer,
@@ -320,8 +321,112 @@ impl core::fmt::Display for Error {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for Error {}
+impl core::error::Error for Error {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Error::Setup { error, .. } => Some(error),
+            Error::InvalidArgument(e) => Some(e),
+            Error::Post { error, .. } => Some(error),
+            Error::Poll { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// Limits of a refused argument, as the driver states them.
+pub use uhca_driver::error::Limit;
+
+/// An argument a communicator refused: which ([`Arg`]), the value given, and the limit
+/// it broke ([`Limit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidArgument {
+    /// The argument.
+    pub arg: Arg,
+    /// The value given.
+    pub given: u64,
+    /// What it broke.
+    pub limit: Limit,
+}
+
+impl InvalidArgument {
+    fn new(arg: Arg, given: usize, limit: Limit) -> Self {
+        InvalidArgument {
+            arg,
+            given: given as u64,
+            limit,
+        }
+    }
+    pub(crate) fn max(arg: Arg, given: usize, max: usize) -> Self {
+        Self::new(arg, given, Limit::Max(max as u64))
+    }
+    pub(crate) fn min(arg: Arg, given: usize, min: usize) -> Self {
+        Self::new(arg, given, Limit::Min(min as u64))
+    }
+    pub(crate) fn rule(arg: Arg, given: usize, rule: &'static str) -> Self {
+        Self::new(arg, given, Limit::Rule(rule))
+    }
+}
+
+impl From<InvalidArgument> for Error {
+    fn from(e: InvalidArgument) -> Self {
+        Error::InvalidArgument(e)
+    }
+}
+
+impl core::fmt::Display for InvalidArgument {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "invalid argument {}: {} given",
+            self.arg.name(),
+            self.given
+        )?;
+        match self.limit {
+            Limit::Max(max) => write!(f, ", at most {max}"),
+            Limit::Min(min) => write!(f, ", at least {min}"),
+            Limit::Rule(rule) => write!(f, ": {rule}"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl core::error::Error for InvalidArgument {}
+
+/// The argument an [`InvalidArgument`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Arg {
+    /// The communicator's size (its number of ranks).
+    Size,
+    /// This rank's number: below the size.
+    Rank,
+    /// [`Config::chunk_bytes`]: a multiple of 8, 8 to 1 GiB.
+    ChunkBytes,
+    /// [`Config::window`]: 1 to 1024.
+    Window,
+    /// The endpoints given to connect: one per rank.
+    Endpoints,
+    /// A collective's buffer length (elements): a multiple of the size.
+    BufferLen,
+    /// A broadcast's root: below the size.
+    Root,
+}
+
+impl Arg {
+    /// The argument's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arg::Size => "size",
+            Arg::Rank => "rank",
+            Arg::ChunkBytes => "chunk_bytes",
+            Arg::Window => "window",
+            Arg::Endpoints => "endpoints",
+            Arg::BufferLen => "buf.len()",
+            Arg::Root => "root",
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

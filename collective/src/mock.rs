@@ -24,7 +24,7 @@ use uhca_driver::{Hca, HcaConfig};
 use uhca_mock::fabric::PumpHandle;
 use uhca_mock::{ClockMode, Fabric, FaultConfig, LinkLayer, MockConfig, MockHca, MockPlatform};
 
-use crate::{Communicator, Config, Endpoint, Error, PortAddr};
+use crate::{Arg, Communicator, Config, Endpoint, Error, InvalidArgument, PortAddr};
 
 /// The communicator of one mock rank.
 pub type MockComm = Communicator<MockPlatform>;
@@ -82,8 +82,11 @@ impl MockCluster {
     /// [`Error::Setup`] naming the rank and the step that failed; [`Error::InvalidArgument`]
     /// for `n` of 0 or above 250.
     pub fn new(n: usize, link: LinkLayer, mut cfg: Config) -> Result<Self, Error> {
-        if n == 0 || n > 250 {
-            return Err(Error::InvalidArgument("mock clusters have 1 to 250 ranks"));
+        if n == 0 {
+            return Err(InvalidArgument::min(Arg::Size, n, 1).into());
+        }
+        if n > 250 {
+            return Err(InvalidArgument::max(Arg::Size, n, 250).into());
         }
         if cfg.idle.is_none() {
             cfg.idle = Some(share_cpu);

@@ -202,10 +202,19 @@ fn bad_arguments_are_refused_before_anything_moves() {
             ag,
             Err(uhca_collective::Error::InvalidArgument(_))
         ));
-        assert!(matches!(
-            bc,
-            Err(uhca_collective::Error::InvalidArgument(_))
-        ));
+        // The root, the value given and the largest root there is.
+        let Err(uhca_collective::Error::InvalidArgument(e)) = bc else {
+            panic!("{bc:?}")
+        };
+        assert_eq!(
+            (e.arg, e.given, e.limit),
+            (
+                uhca_collective::Arg::Root,
+                3,
+                uhca_collective::Limit::Max(2)
+            )
+        );
+        assert_eq!(e.to_string(), "invalid argument root: 3 given, at most 2");
         assert!(!broken);
     }
     c.close().unwrap();

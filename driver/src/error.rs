@@ -31,8 +31,9 @@ pub enum Error {
     },
     /// The device lacks something the driver needs (named).
     Unsupported(&'static str),
-    /// A caller's argument is invalid (named).
-    InvalidArgument(&'static str),
+    /// A caller's argument is invalid: which one, the value given and the limit it broke
+    /// (see [`InvalidArgument`]). Nothing was sent to the device.
+    InvalidArgument(InvalidArgument),
     /// The firmware asked for more pages than the driver's page pool can hold.
     OutOfPages,
     /// The firmware asked for more pages than the configuration's budget
@@ -84,7 +85,7 @@ impl core::fmt::Display for Error {
                 "PCI function {vendor:04x}:{device:04x} is not a ConnectX (vendor 15b3)"
             ),
             Error::Unsupported(what) => write!(f, "not supported by this device: {what}"),
-            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::InvalidArgument(e) => e.fmt(f),
             Error::OutOfPages => f.write_str("firmware page pool exhausted"),
             Error::PageBudget {
                 requested,
@@ -117,8 +118,27 @@ impl core::fmt::Display for Error {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for Error {}
+impl core::error::Error for Error {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Error::Command(e) | Error::BadQpState { cause: e, .. } => Some(e),
+            Error::CommandQueue(e) => Some(e),
+            Error::InitSeg(e) => Some(e),
+            Error::Fatal(e) => Some(e),
+            Error::Dma(e) => Some(e),
+            Error::Config(e) => Some(e),
+            Error::BadCompletion(e) => Some(e),
+            Error::InvalidArgument(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<InvalidArgument> for Error {
+    fn from(e: InvalidArgument) -> Self {
+        Error::InvalidArgument(e)
+    }
+}
 
 impl From<CmdError> for Error {
     fn from(e: CmdError) -> Self {
@@ -172,6 +192,193 @@ impl Error {
 
 /// The driver's result type.
 pub type Result<T> = core::result::Result<T, Error>;
+
+/// An argument the driver refused before sending anything: which argument ([`Arg`]), the
+/// value given, and the limit it broke ([`Limit`]).
+///
+/// ```
+/// use uhca_driver::error::{Arg, InvalidArgument, Limit};
+/// use uhca_driver::Error;
+///
+/// fn explain(e: &Error) -> Option<String> {
+///     match e {
+///         Error::InvalidArgument(InvalidArgument { arg, given, limit: Limit::Max(max), .. }) => {
+///             Some(format!("{arg} is {given}, at most {max}"))
+///         }
+///         _ => None,
+///     }
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidArgument {
+    /// The argument (a field of the attributes given, or a parameter), by its verbs name.
+    pub arg: Arg,
+    /// The value given (a flag set as its bits, a range as its end, a code as its number).
+    pub given: u64,
+    /// What it broke.
+    pub limit: Limit,
+}
+
+impl InvalidArgument {
+    /// `given` is above `max`, the largest value accepted.
+    pub const fn max(arg: Arg, given: u64, max: u64) -> Self {
+        InvalidArgument {
+            arg,
+            given,
+            limit: Limit::Max(max),
+        }
+    }
+
+    /// `given` is below `min`, the smallest value accepted (a zero where one is needed).
+    pub const fn min(arg: Arg, given: u64, min: u64) -> Self {
+        InvalidArgument {
+            arg,
+            given,
+            limit: Limit::Min(min),
+        }
+    }
+
+    /// `given` breaks a rule that no single number states (named by `rule`).
+    pub const fn rule(arg: Arg, given: u64, rule: &'static str) -> Self {
+        InvalidArgument {
+            arg,
+            given,
+            limit: Limit::Rule(rule),
+        }
+    }
+
+    /// `given` as a `u64` (saturating: a value too large for it is `u64::MAX`).
+    pub(crate) fn wide<T: TryInto<u64>>(given: T) -> u64 {
+        given.try_into().unwrap_or(u64::MAX)
+    }
+}
+
+impl core::fmt::Display for InvalidArgument {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "invalid argument {}: {} given", self.arg, self.given)?;
+        match self.limit {
+            Limit::Max(max) => write!(f, ", at most {max}"),
+            Limit::Min(min) => write!(f, ", at least {min}"),
+            Limit::Rule(rule) => write!(f, ": {rule}"),
+        }
+    }
+}
+
+impl core::error::Error for InvalidArgument {}
+
+/// The limit an [`InvalidArgument`] broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The largest value accepted (the device's capability, the width of the field, or
+    /// another argument's value, as the [`Arg`] documents).
+    Max(u64),
+    /// The smallest value accepted.
+    Min(u64),
+    /// A rule no single number states (for example remote write without local write, or
+    /// an address of the other link layer); the text says which.
+    Rule(&'static str),
+}
+
+macro_rules! args {
+    ($($(#[$doc:meta])* $name:ident => $verbs:literal,)*) => {
+        /// The argument an [`InvalidArgument`] names, after its verbs (`ibv_*`) or PRM name,
+        /// which [`Display`](core::fmt::Display) prints.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Arg {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Arg {
+            /// The verbs (or PRM) name of the argument, as [`Display`](core::fmt::Display)
+            /// prints it.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Arg::$name => $verbs,)*
+                }
+            }
+        }
+    };
+}
+
+args! {
+    /// A port number (`port_num`): 1 to the HCA's port count.
+    Port => "port_num",
+    /// A QP's `max_send_wr` (limit: the device's largest queue, `log_max_qp_sz`).
+    MaxSendWr => "max_send_wr",
+    /// A QP's `max_send_sge` (limit: what a send WQE holds).
+    MaxSendSge => "max_send_sge",
+    /// A QP's `max_inline_data` (limit: what a send WQE holds).
+    MaxInlineData => "max_inline_data",
+    /// A QP's `max_recv_wr` (limit: the device's largest queue; 0 with an SRQ).
+    MaxRecvWr => "max_recv_wr",
+    /// A QP's `max_recv_sge` (limit: what a receive WQE holds; 0 with an SRQ).
+    MaxRecvSge => "max_recv_sge",
+    /// A P_Key index (`pkey_index`): inside the port's P_Key table.
+    PkeyIndex => "pkey_index",
+    /// The access rights (`qp_access_flags`, `access` of an MR), as their bits.
+    AccessFlags => "access_flags",
+    /// `path_mtu`, as its IB MTU code.
+    PathMtu => "path_mtu",
+    /// `dest_qp_num`: a 24-bit number.
+    DestQpn => "dest_qp_num",
+    /// `rq_psn`: a 24-bit number.
+    RqPsn => "rq_psn",
+    /// `sq_psn`: a 24-bit number.
+    SqPsn => "sq_psn",
+    /// `min_rnr_timer`: a 5-bit code.
+    MinRnrTimer => "min_rnr_timer",
+    /// `max_dest_rd_atomic` (limit: `log_max_ra_res_qp`).
+    MaxDestRdAtomic => "max_dest_rd_atomic",
+    /// `max_rd_atomic` (limit: `log_max_ra_req_qp`).
+    MaxRdAtomic => "max_rd_atomic",
+    /// `timeout`: a 5-bit code.
+    Timeout => "timeout",
+    /// `retry_cnt`: 3 bits.
+    RetryCnt => "retry_cnt",
+    /// `rnr_retry`: 3 bits.
+    RnrRetry => "rnr_retry",
+    /// An address handle (`ah_attr`) of the other link layer than the port's.
+    AddressHandle => "ah_attr",
+    /// A destination LID (`dlid`): not 0.
+    Dlid => "dlid",
+    /// A service level (`sl`): 4 bits on InfiniBand, 3 (the Ethernet priority) on RoCE.
+    ServiceLevel => "sl",
+    /// A source GID index (`sgid_index`) of an address handle: inside the GID table.
+    SgidIndex => "sgid_index",
+    /// A GID index of the RoCE address table.
+    GidIndex => "gid_index",
+    /// A VLAN id: 12 bits.
+    VlanId => "vlan_id",
+    /// An IP address: not the unspecified address.
+    IpAddress => "ip_address",
+    /// The number of completions a CQ holds (`cqe`; limit: `log_max_cq_sz`).
+    Cqe => "cqe",
+    /// A CQ's moderation period (`cq_period`, µs): 12 bits.
+    CqPeriod => "cq_period",
+    /// A memory region's length (limit: `log_max_mrw_sz`, or the buffer it is in).
+    MrLength => "length",
+    /// The end of a range (`offset + len`) inside a memory region or a buffer.
+    RangeEnd => "offset + len",
+    /// A scatter/gather entry's length: 32 bits.
+    SgeLength => "sge.length",
+    /// An SRQ's `max_wr` (limit: the device's largest SRQ).
+    SrqMaxWr => "max_wr",
+    /// An SRQ's `max_sge` (limit: what a receive WQE holds).
+    SrqMaxSge => "max_sge",
+    /// An SRQ's `srq_limit` (limit: below the SRQ's size).
+    SrqLimit => "srq_limit",
+    /// The EQ's size (`HcaConfig::log_eq_size`).
+    LogEqSize => "log_eq_size",
+}
+
+impl core::fmt::Display for Arg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// A CQE the driver refused to believe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,6 +465,8 @@ impl core::fmt::Display for BadCqe {
     }
 }
 
+impl core::error::Error for BadCqe {}
+
 /// [`Cq::poll`](crate::verbs::Cq::poll) met a CQE it refused (it is consumed); the `polled` completions before it
 /// are valid and in the caller's slice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,8 +489,11 @@ impl core::fmt::Display for PollError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for PollError {}
+impl core::error::Error for PollError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.cqe)
+    }
+}
 
 impl From<PollError> for Error {
     fn from(e: PollError) -> Error {

@@ -93,7 +93,7 @@ pub enum AsyncEvent {
     },
 }
 
-pub(crate) struct EventQueue<P: Platform + Clone> {
+pub(crate) struct EventQueue<P: Platform> {
     pub(crate) ring: EqRing<DmaBuf<P>>,
     /// Byte offset of the UAR page whose EQ doorbells this queue uses.
     pub(crate) uar_offset: usize,
@@ -126,7 +126,7 @@ impl EventLog {
 // Each argument is borrowed from a different part of the `Hca` (split borrows while a
 // command waits), so they cannot travel as one `&mut Hca`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn drain_eq<P: Platform + Clone>(
+pub(crate) fn drain_eq<P: Platform>(
     p: &P,
     eq: &mut EventQueue<P>,
     pages: &mut PagePool<P>,
@@ -167,7 +167,7 @@ pub(crate) fn drain_eq<P: Platform + Clone>(
     result
 }
 
-fn handle_eqe<P: Platform + Clone>(
+fn handle_eqe<P: Platform>(
     eqe: &Eqe,
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,

@@ -36,7 +36,7 @@ use crate::caps::{
     DeviceCaps, LinkLayer, RoceCaps, atomic_caps_to_set, atomics_offered, general_caps_to_set,
     roce_caps_to_set,
 };
-use crate::error::{Error, Result};
+use crate::error::{Arg, Error, InvalidArgument, Result};
 pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
 use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
@@ -132,7 +132,7 @@ pub struct BringUpInfo {
 }
 
 /// One HCA, brought up and ready for verbs objects.
-pub struct Hca<P: Platform + Clone> {
+pub struct Hca<P: Platform> {
     p: P,
     cfg: HcaConfig,
     // Field order matters for drop: the command queue and the EQ memory are freed before
@@ -166,7 +166,7 @@ pub struct Hca<P: Platform + Clone> {
     hca_initialized: bool,
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
+impl<P: Platform> core::fmt::Debug for Hca<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Hca")
             .field("info", &self.info)
@@ -177,7 +177,7 @@ impl<P: Platform + Clone> core::fmt::Debug for Hca<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Brings the device behind `p` up with the default settings.
     ///
     /// # Errors
@@ -412,7 +412,9 @@ impl<P: Platform + Clone> Hca<P> {
 
     fn create_eq(&mut self, uar: u32) -> Result<()> {
         if self.cfg.log_eq_size > 11 {
-            return Err(Error::InvalidArgument("log_eq_size too large"));
+            return Err(
+                InvalidArgument::max(Arg::LogEqSize, self.cfg.log_eq_size.into(), 11).into(),
+            );
         }
         let entries = ((1u32 << self.cfg.log_eq_size) + NUM_SPARE_EQE).next_power_of_two();
         let log = entries.trailing_zeros() as u8;
@@ -420,7 +422,13 @@ impl<P: Platform + Clone> Hca<P> {
         let buf = DmaBuf::alloc(self.p.clone(), bytes, ADAPTER_PAGE_SIZE)?;
         let iova = buf.iova();
         // EQ number 0 until the firmware names it; the ring only uses it for doorbells.
-        let ring = EqRing::new(buf, 0, log).map_err(|_| Error::InvalidArgument("log_eq_size"))?;
+        let ring = EqRing::new(buf, 0, log).map_err(|_| {
+            InvalidArgument::rule(
+                Arg::LogEqSize,
+                self.cfg.log_eq_size.into(),
+                "the HAL refused the EQ's layout (a driver bug)",
+            )
+        })?;
         let mut c = CreateEqIn::new_cmd();
         c.eq_context_entry_mut()
             .set_log_eq_size(log)
@@ -432,7 +440,9 @@ impl<P: Platform + Clone> Hca<P> {
         let npages = bytes / ADAPTER_PAGE_SIZE;
         let mut pas = [0u8; MAX_EQ_PAGES * 8];
         if npages > MAX_EQ_PAGES {
-            return Err(Error::InvalidArgument("log_eq_size too large"));
+            return Err(
+                InvalidArgument::max(Arg::LogEqSize, self.cfg.log_eq_size.into(), 11).into(),
+            );
         }
         for i in 0..npages {
             let a = iova + (i * ADAPTER_PAGE_SIZE) as u64;
@@ -447,24 +457,26 @@ impl<P: Platform + Clone> Hca<P> {
         Ok(())
     }
 
-    /// Executes a firmware command, serving events (command completions, page requests,
-    /// asynchronous events) while it is outstanding. Objects dropped without `destroy` are
-    /// destroyed first ([`crate::release`]). `extra_in` is appended to the input
-    /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
-    /// `C::Out` (for outputs with a flexible array).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Fatal`] if the device is dead (checked before sending),
-    /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
-    pub fn exec<C: Command>(
-        &mut self,
-        input: &C,
-        extra_in: &[u8],
-        out_extra: &mut [u8],
-    ) -> Result<C::Out> {
-        self.release_dropped();
-        self.exec_now(input, extra_in, out_extra)
+    raw_pub! {
+        /// Executes a firmware command, serving events (command completions, page requests,
+        /// asynchronous events) while it is outstanding. Objects dropped without `destroy` are
+        /// destroyed first ([`crate::release`]). `extra_in` is appended to the input
+        /// (a flexible array such as `pas`); `out_extra` receives the output bytes past
+        /// `C::Out` (for outputs with a flexible array).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Fatal`] if the device is dead (checked before sending),
+        /// [`Error::Command`] if the command fails, [`Error::TornDown`] after teardown.
+        fn exec<C: Command>(
+            &mut self,
+            input: &C,
+            extra_in: &[u8],
+            out_extra: &mut [u8],
+        ) -> Result<C::Out> {
+            self.release_dropped();
+            self.exec_now(input, extra_in, out_extra)
+        }
     }
 
     /// [`Hca::exec`] without releasing dropped objects first.
@@ -843,13 +855,15 @@ impl<P: Platform + Clone> Hca<P> {
         self.fatal
     }
 
-    /// Allocates coherent DMA memory for a queue or doorbell record.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Dma`].
-    pub fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaBuf<P>> {
-        Ok(DmaBuf::alloc(self.p.clone(), len, align)?)
+    raw_pub! {
+        /// Allocates coherent DMA memory for a queue or doorbell record.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Dma`].
+        fn alloc_dma(&self, len: usize, align: usize) -> Result<DmaBuf<P>> {
+            Ok(DmaBuf::alloc(self.p.clone(), len, align)?)
+        }
     }
 
     /// Tears the HCA down and reports what happened.
@@ -1010,7 +1024,7 @@ impl<P: Platform + Clone> Hca<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Hca<P> {
+impl<P: Platform> Drop for Hca<P> {
     fn drop(&mut self) {
         if self.cmdq.is_some() {
             let _ = self.teardown();

@@ -2,11 +2,12 @@
 //!
 //! Bring-up and teardown of an mlx5 HCA, firmware page management, event processing, the
 //! verbs objects (PD, MR, CQ, QP, SRQ, AH) and the datapath, generic over the platform of
-//! [`uhca_hal::platform`]. The core is `no_std`; the `std` feature makes the error types
-//! implement `std::error::Error` and starts no thread (the device's health is read by every
+//! [`uhca_hal::platform`]. The core is `no_std`, and its error types implement `core::error::Error` (so
+//! `std::error::Error` with `std`, with `source()` where one wraps another); the `std` feature starts no thread (the device's health is read by every
 //! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform (`uhca-vfio`, as [`vfio`]).
 //!
 #![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_code)]
 #![deny(
     unsafe_op_in_unsafe_fn,
     clippy::undocumented_unsafe_blocks,
@@ -17,6 +18,23 @@
 /// user of the driver names one crate.
 #[cfg(all(feature = "vfio", target_os = "linux"))]
 pub use uhca_vfio as vfio;
+
+/// Declares a method that can break the driver's invariants (the rings behind a queue's
+/// back, a raw command, raw DMA memory): `pub` with the `raw` feature (for tests and
+/// tools), `pub(crate)` without it, so safe code using the driver cannot reach it.
+macro_rules! raw_pub {
+    ($(#[$m:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "raw")]
+        $(#[$m])*
+        ///
+        /// *Only with the `raw` feature: it can break what the driver keeps consistent.*
+        pub fn $($rest)*
+        #[cfg(not(feature = "raw"))]
+        $(#[$m])*
+        #[allow(dead_code)]
+        pub(crate) fn $($rest)*
+    };
+}
 
 pub mod addr;
 pub mod caps;
@@ -30,4 +48,7 @@ pub mod verbs;
 pub use error::{Error, Result};
 pub use hca::{AsyncEvent, Hca, HcaConfig, TeardownMode};
 pub use release::ObjectKind;
+/// The platform trait every object is generic over (`uhca_hal::Platform`), named here so a
+/// user of the driver needs no second crate to write `P: Platform`.
+pub use uhca_hal::Platform;
 pub use verbs::Failed;

@@ -34,6 +34,7 @@ struct Chunk<D: Dma> {
 
 /// Why the pool could not hand out or take back a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PageError {
     /// No DMA memory for another chunk.
     Dma(DmaError),
@@ -41,6 +42,32 @@ pub enum PageError {
     Full,
     /// The firmware returned an address the pool never gave it, or gave twice.
     UnknownPage(u64),
+}
+
+impl core::fmt::Display for PageError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PageError::Dma(e) => write!(f, "no DMA memory for firmware pages: {e}"),
+            PageError::Full => {
+                f.write_str("the firmware page pool is full (budget or chunks spent)")
+            }
+            PageError::UnknownPage(a) => {
+                write!(
+                    f,
+                    "firmware returned page {a:#x}, which the pool never gave it or gave twice"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for PageError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            PageError::Dma(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// Firmware pages: which the firmware holds, which are free.
@@ -266,7 +293,7 @@ pub(crate) type ManagePagesFn<'a> = dyn FnMut(&ManagePagesIn, &[u8], &mut [u8]) 
 
 /// The firmware dropped every page of `function` at once: they are free again, with no
 /// command (Linux `pagealloc.c` `release_all_pages`).
-pub(crate) fn release_all_pages<P: Platform + Clone>(
+pub(crate) fn release_all_pages<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,
@@ -289,7 +316,7 @@ pub(crate) fn release_all_pages<P: Platform + Clone>(
 
 /// Gives `n` pages to the firmware for `function` in batches; if the pool runs dry, tells
 /// the firmware (MANAGE_PAGES "can't give", as Linux does) and reports the error.
-pub(crate) fn give_pages<P: Platform + Clone>(
+pub(crate) fn give_pages<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,
@@ -366,7 +393,7 @@ pub(crate) fn give_pages<P: Platform + Clone>(
 
 /// Takes up to `n` pages back from the firmware for `function`; returns how many it gave
 /// (stops at the first empty reply).
-pub(crate) fn take_pages<P: Platform + Clone>(
+pub(crate) fn take_pages<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,
@@ -387,7 +414,7 @@ pub(crate) fn take_pages<P: Platform + Clone>(
 
 /// One MANAGE_PAGES TAKE of at most `n` pages (and [`PAGES_PER_COMMAND`]) for `function`;
 /// returns how many the firmware gave back.
-pub(crate) fn take_pages_once<P: Platform + Clone>(
+pub(crate) fn take_pages_once<P: Platform>(
     pages: &mut PagePool<P>,
     owners: &mut PageOwners,
     function: PageFunction,

@@ -79,7 +79,7 @@ pub enum ObjectKind {
 /// driver allocated, or a caller's buffer mapped for the device, which is unmapped), an
 /// SRQ's queue, a CQ's ring, a QP's rings (each one DMA buffer), or nothing (a PD or
 /// transport domain).
-pub(crate) enum Held<P: Platform + Clone> {
+pub(crate) enum Held<P: Platform> {
     /// No memory.
     Nothing,
     /// A DMA buffer, freed after the destroy.
@@ -89,20 +89,20 @@ pub(crate) enum Held<P: Platform + Clone> {
 }
 
 /// A memory region's buffer ([`Mr`](crate::verbs::Mr)).
-impl<P: Platform + Clone> From<DmaBuf<P>> for Held<P> {
+impl<P: Platform> From<DmaBuf<P>> for Held<P> {
     fn from(b: DmaBuf<P>) -> Self {
         Held::Buf(b)
     }
 }
 
 /// A memory region's caller buffer ([`UserMr`](crate::verbs::UserMr)).
-impl<P: Platform + Clone> From<MappedBuf<P>> for Held<P> {
+impl<P: Platform> From<MappedBuf<P>> for Held<P> {
     fn from(m: MappedBuf<P>) -> Self {
         Held::Mapped(m)
     }
 }
 
-impl<P: Platform + Clone> Held<P> {
+impl<P: Platform> Held<P> {
     /// No memory.
     pub(crate) fn nothing() -> Self {
         Held::Nothing
@@ -130,7 +130,7 @@ impl<P: Platform + Clone> Held<P> {
 }
 
 /// A dropped object waiting for its destroy command.
-pub(crate) struct Dropped<P: Platform + Clone> {
+pub(crate) struct Dropped<P: Platform> {
     pub(crate) kind: ObjectKind,
     /// QPN, RMP number, CQN, memory key index, PD or transport domain number.
     pub(crate) number: u32,
@@ -142,7 +142,7 @@ pub(crate) struct Dropped<P: Platform + Clone> {
     pub(crate) busy_at: Option<u64>,
 }
 
-impl<P: Platform + Clone> Dropped<P> {
+impl<P: Platform> Dropped<P> {
     /// A dropped object with no memory.
     pub(crate) fn number_only(kind: ObjectKind, number: u32) -> Self {
         Dropped {
@@ -211,7 +211,7 @@ pub(crate) enum AfterClose {
     Leak,
 }
 
-pub(crate) struct State<P: Platform + Clone> {
+pub(crate) struct State<P: Platform> {
     /// `slots[..len]` hold dropped objects.
     slots: HostArray<Option<Dropped<P>>, P>,
     len: usize,
@@ -226,23 +226,23 @@ pub(crate) struct State<P: Platform + Clone> {
 /// What an HCA shares with the objects it created: the dropped-object list, and whether
 /// the device is gone (torn down with bus mastering off), which a CQ reads without the
 /// lock to flush in software what the device will never complete.
-pub(crate) struct Shared<P: Platform + Clone> {
+pub(crate) struct Shared<P: Platform> {
     state: SpinLock<State<P>>,
     gone: AtomicBool,
 }
 
-impl<P: Platform + Clone> Shared<P> {
+impl<P: Platform> Shared<P> {
     fn lock(&self) -> uhca_hal::host::SpinGuard<'_, State<P>> {
         self.state.lock()
     }
 }
 
 /// The list of dropped objects an HCA shares with the objects it created.
-pub(crate) struct ReleaseQueue<P: Platform + Clone> {
+pub(crate) struct ReleaseQueue<P: Platform> {
     state: HostArc<Shared<P>, P>,
 }
 
-impl<P: Platform + Clone> ReleaseQueue<P> {
+impl<P: Platform> ReleaseQueue<P> {
     /// An empty queue with room for `cap` objects.
     pub(crate) fn new(p: &P, cap: usize) -> Result<Self> {
         let slots = HostArray::new(p.clone(), cap, |_| None)?;
@@ -365,7 +365,7 @@ impl<P: Platform + Clone> ReleaseQueue<P> {
     }
 }
 
-fn dispose<P: Platform + Clone>(d: Dropped<P>, after: AfterClose) {
+fn dispose<P: Platform>(d: Dropped<P>, after: AfterClose) {
     match after {
         AfterClose::Free => drop(d),
         AfterClose::Leak => d.held.leak(),
@@ -375,11 +375,11 @@ fn dispose<P: Platform + Clone>(d: Dropped<P>, after: AfterClose) {
 /// An object's reservation in its HCA's release queue: dropping the object hands its
 /// destroy to the queue ([`Ticket::release`]); dropping the ticket alone (the object was
 /// destroyed, or never created) gives the reservation back.
-pub(crate) struct Ticket<P: Platform + Clone> {
+pub(crate) struct Ticket<P: Platform> {
     state: Option<HostArc<Shared<P>, P>>,
 }
 
-impl<P: Platform + Clone> Ticket<P> {
+impl<P: Platform> Ticket<P> {
     /// Whether the HCA was torn down with bus mastering off: the device will write
     /// nothing more for this object.
     #[inline(always)]
@@ -416,7 +416,7 @@ impl<P: Platform + Clone> Ticket<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Ticket<P> {
+impl<P: Platform> Drop for Ticket<P> {
     fn drop(&mut self) {
         if let Some(state) = self.state.take() {
             let mut s = state.lock();
@@ -426,7 +426,7 @@ impl<P: Platform + Clone> Drop for Ticket<P> {
     }
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for Ticket<P> {
+impl<P: Platform> core::fmt::Debug for Ticket<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("Ticket")
     }

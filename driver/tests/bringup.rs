@@ -228,6 +228,8 @@ fn closing_with_a_cq_still_alive_keeps_the_eq_memory_until_the_device_is_quiet()
 /// VFIO EQ subscribe to (command completions, page requests, Linux's
 /// `MLX5_ASYNC_EVENT_MASK` less SQ_DRAINED and PATH_MIG), and not to INTERNAL_ERROR (0x8),
 /// which neither subscribes to; read back from the device with QUERY_EQ.
+/// A raw QUERY_EQ (`Hca::exec`, the `raw` feature).
+#[cfg(feature = "raw")]
 #[test]
 fn the_event_queue_subscribes_to_what_the_nvidia_drivers_do_and_not_internal_error() {
     use uhca_fwif::cmd::{Command, QueryEqIn};

@@ -35,7 +35,7 @@ const RECV_LEN: usize = 512;
 /// The guard pattern.
 const GUARD: u8 = 0xa5;
 
-struct Node<P: Platform + Clone> {
+struct Node<P: Platform> {
     hca: Hca<P>,
     pd: Pd,
     cq: Cq<P>,
@@ -56,7 +56,7 @@ fn mock(n: u8) -> MockHca {
     })
 }
 
-fn node<P: Platform + Clone>(p: P, n: u8) -> Result<Node<P>, Error> {
+fn node<P: Platform>(p: P, n: u8) -> Result<Node<P>, Error> {
     let mac = Mac([0x02, 0xc0, 0xff, 0xee, 0x00, n]);
     let mut hca = Hca::open_with(p, cfg())?;
     let ip = IpAddr::V4(Ipv4Addr::new(192, 168, 0, n));
@@ -75,7 +75,7 @@ fn node<P: Platform + Clone>(p: P, n: u8) -> Result<Node<P>, Error> {
     })
 }
 
-fn path<P: Platform + Clone>(to: &Node<P>) -> AddressHandle {
+fn path<P: Platform>(to: &Node<P>) -> AddressHandle {
     AddressHandle::RoceV2 {
         sgid_index: 0,
         dgid: to.gid,
@@ -88,7 +88,7 @@ fn path<P: Platform + Clone>(to: &Node<P>) -> AddressHandle {
     }
 }
 
-fn rc_qp<P: Platform + Clone>(n: &mut Node<P>) -> Result<Qp<P, Rc, state::Init>, Error> {
+fn rc_qp<P: Platform>(n: &mut Node<P>) -> Result<Qp<P, Rc, state::Init>, Error> {
     let attr = QpInitAttr {
         send_cq: &n.cq,
         recv_cq: &n.cq,
@@ -114,7 +114,7 @@ fn rc_qp<P: Platform + Clone>(n: &mut Node<P>) -> Result<Qp<P, Rc, state::Init>,
 
 type Rts<P> = Qp<P, Rc, state::Rts>;
 
-fn connect<P: Platform + Clone, Q: Platform + Clone>(
+fn connect<P: Platform, Q: Platform>(
     n: &mut Node<P>,
     qp: Qp<P, Rc, state::Init>,
     peer: &Node<Q>,
@@ -179,7 +179,7 @@ fn world(seed: u64) -> World {
 
 /// Posts `n` receives on `qp` (wr_id `first_wr`..), one `RECV_LEN` slot each of `node`'s
 /// receive buffers; what the post answers is the test's to see in the completions.
-fn post_recvs<P: Platform + Clone>(qp: &mut Rts<P>, node: &Node<P>, first_wr: u64, n: u64) {
+fn post_recvs<P: Platform>(qp: &mut Rts<P>, node: &Node<P>, first_wr: u64, n: u64) {
     for i in 0..n {
         let sge = [Sge {
             addr: node.mr.iova() + (RECV_AT + i as usize * RECV_LEN) as u64,
@@ -195,13 +195,7 @@ fn post_recvs<P: Platform + Clone>(qp: &mut Rts<P>, node: &Node<P>, first_wr: u6
 
 /// Posts `n` SENDs on `qp` (wr_id `first_wr`..) from the start of `node`'s region, of
 /// `len`, `len + 1`, ... bytes.
-fn post_sends<P: Platform + Clone>(
-    qp: &mut Rts<P>,
-    node: &Node<P>,
-    first_wr: u64,
-    len: u32,
-    n: u64,
-) {
+fn post_sends<P: Platform>(qp: &mut Rts<P>, node: &Node<P>, first_wr: u64, len: u32, n: u64) {
     for i in 0..n {
         let sge = [Sge {
             addr: node.mr.iova(),

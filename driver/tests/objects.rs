@@ -11,13 +11,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{
     CqModeration, GidType, InitAttr, PhysPortState, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
-    SrqInitAttr, Uc, Ud,
+    SrqInitAttr, Uc, Ud, WorkCompletion,
 };
 use uhca_driver::{Error, Hca};
 use uhca_fwif::consts::{
     AccessFlags, CmdOpcode, CmdStatus, IbMtu, MkcAccessMode, PortState, QpState,
 };
-use uhca_hal::DmaMem;
+use uhca_hal::{DmaBuf, DmaMem};
 use uhca_mock::{ClockMode, LinkLayer, MockConfig, MockHca, MockPlatform, ObjectCounts};
 
 type TestHca = Hca<MockPlatform>;
@@ -103,7 +103,7 @@ fn memory_region_keys_cover_the_buffer_and_query_back() {
     assert_eq!(&got, b"hello, device");
 
     // A second key over part of a buffer of the application's own.
-    let buf = hca.alloc_dma(8192, 4096).unwrap();
+    let buf = DmaBuf::alloc(hca.platform().clone(), 8192, 4096).unwrap();
     let part = hca
         .reg_mr(&pd, buf, 4096, 512, AccessFlags::empty())
         .unwrap();
@@ -134,7 +134,7 @@ fn bad_memory_registrations_are_refused_before_any_command() {
         .alloc_mr(&pd, 4096, AccessFlags::REMOTE_WRITE)
         .unwrap_err();
     assert!(e.to_string().contains("local write"), "{e}");
-    let buf = hca.alloc_dma(4096, 4096).unwrap();
+    let buf = DmaBuf::alloc(hca.platform().clone(), 4096, 4096).unwrap();
     let f = hca
         .reg_mr(&pd, buf, 4000, 200, AccessFlags::LOCAL_WRITE)
         .unwrap_err();
@@ -164,7 +164,7 @@ fn cq_create_query_moderate_destroy() {
         assert!(dev.host_read(cq.ring().mem().iova() + i * 64 + 63, &mut op_own));
         assert_eq!(op_own[0], 0xf1);
     }
-    assert!(cq.ring_mut().poll_one().is_none());
+    assert_eq!(cq.poll(&mut [WorkCompletion::default(); 4]).unwrap(), 0);
 
     cq.modify_moderation(
         &mut hca,
@@ -836,6 +836,8 @@ fn an_object_dropped_without_destroy_keeps_its_memory_until_the_hca_destroys_it(
     assert!(dev.iommu_faults().is_empty(), "{:?}", dev.iommu_faults());
 }
 
+/// Drives the rings directly (`Qp::rings_mut`, the `raw` feature).
+#[cfg(feature = "raw")]
 #[test]
 fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
     use uhca_fwif::consts::{WqeCtrlFlags, WqeOpcode};

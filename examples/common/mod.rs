@@ -223,7 +223,7 @@ pub fn udp_node(local: Ipv4Addr) -> Res<UdpNode> {
 }
 
 /// This side's address for the exchange.
-pub fn my_dest<P: Platform + Clone>(
+pub fn my_dest<P: Platform>(
     hca: &mut Hca<P>,
     args: &Args,
     qpn: u32,
@@ -244,7 +244,7 @@ pub fn my_dest<P: Platform + Clone>(
 
 /// This side's address for the exchange of the bandwidth and latency examples: the QP as
 /// in [`my_dest`] and the first `len` bytes of `mr`, which the peer may read and write.
-pub fn my_rdma_dest<P: Platform + Clone>(
+pub fn my_rdma_dest<P: Platform>(
     hca: &mut Hca<P>,
     args: &Args,
     qpn: u32,
@@ -294,7 +294,7 @@ pub type Objects<P, T> = (Pd, Cq<P>, Mr<P>, Qp<P, T, state::Init>);
 
 /// Allocates what `spec` asks for, in the order rdma-core's examples do (PD, CQ, MR, QP),
 /// and moves the QP to INIT on port `-i`.
-pub fn open_objects<P: Platform + Clone, T: QpTransport>(
+pub fn open_objects<P: Platform, T: QpTransport>(
     hca: &mut Hca<P>,
     args: &Args,
     spec: &Spec,
@@ -328,7 +328,7 @@ pub fn open_objects<P: Platform + Clone, T: QpTransport>(
 
 /// The path to the peer, as rdma-core's pingpong builds it: global (GRH / RoCE) when the
 /// peer sent a GID, LID-routed otherwise.
-pub fn path_to<P: Platform + Clone>(hca: &Hca<P>, args: &Args, peer: &Dest) -> AddressHandle {
+pub fn path_to<P: Platform>(hca: &Hca<P>, args: &Args, peer: &Dest) -> AddressHandle {
     match hca.caps().link_layer {
         LinkLayer::Ethernet => AddressHandle::RoceV2 {
             sgid_index: args.gid_index.unwrap_or(0),
@@ -374,7 +374,7 @@ pub const RECV_WRID: u64 = 1;
 pub const SEND_WRID: u64 = 2;
 
 /// Posts up to `n` copies of `recv`; returns how many went in.
-pub fn post_recvs<P: Platform + Clone, T: QpTransport, S: RecvReady>(
+pub fn post_recvs<P: Platform, T: QpTransport, S: RecvReady>(
     qp: &mut Qp<P, T, S>,
     recv: &RecvWr<'_>,
     n: u32,
@@ -386,7 +386,7 @@ pub fn post_recvs<P: Platform + Clone, T: QpTransport, S: RecvReady>(
 
 /// Fills the receive queue with `-r` copies of `recv` before the exchange, as rdma-core's
 /// ping-pong does, so that the peer's first message finds one.
-pub fn post_rx_depth<P: Platform + Clone, T: QpTransport, S: RecvReady>(
+pub fn post_rx_depth<P: Platform, T: QpTransport, S: RecvReady>(
     qp: &mut Qp<P, T, S>,
     recv: &RecvWr<'_>,
     args: &Args,
@@ -405,7 +405,7 @@ pub fn post_rx_depth<P: Platform + Clone, T: QpTransport, S: RecvReady>(
 /// completion (`--chk` checks the message there) and stops the loop with its error.
 /// Returns the elapsed seconds and prints rdma-core's two result lines.
 #[allow(clippy::too_many_arguments)]
-pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
+pub fn pingpong_loop<P: Platform, T: QpTransport>(
     hca: &mut Hca<P>,
     cq: &mut Cq<P>,
     qp: &mut Qp<P, T, state::Rts>,
@@ -501,7 +501,7 @@ pub fn pingpong_loop<P: Platform + Clone, T: QpTransport>(
 /// ones that arrived while it was busy, taken (without waiting) when it takes the event, so
 /// that a later sleep does not wake on an old one. Without, it serves the event queue in a
 /// loop. A missing interrupt is a timeout, not a fall back to polling.
-pub fn wait_cq_event<P: Platform + Clone>(
+pub fn wait_cq_event<P: Platform>(
     hca: &mut Hca<P>,
     cq: &mut Cq<P>,
     args: &Args,
@@ -650,7 +650,7 @@ pub type RcRts<P> = Qp<P, Rc, state::Rts>;
 
 /// [`exchange`] for an RC QP: `qp` goes from INIT to RTS towards the peer (its first send
 /// PSN the one `me` announces, up to `rd_atomic` RDMA READs at once; [`rc_connect`]).
-pub fn exchange_rc<P: Platform + Clone, M: OobMessage>(
+pub fn exchange_rc<P: Platform, M: OobMessage>(
     hca: &mut Hca<P>,
     side: &mut Side<'_>,
     me: &M,
@@ -824,11 +824,7 @@ pub fn parse_args_with(
 /// Polls `cq` into `wc` until it returns at least one completion, or fails after
 /// [`OOB_TIMEOUT`] without one. On the mock the fabric moves packets on a pump thread,
 /// so an empty poll yields the CPU to it; on hardware (`spin`) it spins as perftest does.
-pub fn poll_some<P: Platform + Clone>(
-    cq: &mut Cq<P>,
-    wc: &mut [WorkCompletion],
-    spin: bool,
-) -> Res<usize> {
+pub fn poll_some<P: Platform>(cq: &mut Cq<P>, wc: &mut [WorkCompletion], spin: bool) -> Res<usize> {
     let start = std::time::Instant::now();
     let mut n = 0u32;
     loop {
@@ -856,7 +852,7 @@ pub fn relax(spin: bool) {
 
 /// Brings an RC QP from INIT to RTS towards `peer` with first send PSN `psn`, answering
 /// and issuing up to `rd_atomic` RDMA READs at once (the bandwidth and latency examples).
-pub fn rc_connect<P: Platform + Clone>(
+pub fn rc_connect<P: Platform>(
     hca: &mut Hca<P>,
     args: &Args,
     qp: Qp<P, Rc, state::Init>,
@@ -885,7 +881,7 @@ pub fn rc_connect<P: Platform + Clone>(
 
 /// The RDMA READs an RC QP may have outstanding in the bandwidth and latency examples:
 /// 16 (perftest's default on ConnectX), or less if the device says so.
-pub fn rd_atomic_depth<P: Platform + Clone>(hca: &Hca<P>) -> u8 {
+pub fn rd_atomic_depth<P: Platform>(hca: &Hca<P>) -> u8 {
     let caps = hca.caps();
     caps.max_qp_rd_atom
         .min(caps.max_qp_init_rd_atom)
@@ -988,7 +984,7 @@ pub fn check_pattern(slot: usize, got: &[u8]) -> Result<(), String> {
 }
 
 /// perftest's banner: the dashed rule, the test's title and its settings.
-pub fn perftest_banner<P: Platform + Clone>(
+pub fn perftest_banner<P: Platform>(
     hca: &Hca<P>,
     args: &Args,
     title: &str,
@@ -1027,7 +1023,7 @@ pub fn perftest_address(side: &str, d: &RdmaDest) {
 
 /// perftest's header once both sides are connected: the banner, both address lines and
 /// the rule under them.
-pub fn perftest_header<P: Platform + Clone>(
+pub fn perftest_header<P: Platform>(
     hca: &Hca<P>,
     args: &Args,
     title: &str,
@@ -1046,10 +1042,10 @@ pub fn perftest_header<P: Platform + Clone>(
 pub fn device(
     args: &Args,
     bdf: &str,
-    side: impl FnOnce(&mut Hca<&uhca::driver::vfio::VfioPlatform>, &Args) -> Res<()>,
+    side: impl FnOnce(&mut Hca<uhca::driver::vfio::VfioPlatform>, &Args) -> Res<()>,
 ) -> Res<()> {
     let platform = uhca::driver::vfio::VfioPlatform::open(bdf)?;
-    let mut hca = Hca::open(&platform)?;
+    let mut hca = Hca::open(platform.clone())?;
     let mut args = args.clone();
     if hca.caps().link_layer == LinkLayer::Ethernet {
         let index = *args.gid_index.get_or_insert(0);
@@ -1131,7 +1127,7 @@ pub fn take_down<P, T, S>(
     pd: Pd,
 ) -> Res<()>
 where
-    P: Platform + Clone,
+    P: Platform,
     T: QpTransport,
     S: QpStateKind,
 {

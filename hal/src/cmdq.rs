@@ -214,6 +214,15 @@ impl core::fmt::Display for CmdError {
     }
 }
 
+impl core::error::Error for CmdError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            CmdError::Dma { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Why the command queue could not be set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -229,6 +238,15 @@ impl core::fmt::Display for CmdInitError {
         match self {
             CmdInitError::InitSeg(e) => write!(f, "command queue set-up: {e}"),
             CmdInitError::Dma(e) => write!(f, "command queue set-up: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for CmdInitError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            CmdInitError::InitSeg(e) => Some(e),
+            CmdInitError::Dma(e) => Some(e),
         }
     }
 }

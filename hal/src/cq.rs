@@ -161,6 +161,8 @@ impl core::fmt::Display for CqeError {
     }
 }
 
+impl core::error::Error for CqeError {}
+
 /// A completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Completion {
@@ -361,6 +363,8 @@ impl core::fmt::Display for CqLayoutError {
         }
     }
 }
+
+impl core::error::Error for CqLayoutError {}
 
 /// A completion queue's entries and doorbell record, and its consumer state.
 #[derive(Debug)]

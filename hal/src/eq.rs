@@ -41,6 +41,8 @@ impl core::fmt::Display for EqLayoutError {
     }
 }
 
+impl core::error::Error for EqLayoutError {}
+
 /// An event queue's entries (at offset 0 of its buffer) and its consumer state.
 #[derive(Debug)]
 pub struct EqRing<M: DmaMem> {

@@ -92,6 +92,8 @@ impl core::fmt::Display for InitSegError {
     }
 }
 
+impl core::error::Error for InitSegError {}
+
 /// The NIC interface mode (`nic_interface`, read as 3 bits like Linux).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -236,6 +238,8 @@ impl core::fmt::Display for FatalHealth {
         }
     }
 }
+
+impl core::error::Error for FatalHealth {}
 
 /// What a health poll found when the device is not dead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

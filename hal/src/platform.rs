@@ -110,6 +110,8 @@ impl core::fmt::Display for DmaError {
     }
 }
 
+impl core::error::Error for DmaError {}
+
 /// DMA memory for one device: coherent allocations the driver shares with the device
 /// (queues, mailboxes, doorbell records, firmware pages), and mappings of caller buffers
 /// (memory regions).
@@ -176,6 +178,8 @@ impl core::fmt::Display for ConfigError {
     }
 }
 
+impl core::error::Error for ConfigError {}
+
 /// PCI configuration space of the function, in the PCI's little-endian order (values are
 /// returned in host order).
 pub trait PciConfig {
@@ -201,9 +205,14 @@ pub trait Clock {
 }
 
 /// Everything the HAL needs from one device's platform.
-pub trait Platform: Bar + Dma + HostMem + PciConfig + Clock {}
+///
+/// A platform is a handle: `Clone` must be cheap and every clone must reach the same device
+/// (a shared reference, or an `Arc` of the platform's state as `uhca-vfio`'s and the
+/// mock's platforms are). The driver's objects each keep a clone, so they own the
+/// platform and carry no lifetime.
+pub trait Platform: Bar + Dma + HostMem + PciConfig + Clock + Clone {}
 
-impl<T: Bar + Dma + HostMem + PciConfig + Clock> Platform for T {}
+impl<T: Bar + Dma + HostMem + PciConfig + Clock + Clone> Platform for T {}
 
 // A shared reference to a platform is a platform handle: the HAL's owners (DMA buffers,
 // the command queue) keep a handle so they can free memory and reach the device, and

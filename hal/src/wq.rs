@@ -105,6 +105,8 @@ impl core::fmt::Display for WqError {
     }
 }
 
+impl core::error::Error for WqError {}
+
 /// A scatter/gather entry: device address, length, local key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sge {

@@ -35,7 +35,7 @@
 //!
 //! # Teardown
 //!
-//! Dropping the platform releases everything in this order: interrupts disabled, bus
+//! Dropping the platform (its last clone) releases everything in this order: interrupts disabled, bus
 //! mastering cleared, every DMA mapping unmapped from the IOMMU and its memory freed, BAR0
 //! unmapped, the device fd closed (vfio-pci then resets the function), the group taken out
 //! of the container and the container closed (with the last function of the group open in
@@ -410,9 +410,19 @@ fn map_open_error(e: vfio_ioctls::VfioError, ctx: &OpenContext<'_>) -> VfioError
 
 /// One PCI function opened through VFIO; implements the HAL's platform traits.
 ///
+/// A cheap shared handle (an [`Arc`] of the opened function): cloning it shares the one
+/// function, so the driver's objects hold a `VfioPlatform` by value, with no lifetime. The
+/// function is released (see the [module documentation](self)) when the last clone drops.
+///
 /// `Send + Sync`: BAR accesses, configuration accesses and DMA allocation may come from any
-/// thread. See the [module documentation](self) for what it does and how it is released.
+/// thread.
+#[derive(Clone)]
 pub struct VfioPlatform {
+    inner: Arc<Function>,
+}
+
+/// What a [`VfioPlatform`] shares between its clones.
+struct Function {
     address: PciAddress,
     vendor: u16,
     device_id: u16,
@@ -434,14 +444,14 @@ pub struct VfioPlatform {
 impl std::fmt::Debug for VfioPlatform {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VfioPlatform")
-            .field("address", &self.address)
+            .field("address", &self.inner.address)
             .field(
                 "id",
-                &format_args!("{:04x}:{:04x}", self.vendor, self.device_id),
+                &format_args!("{:04x}:{:04x}", self.inner.vendor, self.inner.device_id),
             )
-            .field("group", &self.group)
-            .field("bar0_len", &self.bar.len)
-            .field("iova_ranges", &self.shared.iommu.iova_ranges)
+            .field("group", &self.inner.group)
+            .field("bar0_len", &self.inner.bar.len)
+            .field("iova_ranges", &self.inner.shared.iommu.iova_ranges)
             .finish_non_exhaustive()
     }
 }
@@ -601,21 +611,23 @@ impl VfioPlatform {
         );
 
         let platform = VfioPlatform {
-            address,
-            vendor: found.vendor,
-            device_id: found.device,
-            group: found.group,
-            device_flags: info.flags,
-            config_offset: cfg.offset,
-            config_len: cfg.size,
-            memlock: sys::memlock_limit(),
-            irqs: Mutex::new(None),
-            pool: ManuallyDrop::new(pool),
-            bar: ManuallyDrop::new(bar_map),
-            device: ManuallyDrop::new(device),
-            shared,
+            inner: Arc::new(Function {
+                address,
+                vendor: found.vendor,
+                device_id: found.device,
+                group: found.group,
+                device_flags: info.flags,
+                config_offset: cfg.offset,
+                config_len: cfg.size,
+                memlock: sys::memlock_limit(),
+                irqs: Mutex::new(None),
+                pool: ManuallyDrop::new(pool),
+                bar: ManuallyDrop::new(bar_map),
+                device: ManuallyDrop::new(device),
+                shared,
+            }),
         };
-        platform.shared.set_open(address, true);
+        platform.inner.shared.set_open(address, true);
         // The device as VFIO sees it must be the one sysfs described.
         let vendor = platform.config_read16(pci::VENDOR_ID)?;
         if require_connectx && vendor != MELLANOX_VENDOR_ID {
@@ -638,50 +650,50 @@ impl VfioPlatform {
 
     /// The PCI address.
     pub fn address(&self) -> PciAddress {
-        self.address
+        self.inner.address
     }
 
     /// The PCI vendor ID.
     pub fn vendor_id(&self) -> u16 {
-        self.vendor
+        self.inner.vendor
     }
 
     /// The PCI device ID.
     pub fn device_id(&self) -> u16 {
-        self.device_id
+        self.inner.device_id
     }
 
     /// The IOMMU group number.
     pub fn iommu_group(&self) -> u32 {
-        self.group
+        self.inner.group
     }
 
     /// What the IOMMU reported: page sizes, IOVA ranges, mapping budget.
     pub fn iommu_info(&self) -> &IommuInfo {
-        &self.shared.iommu
+        &self.inner.shared.iommu
     }
 
     /// The IOVA ranges DMA memory is allocated from (after [`MIN_IOVA`] and
     /// [`VfioOptions::dma_address_bits`]), as they stand now.
     pub fn free_iova_ranges(&self) -> Vec<IovaRange> {
-        self.pool.free_iova_ranges()
+        self.inner.pool.free_iova_ranges()
     }
 
     /// Size of the configuration space (256 for PCI, 4096 for PCI Express).
     pub fn config_space_len(&self) -> u64 {
-        self.config_len
+        self.inner.config_len
     }
 
     /// The caller's locked-memory limit in bytes when opening (`None`: unlimited). VFIO
     /// counts every pinned DMA page against it.
     pub fn memlock_limit(&self) -> Option<u64> {
-        self.memlock
+        self.inner.memlock
     }
 
     /// Whether VFIO can reset the device (`VFIO_DEVICE_FLAGS_RESET`: FLR, or another
     /// function-level method the kernel knows for it).
     pub fn supports_reset(&self) -> bool {
-        self.device_flags & VFIO_DEVICE_FLAGS_RESET != 0
+        self.inner.device_flags & VFIO_DEVICE_FLAGS_RESET != 0
     }
 
     /// Resets the function (`VFIO_DEVICE_RESET`) and turns memory space and bus mastering
@@ -690,10 +702,11 @@ impl VfioPlatform {
     pub fn reset(&self) -> Result<(), VfioError> {
         if !self.supports_reset() {
             return Err(VfioError::Unsupported {
-                what: format!("{} offers no reset method to VFIO", self.address),
+                what: format!("{} offers no reset method to VFIO", self.inner.address),
             });
         }
-        sys::device_reset(&*self.device).map_err(|e| VfioError::io("VFIO_DEVICE_RESET", e))?;
+        sys::device_reset(&*self.inner.device)
+            .map_err(|e| VfioError::io("VFIO_DEVICE_RESET", e))?;
         pci::update_command(self, pci::COMMAND_MEMORY | pci::COMMAND_BUS_MASTER, 0)?;
         Ok(())
     }
@@ -728,12 +741,12 @@ impl VfioPlatform {
     /// The hugepage fallback message, if DMA memory had to fall back to 4 KiB pages (or
     /// failed because hugepages were required).
     pub fn dma_notice(&self) -> Option<String> {
-        self.pool.notice()
+        self.inner.pool.notice()
     }
 
     /// Counters of the DMA pool.
     pub fn dma_stats(&self) -> DmaStats {
-        self.pool.stats()
+        self.inner.pool.stats()
     }
 
     /// A [`DmaError`] from this platform as a [`VfioError`] whose message says what to do
@@ -742,13 +755,14 @@ impl VfioPlatform {
         VfioError::Dma {
             op,
             error,
-            memlock_limit: self.memlock,
+            memlock_limit: self.inner.memlock,
         }
     }
 
     /// How many vectors of `kind` the device offers (0: none).
     pub fn interrupt_count(&self, kind: IrqKind) -> u32 {
-        self.device
+        self.inner
+            .device
             .get_irq_info(kind.vfio_index())
             .map_or(0, |i| i.count)
     }
@@ -768,15 +782,16 @@ impl VfioPlatform {
                 reason: format!("asked for {count} vectors, the device offers {available}"),
             });
         }
-        let mut enabled = self.irqs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut enabled = self.inner.irqs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = enabled.take() {
-            let _ = self.device.disable_irq(old.vfio_index());
+            let _ = self.inner.device.disable_irq(old.vfio_index());
         }
         let fds = (0..count)
             .map(|v| InterruptFd::new(kind, v))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|e| VfioError::io("eventfd", e))?;
-        self.device
+        self.inner
+            .device
             .enable_irq(
                 kind.vfio_index(),
                 fds.iter().map(InterruptFd::eventfd).collect(),
@@ -791,9 +806,10 @@ impl VfioPlatform {
 
     /// Disables the interrupts enabled by [`enable_interrupts`](Self::enable_interrupts).
     pub fn disable_interrupts(&self) -> Result<(), VfioError> {
-        let mut enabled = self.irqs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut enabled = self.inner.irqs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(kind) = enabled.take() {
-            self.device
+            self.inner
+                .device
                 .disable_irq(kind.vfio_index())
                 .map_err(|e| VfioError::Interrupts {
                     kind,
@@ -806,7 +822,8 @@ impl VfioPlatform {
     /// Unmasks legacy INTx after it fired (VFIO masks a level-triggered INTx each time it
     /// signals the eventfd; MSI and MSI-X need no unmasking).
     pub fn unmask_intx(&self) -> Result<(), VfioError> {
-        self.device
+        self.inner
+            .device
             .unmask_irq(IrqKind::Intx.vfio_index())
             .map_err(|e| VfioError::Interrupts {
                 kind: IrqKind::Intx,
@@ -817,7 +834,8 @@ impl VfioPlatform {
     /// Signals `vector` of `kind` from software (VFIO's loopback), to test the eventfd path
     /// without the device.
     pub fn trigger_interrupt(&self, kind: IrqKind, vector: u32) -> Result<(), VfioError> {
-        self.device
+        self.inner
+            .device
             .trigger_irq(kind.vfio_index(), vector)
             .map_err(|e| VfioError::Interrupts {
                 kind,
@@ -829,16 +847,59 @@ impl VfioPlatform {
     fn bar_ptr<T>(&self, offset: usize) -> NonNull<T> {
         let size = core::mem::size_of::<T>();
         assert!(
-            access_in_bounds(offset, size, self.bar.len),
+            access_in_bounds(offset, size, self.inner.bar.len),
             "BAR0 access of {size} bytes at {offset:#x} is misaligned or outside the \
              {:#x}-byte BAR",
-            self.bar.len
+            self.inner.bar.len
         );
         // SAFETY: `offset` is inside the mapping (checked above), so the result is inside
         // it too and not null.
-        unsafe { self.bar.ptr.add(offset).cast() }
+        unsafe { self.inner.bar.ptr.add(offset).cast() }
     }
+}
 
+impl Drop for Function {
+    fn drop(&mut self) {
+        // Interrupts off first.
+        let irqs = self.irqs.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(kind) = irqs.take() {
+            let _ = self.device.disable_irq(kind.vfio_index());
+        }
+        // Stop the device from reaching memory before any of it is unmapped or freed.
+        let _ = pci::update_command(&*self, 0, pci::COMMAND_BUS_MASTER);
+        // SAFETY: each field is dropped exactly once, here, and not used afterwards; the
+        // order is the one documented on the module: DMA (unmapped, then freed), BAR0, the
+        // device fd (before the group and container, which the Arc releases last).
+        unsafe {
+            ManuallyDrop::drop(&mut self.pool);
+            ManuallyDrop::drop(&mut self.bar);
+            ManuallyDrop::drop(&mut self.device);
+        }
+        self.shared.set_open(self.address, false);
+    }
+}
+
+/// The configuration space of the function itself, for its release (the platform's
+/// [`PciConfig`] forwards here).
+impl PciConfig for Function {
+    fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {
+        Ok(self.config_read::<1>(offset)?[0])
+    }
+    fn config_read16(&self, offset: u16) -> Result<u16, ConfigError> {
+        Ok(u16::from_le_bytes(self.config_read::<2>(offset)?))
+    }
+    fn config_read32(&self, offset: u16) -> Result<u32, ConfigError> {
+        Ok(u32::from_le_bytes(self.config_read::<4>(offset)?))
+    }
+    fn config_write16(&self, offset: u16, value: u16) -> Result<(), ConfigError> {
+        self.config_write::<2>(offset, value.to_le_bytes())
+    }
+    fn config_write32(&self, offset: u16, value: u32) -> Result<(), ConfigError> {
+        self.config_write::<4>(offset, value.to_le_bytes())
+    }
+}
+
+impl Function {
     fn config_access<const N: usize>(&self, offset: u16) -> Result<u64, ConfigError> {
         if !access_in_bounds(usize::from(offset), N, self.config_len as usize) {
             return Err(ConfigError::OutOfRange);
@@ -859,23 +920,6 @@ impl VfioPlatform {
     }
 }
 
-impl Drop for VfioPlatform {
-    fn drop(&mut self) {
-        let _ = self.disable_interrupts();
-        // Stop the device from reaching memory before any of it is unmapped or freed.
-        let _ = self.disable_bus_master();
-        // SAFETY: each field is dropped exactly once, here, and not used afterwards; the
-        // order is the one documented on the module: DMA (unmapped, then freed), BAR0, the
-        // device fd (before the group and container, which the Arc releases last).
-        unsafe {
-            ManuallyDrop::drop(&mut self.pool);
-            ManuallyDrop::drop(&mut self.bar);
-            ManuallyDrop::drop(&mut self.device);
-        }
-        self.shared.set_open(self.address, false);
-    }
-}
-
 // SAFETY: every access is a single volatile load or store of the stated width through a
 // `volatile::VolatilePtr` made from a raw pointer into the BAR0 mapping (read-only for loads,
 // write-only for stores; its `read`/`write` are `read_volatile`/`write_volatile`, which for a
@@ -885,7 +929,7 @@ impl Drop for VfioPlatform {
 // serialised by the device, and the mapping lives as long as `self`.
 unsafe impl Bar for VfioPlatform {
     fn bar_len(&self) -> usize {
-        self.bar.len
+        self.inner.bar.len
     }
     #[inline(always)]
     fn read32(&self, offset: usize) -> u32 {
@@ -924,37 +968,37 @@ unsafe impl Bar for VfioPlatform {
 // mappings alias. The pool's state is behind a mutex.
 unsafe impl Dma for VfioPlatform {
     fn alloc_coherent(&self, len: usize, align: usize) -> Result<DmaRegion, DmaError> {
-        self.pool.alloc(len, align)
+        self.inner.pool.alloc(len, align)
     }
     unsafe fn free_coherent(&self, region: DmaRegion) {
-        self.pool.free(region)
+        self.inner.pool.free(region)
     }
     /// Maps the whole pages around `cpu..cpu+len` at a fresh IOVA (the device can reach the
     /// rest of the first and last page too) and returns the IOVA of `cpu`.
     unsafe fn map(&self, cpu: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
         // SAFETY: the caller upholds Dma::map's contract, which is map_user's.
-        unsafe { self.pool.map_user(cpu, len) }
+        unsafe { self.inner.pool.map_user(cpu, len) }
     }
     unsafe fn unmap(&self, iova: u64, len: usize) -> Result<(), DmaError> {
-        self.pool.unmap_user(iova, len)
+        self.inner.pool.unmap_user(iova, len)
     }
 }
 
 impl PciConfig for VfioPlatform {
     fn config_read8(&self, offset: u16) -> Result<u8, ConfigError> {
-        Ok(self.config_read::<1>(offset)?[0])
+        self.inner.config_read8(offset)
     }
     fn config_read16(&self, offset: u16) -> Result<u16, ConfigError> {
-        Ok(u16::from_le_bytes(self.config_read::<2>(offset)?))
+        self.inner.config_read16(offset)
     }
     fn config_read32(&self, offset: u16) -> Result<u32, ConfigError> {
-        Ok(u32::from_le_bytes(self.config_read::<4>(offset)?))
+        self.inner.config_read32(offset)
     }
     fn config_write16(&self, offset: u16, value: u16) -> Result<(), ConfigError> {
-        self.config_write::<2>(offset, value.to_le_bytes())
+        self.inner.config_write16(offset, value)
     }
     fn config_write32(&self, offset: u16, value: u32) -> Result<(), ConfigError> {
-        self.config_write::<4>(offset, value.to_le_bytes())
+        self.inner.config_write32(offset, value)
     }
 }
 
@@ -1003,6 +1047,18 @@ mod tests {
         }
         .into();
         assert!(boxed.to_string().contains("no IOMMU group"));
+    }
+
+    #[test]
+    fn platform_is_an_owned_handle() {
+        // The driver's objects hold the platform by value: it must be a `Platform` (hence
+        // `Clone`) with no lifetime, and a clone is one pointer.
+        fn assert_owned_platform<P: uhca_hal::Platform + Send + Sync + 'static>() {}
+        assert_owned_platform::<VfioPlatform>();
+        assert_eq!(
+            core::mem::size_of::<VfioPlatform>(),
+            core::mem::size_of::<usize>()
+        );
     }
 
     #[test]

@@ -10,8 +10,11 @@ use uhca_hal::Platform;
 
 use crate::addr::AddressHandle;
 use crate::caps::LinkLayer;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::{Arg, InvalidArgument, Result};
 use crate::hca::Hca;
+use crate::verbs::qp::{ah_link_layer, port_in_range};
 
 /// Mask of a 24-bit QPN.
 const MASK24: u32 = 0x00ff_ffff;
@@ -46,7 +49,7 @@ impl Ah {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates an address handle (`ibv_create_ah`): no command, the path is checked
     /// against the port and encoded.
     ///
@@ -57,23 +60,24 @@ impl<P: Platform + Clone> Hca<P> {
     /// or source GID index out of range, or a zero destination LID.
     pub fn create_ah(&self, port: u8, attr: AddressHandle) -> Result<Ah> {
         let caps = self.caps();
-        if port == 0 || port > caps.num_ports.max(1) {
-            return Err(Error::InvalidArgument("no such port"));
-        }
+        port_in_range(port, caps.num_ports)?;
         match (attr, caps.link_layer) {
             (AddressHandle::Ib { dlid, sl, grh, .. }, LinkLayer::InfiniBand) => {
                 if dlid == 0 {
-                    return Err(Error::InvalidArgument("destination LID 0"));
+                    return Err(InvalidArgument::min(Arg::Dlid, 0, 1).into());
                 }
                 if sl > 15 {
-                    return Err(Error::InvalidArgument("service level is 4 bits"));
+                    return Err(InvalidArgument::max(Arg::ServiceLevel, sl.into(), 15).into());
                 }
                 if let Some(g) = grh
                     && g.sgid_index as u32 >= caps.gid_table_len.max(1)
                 {
-                    return Err(Error::InvalidArgument(
-                        "source GID index outside the GID table",
-                    ));
+                    return Err(InvalidArgument::max(
+                        Arg::SgidIndex,
+                        g.sgid_index.into(),
+                        u64::from(caps.gid_table_len.max(1)) - 1,
+                    )
+                    .into());
                 }
             }
             (AddressHandle::RoceV2 { sgid_index, sl, .. }, LinkLayer::Ethernet) => {
@@ -81,21 +85,18 @@ impl<P: Platform + Clone> Hca<P> {
                     .roce_caps()
                     .map_or(caps.gid_table_len, |r| r.address_table_len as u32);
                 if sgid_index as u32 >= table {
-                    return Err(Error::InvalidArgument(
-                        "source GID index outside the GID table",
-                    ));
+                    return Err(InvalidArgument::max(
+                        Arg::SgidIndex,
+                        sgid_index.into(),
+                        u64::from(table).saturating_sub(1),
+                    )
+                    .into());
                 }
                 if sl > 7 {
-                    return Err(Error::InvalidArgument(
-                        "RoCE service level (Ethernet priority) is 3 bits",
-                    ));
+                    return Err(InvalidArgument::max(Arg::ServiceLevel, sl.into(), 7).into());
                 }
             }
-            _ => {
-                return Err(Error::InvalidArgument(
-                    "the address handle's kind does not match the port's link layer",
-                ));
-            }
+            (ah, _) => return Err(ah_link_layer(&ah).into()),
         }
         let mut av = Av::default();
         attr.write_av(&mut av, 0, 0, self.hca_cap().stat_rate_support());

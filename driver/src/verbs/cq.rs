@@ -9,7 +9,7 @@ use uhca_hal::dma::{DmaBuf, DmaMem};
 
 use super::dp::{QpHandle, QpMap};
 use super::{Failed, MAX_PAS, PagePlan, log2_ceil, release_unless_held};
-use crate::error::{Error, Result};
+use crate::error::{Arg, Error, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
@@ -62,7 +62,7 @@ pub struct CqAttr {
 /// while its QPs post on theirs. Polling ([`Cq::poll`]) and arming ([`Cq::req_notify`])
 /// need only the CQ.
 #[derive(Debug)]
-pub struct Cq<P: Platform + Clone> {
+pub struct Cq<P: Platform> {
     ring: Option<CqRing<DmaBuf<P>>>,
     cqn: u32,
     cqe: u32,
@@ -76,7 +76,7 @@ pub struct Cq<P: Platform + Clone> {
     ticket: Option<Ticket<P>>,
 }
 
-impl<P: Platform + Clone> Cq<P> {
+impl<P: Platform> Cq<P> {
     /// The CQ number.
     pub fn cqn(&self) -> u32 {
         self.cqn
@@ -102,11 +102,13 @@ impl<P: Platform + Clone> Cq<P> {
         }
     }
 
-    /// The ring, for polling.
-    pub fn ring_mut(&mut self) -> &mut CqRing<DmaBuf<P>> {
-        match &mut self.ring {
-            Some(r) => r,
-            None => unreachable!("the ring is only taken by destroy and drop"),
+    raw_pub! {
+        /// The ring, for polling.
+        fn ring_mut(&mut self) -> &mut CqRing<DmaBuf<P>> {
+            match &mut self.ring {
+                Some(r) => r,
+                None => unreachable!("the ring is only taken by destroy and drop"),
+            }
         }
     }
 
@@ -186,7 +188,12 @@ impl<P: Platform + Clone> Cq<P> {
             return Err(Error::Unsupported("CQ moderation"));
         }
         if m.period_us > MAX_CQ_PERIOD {
-            return Err(Error::InvalidArgument("cq_period above 4095 us"));
+            return Err(InvalidArgument::max(
+                Arg::CqPeriod,
+                m.period_us.into(),
+                MAX_CQ_PERIOD.into(),
+            )
+            .into());
         }
         let mut c = ModifyCqIn::new_cmd();
         c.set_cqn(self.cqn)
@@ -228,7 +235,7 @@ impl<P: Platform + Clone> Cq<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Cq<P> {
+impl<P: Platform> Drop for Cq<P> {
     fn drop(&mut self) {
         // Not destroyed: the device may still write CQEs and read the doorbell record, so
         // the ring is freed only after the HCA's DESTROY_CQ (`crate::release`).
@@ -247,7 +254,7 @@ impl<P: Platform + Clone> Drop for Cq<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates a completion queue for at least `cqe` completions (`ibv_create_cq`): the
     /// size is rounded up to a power of two (one entry is kept spare, as verbs providers
     /// do), the CQ uses the HCA's UAR and reports completion events to the HCA's EQ.
@@ -258,13 +265,13 @@ impl<P: Platform + Clone> Hca<P> {
     /// holds (no command is sent); [`Error::Dma`]; the command's error.
     pub fn create_cq(&mut self, cqe: u32) -> Result<Cq<P>> {
         if cqe == 0 {
-            return Err(Error::InvalidArgument("CQ size 0"));
+            return Err(InvalidArgument::min(Arg::Cqe, 0, 1).into());
         }
         let entries = (cqe as u64 + 1).next_power_of_two();
         if entries > self.caps().max_cqe as u64 {
-            return Err(Error::InvalidArgument(
-                "CQ larger than the device's largest CQ (log_max_cq_sz)",
-            ));
+            // One entry stays free (the ring holds `cqe + 1` rounded up to a power of two).
+            let max = u64::from(self.caps().max_cqe).saturating_sub(1);
+            return Err(InvalidArgument::max(Arg::Cqe, cqe.into(), max).into());
         }
         let log = log2_ceil(entries);
         let ticket = self.release_ticket()?;
@@ -311,7 +318,12 @@ impl<P: Platform + Clone> Hca<P> {
                 let mut d = DestroyCqIn::new_cmd();
                 d.set_cqn(cqn);
                 let _ = self.exec(&d, &[], &mut []);
-                return Err(Error::InvalidArgument("CQ layout"));
+                return Err(InvalidArgument::rule(
+                    Arg::Cqe,
+                    cqe.into(),
+                    "the HAL refused the CQ's layout (a driver bug)",
+                )
+                .into());
             }
         };
         self.cq_created(cqn);

@@ -49,7 +49,7 @@ const KEPT_TOMBSTONES: usize = 16;
 static DESTROY_SEQ: AtomicU64 = AtomicU64::new(1);
 
 /// What a QP's poster and its CQs' pollers share.
-pub(crate) struct QpShared<P: Platform + Clone> {
+pub(crate) struct QpShared<P: Platform> {
     pub(crate) qpn: u32,
     pub(crate) st: QpServiceType,
     pub(crate) send_cqn: u32,
@@ -74,7 +74,7 @@ pub(crate) struct QpShared<P: Platform + Clone> {
 /// A handle on a QP's shared state.
 pub(crate) type QpHandle<P> = HostArc<QpShared<P>, P>;
 
-impl<P: Platform + Clone> QpShared<P> {
+impl<P: Platform> QpShared<P> {
     /// The shared state of a new QP.
     pub(crate) fn new(
         qpn: u32,
@@ -134,7 +134,7 @@ impl<P: Platform + Clone> QpShared<P> {
     }
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for QpShared<P> {
+impl<P: Platform> core::fmt::Debug for QpShared<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QpShared")
             .field("qpn", &self.qpn)
@@ -162,7 +162,7 @@ struct SrqSlot {
 /// As in rdma-core, the free WQEs form a list through each WQE's "next" segment; the
 /// driver keeps its own copy of the links (it never reads back what the device could
 /// change). `head` is the next WQE to post; `tail` the last free one, kept spare.
-pub(crate) struct SrqShadow<P: Platform + Clone> {
+pub(crate) struct SrqShadow<P: Platform> {
     slots: HostArray<SrqSlot, P>,
     mask: u32,
     pub(crate) head: u32,
@@ -173,7 +173,7 @@ pub(crate) struct SrqShadow<P: Platform + Clone> {
     synced_tail: u32,
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for SrqShadow<P> {
+impl<P: Platform> core::fmt::Debug for SrqShadow<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SrqShadow")
             .field("head", &self.head)
@@ -183,7 +183,7 @@ impl<P: Platform + Clone> core::fmt::Debug for SrqShadow<P> {
     }
 }
 
-impl<P: Platform + Clone> SrqShadow<P> {
+impl<P: Platform> SrqShadow<P> {
     /// The slots of an SRQ of `2^log` WQEs linked in order (WQE i to i + 1, the last to
     /// the first), as the SRQ buffer is linked at creation.
     pub(crate) fn new(host: P, log: u8) -> Result<Self> {
@@ -268,7 +268,7 @@ impl<P: Platform + Clone> SrqShadow<P> {
 
 /// What an SRQ's poster and the pollers of the CQs of its QPs share: the free list, under a
 /// lock (rdma-core takes the SRQ's lock on both sides too).
-pub(crate) struct SrqShared<P: Platform + Clone> {
+pub(crate) struct SrqShared<P: Platform> {
     pub(crate) srqn: u32,
     pub(crate) shadow: SpinLock<SrqShadow<P>>,
 }
@@ -276,7 +276,7 @@ pub(crate) struct SrqShared<P: Platform + Clone> {
 /// A handle on an SRQ's shared state.
 pub(crate) type SrqHandle<P> = HostArc<SrqShared<P>, P>;
 
-impl<P: Platform + Clone> core::fmt::Debug for SrqShared<P> {
+impl<P: Platform> core::fmt::Debug for SrqShared<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SrqShared")
             .field("srqn", &self.srqn)
@@ -288,7 +288,7 @@ impl<P: Platform + Clone> core::fmt::Debug for SrqShared<P> {
 const EMPTY: u32 = u32::MAX;
 
 /// A CQ's map from QP number to the QP's shared state (see the module documentation).
-pub(crate) struct QpMap<P: Platform + Clone> {
+pub(crate) struct QpMap<P: Platform> {
     host: P,
     keys: HostArray<u32, P>,
     vals: HostArray<Option<QpHandle<P>>, P>,
@@ -298,7 +298,7 @@ pub(crate) struct QpMap<P: Platform + Clone> {
     last: usize,
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for QpMap<P> {
+impl<P: Platform> core::fmt::Debug for QpMap<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QpMap")
             .field("capacity", &self.keys.len())
@@ -313,7 +313,7 @@ fn home(qpn: u32, mask: usize) -> usize {
     (qpn.wrapping_mul(0x9e37_79b9) >> 8) as usize & mask
 }
 
-impl<P: Platform + Clone> QpMap<P> {
+impl<P: Platform> QpMap<P> {
     /// An empty map with room for `cap` (a power of two) places.
     pub(crate) fn new(host: P, cap: usize) -> Result<Self> {
         Ok(QpMap {
@@ -426,19 +426,19 @@ impl<P: Platform + Clone> QpMap<P> {
 /// The numbers of an HCA's live CQs, sorted: an event naming a CQ that does not exist is
 /// told apart and dropped (Linux's `mlx5_eq_cq_get` looks CQs up the same way). Grown at
 /// CQ creation, never on the datapath.
-pub(crate) struct CqNumbers<P: Platform + Clone> {
+pub(crate) struct CqNumbers<P: Platform> {
     host: P,
     list: Option<HostArray<u32, P>>,
     len: usize,
 }
 
-impl<P: Platform + Clone> core::fmt::Debug for CqNumbers<P> {
+impl<P: Platform> core::fmt::Debug for CqNumbers<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("CqNumbers").field("len", &self.len).finish()
     }
 }
 
-impl<P: Platform + Clone> CqNumbers<P> {
+impl<P: Platform> CqNumbers<P> {
     pub(crate) fn new(host: P) -> Self {
         CqNumbers {
             host,

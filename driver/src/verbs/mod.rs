@@ -54,7 +54,9 @@
 //! A [`Cq`] owns a HAL [`CqRing`](uhca_hal::cq::CqRing) (CQEs initialised invalid with
 //! owner 1, doorbell record zeroed) and a [`Qp`] a HAL [`QpRings`](uhca_hal::wq::QpRings)
 //! (RQ then SQ in one buffer, doorbell record after them, send doorbell on the HCA's UAR);
-//! `cq.ring_mut()` and `qp.rings_mut()` hand them to the datapath (post, doorbell, poll).
+//! `cq.ring_mut()` and `qp.rings_mut()` hand them to the datapath (post, doorbell, poll);
+//! they are the driver's own (public only with the `raw` feature, for tests): a caller
+//! posting on a ring behind the driver's back would break its work-request tables.
 //!
 //! The verbs datapath sits on top of them:
 //!
@@ -143,7 +145,10 @@ pub use wr::{
 /// `?` converts it into its [`Error`] (the object is then dropped, which queues it for
 /// release by its HCA: see the [module documentation](self). Match on it to keep the object, for example to move a
 /// QP to RESET after a refused transition, or to retry a destroy.
-#[derive(Debug)]
+///
+/// It is an error (`core::error::Error`, its [`source`](core::error::Error::source) the
+/// [`Error`]) and `Debug` for any object, so `?` puts it into a `Box<dyn Error>` and
+/// `unwrap` works in code generic over the platform; its `Debug` names the object's type.
 pub struct Failed<T> {
     /// The object, unchanged (in the state it was in before the call).
     pub object: T,
@@ -170,8 +175,20 @@ impl<T> core::fmt::Display for Failed<T> {
     }
 }
 
-#[cfg(feature = "std")]
-impl<T: core::fmt::Debug> std::error::Error for Failed<T> {}
+impl<T> core::fmt::Debug for Failed<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Failed")
+            .field("object", &core::any::type_name::<T>())
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl<T> core::error::Error for Failed<T> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
 
 /// Whether, after `e`, the device may hold an object made from the memory the failed
 /// command named (and so may still write that memory): a command that timed out may yet

@@ -35,7 +35,9 @@ use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
 use super::{Failed, MAX_PAS, Pd, Sge, device_may_hold};
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::{Arg, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
@@ -52,7 +54,7 @@ static NEXT_KEY_VARIANT: AtomicU8 = AtomicU8::new(0x5a);
 
 /// A registered memory region: an MTT memory key over memory it owns.
 #[derive(Debug)]
-pub struct Mr<P: Platform + Clone> {
+pub struct Mr<P: Platform> {
     /// The key and the whole buffer; the region is `offset..offset + len` of it.
     reg: MttRegion<P, DmaBuf<P>>,
     offset: usize,
@@ -64,7 +66,7 @@ pub struct Mr<P: Platform + Clone> {
 /// Made by [`Hca::register_mtt`]; [`MttRegion::destroy`] gives the memory back after
 /// DESTROY_MKEY; dropped undestroyed, it hands both to the HCA's release queue.
 #[derive(Debug)]
-pub(crate) struct MttRegion<P: Platform + Clone, M: Into<Held<P>>> {
+pub(crate) struct MttRegion<P: Platform, M: Into<Held<P>>> {
     /// The memory (`None` once given back by `destroy` or handed over by drop).
     mem: Option<M>,
     /// Its place in the HCA's release queue.
@@ -77,7 +79,7 @@ pub(crate) struct MttRegion<P: Platform + Clone, M: Into<Held<P>>> {
     pub(crate) hca_id: u64,
 }
 
-impl<P: Platform + Clone, M: Into<Held<P>>> MttRegion<P, M> {
+impl<P: Platform, M: Into<Held<P>>> MttRegion<P, M> {
     /// The memory the key covers.
     pub(crate) fn mem(&self) -> &M {
         match &self.mem {
@@ -109,7 +111,7 @@ impl<P: Platform + Clone, M: Into<Held<P>>> MttRegion<P, M> {
     }
 }
 
-impl<P: Platform + Clone, M: Into<Held<P>>> Drop for MttRegion<P, M> {
+impl<P: Platform, M: Into<Held<P>>> Drop for MttRegion<P, M> {
     fn drop(&mut self) {
         // Not destroyed: the key may still let the device (and remote peers) reach the
         // memory, so it goes back (a caller's buffer: is unmapped) only after the HCA's
@@ -148,7 +150,7 @@ pub struct MrAttr {
     pub access_mode: MkcAccessMode,
 }
 
-impl<P: Platform + Clone> Mr<P> {
+impl<P: Platform> Mr<P> {
     /// The local key (`(mkey_index << 8) | mkey_7_0`), for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
         self.reg.key
@@ -250,7 +252,7 @@ impl<P: Platform + Clone> Mr<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Allocates `len` bytes of zeroed DMA memory and registers them (like rust-ibverbs'
     /// `pd.allocate`).
     ///
@@ -260,7 +262,7 @@ impl<P: Platform + Clone> Hca<P> {
     /// sent); [`Error::Dma`]; the command's error.
     pub fn alloc_mr(&mut self, pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr<P>> {
         if len == 0 {
-            return Err(Error::InvalidArgument("memory region length 0"));
+            return Err(InvalidArgument::min(Arg::MrLength, 0, 1).into());
         }
         check_access(access)?;
         let buf = self.alloc_dma(len, 1 << ADAPTER_PAGE_SHIFT)?;
@@ -344,17 +346,25 @@ impl<P: Platform + Clone> Hca<P> {
     ) -> Result<(u32, u32)> {
         self.check_owner(pd.hca_id())?;
         if len == 0 {
-            return Err(Error::InvalidArgument("memory region length 0"));
+            return Err(InvalidArgument::min(Arg::MrLength, 0, 1).into());
         }
         if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
-            return Err(Error::InvalidArgument("memory region outside its buffer"));
+            let end = offset
+                .checked_add(len)
+                .map_or(u64::MAX, InvalidArgument::wide);
+            return Err(
+                InvalidArgument::max(Arg::RangeEnd, end, InvalidArgument::wide(buf.len())).into(),
+            );
         }
         check_access(access)?;
         let log_max = self.hca_cap().log_max_mrw_sz();
         if log_max < 64 && len as u64 > (1u64 << log_max) {
-            return Err(Error::InvalidArgument(
-                "memory region larger than the device allows (log_max_mrw_sz)",
-            ));
+            return Err(InvalidArgument::max(
+                Arg::MrLength,
+                InvalidArgument::wide(len),
+                1u64 << log_max,
+            )
+            .into());
         }
         let start = buf.iova() + offset as u64;
         let end = start + len as u64;
@@ -367,9 +377,12 @@ impl<P: Platform + Clone> Hca<P> {
                 break n;
             }
             if shift >= MAX_MTT_PAGE_SHIFT {
-                return Err(Error::InvalidArgument(
-                    "memory region needs more than 512 translation entries of 1 GiB",
-                ));
+                return Err(InvalidArgument::rule(
+                    Arg::MrLength,
+                    InvalidArgument::wide(len),
+                    "the region needs more than 512 translation entries of 1 GiB",
+                )
+                .into());
             }
             shift += 1;
         };
@@ -414,14 +427,17 @@ fn check_access(access: AccessFlags) -> Result<()> {
     if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
         && !access.contains(AccessFlags::LOCAL_WRITE)
     {
-        return Err(Error::InvalidArgument(
+        return Err(InvalidArgument::rule(
+            Arg::AccessFlags,
+            access.bits().into(),
             "remote write or remote atomic access needs local write",
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
-impl<P: Platform + Clone> Mr<P> {
+impl<P: Platform> Mr<P> {
     /// The scatter/gather entry for `len` bytes at `offset` in the region (offsets count
     /// from the region's first byte, [`Mr::iova`]), with this region's local key: what a
     /// work request names to send from or receive into these bytes.
@@ -468,12 +484,15 @@ pub(crate) fn region_sge(
     len: usize,
 ) -> Result<Sge> {
     if offset.checked_add(len).is_none_or(|end| end > region_len) {
-        return Err(Error::InvalidArgument(
-            "scatter/gather range outside its memory region",
-        ));
+        let end = offset
+            .checked_add(len)
+            .map_or(u64::MAX, InvalidArgument::wide);
+        return Err(
+            InvalidArgument::max(Arg::RangeEnd, end, InvalidArgument::wide(region_len)).into(),
+        );
     }
     let len = u32::try_from(len).map_err(|_| {
-        Error::InvalidArgument("scatter/gather entry longer than 4 GiB - 1 (its length is 32 bits)")
+        InvalidArgument::max(Arg::SgeLength, InvalidArgument::wide(len), u32::MAX.into())
     })?;
     Ok(Sge {
         addr: iova + offset as u64,

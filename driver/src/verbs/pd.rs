@@ -47,7 +47,7 @@ impl Pd {
     /// # Errors
     ///
     /// The PD back with the error, e.g. RES_BUSY while a memory region, QP or SRQ uses it.
-    pub fn destroy<P: Platform + Clone>(
+    pub fn destroy<P: Platform>(
         mut self,
         hca: &mut Hca<P>,
     ) -> core::result::Result<(), Failed<Pd>> {
@@ -105,7 +105,7 @@ impl TransportDomain {
     /// # Errors
     ///
     /// The domain back with the error.
-    pub fn destroy<P: Platform + Clone>(
+    pub fn destroy<P: Platform>(
         mut self,
         hca: &mut Hca<P>,
     ) -> core::result::Result<(), Failed<TransportDomain>> {
@@ -130,7 +130,7 @@ impl TransportDomain {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Allocates a protection domain (ALLOC_PD, `ibv_alloc_pd`).
     ///
     /// # Errors

@@ -73,7 +73,7 @@ const WC_OF_SOP: [u8; 256] = {
 /// against the QP's send table like any other and written into `out`. `Ok(false)` for a
 /// CQE that is dropped (see [`complete`]).
 #[inline(always)]
-fn complete_req<P: Platform + Clone, M: DmaMem>(
+fn complete_req<P: Platform, M: DmaMem>(
     map: &mut QpMap<P>,
     cqn: u32,
     cqe: &CqeView<'_, M>,
@@ -137,7 +137,7 @@ fn error_status<M: DmaMem>(cqe: &CqeView<'_, M>) -> (WcStatus, u8) {
 /// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back). A successful
 /// requester CQE goes to [`complete_req`] instead (here it is an unexpected opcode).
 #[inline(always)]
-fn complete<P: Platform + Clone, M: DmaMem>(
+fn complete<P: Platform, M: DmaMem>(
     map: &mut QpMap<P>,
     cqn: u32,
     cqe: &CqeView<'_, M>,
@@ -262,7 +262,7 @@ fn complete<P: Platform + Clone, M: DmaMem>(
 /// A SEND's byte count against what the receive WQE at `counter` can take. Out of line:
 /// it keeps the polling loop (and its requester path) as small as it was.
 #[inline(never)]
-fn check_recv_len<P: Platform + Clone>(
+fn check_recv_len<P: Platform>(
     qp: &QpShared<P>,
     counter: u16,
     byte_cnt: u32,
@@ -289,11 +289,7 @@ fn check_recv_len<P: Platform + Clone>(
 /// line: it runs only once the HCA is gone, and must not weigh on the polling loop.
 #[cold]
 #[inline(never)]
-fn flush_in_software<P: Platform + Clone>(
-    map: &QpMap<P>,
-    cqn: u32,
-    wc: &mut [WorkCompletion],
-) -> usize {
+fn flush_in_software<P: Platform>(map: &QpMap<P>, cqn: u32, wc: &mut [WorkCompletion]) -> usize {
     let mut n = 0;
     map.for_each_live(|qp| {
         qp.error.store(true, Ordering::Relaxed);
@@ -337,14 +333,14 @@ fn flush_in_software<P: Platform + Clone>(
     n
 }
 
-impl<P: Platform + Clone> Cq<P> {
+impl<P: Platform> Cq<P> {
     /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`) and returns how many;
     /// the consumed CQEs are handed back to the device (consumer index in the doorbell
     /// record) before it returns.
     ///
     /// ```no_run
     /// # use uhca_driver::verbs::{Cq, WorkCompletion, WcStatus};
-    /// # fn f<P: uhca_hal::Platform + Clone>(cq: &mut Cq<P>) {
+    /// # fn f<P: uhca_hal::Platform>(cq: &mut Cq<P>) {
     /// let mut wc = [WorkCompletion::default(); 16];
     /// let n = cq.poll(&mut wc).unwrap();
     /// for c in &wc[..n] {

@@ -20,7 +20,7 @@ use uhca_hal::Platform;
 
 use crate::addr::{Gid, Mac};
 use crate::caps::LinkLayer;
-use crate::error::{Error, Result};
+use crate::error::{Arg, Error, InvalidArgument, Result};
 use crate::hca::Hca;
 
 /// `roce_version` of a RoCE address entry: RoCE v2.
@@ -203,12 +203,9 @@ fn ib_mtu_for_eth(eth_mtu: u32) -> IbMtu {
         .unwrap_or(IbMtu::Mtu256)
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     fn check_port(&self, port: u8) -> Result<()> {
-        if port == 0 || port > self.caps().num_ports.max(1) {
-            return Err(Error::InvalidArgument("no such port"));
-        }
-        Ok(())
+        crate::verbs::qp::port_in_range(port, self.caps().num_ports)
     }
 
     /// Queries a port (`ibv_query_port`).
@@ -445,15 +442,23 @@ impl<P: Platform + Clone> Hca<P> {
             return Err(Error::Unsupported("RoCE v2"));
         }
         if index >= roce.address_table_len {
-            return Err(Error::InvalidArgument(
-                "GID index outside the RoCE address table",
-            ));
+            return Err(InvalidArgument::max(
+                Arg::GidIndex,
+                index.into(),
+                u64::from(roce.address_table_len).saturating_sub(1),
+            )
+            .into());
         }
-        if vlan.is_some_and(|v| v > 0xfff) {
-            return Err(Error::InvalidArgument("VLAN id is 12 bits"));
+        if let Some(v) = vlan.filter(|&v| v > 0xfff) {
+            return Err(InvalidArgument::max(Arg::VlanId, v.into(), 0xfff).into());
         }
         if ip.is_unspecified() {
-            return Err(Error::InvalidArgument("unspecified IP address"));
+            return Err(InvalidArgument::rule(
+                Arg::IpAddress,
+                0,
+                "the unspecified address (0.0.0.0 or ::) names no interface",
+            )
+            .into());
         }
         let (gid, l3) = match ip {
             IpAddr::V4(v4) => (Gid::from_ipv4(v4.octets()), ROCE_L3_IPV4),

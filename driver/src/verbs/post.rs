@@ -212,7 +212,7 @@ fn build_send<R: SendRing>(
     Ok(w.finish())
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     /// Posts send work requests (`ibv_post_send`) and rings the send doorbell once.
     ///
     /// `wrs` is anything that iterates over `&SendWr` (a slice, an array, an iterator).
@@ -222,7 +222,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     ///
     /// ```no_run
     /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, SendFlags, Sge};
-    /// # fn f<P: uhca_hal::Platform + Clone>(qp: &mut Qp<P, Rc, state::Rts>, lkey: u32, rkey: u32) {
+    /// # fn f<P: uhca_hal::Platform>(qp: &mut Qp<P, Rc, state::Rts>, lkey: u32, rkey: u32) {
     /// let sge = [Sge { addr: 0x10_0000, len: 64, lkey }];
     /// let wrs = [
     ///     SendWr::new(1, SendOp::RdmaWrite { remote_addr: 0x20_0000, rkey }, &sge)
@@ -269,7 +269,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     ///
     /// ```no_run
     /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, RecvWr, Sge};
-    /// # fn f<P: uhca_hal::Platform + Clone + Send + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
+    /// # fn f<P: uhca_hal::Platform + Send + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
     /// let (mut tx, mut rx) = qp.split();
     /// std::thread::scope(|s| {
     ///     s.spawn(move || tx.post_send(&[SendWr::new(1, SendOp::Send, &[sge])]).unwrap());
@@ -306,14 +306,14 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
 }
 
 /// The send side of a QP in RTS, split from it with [`Qp::split`].
-pub struct SendQueue<'a, P: Platform + Clone, T: QpTransport> {
+pub struct SendQueue<'a, P: Platform, T: QpTransport> {
     rings: SqRing<'a, DmaAlias<'a>>,
     bar: &'a P,
     side: SendSide<'a, P>,
     _transport: PhantomData<fn() -> T>,
 }
 
-impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for SendQueue<'_, P, T> {
+impl<P: Platform, T: QpTransport> core::fmt::Debug for SendQueue<'_, P, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SendQueue")
             .field("qpn", &self.side.shared.qpn)
@@ -321,7 +321,7 @@ impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for SendQueue<'_, P, 
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> SendQueue<'_, P, T> {
+impl<P: Platform, T: QpTransport> SendQueue<'_, P, T> {
     /// Posts send work requests, as [`Qp::post_send`] does.
     ///
     /// # Errors
@@ -341,13 +341,13 @@ impl<P: Platform + Clone, T: QpTransport> SendQueue<'_, P, T> {
 }
 
 /// The receive side of a QP in RTS, split from it with [`Qp::split`].
-pub struct RecvQueue<'a, P: Platform + Clone, T: QpTransport> {
+pub struct RecvQueue<'a, P: Platform, T: QpTransport> {
     rings: RqRing<'a, DmaAlias<'a>>,
     side: RecvSide<'a, P>,
     _transport: PhantomData<fn() -> T>,
 }
 
-impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for RecvQueue<'_, P, T> {
+impl<P: Platform, T: QpTransport> core::fmt::Debug for RecvQueue<'_, P, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RecvQueue")
             .field("qpn", &self.side.shared.qpn)
@@ -355,7 +355,7 @@ impl<P: Platform + Clone, T: QpTransport> core::fmt::Debug for RecvQueue<'_, P, 
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> RecvQueue<'_, P, T> {
+impl<P: Platform, T: QpTransport> RecvQueue<'_, P, T> {
     /// Posts receive work requests, as [`Qp::post_recv`] does.
     ///
     /// # Errors
@@ -376,7 +376,7 @@ impl<P: Platform + Clone, T: QpTransport> RecvQueue<'_, P, T> {
 
 /// What posting sends needs besides the rings: the one posting code of [`Qp::post_send`]
 /// and [`SendQueue::post_send`].
-struct SendSide<'a, P: Platform + Clone> {
+struct SendSide<'a, P: Platform> {
     shared: &'a QpShared<P>,
     caps: super::QpCaps,
     sig_all: bool,
@@ -384,7 +384,7 @@ struct SendSide<'a, P: Platform + Clone> {
     st: QpServiceType,
 }
 
-impl<P: Platform + Clone> SendSide<'_, P> {
+impl<P: Platform> SendSide<'_, P> {
     #[inline(always)]
     fn post<'w, 'd: 'w, I, R, B>(&self, rings: &mut R, bar: &B, wrs: I) -> Result<(), BadWr>
     where
@@ -539,7 +539,7 @@ impl<P: Platform + Clone> SendSide<'_, P> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: RecvReady> Qp<P, T, S> {
     /// Posts receive work requests (`ibv_post_recv`) and publishes them with one
     /// doorbell-record update. Receives may be posted from INIT on, as verbs allows.
     ///
@@ -564,12 +564,12 @@ impl<P: Platform + Clone, T: QpTransport, S: RecvReady> Qp<P, T, S> {
 
 /// What posting receives needs besides the rings: the one posting code of
 /// [`Qp::post_recv`] and [`RecvQueue::post_recv`].
-struct RecvSide<'a, P: Platform + Clone> {
+struct RecvSide<'a, P: Platform> {
     shared: &'a QpShared<P>,
     caps: super::QpCaps,
 }
 
-impl<P: Platform + Clone> RecvSide<'_, P> {
+impl<P: Platform> RecvSide<'_, P> {
     #[inline(always)]
     fn post<'w, 'd: 'w, I, R>(&self, rings: &mut R, wrs: I) -> Result<(), BadWr>
     where
@@ -650,7 +650,7 @@ fn post_recv_without_empty<R: RecvRing>(rings: &mut R, sg_list: &[Sge]) -> Resul
     rings.post_recv(&kept[..n])
 }
 
-impl<P: Platform + Clone> Srq<P> {
+impl<P: Platform> Srq<P> {
     /// Posts receive work requests to the SRQ (`ibv_post_srq_recv`) and publishes them
     /// with one doorbell-record update.
     ///
@@ -707,12 +707,7 @@ impl<P: Platform + Clone> Srq<P> {
 
 /// Writes the data segments of an SRQ WQE at `base` (after its "next" segment, which the
 /// free list owns), ended by an invalid-lkey segment when shorter than the WQE.
-fn write_srq_wqe<P: Platform + Clone>(
-    mem: &mut DmaBuf<P>,
-    base: usize,
-    max_sge: u32,
-    wr: &RecvWr<'_>,
-) {
+fn write_srq_wqe<P: Platform>(mem: &mut DmaBuf<P>, base: usize, max_sge: u32, wr: &RecvWr<'_>) {
     // Empty entries are left out (a zero length means 2 GiB to the device).
     let mut n = 0;
     for s in wr.sg_list.iter().filter(|s| s.len != 0) {
@@ -730,7 +725,7 @@ fn write_srq_wqe<P: Platform + Clone>(
 
 /// Points the "next" segment of SRQ WQE `wqe` at `next` (the device follows these links
 /// to find free WQEs).
-fn link_srq_wqe<P: Platform + Clone>(mem: &mut DmaBuf<P>, log_stride: u8, wqe: u32, next: u32) {
+fn link_srq_wqe<P: Platform>(mem: &mut DmaBuf<P>, log_stride: u8, wqe: u32, next: u32) {
     // `next_wqe_index` is the low half of the segment's first big-endian dword; the high
     // half is reserved (zero).
     mem.write_be32(
@@ -739,7 +734,7 @@ fn link_srq_wqe<P: Platform + Clone>(mem: &mut DmaBuf<P>, log_stride: u8, wqe: u
     );
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Reset> {
     /// Makes every send work request signalled (`sq_sig_all` of `ibv_qp_init_attr`), or
     /// back to per-request signalling. Set it before the QP is brought up.
     pub fn set_sq_sig_all(&mut self, on: bool) {
@@ -747,7 +742,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     /// Whether the driver saw an error completion for this QP, after which the device has
     /// it in ERR (posting is refused until the QP is moved to RESET).
     pub fn in_error(&self) -> bool {

@@ -8,7 +8,7 @@
 //!
 //! ```compile_fail
 //! # use uhca_driver::verbs::{Qp, Rc, RtsAttr, state};
-//! # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Rc, state::Reset>) {
+//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Rc, state::Reset>) {
 //! // RESET -> RTS skips INIT and RTR: there is no `to_rts` on a QP in RESET.
 //! let _ = qp.to_rts(hca, RtsAttr::default());
 //! # }
@@ -16,7 +16,7 @@
 //!
 //! ```compile_fail
 //! # use uhca_driver::verbs::{Qp, Ud, state};
-//! # fn f<P: uhca_hal::Platform + Clone>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Ud, state::Init>) {
+//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Ud, state::Init>) {
 //! // A UD QP has no path: its INIT2RTR takes no address handle.
 //! let _ = qp.to_rtr(hca, uhca_driver::verbs::RtrAttr::default());
 //! # }
@@ -57,7 +57,7 @@ use super::dp::{QpHandle, QpShared};
 use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, ReservedLkey, Srq, log2_ceil, release_unless_held};
 use crate::addr::{AddressHandle, StaticRate};
 use crate::caps::LinkLayer;
-use crate::error::{Error, Result};
+use crate::error::{Arg, Error, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
@@ -156,7 +156,7 @@ pub struct QpCaps {
 
 /// What a QP is created with.
 #[derive(Debug)]
-pub struct QpInitAttr<'a, P: Platform + Clone> {
+pub struct QpInitAttr<'a, P: Platform> {
     /// The CQ for send completions.
     pub send_cq: &'a Cq<P>,
     /// The CQ for receive completions.
@@ -336,19 +336,18 @@ pub(crate) fn queue_sizes(
     let sq = if cap.max_send_wr == 0 {
         None
     } else {
-        if cap.max_send_wr as u64 > max_wr {
-            return Err(Error::InvalidArgument(
-                "max_send_wr above the device's largest queue",
-            ));
-        }
         let desc_max = (hca.max_wqe_sz_sq() as usize).min(MAX_SEND_WQE_BYTES);
         if overhead + SEND_WQE_DS > desc_max {
             return Err(Error::Unsupported("send WQEs of this transport"));
         }
-        if cap.max_send_sge as usize > (desc_max - overhead) / SEND_WQE_DS {
-            return Err(Error::InvalidArgument(
-                "max_send_sge: more scatter/gather entries than a send WQE holds",
-            ));
+        let max_sge = (desc_max - overhead) / SEND_WQE_DS;
+        if cap.max_send_sge as usize > max_sge {
+            return Err(InvalidArgument::max(
+                Arg::MaxSendSge,
+                cap.max_send_sge.into(),
+                max_sge as u64,
+            )
+            .into());
         }
         let sge_bytes = overhead + cap.max_send_sge as usize * SEND_WQE_DS;
         let inline_bytes = if cap.max_inline_data > 0 {
@@ -358,18 +357,36 @@ pub(crate) fn queue_sizes(
         };
         let tot = sge_bytes.max(inline_bytes).max(overhead + SEND_WQE_DS);
         if tot > desc_max {
-            return Err(Error::InvalidArgument(
-                "max_inline_data: more inline data than a send WQE holds",
-            ));
+            let max_inline = ((desc_max - overhead) / 16 * 16).saturating_sub(INLINE_HDR_BYTES);
+            return Err(InvalidArgument::max(
+                Arg::MaxInlineData,
+                cap.max_inline_data.into(),
+                max_inline as u64,
+            )
+            .into());
         }
         let wqe = tot.next_multiple_of(SEND_WQE_BB);
+        // Send WQEs of `wqe` bytes: the largest queue holds this many.
+        let max_wr_of_size = max_wr * SEND_WQE_BB as u64 / wqe as u64;
+        if cap.max_send_wr as u64 > max_wr_of_size {
+            return Err(InvalidArgument::max(
+                Arg::MaxSendWr,
+                cap.max_send_wr.into(),
+                max_wr_of_size,
+            )
+            .into());
+        }
         let bytes = (cap.max_send_wr as u64 * wqe as u64).next_power_of_two();
         let wqebbs = bytes / SEND_WQE_BB as u64;
         let log = log2_ceil(wqebbs);
         if log > log_max {
-            return Err(Error::InvalidArgument(
-                "max_send_wr: the send queue would exceed the device's largest queue",
-            ));
+            // Cannot happen after the check above; the device's bound all the same.
+            return Err(InvalidArgument::max(
+                Arg::MaxSendWr,
+                cap.max_send_wr.into(),
+                max_wr_of_size,
+            )
+            .into());
         }
         let usable = wqe.min(desc_max);
         actual.max_send_wr = (bytes / wqe as u64) as u32;
@@ -379,25 +396,35 @@ pub(crate) fn queue_sizes(
     };
 
     let rq = if srq {
-        if cap.max_recv_wr != 0 || cap.max_recv_sge != 0 {
-            return Err(Error::InvalidArgument(
-                "max_recv_wr and max_recv_sge must be 0 with an SRQ",
-            ));
+        if cap.max_recv_wr != 0 {
+            return Err(InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), 0).into());
+        }
+        if cap.max_recv_sge != 0 {
+            return Err(InvalidArgument::max(Arg::MaxRecvSge, cap.max_recv_sge.into(), 0).into());
         }
         None
     } else if cap.max_recv_wr == 0 {
         None
     } else {
         if cap.max_recv_wr as u64 > max_wr {
-            return Err(Error::InvalidArgument(
-                "max_recv_wr above the device's largest queue",
-            ));
+            return Err(
+                InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), max_wr).into(),
+            );
         }
         let stride = (SEND_WQE_DS * cap.max_recv_sge.max(1) as usize).next_power_of_two();
-        if stride > hca.max_wqe_sz_rq() as usize {
-            return Err(Error::InvalidArgument(
-                "max_recv_sge: more scatter/gather entries than a receive WQE holds",
-            ));
+        let max_rq_wqe = hca.max_wqe_sz_rq() as usize;
+        if stride > max_rq_wqe {
+            // Receive WQEs are a power of two of 16-byte entries.
+            let max_sge = match max_rq_wqe.checked_ilog2() {
+                Some(l) => (1usize << l) / SEND_WQE_DS,
+                None => 0,
+            };
+            return Err(InvalidArgument::max(
+                Arg::MaxRecvSge,
+                cap.max_recv_sge.into(),
+                max_sge as u64,
+            )
+            .into());
         }
         // At least one 64-byte basic block of receive queue.
         let cnt = (cap.max_recv_wr as u64)
@@ -405,9 +432,9 @@ pub(crate) fn queue_sizes(
             .max((SEND_WQE_BB / stride).max(1) as u64);
         let log = log2_ceil(cnt);
         if log > log_max {
-            return Err(Error::InvalidArgument(
-                "max_recv_wr above the device's largest queue",
-            ));
+            return Err(
+                InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), max_wr).into(),
+            );
         }
         actual.max_recv_wr = cnt as u32;
         actual.max_recv_sge = (stride / SEND_WQE_DS) as u32;
@@ -416,7 +443,7 @@ pub(crate) fn queue_sizes(
     Ok(QueueSizes { rq, sq, actual })
 }
 
-struct QpInner<P: Platform + Clone> {
+struct QpInner<P: Platform> {
     rings: QpRings<DmaBuf<P>>,
     /// The platform, for the send doorbell.
     bar: P,
@@ -442,7 +469,7 @@ struct QpInner<P: Platform + Clone> {
 }
 
 /// What posting needs of a QP, borrowed apart.
-pub(crate) struct QpDatapath<'a, P: Platform + Clone> {
+pub(crate) struct QpDatapath<'a, P: Platform> {
     pub(crate) rings: &'a mut QpRings<DmaBuf<P>>,
     pub(crate) bar: &'a P,
     pub(crate) shared: &'a QpHandle<P>,
@@ -455,12 +482,12 @@ pub(crate) struct QpDatapath<'a, P: Platform + Clone> {
 ///
 /// A `Qp` is [`Send`]: each thread can own its QPs and post on them with no lock and no
 /// [`Hca`]; the CQs they complete to can be polled on other threads.
-pub struct Qp<P: Platform + Clone, T: QpTransport, S: QpStateKind> {
+pub struct Qp<P: Platform, T: QpTransport, S: QpStateKind> {
     inner: Option<QpInner<P>>,
     _marker: PhantomData<fn() -> (T, S)>,
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> core::fmt::Debug for Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> core::fmt::Debug for Qp<P, T, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn())
@@ -470,7 +497,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> core::fmt::Debug for Q
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
     fn drop(&mut self) {
         // Not destroyed: the device may still use the queues and the doorbell record, so
         // the rings are freed only after the HCA's DESTROY_QP (`crate::release`).
@@ -486,7 +513,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     fn inner(&self) -> &QpInner<P> {
         match &self.inner {
             Some(i) => i,
@@ -574,9 +601,11 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         &self.inner().rings
     }
 
-    /// The work-queue rings, for posting.
-    pub fn rings_mut(&mut self) -> &mut QpRings<DmaBuf<P>> {
-        &mut self.inner_mut().rings
+    raw_pub! {
+        /// The work-queue rings, for posting.
+        fn rings_mut(&mut self) -> &mut QpRings<DmaBuf<P>> {
+            &mut self.inner_mut().rings
+        }
     }
 
     /// QUERY_QP.
@@ -702,7 +731,7 @@ impl<P: Platform + Clone, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
     }
 }
 
-fn query_qp<P: Platform + Clone>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
+fn query_qp<P: Platform>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
     let mut q = QueryQpIn::new_cmd();
     q.set_qpn(qpn);
     let out = hca.exec(&q, &[], &mut [])?;
@@ -723,7 +752,7 @@ fn query_qp<P: Platform + Clone>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
     })
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Reset> {
     /// RESET → INIT (RST2INIT_QP): port, P_Key index, and the remote access rights (RC,
     /// UC) or the Q_Key (UD).
     ///
@@ -754,17 +783,21 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Reset> {
     }
 }
 
-fn fill_init<P: Platform + Clone>(
+fn fill_init<P: Platform>(
     hca: &Hca<P>,
     st: QpServiceType,
     attr: &InitAttr,
     q: &mut Qpc,
 ) -> Result<()> {
     check_port(hca, attr.port)?;
-    if attr.pkey_index as u32 >= hca.caps().pkey_table_len.max(1) {
-        return Err(Error::InvalidArgument(
-            "P_Key index outside the P_Key table",
-        ));
+    let pkeys = hca.caps().pkey_table_len.max(1);
+    if attr.pkey_index as u32 >= pkeys {
+        return Err(InvalidArgument::max(
+            Arg::PkeyIndex,
+            attr.pkey_index.into(),
+            u64::from(pkeys) - 1,
+        )
+        .into());
     }
     q.set_pm_state(PM_STATE_MIGRATED);
     q.primary_address_path_mut()
@@ -779,9 +812,12 @@ fn fill_init<P: Platform + Clone>(
             if st == QpServiceType::Uc
                 && a.intersects(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
             {
-                return Err(Error::InvalidArgument(
+                return Err(InvalidArgument::rule(
+                    Arg::AccessFlags,
+                    a.bits().into(),
                     "UC QPs allow remote write only (no remote read or atomic)",
-                ));
+                )
+                .into());
             }
             if a.contains(AccessFlags::REMOTE_ATOMIC) {
                 if !hca.caps().atomic {
@@ -799,15 +835,33 @@ fn fill_init<P: Platform + Clone>(
     Ok(())
 }
 
-fn check_port<P: Platform + Clone>(hca: &Hca<P>, port: u8) -> Result<()> {
-    if port == 0 || port > hca.caps().num_ports.max(1) {
-        return Err(Error::InvalidArgument("no such port"));
+fn check_port<P: Platform>(hca: &Hca<P>, port: u8) -> Result<()> {
+    port_in_range(port, hca.caps().num_ports)
+}
+
+/// The refusal of an address handle of the other link layer than the port's.
+pub(crate) fn ah_link_layer(ah: &AddressHandle) -> InvalidArgument {
+    let roce = matches!(ah, AddressHandle::RoceV2 { .. });
+    InvalidArgument::rule(
+        Arg::AddressHandle,
+        roce.into(),
+        "the address handle's kind (given: 0 InfiniBand, 1 RoCEv2) does not match the port's link layer",
+    )
+}
+
+/// `port` is 1 to `num_ports` (at least 1).
+pub(crate) fn port_in_range(port: u8, num_ports: u8) -> Result<()> {
+    if port == 0 {
+        return Err(InvalidArgument::min(Arg::Port, 0, 1).into());
+    }
+    if port > num_ports.max(1) {
+        return Err(InvalidArgument::max(Arg::Port, port.into(), num_ports.max(1).into()).into());
     }
     Ok(())
 }
 
 /// INIT2RTR context of a connected QP.
-fn fill_rtr<P: Platform + Clone>(
+fn fill_rtr<P: Platform>(
     hca: &Hca<P>,
     rc: bool,
     port: u8,
@@ -816,30 +870,35 @@ fn fill_rtr<P: Platform + Clone>(
     q: &mut Qpc,
 ) -> Result<()> {
     if attr.path_mtu.bytes().is_none() {
-        return Err(Error::InvalidArgument("path MTU"));
+        return Err(InvalidArgument::rule(
+            Arg::PathMtu,
+            attr.path_mtu.raw().into(),
+            "not an IB MTU code (1 to 5: 256 to 4096 bytes)",
+        )
+        .into());
     }
-    if attr.dest_qpn > MASK24 || attr.rq_psn > MASK24 {
-        return Err(Error::InvalidArgument(
-            "dest_qpn and rq_psn are 24-bit numbers",
-        ));
+    if attr.dest_qpn > MASK24 {
+        return Err(InvalidArgument::max(Arg::DestQpn, attr.dest_qpn.into(), MASK24.into()).into());
+    }
+    if attr.rq_psn > MASK24 {
+        return Err(InvalidArgument::max(Arg::RqPsn, attr.rq_psn.into(), MASK24.into()).into());
     }
     if attr.min_rnr_timer > 31 {
-        return Err(Error::InvalidArgument("min_rnr_timer is a 5-bit code"));
+        return Err(InvalidArgument::max(Arg::MinRnrTimer, attr.min_rnr_timer.into(), 31).into());
     }
     let max_res = 1u32 << hca.hca_cap().log_max_ra_res_qp();
     if rc && attr.max_dest_rd_atomic as u32 > max_res {
-        return Err(Error::InvalidArgument(
-            "max_dest_rd_atomic above the device's limit (log_max_ra_res_qp)",
-        ));
+        return Err(InvalidArgument::max(
+            Arg::MaxDestRdAtomic,
+            attr.max_dest_rd_atomic.into(),
+            max_res.into(),
+        )
+        .into());
     }
     match (attr.ah, hca.caps().link_layer) {
         (AddressHandle::Ib { .. }, LinkLayer::InfiniBand)
         | (AddressHandle::RoceV2 { .. }, LinkLayer::Ethernet) => {}
-        _ => {
-            return Err(Error::InvalidArgument(
-                "the address handle's kind does not match the port's link layer",
-            ));
-        }
+        (ah, _) => return Err(ah_link_layer(&ah).into()),
     }
     q.set_pm_state(PM_STATE_MIGRATED)
         .set_mtu(attr.path_mtu.raw())
@@ -860,7 +919,7 @@ fn fill_rtr<P: Platform + Clone>(
     Ok(())
 }
 
-impl<P: Platform + Clone> Qp<P, Rc, state::Init> {
+impl<P: Platform> Qp<P, Rc, state::Init> {
     /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN, responder depth, RNR
     /// timer and the path.
     ///
@@ -878,7 +937,7 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Init> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Uc, state::Init> {
+impl<P: Platform> Qp<P, Uc, state::Init> {
     /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN and the path
     /// (`max_dest_rd_atomic` and `min_rnr_timer` do not apply to UC and are ignored).
     ///
@@ -894,7 +953,7 @@ impl<P: Platform + Clone> Qp<P, Uc, state::Init> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Init> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Init> {
     fn connected_to_rtr(
         self,
         hca: &mut Hca<P>,
@@ -914,7 +973,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Init> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Ud, state::Init> {
+impl<P: Platform> Qp<P, Ud, state::Init> {
     /// INIT → RTR (INIT2RTR_QP). A UD QP has no path: destinations come with each send.
     ///
     /// # Errors
@@ -934,7 +993,7 @@ impl<P: Platform + Clone> Qp<P, Ud, state::Init> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
+impl<P: Platform> Qp<P, Rc, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): send PSN, ACK timeout, retry counts and requester depth.
     ///
     /// # Errors
@@ -948,17 +1007,27 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
     ) -> core::result::Result<Qp<P, Rc, state::Rts>, Failed<Self>> {
         let check = || -> Result<()> {
             if attr.sq_psn > MASK24 {
-                return Err(Error::InvalidArgument("sq_psn is a 24-bit number"));
+                return Err(
+                    InvalidArgument::max(Arg::SqPsn, attr.sq_psn.into(), MASK24.into()).into(),
+                );
             }
-            if attr.timeout > 31 || attr.retry_cnt > 7 || attr.rnr_retry > 7 {
-                return Err(Error::InvalidArgument(
-                    "timeout is 5 bits, retry_cnt and rnr_retry 3 bits",
-                ));
+            if attr.timeout > 31 {
+                return Err(InvalidArgument::max(Arg::Timeout, attr.timeout.into(), 31).into());
             }
-            if attr.max_rd_atomic as u32 > 1u32 << hca.hca_cap().log_max_ra_req_qp() {
-                return Err(Error::InvalidArgument(
-                    "max_rd_atomic above the device's limit (log_max_ra_req_qp)",
-                ));
+            if attr.retry_cnt > 7 {
+                return Err(InvalidArgument::max(Arg::RetryCnt, attr.retry_cnt.into(), 7).into());
+            }
+            if attr.rnr_retry > 7 {
+                return Err(InvalidArgument::max(Arg::RnrRetry, attr.rnr_retry.into(), 7).into());
+            }
+            let max_rd = 1u32 << hca.hca_cap().log_max_ra_req_qp();
+            if attr.max_rd_atomic as u32 > max_rd {
+                return Err(InvalidArgument::max(
+                    Arg::MaxRdAtomic,
+                    attr.max_rd_atomic.into(),
+                    max_rd.into(),
+                )
+                .into());
             }
             Ok(())
         };
@@ -984,7 +1053,7 @@ impl<P: Platform + Clone> Qp<P, Rc, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Uc, state::Rtr> {
+impl<P: Platform> Qp<P, Uc, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
     ///
     /// # Errors
@@ -999,7 +1068,7 @@ impl<P: Platform + Clone> Qp<P, Uc, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone> Qp<P, Ud, state::Rtr> {
+impl<P: Platform> Qp<P, Ud, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
     ///
     /// # Errors
@@ -1014,7 +1083,7 @@ impl<P: Platform + Clone> Qp<P, Ud, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Rtr> {
     fn psn_to_rts(
         self,
         hca: &mut Hca<P>,
@@ -1023,7 +1092,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
         if sq_psn > MASK24 {
             return Err(Failed {
                 object: self,
-                error: Error::InvalidArgument("sq_psn is a 24-bit number"),
+                error: InvalidArgument::max(Arg::SqPsn, sq_psn.into(), MASK24.into()).into(),
             });
         }
         let mut c = Rtr2rtsQpIn::new_cmd();
@@ -1035,7 +1104,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rtr> {
     }
 }
 
-impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
+impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     /// SQER → RTS (SQERR2RTS_QP): resumes a send queue the device stopped after a send
     /// error on an unreliable QP. Only the device knows whether the QP is in SQER: if it
     /// is not, this is [`Error::BadQpState`] and the QP comes back unchanged.
@@ -1051,7 +1120,7 @@ impl<P: Platform + Clone, T: QpTransport> Qp<P, T, state::Rts> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates a QP of transport `T` in RESET (`ibv_create_qp`): the work queues sized
     /// from `attr.cap` (see [`Qp::caps`] for what it got), one DMA buffer for the RQ, the
     /// SQ and the doorbell record, the HCA's UAR for send doorbells.

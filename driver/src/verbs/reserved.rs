@@ -31,7 +31,7 @@
 //!
 //! ```
 //! use uhca_driver::verbs::{QpInitAttr, Rc, SendOp, SendWr};
-//! # fn f<P: uhca_hal::Platform + Clone + Send + Sync>(
+//! # fn f<P: uhca_hal::Platform + Send + Sync>(
 //! #     hca: &mut uhca_driver::Hca<P>,
 //! #     pd: &uhca_driver::verbs::Pd,
 //! #     attr: &QpInitAttr<'_, P>,
@@ -84,7 +84,7 @@ impl ReservedLkey {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Asks the firmware for its reserved lkey (QUERY_SPECIAL_CONTEXTS), the key whose
     /// addresses are IOVAs with no translation and no protection (see
     /// [`verbs::reserved`](self)). The key stays valid until the HCA is torn down or reset.

@@ -19,7 +19,9 @@ use uhca_hal::host::{HostArc, SpinLock};
 
 use super::dp::{SrqHandle, SrqShadow, SrqShared};
 use super::{Failed, MAX_PAS, PagePlan, Pd, log2_ceil, release_unless_held};
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::{Arg, InvalidArgument, Result};
 use crate::hca::Hca;
 use crate::release::{Dropped, Held, ObjectKind, Ticket};
 
@@ -62,7 +64,7 @@ pub struct SrqAttr {
 
 /// A shared receive queue.
 #[derive(Debug)]
-pub struct Srq<P: Platform + Clone> {
+pub struct Srq<P: Platform> {
     buf: Option<DmaBuf<P>>,
     /// The free list, shared with the CQs of the QPs that receive from it (`verbs::dp`).
     shared: SrqHandle<P>,
@@ -77,7 +79,7 @@ pub struct Srq<P: Platform + Clone> {
     ticket: Option<Ticket<P>>,
 }
 
-impl<P: Platform + Clone> Srq<P> {
+impl<P: Platform> Srq<P> {
     /// The SRQ's number: its RMP number, which a QP names to receive from it and SRQ
     /// events carry.
     pub fn srqn(&self) -> u32 {
@@ -118,11 +120,13 @@ impl<P: Platform + Clone> Srq<P> {
         }
     }
 
-    /// The buffer, for posting.
-    pub fn mem_mut(&mut self) -> &mut DmaBuf<P> {
-        match &mut self.buf {
-            Some(b) => b,
-            None => unreachable!("the buffer is only taken by destroy and drop"),
+    raw_pub! {
+        /// The buffer, for posting.
+        fn mem_mut(&mut self) -> &mut DmaBuf<P> {
+            match &mut self.buf {
+                Some(b) => b,
+                None => unreachable!("the buffer is only taken by destroy and drop"),
+            }
         }
     }
 
@@ -178,7 +182,12 @@ impl<P: Platform + Clone> Srq<P> {
     pub fn arm_limit(&mut self, hca: &mut Hca<P>, limit: u16) -> Result<()> {
         hca.check_owner(self.hca_id)?;
         if limit as u32 >= 1u32 << self.log_size {
-            return Err(Error::InvalidArgument("SRQ limit not below the SRQ size"));
+            return Err(InvalidArgument::max(
+                Arg::SrqLimit,
+                limit.into(),
+                (1u64 << self.log_size) - 1,
+            )
+            .into());
         }
         let mut m = ModifyRmpIn::new_cmd();
         m.set_rmp_state(RmpcState::Rdy.raw()).set_rmpn(self.srqn);
@@ -216,7 +225,7 @@ impl<P: Platform + Clone> Srq<P> {
     }
 }
 
-impl<P: Platform + Clone> Drop for Srq<P> {
+impl<P: Platform> Drop for Srq<P> {
     fn drop(&mut self) {
         // Not destroyed: the device may still read WQEs and the doorbell record, so the
         // buffer is freed only after the HCA's DESTROY_RMP (`crate::release`).
@@ -235,7 +244,7 @@ impl<P: Platform + Clone> Drop for Srq<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Creates a shared receive queue (`ibv_create_srq`): CREATE_RMP.
     ///
     /// # Errors
@@ -246,26 +255,37 @@ impl<P: Platform + Clone> Hca<P> {
     pub fn create_srq(&mut self, pd: &Pd, attr: SrqInitAttr) -> Result<Srq<P>> {
         self.check_owner(pd.hca_id())?;
         let caps = self.caps();
-        if attr.max_wr == 0 || attr.max_wr >= caps.max_srq_wr {
-            return Err(Error::InvalidArgument(
-                "SRQ max_wr must be between 1 and the device's largest SRQ",
-            ));
+        if attr.max_wr == 0 {
+            return Err(InvalidArgument::min(Arg::SrqMaxWr, 0, 1).into());
+        }
+        // The ring holds `max_wr + 1` rounded up to a power of two, at most 2^15.
+        let max_wr = match caps.max_srq_wr.checked_ilog2() {
+            Some(l) => (1u64 << l.min(15)) - 1,
+            None => 0,
+        };
+        if u64::from(attr.max_wr) > max_wr {
+            return Err(InvalidArgument::max(Arg::SrqMaxWr, attr.max_wr.into(), max_wr).into());
         }
         let stride = (SEND_WQE_DS * (1 + attr.max_sge.max(1) as usize))
             .max(MIN_SRQ_STRIDE)
             .next_power_of_two();
         if stride > caps.max_recv_wqe_bytes as usize {
-            return Err(Error::InvalidArgument(
-                "SRQ max_sge: more scatter/gather entries than a receive WQE holds",
-            ));
+            // A power of two of 16-byte entries, the first the SRQ's next-WQE segment.
+            let max_sge = match (caps.max_recv_wqe_bytes as usize).checked_ilog2() {
+                Some(l) => ((1usize << l) / SEND_WQE_DS).saturating_sub(1),
+                None => 0,
+            };
+            return Err(
+                InvalidArgument::max(Arg::SrqMaxSge, attr.max_sge.into(), max_sge as u64).into(),
+            );
         }
         let cnt = (attr.max_wr as u64 + 1).next_power_of_two();
         let log_size = log2_ceil(cnt);
         if log_size > 15 || cnt > caps.max_srq_wr as u64 {
-            return Err(Error::InvalidArgument("SRQ max_wr too large"));
+            return Err(InvalidArgument::max(Arg::SrqMaxWr, attr.max_wr.into(), max_wr).into());
         }
         if attr.srq_limit as u64 >= cnt {
-            return Err(Error::InvalidArgument("SRQ limit not below the SRQ size"));
+            return Err(InvalidArgument::max(Arg::SrqLimit, attr.srq_limit.into(), cnt - 1).into());
         }
         let log_stride = log2_ceil(stride as u64);
         let wq_bytes = (cnt as usize) << log_stride;

@@ -26,11 +26,11 @@ use crate::hca::Hca;
 /// A registered memory region over a caller's buffer (an MTT memory key over a
 /// [`MappedBuf`] it owns).
 #[derive(Debug)]
-pub struct UserMr<P: Platform + Clone> {
+pub struct UserMr<P: Platform> {
     reg: MttRegion<P, MappedBuf<P>>,
 }
 
-impl<P: Platform + Clone> UserMr<P> {
+impl<P: Platform> UserMr<P> {
     /// The local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
         self.reg.key
@@ -116,7 +116,7 @@ impl<P: Platform + Clone> UserMr<P> {
     }
 }
 
-impl<P: Platform + Clone> Hca<P> {
+impl<P: Platform> Hca<P> {
     /// Maps a caller's buffer for this HCA's device (the platform's `Dma::map`), taking
     /// ownership of it until it is unmapped. Register it with [`Hca::reg_user_mr`].
     ///

@@ -11,6 +11,7 @@ use super::Ah;
 
 /// What a send work request does (`ibv_wr_opcode` with its operands).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// SEND (RC, UC, UD).
     Send,
@@ -264,6 +265,15 @@ impl core::fmt::Display for WrError {
     }
 }
 
+impl core::error::Error for WrError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            WrError::Ring(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// A post stopped at a bad work request (`bad_wr`): the requests before `index` were
 /// posted (and the doorbell rung), the one at `index` and those after it were not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,11 +290,15 @@ impl core::fmt::Display for BadWr {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for BadWr {}
+impl core::error::Error for BadWr {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
 
 /// The status of a work completion (`ibv_wc_status`), from the CQE syndrome.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WcStatus {
     /// Success.
     #[default]
@@ -374,6 +388,7 @@ impl core::fmt::Display for WcStatus {
 
 /// What a completion completed (`ibv_wc_opcode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// SEND or SEND with immediate.
     #[default]

@@ -59,7 +59,7 @@ pub fn open_ib() -> (MockHca, Hca<P>) {
 
 /// Every right the device can give a QP's responder (remote atomics only when the device
 /// has the `atomic` capability).
-pub fn qp_access<Q: Platform + Clone>(hca: &Hca<Q>) -> AccessFlags {
+pub fn qp_access<Q: Platform>(hca: &Hca<Q>) -> AccessFlags {
     if hca.caps().atomic {
         ALL
     } else {
@@ -68,7 +68,7 @@ pub fn qp_access<Q: Platform + Clone>(hca: &Hca<Q>) -> AccessFlags {
 }
 
 /// A PD, a CQ of `cq_depth` entries and an MR of `mr_len` bytes with `access` in that PD.
-pub fn pd_cq_mr<Q: Platform + Clone>(
+pub fn pd_cq_mr<Q: Platform>(
     hca: &mut Hca<Q>,
     cq_depth: u32,
     mr_len: usize,
@@ -82,7 +82,7 @@ pub fn pd_cq_mr<Q: Platform + Clone>(
 
 /// A mock HCA on a fabric, brought up by the driver (through platform `Q`), with a PD, a
 /// CQ and an MR, and its address on the fabric.
-pub struct Node<Q: Platform + Clone = P> {
+pub struct Node<Q: Platform = P> {
     pub dev: MockHca,
     pub hca: Hca<Q>,
     pub pd: Pd,
@@ -102,7 +102,7 @@ pub fn node(fabric: &Fabric, n: u8) -> Node {
 /// wrapper that watches or holds what the driver does): brought up with [`cfg`], attached
 /// to the fabric, with a RoCEv2 GID for `192.168.0.n` on Ethernet or its LID on
 /// InfiniBand, a PD, a CQ of 63 entries and an MR of 16 KiB with every right.
-pub fn node_on<Q: Platform + Clone>(
+pub fn node_on<Q: Platform>(
     fabric: &Fabric,
     n: u8,
     platform: impl FnOnce(&MockHca) -> Q,
@@ -137,7 +137,7 @@ pub fn node_on<Q: Platform + Clone>(
 }
 
 /// The path to `to` on `fabric`.
-pub fn path<Q: Platform + Clone>(fabric: &Fabric, to: &Node<Q>) -> AddressHandle {
+pub fn path<Q: Platform>(fabric: &Fabric, to: &Node<Q>) -> AddressHandle {
     match fabric.link_layer() {
         LinkLayer::Ethernet => AddressHandle::RoceV2 {
             sgid_index: 0,
@@ -177,7 +177,7 @@ pub fn caps() -> QpCaps {
 }
 
 /// The attributes of a QP whose sends and receives both complete on `cq`, without an SRQ.
-pub fn on_cq<Q: Platform + Clone>(cq: &Cq<Q>, cap: QpCaps) -> QpInitAttr<'_, Q> {
+pub fn on_cq<Q: Platform>(cq: &Cq<Q>, cap: QpCaps) -> QpInitAttr<'_, Q> {
     QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
@@ -188,11 +188,7 @@ pub fn on_cq<Q: Platform + Clone>(cq: &Cq<Q>, cap: QpCaps) -> QpInitAttr<'_, Q> 
 
 /// The attributes of a QP whose sends and receives complete on `cq` and whose receives
 /// come from `srq` (so it has no receive queue of its own: `cap`'s receive sizes are 0).
-pub fn on_srq<'a, Q: Platform + Clone>(
-    cq: &'a Cq<Q>,
-    srq: &'a Srq<Q>,
-    cap: QpCaps,
-) -> QpInitAttr<'a, Q> {
+pub fn on_srq<'a, Q: Platform>(cq: &'a Cq<Q>, srq: &'a Srq<Q>, cap: QpCaps) -> QpInitAttr<'a, Q> {
     QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
@@ -206,13 +202,13 @@ pub fn on_srq<'a, Q: Platform + Clone>(
 }
 
 /// An RC QP of `n` on its CQ, in INIT with every right the device gives ([`qp_access`]).
-pub fn rc_qp<Q: Platform + Clone>(n: &mut Node<Q>) -> Qp<Q, Rc, state::Init> {
+pub fn rc_qp<Q: Platform>(n: &mut Node<Q>) -> Qp<Q, Rc, state::Init> {
     rc_qp_on(&mut n.hca, &n.pd, &n.cq, &n.cq)
 }
 
 /// An RC QP of `hca` in `pd` whose sends complete on `send` and receives on `recv`, with
 /// [`caps`], in INIT with every right the device gives ([`qp_access`]).
-pub fn rc_qp_on<Q: Platform + Clone>(
+pub fn rc_qp_on<Q: Platform>(
     hca: &mut Hca<Q>,
     pd: &Pd,
     send: &Cq<Q>,
@@ -229,7 +225,7 @@ pub fn rc_qp_on<Q: Platform + Clone>(
 }
 
 /// Moves an RC QP from RESET to INIT with every right the device gives ([`qp_access`]).
-pub fn rc_init<Q: Platform + Clone>(
+pub fn rc_init<Q: Platform>(
     hca: &mut Hca<Q>,
     qp: Qp<Q, Rc, state::Reset>,
 ) -> Qp<Q, Rc, state::Init> {
@@ -246,7 +242,7 @@ pub fn rc_init<Q: Platform + Clone>(
 
 /// Moves `qp` of `n` through RTR to RTS towards QP `peer_qpn` of `peer` (PSNs 0x100, four
 /// RDMA READs each way, path MTU 1024; the rest of RTS from `rts`).
-pub fn connect<Q: Platform + Clone, R: Platform + Clone>(
+pub fn connect<Q: Platform, R: Platform>(
     fabric: &Fabric,
     n: &mut Node<Q>,
     qp: Qp<Q, Rc, state::Init>,
@@ -291,7 +287,7 @@ pub fn rc_pair(link: LinkLayer, rts: RtsAttr) -> (Fabric, Node, Node, RcRts, RcR
 
 /// Nodes 1 and 2 of `fabric` through platforms `platform` makes, with a connected RC QP
 /// each (`a` to `b`).
-pub fn rc_pair_on<Q: Platform + Clone>(
+pub fn rc_pair_on<Q: Platform>(
     fabric: &Fabric,
     rts: RtsAttr,
     platform: impl Fn(&MockHca) -> Q,
@@ -307,7 +303,7 @@ pub fn rc_pair_on<Q: Platform + Clone>(
 }
 
 /// Everything `n`'s CQ holds now.
-pub fn poll<Q: Platform + Clone>(n: &mut Node<Q>) -> Vec<WorkCompletion> {
+pub fn poll<Q: Platform>(n: &mut Node<Q>) -> Vec<WorkCompletion> {
     let mut all = Vec::new();
     let mut wc = [WorkCompletion::default(); 16];
     loop {

@@ -34,9 +34,8 @@ use uhca_hal::DmaMem;
 
 use crate::rig::{Report, Res};
 
-type Plat<'p> = &'p VfioPlatform;
-type Init<'p> = Qp<Plat<'p>, Rc, state::Init>;
-type Rts<'p> = Qp<Plat<'p>, Rc, state::Rts>;
+type Init = Qp<VfioPlatform, Rc, state::Init>;
+type Rts = Qp<VfioPlatform, Rc, state::Rts>;
 
 /// How long a completion may take (TCG, every doorbell and poll a trapped BAR access).
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -46,20 +45,20 @@ const QUIET: Duration = Duration::from_millis(500);
 const MR_LEN: usize = 16384;
 
 /// What the checks create, destroyed (or left to the teardown) by the caller's HCA.
-pub struct Objects<'p> {
+pub struct Objects {
     pd: Pd,
-    cqa: Cq<Plat<'p>>,
-    cqb: Cq<Plat<'p>>,
-    mr: Mr<Plat<'p>>,
-    qps: Vec<Rts<'p>>,
+    cqa: Cq<VfioPlatform>,
+    cqb: Cq<VfioPlatform>,
+    mr: Mr<VfioPlatform>,
+    qps: Vec<Rts>,
 }
 
-fn rlky_qp<'p>(
-    hca: &mut Hca<Plat<'p>>,
+fn rlky_qp(
+    hca: &mut Hca<VfioPlatform>,
     pd: &Pd,
-    cq: &Cq<Plat<'p>>,
+    cq: &Cq<VfioPlatform>,
     key: &ReservedLkey,
-) -> Res<Init<'p>> {
+) -> Res<Init> {
     let attr = QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
@@ -76,12 +75,7 @@ fn rlky_qp<'p>(
     Ok(qp.to_init(hca, InitAttr::default()).map_err(|f| f.error)?)
 }
 
-fn connect<'p>(
-    hca: &mut Hca<Plat<'p>>,
-    qp: Init<'p>,
-    peer: u32,
-    ah: AddressHandle,
-) -> Res<Rts<'p>> {
+fn connect(hca: &mut Hca<VfioPlatform>, qp: Init, peer: u32, ah: AddressHandle) -> Res<Rts> {
     let qp = qp
         .to_rtr(
             hca,
@@ -108,7 +102,7 @@ fn connect<'p>(
 }
 
 /// The path from this function's port to itself.
-fn self_path(hca: &mut Hca<Plat<'_>>) -> Res<AddressHandle> {
+fn self_path(hca: &mut Hca<VfioPlatform>) -> Res<AddressHandle> {
     let port = hca.query_port(1)?;
     Ok(match hca.caps().link_layer {
         LinkLayer::Ethernet => {
@@ -137,7 +131,7 @@ fn self_path(hca: &mut Hca<Plat<'_>>) -> Res<AddressHandle> {
 }
 
 /// Polls `cq` until it gives at least one completion or `limit` passes.
-fn completions(cq: &mut Cq<Plat<'_>>, limit: Duration) -> Res<Vec<WorkCompletion>> {
+fn completions(cq: &mut Cq<VfioPlatform>, limit: Duration) -> Res<Vec<WorkCompletion>> {
     let t = Instant::now();
     let mut wc = [WorkCompletion::default(); 4];
     loop {
@@ -156,18 +150,14 @@ fn statuses(wc: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
     wc.iter().map(|c| (c.wr_id, c.status)).collect()
 }
 
-fn snapshot(mr: &Mr<Plat<'_>>) -> Vec<u8> {
+fn snapshot(mr: &Mr<VfioPlatform>) -> Vec<u8> {
     let mut v = vec![0u8; mr.mem().len()];
     mr.mem().read_bytes(0, &mut v);
     v
 }
 
 /// The checks of step 4 on a running HCA. Returns the objects for the caller to destroy.
-pub fn check<'p>(
-    r: &mut Report,
-    p: &'p VfioPlatform,
-    hca: &mut Hca<Plat<'p>>,
-) -> Option<Objects<'p>> {
+pub fn check(r: &mut Report, p: &VfioPlatform, hca: &mut Hca<VfioPlatform>) -> Option<Objects> {
     let key = r.require(
         "QUERY_SPECIAL_CONTEXTS gives the reserved lkey",
         hca.reserved_lkey().map_err(Into::into),
@@ -327,9 +317,9 @@ pub fn check<'p>(
     Some(o)
 }
 
-impl<'p> Objects<'p> {
+impl Objects {
     /// Destroys the QPs, the MR, the CQs and the PD.
-    pub fn destroy(self, hca: &mut Hca<Plat<'p>>) -> Res<()> {
+    pub fn destroy(self, hca: &mut Hca<VfioPlatform>) -> Res<()> {
         for qp in self.qps {
             qp.destroy(hca).map_err(|f| f.error)?;
         }

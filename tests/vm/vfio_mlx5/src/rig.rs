@@ -44,14 +44,14 @@ impl Report {
 }
 
 /// The objects of a test on a running HCA: a PD, a CQ and an RC QP (in RESET).
-struct Objects<'p> {
+struct Objects {
     pd: uhca_driver::verbs::Pd,
-    cq: uhca_driver::verbs::Cq<&'p VfioPlatform>,
-    qp: uhca_driver::verbs::Qp<&'p VfioPlatform, Rc, uhca_driver::verbs::state::Reset>,
+    cq: uhca_driver::verbs::Cq<VfioPlatform>,
+    qp: uhca_driver::verbs::Qp<VfioPlatform, Rc, uhca_driver::verbs::state::Reset>,
 }
 
-impl<'p> Objects<'p> {
-    fn create(hca: &mut Hca<&'p VfioPlatform>) -> Res<Self> {
+impl Objects {
+    fn create(hca: &mut Hca<VfioPlatform>) -> Res<Self> {
         let pd = hca.alloc_pd()?;
         let cq = hca.create_cq(16)?;
         let qp = hca.create_qp::<Rc>(
@@ -72,7 +72,7 @@ impl<'p> Objects<'p> {
         Ok(Objects { pd, cq, qp })
     }
 
-    fn destroy(self, hca: &mut Hca<&'p VfioPlatform>) -> Res<()> {
+    fn destroy(self, hca: &mut Hca<VfioPlatform>) -> Res<()> {
         self.qp.destroy(hca).map_err(|f| f.error)?;
         self.cq.destroy(hca).map_err(|f| f.error)?;
         self.pd.destroy(hca).map_err(|f| f.error)?;
@@ -80,7 +80,7 @@ impl<'p> Objects<'p> {
     }
 }
 
-fn port_active(hca: &mut Hca<&VfioPlatform>) -> Res<bool> {
+fn port_active(hca: &mut Hca<VfioPlatform>) -> Res<bool> {
     Ok(format!("{:?}", hca.query_port(1)?.state) == "Active")
 }
 
@@ -99,12 +99,12 @@ fn run(r: &mut Report, bdf: &str) -> Option<()> {
     };
     let hca = r.require(
         "first bring-up",
-        Hca::open_with(&p, graceful).map_err(Into::into),
+        Hca::open_with(p.clone(), graceful).map_err(Into::into),
     )?;
     r.require("graceful teardown", hca.close().map_err(Into::into))?;
     let mut hca = r.require(
         "second bring-up in the same process",
-        Hca::open(&p).map_err(Into::into),
+        Hca::open(p.clone()).map_err(Into::into),
     )?;
 
     // 2. VFIO_DEVICE_RESET while this driver runs, with objects on the device.
@@ -124,7 +124,7 @@ fn run(r: &mut Report, bdf: &str) -> Option<()> {
     // 3. The driver comes back up on the reset function.
     let mut hca = r.require(
         "bring-up after the reset",
-        Hca::open(&p).map_err(Into::into),
+        Hca::open(p.clone()).map_err(Into::into),
     )?;
     let objects = r.require("objects created after the reset", Objects::create(&mut hca))?;
     let qpn = objects.qp.qpn();
