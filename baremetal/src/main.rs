@@ -485,7 +485,7 @@ fn rc_pair<'p>(
     ab: &Addr,
 ) {
     let link = link_name(ha.caps().link_layer);
-    let before = DMA_POOL.used();
+    let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
     let sides = check(
         format_args!("rc ({link}): PD, CQ, MR and RC QP on each function"),
         open_side(ha).and_then(|a| Ok((a, open_side(hb)?))),
@@ -501,8 +501,10 @@ fn rc_pair<'p>(
     let mut a = (sa.pd, sa.cq, sa.mr, qpa);
     let mut b = (sb.pd, sb.cq, sb.mr, qpb);
     println!(
-        "  objects of the pair: {} KiB of DMA memory",
-        (DMA_POOL.used() - before) >> 10
+        "  objects of the pair (2 x PD, CQ of 32, MR of {} KiB, RC QP of 8 + 8): {} KiB of DMA memory, {} B of host memory",
+        3 * SIZE >> 10,
+        (DMA_POOL.used() - dma0) >> 10,
+        HOST_POOL.used() - host0
     );
     if let Some(ns) = check(
         format_args!("rc ({link}): {ROUNDS} SEND round trips of {SIZE} B, payload checked"),
@@ -534,8 +536,23 @@ fn rc_pair<'p>(
 /// Entered from the boot stub in long mode with the `hvm_start_info` address.
 #[unsafe(no_mangle)]
 extern "C" fn bm_main(start_info: usize) -> ! {
+    // SAFETY: rdtsc only reads the time-stamp counter (zero at reset on x86).
+    let tsc_entry = unsafe { core::arch::x86_64::_rdtsc() };
     serial::init();
     let fs = platform::clock_init();
+    // The TSC's rate against the HPET over 10 ms, to put the time before entry (firmware,
+    // loading) in nanoseconds.
+    let since_reset = {
+        // SAFETY: as above.
+        let t0 = unsafe { core::arch::x86_64::_rdtsc() };
+        let h0 = platform::now_ns();
+        while platform::now_ns() - h0 < 10_000_000 {}
+        // SAFETY: as above.
+        let t1 = unsafe { core::arch::x86_64::_rdtsc() };
+        let hz = u128::from(t1 - t0) * 1_000_000_000 / u128::from(platform::now_ns() - h0);
+        (u128::from(tsc_entry) * 1_000_000_000 / hz.max(1)) as u64
+    };
+    println!("uhca-baremetal: entered {} ms after reset (TSC)", ms(since_reset));
     let (img_start, img_end) = boot::image_range();
     println!(
         "uhca-baremetal: image {img_start:#x}-{img_end:#x}, HPET at {} MHz",
@@ -563,7 +580,7 @@ extern "C" fn bm_main(start_info: usize) -> ! {
     });
     println!("  scan took {} us", (platform::now_ns() - t_scan) / 1000);
     check(
-        format_args!("pci: {n} mlx5 function(s) with a memory BAR0 below 3 GiB's end"),
+        format_args!("pci: {n} mlx5 function(s) with a memory BAR0 inside the identity map"),
         if n == 0 {
             Err(msg!("no function of vendor 0x15b3"))
         } else if let Some(f) = found.iter().flatten().find(|f| f.3 + f.4 > 1 << 32) {
@@ -588,7 +605,7 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         let Some(p) = p else { continue };
         let (_, dev, class, addr, len) = found[i].unwrap();
         let t = platform::now_ns();
-        let host0 = HOST_POOL.used();
+        let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
         DMA_POOL.reset_peak();
         HOST_POOL.reset_peak();
         let r = bring_up(p, i);
@@ -611,12 +628,12 @@ extern "C" fn bm_main(start_info: usize) -> ! {
             r,
         ) {
             println!(
-                "  fn{i}: up in {} ms; driver holds {} KiB DMA ({} firmware pages), {} B host memory (peaks {} KiB DMA, {} B host)",
+                "  fn{i}: up in {} ms; the driver holds {} KiB of DMA memory ({} firmware pages) and {} B of host memory (peaks during bring-up: {} KiB, {} B)",
                 ms(took),
                 p.dma_live() >> 10,
                 v.0.firmware_pages(),
                 HOST_POOL.used() - host0,
-                DMA_POOL.peak() >> 10,
+                (DMA_POOL.peak() - dma0) >> 10,
                 HOST_POOL.peak() - host0,
             );
             hcas[i] = Some(v);
@@ -639,7 +656,11 @@ extern "C" fn bm_main(start_info: usize) -> ! {
     }
     let first = FIRST_COMPLETION_NS.load(Ordering::Relaxed);
     if first != 0 {
-        println!("  first completion {} ms after entry", ms(first));
+        println!(
+            "  first work completion polled {} ms after entry ({} ms after reset by the TSC)",
+            ms(first),
+            ms(first + since_reset)
+        );
     }
 
     // Teardown: every function closed, every byte of both pools back.
