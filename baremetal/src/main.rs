@@ -13,6 +13,7 @@
 #![no_main]
 
 mod boot;
+mod irq;
 mod pci;
 mod platform;
 mod port;
@@ -464,6 +465,39 @@ fn rdma_read(a: &mut RtsSide<'_>, b: &mut RtsSide<'_>) -> Res<()> {
     expect(&a.2, 2 * SIZE, 0xa7, "A's memory after the READ")
 }
 
+/// MSI-X: entry 0 of A's function aimed at this CPU; A's CQ armed; B sends; the device's
+/// completion event on A's event queue must arrive as an interrupt, and the event name A's CQ.
+fn msix<'p>(
+    ha: &mut Hca<&'p BareMetal>,
+    a: &mut RtsSide<'p>,
+    b: &mut RtsSide<'p>,
+    apic: u8,
+) -> Res<()> {
+    let p: &'p BareMetal = *ha.platform();
+    let (bar, len) = p.bar0();
+    ha.process_events().map_err(|e| msg!("process_events: {e}"))?;
+    irq::enable_msix(p.bdf(), bar, len, apic).map_err(|e| msg!("{e}"))?;
+    let seen = irq::MSIX_COUNT.load(Ordering::Relaxed);
+    a.1.req_notify(false);
+    post_recv(&mut a.3, &a.2)?;
+    fill(&mut b.2, SIZE, 0x33);
+    post_send(&mut b.3, &b.2, SEND_ID, SIZE, SendOp::Send)?;
+    wait(&mut b.1, SEND_ID, "B's send")?;
+    let interrupted = irq::wait_msix(seen, TIMEOUT_NS);
+    irq::disable_msix(p.bdf());
+    ha.process_events().map_err(|e| msg!("process_events: {e}"))?;
+    let event = a.1.take_event(ha);
+    wait(&mut a.1, RECV_ID, "A's receive")?;
+    expect(&a.2, 0, 0x33, "A's receive")?;
+    if !interrupted {
+        return Err(msg!("no MSI-X message (vector {:#x}) in 5 s", irq::MSIX_VECTOR));
+    }
+    if !event {
+        return Err(msg!("an interrupt, but no completion event for A's CQ"));
+    }
+    Ok(())
+}
+
 /// The QP to ERR, its completions drained, then QP, CQ, MR and PD destroyed.
 fn take_down<'p>(hca: &mut Hca<&'p BareMetal>, s: RtsSide<'p>) -> Res<()> {
     let (pd, mut cq, mr, qp) = s;
@@ -483,6 +517,7 @@ fn rc_pair<'p>(
     aa: &Addr,
     hb: &mut Hca<&'p BareMetal>,
     ab: &Addr,
+    apic: u8,
 ) {
     let link = link_name(ha.caps().link_layer);
     let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
@@ -525,6 +560,10 @@ fn rc_pair<'p>(
         rdma_read(&mut a, &mut b),
     );
     check(
+        format_args!("msix ({link}): a completion event on an armed CQ arrives as MSI-X vector {:#x} (local APIC {apic})", irq::MSIX_VECTOR),
+        msix(ha, &mut a, &mut b, apic),
+    );
+    check(
         format_args!("rc ({link}): objects torn down (QP to ERR, drained, destroyed)"),
         take_down(ha, a).and_then(|()| take_down(hb, b)),
     );
@@ -558,6 +597,7 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         "uhca-baremetal: image {img_start:#x}-{img_end:#x}, HPET at {} MHz",
         1_000_000_000 / fs
     );
+    let apic = irq::init();
     if check(format_args!("memory map and pools"), memory(start_info)).is_none() {
         finish();
     }
@@ -645,7 +685,7 @@ extern "C" fn bm_main(start_info: usize) -> ! {
     match (up.next(), up.next()) {
         (Some((ha, aa)), Some((hb, ab))) => {
             let (aa, ab) = (*aa, *ab);
-            rc_pair(ha, &aa, hb, &ab);
+            rc_pair(ha, &aa, hb, &ab, apic);
         }
         _ => {
             check(

@@ -235,6 +235,11 @@ impl BareMetal {
         }
     }
 
+    /// BAR0's physical address and length.
+    pub fn bar0(&self) -> (u64, u64) {
+        (self.bar as u64, self.bar_len as u64)
+    }
+
     /// The function's address.
     pub fn bdf(&self) -> Bdf {
         self.bdf
