@@ -2,13 +2,15 @@
 //! presents (`vfio-user-pci` devices served by `uhca-vfio-user-server`), brings each up with
 //! uhca's driver on this crate's platform ([`platform`]), runs RC SEND ping-pong, RDMA WRITE
 //! and RDMA READ between the first two with every payload checked and completions polled,
+//! takes one completion event as an MSI-X interrupt,
 //! tears everything down, prints `PASS name` / `FAIL name: reason` per check and
 //! `N passed, M failed`, and exits through isa-debug-exit: QEMU's status is 1 only when
 //! every check passed.
 //!
 //! Layout: [`boot`] (PVH entry, long mode, identity map), [`serial`] and [`port`] (console,
 //! port I/O, exit), [`pci`] (configuration ports, scan, BAR sizing), [`platform`] (the
-//! `uhca_hal` platform a bare-metal user copies), and this file, the test program.
+//! `uhca_hal` platform a bare-metal user copies), [`irq`] (IDT, local APIC, MSI-X: only for
+//! the interrupt check), and this file, the test program.
 #![no_std]
 #![no_main]
 
@@ -158,6 +160,9 @@ fn memory(info: usize) -> Res<()> {
 
 // ---------------------------------------------------------------------------------------
 // One function
+
+/// A function found: where, its device id and class, BAR0's address and length.
+type Found = (pci::Bdf, u16, u32, u64, u64);
 
 /// The most functions the program drives.
 const MAX_FUNCTIONS: usize = 8;
@@ -473,6 +478,7 @@ fn msix<'p>(
     b: &mut RtsSide<'p>,
     apic: u8,
 ) -> Res<()> {
+    #[allow(clippy::explicit_auto_deref)] // keeps the platform's own lifetime, not ha's
     let p: &'p BareMetal = *ha.platform();
     let (bar, len) = p.bar0();
     ha.process_events().map_err(|e| msg!("process_events: {e}"))?;
@@ -537,7 +543,7 @@ fn rc_pair<'p>(
     let mut b = (sb.pd, sb.cq, sb.mr, qpb);
     println!(
         "  objects of the pair (2 x PD, CQ of 32, MR of {} KiB, RC QP of 8 + 8): {} KiB of DMA memory, {} B of host memory",
-        3 * SIZE >> 10,
+        (3 * SIZE) >> 10,
         (DMA_POOL.used() - dma0) >> 10,
         HOST_POOL.used() - host0
     );
@@ -603,7 +609,7 @@ extern "C" fn bm_main(start_info: usize) -> ! {
     }
 
     // The mlx5 functions (vendor 0x15b3).
-    let mut found: [Option<(pci::Bdf, u16, u32, u64, u64)>; MAX_FUNCTIONS] = [None; MAX_FUNCTIONS];
+    let mut found: [Option<Found>; MAX_FUNCTIONS] = [None; MAX_FUNCTIONS];
     let mut n = 0;
     let t_scan = platform::now_ns();
     pci::scan(|f| {
@@ -611,11 +617,12 @@ extern "C" fn bm_main(start_info: usize) -> ! {
             "  pci {}: {:04x}:{:04x} class {:06x}",
             f.bdf, f.vendor, f.device, f.class
         );
-        if f.vendor == 0x15b3 && n < MAX_FUNCTIONS {
-            if let Some((addr, len)) = pci::bar0(f.bdf) {
-                found[n] = Some((f.bdf, f.device, f.class, addr, len));
-                n += 1;
-            }
+        if f.vendor == 0x15b3
+            && n < MAX_FUNCTIONS
+            && let Some((addr, len)) = pci::bar0(f.bdf)
+        {
+            found[n] = Some((f.bdf, f.device, f.class, addr, len));
+            n += 1;
         }
     });
     println!("  scan took {} us", (platform::now_ns() - t_scan) / 1000);

@@ -131,7 +131,7 @@ impl Pool {
         let n = len.div_ceil(g);
         self.with(|s| {
             let a = p.as_ptr() as usize;
-            assert!(a >= s.base && (a - s.base) % g == 0, "pool: free of a foreign pointer");
+            assert!(a >= s.base && (a - s.base).is_multiple_of(g), "pool: free of a foreign pointer");
             let i = (a - s.base) / g;
             assert!(i + n <= s.granules, "pool: free beyond the pool");
             for j in i..i + n {
@@ -252,7 +252,7 @@ impl BareMetal {
 
     fn check(&self, offset: usize, width: usize) {
         assert!(
-            offset % width == 0 && offset.checked_add(width).is_some_and(|e| e <= self.bar_len),
+            offset.is_multiple_of(width) && offset.checked_add(width).is_some_and(|e| e <= self.bar_len),
             "BAR0 access of {width} B at {offset:#x} out of bounds or misaligned"
         );
     }
