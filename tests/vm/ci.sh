@@ -4,8 +4,10 @@
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
 #   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default:
-#                                    vfio,rxe,hostile,vfiouser,linuxmlx5,linuxuhca;
-#                                    vfiouser runs tests/vm/vfio-user.sh, linuxmlx5
+#                                    vfio,rxe,hostile,vfiouser,baremetal,linuxmlx5,linuxuhca;
+#                                    vfiouser runs tests/vm/vfio-user.sh, baremetal
+#                                    tests/vm/baremetal.sh (uhca with no operating
+#                                    system, booted by QEMU 11.1's -kernel), linuxmlx5
 #                                    tests/vm/linux-mlx5.sh and linuxuhca
 #                                    tests/vm/linux-uhca.sh, each its own boot; with
 #                                    vfiouser and linuxmlx5, tests/vm/linux-vs-uhca.sh
@@ -18,14 +20,15 @@
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio,rxe,hostile,vfiouser,linuxmlx5,linuxuhca}
-# vfiouser, linuxmlx5 and linuxuhca need QEMU 11.1 and their own boots (vfio-user.sh,
-# linux-mlx5.sh, linux-uhca.sh); the others share one boot.
-VFIO_USER=0 LINUX_MLX5=0 LINUX_UHCA=0
+TESTS=${1:-vfio,rxe,hostile,vfiouser,baremetal,linuxmlx5,linuxuhca}
+# vfiouser, baremetal, linuxmlx5 and linuxuhca need QEMU 11.1 and their own boots
+# (vfio-user.sh, baremetal.sh, linux-mlx5.sh, linux-uhca.sh); the others share one boot.
+VFIO_USER=0 BAREMETAL=0 LINUX_MLX5=0 LINUX_UHCA=0
 [[ ",$TESTS," == *,vfiouser,* ]] && VFIO_USER=1
+[[ ",$TESTS," == *,baremetal,* ]] && BAREMETAL=1
 [[ ",$TESTS," == *,linuxmlx5,* ]] && LINUX_MLX5=1
 [[ ",$TESTS," == *,linuxuhca,* ]] && LINUX_UHCA=1
-TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,linuxmlx5,/,/g; s/,linuxuhca,/,/g; s/^,//; s/,$//')
+TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,baremetal,/,/g; s/,linuxmlx5,/,/g; s/,linuxuhca,/,/g; s/^,//; s/,$//')
 cd "$REPO"
 
 names=() secs=() results=()
@@ -68,6 +71,11 @@ fi
 # and boot).
 if [ -z "$failed" ] && [ $VFIO_USER = 1 ]; then
   phase "vfio-user: the mock ConnectX behind real VFIO" bash "$VM/vfio-user.sh"
+fi
+# uhca with no operating system: the bare-metal program of baremetal/ booted by QEMU 11.1
+# (-kernel, PVH) on mock functions of one fabric, InfiniBand and Ethernet (its own boots).
+if [ -z "$failed" ] && [ $BAREMETAL = 1 ]; then
+  phase "baremetal: uhca with no operating system" bash "$VM/baremetal.sh"
 fi
 # Linux's own mlx5_core probing a mock function (QEMU 11.1, vfio-user, one boot).
 if [ -z "$failed" ] && [ $LINUX_MLX5 = 1 ]; then
