@@ -140,7 +140,7 @@ impl Device {
         }
         let uar = (offset / UAR_PAGE) as u32;
         let in_page = offset % UAR_PAGE;
-        let allocated = self.fw.uars.contains(&uar);
+        let allocated = self.objs.uars.contains(&uar);
         let mut rec = DoorbellRecord {
             time_ns: now,
             uar,
@@ -223,6 +223,7 @@ impl Device {
     fn set_nic_interface(&mut self, ifc: u8, now: u64) {
         if ifc == NIC_IFC_DISABLED && self.fw.nic_interface != NIC_IFC_DISABLED {
             if self.fw.fast_teardown_prepared {
+                self.objs.clear();
                 self.fw.drop_objects();
                 self.fw.state = crate::firmware::HcaState::TornDown;
                 self.fw.pages.released = true;

@@ -5,6 +5,7 @@ use crate::faults::Faults;
 use crate::firmware::Firmware;
 use crate::iommu::Iommu;
 use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
+use crate::objects::Objects;
 use crate::pci::PciFunction;
 
 /// The whole model state, guarded by the device mutex.
@@ -14,6 +15,8 @@ pub(crate) struct Device {
     pub(crate) pci: PciFunction,
     pub(crate) iommu: Iommu,
     pub(crate) fw: Firmware,
+    /// The objects the firmware created: QPs, CQs, SRQs, memory keys, EQs, UARs, PDs...
+    pub(crate) objs: Objects,
     pub(crate) faults: Faults,
     pub(crate) commands: Ring<CommandRecord>,
     /// Each command's input and output bytes, when recording them was asked for.
@@ -58,6 +61,7 @@ impl Device {
             pci: PciFunction::new(infiniband, vectors),
             iommu: Iommu::new(),
             fw: Firmware::new(&config, now),
+            objs: Objects::default(),
             faults: Faults::default(),
             commands: Ring::new(),
             command_bytes: None,
@@ -101,6 +105,7 @@ impl Device {
         self.iommu.set_bus_master(false);
         let (lid, sm_lid) = (self.fw.lid, self.fw.sm_lid);
         self.fw = Firmware::new(&self.config, now);
+        self.objs = Objects::default();
         self.fw.lid = lid;
         self.fw.sm_lid = sm_lid;
         self.msix_table = msix_power_on(vectors);

@@ -111,10 +111,10 @@ impl QCounters {
 impl Device {
     /// Counts an event of QP `qpn` into its counter set (if it has one).
     pub(crate) fn count(&mut self, qpn: u32, f: impl FnOnce(&mut QCounters)) {
-        let Some(id) = self.fw.qps.get(&qpn).map(|q| q.qpc.counter_set_id()) else {
+        let Some(id) = self.objs.qps.get(&qpn).map(|q| q.qpc.counter_set_id()) else {
             return;
         };
-        if id != 0 && self.fw.q_counters.contains(&id) {
+        if id != 0 && self.objs.q_counters.contains(&id) {
             f(self.engine.q_counters.entry(id).or_default());
         }
     }

@@ -266,7 +266,7 @@ impl Device {
             return;
         }
         let qpn = u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) >> 8;
-        let Some(qp) = self.fw.qps.get(&qpn) else {
+        let Some(qp) = self.objs.qps.get(&qpn) else {
             self.note(
                 now,
                 format!("send doorbell for QP {qpn:#x}, which does not exist"),
@@ -316,7 +316,7 @@ impl Device {
             }
         }
         let mut from = 0u32;
-        while let Some((&qpn, _)) = self.fw.qps.range(from..).find(|(_, q)| {
+        while let Some((&qpn, _)) = self.objs.qps.range(from..).find(|(_, q)| {
             matches!(
                 QpState::from_raw(q.qpc.state()),
                 QpState::Err | QpState::Sqer
@@ -344,7 +344,7 @@ impl Device {
     /// Hook of the modify commands: the datapath state follows the QP's state.
     pub(crate) fn engine_qp_modified(&mut self, qpn: u32, from: QpState, to: QpState) {
         let now = self.engine.now;
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         match to {
@@ -405,7 +405,7 @@ impl Device {
     /// also raises SRQ_LAST_WQE).
     pub(crate) fn qp_to_error(&mut self, qpn: u32, now: u64) {
         let mut srq = false;
-        if let Some(q) = self.fw.qps.get_mut(&qpn) {
+        if let Some(q) = self.objs.qps.get_mut(&qpn) {
             if QpState::from_raw(q.qpc.state()) == QpState::Err {
                 return;
             }

@@ -175,7 +175,7 @@ impl Device {
             1 => self.special_qpn(QpServiceType::Qp1),
             n => Some(n),
         };
-        let Some((qpn, qpc)) = qpn.and_then(|n| self.fw.qps.get(&n).map(|q| (n, q.qpc))) else {
+        let Some((qpn, qpc)) = qpn.and_then(|n| self.objs.qps.get(&n).map(|q| (n, q.qpc))) else {
             self.engine.counters.rx_discarded += 1;
             return;
         };
@@ -263,7 +263,7 @@ impl Device {
 
     /// Sends an ACK, NAK or RNR NAK from responder `qpn`.
     pub(super) fn send_aeth(&mut self, qpn: u32, p: u32, syndrome: AethSyndrome) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(path) = self.qp_path(qpc.primary_address_path()) else {
@@ -405,7 +405,7 @@ impl Device {
             Err(Fail::Rnr) => {
                 self.count(qpn, |c| c.out_of_buffer += 1);
                 let timer = self
-                    .fw
+                    .objs
                     .qps
                     .get(&qpn)
                     .map(|q| q.qpc.min_rnr_nak())
@@ -446,7 +446,7 @@ impl Device {
     pub(super) fn responder_error(&mut self, qpn: u32, syndrome: Option<CqeSyndrome>, now: u64) {
         let recv = self.engine.qps.get_mut(&qpn).and_then(|s| s.recv.take());
         if let (Some(r), Some(syn)) = (recv, syndrome)
-            && let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc)
+            && let Some(q) = self.objs.qps.get(&qpn).map(|q| q.qpc)
         {
             let (cqn, uidx) = self.rx_cq(qpn, &q);
             self.post_err_cqe(
@@ -476,7 +476,7 @@ impl Device {
         info: Option<(&RxInfo, u32)>,
         now: u64,
     ) {
-        let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(q) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let (cqn, uidx) = self.rx_cq(qpn, &q);
@@ -709,7 +709,7 @@ impl Device {
         duplicate: bool,
         now: u64,
     ) -> Result<(), Fail> {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return Err(Fail::Drop);
         };
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
@@ -773,7 +773,7 @@ impl Device {
     }
 
     fn atomic_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, now: u64) -> Result<(), Fail> {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return Err(Fail::Drop);
         };
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
@@ -837,7 +837,7 @@ impl Device {
     }
 
     fn send_atomic_ack(&mut self, qpn: u32, p: u32, orig: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(path) = self.qp_path(qpc.primary_address_path()) else {
@@ -906,7 +906,7 @@ impl Device {
 
     /// A UD datagram.
     fn ud_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, info: &RxInfo, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(deth) = t.deth else {

@@ -41,7 +41,7 @@ fn parse_sges(raw: &[u8], mut out: Vec<Sge>) -> Vec<Sge> {
 impl Device {
     /// Takes the next receive WQE of `qpn` (`consume`), or only says whether there is one.
     pub(crate) fn recv_wqe(&mut self, qpn: u32, consume: bool, now: u64) -> Option<RecvWqe> {
-        let q = self.fw.qps.get(&qpn)?;
+        let q = self.objs.qps.get(&qpn)?;
         let qpc = q.qpc;
         let xrc = super::xrc::is_xrc(&qpc);
         // An XRC QP's receives come from the XRC SRQ its request names, whatever its
@@ -86,7 +86,7 @@ impl Device {
                 } else {
                     qpc.srqn_rmpn_xrqn()
                 };
-                let srq = self.fw.srqs.get(&srqn)?;
+                let srq = self.objs.srqs.get(&srqn)?;
                 let (size, stride) = (1u32 << srq.log_size(), srq.stride());
                 let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
                 let lwm = srq.lwm();
@@ -115,7 +115,7 @@ impl Device {
                     // The limit: when fewer WQEs than `lwm` remain posted, one SRQ_RQ_LIMIT
                     // event, and the limit is disarmed until armed again.
                     if lwm != 0 && pi.wrapping_sub(consumed) < lwm {
-                        if let Some(s) = self.fw.srqs.get_mut(&srqn) {
+                        if let Some(s) = self.objs.srqs.get_mut(&srqn) {
                             s.set_lwm(0);
                         }
                         self.srq_event(EventType::SrqRqLimit, srqn, now);

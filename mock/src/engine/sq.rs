@@ -87,7 +87,7 @@ pub(crate) struct BadWqe {
 impl Device {
     /// The send queue's geometry: (byte offset in the QP buffer, WQEBBs, page size).
     pub(crate) fn sq_geometry(&self, qpn: u32) -> Option<(u64, u16, u64)> {
-        let q = &self.fw.qps.get(&qpn)?.qpc;
+        let q = &self.objs.qps.get(&qpn)?.qpc;
         if q.no_sq() {
             return None;
         }
@@ -317,7 +317,7 @@ impl Device {
             return false;
         }
         let limit = self
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .map(|q| 1usize << q.qpc.log_sra_max())
@@ -327,7 +327,7 @@ impl Device {
 
     /// Processes the send queue of `qpn` up to the doorbell record's send counter.
     pub(crate) fn process_sq(&mut self, qpn: u32, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let state = QpState::from_raw(qpc.state());
@@ -404,7 +404,7 @@ impl Device {
                 }
             }
             if self
-                .fw
+                .objs
                 .qps
                 .get(&qpn)
                 .is_none_or(|q| QpState::from_raw(q.qpc.state()) != QpState::Rts)

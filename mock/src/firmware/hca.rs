@@ -100,6 +100,7 @@ impl Device {
                 format!("DISABLE_HCA with {n} firmware pages not reclaimed"),
             );
         }
+        self.objs.clear();
         self.fw.drop_objects();
         let p = &mut self.fw.pages;
         p.held.clear();
@@ -256,6 +257,7 @@ impl Device {
         if profile == TEARDOWN_FORCE && !self.fw.caps.general_cur.force_teardown() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
+        self.objs.clear();
         self.fw.drop_objects();
         self.fw.state = HcaState::TornDown;
         self.fw.pages.released = true;

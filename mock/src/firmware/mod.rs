@@ -42,7 +42,7 @@ pub use vport::{
 
 use crate::caps::{Caps, LinkLayer};
 use crate::device::Device;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdOpcode, CmdStatus, PortState};
@@ -397,19 +397,6 @@ pub(crate) struct Firmware {
     pub(crate) pages: Pages,
     pub(crate) fast_teardown_prepared: bool,
 
-    pub(crate) uars: BTreeSet<u32>,
-    pub(crate) pds: BTreeSet<u32>,
-    pub(crate) tds: BTreeSet<u32>,
-    /// XRC domains.
-    pub(crate) xrcds: BTreeSet<u32>,
-    pub(crate) q_counters: BTreeSet<u8>,
-    pub(crate) mkeys: BTreeMap<u32, Mkey>,
-    pub(crate) eqs: BTreeMap<u8, Eq>,
-    pub(crate) cqs: BTreeMap<u32, Cq>,
-    pub(crate) qps: BTreeMap<u32, Qp>,
-    pub(crate) srqs: BTreeMap<u32, Srq>,
-    pub(crate) next_id: u32,
-
     pub(crate) nic_vport: NicVportContext,
     pub(crate) roce_addrs: Vec<Option<RoceAddrLayout>>,
     pub(crate) port_state: PortState,
@@ -472,17 +459,6 @@ impl Firmware {
                 ..Pages::default()
             },
             fast_teardown_prepared: false,
-            uars: BTreeSet::new(),
-            pds: BTreeSet::new(),
-            tds: BTreeSet::new(),
-            xrcds: BTreeSet::new(),
-            q_counters: BTreeSet::new(),
-            mkeys: BTreeMap::new(),
-            eqs: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            qps: BTreeMap::new(),
-            srqs: BTreeMap::new(),
-            next_id: 1,
             nic_vport: nic,
             roce_addrs: vec![None; table],
             port_state: if cfg.port_up {
@@ -505,45 +481,17 @@ impl Firmware {
         ((self.cmdq_addr_h as u64) << 32) | (self.cmdq_addr_l as u64 & !0xfff)
     }
 
-    /// Drops every object (teardown, disable).
+    /// Drops what the firmware keeps about the objects (teardown, disable): the events not
+    /// yet posted and the RoCE address table. The object tables are [`crate::objects`]'.
     pub(crate) fn drop_objects(&mut self) {
-        self.uars.clear();
-        self.pds.clear();
-        self.tds.clear();
-        self.xrcds.clear();
-        self.q_counters.clear();
-        self.mkeys.clear();
-        self.eqs.clear();
-        self.cqs.clear();
-        self.qps.clear();
-        self.srqs.clear();
         self.pending_events.clear();
         for a in self.roce_addrs.iter_mut() {
             *a = None;
         }
     }
 
-    /// A fresh object number (never reused while the firmware runs, like hardware that
-    /// rotates its tables; numbers are 24 bits).
-    pub(crate) fn alloc_id(&mut self) -> u32 {
-        let id = self.next_id & 0x00ff_ffff;
-        self.next_id = self.next_id.wrapping_add(1).max(1);
-        id
-    }
-
     pub(crate) fn port_type(&self) -> LinkLayer {
         self.caps.port_type()
-    }
-
-    /// The lowest-numbered EQ subscribed to `event_type`.
-    pub(crate) fn eq_for(&self, event_type: u8) -> Option<u8> {
-        if event_type >= 64 {
-            return None;
-        }
-        self.eqs
-            .iter()
-            .find(|(_, e)| e.mask & (1u64 << event_type) != 0)
-            .map(|(&n, _)| n)
     }
 }
 

@@ -118,7 +118,7 @@ impl Device {
     pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {
         if self.fw.pages.regular_outstanding() == 0 {
             Ok(())
-        } else if self.fw.eq_for(EventType::PageRequest.raw()).is_some() {
+        } else if self.objs.eq_for(EventType::PageRequest.raw()).is_some() {
             Err(Fail::Defer)
         } else {
             Err(no_res(syndrome::NO_REGULAR_PAGES))
@@ -178,7 +178,7 @@ impl Device {
     pub(crate) fn release_all_pages(&mut self, now: u64) -> bool {
         if !self.fw.caps.general_cur.release_all_pages()
             || self.fw.state != HcaState::Initialized
-            || self.fw.eq_for(EventType::PageRequest.raw()).is_none()
+            || self.objs.eq_for(EventType::PageRequest.raw()).is_none()
         {
             return false;
         }

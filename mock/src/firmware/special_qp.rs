@@ -79,7 +79,7 @@ impl Device {
 
     /// The firmware QPN of the port's QP0 or QP1, if it exists.
     pub(crate) fn special_qpn(&self, st: QpServiceType) -> Option<u32> {
-        self.fw
+        self.objs
             .qps
             .iter()
             .find(|(_, qp)| QpServiceType::from_raw(qp.qpc.st()) == st)

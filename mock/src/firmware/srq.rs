@@ -42,7 +42,7 @@ impl Device {
         if log_size > caps.log_max_srq_sz().min(15) {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        if !self.fw.pds.contains(&pd) {
+        if !self.objs.pds.contains(&pd) {
             return Err(bad_param(syndrome::BAD_PD));
         }
         if !dbr_addr.is_multiple_of(8) {
@@ -60,7 +60,7 @@ impl Device {
         let npages = pages_for(start + bytes, page_size) as usize;
         let pas = pas_list(c.raw, in_size, npages)?;
         self.need_regular_pages()?;
-        if self.fw.srqs.len() >= 1 << log_max {
+        if self.objs.srqs.len() >= 1 << log_max {
             return Err(lim(syndrome::TABLE_FULL));
         }
         Ok(pas)
@@ -69,7 +69,7 @@ impl Device {
     /// Refuses DESTROY of a shared receive queue a QP still receives from.
     pub(super) fn srq_unused(&self, n: u32) -> Result<(), Fail> {
         if self
-            .fw
+            .objs
             .qps
             .values()
             .any(|q| q.qpc.rq_type() == 1 && q.qpc.srqn_rmpn_xrqn() == n)
@@ -99,10 +99,10 @@ impl Device {
             s.lwm(),
             log_max,
         )?;
-        let srqn = self.fw.alloc_id();
+        let srqn = self.objs.alloc_id();
         let mut stored = s;
         stored.set_state(0).set_wqe_cnt(0);
-        self.fw.srqs.insert(
+        self.objs.srqs.insert(
             srqn,
             Srq {
                 ctx: SrqCtx::Srq(stored),
@@ -117,7 +117,7 @@ impl Device {
     pub(crate) fn cmd_destroy_srq(&mut self, _c: &Ctx, i: &DestroySrqIn) -> CmdResult {
         let n = i.srqn();
         if !matches!(
-            self.fw.srqs.get(&n),
+            self.objs.srqs.get(&n),
             Some(Srq {
                 ctx: SrqCtx::Srq(_),
                 ..
@@ -126,7 +126,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.srq_unused(n)?;
-        self.fw.srqs.remove(&n);
+        self.objs.srqs.remove(&n);
         self.engine.srq_pos.remove(&n);
         Ok(out(&DestroySrqOut::default()))
     }
@@ -135,7 +135,7 @@ impl Device {
         let Some(Srq {
             ctx: SrqCtx::Srq(s),
             ..
-        }) = self.fw.srqs.get(&i.srqn())
+        }) = self.objs.srqs.get(&i.srqn())
         else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
@@ -148,7 +148,7 @@ impl Device {
         if i.op_mod() != ARM_RQ_OP_MOD_SRQ {
             return Err(bad_param(syndrome::BAD_OP_MOD));
         }
-        let Some(s) = self.fw.srqs.get_mut(&i.srq_number()) else {
+        let Some(s) = self.objs.srqs.get_mut(&i.srq_number()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         if !matches!(s.ctx, SrqCtx::Srq(_)) {
@@ -191,10 +191,10 @@ impl Device {
             wq.lwm(),
             log_max,
         )?;
-        let rmpn = self.fw.alloc_id();
+        let rmpn = self.objs.alloc_id();
         let mut stored = r;
         stored.wq_mut().set_hw_counter(0).set_sw_counter(0);
-        self.fw.srqs.insert(
+        self.objs.srqs.insert(
             rmpn,
             Srq {
                 ctx: SrqCtx::Rmp(stored),
@@ -207,7 +207,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_modify_rmp(&mut self, _c: &Ctx, i: &ModifyRmpIn) -> CmdResult {
-        let Some(s) = self.fw.srqs.get_mut(&i.rmpn()) else {
+        let Some(s) = self.objs.srqs.get_mut(&i.rmpn()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let SrqCtx::Rmp(cur) = &mut s.ctx else {
@@ -245,7 +245,7 @@ impl Device {
         let Some(Srq {
             ctx: SrqCtx::Rmp(r),
             ..
-        }) = self.fw.srqs.get(&n)
+        }) = self.objs.srqs.get(&n)
         else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
@@ -261,7 +261,7 @@ impl Device {
     pub(crate) fn cmd_destroy_rmp(&mut self, _c: &Ctx, i: &DestroyRmpIn) -> CmdResult {
         let n = i.rmpn();
         if !matches!(
-            self.fw.srqs.get(&n),
+            self.objs.srqs.get(&n),
             Some(Srq {
                 ctx: SrqCtx::Rmp(_),
                 ..
@@ -270,7 +270,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.srq_unused(n)?;
-        self.fw.srqs.remove(&n);
+        self.objs.srqs.remove(&n);
         self.engine.srq_pos.remove(&n);
         Ok(out(&DestroyRmpOut::default()))
     }

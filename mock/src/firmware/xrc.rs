@@ -29,10 +29,10 @@ pub(crate) fn xrc_srq_dbr_addr(c: &XrcSrqc) -> u64 {
 impl Device {
     /// The references an XRC SRQ makes: an allocated XRC domain and an existing CQ.
     pub(super) fn check_xrc_srq_refs(&self, xrcd: u32, cqn: u32) -> Result<(), super::Fail> {
-        if !self.fw.xrcds.contains(&xrcd) {
+        if !self.objs.xrcds.contains(&xrcd) {
             return Err(bad_param(syndrome::BAD_XRCD));
         }
-        if !self.fw.cqs.contains_key(&cqn) {
+        if !self.objs.cqs.contains_key(&cqn) {
             return Err(bad_param(syndrome::BAD_CQ));
         }
         Ok(())
@@ -40,9 +40,9 @@ impl Device {
 
     /// Whether an XRC SRQ or an XRC QP still belongs to the domain `xrcd`.
     pub(super) fn xrcd_in_use(&self, xrcd: u32) -> bool {
-        self.fw.srqs.values().any(|s| s.xrcd() == Some(xrcd))
+        self.objs.srqs.values().any(|s| s.xrcd() == Some(xrcd))
             || self
-                .fw
+                .objs
                 .qps
                 .values()
                 .any(|q| q.qpc.st() == QpServiceType::Xrc.raw() && q.qpc.xrcd() == xrcd)
@@ -72,13 +72,13 @@ impl Device {
             s.lwm(),
             log_max,
         )?;
-        let srqn = self.fw.alloc_id();
+        let srqn = self.objs.alloc_id();
         let mut stored = s;
         stored.set_state(XRC_SRQC_STATE_GOOD).set_wqe_cnt(0);
         if s.user_index_equal_xrc_srqn() {
             stored.set_user_index(srqn);
         }
-        self.fw.srqs.insert(
+        self.objs.srqs.insert(
             srqn,
             Srq {
                 ctx: SrqCtx::Xrc(stored),
@@ -92,7 +92,7 @@ impl Device {
 
     /// The context of XRC SRQ `n`, if `n` is one.
     fn xrc_srq(&self, n: u32) -> Option<&XrcSrqc> {
-        match self.fw.srqs.get(&n) {
+        match self.objs.srqs.get(&n) {
             Some(Srq {
                 ctx: SrqCtx::Xrc(c),
                 ..
@@ -107,7 +107,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.srq_unused(n)?;
-        self.fw.srqs.remove(&n);
+        self.objs.srqs.remove(&n);
         self.engine.srq_pos.remove(&n);
         Ok(out(&DestroyXrcSrqOut::default()))
     }
@@ -129,7 +129,7 @@ impl Device {
         if self.xrc_srq(n).is_none() {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
-        let Some(s) = self.fw.srqs.get_mut(&n) else {
+        let Some(s) = self.objs.srqs.get_mut(&n) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         if i.lwm() as u64 >= 1u64 << s.log_size() {
@@ -144,7 +144,7 @@ impl Device {
     /// sets it with a placeholder SRQ, or zero-length); both name an allocated XRC domain,
     /// the domain a target takes requests for.
     pub(super) fn check_xrc_qp(&self, q: &uhca_fwif::ctx::Qpc) -> Result<(), super::Fail> {
-        if !self.fw.xrcds.contains(&q.xrcd()) {
+        if !self.objs.xrcds.contains(&q.xrcd()) {
             return Err(bad_param(syndrome::BAD_XRCD));
         }
         if !matches!(q.rq_type(), 1 | 3) {
