@@ -2,7 +2,7 @@
 
 use crate::MockConfig;
 use crate::faults::Faults;
-use crate::firmware::Firmware;
+use crate::firmware::state::{Firmware, HEALTH_TICK_NS};
 use crate::iommu::Iommu;
 use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
 use crate::objects::Objects;
@@ -118,7 +118,7 @@ impl Device {
     /// until a function level reset.
     pub(crate) fn enter_fatal(&mut self, synd: u8, ext_synd: u16, now: u64) {
         let since = now.saturating_sub(self.fw.boot_ns);
-        self.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
+        self.fw.frozen_counter = ((since / HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
         self.fw.fatal = Some((synd, ext_synd));
     }
 

@@ -2,8 +2,8 @@
 //! (existence, PD, access rights, bounds), and gather/scatter through the IOMMU.
 
 use crate::device::Device;
-use crate::firmware::RESERVED_LKEY;
 use crate::objects::Objects;
+use crate::objects::RESERVED_LKEY;
 use uhca_fwif::consts::MkcAccessMode;
 
 /// What an access through a memory key needs.

@@ -90,7 +90,7 @@ impl Device {
             }
             return;
         }
-        let max_msg = if crate::firmware::is_datagram_qp(st) {
+        let max_msg = if crate::objects::is_datagram_qp(st) {
             ud_mtu(self.fw.port_type() == crate::caps::LinkLayer::InfiniBand)
         } else {
             1u64 << qpc.log_msg_max().max(1)
@@ -154,7 +154,7 @@ impl Device {
             self.local_send_error(qpn, w.counter, op.raw(), s, now);
             return;
         }
-        if crate::firmware::is_datagram_qp(st) {
+        if crate::objects::is_datagram_qp(st) {
             self.send_ud(qpn, &w, now);
             return;
         }
@@ -462,7 +462,7 @@ impl Device {
         bth.solicited = w.solicited;
         // QP0 and QP1 send as QP 0 and QP 1 of the port (their firmware QPN is not on the
         // wire).
-        let src_qp = crate::firmware::wire_qpn(QpServiceType::from_raw(qpc.st()), qpn);
+        let src_qp = crate::objects::wire_qpn(QpServiceType::from_raw(qpc.st()), qpn);
         let mut t = IbTransportRepr::new(bth, &buf).with_deth(qkey, src_qp);
         if imm {
             t = t.with_imm_dt(w.imm);
@@ -527,7 +527,7 @@ impl Device {
             q.user_index(),
             now,
         );
-        if crate::firmware::is_datagram_qp(QpServiceType::from_raw(q.st())) {
+        if crate::objects::is_datagram_qp(QpServiceType::from_raw(q.st())) {
             // A UD send error stops only the send queue (SQER); SQERR2RTS resumes it.
             if let Some(qp) = self.objs.qps.get_mut(&qpn) {
                 qp.qpc.set_state(QpState::Sqer.raw());

@@ -9,9 +9,9 @@
 use super::mem::{Access, KeyError, LocalKeys};
 use super::requester::{path_mtu, ud_mtu};
 use super::{ACK_COALESCE_PACKETS, RESPONDER_RESOURCES, RecvProgress, RespResource, WriteProgress};
+use crate::caps::DEFAULT_PKEY;
 use crate::caps::LinkLayer;
 use crate::device::Device;
-use crate::firmware::DEFAULT_PKEY;
 use crate::wire::ib::RxPrediction as IbRxPrediction;
 use crate::wire::ib::psn;
 use crate::wire::roce::RxPrediction;
@@ -220,7 +220,7 @@ impl Device {
             return;
         }
         self.engine.qps.entry(qpn).or_default();
-        if state == QpState::Rtr && !crate::firmware::is_datagram_qp(st) {
+        if state == QpState::Rtr && !crate::objects::is_datagram_qp(st) {
             let first = self
                 .engine
                 .qps

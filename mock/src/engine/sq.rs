@@ -221,7 +221,7 @@ impl Device {
         let seg = |off: usize, n: usize| raw.get(off..off + n).ok_or(bad);
         // A NOP is its control segment alone (a datagram QP's too: it sends nothing, so
         // it has no address).
-        if crate::firmware::is_datagram_qp(st) && op != WqeOpcode::Nop {
+        if crate::objects::is_datagram_qp(st) && op != WqeOpcode::Nop {
             // The datagram segment: the extended 48-byte address vector when `dqp_dct`
             // bit 31 is set, else the compact 16-byte one (no MAC, GID or GRH fields),
             // after which the next segment starts. A driver that writes 48 bytes with the
@@ -248,7 +248,7 @@ impl Device {
         match op {
             WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::Nop => {}
             WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead
-                if !crate::firmware::is_datagram_qp(st) =>
+                if !crate::objects::is_datagram_qp(st) =>
             {
                 let r = WqeRaddrSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
                 w.raddr = Some((r.raddr.get(), r.rkey.get()));

@@ -27,7 +27,7 @@
 use super::mem::KeyError;
 use super::path::{Path, PayloadFill};
 use crate::device::Device;
-use crate::firmware::SrqCtx;
+use crate::objects::SrqCtx;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
 use uhca_fwif::consts::{EventType, QpServiceType};
 use uhca_fwif::ctx::Qpc;

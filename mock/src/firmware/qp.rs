@@ -2,13 +2,14 @@
 //! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
-use super::special_qp::{has_pd, is_datagram, is_special};
+use super::special_qp::{has_pd, is_special};
 use super::{
     CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
     syndrome,
 };
 use crate::caps::{LinkLayer, PKEY_TABLE_ENTRIES};
 use crate::device::Device;
+use crate::objects::is_datagram_qp as is_datagram;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, QpServiceType, QpState};
 use uhca_fwif::ctx::{Ads, Qpc, ads, qpc};

@@ -2,7 +2,7 @@
 //! the RoCE address (GID) table, and MAD_IFC for InfiniBand ports.
 
 use super::{CmdResult, Ctx, Fail, bad_param, out, syndrome};
-use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer, PKEY_TABLE_ENTRIES};
+use crate::caps::{DEFAULT_PKEY, GID_PREFIX, IB_GID_TABLE_ENTRIES, LinkLayer, PKEY_TABLE_ENTRIES};
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -10,17 +10,8 @@ use uhca_fwif::consts::{CmdStatus, PortState};
 use uhca_fwif::ctx::{HcaVportContext, ModifyNicVportFieldSelect, RoceAddrLayout};
 use zerocopy::IntoBytes;
 
-/// The default P_Key (full member of the default partition), entry 0 of the P_Key table.
-pub const DEFAULT_PKEY: u16 = 0xffff;
-/// The link-local GID prefix (fe80::/64).
-pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
 /// "All entries" for QUERY_HCA_VPORT_GID/PKEY.
 pub const ALL_ENTRIES: u16 = 0xffff;
-/// The node description the firmware starts with, reported by the subnet management agent
-/// (SubnGet(NodeDescription)) and the NODE_DESC register (Linux's `mlx5_ib` shows it as the
-/// device's `node_desc`).
-pub const NODE_DESCRIPTION: &[u8] = b"uhca mock HCA";
-
 /// MAD status: unsupported method or attribute.
 pub const MAD_STATUS_UNSUPPORTED: u16 = 0x000c;
 /// MAD status: bad version, or a management class the agent does not support.

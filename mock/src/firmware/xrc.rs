@@ -20,12 +20,6 @@ use uhca_fwif::ctx::XrcSrqc;
 /// `xrc_srqc.state`: the XRC SRQ works (`MLX5_XRC_SRQC_STATE_GOOD`).
 pub const XRC_SRQC_STATE_GOOD: u8 = 0;
 
-/// The doorbell record address of an XRC SRQ: `db_record_addr_h` is bits 63:32,
-/// `db_record_addr_l` bits 31:2 (the low two bits are not stored).
-pub(crate) fn xrc_srq_dbr_addr(c: &XrcSrqc) -> u64 {
-    ((c.db_record_addr_h() as u64) << 32) | ((c.db_record_addr_l() as u64) << 2)
-}
-
 impl Device {
     /// The references an XRC SRQ makes: an allocated XRC domain and an existing CQ.
     pub(super) fn check_xrc_srq_refs(&self, xrcd: u32, cqn: u32) -> Result<(), super::Fail> {
@@ -68,7 +62,7 @@ impl Device {
             s.log_page_size(),
             s.pd(),
             s.page_offset(),
-            xrc_srq_dbr_addr(&s),
+            crate::objects::xrc_srq_dbr_addr(&s),
             s.lwm(),
             log_max,
         )?;
