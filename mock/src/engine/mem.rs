@@ -1,6 +1,7 @@
 //! Memory as the datapath sees it: queue buffers through their page lists, memory keys
 //! (existence, PD, access rights, bounds), and gather/scatter through the IOMMU.
 
+pub(crate) use super::state::Sge;
 use crate::device::Device;
 use crate::objects::Objects;
 use crate::objects::RESERVED_LKEY;
@@ -48,14 +49,6 @@ impl QueueBuf {
             QueueBuf::Srq(n) => &objs.srqs.get(&n)?.pas,
         })
     }
-}
-
-/// A scatter/gather entry of a WQE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Sge {
-    pub(crate) lkey: u32,
-    pub(crate) addr: u64,
-    pub(crate) len: u32,
 }
 
 /// Whose local keys a gather or scatter goes through: the QP's PD, and whether the

@@ -4,10 +4,10 @@
 //! 7 = infinite) drive retries, and exhausted retries end in an error CQE and the error
 //! state.
 
-use super::SentWqe;
 use super::mem::{Access, KeyError, LocalKeys, Sge};
 use super::path::HeaderTemplate;
 use super::sq::{Piece, Wqe};
+use super::state::SentWqe;
 use crate::device::Device;
 use crate::wire::ib::PAYLOAD_IN_PLACE;
 use crate::wire::ib::ext::rnr_timer_micros;

@@ -3,21 +3,11 @@
 //! receive counter; for an XRC target, from the XRC SRQ the request names.
 
 use super::mem::{QueueBuf, Sge};
+pub(crate) use super::state::RecvWqe;
 use crate::device::Device;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, EventType, RCV_DBR};
 use uhca_fwif::wqe::{INVALID_LKEY, WqeDataSeg};
 use zerocopy::FromBytes;
-
-/// A receive WQE taken from an RQ or an SRQ.
-#[derive(Clone, Debug)]
-pub(crate) struct RecvWqe {
-    /// The WQE counter the CQE reports (RQ: the consumer counter; SRQ: the WQE index).
-    pub(crate) counter: u16,
-    pub(crate) sges: Vec<Sge>,
-    /// Whether the queue it came from allows the reserved lkey (`qpc.rlky` for the QP's
-    /// own receive queue, `srqc.rlky` for an SRQ; an RMP's context has no such bit).
-    pub(crate) rlky: bool,
-}
 
 /// The scatter list of a receive WQE (data segments until [`INVALID_LKEY`]), appended to
 /// `out` (empty, reused).

@@ -2,6 +2,7 @@
 //! doorbell record's send counter, and decoding their segments by opcode and QP type.
 
 use super::mem::{QueueBuf, Sge};
+pub(crate) use super::state::Piece;
 use crate::device::Device;
 use uhca_fwif::consts::{
     INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
@@ -9,15 +10,6 @@ use uhca_fwif::consts::{
 };
 use uhca_fwif::wqe::{Av, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, WqeXrcSeg};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
-
-/// One piece of a send WQE's data.
-#[derive(Clone, Debug)]
-pub(crate) enum Piece {
-    /// A data segment (gathered through its lkey).
-    Sge(Sge),
-    /// Inline data.
-    Inline(Vec<u8>),
-}
 
 /// A decoded send WQE.
 #[derive(Clone, Debug)]
@@ -36,44 +28,6 @@ pub(crate) struct Wqe {
     pub(crate) data: Vec<Piece>,
     /// XRC: the remote XRC SRQ (the WQE's XRC segment), 0 otherwise.
     pub(crate) xrc_srqn: u32,
-}
-
-/// A WQE that was sent and waits for its completion (RC), with what a retransmission or a
-/// response needs.
-#[derive(Clone, Debug)]
-pub(crate) struct SentWqe {
-    pub(crate) counter: u16,
-    pub(crate) opcode: WqeOpcode,
-    pub(crate) signaled: bool,
-    pub(crate) solicited: bool,
-    pub(crate) imm: u32,
-    pub(crate) first_psn: u32,
-    /// PSNs the message uses (packets; for a READ, its response packets).
-    pub(crate) npkts: u32,
-    /// Packets acknowledged (SEND, WRITE) or responses received (READ).
-    pub(crate) acked: u32,
-    pub(crate) len: u64,
-    pub(crate) remote: (u64, u32),
-    pub(crate) atomic: (u64, u64),
-    /// The gather list of a SEND or WRITE (data segments and inline data), read again
-    /// for each packet sent.
-    pub(crate) data: Vec<Piece>,
-    /// Where a READ response or an atomic result goes.
-    pub(crate) local: Vec<Sge>,
-    /// XRC: the remote XRC SRQ every request packet names, 0 otherwise.
-    pub(crate) xrc_srqn: u32,
-}
-
-impl SentWqe {
-    pub(crate) fn last_psn(&self) -> u32 {
-        crate::wire::ib::psn::add(self.first_psn, self.npkts.saturating_sub(1))
-    }
-    pub(crate) fn is_read_or_atomic(&self) -> bool {
-        matches!(
-            self.opcode,
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
-        )
-    }
 }
 
 /// Why a WQE could not be decoded: the WQE size in basic blocks and its opcode, for the
