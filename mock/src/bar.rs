@@ -167,7 +167,7 @@ impl Device {
                 let v = u64::from_be_bytes([
                     bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
                 ]);
-                self.cq_doorbell(uar, v, now);
+                self.firmware().cq_doorbell(uar, v, now);
                 self.engine_arm_cq((v as u32) & 0x00ff_ffff, now);
             }
             (o, 8)

@@ -3,7 +3,7 @@
 use crate::MockConfig;
 use crate::engine::state::Engine;
 use crate::faults::Faults;
-use crate::firmware::state::{Firmware, HEALTH_TICK_NS};
+use crate::firmware::state::{FwState, HEALTH_TICK_NS};
 use crate::iommu::Iommu;
 use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
 use crate::objects::Objects;
@@ -15,7 +15,7 @@ pub(crate) struct Device {
     pub(crate) config: MockConfig,
     pub(crate) pci: PciFunction,
     pub(crate) iommu: Iommu,
-    pub(crate) fw: Firmware,
+    pub(crate) fw: FwState,
     /// The objects the firmware created: QPs, CQs, SRQs, memory keys, EQs, UARs, PDs...
     pub(crate) objs: Objects,
     pub(crate) faults: Faults,
@@ -61,7 +61,7 @@ impl Device {
         Device {
             pci: PciFunction::new(infiniband, vectors),
             iommu: Iommu::new(),
-            fw: Firmware::new(&config, now),
+            fw: FwState::new(&config, now),
             objs: Objects::default(),
             faults: Faults::default(),
             commands: Ring::new(),
@@ -105,7 +105,7 @@ impl Device {
         self.pci = PciFunction::new(infiniband, vectors);
         self.iommu.set_bus_master(false);
         let (lid, sm_lid) = (self.fw.lid, self.fw.sm_lid);
-        self.fw = Firmware::new(&self.config, now);
+        self.fw = FwState::new(&self.config, now);
         self.objs = Objects::default();
         self.fw.lid = lid;
         self.fw.sm_lid = sm_lid;

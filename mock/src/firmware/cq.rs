@@ -1,9 +1,8 @@
 //! Completion queues: CREATE_CQ, DESTROY_CQ, QUERY_CQ, MODIFY_CQ and the CQ doorbell.
 
 use super::{
-    CmdResult, Cq, Ctx, bad_param, bad_res, busy, lim, out, pages_for, pas_list, syndrome,
+    CmdResult, Cq, Ctx, Firmware, bad_param, bad_res, busy, lim, out, pages_for, pas_list, syndrome,
 };
-use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CQ_DB_REQ_NOT_SOL};
@@ -19,10 +18,10 @@ pub const CQ_OP_MOD_MODIFY: u16 = 0;
 /// MODIFY_CQ op_mod: resize (not offered: `cq_resize` is 0).
 pub const CQ_OP_MOD_RESIZE: u16 = 1;
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_create_cq(&mut self, c: &Ctx, i: &CreateCqIn) -> CmdResult {
         let cqc = *i.cq_context();
-        let caps = &self.fw.caps.general_cur;
+        let caps = &self.caps.general_cur;
         if i.cq_umem_valid() || cqc.dbr_umem_valid() || cqc.cqe_comp_en() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
@@ -52,7 +51,7 @@ impl Device {
         let npages = pages_for(start + (cqe_size << cqc.log_cq_size()), page_size) as usize;
         let pas = pas_list(c.raw, CreateCqIn::SIZE, npages)?;
         self.need_regular_pages()?;
-        if self.objs.cqs.len() >= 1 << self.fw.caps.general_cur.log_max_cq() {
+        if self.objs.cqs.len() >= 1 << self.caps.general_cur.log_max_cq() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let cqn = self.objs.alloc_id();
@@ -128,7 +127,7 @@ impl Device {
             return Err(bad_param(syndrome::BAD_FIELD_SELECT));
         }
         let req = *i.cq_context();
-        if sel & CQ_MODIFY_OVERRUN != 0 && req.oi() && !self.fw.caps.general_cur.cq_oi() {
+        if sel & CQ_MODIFY_OVERRUN != 0 && req.oi() && !self.caps.general_cur.cq_oi() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         let Some(cq) = self.objs.cqs.get_mut(&cqn) else {

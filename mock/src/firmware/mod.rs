@@ -44,7 +44,12 @@ pub use vport::{
     PORT_CAPABILITY_MASK,
 };
 
+use crate::caps::Caps;
 use crate::device::Device;
+use crate::iommu::Iommu;
+use crate::log::{Note, Ring};
+use crate::objects::Objects;
+use state::Pages;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdOpcode, CmdStatus};
@@ -118,6 +123,47 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
     }
 }
 
+/// The firmware's room: what a command handler converted to it may touch, borrowed from
+/// the device for one command (or one doorbell) and nothing more: the object tables, the
+/// capabilities, page accounting, the IOMMU (for the DMA a command does) and the notes.
+/// Not the PCI function, the MSI-X table, the command log or the engine.
+pub(crate) struct Firmware<'a> {
+    pub(crate) objs: &'a mut Objects,
+    pub(crate) caps: &'a Caps,
+    pub(crate) pages: &'a Pages,
+    pub(crate) iommu: &'a mut Iommu,
+    pub(crate) notes: &'a mut Ring<Note>,
+}
+
+impl Firmware<'_> {
+    /// Records a note about something the driver probably did wrong.
+    pub(crate) fn note(&mut self, now: u64, text: String) {
+        self.notes.push(Note { time_ns: now, text });
+    }
+
+    /// Whether the firmware has the regular pages a new object needs (see
+    /// [`need_regular_pages`]).
+    pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {
+        need_regular_pages(self.pages, self.objs)
+    }
+}
+
+/// Whether the firmware has every regular page it asked for: if not, a command that
+/// creates an object waits for them (deferred) when an EQ takes page requests, and fails
+/// otherwise.
+pub(crate) fn need_regular_pages(pages: &Pages, objs: &Objects) -> Result<(), Fail> {
+    if pages.regular_outstanding() == 0 {
+        Ok(())
+    } else if objs
+        .eq_for(uhca_fwif::consts::EventType::PageRequest.raw())
+        .is_some()
+    {
+        Err(Fail::Defer)
+    } else {
+        Err(no_res(syndrome::NO_REGULAR_PAGES))
+    }
+}
+
 /// What a handler gets besides its decoded input.
 pub(crate) struct Ctx<'a> {
     /// The whole input, for flexible arrays.
@@ -158,6 +204,17 @@ fn need_of(op: CmdOpcode) -> Need {
 }
 
 impl Device {
+    /// The firmware's room over this device's parts, for one command or doorbell.
+    pub(crate) fn firmware(&mut self) -> Firmware<'_> {
+        Firmware {
+            objs: &mut self.objs,
+            caps: &self.fw.caps,
+            pages: &self.fw.pages,
+            iommu: &mut self.iommu,
+            notes: &mut self.notes,
+        }
+    }
+
     fn check_state(&self, op: CmdOpcode) -> Result<(), Fail> {
         let st = self.fw.state;
         let boot_ok = self.fw.pages.boot_outstanding() == 0;
@@ -202,6 +259,13 @@ impl Device {
         };
 
         macro_rules! run {
+            // A handler of the firmware's room ([`Firmware`]), not of the whole device.
+            (@fw $in:ty, $handler:ident) => {
+                run!(@fw $in, $handler, op_mod_zero)
+            };
+            (@fw $in:ty, $handler:ident, $opm:ident) => {
+                run!(@call firmware, $in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
+            };
             ($in:ty, $handler:ident) => {
                 run!($in, $handler, op_mod_zero)
             };
@@ -210,7 +274,10 @@ impl Device {
             };
             // `$min`: the shortest output the command takes (its layout's size, or the part
             // before a trailing list the firmware writes only as far as the output reaches).
-            ($in:ty, $handler:ident, $opm:ident, $min:expr) => {{
+            ($in:ty, $handler:ident, $opm:ident, $min:expr) => {
+                run!(@call device, $in, $handler, $opm, $min)
+            };
+            (@call $room:ident, $in:ty, $handler:ident, $opm:ident, $min:expr) => {{
                 if outlen < $min {
                     return Err(Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN));
                 }
@@ -220,8 +287,10 @@ impl Device {
                     return Err(bad_param(syndrome::BAD_UID));
                 }
                 self.check_state(op)?;
-                self.$handler(&ctx, &inp)
+                run!(@room $room).$handler(&ctx, &inp)
             }};
+            (@room device) => { self };
+            (@room firmware) => { self.firmware() };
             (@opm op_mod_zero, $hdr:ident) => {
                 if $hdr.op_mod() != 0 {
                     return Err(bad_param(syndrome::BAD_OP_MOD));
@@ -271,10 +340,10 @@ impl Device {
             O::CreateMkey => run!(CreateMkeyIn, cmd_create_mkey),
             O::DestroyMkey => run!(DestroyMkeyIn, cmd_destroy_mkey),
             O::QueryMkey => run!(QueryMkeyIn, cmd_query_mkey),
-            O::CreateCq => run!(CreateCqIn, cmd_create_cq),
-            O::DestroyCq => run!(DestroyCqIn, cmd_destroy_cq),
-            O::QueryCq => run!(QueryCqIn, cmd_query_cq),
-            O::ModifyCq => run!(ModifyCqIn, cmd_modify_cq, op_mod_any),
+            O::CreateCq => run!(@fw CreateCqIn, cmd_create_cq),
+            O::DestroyCq => run!(@fw DestroyCqIn, cmd_destroy_cq),
+            O::QueryCq => run!(@fw QueryCqIn, cmd_query_cq),
+            O::ModifyCq => run!(@fw ModifyCqIn, cmd_modify_cq, op_mod_any),
             O::CreateQp => run!(CreateQpIn, cmd_create_qp),
             O::DestroyQp => run!(DestroyQpIn, cmd_destroy_qp),
             // QUERY_QP's output ends with the QP's page list (or the extended context and the

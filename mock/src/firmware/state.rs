@@ -90,7 +90,7 @@ impl Pages {
 
 /// Everything the firmware knows; reset by a function level reset.
 #[derive(Clone, Debug)]
-pub(crate) struct Firmware {
+pub(crate) struct FwState {
     /// Model time at which the firmware started (power-on or reset).
     pub(crate) boot_ns: u64,
     /// Model time at which `initializing` clears.
@@ -131,7 +131,7 @@ pub const FIRST_UAR: u32 = 8;
 /// First QP number handed out (lower numbers are reserved for special QPs).
 pub const FIRST_QPN: u32 = 0x100;
 
-impl Firmware {
+impl FwState {
     pub(crate) fn new(cfg: &crate::MockConfig, now: u64) -> Self {
         let caps = Caps::new(cfg.port_type);
         let mut nic = NicVportContext::default();
@@ -147,7 +147,7 @@ impl Firmware {
             LinkLayer::Ethernet => crate::caps::ROCE_ADDRESS_TABLE_ENTRIES,
             LinkLayer::InfiniBand => 0,
         };
-        Firmware {
+        FwState {
             boot_ns: now,
             ready_ns: now.saturating_add(cfg.init_delay_us.saturating_mul(1000)),
             cmdq_addr_h: 0,
