@@ -1,7 +1,6 @@
 //! Memory keys: CREATE_MKEY (PA and MTT access modes), DESTROY_MKEY, QUERY_MKEY.
 
-use super::{CmdResult, Ctx, Mkey, bad_param, bad_res, lim, out, pas_list, syndrome};
-use crate::device::Device;
+use super::{CmdResult, Ctx, Firmware, Mkey, bad_param, bad_res, lim, out, pas_list, syndrome};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::MkcAccessMode;
@@ -20,7 +19,7 @@ impl Mkey {
     }
 }
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_create_mkey(&mut self, c: &Ctx, i: &CreateMkeyIn) -> CmdResult {
         let mkc = *i.memory_key_mkey_entry();
         if i.mkey_umem_valid() {
@@ -81,7 +80,7 @@ impl Device {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.need_regular_pages()?;
-        if self.objs.mkeys.len() >= 1 << self.fw.caps.general_cur.log_max_mkey() {
+        if self.objs.mkeys.len() >= 1 << self.caps.general_cur.log_max_mkey() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let index = (self.objs.alloc_id() + FIRST_MKEY_INDEX) & 0x00ff_ffff;

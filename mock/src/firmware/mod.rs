@@ -50,6 +50,7 @@ use crate::iommu::Iommu;
 use crate::log::{Note, Ring};
 use crate::objects::Objects;
 use state::Pages;
+use std::collections::BTreeMap;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdOpcode, CmdStatus};
@@ -125,7 +126,8 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
-/// capabilities, page accounting, the IOMMU (for the DMA a command does) and the notes.
+/// capabilities, page accounting, the IOMMU (for the DMA a command does), the notes and the
+/// engine's SRQ positions.
 /// Not the PCI function, the MSI-X table, the command log or the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
@@ -133,6 +135,9 @@ pub(crate) struct Firmware<'a> {
     pub(crate) pages: &'a Pages,
     pub(crate) iommu: &'a mut Iommu,
     pub(crate) notes: &'a mut Ring<Note>,
+    /// The engine's SRQ consumers (srqn -> WQEs consumed, next WQE): QUERY_RMP reports
+    /// one, destroying an SRQ forgets it.
+    pub(crate) srq_pos: &'a mut BTreeMap<u32, (u16, u16)>,
 }
 
 impl Firmware<'_> {
@@ -212,6 +217,7 @@ impl Device {
             pages: &self.fw.pages,
             iommu: &mut self.iommu,
             notes: &mut self.notes,
+            srq_pos: &mut self.engine.srq_pos,
         }
     }
 
@@ -337,9 +343,9 @@ impl Device {
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),
             O::DestroyEq => run!(DestroyEqIn, cmd_destroy_eq),
             O::QueryEq => run!(QueryEqIn, cmd_query_eq),
-            O::CreateMkey => run!(CreateMkeyIn, cmd_create_mkey),
-            O::DestroyMkey => run!(DestroyMkeyIn, cmd_destroy_mkey),
-            O::QueryMkey => run!(QueryMkeyIn, cmd_query_mkey),
+            O::CreateMkey => run!(@fw CreateMkeyIn, cmd_create_mkey),
+            O::DestroyMkey => run!(@fw DestroyMkeyIn, cmd_destroy_mkey),
+            O::QueryMkey => run!(@fw QueryMkeyIn, cmd_query_mkey),
             O::CreateCq => run!(@fw CreateCqIn, cmd_create_cq),
             O::DestroyCq => run!(@fw DestroyCqIn, cmd_destroy_cq),
             O::QueryCq => run!(@fw QueryCqIn, cmd_query_cq),
@@ -365,18 +371,18 @@ impl Device {
             O::CreateRmp | O::ModifyRmp | O::QueryRmp | O::DestroyRmp if self.fw.issi == 0 => {
                 Err(Fail::Cmd(CmdStatus::BadOpErr, syndrome::OPCODE_NOT_AT_ISSI))
             }
-            O::CreateSrq => run!(CreateSrqIn, cmd_create_srq),
-            O::DestroySrq => run!(DestroySrqIn, cmd_destroy_srq),
-            O::QuerySrq => run!(QuerySrqIn, cmd_query_srq),
-            O::ArmRq => run!(ArmRqIn, cmd_arm_rq, op_mod_any),
-            O::CreateRmp => run!(CreateRmpIn, cmd_create_rmp),
-            O::ModifyRmp => run!(ModifyRmpIn, cmd_modify_rmp),
-            O::QueryRmp => run!(QueryRmpIn, cmd_query_rmp),
-            O::DestroyRmp => run!(DestroyRmpIn, cmd_destroy_rmp),
-            O::CreateXrcSrq => run!(CreateXrcSrqIn, cmd_create_xrc_srq),
-            O::DestroyXrcSrq => run!(DestroyXrcSrqIn, cmd_destroy_xrc_srq),
-            O::QueryXrcSrq => run!(QueryXrcSrqIn, cmd_query_xrc_srq),
-            O::ArmXrcSrq => run!(ArmXrcSrqIn, cmd_arm_xrc_srq, op_mod_any),
+            O::CreateSrq => run!(@fw CreateSrqIn, cmd_create_srq),
+            O::DestroySrq => run!(@fw DestroySrqIn, cmd_destroy_srq),
+            O::QuerySrq => run!(@fw QuerySrqIn, cmd_query_srq),
+            O::ArmRq => run!(@fw ArmRqIn, cmd_arm_rq, op_mod_any),
+            O::CreateRmp => run!(@fw CreateRmpIn, cmd_create_rmp),
+            O::ModifyRmp => run!(@fw ModifyRmpIn, cmd_modify_rmp),
+            O::QueryRmp => run!(@fw QueryRmpIn, cmd_query_rmp),
+            O::DestroyRmp => run!(@fw DestroyRmpIn, cmd_destroy_rmp),
+            O::CreateXrcSrq => run!(@fw CreateXrcSrqIn, cmd_create_xrc_srq),
+            O::DestroyXrcSrq => run!(@fw DestroyXrcSrqIn, cmd_destroy_xrc_srq),
+            O::QueryXrcSrq => run!(@fw QueryXrcSrqIn, cmd_query_xrc_srq),
+            O::ArmXrcSrq => run!(@fw ArmXrcSrqIn, cmd_arm_xrc_srq, op_mod_any),
             O::QueryNicVportContext => run!(QueryNicVportContextIn, cmd_query_nic_vport),
             O::ModifyNicVportContext => run!(ModifyNicVportContextIn, cmd_modify_nic_vport),
             O::QueryHcaVportContext => run!(QueryHcaVportContextIn, cmd_query_hca_vport),

@@ -197,7 +197,7 @@ impl Device {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
         }
         if st == QpServiceType::Xrc {
-            self.check_xrc_qp(&q)?;
+            super::xrc::check_xrc_qp(&self.objs, &q)?;
         }
         if has_pd(st) && !self.objs.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));

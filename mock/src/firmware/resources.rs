@@ -99,7 +99,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         // A domain its XRC SRQs or XRC QPs still name stays.
-        self.xrcd_free_check(xrcd)?;
+        self.firmware().xrcd_free_check(xrcd)?;
         self.objs.xrcds.remove(&xrcd);
         Ok(out(&DeallocXrcdOut::default()))
     }

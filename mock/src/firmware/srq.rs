@@ -5,10 +5,9 @@
 //! `qpc.srqn_rmpn_xrqn`. XRC SRQs (CREATE_XRC_SRQ and friends) are in `xrc.rs`.
 
 use super::{
-    CmdResult, Ctx, Fail, Srq, SrqCtx, bad_param, bad_res, busy, lim, out, pages_for, pas_list,
-    syndrome,
+    CmdResult, Ctx, Fail, Firmware, Srq, SrqCtx, bad_param, bad_res, busy, lim, out, pages_for,
+    pas_list, syndrome,
 };
-use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, RmpcState};
@@ -22,7 +21,7 @@ const WQ_TYPE_LINKED_LIST: u8 = 0;
 /// not fit in less than 16 bytes).
 const MIN_LOG_WQ_STRIDE: u8 = 4;
 
-impl Device {
+impl Firmware<'_> {
     /// The checks CREATE_SRQ and CREATE_RMP share; returns the page list.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn check_new_srq(
@@ -38,7 +37,7 @@ impl Device {
         lwm: u16,
         log_max: u8,
     ) -> Result<Vec<u64>, Fail> {
-        let caps = &self.fw.caps.general_cur;
+        let caps = &self.caps.general_cur;
         if log_size > caps.log_max_srq_sz().min(15) {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
@@ -86,7 +85,7 @@ impl Device {
         if s.xrcd() != 0 {
             self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
         }
-        let log_max = self.fw.caps.general_cur.log_max_srq();
+        let log_max = self.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(
             c,
             CreateSrqIn::SIZE,
@@ -127,7 +126,7 @@ impl Device {
         }
         self.srq_unused(n)?;
         self.objs.srqs.remove(&n);
-        self.engine.srq_pos.remove(&n);
+        self.srq_pos.remove(&n);
         Ok(out(&DestroySrqOut::default()))
     }
 
@@ -178,7 +177,7 @@ impl Device {
         if wq.log_wq_stride() < MIN_LOG_WQ_STRIDE {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        let log_max = self.fw.caps.general_cur.log_max_rmp();
+        let log_max = self.caps.general_cur.log_max_rmp();
         let pas = self.check_new_srq(
             c,
             CreateRmpIn::SIZE,
@@ -251,7 +250,7 @@ impl Device {
         };
         let mut ctx = *r;
         // The WQEs the device has taken so far.
-        let consumed = self.engine.srq_pos.get(&n).map_or(0, |&(c, _)| c);
+        let consumed = self.srq_pos.get(&n).map_or(0, |&(c, _)| c);
         ctx.wq_mut().set_hw_counter(consumed as u32);
         let mut o = QueryRmpOut::default();
         *o.rmp_context_mut() = ctx;
@@ -271,7 +270,7 @@ impl Device {
         }
         self.srq_unused(n)?;
         self.objs.srqs.remove(&n);
-        self.engine.srq_pos.remove(&n);
+        self.srq_pos.remove(&n);
         Ok(out(&DestroyRmpOut::default()))
     }
 }

@@ -10,8 +10,7 @@
 //! CQ (`xrc_srqc.cqn`) with the SRQ's `user_index` in the CQE. Its WQEs are the same
 //! linked list as any SRQ's, so the engine takes them the same way.
 
-use super::{CmdResult, Ctx, Srq, SrqCtx, bad_param, bad_res, busy, out, syndrome};
-use crate::device::Device;
+use super::{CmdResult, Ctx, Firmware, Srq, SrqCtx, bad_param, bad_res, busy, out, syndrome};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::QpServiceType;
@@ -20,7 +19,7 @@ use uhca_fwif::ctx::XrcSrqc;
 /// `xrc_srqc.state`: the XRC SRQ works (`MLX5_XRC_SRQC_STATE_GOOD`).
 pub const XRC_SRQC_STATE_GOOD: u8 = 0;
 
-impl Device {
+impl Firmware<'_> {
     /// The references an XRC SRQ makes: an allocated XRC domain and an existing CQ.
     pub(super) fn check_xrc_srq_refs(&self, xrcd: u32, cqn: u32) -> Result<(), super::Fail> {
         if !self.objs.xrcds.contains(&xrcd) {
@@ -53,7 +52,7 @@ impl Device {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
-        let log_max = self.fw.caps.general_cur.log_max_srq();
+        let log_max = self.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(
             c,
             CreateXrcSrqIn::SIZE,
@@ -102,7 +101,7 @@ impl Device {
         }
         self.srq_unused(n)?;
         self.objs.srqs.remove(&n);
-        self.engine.srq_pos.remove(&n);
+        self.srq_pos.remove(&n);
         Ok(out(&DestroyXrcSrqOut::default()))
     }
 
@@ -133,20 +132,6 @@ impl Device {
         Ok(out(&ArmXrcSrqOut::default()))
     }
 
-    /// CREATE_QP's checks of an XRC QP (`st` XRC): an initiator has a send queue, a target
-    /// none (`no_sq`), and neither has a receive queue of its own (`rq_type` SRQ, as Linux
-    /// sets it with a placeholder SRQ, or zero-length); both name an allocated XRC domain,
-    /// the domain a target takes requests for.
-    pub(super) fn check_xrc_qp(&self, q: &uhca_fwif::ctx::Qpc) -> Result<(), super::Fail> {
-        if !self.objs.xrcds.contains(&q.xrcd()) {
-            return Err(bad_param(syndrome::BAD_XRCD));
-        }
-        if !matches!(q.rq_type(), 1 | 3) {
-            return Err(bad_param(syndrome::BAD_RQ_TYPE));
-        }
-        Ok(())
-    }
-
     /// DEALLOC_XRCD's check: a domain with XRC SRQs or XRC QPs stays.
     pub(super) fn xrcd_free_check(&self, xrcd: u32) -> Result<(), super::Fail> {
         if self.xrcd_in_use(xrcd) {
@@ -154,4 +139,21 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// CREATE_QP's checks of an XRC QP (`st` XRC): an initiator has a send queue, a target
+/// none (`no_sq`), and neither has a receive queue of its own (`rq_type` SRQ, as Linux
+/// sets it with a placeholder SRQ, or zero-length); both name an allocated XRC domain,
+/// the domain a target takes requests for.
+pub(super) fn check_xrc_qp(
+    objs: &crate::objects::Objects,
+    q: &uhca_fwif::ctx::Qpc,
+) -> Result<(), super::Fail> {
+    if !objs.xrcds.contains(&q.xrcd()) {
+        return Err(bad_param(syndrome::BAD_XRCD));
+    }
+    if !matches!(q.rq_type(), 1 | 3) {
+        return Err(bad_param(syndrome::BAD_RQ_TYPE));
+    }
+    Ok(())
 }
