@@ -1,7 +1,7 @@
 //! The device behind the lock: PCI function, IOMMU, firmware and the logs.
 
 use crate::MockConfig;
-use crate::engine::state::Engine;
+use crate::engine::state::EngineState;
 use crate::faults::Faults;
 use crate::firmware::state::{FwState, HEALTH_TICK_NS};
 use crate::iommu::Iommu;
@@ -30,7 +30,7 @@ pub(crate) struct Device {
     pub(crate) interrupt_handler: Option<InterruptHandler>,
     pub(crate) resets: u64,
     /// The datapath engine's state.
-    pub(crate) engine: Engine,
+    pub(crate) engine: EngineState,
 }
 
 /// What runs when the device raises an MSI-X vector: it gets the vector number. It runs with
@@ -72,7 +72,7 @@ impl Device {
             interrupts: vec![0; vectors as usize],
             interrupt_handler: None,
             resets: 0,
-            engine: Engine::default(),
+            engine: EngineState::default(),
             config,
         }
     }
@@ -110,7 +110,7 @@ impl Device {
         self.fw.lid = lid;
         self.fw.sm_lid = sm_lid;
         self.msix_table = msix_power_on(vectors);
-        self.engine = Engine::default();
+        self.engine = EngineState::default();
         self.resets += 1;
     }
 

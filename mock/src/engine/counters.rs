@@ -1,18 +1,18 @@
 //! Queue counters (ALLOC_Q_COUNTER sets, read by QUERY_Q_COUNTER): each QP counts into the
 //! set named by its `counter_set_id`.
 
+use super::Engine;
 use super::state::QCounters;
-use crate::device::Device;
 use uhca_fwif::consts::{CqeOpcode, CqeSyndrome};
 
-impl Device {
+impl Engine<'_> {
     /// Counts an event of QP `qpn` into its counter set (if it has one).
     pub(crate) fn count(&mut self, qpn: u32, f: impl FnOnce(&mut QCounters)) {
         let Some(id) = self.objs.qps.get(&qpn).map(|q| q.qpc.counter_set_id()) else {
             return;
         };
         if id != 0 && self.objs.q_counters.contains(&id) {
-            f(self.engine.q_counters.entry(id).or_default());
+            f(self.state.q_counters.entry(id).or_default());
         }
     }
 
@@ -48,16 +48,16 @@ impl Device {
     pub(crate) fn q_counters(&mut self, id: u8, aggregate: bool, clear: bool) -> QCounters {
         let mut out = QCounters::default();
         if aggregate {
-            for c in self.engine.q_counters.values() {
+            for c in self.state.q_counters.values() {
                 out.add(c);
             }
             if clear {
-                self.engine.q_counters.clear();
+                self.state.q_counters.clear();
             }
         } else {
-            out = self.engine.q_counters.get(&id).copied().unwrap_or_default();
+            out = self.state.q_counters.get(&id).copied().unwrap_or_default();
             if clear {
-                self.engine.q_counters.remove(&id);
+                self.state.q_counters.remove(&id);
             }
         }
         out

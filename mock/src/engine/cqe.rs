@@ -152,7 +152,7 @@ impl Device {
         let Ok(c) = zerocopy::FromBytes::read_from_bytes(e.as_bytes()) else {
             return false;
         };
-        self.count_error_cqe(qpn, opcode, syndrome);
+        self.datapath().count_error_cqe(qpn, opcode, syndrome);
         self.post_cqe(cqn, c, opcode, false, now)
     }
 

@@ -32,6 +32,8 @@ pub(crate) mod state;
 mod xrc;
 
 use crate::device::Device;
+use crate::objects::Objects;
+use state::EngineState;
 
 use uhca_fwif::consts::{EventType, QpState};
 
@@ -52,7 +54,24 @@ pub fn ack_timeout_ns(code: u8) -> Option<u64> {
     (code != 0).then(|| 4096u64 << code.min(31))
 }
 
+/// The engine's room: what a datapath step converted to it may touch, borrowed from the
+/// device for one step: the object tables (read: the firmware creates and destroys them)
+/// and the engine's own state. Not the firmware's state, the PCI function, the MSI-X table
+/// or the logs.
+pub(crate) struct Engine<'a> {
+    pub(crate) objs: &'a Objects,
+    pub(crate) state: &'a mut EngineState,
+}
+
 impl Device {
+    /// The engine's room over this device's parts, for one step.
+    pub(crate) fn datapath(&mut self) -> Engine<'_> {
+        Engine {
+            objs: &self.objs,
+            state: &mut self.engine,
+        }
+    }
+
     /// A send doorbell (BlueFlame register write): the first 8 bytes of a control segment.
     pub(crate) fn send_doorbell(&mut self, uar: u32, bytes: &[u8], now: u64) {
         self.engine.now = now;

@@ -593,7 +593,7 @@ impl Device {
                     let w = head.clone();
                     let from = w.acked;
                     self.engine.counters.retransmitted_packets += 1;
-                    self.count(qpn, |c| c.implied_nak_seq_err += 1);
+                    self.datapath().count(qpn, |c| c.implied_nak_seq_err += 1);
                     self.transmit(qpn, &w, from, now);
                 }
                 break;
@@ -691,7 +691,7 @@ impl Device {
                 return;
             }
             self.engine.counters.timeouts += 1;
-            self.count(qpn, |c| c.local_ack_timeout_err += 1);
+            self.datapath().count(qpn, |c| c.local_ack_timeout_err += 1);
             let Some(s) = self.engine.qps.get_mut(&qpn) else {
                 return;
             };
@@ -747,7 +747,7 @@ impl Device {
                     }
                     AethSyndrome::RnrNak { timer } => {
                         self.engine.counters.rnr_naks_received += 1;
-                        self.count(qpn, |c| c.rnr_nak_retry_err += 1);
+                        self.datapath().count(qpn, |c| c.rnr_nak_retry_err += 1);
                         if self.ack_upto(qpn, psn::add(p, 0xff_ffff), now) {
                             self.on_progress(qpn, now);
                         }
@@ -775,7 +775,7 @@ impl Device {
                         }
                         match code {
                             NakCode::PsnSequenceError => {
-                                self.count(qpn, |c| c.packet_seq_err += 1);
+                                self.datapath().count(qpn, |c| c.packet_seq_err += 1);
                                 let Some(s) = self.engine.qps.get_mut(&qpn) else {
                                     return;
                                 };

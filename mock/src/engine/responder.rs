@@ -337,7 +337,7 @@ impl Device {
             }
         } else if d > 0 {
             self.engine.counters.rx_out_of_sequence += 1;
-            self.count(qpn, |c| c.out_of_sequence += 1);
+            self.datapath().count(qpn, |c| c.out_of_sequence += 1);
             let Some(s) = self.engine.qps.get_mut(&qpn) else {
                 return;
             };
@@ -349,7 +349,7 @@ impl Device {
             return;
         } else if d < 0 {
             self.engine.counters.rx_duplicates += 1;
-            self.count(qpn, |c| c.duplicate_request += 1);
+            self.datapath().count(qpn, |c| c.duplicate_request += 1);
             self.duplicate_rx(qpn, t, now);
             return;
         } else {
@@ -359,11 +359,11 @@ impl Device {
             op if is_write(op)
                 && matches!(pos, Some(MessagePosition::First | MessagePosition::Only)) =>
             {
-                self.count(qpn, |c| c.rx_write_requests += 1)
+                self.datapath().count(qpn, |c| c.rx_write_requests += 1)
             }
-            Opcode::RcRdmaReadRequest => self.count(qpn, |c| c.rx_read_requests += 1),
+            Opcode::RcRdmaReadRequest => self.datapath().count(qpn, |c| c.rx_read_requests += 1),
             Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
-                self.count(qpn, |c| c.rx_atomic_requests += 1)
+                self.datapath().count(qpn, |c| c.rx_atomic_requests += 1)
             }
             _ => {}
         }
@@ -403,7 +403,7 @@ impl Device {
             Err(Fail::Drop) => {}
             Err(_) if uc => {}
             Err(Fail::Rnr) => {
-                self.count(qpn, |c| c.out_of_buffer += 1);
+                self.datapath().count(qpn, |c| c.out_of_buffer += 1);
                 let timer = self
                     .objs
                     .qps
@@ -927,7 +927,7 @@ impl Device {
         }
         let Some(wqe) = self.recv_wqe(qpn, true, now) else {
             self.engine.counters.rx_ud_no_wqe += 1;
-            self.count(qpn, |c| c.out_of_buffer += 1);
+            self.datapath().count(qpn, |c| c.out_of_buffer += 1);
             return;
         };
         let mut data = Vec::with_capacity(UD_GRH_BYTES + t.payload.len());

@@ -1,6 +1,6 @@
 //! The engine's state: what the hardware keeps to itself besides the objects' contexts
 //! (per-QP transport state, SRQ consumers, armed CQs, counters, the transmit queue, reused
-//! buffers), and the work requests it holds. Device holds an [`Engine`]; the datapath steps
+//! buffers), and the work requests it holds. Device holds an [`EngineState`]; the datapath steps
 //! read and change it.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -123,7 +123,7 @@ pub(crate) struct QpDp {
 
 /// The engine of one HCA.
 #[derive(Debug, Default)]
-pub(crate) struct Engine {
+pub(crate) struct EngineState {
     pub(crate) qps: BTreeMap<u32, QpDp>,
     /// Frames to the wire, oldest first.
     pub(crate) tx: VecDeque<Vec<u8>>,
@@ -157,15 +157,15 @@ pub(crate) struct Engine {
     pub(crate) ib_rx_prediction: Option<crate::wire::ib::RxPrediction>,
 }
 
-/// Most lists [`Engine::spare_pieces`] and [`Engine::spare_sges`] keep each.
+/// Most lists [`EngineState::spare_pieces`] and [`EngineState::spare_sges`] keep each.
 const SPARE_LISTS: usize = 256;
 
-/// Most frame buffers [`Engine::spare_frames`] keeps: a doorbell for a hundred 64 KiB
+/// Most frame buffers [`EngineState::spare_frames`] keeps: a doorbell for a hundred 64 KiB
 /// messages emits thousands of frames before the fabric delivers any, and a smaller pool
 /// left most of them to the allocator. The pool never holds more than was once in flight.
 pub(crate) const SPARE_FRAMES: usize = 8192;
 
-impl Engine {
+impl EngineState {
     /// A buffer of `len` bytes for a frame, reusing a delivered frame's buffer: zero but for
     /// its last `tail` bytes, which the caller's emitter writes whole (payload, pad, CRCs),
     /// so they are not zeroed first.

@@ -133,7 +133,8 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         let mut o = QueryQCounterOut::default();
-        self.q_counters(i.counter_set_id(), i.aggregate(), i.clear())
+        self.datapath()
+            .q_counters(i.counter_set_id(), i.aggregate(), i.clear())
             .fill(&mut o);
         Ok(out(&o))
     }
