@@ -21,7 +21,7 @@ pub const CQ_OP_MOD_RESIZE: u16 = 1;
 impl Firmware<'_> {
     pub(crate) fn cmd_create_cq(&mut self, c: &Ctx, i: &CreateCqIn) -> CmdResult {
         let cqc = *i.cq_context();
-        let caps = &self.caps.general_cur;
+        let caps = &self.state.caps.general_cur;
         if i.cq_umem_valid() || cqc.dbr_umem_valid() || cqc.cqe_comp_en() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
@@ -51,7 +51,7 @@ impl Firmware<'_> {
         let npages = pages_for(start + (cqe_size << cqc.log_cq_size()), page_size) as usize;
         let pas = pas_list(c.raw, CreateCqIn::SIZE, npages)?;
         self.need_regular_pages()?;
-        if self.objs.cqs.len() >= 1 << self.caps.general_cur.log_max_cq() {
+        if self.objs.cqs.len() >= 1 << self.state.caps.general_cur.log_max_cq() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let cqn = self.objs.alloc_id();
@@ -127,7 +127,7 @@ impl Firmware<'_> {
             return Err(bad_param(syndrome::BAD_FIELD_SELECT));
         }
         let req = *i.cq_context();
-        if sel & CQ_MODIFY_OVERRUN != 0 && req.oi() && !self.caps.general_cur.cq_oi() {
+        if sel & CQ_MODIFY_OVERRUN != 0 && req.oi() && !self.state.caps.general_cur.cq_oi() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         let Some(cq) = self.objs.cqs.get_mut(&cqn) else {

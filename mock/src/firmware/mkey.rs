@@ -80,7 +80,7 @@ impl Firmware<'_> {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.need_regular_pages()?;
-        if self.objs.mkeys.len() >= 1 << self.caps.general_cur.log_max_mkey() {
+        if self.objs.mkeys.len() >= 1 << self.state.caps.general_cur.log_max_mkey() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let index = (self.objs.alloc_id() + FIRST_MKEY_INDEX) & 0x00ff_ffff;

@@ -44,12 +44,12 @@ pub use vport::{
     PORT_CAPABILITY_MASK,
 };
 
-use crate::caps::Caps;
+use crate::MockConfig;
 use crate::device::Device;
 use crate::iommu::Iommu;
 use crate::log::{Note, Ring};
 use crate::objects::Objects;
-use state::Pages;
+use state::{FwState, Pages};
 use std::collections::BTreeMap;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -126,13 +126,15 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
-/// capabilities, page accounting, the IOMMU (for the DMA a command does), the notes and the
-/// engine's SRQ positions.
+/// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
+/// notes and the engine's SRQ positions.
 /// Not the PCI function, the MSI-X table, the command log or the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
-    pub(crate) caps: &'a Caps,
-    pub(crate) pages: &'a Pages,
+    /// The firmware's own state: capabilities, page accounting, the port, the vport.
+    pub(crate) state: &'a mut FwState,
+    /// The device's configuration (its GUIDs, for the port's answers).
+    pub(crate) config: &'a MockConfig,
     pub(crate) iommu: &'a mut Iommu,
     pub(crate) notes: &'a mut Ring<Note>,
     /// The engine's SRQ consumers (srqn -> WQEs consumed, next WQE): QUERY_RMP reports
@@ -149,7 +151,7 @@ impl Firmware<'_> {
     /// Whether the firmware has the regular pages a new object needs (see
     /// [`need_regular_pages`]).
     pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {
-        need_regular_pages(self.pages, self.objs)
+        need_regular_pages(&self.state.pages, self.objs)
     }
 }
 
@@ -213,8 +215,8 @@ impl Device {
     pub(crate) fn firmware(&mut self) -> Firmware<'_> {
         Firmware {
             objs: &mut self.objs,
-            caps: &self.fw.caps,
-            pages: &self.fw.pages,
+            state: &mut self.fw,
+            config: &self.config,
             iommu: &mut self.iommu,
             notes: &mut self.notes,
             srq_pos: &mut self.engine.srq_pos,
@@ -383,15 +385,15 @@ impl Device {
             O::DestroyXrcSrq => run!(@fw DestroyXrcSrqIn, cmd_destroy_xrc_srq),
             O::QueryXrcSrq => run!(@fw QueryXrcSrqIn, cmd_query_xrc_srq),
             O::ArmXrcSrq => run!(@fw ArmXrcSrqIn, cmd_arm_xrc_srq, op_mod_any),
-            O::QueryNicVportContext => run!(QueryNicVportContextIn, cmd_query_nic_vport),
-            O::ModifyNicVportContext => run!(ModifyNicVportContextIn, cmd_modify_nic_vport),
-            O::QueryHcaVportContext => run!(QueryHcaVportContextIn, cmd_query_hca_vport),
-            O::QueryHcaVportGid => run!(QueryHcaVportGidIn, cmd_query_hca_vport_gid),
-            O::QueryHcaVportPkey => run!(QueryHcaVportPkeyIn, cmd_query_hca_vport_pkey),
-            O::QueryVportState => run!(QueryVportStateIn, cmd_query_vport_state, op_mod_any),
-            O::SetRoceAddress => run!(SetRoceAddressIn, cmd_set_roce_address),
-            O::QueryRoceAddress => run!(QueryRoceAddressIn, cmd_query_roce_address),
-            O::MadIfc => run!(MadIfcIn, cmd_mad_ifc, op_mod_any),
+            O::QueryNicVportContext => run!(@fw QueryNicVportContextIn, cmd_query_nic_vport),
+            O::ModifyNicVportContext => run!(@fw ModifyNicVportContextIn, cmd_modify_nic_vport),
+            O::QueryHcaVportContext => run!(@fw QueryHcaVportContextIn, cmd_query_hca_vport),
+            O::QueryHcaVportGid => run!(@fw QueryHcaVportGidIn, cmd_query_hca_vport_gid),
+            O::QueryHcaVportPkey => run!(@fw QueryHcaVportPkeyIn, cmd_query_hca_vport_pkey),
+            O::QueryVportState => run!(@fw QueryVportStateIn, cmd_query_vport_state, op_mod_any),
+            O::SetRoceAddress => run!(@fw SetRoceAddressIn, cmd_set_roce_address),
+            O::QueryRoceAddress => run!(@fw QueryRoceAddressIn, cmd_query_roce_address),
+            O::MadIfc => run!(@fw MadIfcIn, cmd_mad_ifc, op_mod_any),
             _ => Err(Fail::Cmd(CmdStatus::BadOpErr, syndrome::BAD_OPCODE)),
         }
     }

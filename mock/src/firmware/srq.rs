@@ -37,7 +37,7 @@ impl Firmware<'_> {
         lwm: u16,
         log_max: u8,
     ) -> Result<Vec<u64>, Fail> {
-        let caps = &self.caps.general_cur;
+        let caps = &self.state.caps.general_cur;
         if log_size > caps.log_max_srq_sz().min(15) {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
@@ -85,7 +85,7 @@ impl Firmware<'_> {
         if s.xrcd() != 0 {
             self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
         }
-        let log_max = self.caps.general_cur.log_max_srq();
+        let log_max = self.state.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(
             c,
             CreateSrqIn::SIZE,
@@ -177,7 +177,7 @@ impl Firmware<'_> {
         if wq.log_wq_stride() < MIN_LOG_WQ_STRIDE {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        let log_max = self.caps.general_cur.log_max_rmp();
+        let log_max = self.state.caps.general_cur.log_max_rmp();
         let pas = self.check_new_srq(
             c,
             CreateRmpIn::SIZE,

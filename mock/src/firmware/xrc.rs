@@ -52,7 +52,7 @@ impl Firmware<'_> {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
-        let log_max = self.caps.general_cur.log_max_srq();
+        let log_max = self.state.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(
             c,
             CreateXrcSrqIn::SIZE,
