@@ -42,24 +42,4 @@ impl Engine<'_> {
             }
         });
     }
-
-    /// The counters of set `id`, or the sum of every set (`aggregate`); `clear` zeroes them
-    /// after reading.
-    pub(crate) fn q_counters(&mut self, id: u8, aggregate: bool, clear: bool) -> QCounters {
-        let mut out = QCounters::default();
-        if aggregate {
-            for c in self.state.q_counters.values() {
-                out.add(c);
-            }
-            if clear {
-                self.state.q_counters.clear();
-            }
-        } else {
-            out = self.state.q_counters.get(&id).copied().unwrap_or_default();
-            if clear {
-                self.state.q_counters.remove(&id);
-            }
-        }
-        out
-    }
 }

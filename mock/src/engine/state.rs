@@ -383,3 +383,28 @@ impl QCounters {
             .set_req_remote_operation_errors(self.req_remote_operation_errors);
     }
 }
+
+/// The counters of set `id` of `sets` (the engine's), or the sum of every set (`aggregate`); `clear` zeroes them
+/// after reading.
+pub(crate) fn read_q_counters(
+    sets: &mut BTreeMap<u8, QCounters>,
+    id: u8,
+    aggregate: bool,
+    clear: bool,
+) -> QCounters {
+    let mut out = QCounters::default();
+    if aggregate {
+        for c in sets.values() {
+            out.add(c);
+        }
+        if clear {
+            sets.clear();
+        }
+    } else {
+        out = sets.get(&id).copied().unwrap_or_default();
+        if clear {
+            sets.remove(&id);
+        }
+    }
+    out
+}

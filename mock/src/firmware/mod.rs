@@ -46,6 +46,7 @@ pub use vport::{
 
 use crate::MockConfig;
 use crate::device::Device;
+use crate::engine::QCounters;
 use crate::iommu::Iommu;
 use crate::log::{Note, Ring};
 use crate::objects::Objects;
@@ -127,7 +128,7 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
 /// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
-/// notes and the engine's SRQ positions.
+/// notes and the engine's SRQ positions and queue counters.
 /// Not the PCI function, the MSI-X table, the command log or the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
@@ -140,6 +141,9 @@ pub(crate) struct Firmware<'a> {
     /// The engine's SRQ consumers (srqn -> WQEs consumed, next WQE): QUERY_RMP reports
     /// one, destroying an SRQ forgets it.
     pub(crate) srq_pos: &'a mut BTreeMap<u32, (u16, u16)>,
+    /// The engine's queue counters: QUERY_Q_COUNTER reads (and clears) them,
+    /// DEALLOC_Q_COUNTER forgets a set's.
+    pub(crate) q_counters: &'a mut BTreeMap<u8, QCounters>,
 }
 
 impl Firmware<'_> {
@@ -220,6 +224,7 @@ impl Device {
             iommu: &mut self.iommu,
             notes: &mut self.notes,
             srq_pos: &mut self.engine.srq_pos,
+            q_counters: &mut self.engine.q_counters,
         }
     }
 
@@ -331,17 +336,17 @@ impl Device {
                 self.check_state(op)?;
                 Ok(vec![0; 16])
             }
-            O::AllocUar => run!(AllocUarIn, cmd_alloc_uar),
-            O::DeallocUar => run!(DeallocUarIn, cmd_dealloc_uar),
-            O::AllocPd => run!(AllocPdIn, cmd_alloc_pd),
-            O::DeallocPd => run!(DeallocPdIn, cmd_dealloc_pd),
-            O::AllocTransportDomain => run!(AllocTransportDomainIn, cmd_alloc_td),
-            O::DeallocTransportDomain => run!(DeallocTransportDomainIn, cmd_dealloc_td),
-            O::AllocXrcd => run!(AllocXrcdIn, cmd_alloc_xrcd),
-            O::DeallocXrcd => run!(DeallocXrcdIn, cmd_dealloc_xrcd),
-            O::AllocQCounter => run!(AllocQCounterIn, cmd_alloc_q_counter),
-            O::DeallocQCounter => run!(DeallocQCounterIn, cmd_dealloc_q_counter),
-            O::QueryQCounter => run!(QueryQCounterIn, cmd_query_q_counter),
+            O::AllocUar => run!(@fw AllocUarIn, cmd_alloc_uar),
+            O::DeallocUar => run!(@fw DeallocUarIn, cmd_dealloc_uar),
+            O::AllocPd => run!(@fw AllocPdIn, cmd_alloc_pd),
+            O::DeallocPd => run!(@fw DeallocPdIn, cmd_dealloc_pd),
+            O::AllocTransportDomain => run!(@fw AllocTransportDomainIn, cmd_alloc_td),
+            O::DeallocTransportDomain => run!(@fw DeallocTransportDomainIn, cmd_dealloc_td),
+            O::AllocXrcd => run!(@fw AllocXrcdIn, cmd_alloc_xrcd),
+            O::DeallocXrcd => run!(@fw DeallocXrcdIn, cmd_dealloc_xrcd),
+            O::AllocQCounter => run!(@fw AllocQCounterIn, cmd_alloc_q_counter),
+            O::DeallocQCounter => run!(@fw DeallocQCounterIn, cmd_dealloc_q_counter),
+            O::QueryQCounter => run!(@fw QueryQCounterIn, cmd_query_q_counter),
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),
             O::DestroyEq => run!(DestroyEqIn, cmd_destroy_eq),
             O::QueryEq => run!(QueryEqIn, cmd_query_eq),

@@ -1,8 +1,8 @@
 //! Simple resources: UAR pages, protection domains, transport domains, XRC domains and
 //! queue counters.
 
-use super::{CmdResult, Ctx, bad_res, busy, lim, out, syndrome};
-use crate::device::Device;
+use super::{CmdResult, Ctx, Firmware, bad_res, busy, lim, out, syndrome};
+use crate::engine::state::read_q_counters;
 use uhca_fwif::cmd::*;
 
 /// Most UAR pages BAR0 holds.
@@ -10,7 +10,7 @@ const UAR_PAGES: u32 = (crate::pci::BAR0_SIZE / 4096) as u32;
 /// Most queue counters (`max_qp_cnt`).
 const MAX_Q_COUNTERS: u8 = 128;
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_alloc_uar(&mut self, _c: &Ctx, _i: &AllocUarIn) -> CmdResult {
         let Some(uar) = (super::FIRST_UAR..UAR_PAGES).find(|u| !self.objs.uars.contains(u)) else {
             return Err(lim(syndrome::TABLE_FULL));
@@ -38,7 +38,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_alloc_pd(&mut self, _c: &Ctx, _i: &AllocPdIn) -> CmdResult {
-        if self.objs.pds.len() >= 1 << self.fw.caps.general_cur.log_max_pd() {
+        if self.objs.pds.len() >= 1 << self.state.caps.general_cur.log_max_pd() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let pd = self.objs.alloc_id();
@@ -65,7 +65,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_alloc_td(&mut self, _c: &Ctx, _i: &AllocTransportDomainIn) -> CmdResult {
-        if self.objs.tds.len() >= 1 << self.fw.caps.general_cur.log_max_transport_domain() {
+        if self.objs.tds.len() >= 1 << self.state.caps.general_cur.log_max_transport_domain() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let td = self.objs.alloc_id();
@@ -83,7 +83,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_alloc_xrcd(&mut self, _c: &Ctx, _i: &AllocXrcdIn) -> CmdResult {
-        if self.objs.xrcds.len() >= 1 << self.fw.caps.general_cur.log_max_xrcd() {
+        if self.objs.xrcds.len() >= 1 << self.state.caps.general_cur.log_max_xrcd() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let xrcd = self.objs.alloc_id();
@@ -99,7 +99,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         // A domain its XRC SRQs or XRC QPs still name stays.
-        self.firmware().xrcd_free_check(xrcd)?;
+        self.xrcd_free_check(xrcd)?;
         self.objs.xrcds.remove(&xrcd);
         Ok(out(&DeallocXrcdOut::default()))
     }
@@ -121,7 +121,7 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.objs.q_counters.remove(&id);
-        self.engine.q_counters.remove(&id);
+        self.q_counters.remove(&id);
         Ok(out(&DeallocQCounterOut::default()))
     }
 
@@ -133,9 +133,13 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         let mut o = QueryQCounterOut::default();
-        self.datapath()
-            .q_counters(i.counter_set_id(), i.aggregate(), i.clear())
-            .fill(&mut o);
+        read_q_counters(
+            self.q_counters,
+            i.counter_set_id(),
+            i.aggregate(),
+            i.clear(),
+        )
+        .fill(&mut o);
         Ok(out(&o))
     }
 }
