@@ -6,7 +6,8 @@
 //!
 //! | file | holds |
 //! | --- | --- |
-//! | `mod.rs` | per-HCA and per-QP state, counters, the entry points (doorbells, frames, timers) |
+//! | `mod.rs` | the engine's room (`Engine`), the entry points (doorbells, frames, timers) |
+//! | `state.rs` | the engine's state: per-HCA and per-QP state, counters, the work requests it holds |
 //! | `mem.rs` | queue buffers through their `pas` lists, memory-key checks, gather and scatter |
 //! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit; header templates (a message's middle packets built from the first one's headers) |
 //! | `sq.rs` | fetching and decoding send WQEs |

@@ -1,5 +1,7 @@
-//! The firmware: the command interface and every command the model implements, the object
-//! tables, page accounting and events.
+//! The firmware: the command interface and every command the model implements, page
+//! accounting and events. The object tables it creates live in `objects.rs`; its own
+//! state is `state::FwState`; a handler converted to the firmware's room is a method of
+//! `Firmware`, which borrows only what a command may touch.
 //!
 //! One file per command family. Handlers decode their input from `uhca-fwif` layouts and
 //! encode their output the same way; a bad input gets the PRM status and one of the
