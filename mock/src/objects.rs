@@ -46,16 +46,10 @@ impl Default for Objects {
 impl Objects {
     /// Drops every object (teardown, disable); object numbers keep counting.
     pub(crate) fn clear(&mut self) {
-        self.uars.clear();
-        self.pds.clear();
-        self.tds.clear();
-        self.xrcds.clear();
-        self.q_counters.clear();
-        self.mkeys.clear();
-        self.eqs.clear();
-        self.cqs.clear();
-        self.qps.clear();
-        self.srqs.clear();
+        *self = Objects {
+            next_id: self.next_id,
+            ..Objects::default()
+        };
     }
 
     /// A fresh object number (never reused while the firmware runs, like hardware that

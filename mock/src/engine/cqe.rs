@@ -95,12 +95,8 @@ impl Device {
     /// Posts a completion event (type COMP) for `cqn` to its EQ and disarms the CQ.
     fn completion_event(&mut self, cqn: u32, now: u64) {
         self.engine.cq_armed.remove(&cqn);
-        let Some(eqn) = self
-            .objs
-            .cqs
-            .get(&cqn)
-            .map(|c| c.cqc.c_eqn_or_apu_element())
-        else {
+        let cq = self.objs.cqs.get(&cqn);
+        let Some(eqn) = cq.map(|c| c.cqc.c_eqn_or_apu_element()) else {
             return;
         };
         let Ok(eqn) = u8::try_from(eqn) else {

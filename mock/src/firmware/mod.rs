@@ -274,25 +274,19 @@ impl Device {
         };
 
         macro_rules! run {
-            // A handler of the firmware's room ([`Firmware`]), not of the whole device.
-            (@fw $in:ty, $handler:ident) => {
-                run!(@fw $in, $handler, op_mod_zero)
+            // `@fw`: a handler of the firmware's room ([`Firmware`]); else one of `Device`.
+            (@fw $in:ty, $($rest:tt)*) => {
+                run!(@on firmware, $in, $($rest)*)
             };
-            (@fw $in:ty, $handler:ident, $opm:ident) => {
-                run!(@call firmware, $in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
+            (@on $room:ident, $in:ty, $handler:ident) => {
+                run!(@on $room, $in, $handler, op_mod_zero)
             };
-            ($in:ty, $handler:ident) => {
-                run!($in, $handler, op_mod_zero)
-            };
-            ($in:ty, $handler:ident, $opm:ident) => {
-                run!($in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
+            (@on $room:ident, $in:ty, $handler:ident, $opm:ident) => {
+                run!(@on $room, $in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
             };
             // `$min`: the shortest output the command takes (its layout's size, or the part
             // before a trailing list the firmware writes only as far as the output reaches).
-            ($in:ty, $handler:ident, $opm:ident, $min:expr) => {
-                run!(@call device, $in, $handler, $opm, $min)
-            };
-            (@call $room:ident, $in:ty, $handler:ident, $opm:ident, $min:expr) => {{
+            (@on $room:ident, $in:ty, $handler:ident, $opm:ident, $min:expr) => {{
                 if outlen < $min {
                     return Err(Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN));
                 }
@@ -306,6 +300,9 @@ impl Device {
             }};
             (@room device) => { self };
             (@room firmware) => { self.firmware() };
+            ($in:ty, $($rest:tt)*) => {
+                run!(@on device, $in, $($rest)*)
+            };
             (@opm op_mod_zero, $hdr:ident) => {
                 if $hdr.op_mod() != 0 {
                     return Err(bad_param(syndrome::BAD_OP_MOD));
