@@ -6,7 +6,7 @@
 //! order, so `Bar::read32` returns `u32::from_ne_bytes(register bytes)`.
 
 use crate::device::Device;
-use crate::firmware::FIRST_UAR;
+use crate::firmware::state::{FIRST_UAR, HcaState};
 use crate::log::DoorbellRecord;
 use crate::pci::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, PCI_COMMAND_MEMORY};
 use uhca_fwif::Field;
@@ -16,8 +16,7 @@ use uhca_fwif::consts::{
 };
 use uhca_fwif::init_seg::{health_buffer, initial_seg};
 
-/// Nanoseconds per health-counter tick while the firmware is alive.
-pub const HEALTH_TICK_NS: u64 = 1_000_000;
+pub use crate::firmware::state::HEALTH_TICK_NS;
 /// The `nic_interface` value of a disabled NIC (fast teardown).
 pub const NIC_IFC_DISABLED: u8 = 1;
 /// `nic_interface_supported` reported in the initialization segment (full and disabled).
@@ -140,7 +139,7 @@ impl Device {
         }
         let uar = (offset / UAR_PAGE) as u32;
         let in_page = offset % UAR_PAGE;
-        let allocated = self.fw.uars.contains(&uar);
+        let allocated = self.objs.uars.contains(&uar);
         let mut rec = DoorbellRecord {
             time_ns: now,
             uar,
@@ -168,7 +167,7 @@ impl Device {
                 let v = u64::from_be_bytes([
                     bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
                 ]);
-                self.cq_doorbell(uar, v, now);
+                self.firmware().cq_doorbell(uar, v, now);
                 self.engine_arm_cq((v as u32) & 0x00ff_ffff, now);
             }
             (o, 8)
@@ -223,8 +222,9 @@ impl Device {
     fn set_nic_interface(&mut self, ifc: u8, now: u64) {
         if ifc == NIC_IFC_DISABLED && self.fw.nic_interface != NIC_IFC_DISABLED {
             if self.fw.fast_teardown_prepared {
+                self.objs.clear();
                 self.fw.drop_objects();
-                self.fw.state = crate::firmware::HcaState::TornDown;
+                self.fw.state = HcaState::TornDown;
                 self.fw.pages.released = true;
                 self.fw.fast_teardown_prepared = false;
             } else {

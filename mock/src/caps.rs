@@ -262,3 +262,8 @@ pub(crate) fn apply_settable<T: PrmLayout + Copy>(
     *cur = next;
     Ok(())
 }
+
+/// The default P_Key (full member of the default partition), entry 0 of the P_Key table.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+/// The link-local GID prefix (fe80::/64).
+pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;

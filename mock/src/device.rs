@@ -1,10 +1,12 @@
 //! The device behind the lock: PCI function, IOMMU, firmware and the logs.
 
 use crate::MockConfig;
+use crate::engine::state::EngineState;
 use crate::faults::Faults;
-use crate::firmware::Firmware;
+use crate::firmware::state::{FwState, HEALTH_TICK_NS};
 use crate::iommu::Iommu;
 use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
+use crate::objects::Objects;
 use crate::pci::PciFunction;
 
 /// The whole model state, guarded by the device mutex.
@@ -13,7 +15,9 @@ pub(crate) struct Device {
     pub(crate) config: MockConfig,
     pub(crate) pci: PciFunction,
     pub(crate) iommu: Iommu,
-    pub(crate) fw: Firmware,
+    pub(crate) fw: FwState,
+    /// The objects the firmware created: QPs, CQs, SRQs, memory keys, EQs, UARs, PDs...
+    pub(crate) objs: Objects,
     pub(crate) faults: Faults,
     pub(crate) commands: Ring<CommandRecord>,
     /// Each command's input and output bytes, when recording them was asked for.
@@ -26,7 +30,7 @@ pub(crate) struct Device {
     pub(crate) interrupt_handler: Option<InterruptHandler>,
     pub(crate) resets: u64,
     /// The datapath engine's state.
-    pub(crate) engine: crate::engine::Engine,
+    pub(crate) engine: EngineState,
 }
 
 /// What runs when the device raises an MSI-X vector: it gets the vector number. It runs with
@@ -57,7 +61,8 @@ impl Device {
         Device {
             pci: PciFunction::new(infiniband, vectors),
             iommu: Iommu::new(),
-            fw: Firmware::new(&config, now),
+            fw: FwState::new(&config, now),
+            objs: Objects::default(),
             faults: Faults::default(),
             commands: Ring::new(),
             command_bytes: None,
@@ -67,7 +72,7 @@ impl Device {
             interrupts: vec![0; vectors as usize],
             interrupt_handler: None,
             resets: 0,
-            engine: crate::engine::Engine::default(),
+            engine: EngineState::default(),
             config,
         }
     }
@@ -100,11 +105,12 @@ impl Device {
         self.pci = PciFunction::new(infiniband, vectors);
         self.iommu.set_bus_master(false);
         let (lid, sm_lid) = (self.fw.lid, self.fw.sm_lid);
-        self.fw = Firmware::new(&self.config, now);
+        self.fw = FwState::new(&self.config, now);
+        self.objs = Objects::default();
         self.fw.lid = lid;
         self.fw.sm_lid = sm_lid;
         self.msix_table = msix_power_on(vectors);
-        self.engine = crate::engine::Engine::default();
+        self.engine = EngineState::default();
         self.resets += 1;
     }
 
@@ -113,7 +119,7 @@ impl Device {
     /// until a function level reset.
     pub(crate) fn enter_fatal(&mut self, synd: u8, ext_synd: u16, now: u64) {
         let since = now.saturating_sub(self.fw.boot_ns);
-        self.fw.frozen_counter = ((since / crate::bar::HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
+        self.fw.frozen_counter = ((since / HEALTH_TICK_NS) & 0x00ff_ffff) as u32;
         self.fw.fatal = Some((synd, ext_synd));
     }
 

@@ -37,6 +37,7 @@ pub mod hostile;
 pub mod iommu;
 pub mod log;
 pub(crate) mod model;
+mod objects;
 pub mod pci;
 pub mod wire;
 

@@ -350,7 +350,7 @@ impl MockHca {
     /// Object counts.
     pub fn objects(&self) -> ObjectCounts {
         let d = self.dev();
-        let f = &d.fw;
+        let f = &d.objs;
         ObjectCounts {
             uars: f.uars.len(),
             pds: f.pds.len(),
@@ -367,7 +367,7 @@ impl MockHca {
     /// The state of QP `qpn`, if it exists.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.dev()
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .map(|q| QpState::from_raw(q.qpc.state()))
@@ -377,7 +377,7 @@ impl MockHca {
     /// error), for tests of the recovery transitions. Returns false if the QP does not
     /// exist.
     pub fn force_qp_state(&self, qpn: u32, state: QpState) -> bool {
-        match self.dev().fw.qps.get_mut(&qpn) {
+        match self.dev().objs.qps.get_mut(&qpn) {
             Some(q) => {
                 q.qpc.set_state(state.raw());
                 true
@@ -388,7 +388,7 @@ impl MockHca {
 
     /// The consumer and producer counters of EQ `eqn`, if it exists.
     pub fn eq_counters(&self, eqn: u8) -> Option<(u32, u32)> {
-        self.dev().fw.eqs.get(&eqn).map(|e| (e.ci, e.pi))
+        self.dev().objs.eqs.get(&eqn).map(|e| (e.ci, e.pi))
     }
 
     /// How many MSI-X interrupts vector `vector` received (an EQE written to an armed EQ).
@@ -403,7 +403,7 @@ impl MockHca {
     /// The last arm request of CQ `cqn` from the CQ doorbell: (sequence number, solicited
     /// only, consumer index).
     pub fn cq_arm(&self, cqn: u32) -> Option<(u8, bool, u32)> {
-        self.dev().fw.cqs.get(&cqn).and_then(|c| c.arm)
+        self.dev().objs.cqs.get(&cqn).and_then(|c| c.arm)
     }
 
     /// Number of function level resets so far.

@@ -24,7 +24,7 @@ impl Device {
         solicited: bool,
         now: u64,
     ) -> bool {
-        let Some(cq) = self.fw.cqs.get(&cqn) else {
+        let Some(cq) = self.objs.cqs.get(&cqn) else {
             return false;
         };
         let cqc = cq.cqc;
@@ -79,7 +79,7 @@ impl Device {
         {
             return false;
         }
-        if let Some(cq) = self.fw.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objs.cqs.get_mut(&cqn) {
             cq.pi = pi.wrapping_add(1);
         }
         self.engine.counters.cqes += 1;
@@ -95,7 +95,8 @@ impl Device {
     /// Posts a completion event (type COMP) for `cqn` to its EQ and disarms the CQ.
     fn completion_event(&mut self, cqn: u32, now: u64) {
         self.engine.cq_armed.remove(&cqn);
-        let Some(eqn) = self.fw.cqs.get(&cqn).map(|c| c.cqc.c_eqn_or_apu_element()) else {
+        let cq = self.objs.cqs.get(&cqn);
+        let Some(eqn) = cq.map(|c| c.cqc.c_eqn_or_apu_element()) else {
             return;
         };
         let Ok(eqn) = u8::try_from(eqn) else {
@@ -111,7 +112,7 @@ impl Device {
     /// Hook of the CQ doorbell: an arm request. CQEs the consumer has not seen yet (per the
     /// arm word's consumer index) raise the event at once.
     pub(crate) fn engine_arm_cq(&mut self, cqn: u32, now: u64) {
-        let Some(cq) = self.fw.cqs.get(&cqn) else {
+        let Some(cq) = self.objs.cqs.get(&cqn) else {
             return;
         };
         let Some((_, sol, ci)) = cq.arm else {
@@ -147,14 +148,14 @@ impl Device {
         let Ok(c) = zerocopy::FromBytes::read_from_bytes(e.as_bytes()) else {
             return false;
         };
-        self.count_error_cqe(qpn, opcode, syndrome);
+        self.datapath().count_error_cqe(qpn, opcode, syndrome);
         self.post_cqe(cqn, c, opcode, false, now)
     }
 
     /// Flushes a QP in the error state: every outstanding and posted send WQE and every
     /// posted receive WQE completes with WR_FLUSH_ERR. In SQER only the send WQEs.
     pub(crate) fn flush_qp(&mut self, qpn: u32, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let state = QpState::from_raw(qpc.state());

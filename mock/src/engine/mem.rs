@@ -1,8 +1,10 @@
 //! Memory as the datapath sees it: queue buffers through their page lists, memory keys
 //! (existence, PD, access rights, bounds), and gather/scatter through the IOMMU.
 
+pub(crate) use super::state::Sge;
 use crate::device::Device;
-use crate::firmware::{Firmware, RESERVED_LKEY};
+use crate::objects::Objects;
+use crate::objects::RESERVED_LKEY;
 use uhca_fwif::consts::MkcAccessMode;
 
 /// What an access through a memory key needs.
@@ -33,28 +35,20 @@ pub(crate) enum QueueBuf {
 impl QueueBuf {
     /// Where the queue starts in its first page: a QP's or SRQ's `page_offset`, in 64ths of
     /// its page size (Linux sets it for a user buffer that does not start on such a page).
-    fn start(self, fw: &crate::firmware::Firmware, page_size: u64) -> u64 {
+    fn start(self, objs: &crate::objects::Objects, page_size: u64) -> u64 {
         let po = match self {
-            QueueBuf::Qp(n) => fw.qps.get(&n).map_or(0, |q| q.qpc.page_offset()),
-            QueueBuf::Srq(n) => fw.srqs.get(&n).map_or(0, |s| s.page_offset()),
+            QueueBuf::Qp(n) => objs.qps.get(&n).map_or(0, |q| q.qpc.page_offset()),
+            QueueBuf::Srq(n) => objs.srqs.get(&n).map_or(0, |s| s.page_offset()),
         };
         po as u64 * (page_size / 64)
     }
 
-    fn pas(self, fw: &crate::firmware::Firmware) -> Option<&[u64]> {
+    fn pas(self, objs: &crate::objects::Objects) -> Option<&[u64]> {
         Some(match self {
-            QueueBuf::Qp(n) => &fw.qps.get(&n)?.pas,
-            QueueBuf::Srq(n) => &fw.srqs.get(&n)?.pas,
+            QueueBuf::Qp(n) => &objs.qps.get(&n)?.pas,
+            QueueBuf::Srq(n) => &objs.srqs.get(&n)?.pas,
         })
     }
-}
-
-/// A scatter/gather entry of a WQE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Sge {
-    pub(crate) lkey: u32,
-    pub(crate) addr: u64,
-    pub(crate) len: u32,
 }
 
 /// Whose local keys a gather or scatter goes through: the QP's PD, and whether the
@@ -94,7 +88,7 @@ impl Span {
     /// away since the check, ends the walk (false).
     fn walk(
         &self,
-        fw: &Firmware,
+        objs: &Objects,
         offset: u64,
         len: u64,
         mut f: impl FnMut(u64, u64, u64) -> bool,
@@ -110,7 +104,7 @@ impl Span {
             SpanMap::Direct => f(start, len, 0),
             SpanMap::Mtt { index, shift, base } => {
                 let ps = 1u64 << shift;
-                let Some(m) = fw.mkeys.get(&index) else {
+                let Some(m) = objs.mkeys.get(&index) else {
                     return false;
                 };
                 let end = start + len;
@@ -154,9 +148,9 @@ impl Device {
         now: u64,
         what: &'static str,
     ) -> bool {
-        let Device { fw, iommu, .. } = self;
-        let offset = offset + queue.start(fw, page_size);
-        let Some(pas) = queue.pas(fw) else {
+        let Device { objs, iommu, .. } = self;
+        let offset = offset + queue.start(objs, page_size);
+        let Some(pas) = queue.pas(objs) else {
             return false;
         };
         let mut done = 0usize;
@@ -236,7 +230,7 @@ impl Device {
                 map: SpanMap::Direct,
             });
         }
-        let Some(m) = self.fw.mkeys.get(&(key >> 8)) else {
+        let Some(m) = self.objs.mkeys.get(&(key >> 8)) else {
             return Err(KeyError::Protection);
         };
         let c = &m.mkc;
@@ -297,7 +291,7 @@ impl Device {
     ) -> Result<Vec<(u64, u64)>, KeyError> {
         let span = self.key_check(key, pd, va, len, access)?;
         let mut out = Vec::new();
-        span.walk(&self.fw, 0, len, |iova, n, _| {
+        span.walk(&self.objs, 0, len, |iova, n, _| {
             out.push((iova, n));
             true
         });
@@ -313,8 +307,8 @@ impl Device {
         now: u64,
         what: &'static str,
     ) -> Result<(), KeyError> {
-        let Device { fw, iommu, .. } = self;
-        let ok = span.walk(fw, offset, buf.len() as u64, |iova, n, at| {
+        let Device { objs, iommu, .. } = self;
+        let ok = span.walk(objs, offset, buf.len() as u64, |iova, n, at| {
             let at = at as usize;
             iommu
                 .dma_read(iova, &mut buf[at..at + n as usize], now, what)
@@ -332,8 +326,8 @@ impl Device {
         now: u64,
         what: &'static str,
     ) -> Result<(), KeyError> {
-        let Device { fw, iommu, .. } = self;
-        let ok = span.walk(fw, offset, data.len() as u64, |iova, n, at| {
+        let Device { objs, iommu, .. } = self;
+        let ok = span.walk(objs, offset, data.len() as u64, |iova, n, at| {
             let at = at as usize;
             iommu
                 .dma_write(iova, &data[at..at + n as usize], now, what)
@@ -346,8 +340,8 @@ impl Device {
     /// mapped is probed (its first and last byte), so the refused access is recorded as an
     /// IOMMU fault, as a read of it would be.
     pub(crate) fn span_mapped(&mut self, span: &Span, now: u64) -> bool {
-        let Device { fw, iommu, .. } = self;
-        span.walk(fw, 0, span.len, |iova, n, _| {
+        let Device { objs, iommu, .. } = self;
+        span.walk(objs, 0, span.len, |iova, n, _| {
             if n <= crate::iommu::MAX_MAPPING as u64 && iommu.is_mapped(iova, n as usize) {
                 return true;
             }

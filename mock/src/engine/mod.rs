@@ -6,7 +6,8 @@
 //!
 //! | file | holds |
 //! | --- | --- |
-//! | `mod.rs` | per-HCA and per-QP state, counters, the entry points (doorbells, frames, timers) |
+//! | `mod.rs` | the engine's room (`Engine`), the entry points (doorbells, frames, timers) |
+//! | `state.rs` | the engine's state: per-HCA and per-QP state, counters, the work requests it holds |
 //! | `mem.rs` | queue buffers through their `pas` lists, memory-key checks, gather and scatter |
 //! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit; header templates (a message's middle packets built from the first one's headers) |
 //! | `sq.rs` | fetching and decoding send WQEs |
@@ -28,222 +29,18 @@ mod requester;
 mod responder;
 mod rq;
 mod sq;
+pub(crate) mod state;
 mod xrc;
 
 use crate::device::Device;
-use std::collections::{BTreeMap, VecDeque};
+use crate::objects::Objects;
+use state::EngineState;
+
 use uhca_fwif::consts::{EventType, QpState};
 
-pub use counters::QCounters;
-pub(crate) use sq::SentWqe;
-
-/// Datapath counters of one HCA (what the port saw and did).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DatapathCounters {
-    /// Frames (packets) the HCA sent.
-    pub tx_packets: u64,
-    /// Frames the HCA received.
-    pub rx_packets: u64,
-    /// Received frames that did not parse (bad length, checksum, ICRC or VCRC, unknown
-    /// opcode): dropped.
-    pub rx_malformed: u64,
-    /// Received frames for another LID, an unknown QP, a QP in a state that does not
-    /// receive, or of the wrong transport: dropped.
-    pub rx_discarded: u64,
-    /// Received frames whose P_Key does not match the QP's: dropped.
-    pub rx_pkey_violations: u64,
-    /// UD datagrams whose Q_Key does not match the QP's: dropped.
-    pub rx_qkey_violations: u64,
-    /// UD datagrams that found no receive WQE: dropped.
-    pub rx_ud_no_wqe: u64,
-    /// RC requests with a PSN beyond the expected one (sequence error).
-    pub rx_out_of_sequence: u64,
-    /// RC requests with an already executed PSN (duplicates).
-    pub rx_duplicates: u64,
-    /// UC packets dropped for a PSN gap.
-    pub rx_uc_dropped: u64,
-    /// ACKs sent (coalesced: one ACK may acknowledge many packets).
-    pub acks_sent: u64,
-    /// NAKs sent (sequence error, invalid request, remote access, remote operational).
-    pub naks_sent: u64,
-    /// RNR NAKs sent (no receive WQE).
-    pub rnr_naks_sent: u64,
-    /// RNR NAKs received.
-    pub rnr_naks_received: u64,
-    /// Packets sent again (timeout, sequence NAK, RNR retry, implied NAK).
-    pub retransmitted_packets: u64,
-    /// Retransmission timer expirations.
-    pub timeouts: u64,
-    /// CQEs written.
-    pub cqes: u64,
-    /// CQEs lost because the CQ was full (CQ error event posted).
-    pub cq_overruns: u64,
-    /// Completion events (EQEs) posted.
-    pub completion_events: u64,
-    /// Frames not sent or not received because the port was down.
-    pub port_down_drops: u64,
-}
-
-/// A receive in progress at a responder (a multi-packet SEND).
-#[derive(Clone, Debug)]
-pub(crate) struct RecvProgress {
-    pub(crate) wqe: rq::RecvWqe,
-    pub(crate) offset: u64,
-}
-
-/// An RDMA WRITE in progress at a responder.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WriteProgress {
-    pub(crate) va: u64,
-    pub(crate) rkey: u32,
-    pub(crate) len: u64,
-    pub(crate) offset: u64,
-}
-
-/// A responder resource: what an executed RDMA READ or atomic needs to answer a duplicate.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RespResource {
-    pub(crate) psn: u32,
-    /// The original value returned by an atomic (None for a read).
-    pub(crate) atomic_orig: Option<u64>,
-}
-
-/// Per-QP datapath state (the parts of the QP context the hardware keeps to itself).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct QpDp {
-    // ---- send queue / requester
-    /// WQEBB counter of the next WQE to fetch.
-    pub(crate) sq_ci: u16,
-    /// Next PSN to send.
-    pub(crate) next_psn: u32,
-    /// WQEs sent and not yet completed, oldest first.
-    pub(crate) outstanding: VecDeque<SentWqe>,
-    /// Retries left (transport timeouts and sequence NAKs) since the last progress.
-    pub(crate) retry_left: u8,
-    /// RNR retries left since the last progress.
-    pub(crate) rnr_left: u8,
-    /// Retransmission deadline.
-    pub(crate) timer: Option<u64>,
-    /// RNR retry deadline (after an RNR NAK).
-    pub(crate) rnr_timer: Option<u64>,
-    /// The SQ stopped at a WQE that waits for READs or atomics (fence, `log_sra_max`).
-    pub(crate) sq_blocked: bool,
-    // ---- receive queue / responder
-    /// Receive WQEs consumed (a 32-bit counter; the doorbell record holds its low 16 bits).
-    pub(crate) rq_ci: u32,
-    /// Expected PSN.
-    pub(crate) epsn: u32,
-    /// Message sequence number (messages completed at the responder).
-    pub(crate) msn: u32,
-    pub(crate) recv: Option<RecvProgress>,
-    pub(crate) write: Option<WriteProgress>,
-    pub(crate) resources: VecDeque<RespResource>,
-    /// An ACK is owed (a packet with AckReq arrived).
-    pub(crate) ack_pending: bool,
-    /// Packets received since the last ACK.
-    pub(crate) unacked: u32,
-    /// A sequence-error NAK was sent for the current gap.
-    pub(crate) nak_sent: bool,
-    /// A packet arrived (COMM_EST was raised if in RTR).
-    pub(crate) established: bool,
-    /// XRC target: the XRC SRQ the request being executed names (its XRCETH, in the QP's
-    /// XRC domain), where receive WQEs come from and completions go.
-    pub(crate) xrc_srqn: Option<u32>,
-}
-
-/// The engine of one HCA.
-#[derive(Debug, Default)]
-pub(crate) struct Engine {
-    pub(crate) qps: BTreeMap<u32, QpDp>,
-    /// Frames to the wire, oldest first.
-    pub(crate) tx: VecDeque<Vec<u8>>,
-    pub(crate) counters: DatapathCounters,
-    /// CQs armed for a completion event: cqn -> solicited only.
-    pub(crate) cq_armed: BTreeMap<u32, bool>,
-    /// SRQ consumers: srqn -> (WQEs consumed, index of the next WQE in the list).
-    pub(crate) srq_pos: BTreeMap<u32, (u16, u16)>,
-    /// Model time of the last entry into the engine (for hooks called without a time).
-    pub(crate) now: u64,
-    /// Queue counters by counter set id.
-    pub(crate) q_counters: BTreeMap<u8, QCounters>,
-    /// The payload of the packet being built, read from memory (reused for every packet).
-    pub(crate) scratch: Vec<u8>,
-    /// The bytes of the send WQE being decoded (reused).
-    pub(crate) wqe_buf: Vec<u8>,
-    /// The bytes of the receive WQE being read (reused).
-    pub(crate) rq_buf: Vec<u8>,
-    /// Buffers of frames the fabric delivered, kept for the next frames (an allocation,
-    /// zeroing and page faults per packet otherwise).
-    pub(crate) spare_frames: Vec<Vec<u8>>,
-    /// Gather lists of completed send WQEs, kept for the next WQEs (an allocation per
-    /// message otherwise).
-    pub(crate) spare_pieces: Vec<Vec<sq::Piece>>,
-    /// Scatter lists of completed receive WQEs, kept for the next receives.
-    pub(crate) spare_sges: Vec<Vec<mem::Sge>>,
-    /// The headers of the last RoCEv2 frame received with data, to parse the next ones that
-    /// repeat them (see [`crate::wire::roce::RxPrediction`]).
-    pub(crate) rx_prediction: Option<crate::wire::roce::RxPrediction>,
-    /// The same for native InfiniBand packets (see [`crate::wire::ib::RxPrediction`]).
-    pub(crate) ib_rx_prediction: Option<crate::wire::ib::RxPrediction>,
-}
-
-/// Most lists [`Engine::spare_pieces`] and [`Engine::spare_sges`] keep each.
-const SPARE_LISTS: usize = 256;
-
-/// Most frame buffers [`Engine::spare_frames`] keeps: a doorbell for a hundred 64 KiB
-/// messages emits thousands of frames before the fabric delivers any, and a smaller pool
-/// left most of them to the allocator. The pool never holds more than was once in flight.
-pub(crate) const SPARE_FRAMES: usize = 8192;
-
-impl Engine {
-    /// A buffer of `len` bytes for a frame, reusing a delivered frame's buffer: zero but for
-    /// its last `tail` bytes, which the caller's emitter writes whole (payload, pad, CRCs),
-    /// so they are not zeroed first.
-    pub(crate) fn frame_buffer(&mut self, len: usize, tail: usize) -> Vec<u8> {
-        match self.spare_frames.pop() {
-            Some(mut f) => {
-                f.resize(len, 0);
-                f[..len - tail.min(len)].fill(0);
-                f
-            }
-            None => vec![0u8; len],
-        }
-    }
-
-    /// An empty gather list for a send WQE, reusing a completed one's.
-    pub(crate) fn gather_list(&mut self) -> Vec<sq::Piece> {
-        self.spare_pieces.pop().unwrap_or_default()
-    }
-
-    /// Keeps the gather list of a completed send WQE for the next.
-    pub(crate) fn recycle_gather_list(&mut self, mut v: Vec<sq::Piece>) {
-        if self.spare_pieces.len() < SPARE_LISTS && v.capacity() > 0 {
-            v.clear();
-            self.spare_pieces.push(v);
-        }
-    }
-
-    /// An empty scatter list for a receive WQE, reusing a completed one's.
-    pub(crate) fn scatter_list(&mut self) -> Vec<mem::Sge> {
-        self.spare_sges.pop().unwrap_or_default()
-    }
-
-    /// Keeps the scatter list of a completed receive WQE for the next.
-    pub(crate) fn recycle_scatter_list(&mut self, mut v: Vec<mem::Sge>) {
-        if self.spare_sges.len() < SPARE_LISTS && v.capacity() > 0 {
-            v.clear();
-            self.spare_sges.push(v);
-        }
-    }
-
-    /// Takes the buffers of delivered frames (up to [`SPARE_FRAMES`] kept); empties `bufs`.
-    pub(crate) fn recycle_frames(&mut self, bufs: &mut Vec<Vec<u8>>) {
-        let room = SPARE_FRAMES.saturating_sub(self.spare_frames.len());
-        let n = bufs.len().min(room);
-        self.spare_frames.extend(bufs.drain(..n));
-        bufs.clear();
-    }
-}
+pub(crate) use state::SPARE_FRAMES;
+pub use state::{DatapathCounters, QCounters};
+pub(crate) use state::{QpDp, RecvProgress, RespResource, WriteProgress};
 
 /// Most frames kept waiting in the transmit queue; beyond it the oldest are dropped (a
 /// fabric that is never pumped must not grow memory without bound).
@@ -258,7 +55,24 @@ pub fn ack_timeout_ns(code: u8) -> Option<u64> {
     (code != 0).then(|| 4096u64 << code.min(31))
 }
 
+/// The engine's room: what a datapath step converted to it may touch, borrowed from the
+/// device for one step: the object tables (read: the firmware creates and destroys them)
+/// and the engine's own state. Not the firmware's state, the PCI function, the MSI-X table
+/// or the logs.
+pub(crate) struct Engine<'a> {
+    pub(crate) objs: &'a Objects,
+    pub(crate) state: &'a mut EngineState,
+}
+
 impl Device {
+    /// The engine's room over this device's parts, for one step.
+    pub(crate) fn datapath(&mut self) -> Engine<'_> {
+        Engine {
+            objs: &self.objs,
+            state: &mut self.engine,
+        }
+    }
+
     /// A send doorbell (BlueFlame register write): the first 8 bytes of a control segment.
     pub(crate) fn send_doorbell(&mut self, uar: u32, bytes: &[u8], now: u64) {
         self.engine.now = now;
@@ -266,7 +80,7 @@ impl Device {
             return;
         }
         let qpn = u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) >> 8;
-        let Some(qp) = self.fw.qps.get(&qpn) else {
+        let Some(qp) = self.objs.qps.get(&qpn) else {
             self.note(
                 now,
                 format!("send doorbell for QP {qpn:#x}, which does not exist"),
@@ -316,7 +130,7 @@ impl Device {
             }
         }
         let mut from = 0u32;
-        while let Some((&qpn, _)) = self.fw.qps.range(from..).find(|(_, q)| {
+        while let Some((&qpn, _)) = self.objs.qps.range(from..).find(|(_, q)| {
             matches!(
                 QpState::from_raw(q.qpc.state()),
                 QpState::Err | QpState::Sqer
@@ -344,7 +158,7 @@ impl Device {
     /// Hook of the modify commands: the datapath state follows the QP's state.
     pub(crate) fn engine_qp_modified(&mut self, qpn: u32, from: QpState, to: QpState) {
         let now = self.engine.now;
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         match to {
@@ -405,7 +219,7 @@ impl Device {
     /// also raises SRQ_LAST_WQE).
     pub(crate) fn qp_to_error(&mut self, qpn: u32, now: u64) {
         let mut srq = false;
-        if let Some(q) = self.fw.qps.get_mut(&qpn) {
+        if let Some(q) = self.objs.qps.get_mut(&qpn) {
             if QpState::from_raw(q.qpc.state()) == QpState::Err {
                 return;
             }

@@ -3,9 +3,9 @@
 //! native InfiniBand (LRH, and a GRH when asked for).
 
 use super::mem::KeyError;
+use crate::caps::{DEFAULT_PKEY, GID_PREFIX};
 use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer};
 use crate::device::Device;
-use crate::firmware::{DEFAULT_PKEY, GID_PREFIX};
 use crate::wire::icrc::{ICRC_LEN, VCRC_LEN};
 use crate::wire::{
     EthernetRepr, GrhRepr, IbPacketRepr, IbTransportRepr, IpRepr, Ipv4Repr, Ipv6Repr,

@@ -4,10 +4,10 @@
 //! 7 = infinite) drive retries, and exhausted retries end in an error CQE and the error
 //! state.
 
-use super::SentWqe;
 use super::mem::{Access, KeyError, LocalKeys, Sge};
 use super::path::HeaderTemplate;
 use super::sq::{Piece, Wqe};
+use super::state::SentWqe;
 use crate::device::Device;
 use crate::wire::ib::PAYLOAD_IN_PLACE;
 use crate::wire::ib::ext::rnr_timer_micros;
@@ -75,7 +75,7 @@ fn write_opcode(uc: bool, first: bool, last: bool, imm: bool) -> Opcode {
 impl Device {
     /// Executes a decoded WQE: checks, gathers, sends, and completes what needs no ACK.
     pub(crate) fn post_wqe(&mut self, qpn: u32, w: Wqe, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let st = QpServiceType::from_raw(qpc.st());
@@ -90,7 +90,7 @@ impl Device {
             }
             return;
         }
-        let max_msg = if crate::firmware::is_datagram_qp(st) {
+        let max_msg = if crate::objects::is_datagram_qp(st) {
             ud_mtu(self.fw.port_type() == crate::caps::LinkLayer::InfiniBand)
         } else {
             1u64 << qpc.log_msg_max().max(1)
@@ -154,7 +154,7 @@ impl Device {
             self.local_send_error(qpn, w.counter, op.raw(), s, now);
             return;
         }
-        if crate::firmware::is_datagram_qp(st) {
+        if crate::objects::is_datagram_qp(st) {
             self.send_ud(qpn, &w, now);
             return;
         }
@@ -249,7 +249,7 @@ impl Device {
     /// could no longer be read (its key or mapping went away since it was posted): the WQE
     /// then completes with an error and the QP enters the error state.
     pub(crate) fn transmit(&mut self, qpn: u32, w: &SentWqe, from: u32, now: u64) -> bool {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return false;
         };
         let Some(path) = self.qp_path(qpc.primary_address_path()) else {
@@ -391,7 +391,7 @@ impl Device {
 
     /// A UD send: one packet with a DETH, completed at once.
     fn send_ud(&mut self, qpn: u32, w: &Wqe, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(av) = w.av else {
@@ -462,7 +462,7 @@ impl Device {
         bth.solicited = w.solicited;
         // QP0 and QP1 send as QP 0 and QP 1 of the port (their firmware QPN is not on the
         // wire).
-        let src_qp = crate::firmware::wire_qpn(QpServiceType::from_raw(qpc.st()), qpn);
+        let src_qp = crate::objects::wire_qpn(QpServiceType::from_raw(qpc.st()), qpn);
         let mut t = IbTransportRepr::new(bth, &buf).with_deth(qkey, src_qp);
         if imm {
             t = t.with_imm_dt(w.imm);
@@ -486,7 +486,7 @@ impl Device {
         now: u64,
     ) {
         let Some((cqn, uidx)) = self
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .map(|q| (q.qpc.cqn_snd(), q.qpc.user_index()))
@@ -514,7 +514,7 @@ impl Device {
     ) {
         // Earlier WQEs still in flight complete (with a flush) after this one in the model;
         // the error CQE names the failing WQE.
-        let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(q) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         self.post_err_cqe(
@@ -527,9 +527,9 @@ impl Device {
             q.user_index(),
             now,
         );
-        if crate::firmware::is_datagram_qp(QpServiceType::from_raw(q.st())) {
+        if crate::objects::is_datagram_qp(QpServiceType::from_raw(q.st())) {
             // A UD send error stops only the send queue (SQER); SQERR2RTS resumes it.
-            if let Some(qp) = self.fw.qps.get_mut(&qpn) {
+            if let Some(qp) = self.objs.qps.get_mut(&qpn) {
                 qp.qpc.set_state(QpState::Sqer.raw());
             }
             self.flush_qp(qpn, now);
@@ -551,7 +551,7 @@ impl Device {
         // The QP's user index, as on every CQE: with CQE version 1 libmlx5 finds the QP of
         // an error completion by it (`get_req_context`).
         let Some((cqn, uidx)) = self
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .map(|q| (q.qpc.cqn_snd(), q.qpc.user_index()))
@@ -593,7 +593,7 @@ impl Device {
                     let w = head.clone();
                     let from = w.acked;
                     self.engine.counters.retransmitted_packets += 1;
-                    self.count(qpn, |c| c.implied_nak_seq_err += 1);
+                    self.datapath().count(qpn, |c| c.implied_nak_seq_err += 1);
                     self.transmit(qpn, &w, from, now);
                 }
                 break;
@@ -619,7 +619,7 @@ impl Device {
 
     /// Progress resets the retry counters and restarts the timer.
     fn on_progress(&mut self, qpn: u32, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let timeout = super::ack_timeout_ns(qpc.primary_address_path().ack_timeout());
@@ -650,7 +650,7 @@ impl Device {
             }
         }
         let timeout = self
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .and_then(|q| super::ack_timeout_ns(q.qpc.primary_address_path().ack_timeout()));
@@ -666,7 +666,7 @@ impl Device {
     /// Fires the retransmission and RNR timers of `qpn` if due.
     pub(crate) fn requester_timers(&mut self, qpn: u32, now: u64) {
         let state = self
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .map(|q| QpState::from_raw(q.qpc.state()));
@@ -691,7 +691,7 @@ impl Device {
                 return;
             }
             self.engine.counters.timeouts += 1;
-            self.count(qpn, |c| c.local_ack_timeout_err += 1);
+            self.datapath().count(qpn, |c| c.local_ack_timeout_err += 1);
             let Some(s) = self.engine.qps.get_mut(&qpn) else {
                 return;
             };
@@ -747,12 +747,12 @@ impl Device {
                     }
                     AethSyndrome::RnrNak { timer } => {
                         self.engine.counters.rnr_naks_received += 1;
-                        self.count(qpn, |c| c.rnr_nak_retry_err += 1);
+                        self.datapath().count(qpn, |c| c.rnr_nak_retry_err += 1);
                         if self.ack_upto(qpn, psn::add(p, 0xff_ffff), now) {
                             self.on_progress(qpn, now);
                         }
                         let infinite = self
-                            .fw
+                            .objs
                             .qps
                             .get(&qpn)
                             .is_some_and(|q| q.qpc.rnr_retry() == 7);
@@ -775,7 +775,7 @@ impl Device {
                         }
                         match code {
                             NakCode::PsnSequenceError => {
-                                self.count(qpn, |c| c.packet_seq_err += 1);
+                                self.datapath().count(qpn, |c| c.packet_seq_err += 1);
                                 let Some(s) = self.engine.qps.get_mut(&qpn) else {
                                     return;
                                 };
@@ -850,7 +850,7 @@ impl Device {
                     self.on_progress(qpn, now);
                 }
                 let mtu = self
-                    .fw
+                    .objs
                     .qps
                     .get(&qpn)
                     .map(|q| path_mtu(q.qpc.mtu()))
@@ -914,7 +914,7 @@ impl Device {
         complete: bool,
         now: u64,
     ) {
-        let Some(keys) = self.fw.qps.get(&qpn).map(|q| LocalKeys {
+        let Some(keys) = self.objs.qps.get(&qpn).map(|q| LocalKeys {
             pd: q.qpc.pd(),
             rlky: q.qpc.rlky(),
         }) else {

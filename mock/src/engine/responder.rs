@@ -9,9 +9,9 @@
 use super::mem::{Access, KeyError, LocalKeys};
 use super::requester::{path_mtu, ud_mtu};
 use super::{ACK_COALESCE_PACKETS, RESPONDER_RESOURCES, RecvProgress, RespResource, WriteProgress};
+use crate::caps::DEFAULT_PKEY;
 use crate::caps::LinkLayer;
 use crate::device::Device;
-use crate::firmware::DEFAULT_PKEY;
 use crate::wire::ib::RxPrediction as IbRxPrediction;
 use crate::wire::ib::psn;
 use crate::wire::roce::RxPrediction;
@@ -175,7 +175,7 @@ impl Device {
             1 => self.special_qpn(QpServiceType::Qp1),
             n => Some(n),
         };
-        let Some((qpn, qpc)) = qpn.and_then(|n| self.fw.qps.get(&n).map(|q| (n, q.qpc))) else {
+        let Some((qpn, qpc)) = qpn.and_then(|n| self.objs.qps.get(&n).map(|q| (n, q.qpc))) else {
             self.engine.counters.rx_discarded += 1;
             return;
         };
@@ -220,7 +220,7 @@ impl Device {
             return;
         }
         self.engine.qps.entry(qpn).or_default();
-        if state == QpState::Rtr && !crate::firmware::is_datagram_qp(st) {
+        if state == QpState::Rtr && !crate::objects::is_datagram_qp(st) {
             let first = self
                 .engine
                 .qps
@@ -263,7 +263,7 @@ impl Device {
 
     /// Sends an ACK, NAK or RNR NAK from responder `qpn`.
     pub(super) fn send_aeth(&mut self, qpn: u32, p: u32, syndrome: AethSyndrome) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(path) = self.qp_path(qpc.primary_address_path()) else {
@@ -337,7 +337,7 @@ impl Device {
             }
         } else if d > 0 {
             self.engine.counters.rx_out_of_sequence += 1;
-            self.count(qpn, |c| c.out_of_sequence += 1);
+            self.datapath().count(qpn, |c| c.out_of_sequence += 1);
             let Some(s) = self.engine.qps.get_mut(&qpn) else {
                 return;
             };
@@ -349,7 +349,7 @@ impl Device {
             return;
         } else if d < 0 {
             self.engine.counters.rx_duplicates += 1;
-            self.count(qpn, |c| c.duplicate_request += 1);
+            self.datapath().count(qpn, |c| c.duplicate_request += 1);
             self.duplicate_rx(qpn, t, now);
             return;
         } else {
@@ -359,11 +359,11 @@ impl Device {
             op if is_write(op)
                 && matches!(pos, Some(MessagePosition::First | MessagePosition::Only)) =>
             {
-                self.count(qpn, |c| c.rx_write_requests += 1)
+                self.datapath().count(qpn, |c| c.rx_write_requests += 1)
             }
-            Opcode::RcRdmaReadRequest => self.count(qpn, |c| c.rx_read_requests += 1),
+            Opcode::RcRdmaReadRequest => self.datapath().count(qpn, |c| c.rx_read_requests += 1),
             Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
-                self.count(qpn, |c| c.rx_atomic_requests += 1)
+                self.datapath().count(qpn, |c| c.rx_atomic_requests += 1)
             }
             _ => {}
         }
@@ -403,9 +403,9 @@ impl Device {
             Err(Fail::Drop) => {}
             Err(_) if uc => {}
             Err(Fail::Rnr) => {
-                self.count(qpn, |c| c.out_of_buffer += 1);
+                self.datapath().count(qpn, |c| c.out_of_buffer += 1);
                 let timer = self
-                    .fw
+                    .objs
                     .qps
                     .get(&qpn)
                     .map(|q| q.qpc.min_rnr_nak())
@@ -446,7 +446,7 @@ impl Device {
     pub(super) fn responder_error(&mut self, qpn: u32, syndrome: Option<CqeSyndrome>, now: u64) {
         let recv = self.engine.qps.get_mut(&qpn).and_then(|s| s.recv.take());
         if let (Some(r), Some(syn)) = (recv, syndrome)
-            && let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc)
+            && let Some(q) = self.objs.qps.get(&qpn).map(|q| q.qpc)
         {
             let (cqn, uidx) = self.rx_cq(qpn, &q);
             self.post_err_cqe(
@@ -476,7 +476,7 @@ impl Device {
         info: Option<(&RxInfo, u32)>,
         now: u64,
     ) {
-        let Some(q) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(q) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let (cqn, uidx) = self.rx_cq(qpn, &q);
@@ -709,7 +709,7 @@ impl Device {
         duplicate: bool,
         now: u64,
     ) -> Result<(), Fail> {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return Err(Fail::Drop);
         };
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
@@ -773,7 +773,7 @@ impl Device {
     }
 
     fn atomic_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, now: u64) -> Result<(), Fail> {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return Err(Fail::Drop);
         };
         let s = self.engine.qps.get(&qpn).ok_or(Fail::Drop)?;
@@ -837,7 +837,7 @@ impl Device {
     }
 
     fn send_atomic_ack(&mut self, qpn: u32, p: u32, orig: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(path) = self.qp_path(qpc.primary_address_path()) else {
@@ -906,7 +906,7 @@ impl Device {
 
     /// A UD datagram.
     fn ud_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, info: &RxInfo, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let Some(deth) = t.deth else {
@@ -927,7 +927,7 @@ impl Device {
         }
         let Some(wqe) = self.recv_wqe(qpn, true, now) else {
             self.engine.counters.rx_ud_no_wqe += 1;
-            self.count(qpn, |c| c.out_of_buffer += 1);
+            self.datapath().count(qpn, |c| c.out_of_buffer += 1);
             return;
         };
         let mut data = Vec::with_capacity(UD_GRH_BYTES + t.payload.len());

@@ -3,21 +3,11 @@
 //! receive counter; for an XRC target, from the XRC SRQ the request names.
 
 use super::mem::{QueueBuf, Sge};
+pub(crate) use super::state::RecvWqe;
 use crate::device::Device;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, EventType, RCV_DBR};
 use uhca_fwif::wqe::{INVALID_LKEY, WqeDataSeg};
 use zerocopy::FromBytes;
-
-/// A receive WQE taken from an RQ or an SRQ.
-#[derive(Clone, Debug)]
-pub(crate) struct RecvWqe {
-    /// The WQE counter the CQE reports (RQ: the consumer counter; SRQ: the WQE index).
-    pub(crate) counter: u16,
-    pub(crate) sges: Vec<Sge>,
-    /// Whether the queue it came from allows the reserved lkey (`qpc.rlky` for the QP's
-    /// own receive queue, `srqc.rlky` for an SRQ; an RMP's context has no such bit).
-    pub(crate) rlky: bool,
-}
 
 /// The scatter list of a receive WQE (data segments until [`INVALID_LKEY`]), appended to
 /// `out` (empty, reused).
@@ -41,7 +31,7 @@ fn parse_sges(raw: &[u8], mut out: Vec<Sge>) -> Vec<Sge> {
 impl Device {
     /// Takes the next receive WQE of `qpn` (`consume`), or only says whether there is one.
     pub(crate) fn recv_wqe(&mut self, qpn: u32, consume: bool, now: u64) -> Option<RecvWqe> {
-        let q = self.fw.qps.get(&qpn)?;
+        let q = self.objs.qps.get(&qpn)?;
         let qpc = q.qpc;
         let xrc = super::xrc::is_xrc(&qpc);
         // An XRC QP's receives come from the XRC SRQ its request names, whatever its
@@ -86,7 +76,7 @@ impl Device {
                 } else {
                     qpc.srqn_rmpn_xrqn()
                 };
-                let srq = self.fw.srqs.get(&srqn)?;
+                let srq = self.objs.srqs.get(&srqn)?;
                 let (size, stride) = (1u32 << srq.log_size(), srq.stride());
                 let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
                 let lwm = srq.lwm();
@@ -115,7 +105,7 @@ impl Device {
                     // The limit: when fewer WQEs than `lwm` remain posted, one SRQ_RQ_LIMIT
                     // event, and the limit is disarmed until armed again.
                     if lwm != 0 && pi.wrapping_sub(consumed) < lwm {
-                        if let Some(s) = self.fw.srqs.get_mut(&srqn) {
+                        if let Some(s) = self.objs.srqs.get_mut(&srqn) {
                             s.set_lwm(0);
                         }
                         self.srq_event(EventType::SrqRqLimit, srqn, now);

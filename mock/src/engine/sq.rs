@@ -2,6 +2,7 @@
 //! doorbell record's send counter, and decoding their segments by opcode and QP type.
 
 use super::mem::{QueueBuf, Sge};
+pub(crate) use super::state::Piece;
 use crate::device::Device;
 use uhca_fwif::consts::{
     INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
@@ -9,15 +10,6 @@ use uhca_fwif::consts::{
 };
 use uhca_fwif::wqe::{Av, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, WqeXrcSeg};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
-
-/// One piece of a send WQE's data.
-#[derive(Clone, Debug)]
-pub(crate) enum Piece {
-    /// A data segment (gathered through its lkey).
-    Sge(Sge),
-    /// Inline data.
-    Inline(Vec<u8>),
-}
 
 /// A decoded send WQE.
 #[derive(Clone, Debug)]
@@ -38,44 +30,6 @@ pub(crate) struct Wqe {
     pub(crate) xrc_srqn: u32,
 }
 
-/// A WQE that was sent and waits for its completion (RC), with what a retransmission or a
-/// response needs.
-#[derive(Clone, Debug)]
-pub(crate) struct SentWqe {
-    pub(crate) counter: u16,
-    pub(crate) opcode: WqeOpcode,
-    pub(crate) signaled: bool,
-    pub(crate) solicited: bool,
-    pub(crate) imm: u32,
-    pub(crate) first_psn: u32,
-    /// PSNs the message uses (packets; for a READ, its response packets).
-    pub(crate) npkts: u32,
-    /// Packets acknowledged (SEND, WRITE) or responses received (READ).
-    pub(crate) acked: u32,
-    pub(crate) len: u64,
-    pub(crate) remote: (u64, u32),
-    pub(crate) atomic: (u64, u64),
-    /// The gather list of a SEND or WRITE (data segments and inline data), read again
-    /// for each packet sent.
-    pub(crate) data: Vec<Piece>,
-    /// Where a READ response or an atomic result goes.
-    pub(crate) local: Vec<Sge>,
-    /// XRC: the remote XRC SRQ every request packet names, 0 otherwise.
-    pub(crate) xrc_srqn: u32,
-}
-
-impl SentWqe {
-    pub(crate) fn last_psn(&self) -> u32 {
-        crate::wire::ib::psn::add(self.first_psn, self.npkts.saturating_sub(1))
-    }
-    pub(crate) fn is_read_or_atomic(&self) -> bool {
-        matches!(
-            self.opcode,
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
-        )
-    }
-}
-
 /// Why a WQE could not be decoded: the WQE size in basic blocks and its opcode, for the
 /// error CQE (LOCAL_QP_OP_ERR).
 #[derive(Clone, Copy, Debug)]
@@ -87,7 +41,7 @@ pub(crate) struct BadWqe {
 impl Device {
     /// The send queue's geometry: (byte offset in the QP buffer, WQEBBs, page size).
     pub(crate) fn sq_geometry(&self, qpn: u32) -> Option<(u64, u16, u64)> {
-        let q = &self.fw.qps.get(&qpn)?.qpc;
+        let q = &self.objs.qps.get(&qpn)?.qpc;
         if q.no_sq() {
             return None;
         }
@@ -221,7 +175,7 @@ impl Device {
         let seg = |off: usize, n: usize| raw.get(off..off + n).ok_or(bad);
         // A NOP is its control segment alone (a datagram QP's too: it sends nothing, so
         // it has no address).
-        if crate::firmware::is_datagram_qp(st) && op != WqeOpcode::Nop {
+        if crate::objects::is_datagram_qp(st) && op != WqeOpcode::Nop {
             // The datagram segment: the extended 48-byte address vector when `dqp_dct`
             // bit 31 is set, else the compact 16-byte one (no MAC, GID or GRH fields),
             // after which the next segment starts. A driver that writes 48 bytes with the
@@ -248,7 +202,7 @@ impl Device {
         match op {
             WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::Nop => {}
             WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead
-                if !crate::firmware::is_datagram_qp(st) =>
+                if !crate::objects::is_datagram_qp(st) =>
             {
                 let r = WqeRaddrSeg::read_from_bytes(seg(off, 16)?).map_err(|_| bad)?;
                 w.raddr = Some((r.raddr.get(), r.rkey.get()));
@@ -317,7 +271,7 @@ impl Device {
             return false;
         }
         let limit = self
-            .fw
+            .objs
             .qps
             .get(&qpn)
             .map(|q| 1usize << q.qpc.log_sra_max())
@@ -327,7 +281,7 @@ impl Device {
 
     /// Processes the send queue of `qpn` up to the doorbell record's send counter.
     pub(crate) fn process_sq(&mut self, qpn: u32, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let state = QpState::from_raw(qpc.state());
@@ -404,7 +358,7 @@ impl Device {
                 }
             }
             if self
-                .fw
+                .objs
                 .qps
                 .get(&qpn)
                 .is_none_or(|q| QpState::from_raw(q.qpc.state()) != QpState::Rts)

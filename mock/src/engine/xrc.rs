@@ -27,7 +27,7 @@
 use super::mem::KeyError;
 use super::path::{Path, PayloadFill};
 use crate::device::Device;
-use crate::firmware::SrqCtx;
+use crate::objects::SrqCtx;
 use crate::wire::{AethSyndrome, BthRepr, IbTransportRepr, NakCode, Opcode};
 use uhca_fwif::consts::{EventType, QpServiceType};
 use uhca_fwif::ctx::Qpc;
@@ -115,7 +115,9 @@ impl Device {
     #[inline]
     pub(crate) fn rx_pd(&self, qpn: u32, qpc: &Qpc) -> u32 {
         if is_xrc(qpc)
-            && let Some(s) = self.xrc_target_srq(qpn).and_then(|n| self.fw.srqs.get(&n))
+            && let Some(s) = self
+                .xrc_target_srq(qpn)
+                .and_then(|n| self.objs.srqs.get(&n))
         {
             return s.pd();
         }
@@ -129,7 +131,7 @@ impl Device {
     pub(crate) fn rx_cq(&self, qpn: u32, qpc: &Qpc) -> (u32, u32) {
         if is_xrc(qpc)
             && let Some(n) = self.xrc_target_srq(qpn)
-            && let Some(s) = self.fw.srqs.get(&n)
+            && let Some(s) = self.objs.srqs.get(&n)
         {
             match &s.ctx {
                 SrqCtx::Xrc(c) => return (c.cqn(), c.user_index()),
@@ -143,7 +145,7 @@ impl Device {
 
     /// A packet for XRC QP `qpn` that passed the header checks (state, P_Key, peer).
     pub(crate) fn xrc_rx(&mut self, qpn: u32, t: &IbTransportRepr<'_>, response: bool, now: u64) {
-        let Some(qpc) = self.fw.qps.get(&qpn).map(|q| q.qpc) else {
+        let Some(qpc) = self.objs.qps.get(&qpn).map(|q| q.qpc) else {
             return;
         };
         let mut rc = *t;
@@ -162,7 +164,7 @@ impl Device {
         };
         let srqn = x.xrc_srq;
         let same_domain = self
-            .fw
+            .objs
             .srqs
             .get(&srqn)
             .and_then(|s| s.xrcd())

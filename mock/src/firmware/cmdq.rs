@@ -137,7 +137,7 @@ impl Device {
         }
         rec.register_id = register_id(rec.opcode, &input);
         let outlen = entry.outlen.get() as usize;
-        let cmd_eq_before = self.fw.eq_for(EventType::Cmd.raw()).is_some();
+        let cmd_eq_before = self.objs.eq_for(EventType::Cmd.raw()).is_some();
         let result = match self.faults.take_command_fault(rec.opcode) {
             Some(CommandFault::Hang) => {
                 rec.outcome = CommandOutcome::Hung;

@@ -1,9 +1,8 @@
 //! Completion queues: CREATE_CQ, DESTROY_CQ, QUERY_CQ, MODIFY_CQ and the CQ doorbell.
 
 use super::{
-    CmdResult, Cq, Ctx, bad_param, bad_res, busy, lim, out, pages_for, pas_list, syndrome,
+    CmdResult, Cq, Ctx, Firmware, bad_param, bad_res, busy, lim, out, pages_for, pas_list, syndrome,
 };
-use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CQ_DB_REQ_NOT_SOL};
@@ -19,10 +18,10 @@ pub const CQ_OP_MOD_MODIFY: u16 = 0;
 /// MODIFY_CQ op_mod: resize (not offered: `cq_resize` is 0).
 pub const CQ_OP_MOD_RESIZE: u16 = 1;
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_create_cq(&mut self, c: &Ctx, i: &CreateCqIn) -> CmdResult {
         let cqc = *i.cq_context();
-        let caps = &self.fw.caps.general_cur;
+        let caps = &self.state.caps.general_cur;
         if i.cq_umem_valid() || cqc.dbr_umem_valid() || cqc.cqe_comp_en() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
@@ -34,11 +33,11 @@ impl Device {
         if cqc.log_cq_size() > caps.log_max_cq_sz() {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        if !self.fw.uars.contains(&cqc.uar_page()) {
+        if !self.objs.uars.contains(&cqc.uar_page()) {
             return Err(bad_param(syndrome::BAD_UAR));
         }
         let eqn = cqc.c_eqn_or_apu_element();
-        if eqn > u8::MAX as u32 || !self.fw.eqs.contains_key(&(eqn as u8)) {
+        if eqn > u8::MAX as u32 || !self.objs.eqs.contains_key(&(eqn as u8)) {
             return Err(bad_param(syndrome::BAD_EQ));
         }
         if !cqc.dbr_addr().is_multiple_of(8) {
@@ -52,16 +51,16 @@ impl Device {
         let npages = pages_for(start + (cqe_size << cqc.log_cq_size()), page_size) as usize;
         let pas = pas_list(c.raw, CreateCqIn::SIZE, npages)?;
         self.need_regular_pages()?;
-        if self.fw.cqs.len() >= 1 << self.fw.caps.general_cur.log_max_cq() {
+        if self.objs.cqs.len() >= 1 << self.state.caps.general_cur.log_max_cq() {
             return Err(lim(syndrome::TABLE_FULL));
         }
-        let cqn = self.fw.alloc_id();
+        let cqn = self.objs.alloc_id();
         let mut stored = cqc;
         stored
             .set_status(0)
             .set_producer_counter(0)
             .set_consumer_counter(0);
-        self.fw.cqs.insert(
+        self.objs.cqs.insert(
             cqn,
             Cq {
                 cqc: stored,
@@ -77,24 +76,24 @@ impl Device {
 
     pub(crate) fn cmd_destroy_cq(&mut self, _c: &Ctx, i: &DestroyCqIn) -> CmdResult {
         let cqn = i.cqn();
-        if !self.fw.cqs.contains_key(&cqn) {
+        if !self.objs.cqs.contains_key(&cqn) {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
-        let fw = &self.fw;
-        let used = fw
+        let objs = &self.objs;
+        let used = objs
             .qps
             .values()
             .any(|q| q.qpc.cqn_snd() == cqn || q.qpc.cqn_rcv() == cqn)
-            || fw.srqs.values().any(|s| s.xrc_cqn() == Some(cqn));
+            || objs.srqs.values().any(|s| s.xrc_cqn() == Some(cqn));
         if used {
             return Err(busy(syndrome::OBJECT_IN_USE));
         }
-        self.fw.cqs.remove(&cqn);
+        self.objs.cqs.remove(&cqn);
         Ok(out(&DestroyCqOut::default()))
     }
 
     pub(crate) fn cmd_query_cq(&mut self, c: &Ctx, i: &QueryCqIn) -> CmdResult {
-        let Some(cq) = self.fw.cqs.get(&i.cqn()) else {
+        let Some(cq) = self.objs.cqs.get(&i.cqn()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let mut ctx = cq.cqc;
@@ -114,7 +113,7 @@ impl Device {
 
     pub(crate) fn cmd_modify_cq(&mut self, _c: &Ctx, i: &ModifyCqIn) -> CmdResult {
         let cqn = i.cqn();
-        if !self.fw.cqs.contains_key(&cqn) {
+        if !self.objs.cqs.contains_key(&cqn) {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         match i.op_mod() {
@@ -128,10 +127,10 @@ impl Device {
             return Err(bad_param(syndrome::BAD_FIELD_SELECT));
         }
         let req = *i.cq_context();
-        if sel & CQ_MODIFY_OVERRUN != 0 && req.oi() && !self.fw.caps.general_cur.cq_oi() {
+        if sel & CQ_MODIFY_OVERRUN != 0 && req.oi() && !self.state.caps.general_cur.cq_oi() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
-        let Some(cq) = self.fw.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objs.cqs.get_mut(&cqn) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         if sel & CQ_MODIFY_PERIOD != 0 {
@@ -150,7 +149,7 @@ impl Device {
     pub(crate) fn cq_doorbell(&mut self, uar: u32, v: u64, now: u64) {
         let arm = (v >> 32) as u32;
         let cqn = (v as u32) & 0x00ff_ffff;
-        let Some(cq) = self.fw.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objs.cqs.get_mut(&cqn) else {
             self.note(
                 now,
                 format!("CQ doorbell for CQ {cqn:#x}, which does not exist"),

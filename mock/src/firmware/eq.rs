@@ -34,13 +34,13 @@ impl Device {
             return Err(bad_param(syndrome::BAD_PAGE_SIZE));
         }
         let uar = eqc.uar_page();
-        if !self.fw.uars.contains(&uar) {
+        if !self.objs.uars.contains(&uar) {
             return Err(bad_param(syndrome::BAD_UAR));
         }
         if eqc.intr() >= crate::caps::MSIX_VECTORS {
             return Err(bad_param(syndrome::BAD_VECTOR));
         }
-        if self.fw.eqs.len() >= 1 << caps.log_max_eq() {
+        if self.objs.eqs.len() >= 1 << caps.log_max_eq() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let page_size = (ADAPTER_PAGE_SIZE as u64) << eqc.log_page_size().min(20);
@@ -57,7 +57,7 @@ impl Device {
             mask_bytes[6],
             mask_bytes[7],
         ]);
-        let Some(eqn) = (0..=u8::MAX).find(|n| !self.fw.eqs.contains_key(n)) else {
+        let Some(eqn) = (0..=u8::MAX).find(|n| !self.objs.eqs.contains_key(n)) else {
             return Err(lim(syndrome::TABLE_FULL));
         };
         let mut stored = eqc;
@@ -65,7 +65,7 @@ impl Device {
             .set_status(0)
             .set_consumer_counter(0)
             .set_producer_counter(0);
-        self.fw.eqs.insert(
+        self.objs.eqs.insert(
             eqn,
             Eq {
                 eqc: stored,
@@ -88,23 +88,23 @@ impl Device {
 
     pub(crate) fn cmd_destroy_eq(&mut self, _c: &Ctx, i: &DestroyEqIn) -> CmdResult {
         let eqn = i.eq_number();
-        if !self.fw.eqs.contains_key(&eqn) {
+        if !self.objs.eqs.contains_key(&eqn) {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         if self
-            .fw
+            .objs
             .cqs
             .values()
             .any(|cq| cq.cqc.c_eqn_or_apu_element() == eqn as u32)
         {
             return Err(busy(syndrome::OBJECT_IN_USE));
         }
-        self.fw.eqs.remove(&eqn);
+        self.objs.eqs.remove(&eqn);
         Ok(out(&DestroyEqOut::default()))
     }
 
     pub(crate) fn cmd_query_eq(&mut self, _c: &Ctx, i: &QueryEqIn) -> CmdResult {
-        let Some(eq) = self.fw.eqs.get(&i.eq_number()) else {
+        let Some(eq) = self.objs.eqs.get(&i.eq_number()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let mut o = QueryEqOut::default();
@@ -120,7 +120,7 @@ impl Device {
     pub(crate) fn eq_doorbell(&mut self, uar: u32, v: u32, arm: bool, now: u64) {
         let eqn = (v >> 24) as u8;
         let ci = v & 0x00ff_ffff;
-        let Some(eq) = self.fw.eqs.get_mut(&eqn) else {
+        let Some(eq) = self.objs.eqs.get_mut(&eqn) else {
             self.note(
                 now,
                 format!("EQ doorbell for EQ {eqn}, which does not exist"),
@@ -167,7 +167,7 @@ impl Device {
         now: u64,
         keep: bool,
     ) -> bool {
-        let Some(eqn) = self.fw.eq_for(event_type) else {
+        let Some(eqn) = self.objs.eq_for(event_type) else {
             if keep {
                 self.fw.pending_events.push((event_type, sub_type, data));
             }
@@ -180,7 +180,7 @@ impl Device {
     pub(crate) fn flush_pending_events(&mut self, now: u64) {
         let pending = std::mem::take(&mut self.fw.pending_events);
         for (t, s, d) in pending {
-            if self.fw.eq_for(t).is_some() {
+            if self.objs.eq_for(t).is_some() {
                 self.post_event(t, s, d, now, false);
             } else {
                 self.fw.pending_events.push((t, s, d));
@@ -196,7 +196,7 @@ impl Device {
         data: [u8; 28],
         now: u64,
     ) -> bool {
-        let Some(eq) = self.fw.eqs.get_mut(&eqn) else {
+        let Some(eq) = self.objs.eqs.get_mut(&eqn) else {
             return false;
         };
         let size = 1u32 << eq.log_size;
@@ -242,7 +242,7 @@ impl Device {
         if !ok {
             return false;
         }
-        let Some(eq) = self.fw.eqs.get_mut(&eqn) else {
+        let Some(eq) = self.objs.eqs.get_mut(&eqn) else {
             return false;
         };
         eq.pi = eq.pi.wrapping_add(1);

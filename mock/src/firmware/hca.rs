@@ -5,6 +5,7 @@
 use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
 use crate::caps::{LinkLayer, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
 use crate::device::Device;
+use crate::objects::RESERVED_LKEY;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdStatus, HcaCapType};
@@ -13,8 +14,6 @@ use uhca_fwif::ctx::{
 };
 use zerocopy::{FromBytes, IntoBytes};
 
-/// The reserved lkey QUERY_SPECIAL_CONTEXTS reports.
-pub const RESERVED_LKEY: u32 = 0x0000_0300;
 /// The ISSI values the firmware supports (bit n: ISSI n).
 pub const SUPPORTED_ISSI: u32 = 0b11;
 
@@ -100,6 +99,7 @@ impl Device {
                 format!("DISABLE_HCA with {n} firmware pages not reclaimed"),
             );
         }
+        self.objs.clear();
         self.fw.drop_objects();
         let p = &mut self.fw.pages;
         p.held.clear();
@@ -256,6 +256,7 @@ impl Device {
         if profile == TEARDOWN_FORCE && !self.fw.caps.general_cur.force_teardown() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
+        self.objs.clear();
         self.fw.drop_objects();
         self.fw.state = HcaState::TornDown;
         self.fw.pages.released = true;

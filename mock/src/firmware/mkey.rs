@@ -1,7 +1,6 @@
 //! Memory keys: CREATE_MKEY (PA and MTT access modes), DESTROY_MKEY, QUERY_MKEY.
 
-use super::{CmdResult, Ctx, Mkey, bad_param, bad_res, lim, out, pas_list, syndrome};
-use crate::device::Device;
+use super::{CmdResult, Ctx, Firmware, Mkey, bad_param, bad_res, lim, out, pas_list, syndrome};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::MkcAccessMode;
@@ -20,13 +19,13 @@ impl Mkey {
     }
 }
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_create_mkey(&mut self, c: &Ctx, i: &CreateMkeyIn) -> CmdResult {
         let mkc = *i.memory_key_mkey_entry();
         if i.mkey_umem_valid() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
-        if !self.fw.pds.contains(&mkc.pd()) {
+        if !self.objs.pds.contains(&mkc.pd()) {
             return Err(bad_param(syndrome::BAD_PD));
         }
         if mkc.qpn() != 0x00ff_ffff {
@@ -81,18 +80,18 @@ impl Device {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.need_regular_pages()?;
-        if self.fw.mkeys.len() >= 1 << self.fw.caps.general_cur.log_max_mkey() {
+        if self.objs.mkeys.len() >= 1 << self.state.caps.general_cur.log_max_mkey() {
             return Err(lim(syndrome::TABLE_FULL));
         }
-        let index = (self.fw.alloc_id() + FIRST_MKEY_INDEX) & 0x00ff_ffff;
-        self.fw.mkeys.insert(index, Mkey { mkc, mtt });
+        let index = (self.objs.alloc_id() + FIRST_MKEY_INDEX) & 0x00ff_ffff;
+        self.objs.mkeys.insert(index, Mkey { mkc, mtt });
         let mut o = CreateMkeyOut::default();
         o.set_mkey_index(index);
         Ok(out(&o))
     }
 
     pub(crate) fn cmd_destroy_mkey(&mut self, _c: &Ctx, i: &DestroyMkeyIn) -> CmdResult {
-        if self.fw.mkeys.remove(&i.mkey_index()).is_none() {
+        if self.objs.mkeys.remove(&i.mkey_index()).is_none() {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         Ok(out(&DestroyMkeyOut::default()))
@@ -102,7 +101,7 @@ impl Device {
         if i.pg_access() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
-        let Some(m) = self.fw.mkeys.get(&i.mkey_index()) else {
+        let Some(m) = self.objs.mkeys.get(&i.mkey_index()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let mut o = QueryMkeyOut::default();

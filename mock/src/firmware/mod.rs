@@ -1,5 +1,7 @@
-//! The firmware: the command interface and every command the model implements, the object
-//! tables, page accounting and events.
+//! The firmware: the command interface and every command the model implements, page
+//! accounting and events. The object tables it creates live in `objects.rs`; its own
+//! state is `state::FwState`; a handler converted to the firmware's room is a method of
+//! `Firmware`, which borrows only what a command may touch.
 //!
 //! One file per command family. Handlers decode their input from `uhca-fwif` layouts and
 //! encode their output the same way; a bad input gets the PRM status and one of the
@@ -17,49 +19,44 @@ mod qp;
 mod resources;
 mod special_qp;
 mod srq;
+pub(crate) mod state;
 mod vport;
 mod xrc;
 
+pub use crate::caps::{DEFAULT_PKEY, GID_PREFIX};
+pub use crate::objects::RESERVED_LKEY;
+pub(crate) use crate::objects::{Cq, Eq, Mkey, Qp, Srq, SrqCtx};
 pub use cmdq::MAX_CMD_LEN;
 pub use cq::{
     CQ_MODIFY_COUNT, CQ_MODIFY_OVERRUN, CQ_MODIFY_PERIOD, CQ_OP_MOD_MODIFY, CQ_OP_MOD_RESIZE,
 };
 pub use eq::{EQE_SIZE, HEALTH_SYNDR_ASYNC_EQ_OVERRUN};
 pub use hca::{
-    ADAPTER_IEEE_VENDOR_ID, ADAPTER_PSID, ADAPTER_VSD_VENDOR_ID, RESERVED_LKEY, SUPPORTED_ISSI,
-    TEARDOWN_FORCE, TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
+    ADAPTER_IEEE_VENDOR_ID, ADAPTER_PSID, ADAPTER_VSD_VENDOR_ID, SUPPORTED_ISSI, TEARDOWN_FORCE,
+    TEARDOWN_GRACEFUL, TEARDOWN_PREPARE_FAST,
 };
 pub use mkey::{FIRST_MKEY_INDEX, MAX_MTT};
 pub use pages::{FUNCTION_ID, FW_PAGE_FILL, PAGE_REQ_EC_FUNCTION, PAGE_REQ_RELEASE_ALL};
 pub use qp::optpar;
 pub use special_qp::QP1_Q_KEY;
-pub(crate) use special_qp::{is_datagram as is_datagram_qp, wire_qpn};
 pub use srq::ARM_RQ_OP_MOD_SRQ;
+pub use state::{FIRST_QPN, FIRST_UAR, HcaState, NODE_DESCRIPTION};
 pub use vport::{
-    ALL_ENTRIES, DEFAULT_PKEY, GID_PREFIX, MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS,
-    MAD_STATUS_UNSUPPORTED, NODE_DESCRIPTION, PORT_CAPABILITY_MASK,
+    ALL_ENTRIES, MAD_STATUS_BAD_ATTRIBUTE_VALUE, MAD_STATUS_BAD_CLASS, MAD_STATUS_UNSUPPORTED,
+    PORT_CAPABILITY_MASK,
 };
 
-use crate::caps::{Caps, LinkLayer};
+use crate::MockConfig;
 use crate::device::Device;
-use std::collections::{BTreeMap, BTreeSet};
+use crate::engine::QCounters;
+use crate::iommu::Iommu;
+use crate::log::{Note, Ring};
+use crate::objects::Objects;
+use state::{FwState, Pages};
+use std::collections::BTreeMap;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
-use uhca_fwif::consts::{CmdOpcode, CmdStatus, PortState};
-use uhca_fwif::ctx::{Cqc, Eqc, Mkc, NicVportContext, Qpc, Rmpc, RoceAddrLayout, Srqc, XrcSrqc};
-
-/// The life cycle of the HCA as the command interface sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HcaState {
-    /// After power-on, function level reset or DISABLE_HCA: only ENABLE_HCA is accepted.
-    Disabled,
-    /// After ENABLE_HCA: ISSI, pages, capabilities, registers, then INIT_HCA.
-    Enabled,
-    /// After INIT_HCA: objects may be created.
-    Initialized,
-    /// After TEARDOWN_HCA: pages may be reclaimed, then DISABLE_HCA.
-    TornDown,
-}
+use uhca_fwif::consts::{CmdOpcode, CmdStatus};
 
 /// Why a command did not produce an output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +127,56 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
     }
 }
 
+/// The firmware's room: what a command handler converted to it may touch, borrowed from
+/// the device for one command (or one doorbell) and nothing more: the object tables, the
+/// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
+/// notes and the engine's SRQ positions and queue counters.
+/// Not the PCI function, the MSI-X table, the command log or the engine.
+pub(crate) struct Firmware<'a> {
+    pub(crate) objs: &'a mut Objects,
+    /// The firmware's own state: capabilities, page accounting, the port, the vport.
+    pub(crate) state: &'a mut FwState,
+    /// The device's configuration (its GUIDs, for the port's answers).
+    pub(crate) config: &'a MockConfig,
+    pub(crate) iommu: &'a mut Iommu,
+    pub(crate) notes: &'a mut Ring<Note>,
+    /// The engine's SRQ consumers (srqn -> WQEs consumed, next WQE): QUERY_RMP reports
+    /// one, destroying an SRQ forgets it.
+    pub(crate) srq_pos: &'a mut BTreeMap<u32, (u16, u16)>,
+    /// The engine's queue counters: QUERY_Q_COUNTER reads (and clears) them,
+    /// DEALLOC_Q_COUNTER forgets a set's.
+    pub(crate) q_counters: &'a mut BTreeMap<u8, QCounters>,
+}
+
+impl Firmware<'_> {
+    /// Records a note about something the driver probably did wrong.
+    pub(crate) fn note(&mut self, now: u64, text: String) {
+        self.notes.push(Note { time_ns: now, text });
+    }
+
+    /// Whether the firmware has the regular pages a new object needs (see
+    /// [`need_regular_pages`]).
+    pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {
+        need_regular_pages(&self.state.pages, self.objs)
+    }
+}
+
+/// Whether the firmware has every regular page it asked for: if not, a command that
+/// creates an object waits for them (deferred) when an EQ takes page requests, and fails
+/// otherwise.
+pub(crate) fn need_regular_pages(pages: &Pages, objs: &Objects) -> Result<(), Fail> {
+    if pages.regular_outstanding() == 0 {
+        Ok(())
+    } else if objs
+        .eq_for(uhca_fwif::consts::EventType::PageRequest.raw())
+        .is_some()
+    {
+        Err(Fail::Defer)
+    } else {
+        Err(no_res(syndrome::NO_REGULAR_PAGES))
+    }
+}
+
 /// What a handler gets besides its decoded input.
 pub(crate) struct Ctx<'a> {
     /// The whole input, for flexible arrays.
@@ -138,413 +185,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) outlen: usize,
     /// Model time.
     pub(crate) now: u64,
-}
-
-/// An event queue.
-#[derive(Clone, Debug)]
-pub(crate) struct Eq {
-    pub(crate) eqc: Eqc,
-    pub(crate) mask: u64,
-    pub(crate) pas: Vec<u64>,
-    pub(crate) page_size: u64,
-    pub(crate) log_size: u8,
-    pub(crate) uar: u32,
-    pub(crate) intr: u16,
-    /// Producer counter (EQEs written).
-    pub(crate) pi: u32,
-    /// Consumer counter (from the EQ doorbell).
-    pub(crate) ci: u32,
-    pub(crate) armed: bool,
-    pub(crate) overruns: u64,
-}
-
-/// A completion queue.
-#[derive(Clone, Debug)]
-pub(crate) struct Cq {
-    pub(crate) cqc: Cqc,
-    /// The queue buffer's pages (read by the datapath engine).
-    pub(crate) pas: Vec<u64>,
-    /// Producer counter (CQEs written; the datapath engine advances it).
-    pub(crate) pi: u32,
-    /// The last arm request from the CQ doorbell: (sequence number, solicited only,
-    /// consumer index).
-    pub(crate) arm: Option<(u8, bool, u32)>,
-}
-
-/// A queue pair.
-#[derive(Clone, Debug)]
-pub(crate) struct Qp {
-    pub(crate) qpc: Qpc,
-    /// The work queue buffer's pages (read by the datapath engine).
-    pub(crate) pas: Vec<u64>,
-}
-
-/// A shared receive queue: an SRQ (CREATE_SRQ, ISSI 0), an RMP (CREATE_RMP, ISSI 1) or an
-/// XRC SRQ (CREATE_XRC_SRQ). All hold linked-list receive WQEs with a "next" segment and a
-/// doorbell record whose first dword counts the WQEs posted; QPs name an SRQ or an RMP in
-/// `srqn_rmpn_xrqn`, XRC senders name an XRC SRQ in each message's XRCETH.
-#[derive(Clone, Debug)]
-pub(crate) struct Srq {
-    pub(crate) ctx: SrqCtx,
-    /// The queue buffer's pages (read by the datapath engine).
-    pub(crate) pas: Vec<u64>,
-}
-
-/// The context a shared receive queue was created with.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum SrqCtx {
-    /// CREATE_SRQ's `srqc`.
-    Srq(Srqc),
-    /// CREATE_RMP's `rmpc` (the queue in its `wq`).
-    Rmp(Rmpc),
-    /// CREATE_XRC_SRQ's `xrc_srqc`.
-    Xrc(XrcSrqc),
-}
-
-impl Srq {
-    /// The PD.
-    pub(crate) fn pd(&self) -> u32 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.pd(),
-            SrqCtx::Rmp(c) => c.wq().pd(),
-            SrqCtx::Xrc(c) => c.pd(),
-        }
-    }
-
-    /// The doorbell record's address.
-    pub(crate) fn dbr_addr(&self) -> u64 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.dbr_addr(),
-            SrqCtx::Rmp(c) => c.wq().dbr_addr(),
-            SrqCtx::Xrc(c) => xrc::xrc_srq_dbr_addr(c),
-        }
-    }
-
-    /// log2 of the number of WQEs.
-    pub(crate) fn log_size(&self) -> u8 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.log_srq_size(),
-            SrqCtx::Rmp(c) => c.wq().log_wq_sz(),
-            SrqCtx::Xrc(c) => c.log_xrc_srq_size(),
-        }
-    }
-
-    /// The WQE stride in bytes (`srqc.log_rq_stride` counts 16-byte units,
-    /// `wq.log_wq_stride` bytes).
-    pub(crate) fn stride(&self) -> u64 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => 16u64 << c.log_rq_stride(),
-            SrqCtx::Rmp(c) => 1u64 << c.wq().log_wq_stride(),
-            SrqCtx::Xrc(c) => 16u64 << c.log_rq_stride(),
-        }
-    }
-
-    /// Where the queue starts in its first page, in 64ths of the page size
-    /// (`srqc.page_offset`, `wq.page_offset`, `xrc_srqc.page_offset`).
-    pub(crate) fn page_offset(&self) -> u8 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.page_offset(),
-            SrqCtx::Rmp(c) => c.wq().page_offset(),
-            SrqCtx::Xrc(c) => c.page_offset(),
-        }
-    }
-
-    /// log2 of the buffer's page size in 4 KiB units.
-    pub(crate) fn log_page_size(&self) -> u8 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.log_page_size(),
-            SrqCtx::Rmp(c) => c.wq().log_wq_pg_sz(),
-            SrqCtx::Xrc(c) => c.log_page_size(),
-        }
-    }
-
-    /// Whether its receive WQEs may use the reserved lkey (`srqc.rlky`, `xrc_srqc.rlky`; an
-    /// RMP's `rmpc` has no such bit, so never).
-    pub(crate) fn rlky(&self) -> bool {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.rlky(),
-            SrqCtx::Xrc(c) => c.rlky(),
-            SrqCtx::Rmp(_) => false,
-        }
-    }
-
-    /// The armed limit (`lwm`; 0: not armed).
-    pub(crate) fn lwm(&self) -> u16 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.lwm(),
-            SrqCtx::Rmp(c) => c.wq().lwm(),
-            SrqCtx::Xrc(c) => c.lwm(),
-        }
-    }
-
-    /// Sets the limit (0 disarms it).
-    pub(crate) fn set_lwm(&mut self, lwm: u16) {
-        match &mut self.ctx {
-            SrqCtx::Srq(c) => {
-                c.set_lwm(lwm);
-            }
-            SrqCtx::Rmp(c) => {
-                c.wq_mut().set_lwm(lwm);
-            }
-            SrqCtx::Xrc(c) => {
-                c.set_lwm(lwm);
-            }
-        }
-    }
-
-    /// The completion queue of an XRC SRQ: CREATE_XRC_SRQ's, or an ISSI-0 SRQ created in
-    /// an XRC domain (never for an RMP).
-    pub(crate) fn xrc_cqn(&self) -> Option<u32> {
-        match &self.ctx {
-            SrqCtx::Srq(c) if c.xrcd() != 0 => Some(c.cqn()),
-            SrqCtx::Xrc(c) => Some(c.cqn()),
-            _ => None,
-        }
-    }
-
-    /// The XRC domain it belongs to (`None`: not an XRC SRQ).
-    pub(crate) fn xrcd(&self) -> Option<u32> {
-        match &self.ctx {
-            SrqCtx::Srq(c) if c.xrcd() != 0 => Some(c.xrcd()),
-            SrqCtx::Xrc(c) => Some(c.xrcd()),
-            _ => None,
-        }
-    }
-}
-
-/// A memory key.
-#[derive(Clone, Debug)]
-pub(crate) struct Mkey {
-    pub(crate) mkc: Mkc,
-    pub(crate) mtt: Vec<u64>,
-}
-
-/// Page accounting.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Pages {
-    /// Pages the driver gave, by IOVA.
-    pub(crate) held: BTreeSet<u64>,
-    pub(crate) boot: u32,
-    pub(crate) init: u32,
-    /// Regular pages the firmware wants beyond boot and init pages.
-    pub(crate) regular: u32,
-    /// Pages asked for with PAGE_REQUEST events and not yet given.
-    pub(crate) requested: u32,
-    /// Pages the firmware announced it returns (negative PAGE_REQUEST) and not yet posted.
-    pub(crate) to_return: u32,
-    /// After teardown every page may be reclaimed.
-    pub(crate) released: bool,
-    /// The driver answered with MANAGE_PAGES "cannot give": fail the waiting commands.
-    pub(crate) refused: bool,
-}
-
-impl Pages {
-    pub(crate) fn total_needed(&self) -> u64 {
-        if self.released {
-            0
-        } else {
-            self.boot as u64 + self.init as u64 + self.regular as u64
-        }
-    }
-    fn outstanding(&self, threshold: u64, of: u32) -> u32 {
-        threshold
-            .saturating_sub(self.held.len() as u64)
-            .min(of as u64) as u32
-    }
-    pub(crate) fn boot_outstanding(&self) -> u32 {
-        if self.released {
-            0
-        } else {
-            self.outstanding(self.boot as u64, self.boot)
-        }
-    }
-    pub(crate) fn init_outstanding(&self) -> u32 {
-        if self.released {
-            0
-        } else {
-            self.outstanding(self.boot as u64 + self.init as u64, self.init)
-        }
-    }
-    pub(crate) fn regular_outstanding(&self) -> u32 {
-        if self.released {
-            0
-        } else {
-            self.outstanding(self.total_needed(), self.regular)
-        }
-    }
-    /// Pages the firmware can hand back now.
-    pub(crate) fn surplus(&self) -> u64 {
-        (self.held.len() as u64).saturating_sub(self.total_needed())
-    }
-}
-
-/// Everything the firmware knows; reset by a function level reset.
-#[derive(Clone, Debug)]
-pub(crate) struct Firmware {
-    /// Model time at which the firmware started (power-on or reset).
-    pub(crate) boot_ns: u64,
-    /// Model time at which `initializing` clears.
-    pub(crate) ready_ns: u64,
-    pub(crate) cmdq_addr_h: u32,
-    pub(crate) cmdq_addr_l: u32,
-    pub(crate) nic_interface: u8,
-    pub(crate) state: HcaState,
-    pub(crate) issi: u16,
-    pub(crate) caps: Caps,
-    pub(crate) host_endianness_he: bool,
-    /// The node description (NODE_DESC register, SubnGet(NodeDescription)).
-    pub(crate) node_desc: [u8; NODE_DESC_BYTES],
-    pub(crate) pages: Pages,
-    pub(crate) fast_teardown_prepared: bool,
-
-    pub(crate) uars: BTreeSet<u32>,
-    pub(crate) pds: BTreeSet<u32>,
-    pub(crate) tds: BTreeSet<u32>,
-    /// XRC domains.
-    pub(crate) xrcds: BTreeSet<u32>,
-    pub(crate) q_counters: BTreeSet<u8>,
-    pub(crate) mkeys: BTreeMap<u32, Mkey>,
-    pub(crate) eqs: BTreeMap<u8, Eq>,
-    pub(crate) cqs: BTreeMap<u32, Cq>,
-    pub(crate) qps: BTreeMap<u32, Qp>,
-    pub(crate) srqs: BTreeMap<u32, Srq>,
-    pub(crate) next_id: u32,
-
-    pub(crate) nic_vport: NicVportContext,
-    pub(crate) roce_addrs: Vec<Option<RoceAddrLayout>>,
-    pub(crate) port_state: PortState,
-    pub(crate) lid: u16,
-    pub(crate) sm_lid: u16,
-
-    /// Slots whose command hangs (injected).
-    pub(crate) hung: BTreeSet<u8>,
-    /// Slots whose command waits for pages.
-    pub(crate) deferred: Vec<u8>,
-    /// Health: injected fatal syndrome and extended syndrome.
-    pub(crate) fatal: Option<(u8, u16)>,
-    /// Health counter value frozen at the fatal error.
-    pub(crate) frozen_counter: u32,
-    /// Events that could not be posted yet (no subscribed EQ): (type, sub type, data).
-    pub(crate) pending_events: Vec<(u8, u8, [u8; 28])>,
-}
-
-/// First UAR index the firmware hands out (pages 0 to 7 hold the initialization segment,
-/// the clocks and health counter, the MSI-X table and its pending bits).
-pub const FIRST_UAR: u32 = 8;
-/// First QP number handed out (lower numbers are reserved for special QPs).
-pub const FIRST_QPN: u32 = 0x100;
-
-impl Firmware {
-    pub(crate) fn new(cfg: &crate::MockConfig, now: u64) -> Self {
-        let caps = Caps::new(cfg.port_type);
-        let mut nic = NicVportContext::default();
-        let mac = cfg.mac;
-        nic.set_mtu(1500)
-            .set_system_image_guid(cfg.node_guid())
-            .set_node_guid(cfg.node_guid())
-            .set_port_guid(cfg.node_guid());
-        nic.permanent_address_mut()
-            .set_mac_addr_47_32(u16::from_be_bytes([mac[0], mac[1]]))
-            .set_mac_addr_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]));
-        let table = match cfg.port_type {
-            LinkLayer::Ethernet => crate::caps::ROCE_ADDRESS_TABLE_ENTRIES,
-            LinkLayer::InfiniBand => 0,
-        };
-        Firmware {
-            boot_ns: now,
-            ready_ns: now.saturating_add(cfg.init_delay_us.saturating_mul(1000)),
-            cmdq_addr_h: 0,
-            cmdq_addr_l: 0,
-            nic_interface: 0,
-            state: HcaState::Disabled,
-            issi: 0,
-            caps,
-            host_endianness_he: false,
-            node_desc: {
-                let mut d = [0u8; NODE_DESC_BYTES];
-                d[..vport::NODE_DESCRIPTION.len()].copy_from_slice(vport::NODE_DESCRIPTION);
-                d
-            },
-            pages: Pages {
-                boot: cfg.boot_pages,
-                init: cfg.init_pages,
-                regular: cfg.regular_pages,
-                ..Pages::default()
-            },
-            fast_teardown_prepared: false,
-            uars: BTreeSet::new(),
-            pds: BTreeSet::new(),
-            tds: BTreeSet::new(),
-            xrcds: BTreeSet::new(),
-            q_counters: BTreeSet::new(),
-            mkeys: BTreeMap::new(),
-            eqs: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            qps: BTreeMap::new(),
-            srqs: BTreeMap::new(),
-            next_id: 1,
-            nic_vport: nic,
-            roce_addrs: vec![None; table],
-            port_state: if cfg.port_up {
-                PortState::Active
-            } else {
-                PortState::Down
-            },
-            lid: cfg.lid,
-            sm_lid: cfg.sm_lid,
-            hung: BTreeSet::new(),
-            deferred: Vec::new(),
-            fatal: None,
-            frozen_counter: 0,
-            pending_events: Vec::new(),
-        }
-    }
-
-    /// The command queue's IOVA.
-    pub(crate) fn cmdq_iova(&self) -> u64 {
-        ((self.cmdq_addr_h as u64) << 32) | (self.cmdq_addr_l as u64 & !0xfff)
-    }
-
-    /// Drops every object (teardown, disable).
-    pub(crate) fn drop_objects(&mut self) {
-        self.uars.clear();
-        self.pds.clear();
-        self.tds.clear();
-        self.xrcds.clear();
-        self.q_counters.clear();
-        self.mkeys.clear();
-        self.eqs.clear();
-        self.cqs.clear();
-        self.qps.clear();
-        self.srqs.clear();
-        self.pending_events.clear();
-        for a in self.roce_addrs.iter_mut() {
-            *a = None;
-        }
-    }
-
-    /// A fresh object number (never reused while the firmware runs, like hardware that
-    /// rotates its tables; numbers are 24 bits).
-    pub(crate) fn alloc_id(&mut self) -> u32 {
-        let id = self.next_id & 0x00ff_ffff;
-        self.next_id = self.next_id.wrapping_add(1).max(1);
-        id
-    }
-
-    pub(crate) fn port_type(&self) -> LinkLayer {
-        self.caps.port_type()
-    }
-
-    /// The lowest-numbered EQ subscribed to `event_type`.
-    pub(crate) fn eq_for(&self, event_type: u8) -> Option<u8> {
-        if event_type >= 64 {
-            return None;
-        }
-        self.eqs
-            .iter()
-            .find(|(_, e)| e.mask & (1u64 << event_type) != 0)
-            .map(|(&n, _)| n)
-    }
 }
 
 /// Which HCA state a command needs.
@@ -577,6 +217,19 @@ fn need_of(op: CmdOpcode) -> Need {
 }
 
 impl Device {
+    /// The firmware's room over this device's parts, for one command or doorbell.
+    pub(crate) fn firmware(&mut self) -> Firmware<'_> {
+        Firmware {
+            objs: &mut self.objs,
+            state: &mut self.fw,
+            config: &self.config,
+            iommu: &mut self.iommu,
+            notes: &mut self.notes,
+            srq_pos: &mut self.engine.srq_pos,
+            q_counters: &mut self.engine.q_counters,
+        }
+    }
+
     fn check_state(&self, op: CmdOpcode) -> Result<(), Fail> {
         let st = self.fw.state;
         let boot_ok = self.fw.pages.boot_outstanding() == 0;
@@ -621,15 +274,19 @@ impl Device {
         };
 
         macro_rules! run {
-            ($in:ty, $handler:ident) => {
-                run!($in, $handler, op_mod_zero)
+            // `@fw`: a handler of the firmware's room ([`Firmware`]); else one of `Device`.
+            (@fw $in:ty, $($rest:tt)*) => {
+                run!(@on firmware, $in, $($rest)*)
             };
-            ($in:ty, $handler:ident, $opm:ident) => {
-                run!($in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
+            (@on $room:ident, $in:ty, $handler:ident) => {
+                run!(@on $room, $in, $handler, op_mod_zero)
+            };
+            (@on $room:ident, $in:ty, $handler:ident, $opm:ident) => {
+                run!(@on $room, $in, $handler, $opm, <<$in as Command>::Out as PrmLayout>::SIZE)
             };
             // `$min`: the shortest output the command takes (its layout's size, or the part
             // before a trailing list the firmware writes only as far as the output reaches).
-            ($in:ty, $handler:ident, $opm:ident, $min:expr) => {{
+            (@on $room:ident, $in:ty, $handler:ident, $opm:ident, $min:expr) => {{
                 if outlen < $min {
                     return Err(Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN));
                 }
@@ -639,8 +296,13 @@ impl Device {
                     return Err(bad_param(syndrome::BAD_UID));
                 }
                 self.check_state(op)?;
-                self.$handler(&ctx, &inp)
+                run!(@room $room).$handler(&ctx, &inp)
             }};
+            (@room device) => { self };
+            (@room firmware) => { self.firmware() };
+            ($in:ty, $($rest:tt)*) => {
+                run!(@on device, $in, $($rest)*)
+            };
             (@opm op_mod_zero, $hdr:ident) => {
                 if $hdr.op_mod() != 0 {
                     return Err(bad_param(syndrome::BAD_OP_MOD));
@@ -673,27 +335,27 @@ impl Device {
                 self.check_state(op)?;
                 Ok(vec![0; 16])
             }
-            O::AllocUar => run!(AllocUarIn, cmd_alloc_uar),
-            O::DeallocUar => run!(DeallocUarIn, cmd_dealloc_uar),
-            O::AllocPd => run!(AllocPdIn, cmd_alloc_pd),
-            O::DeallocPd => run!(DeallocPdIn, cmd_dealloc_pd),
-            O::AllocTransportDomain => run!(AllocTransportDomainIn, cmd_alloc_td),
-            O::DeallocTransportDomain => run!(DeallocTransportDomainIn, cmd_dealloc_td),
-            O::AllocXrcd => run!(AllocXrcdIn, cmd_alloc_xrcd),
-            O::DeallocXrcd => run!(DeallocXrcdIn, cmd_dealloc_xrcd),
-            O::AllocQCounter => run!(AllocQCounterIn, cmd_alloc_q_counter),
-            O::DeallocQCounter => run!(DeallocQCounterIn, cmd_dealloc_q_counter),
-            O::QueryQCounter => run!(QueryQCounterIn, cmd_query_q_counter),
+            O::AllocUar => run!(@fw AllocUarIn, cmd_alloc_uar),
+            O::DeallocUar => run!(@fw DeallocUarIn, cmd_dealloc_uar),
+            O::AllocPd => run!(@fw AllocPdIn, cmd_alloc_pd),
+            O::DeallocPd => run!(@fw DeallocPdIn, cmd_dealloc_pd),
+            O::AllocTransportDomain => run!(@fw AllocTransportDomainIn, cmd_alloc_td),
+            O::DeallocTransportDomain => run!(@fw DeallocTransportDomainIn, cmd_dealloc_td),
+            O::AllocXrcd => run!(@fw AllocXrcdIn, cmd_alloc_xrcd),
+            O::DeallocXrcd => run!(@fw DeallocXrcdIn, cmd_dealloc_xrcd),
+            O::AllocQCounter => run!(@fw AllocQCounterIn, cmd_alloc_q_counter),
+            O::DeallocQCounter => run!(@fw DeallocQCounterIn, cmd_dealloc_q_counter),
+            O::QueryQCounter => run!(@fw QueryQCounterIn, cmd_query_q_counter),
             O::CreateEq => run!(CreateEqIn, cmd_create_eq),
             O::DestroyEq => run!(DestroyEqIn, cmd_destroy_eq),
             O::QueryEq => run!(QueryEqIn, cmd_query_eq),
-            O::CreateMkey => run!(CreateMkeyIn, cmd_create_mkey),
-            O::DestroyMkey => run!(DestroyMkeyIn, cmd_destroy_mkey),
-            O::QueryMkey => run!(QueryMkeyIn, cmd_query_mkey),
-            O::CreateCq => run!(CreateCqIn, cmd_create_cq),
-            O::DestroyCq => run!(DestroyCqIn, cmd_destroy_cq),
-            O::QueryCq => run!(QueryCqIn, cmd_query_cq),
-            O::ModifyCq => run!(ModifyCqIn, cmd_modify_cq, op_mod_any),
+            O::CreateMkey => run!(@fw CreateMkeyIn, cmd_create_mkey),
+            O::DestroyMkey => run!(@fw DestroyMkeyIn, cmd_destroy_mkey),
+            O::QueryMkey => run!(@fw QueryMkeyIn, cmd_query_mkey),
+            O::CreateCq => run!(@fw CreateCqIn, cmd_create_cq),
+            O::DestroyCq => run!(@fw DestroyCqIn, cmd_destroy_cq),
+            O::QueryCq => run!(@fw QueryCqIn, cmd_query_cq),
+            O::ModifyCq => run!(@fw ModifyCqIn, cmd_modify_cq, op_mod_any),
             O::CreateQp => run!(CreateQpIn, cmd_create_qp),
             O::DestroyQp => run!(DestroyQpIn, cmd_destroy_qp),
             // QUERY_QP's output ends with the QP's page list (or the extended context and the
@@ -715,27 +377,27 @@ impl Device {
             O::CreateRmp | O::ModifyRmp | O::QueryRmp | O::DestroyRmp if self.fw.issi == 0 => {
                 Err(Fail::Cmd(CmdStatus::BadOpErr, syndrome::OPCODE_NOT_AT_ISSI))
             }
-            O::CreateSrq => run!(CreateSrqIn, cmd_create_srq),
-            O::DestroySrq => run!(DestroySrqIn, cmd_destroy_srq),
-            O::QuerySrq => run!(QuerySrqIn, cmd_query_srq),
-            O::ArmRq => run!(ArmRqIn, cmd_arm_rq, op_mod_any),
-            O::CreateRmp => run!(CreateRmpIn, cmd_create_rmp),
-            O::ModifyRmp => run!(ModifyRmpIn, cmd_modify_rmp),
-            O::QueryRmp => run!(QueryRmpIn, cmd_query_rmp),
-            O::DestroyRmp => run!(DestroyRmpIn, cmd_destroy_rmp),
-            O::CreateXrcSrq => run!(CreateXrcSrqIn, cmd_create_xrc_srq),
-            O::DestroyXrcSrq => run!(DestroyXrcSrqIn, cmd_destroy_xrc_srq),
-            O::QueryXrcSrq => run!(QueryXrcSrqIn, cmd_query_xrc_srq),
-            O::ArmXrcSrq => run!(ArmXrcSrqIn, cmd_arm_xrc_srq, op_mod_any),
-            O::QueryNicVportContext => run!(QueryNicVportContextIn, cmd_query_nic_vport),
-            O::ModifyNicVportContext => run!(ModifyNicVportContextIn, cmd_modify_nic_vport),
-            O::QueryHcaVportContext => run!(QueryHcaVportContextIn, cmd_query_hca_vport),
-            O::QueryHcaVportGid => run!(QueryHcaVportGidIn, cmd_query_hca_vport_gid),
-            O::QueryHcaVportPkey => run!(QueryHcaVportPkeyIn, cmd_query_hca_vport_pkey),
-            O::QueryVportState => run!(QueryVportStateIn, cmd_query_vport_state, op_mod_any),
-            O::SetRoceAddress => run!(SetRoceAddressIn, cmd_set_roce_address),
-            O::QueryRoceAddress => run!(QueryRoceAddressIn, cmd_query_roce_address),
-            O::MadIfc => run!(MadIfcIn, cmd_mad_ifc, op_mod_any),
+            O::CreateSrq => run!(@fw CreateSrqIn, cmd_create_srq),
+            O::DestroySrq => run!(@fw DestroySrqIn, cmd_destroy_srq),
+            O::QuerySrq => run!(@fw QuerySrqIn, cmd_query_srq),
+            O::ArmRq => run!(@fw ArmRqIn, cmd_arm_rq, op_mod_any),
+            O::CreateRmp => run!(@fw CreateRmpIn, cmd_create_rmp),
+            O::ModifyRmp => run!(@fw ModifyRmpIn, cmd_modify_rmp),
+            O::QueryRmp => run!(@fw QueryRmpIn, cmd_query_rmp),
+            O::DestroyRmp => run!(@fw DestroyRmpIn, cmd_destroy_rmp),
+            O::CreateXrcSrq => run!(@fw CreateXrcSrqIn, cmd_create_xrc_srq),
+            O::DestroyXrcSrq => run!(@fw DestroyXrcSrqIn, cmd_destroy_xrc_srq),
+            O::QueryXrcSrq => run!(@fw QueryXrcSrqIn, cmd_query_xrc_srq),
+            O::ArmXrcSrq => run!(@fw ArmXrcSrqIn, cmd_arm_xrc_srq, op_mod_any),
+            O::QueryNicVportContext => run!(@fw QueryNicVportContextIn, cmd_query_nic_vport),
+            O::ModifyNicVportContext => run!(@fw ModifyNicVportContextIn, cmd_modify_nic_vport),
+            O::QueryHcaVportContext => run!(@fw QueryHcaVportContextIn, cmd_query_hca_vport),
+            O::QueryHcaVportGid => run!(@fw QueryHcaVportGidIn, cmd_query_hca_vport_gid),
+            O::QueryHcaVportPkey => run!(@fw QueryHcaVportPkeyIn, cmd_query_hca_vport_pkey),
+            O::QueryVportState => run!(@fw QueryVportStateIn, cmd_query_vport_state, op_mod_any),
+            O::SetRoceAddress => run!(@fw SetRoceAddressIn, cmd_set_roce_address),
+            O::QueryRoceAddress => run!(@fw QueryRoceAddressIn, cmd_query_roce_address),
+            O::MadIfc => run!(@fw MadIfcIn, cmd_mad_ifc, op_mod_any),
             _ => Err(Fail::Cmd(CmdStatus::BadOpErr, syndrome::BAD_OPCODE)),
         }
     }

@@ -1,6 +1,6 @@
 //! Page accounting: QUERY_PAGES, MANAGE_PAGES, and PAGE_REQUEST events.
 
-use super::{CmdResult, Ctx, Fail, HcaState, bad_param, no_res, out, pas_list, syndrome};
+use super::{CmdResult, Ctx, Fail, HcaState, bad_param, out, pas_list, syndrome};
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -116,13 +116,7 @@ impl Device {
     /// Object creation needs the regular pages: waits for them (page request) if an event
     /// queue receives page requests, fails otherwise.
     pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {
-        if self.fw.pages.regular_outstanding() == 0 {
-            Ok(())
-        } else if self.fw.eq_for(EventType::PageRequest.raw()).is_some() {
-            Err(Fail::Defer)
-        } else {
-            Err(no_res(syndrome::NO_REGULAR_PAGES))
-        }
+        super::need_regular_pages(&self.fw.pages, &self.objs)
     }
 
     fn post_page_request(&mut self, num_pages: i32, now: u64) -> bool {
@@ -178,7 +172,7 @@ impl Device {
     pub(crate) fn release_all_pages(&mut self, now: u64) -> bool {
         if !self.fw.caps.general_cur.release_all_pages()
             || self.fw.state != HcaState::Initialized
-            || self.fw.eq_for(EventType::PageRequest.raw()).is_none()
+            || self.objs.eq_for(EventType::PageRequest.raw()).is_none()
         {
             return false;
         }

@@ -2,13 +2,14 @@
 //! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
-use super::special_qp::{has_pd, is_datagram, is_special};
+use super::special_qp::{has_pd, is_special};
 use super::{
     CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
     syndrome,
 };
 use crate::caps::{LinkLayer, PKEY_TABLE_ENTRIES};
 use crate::device::Device;
+use crate::objects::is_datagram_qp as is_datagram;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, QpServiceType, QpState};
 use uhca_fwif::ctx::{Ads, Qpc, ads, qpc};
@@ -196,18 +197,18 @@ impl Device {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
         }
         if st == QpServiceType::Xrc {
-            self.check_xrc_qp(&q)?;
+            super::xrc::check_xrc_qp(&self.objs, &q)?;
         }
-        if has_pd(st) && !self.fw.pds.contains(&q.pd()) {
+        if has_pd(st) && !self.objs.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));
         }
-        if !q.no_sq() && !self.fw.cqs.contains_key(&q.cqn_snd()) {
+        if !q.no_sq() && !self.objs.cqs.contains_key(&q.cqn_snd()) {
             return Err(bad_param(syndrome::BAD_CQ));
         }
         let rq_bytes = match q.rq_type() {
             0 => (1u64 << q.log_rq_size()) * (16u64 << q.log_rq_stride()),
             1 => {
-                if !self.fw.srqs.contains_key(&q.srqn_rmpn_xrqn()) {
+                if !self.objs.srqs.contains_key(&q.srqn_rmpn_xrqn()) {
                     return Err(bad_param(syndrome::BAD_SRQ));
                 }
                 0
@@ -215,7 +216,7 @@ impl Device {
             3 => 0,
             _ => return Err(bad_param(syndrome::BAD_RQ_TYPE)),
         };
-        if q.rq_type() != 3 && !self.fw.cqs.contains_key(&q.cqn_rcv()) {
+        if q.rq_type() != 3 && !self.objs.cqs.contains_key(&q.cqn_rcv()) {
             return Err(bad_param(syndrome::BAD_CQ));
         }
         if q.log_sq_size() > caps.log_max_qp_sz() || q.log_rq_size() > caps.log_max_qp_sz() {
@@ -224,7 +225,7 @@ impl Device {
         // The UAR page is where the QP's send doorbells ring: a QP without a send queue
         // rings none, and Linux leaves the page 0 for the XRC targets it creates (`no_sq`,
         // no doorbell record, no page list).
-        if !q.no_sq() && !self.fw.uars.contains(&q.uar_page()) {
+        if !q.no_sq() && !self.objs.uars.contains(&q.uar_page()) {
             return Err(bad_param(syndrome::BAD_UAR));
         }
         if !q.dbr_addr().is_multiple_of(8) {
@@ -259,20 +260,20 @@ impl Device {
         let npages = pages_for(start + rq_bytes + sq_bytes, page_size) as usize;
         let pas = pas_list(c.raw, CreateQpIn::SIZE, npages)?;
         self.need_regular_pages()?;
-        if self.fw.qps.len() >= 1 << self.fw.caps.general_cur.log_max_qp() {
+        if self.objs.qps.len() >= 1 << self.fw.caps.general_cur.log_max_qp() {
             return Err(lim(syndrome::TABLE_FULL));
         }
-        let qpn = (self.fw.alloc_id() + super::FIRST_QPN) & 0x00ff_ffff;
+        let qpn = (self.objs.alloc_id() + super::FIRST_QPN) & 0x00ff_ffff;
         let mut stored = q;
         stored.set_state(QpState::Rst.raw());
-        self.fw.qps.insert(qpn, Qp { qpc: stored, pas });
+        self.objs.qps.insert(qpn, Qp { qpc: stored, pas });
         let mut o = CreateQpOut::default();
         o.set_qpn(qpn);
         Ok(out(&o))
     }
 
     pub(crate) fn cmd_destroy_qp(&mut self, _c: &Ctx, i: &DestroyQpIn) -> CmdResult {
-        if self.fw.qps.remove(&i.qpn()).is_none() {
+        if self.objs.qps.remove(&i.qpn()).is_none() {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.engine_qp_destroyed(i.qpn());
@@ -283,7 +284,7 @@ impl Device {
         if i.qpc_ext() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
-        let Some(qp) = self.fw.qps.get(&i.qpn()) else {
+        let Some(qp) = self.objs.qps.get(&i.qpn()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let mut o = QueryQpOut::default();
@@ -344,7 +345,7 @@ impl Device {
         opt: u32,
         req: Option<&Qpc>,
     ) -> Result<(), Fail> {
-        let Some(qp) = self.fw.qps.get(&qpn) else {
+        let Some(qp) = self.objs.qps.get(&qpn) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let cur = QpState::from_raw(qp.qpc.state());
@@ -455,7 +456,7 @@ impl Device {
                 .set_hw_rq_counter(0)
                 .set_sw_rq_counter(0);
         }
-        if let Some(qp) = self.fw.qps.get_mut(&qpn) {
+        if let Some(qp) = self.objs.qps.get_mut(&qpn) {
             qp.qpc = next;
         }
         self.engine_qp_modified(qpn, cur, t.to());

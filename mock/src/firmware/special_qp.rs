@@ -22,30 +22,12 @@ use uhca_fwif::ctx::Qpc;
 /// QP1's Q_Key (the general services interface's well-known Q_Key).
 pub const QP1_Q_KEY: u32 = 0x8001_0000;
 
-/// The QP types the datapath treats as datagram queues (Q_Key, datagram segments).
-pub(crate) fn is_datagram(st: QpServiceType) -> bool {
-    matches!(
-        st,
-        QpServiceType::Ud | QpServiceType::Qp0 | QpServiceType::Qp1
-    )
-}
-
 /// Whether `st` is one of the special QPs this module checks.
 pub(crate) fn is_special(st: QpServiceType) -> bool {
     matches!(
         st,
         QpServiceType::Qp0 | QpServiceType::Qp1 | QpServiceType::RegUmr
     )
-}
-
-/// The QPN a QP's datagrams carry as their source (DETH): 0 and 1 for the port's QP0 and
-/// QP1, the firmware QPN for any other.
-pub(crate) fn wire_qpn(st: QpServiceType, qpn: u32) -> u32 {
-    match st {
-        QpServiceType::Qp0 => 0,
-        QpServiceType::Qp1 => 1,
-        _ => qpn,
-    }
 }
 
 /// Whether CREATE_QP checks the context's `pd`: not for a REG_UMR QP, whose work requests
@@ -79,7 +61,7 @@ impl Device {
 
     /// The firmware QPN of the port's QP0 or QP1, if it exists.
     pub(crate) fn special_qpn(&self, st: QpServiceType) -> Option<u32> {
-        self.fw
+        self.objs
             .qps
             .iter()
             .find(|(_, qp)| QpServiceType::from_raw(qp.qpc.st()) == st)

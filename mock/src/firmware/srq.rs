@@ -5,10 +5,9 @@
 //! `qpc.srqn_rmpn_xrqn`. XRC SRQs (CREATE_XRC_SRQ and friends) are in `xrc.rs`.
 
 use super::{
-    CmdResult, Ctx, Fail, Srq, SrqCtx, bad_param, bad_res, busy, lim, out, pages_for, pas_list,
-    syndrome,
+    CmdResult, Ctx, Fail, Firmware, Srq, SrqCtx, bad_param, bad_res, busy, lim, out, pages_for,
+    pas_list, syndrome,
 };
-use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, RmpcState};
@@ -22,7 +21,7 @@ const WQ_TYPE_LINKED_LIST: u8 = 0;
 /// not fit in less than 16 bytes).
 const MIN_LOG_WQ_STRIDE: u8 = 4;
 
-impl Device {
+impl Firmware<'_> {
     /// The checks CREATE_SRQ and CREATE_RMP share; returns the page list.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn check_new_srq(
@@ -38,11 +37,11 @@ impl Device {
         lwm: u16,
         log_max: u8,
     ) -> Result<Vec<u64>, Fail> {
-        let caps = &self.fw.caps.general_cur;
+        let caps = &self.state.caps.general_cur;
         if log_size > caps.log_max_srq_sz().min(15) {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        if !self.fw.pds.contains(&pd) {
+        if !self.objs.pds.contains(&pd) {
             return Err(bad_param(syndrome::BAD_PD));
         }
         if !dbr_addr.is_multiple_of(8) {
@@ -60,7 +59,7 @@ impl Device {
         let npages = pages_for(start + bytes, page_size) as usize;
         let pas = pas_list(c.raw, in_size, npages)?;
         self.need_regular_pages()?;
-        if self.fw.srqs.len() >= 1 << log_max {
+        if self.objs.srqs.len() >= 1 << log_max {
             return Err(lim(syndrome::TABLE_FULL));
         }
         Ok(pas)
@@ -69,7 +68,7 @@ impl Device {
     /// Refuses DESTROY of a shared receive queue a QP still receives from.
     pub(super) fn srq_unused(&self, n: u32) -> Result<(), Fail> {
         if self
-            .fw
+            .objs
             .qps
             .values()
             .any(|q| q.qpc.rq_type() == 1 && q.qpc.srqn_rmpn_xrqn() == n)
@@ -86,7 +85,7 @@ impl Device {
         if s.xrcd() != 0 {
             self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
         }
-        let log_max = self.fw.caps.general_cur.log_max_srq();
+        let log_max = self.state.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(
             c,
             CreateSrqIn::SIZE,
@@ -99,10 +98,10 @@ impl Device {
             s.lwm(),
             log_max,
         )?;
-        let srqn = self.fw.alloc_id();
+        let srqn = self.objs.alloc_id();
         let mut stored = s;
         stored.set_state(0).set_wqe_cnt(0);
-        self.fw.srqs.insert(
+        self.objs.srqs.insert(
             srqn,
             Srq {
                 ctx: SrqCtx::Srq(stored),
@@ -117,7 +116,7 @@ impl Device {
     pub(crate) fn cmd_destroy_srq(&mut self, _c: &Ctx, i: &DestroySrqIn) -> CmdResult {
         let n = i.srqn();
         if !matches!(
-            self.fw.srqs.get(&n),
+            self.objs.srqs.get(&n),
             Some(Srq {
                 ctx: SrqCtx::Srq(_),
                 ..
@@ -126,8 +125,8 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.srq_unused(n)?;
-        self.fw.srqs.remove(&n);
-        self.engine.srq_pos.remove(&n);
+        self.objs.srqs.remove(&n);
+        self.srq_pos.remove(&n);
         Ok(out(&DestroySrqOut::default()))
     }
 
@@ -135,7 +134,7 @@ impl Device {
         let Some(Srq {
             ctx: SrqCtx::Srq(s),
             ..
-        }) = self.fw.srqs.get(&i.srqn())
+        }) = self.objs.srqs.get(&i.srqn())
         else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
@@ -148,7 +147,7 @@ impl Device {
         if i.op_mod() != ARM_RQ_OP_MOD_SRQ {
             return Err(bad_param(syndrome::BAD_OP_MOD));
         }
-        let Some(s) = self.fw.srqs.get_mut(&i.srq_number()) else {
+        let Some(s) = self.objs.srqs.get_mut(&i.srq_number()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         if !matches!(s.ctx, SrqCtx::Srq(_)) {
@@ -178,7 +177,7 @@ impl Device {
         if wq.log_wq_stride() < MIN_LOG_WQ_STRIDE {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
         }
-        let log_max = self.fw.caps.general_cur.log_max_rmp();
+        let log_max = self.state.caps.general_cur.log_max_rmp();
         let pas = self.check_new_srq(
             c,
             CreateRmpIn::SIZE,
@@ -191,10 +190,10 @@ impl Device {
             wq.lwm(),
             log_max,
         )?;
-        let rmpn = self.fw.alloc_id();
+        let rmpn = self.objs.alloc_id();
         let mut stored = r;
         stored.wq_mut().set_hw_counter(0).set_sw_counter(0);
-        self.fw.srqs.insert(
+        self.objs.srqs.insert(
             rmpn,
             Srq {
                 ctx: SrqCtx::Rmp(stored),
@@ -207,7 +206,7 @@ impl Device {
     }
 
     pub(crate) fn cmd_modify_rmp(&mut self, _c: &Ctx, i: &ModifyRmpIn) -> CmdResult {
-        let Some(s) = self.fw.srqs.get_mut(&i.rmpn()) else {
+        let Some(s) = self.objs.srqs.get_mut(&i.rmpn()) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let SrqCtx::Rmp(cur) = &mut s.ctx else {
@@ -245,13 +244,13 @@ impl Device {
         let Some(Srq {
             ctx: SrqCtx::Rmp(r),
             ..
-        }) = self.fw.srqs.get(&n)
+        }) = self.objs.srqs.get(&n)
         else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         let mut ctx = *r;
         // The WQEs the device has taken so far.
-        let consumed = self.engine.srq_pos.get(&n).map_or(0, |&(c, _)| c);
+        let consumed = self.srq_pos.get(&n).map_or(0, |&(c, _)| c);
         ctx.wq_mut().set_hw_counter(consumed as u32);
         let mut o = QueryRmpOut::default();
         *o.rmp_context_mut() = ctx;
@@ -261,7 +260,7 @@ impl Device {
     pub(crate) fn cmd_destroy_rmp(&mut self, _c: &Ctx, i: &DestroyRmpIn) -> CmdResult {
         let n = i.rmpn();
         if !matches!(
-            self.fw.srqs.get(&n),
+            self.objs.srqs.get(&n),
             Some(Srq {
                 ctx: SrqCtx::Rmp(_),
                 ..
@@ -270,8 +269,8 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.srq_unused(n)?;
-        self.fw.srqs.remove(&n);
-        self.engine.srq_pos.remove(&n);
+        self.objs.srqs.remove(&n);
+        self.srq_pos.remove(&n);
         Ok(out(&DestroyRmpOut::default()))
     }
 }

@@ -1,26 +1,16 @@
 //! Vport and port commands: NIC and HCA vport contexts, GID and P_Key tables, vport state,
 //! the RoCE address (GID) table, and MAD_IFC for InfiniBand ports.
 
-use super::{CmdResult, Ctx, Fail, bad_param, out, syndrome};
-use crate::caps::{IB_GID_TABLE_ENTRIES, LinkLayer, PKEY_TABLE_ENTRIES};
-use crate::device::Device;
+use super::{CmdResult, Ctx, Fail, Firmware, bad_param, out, syndrome};
+use crate::caps::{DEFAULT_PKEY, GID_PREFIX, IB_GID_TABLE_ENTRIES, LinkLayer, PKEY_TABLE_ENTRIES};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{CmdStatus, PortState};
 use uhca_fwif::ctx::{HcaVportContext, ModifyNicVportFieldSelect, RoceAddrLayout};
 use zerocopy::IntoBytes;
 
-/// The default P_Key (full member of the default partition), entry 0 of the P_Key table.
-pub const DEFAULT_PKEY: u16 = 0xffff;
-/// The link-local GID prefix (fe80::/64).
-pub const GID_PREFIX: u64 = 0xfe80_0000_0000_0000;
 /// "All entries" for QUERY_HCA_VPORT_GID/PKEY.
 pub const ALL_ENTRIES: u16 = 0xffff;
-/// The node description the firmware starts with, reported by the subnet management agent
-/// (SubnGet(NodeDescription)) and the NODE_DESC register (Linux's `mlx5_ib` shows it as the
-/// device's `node_desc`).
-pub const NODE_DESCRIPTION: &[u8] = b"uhca mock HCA";
-
 /// MAD status: unsupported method or attribute.
 pub const MAD_STATUS_UNSUPPORTED: u16 = 0x000c;
 /// MAD status: bad version, or a management class the agent does not support.
@@ -32,7 +22,7 @@ fn out_len_err() -> Fail {
     Fail::Cmd(CmdStatus::BadOutpLenErr, syndrome::BAD_OUTPUT_LEN)
 }
 
-impl Device {
+impl Firmware<'_> {
     fn own_vport(&self, other: bool, vport: u16) -> Result<(), Fail> {
         if other || vport != 0 {
             return Err(bad_param(syndrome::BAD_FUNCTION));
@@ -44,7 +34,7 @@ impl Device {
     /// dual-port function (`num_ports` 2, when Linux's `mlx5_query_hca_vport_*` fill it);
     /// on a single-port function it is reserved and must be 0.
     fn vport_port(&self, port: u8) -> Result<(), Fail> {
-        let ports = self.fw.caps.general_cur.num_ports();
+        let ports = self.state.caps.general_cur.num_ports();
         if port != 0 && (ports < 2 || port > ports) {
             return Err(bad_param(syndrome::BAD_PORT));
         }
@@ -55,14 +45,14 @@ impl Device {
     /// vHCA only when the function has vHCA ports (`num_vhca_ports` > 0, when Linux's
     /// `mlx5_core_roce_gid_set` fills it); without them it is reserved and must be 0.
     fn roce_port(&self, port: u8) -> Result<(), Fail> {
-        if port > self.fw.caps.general_cur.num_vhca_ports() {
+        if port > self.state.caps.general_cur.num_vhca_ports() {
             return Err(bad_param(syndrome::BAD_PORT));
         }
         Ok(())
     }
 
     fn port_up(&self) -> bool {
-        self.fw.port_state == PortState::Active
+        self.state.port_state == PortState::Active
     }
 
     pub(crate) fn cmd_query_nic_vport(
@@ -72,7 +62,7 @@ impl Device {
     ) -> CmdResult {
         self.own_vport(i.other_vport(), i.vport_number())?;
         let mut o = QueryNicVportContextOut::default();
-        *o.nic_vport_context_mut() = self.fw.nic_vport;
+        *o.nic_vport_context_mut() = self.state.nic_vport;
         Ok(out(&o))
     }
 
@@ -97,10 +87,10 @@ impl Device {
             return Err(bad_param(syndrome::BAD_FIELD_SELECT));
         }
         let req = i.nic_vport_context();
-        if sel.roce_en() && self.fw.port_type() != LinkLayer::Ethernet && req.roce_en() {
+        if sel.roce_en() && self.state.port_type() != LinkLayer::Ethernet && req.roce_en() {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
-        let v = &mut self.fw.nic_vport;
+        let v = &mut self.state.nic_vport;
         if sel.roce_en() {
             v.set_roce_en(req.roce_en());
         }
@@ -137,17 +127,17 @@ impl Device {
         let guid = self.config.node_guid();
         let up = self.port_up();
         let mut ctx = HcaVportContext::default();
-        ctx.set_has_smi(self.fw.port_type() == LinkLayer::InfiniBand)
-            .set_grh_required(self.fw.port_type() == LinkLayer::Ethernet)
+        ctx.set_has_smi(self.state.port_type() == LinkLayer::InfiniBand)
+            .set_grh_required(self.state.port_type() == LinkLayer::Ethernet)
             .set_port_physical_state(if up { 5 } else { 2 })
-            .set_port_state(self.fw.port_state.raw())
-            .set_vport_state(self.fw.port_state.raw())
+            .set_port_state(self.state.port_state.raw())
+            .set_vport_state(self.state.port_state.raw())
             .set_system_image_guid(guid)
             .set_port_guid(guid)
             .set_node_guid(guid);
-        if self.fw.port_type() == LinkLayer::InfiniBand {
-            ctx.set_lid(self.fw.lid)
-                .set_sm_lid(self.fw.sm_lid)
+        if self.state.port_type() == LinkLayer::InfiniBand {
+            ctx.set_lid(self.state.lid)
+                .set_sm_lid(self.state.sm_lid)
                 .set_lmc(0)
                 .set_subnet_timeout(18);
         }
@@ -158,7 +148,7 @@ impl Device {
 
     /// The GID at `index` of this port's table, if the index exists.
     fn gid(&self, index: usize) -> Option<[u8; 16]> {
-        match self.fw.port_type() {
+        match self.state.port_type() {
             LinkLayer::InfiniBand => {
                 if index >= IB_GID_TABLE_ENTRIES {
                     return None;
@@ -171,16 +161,16 @@ impl Device {
                 Some(g)
             }
             LinkLayer::Ethernet => {
-                let e = self.fw.roce_addrs.get(index)?;
+                let e = self.state.roce_addrs.get(index)?;
                 Some(e.map(|a| *a.source_l3_address()).unwrap_or([0; 16]))
             }
         }
     }
 
     fn gid_table_len(&self) -> usize {
-        match self.fw.port_type() {
+        match self.state.port_type() {
             LinkLayer::InfiniBand => IB_GID_TABLE_ENTRIES,
-            LinkLayer::Ethernet => self.fw.roce_addrs.len(),
+            LinkLayer::Ethernet => self.state.roce_addrs.len(),
         }
     }
 
@@ -246,12 +236,12 @@ impl Device {
     }
 
     pub(crate) fn cmd_set_roce_address(&mut self, _c: &Ctx, i: &SetRoceAddressIn) -> CmdResult {
-        if self.fw.port_type() != LinkLayer::Ethernet {
+        if self.state.port_type() != LinkLayer::Ethernet {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         self.roce_port(i.vhca_port_num())?;
         let idx = i.roce_address_index() as usize;
-        if idx >= self.fw.roce_addrs.len() {
+        if idx >= self.state.roce_addrs.len() {
             return Err(bad_param(syndrome::BAD_ADDRESS_INDEX));
         }
         let a = *i.roce_address();
@@ -263,16 +253,16 @@ impl Device {
             }
             Some(a)
         };
-        self.fw.roce_addrs[idx] = entry;
+        self.state.roce_addrs[idx] = entry;
         Ok(out(&SetRoceAddressOut::default()))
     }
 
     pub(crate) fn cmd_query_roce_address(&mut self, _c: &Ctx, i: &QueryRoceAddressIn) -> CmdResult {
-        if self.fw.port_type() != LinkLayer::Ethernet {
+        if self.state.port_type() != LinkLayer::Ethernet {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         self.roce_port(i.vhca_port_num())?;
-        let Some(e) = self.fw.roce_addrs.get(i.roce_address_index() as usize) else {
+        let Some(e) = self.state.roce_addrs.get(i.roce_address_index() as usize) else {
             return Err(bad_param(syndrome::BAD_ADDRESS_INDEX));
         };
         let mut o = QueryRoceAddressOut::default();
@@ -286,7 +276,7 @@ impl Device {
     /// management classes (performance management, vendor classes) the "unsupported class"
     /// one: the model has no agent for them.
     pub(crate) fn cmd_mad_ifc(&mut self, _c: &Ctx, i: &MadIfcIn) -> CmdResult {
-        if self.fw.port_type() != LinkLayer::InfiniBand {
+        if self.state.port_type() != LinkLayer::InfiniBand {
             return Err(bad_param(syndrome::WRONG_PORT_TYPE));
         }
         if i.port() != 1 {
@@ -327,7 +317,7 @@ impl Device {
         match attr {
             SMP_NODE_DESCRIPTION => {
                 // 64 bytes of UTF-8, padded with zeros.
-                data.copy_from_slice(&self.fw.node_desc);
+                data.copy_from_slice(&self.state.node_desc);
             }
             SMP_NODE_INFO => {
                 data.fill(0);
@@ -381,8 +371,8 @@ impl Device {
     fn port_info(&self, data: &mut [u8]) {
         data.fill(0);
         data[8..16].copy_from_slice(&GID_PREFIX.to_be_bytes());
-        data[16..18].copy_from_slice(&self.fw.lid.to_be_bytes());
-        data[18..20].copy_from_slice(&self.fw.sm_lid.to_be_bytes());
+        data[16..18].copy_from_slice(&self.state.lid.to_be_bytes());
+        data[18..20].copy_from_slice(&self.state.sm_lid.to_be_bytes());
         data[20..24].copy_from_slice(&PORT_CAPABILITY_MASK.to_be_bytes());
         data[28] = 1; // local port number
         data[29] = LINK_WIDTH_4X; // enabled
@@ -390,7 +380,7 @@ impl Device {
         data[31] = LINK_WIDTH_4X; // active
         let phys = if self.port_up() { 5 } else { 2 }; // LinkUp, Polling
         // LinkSpeedSupported (SDR, DDR, QDR) and the port state.
-        data[32] = (0x7 << 4) | self.fw.port_state.raw();
+        data[32] = (0x7 << 4) | self.state.port_state.raw();
         data[33] = phys << 4;
         // LinkSpeedActive: SDR, overridden by LinkSpeedExtActive; LinkSpeedEnabled all.
         data[35] = (0x1 << 4) | 0x7;

@@ -10,8 +10,7 @@
 //! CQ (`xrc_srqc.cqn`) with the SRQ's `user_index` in the CQE. Its WQEs are the same
 //! linked list as any SRQ's, so the engine takes them the same way.
 
-use super::{CmdResult, Ctx, Srq, SrqCtx, bad_param, bad_res, busy, out, syndrome};
-use crate::device::Device;
+use super::{CmdResult, Ctx, Firmware, Srq, SrqCtx, bad_param, bad_res, busy, out, syndrome};
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::QpServiceType;
@@ -20,19 +19,13 @@ use uhca_fwif::ctx::XrcSrqc;
 /// `xrc_srqc.state`: the XRC SRQ works (`MLX5_XRC_SRQC_STATE_GOOD`).
 pub const XRC_SRQC_STATE_GOOD: u8 = 0;
 
-/// The doorbell record address of an XRC SRQ: `db_record_addr_h` is bits 63:32,
-/// `db_record_addr_l` bits 31:2 (the low two bits are not stored).
-pub(crate) fn xrc_srq_dbr_addr(c: &XrcSrqc) -> u64 {
-    ((c.db_record_addr_h() as u64) << 32) | ((c.db_record_addr_l() as u64) << 2)
-}
-
-impl Device {
+impl Firmware<'_> {
     /// The references an XRC SRQ makes: an allocated XRC domain and an existing CQ.
     pub(super) fn check_xrc_srq_refs(&self, xrcd: u32, cqn: u32) -> Result<(), super::Fail> {
-        if !self.fw.xrcds.contains(&xrcd) {
+        if !self.objs.xrcds.contains(&xrcd) {
             return Err(bad_param(syndrome::BAD_XRCD));
         }
-        if !self.fw.cqs.contains_key(&cqn) {
+        if !self.objs.cqs.contains_key(&cqn) {
             return Err(bad_param(syndrome::BAD_CQ));
         }
         Ok(())
@@ -40,9 +33,9 @@ impl Device {
 
     /// Whether an XRC SRQ or an XRC QP still belongs to the domain `xrcd`.
     pub(super) fn xrcd_in_use(&self, xrcd: u32) -> bool {
-        self.fw.srqs.values().any(|s| s.xrcd() == Some(xrcd))
+        self.objs.srqs.values().any(|s| s.xrcd() == Some(xrcd))
             || self
-                .fw
+                .objs
                 .qps
                 .values()
                 .any(|q| q.qpc.st() == QpServiceType::Xrc.raw() && q.qpc.xrcd() == xrcd)
@@ -59,7 +52,7 @@ impl Device {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.check_xrc_srq_refs(s.xrcd(), s.cqn())?;
-        let log_max = self.fw.caps.general_cur.log_max_srq();
+        let log_max = self.state.caps.general_cur.log_max_srq();
         let pas = self.check_new_srq(
             c,
             CreateXrcSrqIn::SIZE,
@@ -68,17 +61,17 @@ impl Device {
             s.log_page_size(),
             s.pd(),
             s.page_offset(),
-            xrc_srq_dbr_addr(&s),
+            crate::objects::xrc_srq_dbr_addr(&s),
             s.lwm(),
             log_max,
         )?;
-        let srqn = self.fw.alloc_id();
+        let srqn = self.objs.alloc_id();
         let mut stored = s;
         stored.set_state(XRC_SRQC_STATE_GOOD).set_wqe_cnt(0);
         if s.user_index_equal_xrc_srqn() {
             stored.set_user_index(srqn);
         }
-        self.fw.srqs.insert(
+        self.objs.srqs.insert(
             srqn,
             Srq {
                 ctx: SrqCtx::Xrc(stored),
@@ -92,7 +85,7 @@ impl Device {
 
     /// The context of XRC SRQ `n`, if `n` is one.
     fn xrc_srq(&self, n: u32) -> Option<&XrcSrqc> {
-        match self.fw.srqs.get(&n) {
+        match self.objs.srqs.get(&n) {
             Some(Srq {
                 ctx: SrqCtx::Xrc(c),
                 ..
@@ -107,8 +100,8 @@ impl Device {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
         self.srq_unused(n)?;
-        self.fw.srqs.remove(&n);
-        self.engine.srq_pos.remove(&n);
+        self.objs.srqs.remove(&n);
+        self.srq_pos.remove(&n);
         Ok(out(&DestroyXrcSrqOut::default()))
     }
 
@@ -129,7 +122,7 @@ impl Device {
         if self.xrc_srq(n).is_none() {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
-        let Some(s) = self.fw.srqs.get_mut(&n) else {
+        let Some(s) = self.objs.srqs.get_mut(&n) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
         if i.lwm() as u64 >= 1u64 << s.log_size() {
@@ -139,20 +132,6 @@ impl Device {
         Ok(out(&ArmXrcSrqOut::default()))
     }
 
-    /// CREATE_QP's checks of an XRC QP (`st` XRC): an initiator has a send queue, a target
-    /// none (`no_sq`), and neither has a receive queue of its own (`rq_type` SRQ, as Linux
-    /// sets it with a placeholder SRQ, or zero-length); both name an allocated XRC domain,
-    /// the domain a target takes requests for.
-    pub(super) fn check_xrc_qp(&self, q: &uhca_fwif::ctx::Qpc) -> Result<(), super::Fail> {
-        if !self.fw.xrcds.contains(&q.xrcd()) {
-            return Err(bad_param(syndrome::BAD_XRCD));
-        }
-        if !matches!(q.rq_type(), 1 | 3) {
-            return Err(bad_param(syndrome::BAD_RQ_TYPE));
-        }
-        Ok(())
-    }
-
     /// DEALLOC_XRCD's check: a domain with XRC SRQs or XRC QPs stays.
     pub(super) fn xrcd_free_check(&self, xrcd: u32) -> Result<(), super::Fail> {
         if self.xrcd_in_use(xrcd) {
@@ -160,4 +139,21 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// CREATE_QP's checks of an XRC QP (`st` XRC): an initiator has a send queue, a target
+/// none (`no_sq`), and neither has a receive queue of its own (`rq_type` SRQ, as Linux
+/// sets it with a placeholder SRQ, or zero-length); both name an allocated XRC domain,
+/// the domain a target takes requests for.
+pub(super) fn check_xrc_qp(
+    objs: &crate::objects::Objects,
+    q: &uhca_fwif::ctx::Qpc,
+) -> Result<(), super::Fail> {
+    if !objs.xrcds.contains(&q.xrcd()) {
+        return Err(bad_param(syndrome::BAD_XRCD));
+    }
+    if !matches!(q.rq_type(), 1 | 3) {
+        return Err(bad_param(syndrome::BAD_RQ_TYPE));
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! [`crate::wire::ib::RxPrediction`]) share: a packet's bytes before its payload and its
 //! length, kept, and the test that a later packet repeats them but for BTH:PSN.
 
-use crate::wire::ib::BTH_LEN;
+use crate::wire::ib::bth::BTH_LEN;
 
 /// The most header bytes kept: Ethernet with a VLAN tag, IPv4 with options, UDP, BTH and
 /// extension headers, or LRH, GRH, BTH and extension headers.
