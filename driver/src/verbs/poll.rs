@@ -208,14 +208,26 @@ fn complete<P: Platform + Clone, M: DmaMem>(
             // WQE is taken, so the tables stay as they were. (An RDMA WRITE with immediate
             // consumes a receive WQE but writes where its rkey says: its byte count is the
             // WRITE's length.)
-            if matches!(
+            let is_send = matches!(
                 opcode,
                 CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
-            ) {
-                check_recv_len(qp, counter, cqe.byte_cnt())?;
-            }
+            );
             wc.wr_id = match (&qp.srq, &qp.rq) {
-                (Some(srq), _) => srq.shadow.lock().complete(counter).ok_or(not_outstanding)?,
+                (Some(srq), _) => {
+                    if is_send {
+                        check_recv_len(qp, counter, cqe.byte_cnt())?;
+                    }
+                    srq.shadow.lock().complete(counter).ok_or(not_outstanding)?
+                }
+                // The RQ checks the length and takes the WQE in one look at its counters.
+                (None, Some(rq)) if is_send => {
+                    let byte_cnt = cqe.byte_cnt();
+                    match rq.take_within(counter, byte_cnt) {
+                        Some(Ok(wr_id)) => wr_id,
+                        Some(Err(())) => return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt }),
+                        None => return Err(not_outstanding),
+                    }
+                }
                 (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
                 (None, None) => return Err(BadCqe::WrongCq { qpn, cqn }),
             };
