@@ -213,11 +213,18 @@ fn complete<P: Platform + Clone, M: DmaMem>(
                 CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
             );
             wc.wr_id = match (&qp.srq, &qp.rq) {
+                // The SRQ's shadow is locked once for the length check and the take.
                 (Some(srq), _) => {
+                    let mut sh = srq.shadow.lock();
                     if is_send {
-                        check_recv_len(qp, counter, cqe.byte_cnt())?;
+                        let byte_cnt = cqe.byte_cnt();
+                        if let Some(posted) = sh.posted_len(counter)
+                            && byte_cnt > posted
+                        {
+                            return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt });
+                        }
                     }
-                    srq.shadow.lock().complete(counter).ok_or(not_outstanding)?
+                    sh.complete(counter).ok_or(not_outstanding)?
                 }
                 // The RQ checks the length and takes the WQE in one look at its counters.
                 (None, Some(rq)) if is_send => {
@@ -269,28 +276,6 @@ fn complete<P: Platform + Clone, M: DmaMem>(
         other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
     }
     Ok(Some(wc))
-}
-
-/// A SEND's byte count against what the receive WQE at `counter` can take. Out of line:
-/// it keeps the polling loop (and its requester path) as small as it was.
-#[inline(never)]
-fn check_recv_len<P: Platform + Clone>(
-    qp: &QpShared<P>,
-    counter: u16,
-    byte_cnt: u32,
-) -> Result<(), BadCqe> {
-    let posted = match (&qp.srq, &qp.rq) {
-        (Some(srq), _) => srq.shadow.lock().posted_len(counter),
-        (None, Some(rq)) => rq.posted_len(counter),
-        (None, None) => None,
-    };
-    match posted {
-        Some(posted) if byte_cnt > posted => Err(BadCqe::ByteCountTooLarge {
-            qpn: qp.qpn,
-            byte_cnt,
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// The HCA is gone (torn down, bus mastering off): completes in software, with
