@@ -403,6 +403,26 @@ impl<H: HostMem> RqTable<H> {
         Some(wr_id)
     }
 
+    /// Poller: [`take`](Self::take) with [`posted_len`](Self::posted_len)'s check in the
+    /// same look at the counters: `None` if `wqe_counter` does not name the oldest
+    /// outstanding WQE, `Some(Err(()))` (nothing changed) if `byte_cnt` is more than that
+    /// WQE can take, else its `wr_id` (taken).
+    #[inline(always)]
+    pub fn take_within(&self, wqe_counter: u16, byte_cnt: u32) -> Option<Result<u64, ()>> {
+        let head = self.head.load(acquire(Edge::Publish));
+        let tail = self.tail.load(Ordering::Relaxed);
+        if head == tail || wqe_counter != tail as u16 {
+            return None;
+        }
+        let i = (tail & self.mask) as usize;
+        if byte_cnt > self.lens[i].load(Ordering::Relaxed) {
+            return Some(Err(()));
+        }
+        let wr_id = self.slots[i].load(Ordering::Relaxed);
+        self.tail.store(tail.wrapping_add(1), release(Edge::Retire));
+        Some(Ok(wr_id))
+    }
+
     /// WQEs posted and not yet retired.
     pub fn in_flight(&self) -> u32 {
         self.head

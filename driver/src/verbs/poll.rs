@@ -31,7 +31,7 @@ use uhca_hal::dma::DmaMem;
 use core::sync::atomic::Ordering;
 
 use super::Cq;
-use super::dp::{QpMap, QpShared};
+use super::dp::QpMap;
 use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{BadCqe, PollError};
 use crate::hca::Hca;
@@ -208,14 +208,33 @@ fn complete<P: Platform, M: DmaMem>(
             // WQE is taken, so the tables stay as they were. (An RDMA WRITE with immediate
             // consumes a receive WQE but writes where its rkey says: its byte count is the
             // WRITE's length.)
-            if matches!(
+            let is_send = matches!(
                 opcode,
                 CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
-            ) {
-                check_recv_len(qp, counter, cqe.byte_cnt())?;
-            }
+            );
             wc.wr_id = match (&qp.srq, &qp.rq) {
-                (Some(srq), _) => srq.shadow.lock().complete(counter).ok_or(not_outstanding)?,
+                // The SRQ's shadow is locked once for the length check and the take.
+                (Some(srq), _) => {
+                    let mut sh = srq.shadow.lock();
+                    if is_send {
+                        let byte_cnt = cqe.byte_cnt();
+                        if let Some(posted) = sh.posted_len(counter)
+                            && byte_cnt > posted
+                        {
+                            return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt });
+                        }
+                    }
+                    sh.complete(counter).ok_or(not_outstanding)?
+                }
+                // The RQ checks the length and takes the WQE in one look at its counters.
+                (None, Some(rq)) if is_send => {
+                    let byte_cnt = cqe.byte_cnt();
+                    match rq.take_within(counter, byte_cnt) {
+                        Some(Ok(wr_id)) => wr_id,
+                        Some(Err(())) => return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt }),
+                        None => return Err(not_outstanding),
+                    }
+                }
                 (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
                 (None, None) => return Err(BadCqe::WrongCq { qpn, cqn }),
             };
@@ -257,28 +276,6 @@ fn complete<P: Platform, M: DmaMem>(
         other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
     }
     Ok(Some(wc))
-}
-
-/// A SEND's byte count against what the receive WQE at `counter` can take. Out of line:
-/// it keeps the polling loop (and its requester path) as small as it was.
-#[inline(never)]
-fn check_recv_len<P: Platform>(
-    qp: &QpShared<P>,
-    counter: u16,
-    byte_cnt: u32,
-) -> Result<(), BadCqe> {
-    let posted = match (&qp.srq, &qp.rq) {
-        (Some(srq), _) => srq.shadow.lock().posted_len(counter),
-        (None, Some(rq)) => rq.posted_len(counter),
-        (None, None) => None,
-    };
-    match posted {
-        Some(posted) if byte_cnt > posted => Err(BadCqe::ByteCountTooLarge {
-            qpn: qp.qpn,
-            byte_cnt,
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// The HCA is gone (torn down, bus mastering off): completes in software, with

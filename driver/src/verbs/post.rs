@@ -708,6 +708,23 @@ impl<P: Platform> Srq<P> {
 /// Writes the data segments of an SRQ WQE at `base` (after its "next" segment, which the
 /// free list owns), ended by an invalid-lkey segment when shorter than the WQE.
 fn write_srq_wqe<P: Platform>(mem: &mut DmaBuf<P>, base: usize, max_sge: u32, wr: &RecvWr<'_>) {
+    // One non-empty entry (the common shape): the entry and, if the WQE has room, the
+    // terminating entry as one run of words (one bounds check for the WQE; the same words
+    // in the same order as one write each).
+    if let [s] = wr.sg_list
+        && s.len != 0
+    {
+        let w = [
+            ((s.len as u64) << 32) | s.lkey as u64,
+            s.addr,
+            INVALID_LKEY as u64,
+            0,
+        ];
+        mem.write_be64_run(base + SEND_WQE_DS, if max_sge > 1 { 4 } else { 2 }, |i| {
+            w[i & 3]
+        });
+        return;
+    }
     // Empty entries are left out (a zero length means 2 GiB to the device).
     let mut n = 0;
     for s in wr.sg_list.iter().filter(|s| s.len != 0) {
