@@ -28,6 +28,23 @@ const CASES: &[&str] = &[
     "poll_empty_v1",
     "poll_16_v0",
     "poll_empty_v0",
+    "srq_recv_sge_32",
+    "poll_recv_16_rq_send",
+    "poll_recv_16_rq_send_imm",
+    "poll_recv_16_rq_write_imm",
+    "poll_recv_16_srq_send",
+    "poll_recv_16_srq_send_imm",
+    "poll_recv_16_srq_write_imm",
+    "fast_send_sge_32",
+    "fast_send_inline64_32",
+    "fast_write_sge_32",
+    "fast_poll_16_v1",
+    "fast_poll_recv_16_rq_send",
+    "fast_poll_recv_16_rq_send_imm",
+    "fast_poll_recv_16_rq_write_imm",
+    "fast_poll_recv_16_srq_send",
+    "fast_poll_recv_16_srq_send_imm",
+    "fast_poll_recv_16_srq_write_imm",
 ];
 
 /// Runs `cmd` to its end, failing the test after `limit`.
