@@ -81,7 +81,15 @@ struct Gate {
 }
 
 impl Gate {
-    const EMPTY: Gate = Gate { off_lo: 0, sel: 0, ist: 0, attr: 0, off_mid: 0, off_hi: 0, zero: 0 };
+    const EMPTY: Gate = Gate {
+        off_lo: 0,
+        sel: 0,
+        ist: 0,
+        attr: 0,
+        off_mid: 0,
+        off_hi: 0,
+        zero: 0,
+    };
     fn new(handler: unsafe extern "C" fn()) -> Gate {
         let a = handler as usize;
         Gate {

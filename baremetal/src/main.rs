@@ -54,7 +54,10 @@ struct Msg {
 
 impl Msg {
     fn new(args: core::fmt::Arguments<'_>) -> Msg {
-        let mut m = Msg { buf: [0; 200], len: 0 };
+        let mut m = Msg {
+            buf: [0; 200],
+            len: 0,
+        };
         let _ = m.write_fmt(args);
         m
     }
@@ -99,7 +102,10 @@ fn check<T>(name: core::fmt::Arguments<'_>, r: Res<T>) -> Option<T> {
 }
 
 fn finish() -> ! {
-    let (p, f) = (PASSED.load(Ordering::Relaxed), FAILED.load(Ordering::Relaxed));
+    let (p, f) = (
+        PASSED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed),
+    );
     println!("{p} passed, {f} failed");
     port::exit(if f == 0 && p > 0 { 0 } else { 1 })
 }
@@ -274,7 +280,9 @@ fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Side<'p>> {
         access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         ..InitAttr::default()
     };
-    let qp = qp.to_init(hca, init).map_err(|f| msg!("to_init: {}", f.error))?;
+    let qp = qp
+        .to_init(hca, init)
+        .map_err(|f| msg!("to_init: {}", f.error))?;
     Ok(Side { pd, cq, mr, qp })
 }
 
@@ -317,7 +325,9 @@ fn connect<'p>(
         min_rnr_timer: 12,
         ah: path(link, peer, peer_qpn),
     };
-    let qp = qp.to_rtr(hca, rtr).map_err(|f| msg!("to_rtr: {}", f.error))?;
+    let qp = qp
+        .to_rtr(hca, rtr)
+        .map_err(|f| msg!("to_rtr: {}", f.error))?;
     let rts = RtsAttr {
         sq_psn: my_psn,
         timeout: 14,
@@ -345,7 +355,11 @@ fn wait(cq: &mut Cq<&BareMetal>, ids: u64, what: &str) -> Res<u32> {
                 Ordering::Relaxed,
             );
             if w.status != WcStatus::Success {
-                return Err(msg!("{what}: wr_id {} completed with {:?}", w.wr_id, w.status));
+                return Err(msg!(
+                    "{what}: wr_id {} completed with {:?}",
+                    w.wr_id,
+                    w.status
+                ));
             }
             if pending & w.wr_id == 0 {
                 return Err(msg!("{what}: unexpected completion of wr_id {}", w.wr_id));
@@ -356,7 +370,9 @@ fn wait(cq: &mut Cq<&BareMetal>, ids: u64, what: &str) -> Res<u32> {
             pending &= !w.wr_id;
         }
         if n == 0 && platform::now_ns() > deadline {
-            return Err(msg!("{what}: no completion in 5 s (pending wr_ids {pending:#x})"));
+            return Err(msg!(
+                "{what}: no completion in 5 s (pending wr_ids {pending:#x})"
+            ));
         }
     }
     Ok(recv_len)
@@ -393,8 +409,11 @@ fn sge(mr: &Mr<&BareMetal>, off: usize) -> Res<Sge> {
 
 fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Res<()> {
     let s = [sge(mr, 0)?];
-    qp.post_recv(&[RecvWr { wr_id: RECV_ID, sg_list: &s }])
-        .map_err(|e| msg!("post_recv: {e:?}"))
+    qp.post_recv(&[RecvWr {
+        wr_id: RECV_ID,
+        sg_list: &s,
+    }])
+    .map_err(|e| msg!("post_recv: {e:?}"))
 }
 
 fn post_send(
@@ -481,7 +500,8 @@ fn msix<'p>(
     #[allow(clippy::explicit_auto_deref)] // keeps the platform's own lifetime, not ha's
     let p: &'p BareMetal = *ha.platform();
     let (bar, len) = p.bar0();
-    ha.process_events().map_err(|e| msg!("process_events: {e}"))?;
+    ha.process_events()
+        .map_err(|e| msg!("process_events: {e}"))?;
     irq::enable_msix(p.bdf(), bar, len, apic).map_err(|e| msg!("{e}"))?;
     let seen = irq::MSIX_COUNT.load(Ordering::Relaxed);
     a.1.req_notify(false);
@@ -491,12 +511,16 @@ fn msix<'p>(
     wait(&mut b.1, SEND_ID, "B's send")?;
     let interrupted = irq::wait_msix(seen, TIMEOUT_NS);
     irq::disable_msix(p.bdf());
-    ha.process_events().map_err(|e| msg!("process_events: {e}"))?;
+    ha.process_events()
+        .map_err(|e| msg!("process_events: {e}"))?;
     let event = a.1.take_event(ha);
     wait(&mut a.1, RECV_ID, "A's receive")?;
     expect(&a.2, 0, 0x33, "A's receive")?;
     if !interrupted {
-        return Err(msg!("no MSI-X message (vector {:#x}) in 5 s", irq::MSIX_VECTOR));
+        return Err(msg!(
+            "no MSI-X message (vector {:#x}) in 5 s",
+            irq::MSIX_VECTOR
+        ));
     }
     if !event {
         return Err(msg!("an interrupt, but no completion event for A's CQ"));
@@ -510,10 +534,14 @@ fn take_down<'p>(hca: &mut Hca<&'p BareMetal>, s: RtsSide<'p>) -> Res<()> {
     let qp = qp.to_err(hca).map_err(|f| msg!("to_err: {}", f.error))?;
     let mut wc = [WorkCompletion::default(); 16];
     while cq.poll(&mut wc).map_err(|e| msg!("drain: {e:?}"))? != 0 {}
-    qp.destroy(hca).map_err(|f| msg!("destroy QP: {}", f.error))?;
-    cq.destroy(hca).map_err(|f| msg!("destroy CQ: {}", f.error))?;
-    mr.destroy(hca).map_err(|f| msg!("destroy MR: {}", f.error))?;
-    pd.destroy(hca).map_err(|f| msg!("destroy PD: {}", f.error))?;
+    qp.destroy(hca)
+        .map_err(|f| msg!("destroy QP: {}", f.error))?;
+    cq.destroy(hca)
+        .map_err(|f| msg!("destroy CQ: {}", f.error))?;
+    mr.destroy(hca)
+        .map_err(|f| msg!("destroy MR: {}", f.error))?;
+    pd.destroy(hca)
+        .map_err(|f| msg!("destroy PD: {}", f.error))?;
     Ok(())
 }
 
@@ -566,7 +594,10 @@ fn rc_pair<'p>(
         rdma_read(&mut a, &mut b),
     );
     check(
-        format_args!("msix ({link}): a completion event on an armed CQ arrives as MSI-X vector {:#x} (local APIC {apic})", irq::MSIX_VECTOR),
+        format_args!(
+            "msix ({link}): a completion event on an armed CQ arrives as MSI-X vector {:#x} (local APIC {apic})",
+            irq::MSIX_VECTOR
+        ),
         msix(ha, &mut a, &mut b, apic),
     );
     check(
@@ -597,7 +628,10 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         let hz = u128::from(t1 - t0) * 1_000_000_000 / u128::from(platform::now_ns() - h0);
         (u128::from(tsc_entry) * 1_000_000_000 / hz.max(1)) as u64
     };
-    println!("uhca-baremetal: entered {} ms after reset (TSC)", ms(since_reset));
+    println!(
+        "uhca-baremetal: entered {} ms after reset (TSC)",
+        ms(since_reset)
+    );
     let (img_start, img_end) = boot::image_range();
     println!(
         "uhca-baremetal: image {img_start:#x}-{img_end:#x}, HPET at {} MHz",
@@ -631,7 +665,11 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         if n == 0 {
             Err(msg!("no function of vendor 0x15b3"))
         } else if let Some(f) = found.iter().flatten().find(|f| f.3 + f.4 > 1 << 32) {
-            Err(msg!("{}: BAR0 at {:#x} is beyond the identity map", f.0, f.3))
+            Err(msg!(
+                "{}: BAR0 at {:#x} is beyond the identity map",
+                f.0,
+                f.3
+            ))
         } else {
             Ok(())
         },
@@ -639,11 +677,13 @@ extern "C" fn bm_main(start_info: usize) -> ! {
 
     // Their platforms (they outlive the driver's handles on them).
     let plats: [Option<BareMetal>; MAX_FUNCTIONS] = core::array::from_fn(|i| {
-        found[i].filter(|f| f.3 + f.4 <= 1 << 32).map(|(bdf, _, _, addr, len)| {
-            // SAFETY: the BAR SeaBIOS assigned to this function, sized above, in the
-            // uncached 3-4 GiB window of the identity map; only this platform uses it.
-            unsafe { BareMetal::new(bdf, addr, len) }
-        })
+        found[i]
+            .filter(|f| f.3 + f.4 <= 1 << 32)
+            .map(|(bdf, _, _, addr, len)| {
+                // SAFETY: the BAR SeaBIOS assigned to this function, sized above, in the
+                // uncached 3-4 GiB window of the identity map; only this platform uses it.
+                unsafe { BareMetal::new(bdf, addr, len) }
+            })
     });
 
     // Bring every function up.
@@ -657,9 +697,9 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         HOST_POOL.reset_peak();
         let r = bring_up(p, i);
         let took = platform::now_ns() - t;
-        let ok = r.as_ref().map(|(h, a)| {
-            (link_name(h.caps().link_layer), h.firmware_pages(), a.lid)
-        });
+        let ok = r
+            .as_ref()
+            .map(|(h, a)| (link_name(h.caps().link_layer), h.firmware_pages(), a.lid));
         let label = match &ok {
             Ok((link, _, lid)) if *link == "InfiniBand" => msg!("{link}, LID {lid}"),
             Ok((link, _, _)) => msg!("{link}, RoCEv2 GID 0 = 10.0.0.{}", i + 1),
@@ -712,16 +752,18 @@ extern "C" fn bm_main(start_info: usize) -> ! {
 
     // Teardown: every function closed, every byte of both pools back.
     for (i, slot) in hcas.iter_mut().enumerate() {
-        let Some((hca, _)) = slot.take() else { continue };
+        let Some((hca, _)) = slot.take() else {
+            continue;
+        };
         let p: &BareMetal = hca.platform();
         check(
             format_args!("teardown fn{i}: closed, all its DMA memory returned"),
-            hca.close().map_err(|e| msg!("close: {e}")).and_then(|()| {
-                match p.dma_live() {
+            hca.close()
+                .map_err(|e| msg!("close: {e}"))
+                .and_then(|()| match p.dma_live() {
                     0 => Ok(()),
                     b => Err(msg!("{b} B of DMA memory still held")),
-                }
-            }),
+                }),
         );
     }
     check(

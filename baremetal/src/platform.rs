@@ -17,8 +17,8 @@ use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use uhca_hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
 use uhca_hal::HostMem;
+use uhca_hal::platform::{Bar, Clock, ConfigError, Dma, DmaError, DmaRegion, PciConfig};
 
 use crate::pci::{self, Bdf};
 
@@ -131,7 +131,10 @@ impl Pool {
         let n = len.div_ceil(g);
         self.with(|s| {
             let a = p.as_ptr() as usize;
-            assert!(a >= s.base && (a - s.base).is_multiple_of(g), "pool: free of a foreign pointer");
+            assert!(
+                a >= s.base && (a - s.base).is_multiple_of(g),
+                "pool: free of a foreign pointer"
+            );
             let i = (a - s.base) / g;
             assert!(i + n <= s.granules, "pool: free beyond the pool");
             for j in i..i + n {
@@ -184,7 +187,10 @@ pub fn clock_init() -> u64 {
         hpet_reg(0x10).write_volatile(conf | 1);
         cap >> 32
     };
-    assert!(fs != 0 && fs <= 100_000_000, "no HPET at {HPET_BASE:#x} (period {fs} fs)");
+    assert!(
+        fs != 0 && fs <= 100_000_000,
+        "no HPET at {HPET_BASE:#x} (period {fs} fs)"
+    );
     HPET_FS_PER_TICK.store(fs, Ordering::Relaxed);
     HPET_START.store(hpet_ticks(), Ordering::Relaxed);
     fs
@@ -252,7 +258,8 @@ impl BareMetal {
 
     fn check(&self, offset: usize, width: usize) {
         assert!(
-            offset.is_multiple_of(width) && offset.checked_add(width).is_some_and(|e| e <= self.bar_len),
+            offset.is_multiple_of(width)
+                && offset.checked_add(width).is_some_and(|e| e <= self.bar_len),
             "BAR0 access of {width} B at {offset:#x} out of bounds or misaligned"
         );
     }
@@ -295,8 +302,11 @@ unsafe impl Dma for BareMetal {
         if len == 0 || !align.is_power_of_two() {
             return Err(DmaError::InvalidRequest);
         }
-        let cpu = DMA_POOL.alloc(len, align.max(4096)).ok_or(DmaError::OutOfMemory)?;
-        self.dma_live.fetch_add(len.next_multiple_of(4096), Ordering::Relaxed);
+        let cpu = DMA_POOL
+            .alloc(len, align.max(4096))
+            .ok_or(DmaError::OutOfMemory)?;
+        self.dma_live
+            .fetch_add(len.next_multiple_of(4096), Ordering::Relaxed);
         Ok(DmaRegion {
             cpu,
             iova: cpu.as_ptr() as u64,

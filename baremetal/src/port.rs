@@ -6,42 +6,54 @@ use core::arch::asm;
 pub fn outb(port: u16, v: u8) {
     // SAFETY: port I/O has no memory effects; the ports used here are the console's,
     // PCI's and the exit device's, owned by this program.
-    unsafe { asm!("out dx, al", in("dx") port, in("al") v, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("out dx, al", in("dx") port, in("al") v, options(nomem, nostack, preserves_flags))
+    }
 }
 
 /// Reads a byte from `port`.
 pub fn inb(port: u16) -> u8 {
     let v: u8;
     // SAFETY: as in `outb`.
-    unsafe { asm!("in al, dx", out("al") v, in("dx") port, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("in al, dx", out("al") v, in("dx") port, options(nomem, nostack, preserves_flags))
+    }
     v
 }
 
 /// Writes 16 bits to `port`.
 pub fn outw(port: u16, v: u16) {
     // SAFETY: as in `outb`.
-    unsafe { asm!("out dx, ax", in("dx") port, in("ax") v, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("out dx, ax", in("dx") port, in("ax") v, options(nomem, nostack, preserves_flags))
+    }
 }
 
 /// Reads 16 bits from `port`.
 pub fn inw(port: u16) -> u16 {
     let v: u16;
     // SAFETY: as in `outb`.
-    unsafe { asm!("in ax, dx", out("ax") v, in("dx") port, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("in ax, dx", out("ax") v, in("dx") port, options(nomem, nostack, preserves_flags))
+    }
     v
 }
 
 /// Writes 32 bits to `port`.
 pub fn outl(port: u16, v: u32) {
     // SAFETY: as in `outb`.
-    unsafe { asm!("out dx, eax", in("dx") port, in("eax") v, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("out dx, eax", in("dx") port, in("eax") v, options(nomem, nostack, preserves_flags))
+    }
 }
 
 /// Reads 32 bits from `port`.
 pub fn inl(port: u16) -> u32 {
     let v: u32;
     // SAFETY: as in `outb`.
-    unsafe { asm!("in eax, dx", out("eax") v, in("dx") port, options(nomem, nostack, preserves_flags)) }
+    unsafe {
+        asm!("in eax, dx", out("eax") v, in("dx") port, options(nomem, nostack, preserves_flags))
+    }
     v
 }
 
