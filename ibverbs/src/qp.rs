@@ -470,20 +470,17 @@ impl Device {
         .unwrap_or(Err((0, libc::EINVAL)))
     }
 
-    /// `poll_cq`: up to `max` completions.
+    /// `poll_cq`: up to `out.len()` completions into `out` (the caller's memory: polling
+    /// allocates nothing); the count written.
     ///
     /// # Errors
     ///
     /// Unknown CQ or the poller's failure.
-    pub fn poll_cq(&self, handle: u32, max: usize) -> VResult<Vec<WorkCompletion>> {
+    pub fn poll_cq(&self, handle: u32, out: &mut [WorkCompletion]) -> VResult<usize> {
         self.with_open(|o| {
             let cq = o.cqs.get_mut(&handle).ok_or_else(|| einval("unknown CQ"))?;
-            let mut wc = vec![WorkCompletion::default(); max.min(64)];
-            let n = cq
-                .poll(&mut wc)
-                .map_err(|e| VerbsError::new(libc::EIO, format!("poll: {e:?}")))?;
-            wc.truncate(n);
-            Ok(wc)
+            cq.poll(out)
+                .map_err(|e| VerbsError::new(libc::EIO, format!("poll: {e:?}")))
         })?
     }
 }
@@ -617,7 +614,7 @@ mod tests {
         assert_eq!(d.modify_qp(qp, &to(QpState::Err)), Ok(QpState::Err));
         let mut flushed = 0;
         for _ in 0..100 {
-            flushed += d.poll_cq(cq, 8).unwrap().len();
+            flushed += d.poll_cq(cq, &mut [WorkCompletion::default(); 8]).unwrap();
             if flushed == 2 {
                 break;
             }
