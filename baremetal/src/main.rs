@@ -26,14 +26,11 @@ use core::fmt::Write;
 use core::net::{IpAddr, Ipv4Addr};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{Gid, Mac};
 use uhca_driver::caps::LinkLayer;
-use uhca_driver::verbs::{
-    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, WcStatus, WorkCompletion, state,
-};
+use uhca_driver::verbs::{Cq, Mr, Pd, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 use uhca_driver::{Hca, HcaConfig};
-use uhca_fwif::consts::{AccessFlags, IbMtu};
+use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
 
 use platform::{BareMetal, DMA_POOL, HOST_POOL};
@@ -80,8 +77,13 @@ impl Write for Msg {
 }
 
 macro_rules! msg {
-    ($($arg:tt)*) => { Msg::new(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::Msg::new(format_args!($($arg)*)) };
 }
+
+mod checks;
+mod qp_up;
+
+use qp_up::RcQp;
 
 type Res<T> = Result<T, Msg>;
 
@@ -182,7 +184,7 @@ fn link_name(l: LinkLayer) -> &'static str {
 
 /// Where a peer is: its LID (InfiniBand) or GID and MAC (RoCEv2).
 #[derive(Clone, Copy)]
-struct Addr {
+pub struct Addr {
     lid: u16,
     gid: Gid,
     mac: Mac,
@@ -244,98 +246,18 @@ const RECV_ID: u64 = 2;
 const WRITE_ID: u64 = 4;
 const READ_ID: u64 = 8;
 
-/// An RC side: MR areas at 0 (receives land), SIZE (sends and READ sources), 2 * SIZE
-/// (RDMA targets).
-struct Side<'p> {
-    pd: Pd,
-    cq: Cq<&'p BareMetal>,
-    mr: Mr<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
-}
+/// An RC side's objects before its QP: a PD, a CQ of 32 entries and an MR of three areas,
+/// at 0 (receives land), SIZE (sends and READ sources), 2 * SIZE (RDMA and atomic targets).
+type Objects<'p> = (Pd, Cq<&'p BareMetal>, Mr<&'p BareMetal>);
 
-fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Side<'p>> {
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Objects<'p>> {
+    let access = AccessFlags::LOCAL_WRITE | qp_up::REMOTE;
     let pd = hca.alloc_pd().map_err(|e| msg!("alloc_pd: {e}"))?;
     let cq = hca.create_cq(32).map_err(|e| msg!("create_cq: {e}"))?;
     let mr = hca
         .alloc_mr(&pd, 3 * SIZE, access)
         .map_err(|e| msg!("alloc_mr: {e}"))?;
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: QpCaps {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    };
-    let qp = hca
-        .create_qp::<Rc>(&pd, &attr)
-        .map_err(|e| msg!("create_qp: {e}"))?;
-    let init = InitAttr {
-        port: 1,
-        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        ..InitAttr::default()
-    };
-    let qp = qp
-        .to_init(hca, init)
-        .map_err(|f| msg!("to_init: {}", f.error))?;
-    Ok(Side { pd, cq, mr, qp })
-}
-
-fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AddressHandle {
-    match link {
-        LinkLayer::InfiniBand => AddressHandle::Ib {
-            dlid: peer.lid,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: StaticRate::PortCurrent,
-            grh: None,
-        },
-        LinkLayer::Ethernet => AddressHandle::RoceV2 {
-            sgid_index: 0,
-            dgid: peer.gid,
-            dmac: peer.mac,
-            udp_sport: 0xc000 | (peer_qpn as u16 & 0x3fff),
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            sl: 0,
-        },
-    }
-}
-
-fn connect<'p>(
-    hca: &mut Hca<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
-    peer: &Addr,
-    peer_qpn: u32,
-    my_psn: u32,
-    peer_psn: u32,
-) -> Res<Qp<&'p BareMetal, Rc, state::Rts>> {
-    let link = hca.caps().link_layer;
-    let rtr = RtrAttr {
-        path_mtu: IbMtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: peer_psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah: path(link, peer, peer_qpn),
-    };
-    let qp = qp
-        .to_rtr(hca, rtr)
-        .map_err(|f| msg!("to_rtr: {}", f.error))?;
-    let rts = RtsAttr {
-        sq_psn: my_psn,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-    };
-    qp.to_rts(hca, rts).map_err(|f| msg!("to_rts: {}", f.error))
+    Ok((pd, cq, mr))
 }
 
 /// Polls `cq` until a completion for each bit of `ids` arrived, each successful; returns
@@ -407,7 +329,7 @@ fn sge(mr: &Mr<&BareMetal>, off: usize) -> Res<Sge> {
     mr.sge(off, SIZE).map_err(|e| msg!("sge: {e}"))
 }
 
-fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Res<()> {
+fn post_recv(qp: &mut RcQp<'_>, mr: &Mr<&BareMetal>) -> Res<()> {
     let s = [sge(mr, 0)?];
     qp.post_recv(&[RecvWr {
         wr_id: RECV_ID,
@@ -416,24 +338,14 @@ fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Re
     .map_err(|e| msg!("post_recv: {e:?}"))
 }
 
-fn post_send(
-    qp: &mut Qp<&BareMetal, Rc, state::Rts>,
-    mr: &Mr<&BareMetal>,
-    id: u64,
-    off: usize,
-    op: SendOp,
-) -> Res<()> {
+fn post_send(qp: &mut RcQp<'_>, mr: &Mr<&BareMetal>, id: u64, off: usize, op: SendOp) -> Res<()> {
     let s = [sge(mr, off)?];
     qp.post_send(&[SendWr::new(id, op, &s)])
         .map_err(|e| msg!("post_send: {e:?}"))
 }
 
-type RtsSide<'p> = (
-    Pd,
-    Cq<&'p BareMetal>,
-    Mr<&'p BareMetal>,
-    Qp<&'p BareMetal, Rc, state::Rts>,
-);
+/// An RC side connected: PD, CQ, MR and its QP in RTS.
+type RtsSide<'p> = (Pd, Cq<&'p BareMetal>, Mr<&'p BareMetal>, RcQp<'p>);
 
 /// SEND ping-pong: A sends SIZE bytes of round `r`'s pattern, B checks them and sends them
 /// back, A checks the echo.
@@ -531,7 +443,7 @@ fn msix<'p>(
 /// The QP to ERR, its completions drained, then QP, CQ, MR and PD destroyed.
 fn take_down<'p>(hca: &mut Hca<&'p BareMetal>, s: RtsSide<'p>) -> Res<()> {
     let (pd, mut cq, mr, qp) = s;
-    let qp = qp.to_err(hca).map_err(|f| msg!("to_err: {}", f.error))?;
+    let qp = qp_up::to_err(hca, qp)?;
     let mut wc = [WorkCompletion::default(); 16];
     while cq.poll(&mut wc).map_err(|e| msg!("drain: {e:?}"))? != 0 {}
     qp.destroy(hca)
@@ -556,19 +468,35 @@ fn rc_pair<'p>(
     let link = link_name(ha.caps().link_layer);
     let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
     let sides = check(
-        format_args!("rc ({link}): PD, CQ, MR and RC QP on each function"),
+        format_args!("rc ({link}): PD, CQ and MR on each function"),
         open_side(ha).and_then(|a| Ok((a, open_side(hb)?))),
     );
-    let Some((sa, sb)) = sides else { return };
-    let (qa, qb) = (sa.qp.qpn(), sb.qp.qpn());
+    let Some(((pda, cqa, mra), (pdb, cqb, mrb))) = sides else {
+        return;
+    };
     let conn = check(
-        format_args!("rc ({link}): QPs {qa:#x} and {qb:#x} connected (INIT, RTR, RTS)"),
-        connect(ha, sa.qp, ab, qb, 0x1000, 0x2000)
-            .and_then(|x| Ok((x, connect(hb, sb.qp, aa, qa, 0x2000, 0x1000)?))),
+        format_args!("rc ({link}): an RC QP on each, connected (INIT, RTR, RTS)"),
+        qp_up::rc_pair(
+            qp_up::End {
+                hca: ha,
+                pd: &pda,
+                cq: &cqa,
+                addr: aa,
+                psn: 0x1000,
+            },
+            qp_up::End {
+                hca: hb,
+                pd: &pdb,
+                cq: &cqb,
+                addr: ab,
+                psn: 0x2000,
+            },
+        ),
     );
     let Some((qpa, qpb)) = conn else { return };
-    let mut a = (sa.pd, sa.cq, sa.mr, qpa);
-    let mut b = (sb.pd, sb.cq, sb.mr, qpb);
+    println!("  QPs {:#x} and {:#x}", qpa.qpn(), qpb.qpn());
+    let mut a = (pda, cqa, mra, qpa);
+    let mut b = (pdb, cqb, mrb, qpb);
     println!(
         "  objects of the pair (2 x PD, CQ of 32, MR of {} KiB, RC QP of 8 + 8): {} KiB of DMA memory, {} B of host memory",
         (3 * SIZE) >> 10,
@@ -593,6 +521,7 @@ fn rc_pair<'p>(
         format_args!("rc ({link}): RDMA READ of {SIZE} B, data checked"),
         rdma_read(&mut a, &mut b),
     );
+    checks::atomics::run(link, &mut a, &mut b);
     check(
         format_args!(
             "msix ({link}): a completion event on an armed CQ arrives as MSI-X vector {:#x} (local APIC {apic})",
