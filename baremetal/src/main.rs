@@ -14,7 +14,11 @@
 #![no_std]
 #![no_main]
 
+extern crate alloc;
+
 mod boot;
+mod fiber;
+mod heap;
 mod irq;
 mod pci;
 mod platform;
@@ -150,18 +154,23 @@ fn memory(info: usize) -> Res<()> {
         }
     }
     let (start, end) = best;
-    if end - start < HOST_POOL_BYTES + (16 << 20) {
-        return Err(msg!("no RAM range of at least 20 MiB above the image"));
+    let fixed = HOST_POOL_BYTES + heap::HEAP_BYTES;
+    if end - start < fixed + (16 << 20) {
+        return Err(msg!("no RAM range of at least 36 MiB above the image"));
     }
     // SAFETY: RAM above the image per the loader's map; nothing else in the program uses it.
     let host = unsafe { HOST_POOL.init(start, HOST_POOL_BYTES) };
+    // SAFETY: as above, the next part of that range.
+    let heap = unsafe { heap::HEAP_POOL.init(start + HOST_POOL_BYTES, heap::HEAP_BYTES) };
     // SAFETY: as above, the rest of that range.
-    let dma = unsafe { DMA_POOL.init(start + HOST_POOL_BYTES, end - start - HOST_POOL_BYTES) };
+    let dma = unsafe { DMA_POOL.init(start + fixed, end - start - fixed) };
     println!(
-        "  host pool {} KiB at {start:#x}, DMA pool {} MiB at {:#x}",
+        "  host pool {} KiB at {start:#x}, heap {} MiB at {:#x}, DMA pool {} MiB at {:#x}",
         host >> 10,
+        heap >> 20,
+        start + HOST_POOL_BYTES,
         dma >> 20,
-        start + HOST_POOL_BYTES
+        start + fixed
     );
     Ok(())
 }
@@ -670,6 +679,31 @@ extern "C" fn bm_main(start_info: usize) -> ! {
             );
         }
     }
+    // The collective over the first four functions that came up.
+    {
+        let link = hcas
+            .iter()
+            .flatten()
+            .next()
+            .map_or("?", |(h, _)| link_name(h.caps().link_layer));
+        let mut ranks: alloc::vec::Vec<_> = hcas
+            .iter_mut()
+            .flatten()
+            .take(checks::collective::RANKS)
+            .collect();
+        let (dma0, host0, heap0) = (DMA_POOL.used(), HOST_POOL.used(), heap::HEAP_POOL.used());
+        DMA_POOL.reset_peak();
+        HOST_POOL.reset_peak();
+        heap::HEAP_POOL.reset_peak();
+        checks::collective::run(link, &mut ranks);
+        println!(
+            "  collective: peaks of {} KiB of DMA memory, {} B of host memory, {} KiB of heap for {} ranks",
+            (DMA_POOL.peak() - dma0) >> 10,
+            HOST_POOL.peak() - host0,
+            (heap::HEAP_POOL.peak() - heap0) >> 10,
+            ranks.len()
+        );
+    }
     let first = FIRST_COMPLETION_NS.load(Ordering::Relaxed);
     if first != 0 {
         println!(
@@ -696,10 +730,12 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         );
     }
     check(
-        format_args!("teardown: both pools empty"),
-        match (DMA_POOL.used(), HOST_POOL.used()) {
-            (0, 0) => Ok(()),
-            (d, h) => Err(msg!("{d} B DMA and {h} B host memory still allocated")),
+        format_args!("teardown: all three pools empty"),
+        match (DMA_POOL.used(), HOST_POOL.used(), heap::HEAP_POOL.used()) {
+            (0, 0, 0) => Ok(()),
+            (d, h, a) => Err(msg!(
+                "{d} B DMA, {h} B host memory and {a} B of heap still allocated"
+            )),
         },
     );
     println!("  total {} ms after entry", ms(platform::now_ns()));

@@ -10,7 +10,7 @@
 # protocol errors and no IOMMU fault. Prints the console (from the program's first line)
 # and one PASS/FAIL line per host-side check; exits 1 if any failed.
 #
-#   bash tests/vm/baremetal.sh     environment: LINKS (infiniband ethernet), FUNCTIONS (3),
+#   bash tests/vm/baremetal.sh     environment: LINKS (infiniband ethernet), FUNCTIONS (4),
 #                                  BOOT_TIMEOUT (seconds per boot, 120), RIG_DIR, MEM (MiB, 512)
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
@@ -19,10 +19,12 @@ RIG_DIR=${RIG_DIR:-$REPO/target/vm}
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 BM_TARGET=${CARGO_TARGET_DIR:-$REPO/baremetal/target}
 ELF=$BM_TARGET/x86_64-unknown-none/release/uhca-baremetal
-FUNCTIONS=${FUNCTIONS:-3}
+FUNCTIONS=${FUNCTIONS:-4}
 # The program's checks per fabric: memory, PCI, a bring-up and a teardown per function,
-# RC (objects, QPs, SEND, WRITE, READ, two atomics, teardown), MSI-X, pools empty.
-CHECKS=${CHECKS:-$((2 + 2 * FUNCTIONS + 8 + 1 + 1))}
+# RC (objects, QPs, SEND, WRITE, READ, two atomics, teardown), MSI-X, the collective over
+# four functions (communicators, two all-reduces, all-gather, broadcast, teardown), pools
+# empty.
+CHECKS=${CHECKS:-$((2 + 2 * FUNCTIONS + 8 + 1 + 6 + 1))}
 export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-baremetal.XXXXXX)}
 cd "$REPO"
 
