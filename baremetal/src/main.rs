@@ -624,6 +624,14 @@ extern "C" fn bm_main(start_info: usize) -> ! {
             })
     });
 
+    // A hostile case instead of the run (the kernel command line's `hostile=...`).
+    // SAFETY: `start_info` is what the PVH entry received.
+    let cmdline = unsafe { boot::cmdline(start_info) };
+    if let Some(mode) = cmdline.split(' ').find_map(|w| w.strip_prefix("hostile=")) {
+        checks::hostile::run(mode, plats.iter().flatten().next());
+        finish();
+    }
+
     // Bring every function up.
     let mut hcas: [Option<(Hca<&BareMetal>, Addr)>; MAX_FUNCTIONS] = Default::default();
     for (i, p) in plats.iter().enumerate() {

@@ -1,5 +1,7 @@
 //! The checks added on top of the RC pair of `main.rs`, one file each: atomics
-//! ([`atomics`]) and `uhca-collective` over four functions ([`collective`]).
+//! ([`atomics`]) `uhca-collective` over four functions ([`collective`]) and a device that stops
+//! answering or disappears ([`hostile`]).
 
 pub mod atomics;
 pub mod collective;
+pub mod hostile;
