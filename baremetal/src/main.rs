@@ -553,6 +553,62 @@ fn rc_pair<'p>(
     );
 }
 
+/// The single-guest run: RC between the first two functions, the collective over four, the
+/// FLR of function 0.
+fn everything<'p>(
+    hcas: &mut [Option<(Hca<&'p BareMetal>, Addr)>; MAX_FUNCTIONS],
+    plats: &'p [Option<BareMetal>; MAX_FUNCTIONS],
+    apic: u8,
+) {
+    // RC between the first two functions that came up.
+    let mut up = hcas.iter_mut().flatten();
+    match (up.next(), up.next()) {
+        (Some((ha, aa)), Some((hb, ab))) => {
+            let (aa, ab) = (*aa, *ab);
+            rc_pair(ha, &aa, hb, &ab, apic);
+        }
+        _ => {
+            check(
+                format_args!("rc: two functions up"),
+                Err::<(), _>(msg!("fewer than two functions came up")),
+            );
+        }
+    }
+    // The collective over the first four functions that came up.
+    {
+        let link = hcas
+            .iter()
+            .flatten()
+            .next()
+            .map_or("?", |(h, _)| link_name(h.caps().link_layer));
+        let mut ranks: alloc::vec::Vec<_> = hcas
+            .iter_mut()
+            .flatten()
+            .take(checks::collective::RANKS)
+            .collect();
+        let (dma0, host0, heap0) = (DMA_POOL.used(), HOST_POOL.used(), heap::HEAP_POOL.used());
+        DMA_POOL.reset_peak();
+        HOST_POOL.reset_peak();
+        heap::HEAP_POOL.reset_peak();
+        checks::collective::run(link, &mut ranks);
+        println!(
+            "  collective: peaks of {} KiB of DMA memory, {} B of host memory, {} KiB of heap for {} ranks",
+            (DMA_POOL.peak() - dma0) >> 10,
+            HOST_POOL.peak() - host0,
+            (heap::HEAP_POOL.peak() - heap0) >> 10,
+            ranks.len()
+        );
+    }
+    // A function-level reset of function 0 under the driver, function 1 its peer.
+    if let (Some(p0), [s0, s1, ..]) = (plats[0].as_ref(), &mut hcas[..])
+        && s0.is_some()
+        && let Some(b) = s1.as_mut()
+    {
+        let link = link_name(b.0.caps().link_layer);
+        checks::flr::run(link, p0, s0, b);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The program
 
@@ -640,6 +696,12 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         checks::hostile::run(mode, plats.iter().flatten().next());
         finish();
     }
+    // One of two guests of a collective (`duo=0` or `duo=1`; see `checks::duo`).
+    let duo: Option<usize> = cmdline
+        .split(' ')
+        .find_map(|w| w.strip_prefix("duo="))
+        .map(|g| g.parse().unwrap_or(usize::MAX));
+    let first_n = duo.map_or(0, |g| g.min(1) * 2);
 
     // Bring every function up.
     let mut hcas: [Option<(Hca<&BareMetal>, Addr)>; MAX_FUNCTIONS] = Default::default();
@@ -650,14 +712,14 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
         DMA_POOL.reset_peak();
         HOST_POOL.reset_peak();
-        let r = bring_up(p, i, CMD_TIMEOUT_NS);
+        let r = bring_up(p, first_n + i, CMD_TIMEOUT_NS);
         let took = platform::now_ns() - t;
         let ok = r
             .as_ref()
             .map(|(h, a)| (link_name(h.caps().link_layer), h.firmware_pages(), a.lid));
         let label = match &ok {
             Ok((link, _, lid)) if *link == "InfiniBand" => msg!("{link}, LID {lid}"),
-            Ok((link, _, _)) => msg!("{link}, RoCEv2 GID 0 = 10.0.0.{}", i + 1),
+            Ok((link, _, _)) => msg!("{link}, RoCEv2 GID 0 = 10.0.0.{}", first_n + i + 1),
             Err(_) => msg!("?"),
         };
         if let Some(v) = check(
@@ -682,52 +744,16 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         }
     }
 
-    // RC between the first two functions that came up.
-    let mut up = hcas.iter_mut().flatten();
-    match (up.next(), up.next()) {
-        (Some((ha, aa)), Some((hb, ab))) => {
-            let (aa, ab) = (*aa, *ab);
-            rc_pair(ha, &aa, hb, &ab, apic);
-        }
-        _ => {
-            check(
-                format_args!("rc: two functions up"),
-                Err::<(), _>(msg!("fewer than two functions came up")),
-            );
-        }
-    }
-    // The collective over the first four functions that came up.
-    {
+    if let Some(g) = duo {
         let link = hcas
             .iter()
             .flatten()
             .next()
             .map_or("?", |(h, _)| link_name(h.caps().link_layer));
-        let mut ranks: alloc::vec::Vec<_> = hcas
-            .iter_mut()
-            .flatten()
-            .take(checks::collective::RANKS)
-            .collect();
-        let (dma0, host0, heap0) = (DMA_POOL.used(), HOST_POOL.used(), heap::HEAP_POOL.used());
-        DMA_POOL.reset_peak();
-        HOST_POOL.reset_peak();
-        heap::HEAP_POOL.reset_peak();
-        checks::collective::run(link, &mut ranks);
-        println!(
-            "  collective: peaks of {} KiB of DMA memory, {} B of host memory, {} KiB of heap for {} ranks",
-            (DMA_POOL.peak() - dma0) >> 10,
-            HOST_POOL.peak() - host0,
-            (heap::HEAP_POOL.peak() - heap0) >> 10,
-            ranks.len()
-        );
-    }
-    // A function-level reset of function 0 under the driver, function 1 its peer.
-    if let (Some(p0), [s0, s1, ..]) = (plats[0].as_ref(), &mut hcas[..])
-        && s0.is_some()
-        && let Some(b) = s1.as_mut()
-    {
-        let link = link_name(b.0.caps().link_layer);
-        checks::flr::run(link, p0, s0, b);
+        let mut ranks: alloc::vec::Vec<_> = hcas.iter_mut().flatten().collect();
+        checks::duo::run(g, link, &mut ranks);
+    } else {
+        everything(&mut hcas, &plats, apic);
     }
     let first = FIRST_COMPLETION_NS.load(Ordering::Relaxed);
     if first != 0 {

@@ -103,6 +103,49 @@ for link in ${LINKS:-infiniband ethernet}; do
     bash -c '! grep -q "IOMMU fault:" "$1"' _ "$log"
 done
 
+# The collective over two guests on one server (Ethernet; 2 functions each): the endpoints
+# for the other guest's ranks go through the host (bm-relay.py copies each guest's "EP"
+# console lines to the other's serial input), a first step until the in-band CM exists.
+# Each guest: memory, PCI, 2 bring-ups, exchange and connect, 3 collectives, destroy, 2
+# teardowns, pools empty.
+phase "the collective over two guests (Ethernet, 2 functions each)"
+log=$RIG_DIR/logs/baremetal-server-duo.log
+sockets=()
+for i in 0 1 2 3; do sockets+=(--socket "$VFIO_USER_DIR/d$i.sock"); done
+dev() { echo "{\"driver\":\"vfio-user-pci\",\"socket\":{\"path\":\"$VFIO_USER_DIR/d$1.sock\",\"type\":\"unix\"}}"; }
+if start_server "$log" --link ethernet --log --command-log "${sockets[@]}"; then
+  pids=() statuses=()
+  for g in 0 1; do
+    con=$VFIO_USER_DIR/con$g.sock
+    timeout "${BOOT_TIMEOUT:-120}" "$RIG_DIR/qemu11/qemu" -accel tcg -cpu max \
+      -machine q35,memory-backend=bm_mem \
+      -object "memory-backend-memfd,id=bm_mem,size=${MEM:-512}M,share=on" -m "${MEM:-512}M" \
+      -nographic -no-reboot -display none -monitor none \
+      -chardev "socket,id=con,path=$con,server=on,wait=on" -serial chardev:con \
+      -kernel "$ELF" -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+      -device "$(dev $((2 * g)))" -device "$(dev $((2 * g + 1)))" -append "duo=$g" &
+    pids+=($!)
+  done
+  t0=$(date +%s.%N)
+  python3 "$VM/bm-relay.py" "$VFIO_USER_DIR/con0.sock" "$RIG_DIR/logs/baremetal-duo0.log" \
+    "$VFIO_USER_DIR/con1.sock" "$RIG_DIR/logs/baremetal-duo1.log" "${BOOT_TIMEOUT:-120}"
+  for p in "${pids[@]}"; do wait "$p"; statuses+=($?); done
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  stop_server ': firmware pages held: ' 4
+  for g in 0 1; do
+    show_console "$RIG_DIR/logs/baremetal-duo$g.log" | grep -v '^EP '
+    echo "--- guest $g: QEMU exited with status ${statuses[$g]}"
+    check "baremetal (duo, guest $g): QEMU's exit status is 1 (${statuses[$g]} here)" [ "${statuses[$g]}" = 1 ]
+    check "baremetal (duo, guest $g): the console ends with '12 passed, 0 failed'" \
+      grep -Eq '^12 passed, 0 failed' <(tr -d '\r' < "$RIG_DIR/logs/baremetal-duo$g.log")
+  done
+  echo "--- both guests within $secs s"
+  check "baremetal (duo): the server's log has every function's firmware pages returned (held: 0)" \
+    [ "$(grep -Ec ': firmware pages held: 0,' "$log")" = 4 ]
+else
+  ko "server (duo) started"
+fi
+
 # Hostile devices (one function, Ethernet): checks memory, PCI, bring-up, then the case's.
 hostile_dev=(-device "{\"driver\":\"vfio-user-pci\",\"socket\":{\"path\":\"$VFIO_USER_DIR/h0.sock\",\"type\":\"unix\"}}")
 

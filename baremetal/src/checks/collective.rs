@@ -20,7 +20,7 @@ pub const RANKS: usize = 4;
 
 type Comm<'p> = Communicator<&'p BareMetal>;
 
-fn config() -> Config {
+pub fn config() -> Config {
     Config {
         chunk_bytes: 16 << 10,
         window: 4,
@@ -70,7 +70,7 @@ fn connect<'p>(hcas: &mut [&mut (Hca<&'p BareMetal>, Addr)]) -> Res<Vec<Comm<'p>
 
 /// Runs `op` on every rank at once (a fiber each) with that rank's buffer; the first
 /// rank's error, if any.
-fn on_all<T>(
+pub fn on_all<T>(
     comms: &mut [Comm<'_>],
     bufs: &mut [Vec<T>],
     op: impl Fn(&mut Comm<'_>, &mut [T]) -> Result<(), Error>,
@@ -96,7 +96,7 @@ fn on_all<T>(
 }
 
 /// Rank `r`'s element `i` (distinct per rank and position, sums stay in range).
-fn value(r: usize, i: usize) -> i32 {
+pub fn value(r: usize, i: usize) -> i32 {
     (r as i32 + 1) * 1_000_003 + (i as i32 * 7919) % 65_521 - 30_000
 }
 

@@ -4,5 +4,6 @@
 
 pub mod atomics;
 pub mod collective;
+pub mod duo;
 pub mod flr;
 pub mod hostile;
