@@ -193,3 +193,26 @@ pub unsafe fn memory_map(info: usize) -> Option<&'static [MemMapEntry]> {
         )
     })
 }
+
+/// The kernel command line PVH handed over (QEMU's `-append`), or `""` when there is none
+/// or it is not ASCII.
+///
+/// # Safety
+///
+/// As for [`memory_map`].
+pub unsafe fn cmdline(info: usize) -> &'static str {
+    // SAFETY: the caller passes the loader's hvm_start_info; it lies in RAM we never write.
+    let si = unsafe { &*(info as *const StartInfo) };
+    if si.magic != START_INFO_MAGIC || si.cmdline_paddr == 0 {
+        return "";
+    }
+    let p = si.cmdline_paddr as *const u8;
+    // SAFETY: the loader wrote a NUL-terminated string there, read-only to us; the length
+    // is bounded at 4 KiB.
+    let len = (0..4096)
+        .find(|&i| unsafe { p.add(i).read() } == 0)
+        .unwrap_or(0);
+    // SAFETY: `len` bytes at `p` were just read above.
+    let bytes = unsafe { core::slice::from_raw_parts(p, len) };
+    core::str::from_utf8(bytes).unwrap_or("")
+}

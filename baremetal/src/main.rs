@@ -14,7 +14,11 @@
 #![no_std]
 #![no_main]
 
+extern crate alloc;
+
 mod boot;
+mod fiber;
+mod heap;
 mod irq;
 mod pci;
 mod platform;
@@ -24,16 +28,13 @@ mod serial;
 
 use core::fmt::Write;
 use core::net::{IpAddr, Ipv4Addr};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{Gid, Mac};
 use uhca_driver::caps::LinkLayer;
-use uhca_driver::verbs::{
-    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, WcStatus, WorkCompletion, state,
-};
-use uhca_driver::{Hca, HcaConfig};
-use uhca_fwif::consts::{AccessFlags, IbMtu};
+use uhca_driver::verbs::{Cq, Mr, Pd, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use uhca_driver::{Hca, HcaConfig, TeardownMode};
+use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
 
 use platform::{BareMetal, DMA_POOL, HOST_POOL};
@@ -43,6 +44,9 @@ use platform::{BareMetal, DMA_POOL, HOST_POOL};
 
 static PASSED: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
+/// DMA memory the driver keeps for good after the FLR check (see `checks::flr`), excused
+/// in the teardown checks.
+static KEPT_AFTER_FLR: AtomicUsize = AtomicUsize::new(0);
 /// When the first completion was polled (ns after entry; 0: none yet).
 static FIRST_COMPLETION_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -80,8 +84,13 @@ impl Write for Msg {
 }
 
 macro_rules! msg {
-    ($($arg:tt)*) => { Msg::new(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::Msg::new(format_args!($($arg)*)) };
 }
+
+mod checks;
+mod qp_up;
+
+use qp_up::RcQp;
 
 type Res<T> = Result<T, Msg>;
 
@@ -148,18 +157,23 @@ fn memory(info: usize) -> Res<()> {
         }
     }
     let (start, end) = best;
-    if end - start < HOST_POOL_BYTES + (16 << 20) {
-        return Err(msg!("no RAM range of at least 20 MiB above the image"));
+    let fixed = HOST_POOL_BYTES + heap::HEAP_BYTES;
+    if end - start < fixed + (16 << 20) {
+        return Err(msg!("no RAM range of at least 36 MiB above the image"));
     }
     // SAFETY: RAM above the image per the loader's map; nothing else in the program uses it.
     let host = unsafe { HOST_POOL.init(start, HOST_POOL_BYTES) };
+    // SAFETY: as above, the next part of that range.
+    let heap = unsafe { heap::HEAP_POOL.init(start + HOST_POOL_BYTES, heap::HEAP_BYTES) };
     // SAFETY: as above, the rest of that range.
-    let dma = unsafe { DMA_POOL.init(start + HOST_POOL_BYTES, end - start - HOST_POOL_BYTES) };
+    let dma = unsafe { DMA_POOL.init(start + fixed, end - start - fixed) };
     println!(
-        "  host pool {} KiB at {start:#x}, DMA pool {} MiB at {:#x}",
+        "  host pool {} KiB at {start:#x}, heap {} MiB at {:#x}, DMA pool {} MiB at {:#x}",
         host >> 10,
+        heap >> 20,
+        start + HOST_POOL_BYTES,
         dma >> 20,
-        start + HOST_POOL_BYTES
+        start + fixed
     );
     Ok(())
 }
@@ -182,18 +196,24 @@ fn link_name(l: LinkLayer) -> &'static str {
 
 /// Where a peer is: its LID (InfiniBand) or GID and MAC (RoCEv2).
 #[derive(Clone, Copy)]
-struct Addr {
+pub struct Addr {
     lid: u16,
     gid: Gid,
     mac: Mac,
 }
 
+/// The command timeout of the functions' bring-up.
+const CMD_TIMEOUT_NS: u64 = 10_000_000_000;
+
 /// Brings `p` up and gives its port an address: waits for a LID from the fabric's subnet
 /// manager (InfiniBand) or installs RoCEv2 GID 0 for 10.0.0.`n + 1` (Ethernet).
-fn bring_up(p: &BareMetal, n: usize) -> Res<(Hca<&BareMetal>, Addr)> {
+fn bring_up(p: &BareMetal, n: usize, cmd_timeout_ns: u64) -> Res<(Hca<&BareMetal>, Addr)> {
     let cfg = HcaConfig {
         fw_pre_init_timeout_ns: 10_000_000_000,
-        cmd_timeout_ns: 10_000_000_000,
+        cmd_timeout_ns,
+        // The firmware hands back every page at teardown (MANAGE_PAGES), which the server's
+        // log then shows as 0 pages held; fast teardown would let it drop them instead.
+        teardown: TeardownMode::Graceful,
         ..HcaConfig::default()
     };
     let mut hca = Hca::open_with(p, cfg).map_err(|e| msg!("open: {e}"))?;
@@ -244,98 +264,18 @@ const RECV_ID: u64 = 2;
 const WRITE_ID: u64 = 4;
 const READ_ID: u64 = 8;
 
-/// An RC side: MR areas at 0 (receives land), SIZE (sends and READ sources), 2 * SIZE
-/// (RDMA targets).
-struct Side<'p> {
-    pd: Pd,
-    cq: Cq<&'p BareMetal>,
-    mr: Mr<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
-}
+/// An RC side's objects before its QP: a PD, a CQ of 32 entries and an MR of three areas,
+/// at 0 (receives land), SIZE (sends and READ sources), 2 * SIZE (RDMA and atomic targets).
+type Objects<'p> = (Pd, Cq<&'p BareMetal>, Mr<&'p BareMetal>);
 
-fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Side<'p>> {
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Objects<'p>> {
+    let access = AccessFlags::LOCAL_WRITE | qp_up::REMOTE;
     let pd = hca.alloc_pd().map_err(|e| msg!("alloc_pd: {e}"))?;
     let cq = hca.create_cq(32).map_err(|e| msg!("create_cq: {e}"))?;
     let mr = hca
         .alloc_mr(&pd, 3 * SIZE, access)
         .map_err(|e| msg!("alloc_mr: {e}"))?;
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: QpCaps {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    };
-    let qp = hca
-        .create_qp::<Rc>(&pd, &attr)
-        .map_err(|e| msg!("create_qp: {e}"))?;
-    let init = InitAttr {
-        port: 1,
-        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        ..InitAttr::default()
-    };
-    let qp = qp
-        .to_init(hca, init)
-        .map_err(|f| msg!("to_init: {}", f.error))?;
-    Ok(Side { pd, cq, mr, qp })
-}
-
-fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AddressHandle {
-    match link {
-        LinkLayer::InfiniBand => AddressHandle::Ib {
-            dlid: peer.lid,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: StaticRate::PortCurrent,
-            grh: None,
-        },
-        LinkLayer::Ethernet => AddressHandle::RoceV2 {
-            sgid_index: 0,
-            dgid: peer.gid,
-            dmac: peer.mac,
-            udp_sport: 0xc000 | (peer_qpn as u16 & 0x3fff),
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            sl: 0,
-        },
-    }
-}
-
-fn connect<'p>(
-    hca: &mut Hca<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
-    peer: &Addr,
-    peer_qpn: u32,
-    my_psn: u32,
-    peer_psn: u32,
-) -> Res<Qp<&'p BareMetal, Rc, state::Rts>> {
-    let link = hca.caps().link_layer;
-    let rtr = RtrAttr {
-        path_mtu: IbMtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: peer_psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah: path(link, peer, peer_qpn),
-    };
-    let qp = qp
-        .to_rtr(hca, rtr)
-        .map_err(|f| msg!("to_rtr: {}", f.error))?;
-    let rts = RtsAttr {
-        sq_psn: my_psn,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-    };
-    qp.to_rts(hca, rts).map_err(|f| msg!("to_rts: {}", f.error))
+    Ok((pd, cq, mr))
 }
 
 /// Polls `cq` until a completion for each bit of `ids` arrived, each successful; returns
@@ -407,7 +347,7 @@ fn sge(mr: &Mr<&BareMetal>, off: usize) -> Res<Sge> {
     mr.sge(off, SIZE).map_err(|e| msg!("sge: {e}"))
 }
 
-fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Res<()> {
+fn post_recv(qp: &mut RcQp<'_>, mr: &Mr<&BareMetal>) -> Res<()> {
     let s = [sge(mr, 0)?];
     qp.post_recv(&[RecvWr {
         wr_id: RECV_ID,
@@ -416,30 +356,20 @@ fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Re
     .map_err(|e| msg!("post_recv: {e:?}"))
 }
 
-fn post_send(
-    qp: &mut Qp<&BareMetal, Rc, state::Rts>,
-    mr: &Mr<&BareMetal>,
-    id: u64,
-    off: usize,
-    op: SendOp,
-) -> Res<()> {
+fn post_send(qp: &mut RcQp<'_>, mr: &Mr<&BareMetal>, id: u64, off: usize, op: SendOp) -> Res<()> {
     let s = [sge(mr, off)?];
     qp.post_send(&[SendWr::new(id, op, &s)])
         .map_err(|e| msg!("post_send: {e:?}"))
 }
 
-type RtsSide<'p> = (
-    Pd,
-    Cq<&'p BareMetal>,
-    Mr<&'p BareMetal>,
-    Qp<&'p BareMetal, Rc, state::Rts>,
-);
+/// An RC side connected: PD, CQ, MR and its QP in RTS.
+type RtsSide<'p> = (Pd, Cq<&'p BareMetal>, Mr<&'p BareMetal>, RcQp<'p>);
 
 /// SEND ping-pong: A sends SIZE bytes of round `r`'s pattern, B checks them and sends them
 /// back, A checks the echo.
-fn pingpong(a: &mut RtsSide<'_>, b: &mut RtsSide<'_>) -> Res<u64> {
+fn pingpong(a: &mut RtsSide<'_>, b: &mut RtsSide<'_>, rounds: u32) -> Res<u64> {
     let t0 = platform::now_ns();
-    for r in 0..ROUNDS {
+    for r in 0..rounds {
         post_recv(&mut a.3, &a.2)?;
         post_recv(&mut b.3, &b.2)?;
         fill(&mut a.2, SIZE, r);
@@ -531,7 +461,7 @@ fn msix<'p>(
 /// The QP to ERR, its completions drained, then QP, CQ, MR and PD destroyed.
 fn take_down<'p>(hca: &mut Hca<&'p BareMetal>, s: RtsSide<'p>) -> Res<()> {
     let (pd, mut cq, mr, qp) = s;
-    let qp = qp.to_err(hca).map_err(|f| msg!("to_err: {}", f.error))?;
+    let qp = qp_up::to_err(hca, qp)?;
     let mut wc = [WorkCompletion::default(); 16];
     while cq.poll(&mut wc).map_err(|e| msg!("drain: {e:?}"))? != 0 {}
     qp.destroy(hca)
@@ -556,19 +486,35 @@ fn rc_pair<'p>(
     let link = link_name(ha.caps().link_layer);
     let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
     let sides = check(
-        format_args!("rc ({link}): PD, CQ, MR and RC QP on each function"),
+        format_args!("rc ({link}): PD, CQ and MR on each function"),
         open_side(ha).and_then(|a| Ok((a, open_side(hb)?))),
     );
-    let Some((sa, sb)) = sides else { return };
-    let (qa, qb) = (sa.qp.qpn(), sb.qp.qpn());
+    let Some(((pda, cqa, mra), (pdb, cqb, mrb))) = sides else {
+        return;
+    };
     let conn = check(
-        format_args!("rc ({link}): QPs {qa:#x} and {qb:#x} connected (INIT, RTR, RTS)"),
-        connect(ha, sa.qp, ab, qb, 0x1000, 0x2000)
-            .and_then(|x| Ok((x, connect(hb, sb.qp, aa, qa, 0x2000, 0x1000)?))),
+        format_args!("rc ({link}): an RC QP on each, connected (INIT, RTR, RTS)"),
+        qp_up::rc_pair(
+            qp_up::End {
+                hca: ha,
+                pd: &pda,
+                cq: &cqa,
+                addr: aa,
+                psn: 0x1000,
+            },
+            qp_up::End {
+                hca: hb,
+                pd: &pdb,
+                cq: &cqb,
+                addr: ab,
+                psn: 0x2000,
+            },
+        ),
     );
     let Some((qpa, qpb)) = conn else { return };
-    let mut a = (sa.pd, sa.cq, sa.mr, qpa);
-    let mut b = (sb.pd, sb.cq, sb.mr, qpb);
+    println!("  QPs {:#x} and {:#x}", qpa.qpn(), qpb.qpn());
+    let mut a = (pda, cqa, mra, qpa);
+    let mut b = (pdb, cqb, mrb, qpb);
     println!(
         "  objects of the pair (2 x PD, CQ of 32, MR of {} KiB, RC QP of 8 + 8): {} KiB of DMA memory, {} B of host memory",
         (3 * SIZE) >> 10,
@@ -577,7 +523,7 @@ fn rc_pair<'p>(
     );
     if let Some(ns) = check(
         format_args!("rc ({link}): {ROUNDS} SEND round trips of {SIZE} B, payload checked"),
-        pingpong(&mut a, &mut b),
+        pingpong(&mut a, &mut b, ROUNDS),
     ) {
         println!(
             "  {ROUNDS} round trips in {} ms ({} us each)",
@@ -593,6 +539,7 @@ fn rc_pair<'p>(
         format_args!("rc ({link}): RDMA READ of {SIZE} B, data checked"),
         rdma_read(&mut a, &mut b),
     );
+    checks::atomics::run(link, &mut a, &mut b);
     check(
         format_args!(
             "msix ({link}): a completion event on an armed CQ arrives as MSI-X vector {:#x} (local APIC {apic})",
@@ -604,6 +551,62 @@ fn rc_pair<'p>(
         format_args!("rc ({link}): objects torn down (QP to ERR, drained, destroyed)"),
         take_down(ha, a).and_then(|()| take_down(hb, b)),
     );
+}
+
+/// The single-guest run: RC between the first two functions, the collective over four, the
+/// FLR of function 0.
+fn everything<'p>(
+    hcas: &mut [Option<(Hca<&'p BareMetal>, Addr)>; MAX_FUNCTIONS],
+    plats: &'p [Option<BareMetal>; MAX_FUNCTIONS],
+    apic: u8,
+) {
+    // RC between the first two functions that came up.
+    let mut up = hcas.iter_mut().flatten();
+    match (up.next(), up.next()) {
+        (Some((ha, aa)), Some((hb, ab))) => {
+            let (aa, ab) = (*aa, *ab);
+            rc_pair(ha, &aa, hb, &ab, apic);
+        }
+        _ => {
+            check(
+                format_args!("rc: two functions up"),
+                Err::<(), _>(msg!("fewer than two functions came up")),
+            );
+        }
+    }
+    // The collective over the first four functions that came up.
+    {
+        let link = hcas
+            .iter()
+            .flatten()
+            .next()
+            .map_or("?", |(h, _)| link_name(h.caps().link_layer));
+        let mut ranks: alloc::vec::Vec<_> = hcas
+            .iter_mut()
+            .flatten()
+            .take(checks::collective::RANKS)
+            .collect();
+        let (dma0, host0, heap0) = (DMA_POOL.used(), HOST_POOL.used(), heap::HEAP_POOL.used());
+        DMA_POOL.reset_peak();
+        HOST_POOL.reset_peak();
+        heap::HEAP_POOL.reset_peak();
+        checks::collective::run(link, &mut ranks);
+        println!(
+            "  collective: peaks of {} KiB of DMA memory, {} B of host memory, {} KiB of heap for {} ranks",
+            (DMA_POOL.peak() - dma0) >> 10,
+            HOST_POOL.peak() - host0,
+            (heap::HEAP_POOL.peak() - heap0) >> 10,
+            ranks.len()
+        );
+    }
+    // A function-level reset of function 0 under the driver, function 1 its peer.
+    if let (Some(p0), [s0, s1, ..]) = (plats[0].as_ref(), &mut hcas[..])
+        && s0.is_some()
+        && let Some(b) = s1.as_mut()
+    {
+        let link = link_name(b.0.caps().link_layer);
+        checks::flr::run(link, p0, s0, b);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -686,6 +689,20 @@ extern "C" fn bm_main(start_info: usize) -> ! {
             })
     });
 
+    // A hostile case instead of the run (the kernel command line's `hostile=...`).
+    // SAFETY: `start_info` is what the PVH entry received.
+    let cmdline = unsafe { boot::cmdline(start_info) };
+    if let Some(mode) = cmdline.split(' ').find_map(|w| w.strip_prefix("hostile=")) {
+        checks::hostile::run(mode, plats.iter().flatten().next());
+        finish();
+    }
+    // One of two guests of a collective (`duo=0` or `duo=1`; see `checks::duo`).
+    let duo: Option<usize> = cmdline
+        .split(' ')
+        .find_map(|w| w.strip_prefix("duo="))
+        .map(|g| g.parse().unwrap_or(usize::MAX));
+    let first_n = duo.map_or(0, |g| g.min(1) * 2);
+
     // Bring every function up.
     let mut hcas: [Option<(Hca<&BareMetal>, Addr)>; MAX_FUNCTIONS] = Default::default();
     for (i, p) in plats.iter().enumerate() {
@@ -695,14 +712,14 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         let (dma0, host0) = (DMA_POOL.used(), HOST_POOL.used());
         DMA_POOL.reset_peak();
         HOST_POOL.reset_peak();
-        let r = bring_up(p, i);
+        let r = bring_up(p, first_n + i, CMD_TIMEOUT_NS);
         let took = platform::now_ns() - t;
         let ok = r
             .as_ref()
             .map(|(h, a)| (link_name(h.caps().link_layer), h.firmware_pages(), a.lid));
         let label = match &ok {
             Ok((link, _, lid)) if *link == "InfiniBand" => msg!("{link}, LID {lid}"),
-            Ok((link, _, _)) => msg!("{link}, RoCEv2 GID 0 = 10.0.0.{}", i + 1),
+            Ok((link, _, _)) => msg!("{link}, RoCEv2 GID 0 = 10.0.0.{}", first_n + i + 1),
             Err(_) => msg!("?"),
         };
         if let Some(v) = check(
@@ -727,19 +744,16 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         }
     }
 
-    // RC between the first two functions that came up.
-    let mut up = hcas.iter_mut().flatten();
-    match (up.next(), up.next()) {
-        (Some((ha, aa)), Some((hb, ab))) => {
-            let (aa, ab) = (*aa, *ab);
-            rc_pair(ha, &aa, hb, &ab, apic);
-        }
-        _ => {
-            check(
-                format_args!("rc: two functions up"),
-                Err::<(), _>(msg!("fewer than two functions came up")),
-            );
-        }
+    if let Some(g) = duo {
+        let link = hcas
+            .iter()
+            .flatten()
+            .next()
+            .map_or("?", |(h, _)| link_name(h.caps().link_layer));
+        let mut ranks: alloc::vec::Vec<_> = hcas.iter_mut().flatten().collect();
+        checks::duo::run(g, link, &mut ranks);
+    } else {
+        everything(&mut hcas, &plats, apic);
     }
     let first = FIRST_COMPLETION_NS.load(Ordering::Relaxed);
     if first != 0 {
@@ -758,19 +772,30 @@ extern "C" fn bm_main(start_info: usize) -> ! {
         let p: &BareMetal = hca.platform();
         check(
             format_args!("teardown fn{i}: closed, all its DMA memory returned"),
-            hca.close()
-                .map_err(|e| msg!("close: {e}"))
-                .and_then(|()| match p.dma_live() {
-                    0 => Ok(()),
-                    b => Err(msg!("{b} B of DMA memory still held")),
-                }),
+            hca.close().map_err(|e| msg!("close: {e}")).and_then(|()| {
+                let kept = if i == 0 {
+                    KEPT_AFTER_FLR.load(Ordering::Relaxed)
+                } else {
+                    0
+                };
+                match p.dma_live() {
+                    b if b == kept => Ok(()),
+                    b => Err(msg!("{b} B of DMA memory still held ({kept} B expected)")),
+                }
+            }),
         );
     }
     check(
-        format_args!("teardown: both pools empty"),
-        match (DMA_POOL.used(), HOST_POOL.used()) {
-            (0, 0) => Ok(()),
-            (d, h) => Err(msg!("{d} B DMA and {h} B host memory still allocated")),
+        format_args!("teardown: all three pools empty"),
+        match (
+            DMA_POOL.used() - KEPT_AFTER_FLR.load(Ordering::Relaxed),
+            HOST_POOL.used(),
+            heap::HEAP_POOL.used(),
+        ) {
+            (0, 0, 0) => Ok(()),
+            (d, h, a) => Err(msg!(
+                "{d} B DMA, {h} B host memory and {a} B of heap still allocated"
+            )),
         },
     );
     println!("  total {} ms after entry", ms(platform::now_ns()));

@@ -48,7 +48,8 @@ pub struct Pool {
 unsafe impl Sync for Pool {}
 
 impl Pool {
-    const fn new(granule: usize) -> Self {
+    /// A pool of `granule`-byte granules (a power of two), empty until [`Pool::init`].
+    pub const fn new(granule: usize) -> Self {
         Pool {
             granule,
             lock: AtomicBool::new(false),
@@ -93,7 +94,8 @@ impl Pool {
         granules * g
     }
 
-    fn alloc(&self, len: usize, align: usize) -> Option<NonNull<u8>> {
+    /// `len` zeroed bytes aligned to `align`, or `None` when no free run is long enough.
+    pub fn alloc(&self, len: usize, align: usize) -> Option<NonNull<u8>> {
         if len == 0 || !align.is_power_of_two() {
             return None;
         }
@@ -126,7 +128,8 @@ impl Pool {
         NonNull::new(p as *mut u8)
     }
 
-    fn free(&self, p: NonNull<u8>, len: usize) {
+    /// Gives back `len` bytes at `p`, as [`Pool::alloc`] handed them out.
+    pub fn free(&self, p: NonNull<u8>, len: usize) {
         let g = self.granule;
         let n = len.div_ceil(g);
         self.with(|s| {

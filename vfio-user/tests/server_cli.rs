@@ -127,3 +127,30 @@ fn the_command_dump_is_written_when_a_client_goes() {
         "a dump that cannot be created is an error"
     );
 }
+
+/// `--hang-opcode` takes a number (hexadecimal with `0x`, or decimal); anything else is a
+/// usage error that names the argument, before any socket is created.
+#[test]
+fn hang_opcode_must_be_a_number() {
+    let out = Command::new(env!("CARGO_BIN_EXE_uhca-vfio-user-server"))
+        .args([
+            "--hang-opcode",
+            "CREATE_CQ",
+            "--socket",
+            "/tmp/unused-hang.sock",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a non-numeric opcode is refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--hang-opcode CREATE_CQ: not a number"),
+        "{err}"
+    );
+    assert!(
+        !std::path::Path::new("/tmp/unused-hang.sock").exists(),
+        "no socket for a refused command line"
+    );
+}

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log]
-//!                       [--command-dump FILE] --socket PATH...
+//!                       [--command-dump FILE] [--hang-opcode OPCODE]
+//!                       [--removal-file FILE] --socket PATH...
 //! ```
 //!
 //! One mock function per `--socket` (in order: MAC 02:c0:ff:ee:00:01, :02, ...; on
@@ -22,6 +23,16 @@
 //! `PATH: command dump: N commands written`; `uhca-cmd-compare` lines up two such dumps
 //! field by field. It is meant for test rigs: the bytes of up to the model's log capacity of
 //! commands are held in memory until the client goes.
+//!
+//! With `--hang-opcode OPCODE` (a number, e.g. `0x400` for CREATE_CQ), every function's
+//! firmware takes each command of that opcode and never completes it (the entry stays
+//! owned by hardware, no completion event): a device that stops answering, for testing a
+//! driver's command timeout. Other commands are answered as usual.
+//!
+//! With `--removal-file FILE`, once FILE exists (the server looks every 10 ms) every
+//! function is surprise-removed: each configuration-space and BAR read returns all ones and
+//! writes are dropped, as for a device gone from the bus, while the sockets stay up (killing
+//! the server instead makes QEMU 11.1's vfio-user client abort, so a guest never sees it).
 //!
 //! Every device access the model's IOMMU refuses (an IOVA outside the client's DMA maps, a
 //! write to a read-only map, DMA with bus mastering off) is printed on standard output,
@@ -62,9 +73,11 @@ struct Args {
     log: bool,
     command_log: bool,
     command_dump: Option<String>,
+    hang_opcode: Option<u16>,
+    removal_file: Option<String>,
 }
 
-const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log] [--command-dump FILE] --socket PATH...";
+const USAGE: &str = "usage: uhca-vfio-user-server [--link ethernet|infiniband] [--pcap FILE] [--log] [--command-log] [--command-dump FILE] [--hang-opcode OPCODE] [--removal-file FILE] --socket PATH...";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -74,6 +87,8 @@ fn parse() -> Result<Args, String> {
         log: false,
         command_log: false,
         command_dump: None,
+        hang_opcode: None,
+        removal_file: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -91,6 +106,17 @@ fn parse() -> Result<Args, String> {
             "--command-log" => a.command_log = true,
             "--command-dump" => {
                 a.command_dump = Some(it.next().ok_or("--command-dump needs a file")?)
+            }
+            "--hang-opcode" => {
+                let v = it.next().ok_or("--hang-opcode needs an opcode")?;
+                let n = match v.strip_prefix("0x") {
+                    Some(h) => u16::from_str_radix(h, 16),
+                    None => v.parse(),
+                };
+                a.hang_opcode = Some(n.map_err(|_| format!("--hang-opcode {v}: not a number"))?);
+            }
+            "--removal-file" => {
+                a.removal_file = Some(it.next().ok_or("--removal-file needs a path")?)
             }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -207,6 +233,13 @@ fn main() -> ExitCode {
         });
         fabric.attach(&hca);
         hca.record_command_bytes(dump.is_some());
+        if let Some(op) = args.hang_opcode {
+            hca.inject_command_fault(
+                Some(CmdOpcode::from_raw(op)),
+                uhca_mock::CommandFault::Hang,
+                u32::MAX,
+            );
+        }
         let _ = std::fs::remove_file(path);
         match UnixListener::bind(path) {
             Ok(l) => listeners.push((path.clone(), l, Function::new(hca))),
@@ -223,6 +256,18 @@ fn main() -> ExitCode {
         .iter()
         .map(|(path, _, function)| (path.clone(), function.hca().clone()))
         .collect();
+    if let Some(file) = args.removal_file.clone() {
+        let hcas: Vec<MockHca> = watched.iter().map(|(_, h)| h.clone()).collect();
+        std::thread::spawn(move || {
+            while !std::path::Path::new(&file).exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            for h in &hcas {
+                h.set_pci_all_ones(true);
+            }
+            say!("uhca-vfio-user-server: {file} exists: every function removed (reads all ones)");
+        });
+    }
     std::thread::spawn(move || {
         loop {
             for (path, hca) in &watched {
