@@ -417,10 +417,53 @@ pub struct IbvSendWr {
     pub rest: [u64; 11],
 }
 
+impl IbvSendWr {
+    /// `wr.rdma.remote_addr` and `wr.atomic.remote_addr` (offset 40).
+    pub fn remote_addr(&self) -> u64 {
+        self.rest[0]
+    }
+
+    /// `wr.rdma.rkey` (offset 48).
+    pub fn rdma_rkey(&self) -> u32 {
+        self.rest[1] as u32
+    }
+
+    /// `wr.atomic.compare_add` (offset 48).
+    pub fn compare_add(&self) -> u64 {
+        self.rest[1]
+    }
+
+    /// `wr.atomic.swap` (offset 56).
+    pub fn swap(&self) -> u64 {
+        self.rest[2]
+    }
+
+    /// `wr.atomic.rkey` (offset 64).
+    pub fn atomic_rkey(&self) -> u32 {
+        self.rest[3] as u32
+    }
+}
+
+/// `IBV_WR_RDMA_WRITE`.
+pub const WR_RDMA_WRITE: c_int = 0;
+/// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+pub const WR_RDMA_WRITE_WITH_IMM: c_int = 1;
 /// `IBV_WR_SEND`.
 pub const WR_SEND: c_int = 2;
+/// `IBV_WR_SEND_WITH_IMM`.
+pub const WR_SEND_WITH_IMM: c_int = 3;
+/// `IBV_WR_RDMA_READ`.
+pub const WR_RDMA_READ: c_int = 4;
+/// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+pub const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+/// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+pub const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+/// `IBV_SEND_FENCE`.
+pub const SEND_FENCE: u32 = 1;
 /// `IBV_SEND_SIGNALED`.
 pub const SEND_SIGNALED: u32 = 1 << 1;
+/// `IBV_SEND_SOLICITED`.
+pub const SEND_SOLICITED: u32 = 1 << 2;
 /// `IBV_SEND_INLINE`.
 pub const SEND_INLINE: u32 = 1 << 3;
 
@@ -472,7 +515,7 @@ pub struct IbvGid {
 }
 
 macro_rules! layout {
-    ($( $t:ident => $c:literal { $($f:ident),* } )*) => {
+    ($( $t:ident => $c:literal { $($f:ident),* } )* ; $( ($ec:literal, $ef:literal, $eo:expr) )*) => {
         /// Every size (`sizeof struct X`) and offset (`offsetof struct X field`) of this
         /// module, by its C name, as `tests/layout.rs` checks against the header.
         pub const LAYOUT: &[(&str, &str, usize)] = &[
@@ -480,6 +523,7 @@ macro_rules! layout {
                 ($c, "", size_of::<$t>()),
                 $( ($c, stringify!($f), offset_of!($t, $f)), )*
             )*
+            $( ($ec, $ef, $eo), )*
         ];
     };
 }
@@ -505,6 +549,14 @@ layout! {
     IbvSendWr => "ibv_send_wr" { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data }
     IbvRecvWr => "ibv_recv_wr" { wr_id, next, sg_list, num_sge }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
+    ;
+    // What the accessors of IbvSendWr read out of `rest` (8-byte words from offset 40).
+    ("ibv_send_wr", "wr.rdma.remote_addr", offset_of!(IbvSendWr, rest))
+    ("ibv_send_wr", "wr.rdma.rkey", offset_of!(IbvSendWr, rest) + 8)
+    ("ibv_send_wr", "wr.atomic.remote_addr", offset_of!(IbvSendWr, rest))
+    ("ibv_send_wr", "wr.atomic.compare_add", offset_of!(IbvSendWr, rest) + 8)
+    ("ibv_send_wr", "wr.atomic.swap", offset_of!(IbvSendWr, rest) + 16)
+    ("ibv_send_wr", "wr.atomic.rkey", offset_of!(IbvSendWr, rest) + 24)
 }
 
 #[cfg(test)]

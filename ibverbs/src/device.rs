@@ -120,7 +120,8 @@ impl Open {
 }
 
 /// A registration of the application's memory: uhca's key over the range, and the
-/// application's address of its first byte (what its SGEs name).
+/// address of its first byte its SGEs and peers name (the key's: the buffer's virtual
+/// address, or the `iova` of `ibv_reg_mr_iova2`).
 struct Registered {
     mr: UserMr<MockPlatform>,
     pd: u32,
@@ -539,23 +540,27 @@ impl Device {
         })?
     }
 
-    /// `ibv_reg_mr`: registers `buf`, the application's memory at its address `va`, on the
-    /// PD `pd`. Only local rights: a peer would address the region by the application's
-    /// virtual address, and uhca's keys start at the IOVA it maps the range at.
+    /// `ibv_reg_mr_iova2` (and `ibv_reg_mr`, with `iova` the buffer's address): registers
+    /// `buf`, the application's memory, on the PD `pd`, addressed from `iova`: the
+    /// application's SGEs with the lkey and its peers' RDMA and atomic requests with the rkey
+    /// name `iova + offset` (uhca's key starts there, whatever IOVA the range is mapped at).
     ///
     /// # Errors
     ///
-    /// Not open, an unknown PD, remote access (EOPNOTSUPP), a buffer that is not 8-byte
-    /// aligned (EINVAL), or the driver's failure.
-    pub fn reg_mr(&self, pd: u32, va: u64, buf: HostBuf, access: AccessFlags) -> VResult<MrKeys> {
-        if access.intersects(
-            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-        ) {
+    /// Not open, an unknown PD, remote write or atomic rights without local write (EINVAL,
+    /// as verbs requires), an `iova` whose offset within a 4 KiB page is not the buffer's
+    /// (EINVAL, as Linux), a buffer that is not 8-byte aligned (EINVAL), or the driver's
+    /// failure. Nothing is registered then.
+    pub fn reg_mr(&self, pd: u32, iova: u64, buf: HostBuf, access: AccessFlags) -> VResult<MrKeys> {
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
             return Err(VerbsError::new(
-                libc::EOPNOTSUPP,
-                "remote access to an MR (peers would address it by virtual address)",
+                libc::EINVAL,
+                "remote write or atomic rights without local write",
             ));
         }
+        let va = iova;
         self.with(|o| {
             let p = o
                 .pds
@@ -566,13 +571,18 @@ impl Device {
                     .map_host_buf(buf)
                     .map_err(|f| VerbsError::new(libc::EINVAL, format!("map: {:?}", f.error)))?;
             let len = uhca_hal::DmaMem::len(&mapped);
-            let mr = match o.hw.hca.reg_user_mr(p, mapped, access) {
+            let mr = match o.hw.hca.reg_user_mr_at(p, mapped, iova, access) {
                 Ok(mr) => mr,
                 Err(f) => {
                     if let Some(m) = f.object {
                         let _ = m.unmap();
                     }
-                    return Err(VerbsError::driver("register", f.error));
+                    return Err(match f.error {
+                        uhca_driver::Error::InvalidArgument(e) => {
+                            VerbsError::new(libc::EINVAL, format!("register: {e}"))
+                        }
+                        e => VerbsError::driver("register", e),
+                    });
                 }
             };
             let keys = MrKeys {
@@ -631,6 +641,46 @@ impl Device {
     /// EINVAL if no MR of that key covers the range.
     pub fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
         self.with(|o| o.translate(lkey, addr, len))?
+    }
+
+    /// Reads `dst.len()` bytes at offset `off` of MR `handle`'s memory (volatile reads: the
+    /// device may write it), as the application reads its own buffer (for tests of the
+    /// core, which has no `unsafe` to read it by address).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown MR, or a range outside it.
+    pub fn read_mr(&self, handle: u32, off: usize, dst: &mut [u8]) -> VResult<()> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .get(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown MR"))?;
+            if off.checked_add(dst.len()).is_none_or(|e| e > r.len) {
+                return Err(VerbsError::new(libc::EINVAL, "outside the MR"));
+            }
+            uhca_hal::DmaMem::read_bytes(r.mr.mem(), off, dst);
+            Ok(())
+        })?
+    }
+
+    /// Writes `src` at offset `off` of MR `handle`'s memory (see [`Device::read_mr`]).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown MR, or a range outside it.
+    pub fn write_mr(&self, handle: u32, off: usize, src: &[u8]) -> VResult<()> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .get_mut(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown MR"))?;
+            if off.checked_add(src.len()).is_none_or(|e| e > r.len) {
+                return Err(VerbsError::new(libc::EINVAL, "outside the MR"));
+            }
+            uhca_hal::DmaMem::write_bytes(r.mr.mem_mut(), off, src);
+            Ok(())
+        })?
     }
 
     /// How many PDs and CQs the application holds (for tests).
@@ -713,12 +763,42 @@ mod tests {
             HostBuf::from(&mut [0u8; 0][..]),
             AccessFlags::REMOTE_WRITE,
         );
-        assert_eq!(remote.unwrap_err().errno, libc::EOPNOTSUPP);
+        assert_eq!(
+            remote.unwrap_err().errno,
+            libc::EINVAL,
+            "remote write needs local write"
+        );
+        // An iova off the buffer's offset within its page: EINVAL, nothing registered.
+        let other: &'static mut [u8] = Box::leak(vec![0u8; 4096].into_boxed_slice());
+        let off = other.as_ptr() as u64 % 4096;
+        let bad = d.reg_mr(
+            pd,
+            0x10_0000_0000 + (off + 8) % 4096,
+            HostBuf::from(other),
+            AccessFlags::LOCAL_WRITE,
+        );
+        assert_eq!(bad.unwrap_err().errno, libc::EINVAL);
+        // At a chosen iova (ibv_reg_mr_iova2) with remote rights: SGEs name the iova.
+        let other: &'static mut [u8] = Box::leak(vec![0u8; 4096].into_boxed_slice());
+        let (ova, iova) = (
+            other.as_ptr() as u64,
+            0x10_0000_0000 + other.as_ptr() as u64 % 4096,
+        );
+        let all = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let ki = d.reg_mr(pd, iova, HostBuf::from(other), all).unwrap();
+        assert_eq!(ki.lkey, ki.rkey);
+        let sge = d.translate(ki.lkey, iova + 100, 50).unwrap();
+        assert_eq!((sge.addr, sge.len), (iova + 100, 50));
+        assert!(d.translate(ki.lkey, ova + 100, 50).is_err());
+        d.dereg_mr(ki.handle).unwrap();
         let k = d
             .reg_mr(pd, va, HostBuf::from(buf), AccessFlags::LOCAL_WRITE)
             .unwrap();
         let sge = d.translate(k.lkey, va + 100, 50).unwrap();
-        assert_eq!((sge.len, sge.lkey), (50, k.lkey));
+        assert_eq!((sge.addr, sge.len, sge.lkey), (va + 100, 50, k.lkey));
         assert!(d.translate(k.lkey, va + 8190, 4).is_err());
         assert!(d.translate(k.lkey, va - 1, 4).is_err());
         assert!(d.translate(k.lkey ^ 0x100, va, 4).is_err());

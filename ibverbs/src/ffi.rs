@@ -289,7 +289,8 @@ unsafe extern "C" fn poll_cq(cq: *mut IbvCq, n: c_int, wc: *mut c_void) -> c_int
             opcode,
             vendor_err: u32::from(w.vendor_err),
             byte_len: w.byte_len,
-            imm_data: w.imm_data,
+            // __be32 in memory, as verbs says.
+            imm_data: w.imm_data.to_be(),
             qp_num: w.qp_num,
             src_qp: w.src_qp,
             // IBV_WC_GRH 1, IBV_WC_WITH_IMM 2, IBV_WC_WITH_INV 8.
@@ -739,15 +740,58 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
     }
 }
 
-// ---- Not in this slice: refused as rdma-core refuses what a provider lacks -------------
-
 export!("ibv_reg_mr" @ "IBVERBS_1.1" => reg_mr);
-/// Registers `len` bytes the application owns at `addr`, with local rights only (see
-/// [`Device::reg_mr`]); remote rights: EOPNOTSUPP.
+/// Registers `len` bytes the application owns at `addr`, addressed by `addr` (see
+/// [`Device::reg_mr`]).
 unsafe extern "C" fn reg_mr(
     pd: *mut IbvPd,
     addr: *mut c_void,
     len: usize,
+    access: c_int,
+) -> *mut IbvMr {
+    // SAFETY: the caller's contract is ibv_reg_mr's, which reg_mr_at's is.
+    unsafe { reg_mr_at(pd, addr, len, addr as u64, access) }
+}
+
+export!("ibv_reg_mr_iova" @ "IBVERBS_1.7" => reg_mr_iova);
+/// As [`reg_mr_iova2`] (the older name, with a signed `access`).
+unsafe extern "C" fn reg_mr_iova(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut IbvMr {
+    // SAFETY: the caller's contract is ibv_reg_mr_iova's, which reg_mr_at's is.
+    unsafe { reg_mr_at(pd, addr, len, iova, access) }
+}
+
+export!("ibv_reg_mr_iova2" @ "IBVERBS_1.8" => reg_mr_iova2);
+/// Registers `len` bytes the application owns at `addr`, addressed from `iova` by the
+/// application's SGEs and its peers (what `ibv_reg_mr` calls when its access flags are not
+/// a constant, with `iova` = `addr`).
+unsafe extern "C" fn reg_mr_iova2(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> *mut IbvMr {
+    // SAFETY: the caller's contract is ibv_reg_mr_iova2's, which reg_mr_at's is.
+    unsafe { reg_mr_at(pd, addr, len, iova, access as c_int) }
+}
+
+/// The registrations' common body: `len` bytes at `addr`, key addressed from `iova`.
+///
+/// # Safety
+///
+/// `pd` is NULL or a PD of this library; the application owns `len` bytes at `addr` and
+/// keeps them valid until `ibv_dereg_mr`.
+unsafe fn reg_mr_at(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
     access: c_int,
 ) -> *mut IbvMr {
     if pd.is_null() || addr.is_null() || len == 0 || len > isize::MAX as usize {
@@ -768,7 +812,7 @@ unsafe extern "C" fn reg_mr(
     // freed: dereg unmaps and hands the memory back to its owner.
     let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
     let rights = uhca_fwif::consts::AccessFlags::from_bits_truncate((access & ACCESS_BASIC) as u32);
-    match entry.dev.reg_mr(pd_handle, addr as u64, buf.into(), rights) {
+    match entry.dev.reg_mr(pd_handle, iova, buf.into(), rights) {
         Ok(k) => Box::into_raw(Box::new(CMr {
             ibv: IbvMr {
                 context: ctx,
@@ -1038,8 +1082,12 @@ unsafe fn app_sges(list: *const IbvSge, n: c_int) -> Vec<crate::qp::AppSge> {
         .collect()
 }
 
-/// The `post_send` op: SEND only (other opcodes and inline data: EOPNOTSUPP).
+/// The `post_send` op: SEND, SEND with immediate, RDMA WRITE (with immediate), RDMA READ,
+/// compare-and-swap and fetch-and-add, gathered from registered memory or inline
+/// (`IBV_SEND_INLINE`: the bytes are copied from the SGEs' addresses, no key needed),
+/// signalled or not. Other opcodes: EOPNOTSUPP with `bad_wr`.
 unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    use uhca_driver::verbs::{SendFlags, SendOp};
     let set_bad = |w: *mut IbvSendWr| {
         if !bad.is_null() {
             // SAFETY: the caller passes a writable pointer or NULL.
@@ -1058,13 +1106,77 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
     while !w.is_null() {
         // SAFETY: a list of the caller's readable ibv_send_wr, NULL-terminated.
         let r = unsafe { &*w };
-        if r.opcode != WR_SEND || r.send_flags & SEND_INLINE != 0 {
-            set_bad(w);
-            return libc::EOPNOTSUPP;
+        // imm_data is big-endian in memory (__be32); the driver takes the value the wire
+        // carries.
+        let imm = u32::from_be(r.imm_data);
+        let op = match r.opcode {
+            WR_SEND => SendOp::Send,
+            WR_SEND_WITH_IMM => SendOp::SendWithImm { imm },
+            WR_RDMA_WRITE => SendOp::RdmaWrite {
+                remote_addr: r.remote_addr(),
+                rkey: r.rdma_rkey(),
+            },
+            WR_RDMA_WRITE_WITH_IMM => SendOp::RdmaWriteWithImm {
+                remote_addr: r.remote_addr(),
+                rkey: r.rdma_rkey(),
+                imm,
+            },
+            WR_RDMA_READ => SendOp::RdmaRead {
+                remote_addr: r.remote_addr(),
+                rkey: r.rdma_rkey(),
+            },
+            WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCmpSwap {
+                remote_addr: r.remote_addr(),
+                rkey: r.atomic_rkey(),
+                compare: r.compare_add(),
+                swap: r.swap(),
+            },
+            WR_ATOMIC_FETCH_AND_ADD => SendOp::AtomicFetchAdd {
+                remote_addr: r.remote_addr(),
+                rkey: r.atomic_rkey(),
+                add: r.compare_add(),
+            },
+            _ => {
+                set_bad(w);
+                return libc::EOPNOTSUPP;
+            }
+        };
+        let mut flags = SendFlags::empty();
+        if r.send_flags & SEND_SIGNALED != 0 {
+            flags |= SendFlags::SIGNALED;
+        }
+        if r.send_flags & SEND_FENCE != 0 {
+            flags |= SendFlags::FENCE;
+        }
+        if r.send_flags & SEND_SOLICITED != 0 {
+            flags |= SendFlags::SOLICITED;
         }
         // SAFETY: sg_list holds num_sge entries (the caller's contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
-        reqs.push((r.wr_id, sges, r.send_flags & SEND_SIGNALED != 0));
+        let inline = if r.send_flags & SEND_INLINE != 0 {
+            let mut bytes = Vec::new();
+            for g in &sges {
+                if g.len > 0 && g.addr == 0 {
+                    set_bad(w);
+                    return libc::EINVAL;
+                }
+                // SAFETY: an inline SGE names `len` readable bytes of the caller at `addr`
+                // (ibv_post_send's contract for IBV_SEND_INLINE: no key, read at once).
+                bytes.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(g.addr as *const u8, g.len as usize)
+                });
+            }
+            Some(bytes)
+        } else {
+            None
+        };
+        reqs.push(crate::qp::AppSendWr {
+            wr_id: r.wr_id,
+            op,
+            sges,
+            flags,
+            inline,
+        });
         ptrs.push(w);
         w = r.next;
     }

@@ -157,6 +157,30 @@ pub struct AppSge {
     pub lkey: u32,
 }
 
+/// A send work request as the application wrote it.
+#[derive(Clone, Debug)]
+pub struct AppSendWr {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// The operation (remote addresses and keys as the application gave them).
+    pub op: SendOp,
+    /// The gather (or, for READ and atomics, scatter) list.
+    pub sges: Vec<AppSge>,
+    /// Signalled, fence, solicited.
+    pub flags: uhca_driver::verbs::SendFlags,
+    /// `IBV_SEND_INLINE`: the bytes the SGEs named, gathered (`sges` is then ignored).
+    pub inline: Option<Vec<u8>>,
+}
+
+/// The errno rdma-core's mlx5 provider returns for a work request the driver refused.
+fn wr_errno(e: &uhca_driver::verbs::WrError) -> i32 {
+    use uhca_driver::verbs::WrError;
+    match e {
+        WrError::QueueFull | WrError::InlineTooLong { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
 fn einval(msg: impl Into<String>) -> VerbsError {
     VerbsError::new(libc::EINVAL, msg)
 }
@@ -409,17 +433,17 @@ impl Device {
         })?
     }
 
-    /// `post_send`: SENDs over the application's SGEs. On failure, the index of the
-    /// first request not posted and the errno.
-    pub fn post_send(
-        &self,
-        handle: u32,
-        wrs: &[(u64, Vec<AppSge>, bool)],
-    ) -> Result<(), (usize, i32)> {
+    /// `post_send`: the application's work requests (their SGEs translated, or their
+    /// inline bytes). On failure, the index of the first request not posted and the errno.
+    pub fn post_send(&self, handle: u32, wrs: &[AppSendWr]) -> Result<(), (usize, i32)> {
         self.with_open(|o| {
             let mut list = Vec::with_capacity(wrs.len());
-            for (i, (_, s, _)) in wrs.iter().enumerate() {
-                list.push(sges(o, s).map_err(|e| (i, e.errno))?);
+            for (i, w) in wrs.iter().enumerate() {
+                if w.inline.is_some() {
+                    list.push(Vec::new());
+                } else {
+                    list.push(sges(o, &w.sges).map_err(|e| (i, e.errno))?);
+                }
             }
             let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
             let sig_all = e.sq_sig_all;
@@ -429,16 +453,20 @@ impl Device {
             let reqs: Vec<SendWr<'_>> = wrs
                 .iter()
                 .zip(&list)
-                .map(|((id, _, signaled), s)| {
-                    let w = SendWr::new(*id, SendOp::Send, s);
-                    if *signaled || sig_all {
-                        w
-                    } else {
-                        w.with_flags(uhca_driver::verbs::SendFlags::empty())
+                .map(|(w, s)| {
+                    let mut flags = w.flags;
+                    if sig_all {
+                        flags |= uhca_driver::verbs::SendFlags::SIGNALED;
+                    }
+                    let r = SendWr::new(w.wr_id, w.op, s).with_flags(flags);
+                    match &w.inline {
+                        Some(b) => r.with_inline(b),
+                        None => r,
                     }
                 })
                 .collect();
-            q.post_send(&reqs).map_err(|b| (b.index, libc::ENOMEM))
+            q.post_send(&reqs)
+                .map_err(|b| (b.index, wr_errno(&b.error)))
         })
         .unwrap_or(Err((0, libc::EINVAL)))
     }
@@ -605,7 +633,16 @@ mod tests {
             Err((1, libc::EINVAL))
         );
         assert_eq!(
-            d.post_send(qp, &[(5, sge, true)]),
+            d.post_send(
+                qp,
+                &[AppSendWr {
+                    wr_id: 5,
+                    op: SendOp::Send,
+                    sges: sge,
+                    flags: uhca_driver::verbs::SendFlags::SIGNALED,
+                    inline: None,
+                }]
+            ),
             Err((0, libc::EINVAL)),
             "INIT sends nothing"
         );
