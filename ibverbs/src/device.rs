@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Mutex;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
 
 use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, UserMr};
 use uhca_driver::{Hca, HcaConfig};
@@ -49,6 +51,15 @@ impl std::error::Error for VerbsError {}
 
 /// A result of a verb.
 pub type VResult<T> = Result<T, VerbsError>;
+
+fn io_errno(e: std::io::Error) -> VerbsError {
+    let errno = if e.kind() == ErrorKind::WouldBlock {
+        libc::EAGAIN
+    } else {
+        e.raw_os_error().unwrap_or(libc::EIO)
+    };
+    VerbsError::new(errno, format!("completion channel: {e}"))
+}
 
 /// What `ibv_query_device` reports, gathered from the driver.
 #[derive(Clone, Debug)]
@@ -140,10 +151,32 @@ pub struct MrKeys {
     pub rkey: u32,
 }
 
+/// The writing ends of the completion channels' sockets, by channel: the device's
+/// interrupt handler writes a byte to each.
+type Wakers = Arc<Mutex<HashMap<u32, UnixStream>>>;
+
+/// A completion channel's readable end: its file descriptor is the channel's `fd`, which
+/// becomes readable when the device raises its interrupt (an event queue entry, such as an
+/// armed CQ's completion event), so `poll(2)`/`epoll` on it wait for completion events.
+#[derive(Debug)]
+pub struct ChannelFd {
+    id: u32,
+    reader: UnixStream,
+}
+
+impl ChannelFd {
+    /// The file descriptor (the channel's `fd`; it stays the channel's).
+    pub fn raw_fd(&self) -> i32 {
+        std::os::fd::AsRawFd::as_raw_fd(&self.reader)
+    }
+}
+
 /// One configured device.
 pub struct Device {
     spec: DeviceSpec,
     open: Mutex<Option<Open>>,
+    wakers: Wakers,
+    next_channel: std::sync::atomic::AtomicU32,
 }
 
 fn mock_config(ip: Ipv4Addr) -> MockConfig {
@@ -160,6 +193,8 @@ impl Device {
         Self {
             spec,
             open: Mutex::new(None),
+            wakers: Arc::new(Mutex::new(HashMap::new())),
+            next_channel: std::sync::atomic::AtomicU32::new(1),
         }
     }
 
@@ -229,6 +264,17 @@ impl Device {
             let _ = hca.close();
             return Err(e);
         }
+        // Every MSI-X interrupt of the model wakes every completion channel of the device:
+        // a byte on each channel's socket (never blocking: a full socket is readable
+        // already). It runs in the model's thread with the model locked, and takes only the
+        // wakers' lock, which nothing holds while calling into the HCA.
+        let wakers = self.wakers.clone();
+        dev.set_interrupt_handler(Some(Arc::new(move |_vector| {
+            let w = wakers.lock().unwrap_or_else(|p| p.into_inner());
+            for s in w.values() {
+                let _ = (&*s).write(&[1]);
+            }
+        })));
         let pump = fabric.start_pump(20);
         *g = Some(Open {
             users: 1,
@@ -281,6 +327,7 @@ impl Device {
         for (_, pd) in o.pds.drain() {
             let _ = pd.destroy(&mut o.hw.hca);
         }
+        o.hw._dev.set_interrupt_handler(None);
         let MockHw { hca, .. } = o.hw;
         hca.close().map_err(|e| VerbsError::driver("close", e))
     }
@@ -516,6 +563,56 @@ impl Device {
             }
             Ok(None)
         })?
+    }
+
+    /// `ibv_create_comp_channel`: a channel whose file descriptor becomes readable on the
+    /// device's interrupts (see [`ChannelFd`]).
+    ///
+    /// # Errors
+    ///
+    /// The socket pair could not be made (the OS's errno).
+    pub fn create_channel(&self) -> VResult<ChannelFd> {
+        let (reader, writer) = UnixStream::pair().map_err(io_errno)?;
+        writer.set_nonblocking(true).map_err(io_errno)?;
+        let id = self
+            .next_channel
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, writer);
+        Ok(ChannelFd { id, reader })
+    }
+
+    /// `ibv_destroy_comp_channel`: the interrupts stop waking it; its fd closes with it.
+    pub fn destroy_channel(&self, ch: ChannelFd) {
+        self.wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ch.id);
+    }
+
+    /// `ibv_get_cq_event`: the tag of a CQ on channel `channel` (the tag given to
+    /// [`Device::attach_channel`]) with a completion event, waiting on the channel's fd
+    /// until the device's interrupt says an event may have come (as rdma-core's, it waits
+    /// as long as it takes; with `O_NONBLOCK` set on the fd by the application it returns
+    /// EAGAIN instead of waiting).
+    ///
+    /// # Errors
+    ///
+    /// EAGAIN (a non-blocking fd and no event), not open, or the event queue's failure.
+    pub fn wait_cq_event(&self, channel: usize, fd: &ChannelFd) -> VResult<usize> {
+        let mut buf = [0u8; 64];
+        loop {
+            if let Some(tag) = self.take_cq_event(channel)? {
+                return Ok(tag);
+            }
+            match (&fd.reader).read(&mut buf) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_errno(e)),
+            }
+        }
     }
 
     /// `ibv_destroy_cq`.

@@ -1235,29 +1235,34 @@ unsafe extern "C" fn qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
 struct CChannel {
     ibv: IbvCompChannel,
     entry: &'static Entry,
+    /// The socket whose descriptor is `ibv.fd` (closed with the channel).
+    fd: crate::device::ChannelFd,
 }
 
 export!("ibv_create_comp_channel" @ "IBVERBS_1.0" => create_comp_channel);
-/// Its `fd` is a real eventfd, but it is never signalled: `ibv_get_cq_event` finds events
-/// by serving the device's event queue, not by reading it.
+/// Its `fd` becomes readable when the device raises its interrupt (a completion event of an
+/// armed CQ among others): `poll(2)` on it waits for `ibv_get_cq_event` to have something.
 unsafe extern "C" fn create_comp_channel(ctx: *mut IbvContext) -> *mut IbvCompChannel {
     // SAFETY: ctx is the caller's open context.
     let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     };
-    // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return ptr::null_mut();
-    }
+    let fd = match entry.dev.create_channel() {
+        Ok(fd) => fd,
+        Err(e) => {
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+    };
     Box::into_raw(Box::new(CChannel {
         ibv: IbvCompChannel {
             context: ctx,
-            fd,
+            fd: fd.raw_fd(),
             refcnt: 0,
         },
         entry,
+        fd,
     })) as *mut IbvCompChannel
 }
 
@@ -1271,16 +1276,17 @@ unsafe extern "C" fn destroy_comp_channel(ch: *mut IbvCompChannel) -> c_int {
         // As rdma-core: CQs still use it.
         return libc::EBUSY;
     }
-    // SAFETY: as above; freed once. The fd is the eventfd made with it.
+    // SAFETY: as above; freed once.
     let c = unsafe { Box::from_raw(ch as *mut CChannel) };
-    // SAFETY: the eventfd create_comp_channel made, closed once here.
-    unsafe { libc::close(c.ibv.fd) };
+    let CChannel { entry, fd, .. } = *c;
+    // The socket (the channel's fd) closes here.
+    entry.dev.destroy_channel(fd);
     0
 }
 
 export!("ibv_get_cq_event" @ "IBVERBS_1.1" => get_cq_event);
-/// Blocks until a CQ on `ch` has a completion event (after `ibv_req_notify_cq`), serving
-/// the device's event queue every 50 µs meanwhile.
+/// Waits on the channel's fd until a CQ on `ch` has a completion event (after
+/// `ibv_req_notify_cq`); with `O_NONBLOCK` on the fd, -1 and EAGAIN when none has.
 unsafe extern "C" fn get_cq_event(
     ch: *mut IbvCompChannel,
     cq: *mut *mut IbvCq,
@@ -1290,25 +1296,27 @@ unsafe extern "C" fn get_cq_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: ch came from create_comp_channel and is still allocated.
-    let entry = unsafe { (*(ch as *mut CChannel)).entry };
-    loop {
-        match entry.dev.take_cq_event(ch as usize) {
-            Ok(Some(tag)) => {
-                let got = tag as *mut IbvCq;
-                // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq
-                // detaches it); cq and cq_ctx are the caller's writable pointers.
-                unsafe {
-                    *cq = got;
-                    *cq_ctx = (*got).cq_context;
-                }
-                return 0;
+    // SAFETY: ch came from create_comp_channel and is still allocated (the caller does not
+    // destroy it while waiting on it).
+    let c = unsafe { &*(ch as *mut CChannel) };
+    match c.entry.dev.wait_cq_event(ch as usize, &c.fd) {
+        Ok(tag) => {
+            let got = tag as *mut IbvCq;
+            // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq
+            // detaches it); cq and cq_ctx are the caller's writable pointers.
+            unsafe {
+                *cq = got;
+                *cq_ctx = (*got).cq_context;
             }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_micros(50)),
-            Err(e) => {
-                set_errno(report(&e));
-                return -1;
+            0
+        }
+        Err(e) => {
+            // EAGAIN on a non-blocking fd is what a program expects: no noise for it.
+            if e.errno != libc::EAGAIN {
+                report(&e);
             }
+            set_errno(e.errno);
+            -1
         }
     }
 }

@@ -4,6 +4,8 @@
  * Written for uhca's tests (ibverbs/tests/c_abi.rs). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@ static void check(int ok, const char *what) {
 struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
@@ -32,11 +35,12 @@ struct side {
 #define LEN 16384
 #define ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
-static void open_side(struct ibv_device *dev, struct side *s) {
+static void open_side(struct ibv_device *dev, struct side *s, int with_channel) {
 	s->ctx = ibv_open_device(dev);
 	if (!s->ctx) { perror("open"); exit(2); }
 	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	s->ch = with_channel ? ibv_create_comp_channel(s->ctx) : NULL;
+	s->cq = ibv_create_cq(s->ctx, 64, s, s->ch, 0);
 	if (posix_memalign((void **)&s->buf, 4096, LEN)) exit(2);
 	memset(s->buf, 0, LEN);
 	s->mr = ibv_reg_mr(s->pd, s->buf, LEN, ALL);
@@ -100,8 +104,8 @@ int main(void) {
 	struct ibv_device **devs = ibv_get_device_list(&n);
 	if (!devs || n < 2) { fprintf(stderr, "two devices needed\n"); return 2; }
 	struct side a, b;
-	open_side(devs[0], &a);
-	open_side(devs[1], &b);
+	open_side(devs[0], &a, 1);
+	open_side(devs[1], &b, 0);
 	connect_side(&a, &b);
 	connect_side(&b, &a);
 
@@ -195,6 +199,33 @@ int main(void) {
 	check(ibv_post_send(a.qp, &e, &bad) == EOPNOTSUPP && bad == &e, "IBV_WR_LOCAL_INV: EOPNOTSUPP, bad_wr");
 	check(ibv_poll_cq(a.cq, 8, wc) == 0, "and nothing completes");
 
+	/* The completion channel's fd: not readable without an event, readable once an armed
+	 * CQ completes, as poll(2) users (UCX) expect. */
+	int fl = fcntl(a.ch->fd, F_GETFL);
+	check(fl >= 0 && fcntl(a.ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK on the channel's fd");
+	struct ibv_cq *ev_cq = NULL;
+	void *ev_ctx = NULL;
+	errno = 0;
+	check(ibv_get_cq_event(a.ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN,
+	      "no event: ibv_get_cq_event on a non-blocking fd is EAGAIN");
+	struct pollfd pfd = { .fd = a.ch->fd, .events = POLLIN };
+	check(poll(&pfd, 1, 0) == 0, "no event: the fd is not readable");
+	check(ibv_req_notify_cq(a.cq, 0) == 0, "req_notify_cq");
+	struct ibv_sge g = sge(&a, 0, 32);
+	struct ibv_send_wr nw = { .wr_id = 50, .opcode = IBV_WR_RDMA_WRITE, .sg_list = &g, .num_sge = 1,
+				  .send_flags = IBV_SEND_SIGNALED };
+	nw.wr.rdma.remote_addr = rb + 2048;
+	nw.wr.rdma.rkey = rk;
+	check(ibv_post_send(a.qp, &nw, &bad) == 0, "a WRITE on the armed CQ posted");
+	check(poll(&pfd, 1, 10000) == 1 && (pfd.revents & POLLIN), "poll(2) on the channel's fd wakes for its completion");
+	check(ibv_get_cq_event(a.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == a.cq && ev_ctx == &a,
+	      "ibv_get_cq_event names the CQ and its context");
+	ibv_ack_cq_events(a.cq, 1);
+	k = wait_wc(a.cq, wc, 1);
+	check(k == 1 && wc[0].wr_id == 50 && wc[0].status == IBV_WC_SUCCESS, "and the completion is on the CQ");
+	errno = 0;
+	check(ibv_get_cq_event(a.ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "one event only: then EAGAIN");
+
 	/* Registration. */
 	errno = 0;
 	check(ibv_reg_mr(a.pd, a.buf, 4096, IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EINVAL,
@@ -232,6 +263,7 @@ int main(void) {
 	ibv_destroy_qp(a.qp); ibv_destroy_qp(b.qp);
 	ibv_dereg_mr(a.mr); ibv_dereg_mr(b.mr);
 	ibv_destroy_cq(a.cq); ibv_destroy_cq(b.cq);
+	check(ibv_destroy_comp_channel(a.ch) == 0, "destroy the channel after its CQ");
 	ibv_dealloc_pd(a.pd); ibv_dealloc_pd(b.pd);
 	ibv_close_device(a.ctx); ibv_close_device(b.ctx);
 	ibv_free_device_list(devs);
