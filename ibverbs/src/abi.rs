@@ -393,6 +393,42 @@ pub struct IbvQp {
     pub events_completed: u32,
 }
 
+/// `struct ibv_srq` (128 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSrq {
+    pub context: *mut IbvContext,
+    pub srq_context: *mut c_void,
+    pub pd: *mut IbvPd,
+    pub handle: u32,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq_attr` (12 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IbvSrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr` (24 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSrqInitAttr {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+}
+
+/// `IBV_SRQ_MAX_WR` of `enum ibv_srq_attr_mask`.
+pub const SRQ_MAX_WR: c_int = 1;
+/// `IBV_SRQ_LIMIT`.
+pub const SRQ_LIMIT: c_int = 2;
+
 /// `struct ibv_sge` (16 bytes).
 #[repr(C)]
 #[allow(missing_docs)]
@@ -546,6 +582,9 @@ layout! {
     IbvQpAttr => "ibv_qp_attr" { qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit }
     IbvQp => "ibv_qp" { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed }
     IbvSge => "ibv_sge" { addr, length, lkey }
+    IbvSrq => "ibv_srq" { context, srq_context, pd, handle, mutex, cond, events_completed }
+    IbvSrqAttr => "ibv_srq_attr" { max_wr, max_sge, srq_limit }
+    IbvSrqInitAttr => "ibv_srq_init_attr" { srq_context, attr }
     IbvSendWr => "ibv_send_wr" { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data }
     IbvRecvWr => "ibv_recv_wr" { wr_id, next, sg_list, num_sge }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
-use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, UserMr};
+use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, RecvWr, Srq, SrqInitAttr, UserMr};
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::HostBuf;
@@ -98,6 +98,8 @@ pub struct Open {
     next_handle: u32,
     pub(crate) pds: HashMap<u32, Pd>,
     pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
+    /// SRQ handle → the SRQ and its PD's handle.
+    pub(crate) srqs: HashMap<u32, (Srq<MockPlatform>, u32)>,
     mrs: HashMap<u32, Registered>,
     pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
     /// CQ handle → (the completion channel's tag, the CQ's tag): opaque values of the C
@@ -287,6 +289,7 @@ impl Device {
             next_handle: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
+            srqs: HashMap::new(),
             mrs: HashMap::new(),
             qps: HashMap::new(),
             channels: HashMap::new(),
@@ -320,6 +323,9 @@ impl Device {
             if let Ok(m) = r.mr.destroy(&mut o.hw.hca) {
                 let _ = m.unmap();
             }
+        }
+        for (_, (srq, _)) in o.srqs.drain() {
+            let _ = srq.destroy(&mut o.hw.hca);
         }
         for (_, cq) in o.cqs.drain() {
             let _ = cq.destroy(&mut o.hw.hca);
@@ -563,6 +569,144 @@ impl Device {
             }
             Ok(None)
         })?
+    }
+
+    /// `ibv_create_srq` on PD `pd`: the handle and the sizes it got (`max_wr`, `max_sge`).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown PD, sizes out of the device's range (EINVAL), or the driver's
+    /// failure.
+    pub fn create_srq(
+        &self,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> VResult<(u32, u32, u32)> {
+        self.with(|o| {
+            let p = o
+                .pds
+                .get(&pd)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown PD"))?;
+            let srq_limit = u16::try_from(limit)
+                .ok()
+                .filter(|_| max_wr > 0 && limit < max_wr)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "SRQ sizes"))?;
+            let attr = SrqInitAttr {
+                max_wr,
+                max_sge: max_sge.max(1),
+                srq_limit,
+            };
+            let srq = o.hw.hca.create_srq(p, attr).map_err(|e| match e {
+                uhca_driver::Error::InvalidArgument(a) => {
+                    VerbsError::new(libc::EINVAL, format!("create SRQ: {a}"))
+                }
+                e => VerbsError::driver("create SRQ", e),
+            })?;
+            let got = (srq.max_wr(), srq.max_sge());
+            let h = o.handle();
+            o.srqs.insert(h, (srq, pd));
+            Ok((h, got.0, got.1))
+        })?
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event at `limit` WQEs.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown SRQ, a limit not below the SRQ's size (EINVAL), or the
+    /// driver's failure.
+    pub fn arm_srq_limit(&self, handle: u32, limit: u32) -> VResult<()> {
+        self.with(|o| {
+            let (srq, _) = o
+                .srqs
+                .get_mut(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown SRQ"))?;
+            let limit = u16::try_from(limit)
+                .ok()
+                .filter(|l| u32::from(*l) < srq.max_wr())
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "srq_limit beyond the SRQ"))?;
+            srq.arm_limit(&mut o.hw.hca, limit).map_err(|e| match e {
+                uhca_driver::Error::InvalidArgument(a) => {
+                    VerbsError::new(libc::EINVAL, format!("arm SRQ limit: {a}"))
+                }
+                e => VerbsError::driver("arm SRQ limit", e),
+            })
+        })?
+    }
+
+    /// `ibv_query_srq`: `max_wr`, `max_sge` and the armed limit (0 once its event fired).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown SRQ, or the driver's failure.
+    pub fn query_srq(&self, handle: u32) -> VResult<(u32, u32, u32)> {
+        self.with(|o| {
+            let (srq, _) = o
+                .srqs
+                .get(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown SRQ"))?;
+            let a = srq
+                .query(&mut o.hw.hca)
+                .map_err(|e| VerbsError::driver("query SRQ", e))?;
+            Ok((srq.max_wr(), srq.max_sge(), u32::from(a.limit)))
+        })?
+    }
+
+    /// `ibv_destroy_srq`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, EBUSY while QPs receive from it, or the driver's
+    /// failure (the SRQ stays).
+    pub fn destroy_srq(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let (srq, pd) = o
+                .srqs
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown SRQ"))?;
+            srq.destroy(&mut o.hw.hca).map_err(|f| {
+                o.srqs.insert(handle, (f.object, pd));
+                VerbsError::new(libc::EBUSY, format!("destroy SRQ: {:?}", f.error))
+            })
+        })?
+    }
+
+    /// `ibv_post_srq_recv` over the application's SGEs. On failure, the index of the first
+    /// request not posted and the errno.
+    pub fn post_srq_recv(
+        &self,
+        handle: u32,
+        wrs: &[(u64, Vec<crate::qp::AppSge>)],
+    ) -> Result<(), (usize, i32)> {
+        self.with(|o| {
+            let mut list = Vec::with_capacity(wrs.len());
+            for (i, (_, s)) in wrs.iter().enumerate() {
+                let sges: VResult<Vec<_>> = s
+                    .iter()
+                    .map(|g| o.translate(g.lkey, g.addr, g.len))
+                    .collect();
+                list.push(sges.map_err(|e| (i, e.errno))?);
+            }
+            let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+            let reqs: Vec<RecvWr<'_>> = wrs
+                .iter()
+                .zip(&list)
+                .map(|((id, _), s)| RecvWr {
+                    wr_id: *id,
+                    sg_list: s,
+                })
+                .collect();
+            srq.post_recv(&reqs).map_err(|b| {
+                let errno = match b.error {
+                    uhca_driver::verbs::WrError::QueueFull => libc::ENOMEM,
+                    _ => libc::EINVAL,
+                };
+                (b.index, errno)
+            })
+        })
+        .unwrap_or(Err((0, libc::EINVAL)))
     }
 
     /// `ibv_create_comp_channel`: a channel whose file descriptor becomes readable on the

@@ -318,18 +318,6 @@ unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited: c_int) -> c_int {
         Err(e) => report(&e),
     }
 }
-unsafe extern "C" fn post_unsupported(
-    _q: *mut c_void,
-    wr: *mut c_void,
-    bad: *mut *mut c_void,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller passes a writable pointer or NULL.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
-}
-
 export!("ibv_open_device" @ "IBVERBS_1.1" => open_device);
 unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
     let Some(entry) = entry_of(dev) else {
@@ -350,7 +338,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         poll_cq: Some(poll_cq),
         req_notify_cq: Some(req_notify_cq),
         compat2: [ptr::null_mut(); 7],
-        post_srq_recv: Some(post_unsupported),
+        post_srq_recv: Some(post_srq_recv),
         compat3: [ptr::null_mut(); 4],
         post_send: Some(post_send),
         post_recv: Some(post_recv),
@@ -858,7 +846,8 @@ struct CQp {
 }
 
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
-/// RC QPs without an SRQ or inline data; other types: EOPNOTSUPP.
+/// RC QPs, on an SRQ or not, with inline data up to what the driver offers; other types:
+/// EOPNOTSUPP.
 unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
     if pd.is_null() || attr.is_null() {
         set_errno(libc::EINVAL);
@@ -866,10 +855,22 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
     }
     // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
     let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
-    if a.qp_type != QPT_RC || !a.srq.is_null() {
+    if a.qp_type != QPT_RC {
         set_errno(libc::EOPNOTSUPP);
         return ptr::null_mut();
     }
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL srq came from create_srq (the caller's contract).
+        let s = unsafe { &*(a.srq as *mut CSrq) };
+        if !ptr::eq(s.entry, p.entry) {
+            // An SRQ of another device.
+            set_errno(libc::EINVAL);
+            return ptr::null_mut();
+        }
+        Some(s.ibv.handle)
+    };
     if a.send_cq.is_null() || a.recv_cq.is_null() {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
@@ -886,7 +887,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
     match p
         .entry
         .dev
-        .create_qp(p.ibv.handle, scq, rcq, caps, a.sq_sig_all != 0)
+        .create_qp(p.ibv.handle, scq, rcq, srq, caps, a.sq_sig_all != 0)
     {
         Ok((handle, qpn, got)) => {
             // As rdma-core: the capabilities the QP got go back into the caller's attr.
@@ -904,7 +905,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                     pd,
                     send_cq: a.send_cq,
                     recv_cq: a.recv_cq,
-                    srq: ptr::null_mut(),
+                    srq: a.srq,
                     handle,
                     qp_num: qpn,
                     state: 0,
@@ -1216,6 +1217,152 @@ unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
         w = r.next;
     }
     match q.entry.dev.post_recv(q.ibv.handle, &reqs) {
+        Ok(()) => 0,
+        Err((i, e)) => {
+            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));
+            e
+        }
+    }
+}
+
+/// An SRQ: the `struct ibv_srq`, then the device.
+#[repr(C)]
+struct CSrq {
+    ibv: IbvSrq,
+    entry: &'static Entry,
+}
+
+export!("ibv_create_srq" @ "IBVERBS_1.1" => create_srq);
+/// An SRQ of `attr.max_wr` receives of `attr.max_sge` entries on `pd`; the sizes it got go
+/// back into `attr`, as rdma-core.
+unsafe extern "C" fn create_srq(pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> *mut IbvSrq {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: pd came from alloc_pd; attr is the caller's ibv_srq_init_attr.
+    let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
+    match p.entry.dev.create_srq(
+        p.ibv.handle,
+        a.attr.max_wr,
+        a.attr.max_sge,
+        a.attr.srq_limit,
+    ) {
+        Ok((handle, max_wr, max_sge)) => {
+            a.attr.max_wr = max_wr;
+            a.attr.max_sge = max_sge;
+            Box::into_raw(Box::new(CSrq {
+                ibv: IbvSrq {
+                    context: p.ibv.context,
+                    srq_context: a.srq_context,
+                    pd,
+                    handle,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    events_completed: 0,
+                },
+                entry: p.entry,
+            })) as *mut IbvSrq
+        }
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_modify_srq" @ "IBVERBS_1.1" => modify_srq);
+/// `IBV_SRQ_LIMIT` arms the limit; `IBV_SRQ_MAX_WR` (resizing) is EINVAL, as on mlx5.
+unsafe extern "C" fn modify_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr, mask: c_int) -> c_int {
+    if srq.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: srq came from create_srq; attr is the caller's readable ibv_srq_attr.
+    let (s, a) = unsafe { (&*(srq as *mut CSrq), *attr) };
+    if mask & SRQ_MAX_WR != 0 || mask & !(SRQ_MAX_WR | SRQ_LIMIT) != 0 {
+        return libc::EINVAL;
+    }
+    if mask & SRQ_LIMIT == 0 {
+        return 0;
+    }
+    match s.entry.dev.arm_srq_limit(s.ibv.handle, a.srq_limit) {
+        Ok(()) => 0,
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_query_srq" @ "IBVERBS_1.1" => query_srq);
+unsafe extern "C" fn query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) -> c_int {
+    if srq.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: srq came from create_srq.
+    let s = unsafe { &*(srq as *mut CSrq) };
+    match s.entry.dev.query_srq(s.ibv.handle) {
+        Ok((max_wr, max_sge, srq_limit)) => {
+            // SAFETY: attr is the caller's writable ibv_srq_attr.
+            unsafe {
+                *attr = IbvSrqAttr {
+                    max_wr,
+                    max_sge,
+                    srq_limit,
+                }
+            };
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_destroy_srq" @ "IBVERBS_1.1" => destroy_srq);
+unsafe extern "C" fn destroy_srq(srq: *mut IbvSrq) -> c_int {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    let p = srq as *mut CSrq;
+    // SAFETY: srq came from create_srq and is still allocated.
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.destroy_srq(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// The `post_srq_recv` op.
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    let set_bad = |w: *mut IbvRecvWr| {
+        if !bad.is_null() {
+            // SAFETY: the caller passes a writable pointer or NULL.
+            unsafe { *bad = w as *mut c_void };
+        }
+    };
+    if srq.is_null() {
+        set_bad(wr as *mut IbvRecvWr);
+        return libc::EINVAL;
+    }
+    // SAFETY: srq came from create_srq.
+    let s = unsafe { &*(srq as *mut CSrq) };
+    let mut ptrs = Vec::new();
+    let mut reqs = Vec::new();
+    let mut w = wr as *mut IbvRecvWr;
+    while !w.is_null() {
+        // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
+        let r = unsafe { &*w };
+        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        reqs.push((r.wr_id, sges));
+        ptrs.push(w);
+        w = r.next;
+    }
+    match s.entry.dev.post_srq_recv(s.ibv.handle, &reqs) {
         Ok(()) => 0,
         Err((i, e)) => {
             set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));

@@ -201,18 +201,17 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// Unknown objects, inline data (EOPNOTSUPP), or the driver's failure.
+    /// Unknown objects, or the driver's failure. With `srq`, the QP receives from that
+    /// SRQ (its own receive sizes are ignored, as verbs says).
     pub fn create_qp(
         &self,
         pd: u32,
         send_cq: u32,
         recv_cq: u32,
+        srq: Option<u32>,
         caps: QpCaps,
         sq_sig_all: bool,
     ) -> VResult<(u32, u32, QpCaps)> {
-        if caps.max_inline_data > 0 {
-            return Err(VerbsError::new(libc::EOPNOTSUPP, "inline data"));
-        }
         self.with_open(|o| {
             let pd = o.pds.get(&pd).ok_or_else(|| einval("unknown PD"))?;
             let scq = o
@@ -223,11 +222,24 @@ impl Device {
                 .cqs
                 .get(&recv_cq)
                 .ok_or_else(|| einval("unknown receive CQ"))?;
+            let srq = match srq {
+                Some(h) => Some(&o.srqs.get(&h).ok_or_else(|| einval("unknown SRQ"))?.0),
+                None => None,
+            };
+            let cap = if srq.is_some() {
+                QpCaps {
+                    max_recv_wr: 0,
+                    max_recv_sge: 0,
+                    ..caps
+                }
+            } else {
+                caps
+            };
             let attr = QpInitAttr {
                 send_cq: scq,
                 recv_cq: rcq,
-                srq: None,
-                cap: caps,
+                srq,
+                cap,
             };
             let qp =
                 o.hw.hca
@@ -578,15 +590,7 @@ mod tests {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let inline = QpCaps {
-            max_inline_data: 64,
-            ..caps
-        };
-        assert_eq!(
-            d.create_qp(pd, cq, cq, inline, false).unwrap_err().errno,
-            libc::EOPNOTSUPP
-        );
-        let (qp, qpn, got) = d.create_qp(pd, cq, cq, caps, false).unwrap();
+        let (qp, qpn, got) = d.create_qp(pd, cq, cq, None, caps, false).unwrap();
         assert!(got.max_recv_wr >= 4 && qpn != 0);
         let to = |s| Modify {
             state: Some(s),

@@ -50,7 +50,7 @@ fn side(ip: Ipv4Addr, name: &str) -> Side {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let (qp, qpn, _) = d.create_qp(pd, cq, cq, caps, false).unwrap();
+    let (qp, qpn, _) = d.create_qp(pd, cq, cq, None, caps, false).unwrap();
     let gid = d.query_gid(1, 0).unwrap().gid.0;
     Side {
         d,

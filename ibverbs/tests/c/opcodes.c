@@ -260,6 +260,36 @@ int main(void) {
 		check(strcmp((char *)ro_buf + 64, "read me at the iova") == 0, "and the memory is unchanged");
 		check(ibv_dereg_mr(ro) == 0, "dereg the iova MR");
 	}
+	/* SRQ: sizes back in the attributes, the limit armed and read back, no resizing, a
+	 * receive outside its MR refused, busy while a QP receives from it. */
+	struct ibv_srq_init_attr sia = { .srq_context = &b, .attr = { .max_wr = 100, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(b.pd, &sia);
+	check(srq != NULL && sia.attr.max_wr >= 100 && sia.attr.max_sge >= 1 && srq->srq_context == &b,
+	      "ibv_create_srq gives at least what was asked");
+	if (srq) {
+		struct ibv_srq_attr sa = { .srq_limit = 10 };
+		check(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0, "ibv_modify_srq arms the limit");
+		memset(&sa, 0, sizeof sa);
+		check(ibv_query_srq(srq, &sa) == 0 && sa.srq_limit == 10 && sa.max_wr == sia.attr.max_wr,
+		      "ibv_query_srq reads it back");
+		sa.max_wr = 200;
+		check(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) == EINVAL, "resizing an SRQ: EINVAL");
+		struct ibv_sge og = sge(&b, LEN - 8, 64);
+		struct ibv_recv_wr orw = { .wr_id = 60, .sg_list = &og, .num_sge = 1 }, *obad = NULL;
+		check(ibv_post_srq_recv(srq, &orw, &obad) == EINVAL && obad == &orw,
+		      "ibv_post_srq_recv outside the MR: EINVAL, bad_wr");
+		struct ibv_qp_init_attr qa = {
+			.send_cq = b.cq, .recv_cq = b.cq, .srq = srq, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 4, .max_send_sge = 1 },
+		};
+		struct ibv_qp *sq = ibv_create_qp(b.pd, &qa);
+		check(sq != NULL && sq->srq == srq, "a QP on the SRQ");
+		check(ibv_destroy_srq(srq) == EBUSY, "ibv_destroy_srq while a QP uses it: EBUSY");
+		if (sq)
+			ibv_destroy_qp(sq);
+		check(ibv_destroy_srq(srq) == 0, "then it goes");
+	}
+
 	ibv_destroy_qp(a.qp); ibv_destroy_qp(b.qp);
 	ibv_dereg_mr(a.mr); ibv_dereg_mr(b.mr);
 	ibv_destroy_cq(a.cq); ibv_destroy_cq(b.cq);
