@@ -30,6 +30,7 @@ struct side {
 	struct ibv_mr *mr;
 	unsigned char *buf;
 	union ibv_gid gid;
+	uint32_t max_inline;
 };
 
 #define LEN 16384
@@ -47,9 +48,11 @@ static void open_side(struct ibv_device *dev, struct side *s, int with_channel) 
 	if (!s->pd || !s->cq || !s->mr) { perror("setup"); exit(2); }
 	struct ibv_qp_init_attr ia = {
 		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = 64 },
 	};
 	s->qp = ibv_create_qp(s->pd, &ia);
+	s->max_inline = ia.cap.max_inline_data;
 	if (!s->qp) { perror("create_qp"); exit(2); }
 	if (ibv_query_gid(s->ctx, 1, 0, &s->gid)) exit(2);
 }
@@ -186,6 +189,29 @@ int main(void) {
 	check(ibv_post_send(a.qp, &u[0], &bad) == 0, "post_send unsignalled then signalled");
 	k = wait_wc(a.cq, wc, 1);
 	check(k == 1 && wc[0].wr_id == 21 && ibv_poll_cq(a.cq, 8, wc) == 0, "only the signalled one completes");
+
+	/* Inline: the bytes come from the application's memory at post time, no key. */
+	check(a.max_inline >= 64, "max_inline_data: at least the 64 asked for");
+	char words[48] = "inline bytes, copied when posted";
+	struct ibv_sge ig = { .addr = (uintptr_t)words, .length = sizeof words, .lkey = 0 };
+	struct ibv_sge ir = sge(&b, 13000, 256);
+	struct ibv_recv_wr irw = { .wr_id = 102, .sg_list = &ir, .num_sge = 1 };
+	check(ibv_post_recv(b.qp, &irw, &rbad) == 0, "a receive for the inline SEND");
+	struct ibv_send_wr iw = { .wr_id = 22, .opcode = IBV_WR_SEND, .sg_list = &ig, .num_sge = 1,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE };
+	check(ibv_post_send(a.qp, &iw, &bad) == 0, "post_send IBV_SEND_INLINE from unregistered memory");
+	memset(words, 0, sizeof words);
+	k = wait_wc(a.cq, wc, 1);
+	check(k == 1 && wc[0].wr_id == 22 && wc[0].status == IBV_WC_SUCCESS, "the inline SEND completes");
+	k = wait_wc(b.cq, wc, 1);
+	check(k == 1 && wc[0].wr_id == 102 && wc[0].byte_len == 48 && !(wc[0].wc_flags & IBV_WC_WITH_IMM) &&
+	      strcmp((char *)b.buf + 13000, "inline bytes, copied when posted") == 0,
+	      "and the peer received the bytes as they were at post time");
+	static char big[4096];
+	struct ibv_sge bg = { .addr = (uintptr_t)big, .length = sizeof big };
+	iw.sg_list = &bg;
+	bad = NULL;
+	check(ibv_post_send(a.qp, &iw, &bad) == ENOMEM && bad == &iw, "inline beyond max_inline_data: ENOMEM, bad_wr");
 
 	/* Refusals: nothing is posted, bad_wr names the request. */
 	struct ibv_sge over = sge(&a, LEN - 8, 64);
