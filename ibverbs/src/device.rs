@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
-use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, RecvWr, Srq, SrqInitAttr, UserMr};
+use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, Srq, SrqInitAttr, UserMr};
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::HostBuf;
@@ -671,42 +671,6 @@ impl Device {
                 VerbsError::new(libc::EBUSY, format!("destroy SRQ: {:?}", f.error))
             })
         })?
-    }
-
-    /// `ibv_post_srq_recv` over the application's SGEs. On failure, the index of the first
-    /// request not posted and the errno.
-    pub fn post_srq_recv(
-        &self,
-        handle: u32,
-        wrs: &[(u64, Vec<crate::qp::AppSge>)],
-    ) -> Result<(), (usize, i32)> {
-        self.with(|o| {
-            let mut list = Vec::with_capacity(wrs.len());
-            for (i, (_, s)) in wrs.iter().enumerate() {
-                let sges: VResult<Vec<_>> = s
-                    .iter()
-                    .map(|g| o.translate(g.lkey, g.addr, g.len))
-                    .collect();
-                list.push(sges.map_err(|e| (i, e.errno))?);
-            }
-            let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-            let reqs: Vec<RecvWr<'_>> = wrs
-                .iter()
-                .zip(&list)
-                .map(|((id, _), s)| RecvWr {
-                    wr_id: *id,
-                    sg_list: s,
-                })
-                .collect();
-            srq.post_recv(&reqs).map_err(|b| {
-                let errno = match b.error {
-                    uhca_driver::verbs::WrError::QueueFull => libc::ENOMEM,
-                    _ => libc::EINVAL,
-                };
-                (b.index, errno)
-            })
-        })
-        .unwrap_or(Err((0, libc::EINVAL)))
     }
 
     /// `ibv_create_comp_channel`: a channel whose file descriptor becomes readable on the

@@ -12,6 +12,7 @@ use uhca_driver::verbs::GidType;
 use crate::abi::*;
 use crate::config::{self, DeviceKind};
 use crate::device::{Device, VerbsError};
+use crate::qp::{AppSendWr, AppSge, POST_BATCH};
 
 /// Exports `$f` as `$sym@@$ver`: a global trampoline (a jump to the Rust function) that
 /// carries the version through `.symver`; the version script (build.rs) declares the nodes
@@ -1063,25 +1064,31 @@ unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
     }
 }
 
-/// The SGEs of a work request.
+/// The application's SGE list, lent as it is (`struct ibv_sge` and [`AppSge`] have one
+/// layout).
 ///
 /// # Safety
 ///
-/// `list` points to `n` readable `struct ibv_sge` (or `n` is 0).
-unsafe fn app_sges(list: *const IbvSge, n: c_int) -> Vec<crate::qp::AppSge> {
+/// `list` points to `n` readable `struct ibv_sge` that stay unchanged while the slice is
+/// used (during the post), or `n` is 0.
+unsafe fn app_sges<'a>(list: *const IbvSge, n: c_int) -> &'a [AppSge] {
     if n <= 0 || list.is_null() {
-        return Vec::new();
+        return &[];
     }
-    // SAFETY: the caller's contract.
-    let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
-    s.iter()
-        .map(|g| crate::qp::AppSge {
-            addr: g.addr,
-            len: g.length,
-            lkey: g.lkey,
-        })
-        .collect()
+    // SAFETY: the caller's contract; AppSge is repr(C) with ibv_sge's fields (checked below).
+    unsafe { std::slice::from_raw_parts(list as *const AppSge, n as usize) }
 }
+
+const _: () = {
+    assert!(size_of::<AppSge>() == size_of::<IbvSge>());
+    assert!(core::mem::offset_of!(AppSge, addr) == core::mem::offset_of!(IbvSge, addr));
+    assert!(core::mem::offset_of!(AppSge, len) == core::mem::offset_of!(IbvSge, length));
+    assert!(core::mem::offset_of!(AppSge, lkey) == core::mem::offset_of!(IbvSge, lkey));
+};
+
+/// Inline bytes one batch of a post gathers (past it, the batch is posted and the next
+/// begins; a single request with more is beyond any QP's `max_inline_data`).
+const INLINE_BATCH_BYTES: usize = 4096;
 
 /// The `post_send` op: SEND, SEND with immediate, RDMA WRITE (with immediate), RDMA READ,
 /// compare-and-swap and fetch-and-add, gathered from registered memory or inline
@@ -1101,8 +1108,20 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let mut ptrs = Vec::new();
-    let mut reqs = Vec::new();
+    let mut ptrs = [ptr::null_mut::<IbvSendWr>(); POST_BATCH];
+    let mut reqs = [AppSendWr::EMPTY; POST_BATCH];
+    let mut inline = [0u8; INLINE_BATCH_BYTES];
+    let (mut n, mut used) = (0, 0);
+    // Posts the batch gathered so far; on failure, bad_wr and the errno.
+    let flush = |reqs: &[AppSendWr<'_>], ptrs: &[*mut IbvSendWr], inline: &[u8]| {
+        q.entry
+            .dev
+            .post_send(q.ibv.handle, reqs, inline)
+            .map_err(|(i, e)| {
+                set_bad(ptrs[i]);
+                e
+            })
+    };
     let mut w = wr as *mut IbvSendWr;
     while !w.is_null() {
         // SAFETY: a list of the caller's readable ibv_send_wr, NULL-terminated.
@@ -1138,6 +1157,9 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
                 add: r.compare_add(),
             },
             _ => {
+                if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                    return e;
+                }
                 set_bad(w);
                 return libc::EOPNOTSUPP;
             }
@@ -1152,76 +1174,125 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
         if r.send_flags & SEND_SOLICITED != 0 {
             flags |= SendFlags::SOLICITED;
         }
-        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        // SAFETY: sg_list holds num_sge entries, unchanged during the post (the caller's
+        // contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
-        let inline = if r.send_flags & SEND_INLINE != 0 {
-            let mut bytes = Vec::new();
-            for g in &sges {
+        let mut range = None;
+        if r.send_flags & SEND_INLINE != 0 {
+            let total: u64 = sges.iter().map(|g| u64::from(g.len)).sum();
+            if used as u64 + total > INLINE_BATCH_BYTES as u64 && n > 0 {
+                if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                    return e;
+                }
+                (n, used) = (0, 0);
+            }
+            if total > INLINE_BATCH_BYTES as u64 {
+                // More than any QP's max_inline_data: ENOMEM, as libmlx5.
+                set_bad(w);
+                return libc::ENOMEM;
+            }
+            let start = used;
+            for g in sges {
                 if g.len > 0 && g.addr == 0 {
+                    if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..start]) {
+                        return e;
+                    }
                     set_bad(w);
                     return libc::EINVAL;
                 }
                 // SAFETY: an inline SGE names `len` readable bytes of the caller at `addr`
                 // (ibv_post_send's contract for IBV_SEND_INLINE: no key, read at once).
-                bytes.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(g.addr as *const u8, g.len as usize)
-                });
+                let b = unsafe { std::slice::from_raw_parts(g.addr as *const u8, g.len as usize) };
+                inline[used..used + b.len()].copy_from_slice(b);
+                used += b.len();
             }
-            Some(bytes)
-        } else {
-            None
-        };
-        reqs.push(crate::qp::AppSendWr {
+            range = Some((start, used));
+        }
+        reqs[n] = AppSendWr {
             wr_id: r.wr_id,
             op,
             sges,
             flags,
-            inline,
-        });
-        ptrs.push(w);
+            inline: range,
+        };
+        ptrs[n] = w;
+        n += 1;
+        if n == POST_BATCH {
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                return e;
+            }
+            (n, used) = (0, 0);
+        }
         w = r.next;
     }
-    match q.entry.dev.post_send(q.ibv.handle, &reqs) {
+    match flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
         Ok(()) => 0,
-        Err((i, e)) => {
-            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvSendWr));
-            e
-        }
+        Err(e) => e,
     }
 }
 
-/// The `post_recv` op.
+/// The `post_recv` op (in batches, allocating nothing).
 unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
-    let set_bad = |w: *mut IbvRecvWr| {
+    if qp.is_null() {
         if !bad.is_null() {
             // SAFETY: the caller passes a writable pointer or NULL.
-            unsafe { *bad = w as *mut c_void };
+            unsafe { *bad = wr };
         }
-    };
-    if qp.is_null() {
-        set_bad(wr as *mut IbvRecvWr);
         return libc::EINVAL;
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let mut ptrs = Vec::new();
-    let mut reqs = Vec::new();
-    let mut w = wr as *mut IbvRecvWr;
+    // SAFETY: wr is the caller's NULL-terminated list; bad is writable or NULL.
+    unsafe {
+        post_recv_list(wr as *mut IbvRecvWr, bad, |l| {
+            q.entry.dev.post_recv(q.ibv.handle, l)
+        })
+    }
+}
+
+/// Walks a receive list in batches of [`POST_BATCH`], posting each with `post`; sets
+/// `bad` to the request at fault.
+///
+/// # Safety
+///
+/// `wr` is a NULL-terminated list of readable `ibv_recv_wr` whose SGE lists stay
+/// unchanged during the call; `bad` is writable or NULL.
+unsafe fn post_recv_list(
+    wr: *mut IbvRecvWr,
+    bad: *mut *mut c_void,
+    post: impl Fn(&[(u64, &[AppSge])]) -> Result<(), (usize, c_int)>,
+) -> c_int {
+    let mut ptrs = [ptr::null_mut::<IbvRecvWr>(); POST_BATCH];
+    let mut reqs: [(u64, &[AppSge]); POST_BATCH] = [(0, &[]); POST_BATCH];
+    let mut n = 0;
+    let flush = |reqs: &[(u64, &[AppSge])], ptrs: &[*mut IbvRecvWr]| {
+        post(reqs).map_err(|(i, e)| {
+            if !bad.is_null() {
+                // SAFETY: the caller passes a writable pointer or NULL.
+                unsafe { *bad = ptrs[i] as *mut c_void };
+            }
+            e
+        })
+    };
+    let mut w = wr;
     while !w.is_null() {
         // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
         let r = unsafe { &*w };
         // SAFETY: sg_list holds num_sge entries (the caller's contract).
-        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
-        reqs.push((r.wr_id, sges));
-        ptrs.push(w);
+        reqs[n] = (r.wr_id, unsafe { app_sges(r.sg_list, r.num_sge) });
+        ptrs[n] = w;
+        n += 1;
+        if n == POST_BATCH {
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n]) {
+                return e;
+            }
+            n = 0;
+        }
         w = r.next;
     }
-    match q.entry.dev.post_recv(q.ibv.handle, &reqs) {
+    match flush(&reqs[..n], &ptrs[..n]) {
         Ok(()) => 0,
-        Err((i, e)) => {
-            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));
-            e
-        }
+        Err(e) => e,
     }
 }
 
@@ -1332,42 +1403,26 @@ unsafe extern "C" fn destroy_srq(srq: *mut IbvSrq) -> c_int {
     }
 }
 
-/// The `post_srq_recv` op.
+/// The `post_srq_recv` op (in batches, allocating nothing).
 unsafe extern "C" fn post_srq_recv(
     srq: *mut c_void,
     wr: *mut c_void,
     bad: *mut *mut c_void,
 ) -> c_int {
-    let set_bad = |w: *mut IbvRecvWr| {
+    if srq.is_null() {
         if !bad.is_null() {
             // SAFETY: the caller passes a writable pointer or NULL.
-            unsafe { *bad = w as *mut c_void };
+            unsafe { *bad = wr };
         }
-    };
-    if srq.is_null() {
-        set_bad(wr as *mut IbvRecvWr);
         return libc::EINVAL;
     }
     // SAFETY: srq came from create_srq.
     let s = unsafe { &*(srq as *mut CSrq) };
-    let mut ptrs = Vec::new();
-    let mut reqs = Vec::new();
-    let mut w = wr as *mut IbvRecvWr;
-    while !w.is_null() {
-        // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
-        let r = unsafe { &*w };
-        // SAFETY: sg_list holds num_sge entries (the caller's contract).
-        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
-        reqs.push((r.wr_id, sges));
-        ptrs.push(w);
-        w = r.next;
-    }
-    match s.entry.dev.post_srq_recv(s.ibv.handle, &reqs) {
-        Ok(()) => 0,
-        Err((i, e)) => {
-            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));
-            e
-        }
+    // SAFETY: wr is the caller's NULL-terminated list; bad is writable or NULL.
+    unsafe {
+        post_recv_list(wr as *mut IbvRecvWr, bad, |l| {
+            s.entry.dev.post_srq_recv(s.ibv.handle, l)
+        })
     }
 }
 

@@ -146,8 +146,10 @@ pub struct Av {
     pub sl: u8,
 }
 
-/// One scatter/gather entry as the application wrote it (its address, length, lkey).
-#[derive(Clone, Copy, Debug)]
+/// One scatter/gather entry as the application wrote it (its address, length, lkey): the
+/// layout of `struct ibv_sge`, so the C layer lends the application's list as it is.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 pub struct AppSge {
     /// The application's address.
     pub addr: u64,
@@ -157,19 +159,61 @@ pub struct AppSge {
     pub lkey: u32,
 }
 
-/// A send work request as the application wrote it.
-#[derive(Clone, Debug)]
-pub struct AppSendWr {
+/// A send work request as the application wrote it, borrowing its gather list.
+#[derive(Clone, Copy, Debug)]
+pub struct AppSendWr<'a> {
     /// `wr_id`.
     pub wr_id: u64,
     /// The operation (remote addresses and keys as the application gave them).
     pub op: SendOp,
     /// The gather (or, for READ and atomics, scatter) list.
-    pub sges: Vec<AppSge>,
+    pub sges: &'a [AppSge],
     /// Signalled, fence, solicited.
     pub flags: uhca_driver::verbs::SendFlags,
-    /// `IBV_SEND_INLINE`: the bytes the SGEs named, gathered (`sges` is then ignored).
-    pub inline: Option<Vec<u8>>,
+    /// `IBV_SEND_INLINE`: the range of the post's inline bytes (gathered by the caller
+    /// from the SGEs' addresses) that is this request's data; `sges` is then ignored.
+    pub inline: Option<(usize, usize)>,
+}
+
+impl AppSendWr<'_> {
+    /// A placeholder for arrays (a SEND of nothing).
+    pub const EMPTY: AppSendWr<'static> = AppSendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        sges: &[],
+        flags: uhca_driver::verbs::SendFlags::empty(),
+        inline: None,
+    };
+}
+
+/// Work requests the posts handle per lock and doorbell (longer lists go in batches).
+pub const POST_BATCH: usize = 16;
+/// Scatter/gather entries of one batch, all requests together.
+pub const POST_BATCH_SGES: usize = 64;
+
+/// The application's SGEs of a batch turned into uhca's, in `flat`, each request's range in
+/// `ranges`; the index of the request at fault and the errno otherwise.
+fn translate_batch<'a>(
+    o: &Open,
+    lists: impl Iterator<Item = Option<&'a [AppSge]>>,
+    flat: &mut [Sge; POST_BATCH_SGES],
+    ranges: &mut [(usize, usize); POST_BATCH],
+) -> Result<(), (usize, i32)> {
+    let mut k = 0;
+    for (i, list) in lists.enumerate() {
+        let start = k;
+        for g in list.unwrap_or(&[]) {
+            if k == POST_BATCH_SGES {
+                return Err((i, libc::EINVAL));
+            }
+            flat[k] = o
+                .translate(g.lkey, g.addr, g.len)
+                .map_err(|e| (i, e.errno))?;
+            k += 1;
+        }
+        ranges[i] = (start, k);
+    }
+    Ok(())
 }
 
 /// The errno rdma-core's mlx5 provider returns for a work request the driver refused.
@@ -187,12 +231,6 @@ fn einval(msg: impl Into<String>) -> VerbsError {
 
 fn need<T>(v: Option<T>, what: &str) -> VResult<T> {
     v.ok_or_else(|| einval(format!("this transition needs {what}")))
-}
-
-fn sges(o: &Open, list: &[AppSge]) -> VResult<Vec<Sge>> {
-    list.iter()
-        .map(|s| o.translate(s.lkey, s.addr, s.len))
-        .collect()
 }
 
 impl Device {
@@ -446,68 +484,139 @@ impl Device {
     }
 
     /// `post_send`: the application's work requests (their SGEs translated, or their
-    /// inline bytes). On failure, the index of the first request not posted and the errno.
-    pub fn post_send(&self, handle: u32, wrs: &[AppSendWr]) -> Result<(), (usize, i32)> {
+    /// inline bytes, ranges of `inline`), in batches of [`POST_BATCH`] under one lock and
+    /// one doorbell each, with nothing allocated. On failure, the index of the first
+    /// request not posted (the ones before it are) and the errno.
+    pub fn post_send(
+        &self,
+        handle: u32,
+        wrs: &[AppSendWr<'_>],
+        inline: &[u8],
+    ) -> Result<(), (usize, i32)> {
+        for (c, chunk) in wrs.chunks(POST_BATCH).enumerate() {
+            let base = c * POST_BATCH;
+            self.post_send_batch(handle, chunk, inline)
+                .map_err(|(i, e)| (base + i, e))?;
+        }
+        Ok(())
+    }
+
+    fn post_send_batch(
+        &self,
+        handle: u32,
+        wrs: &[AppSendWr<'_>],
+        inline: &[u8],
+    ) -> Result<(), (usize, i32)> {
         self.with_open(|o| {
-            let mut list = Vec::with_capacity(wrs.len());
-            for (i, w) in wrs.iter().enumerate() {
-                if w.inline.is_some() {
-                    list.push(Vec::new());
-                } else {
-                    list.push(sges(o, &w.sges).map_err(|e| (i, e.errno))?);
-                }
-            }
+            let mut flat = [Sge::default(); POST_BATCH_SGES];
+            let mut ranges = [(0, 0); POST_BATCH];
+            let lists = wrs.iter().map(|w| w.inline.is_none().then_some(w.sges));
+            // The requests before one whose SGEs fail are posted, as verbs says.
+            let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                Ok(()) => (wrs.len(), None),
+                Err((i, e)) => (i, Some(e)),
+            };
+            let wrs = &wrs[..count];
             let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
             let sig_all = e.sq_sig_all;
             let RcQp::Rts(q) = e.qp.as_mut().expect("a QP in the table") else {
                 return Err((0, libc::EINVAL));
             };
-            let reqs: Vec<SendWr<'_>> = wrs
-                .iter()
-                .zip(&list)
-                .map(|(w, s)| {
-                    let mut flags = w.flags;
-                    if sig_all {
-                        flags |= uhca_driver::verbs::SendFlags::SIGNALED;
-                    }
-                    let r = SendWr::new(w.wr_id, w.op, s).with_flags(flags);
-                    match &w.inline {
-                        Some(b) => r.with_inline(b),
-                        None => r,
-                    }
-                })
-                .collect();
-            q.post_send(&reqs)
-                .map_err(|b| (b.index, wr_errno(&b.error)))
+            let mut reqs = [SendWr::new(0, SendOp::Send, &[]); POST_BATCH];
+            for (i, w) in wrs.iter().enumerate() {
+                let mut flags = w.flags;
+                if sig_all {
+                    flags |= uhca_driver::verbs::SendFlags::SIGNALED;
+                }
+                let (s, t) = ranges[i];
+                let r = SendWr::new(w.wr_id, w.op, &flat[s..t]).with_flags(flags);
+                reqs[i] = match w.inline {
+                    Some((a, b)) => r.with_inline(inline.get(a..b).ok_or((i, libc::EINVAL))?),
+                    None => r,
+                };
+            }
+            q.post_send(&reqs[..count])
+                .map_err(|b| (b.index, wr_errno(&b.error)))?;
+            refused.map_or(Ok(()), |e| Err((count, e)))
         })
         .unwrap_or(Err((0, libc::EINVAL)))
     }
 
-    /// `post_recv` over the application's SGEs.
-    pub fn post_recv(&self, handle: u32, wrs: &[(u64, Vec<AppSge>)]) -> Result<(), (usize, i32)> {
-        self.with_open(|o| {
-            let mut list = Vec::with_capacity(wrs.len());
-            for (i, (_, s)) in wrs.iter().enumerate() {
-                list.push(sges(o, s).map_err(|e| (i, e.errno))?);
-            }
-            let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-            let reqs: Vec<RecvWr<'_>> = wrs
-                .iter()
-                .zip(&list)
-                .map(|((id, _), s)| RecvWr {
-                    wr_id: *id,
-                    sg_list: s,
-                })
-                .collect();
-            let r = match e.qp.as_mut().expect("a QP in the table") {
-                RcQp::Init(q) => q.post_recv(&reqs),
-                RcQp::Rtr(q) => q.post_recv(&reqs),
-                RcQp::Rts(q) => q.post_recv(&reqs),
-                _ => return Err((0, libc::EINVAL)),
-            };
-            r.map_err(|b| (b.index, libc::ENOMEM))
-        })
-        .unwrap_or(Err((0, libc::EINVAL)))
+    /// `post_recv` over the application's SGEs, in batches as [`Device::post_send`],
+    /// allocating nothing.
+    pub fn post_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
+        for (c, chunk) in wrs.chunks(POST_BATCH).enumerate() {
+            let base = c * POST_BATCH;
+            self.with_open(|o| {
+                let mut flat = [Sge::default(); POST_BATCH_SGES];
+                let mut ranges = [(0, 0); POST_BATCH];
+                let lists = chunk.iter().map(|w| Some(w.1));
+                let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                    Ok(()) => (chunk.len(), None),
+                    Err((i, e)) => (i, Some(e)),
+                };
+                let chunk = &chunk[..count];
+                let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+                let mut reqs = [RecvWr {
+                    wr_id: 0,
+                    sg_list: &[],
+                }; POST_BATCH];
+                for (i, (id, _)) in chunk.iter().enumerate() {
+                    let (s, t) = ranges[i];
+                    reqs[i] = RecvWr {
+                        wr_id: *id,
+                        sg_list: &flat[s..t],
+                    };
+                }
+                let reqs = &reqs[..chunk.len()];
+                let r = match e.qp.as_mut().expect("a QP in the table") {
+                    RcQp::Init(q) => q.post_recv(reqs),
+                    RcQp::Rtr(q) => q.post_recv(reqs),
+                    RcQp::Rts(q) => q.post_recv(reqs),
+                    _ => return Err((0, libc::EINVAL)),
+                };
+                r.map_err(|b| (b.index, wr_errno(&b.error)))?;
+                refused.map_or(Ok(()), |e| Err((count, e)))
+            })
+            .unwrap_or(Err((0, libc::EINVAL)))
+            .map_err(|(i, e)| (base + i, e))?;
+        }
+        Ok(())
+    }
+
+    /// `post_srq_recv` over the application's SGEs, as [`Device::post_recv`].
+    pub fn post_srq_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
+        for (c, chunk) in wrs.chunks(POST_BATCH).enumerate() {
+            let base = c * POST_BATCH;
+            self.with_open(|o| {
+                let mut flat = [Sge::default(); POST_BATCH_SGES];
+                let mut ranges = [(0, 0); POST_BATCH];
+                let lists = chunk.iter().map(|w| Some(w.1));
+                let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                    Ok(()) => (chunk.len(), None),
+                    Err((i, e)) => (i, Some(e)),
+                };
+                let chunk = &chunk[..count];
+                let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+                let mut reqs = [RecvWr {
+                    wr_id: 0,
+                    sg_list: &[],
+                }; POST_BATCH];
+                for (i, (id, _)) in chunk.iter().enumerate() {
+                    let (s, t) = ranges[i];
+                    reqs[i] = RecvWr {
+                        wr_id: *id,
+                        sg_list: &flat[s..t],
+                    };
+                }
+                srq.post_recv(&reqs[..chunk.len()])
+                    .map_err(|b| (b.index, wr_errno(&b.error)))?;
+                refused.map_or(Ok(()), |e| Err((count, e)))
+            })
+            .unwrap_or(Err((0, libc::EINVAL)))
+            .map_err(|(i, e)| (base + i, e))?;
+        }
+        Ok(())
     }
 
     /// `poll_cq`: up to `out.len()` completions into `out` (the caller's memory: polling
@@ -605,13 +714,13 @@ mod tests {
             d.modify_qp(qp, &to(QpState::Init)).unwrap_err().errno,
             libc::EINVAL
         );
-        let sge = vec![AppSge {
+        let sge = [AppSge {
             addr: va,
             len: 4096,
             lkey: mr.lkey,
         }];
         assert!(
-            d.post_recv(qp, &[(1, sge.clone())]).is_err(),
+            d.post_recv(qp, &[(1, &sge[..])]).is_err(),
             "RESET takes no receive"
         );
         let init = Modify {
@@ -625,15 +734,14 @@ mod tests {
             d.modify_qp(qp, &Modify::default()).unwrap_err().errno,
             libc::EOPNOTSUPP
         );
-        d.post_recv(qp, &[(1, sge.clone()), (2, sge.clone())])
-            .unwrap();
-        let outside = vec![AppSge {
+        d.post_recv(qp, &[(1, &sge[..]), (2, &sge[..])]).unwrap();
+        let outside = [AppSge {
             addr: va + 1,
             len: 4096,
             lkey: mr.lkey,
         }];
         assert_eq!(
-            d.post_recv(qp, &[(3, sge.clone()), (4, outside)]),
+            d.post_recv(qp, &[(3, &sge[..]), (4, &outside[..])]),
             Err((1, libc::EINVAL))
         );
         assert_eq!(
@@ -642,26 +750,28 @@ mod tests {
                 &[AppSendWr {
                     wr_id: 5,
                     op: SendOp::Send,
-                    sges: sge,
+                    sges: &sge,
                     flags: uhca_driver::verbs::SendFlags::SIGNALED,
                     inline: None,
-                }]
+                }],
+                &[]
             ),
             Err((0, libc::EINVAL)),
             "INIT sends nothing"
         );
         assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
-        // To ERR flushes the receives.
+        // To ERR flushes the receives: 1, 2, and 3 (posted before the refused 4, as verbs
+        // posts the requests before `bad_wr`).
         assert_eq!(d.modify_qp(qp, &to(QpState::Err)), Ok(QpState::Err));
         let mut flushed = 0;
         for _ in 0..100 {
             flushed += d.poll_cq(cq, &mut [WorkCompletion::default(); 8]).unwrap();
-            if flushed == 2 {
+            if flushed == 3 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert_eq!(flushed, 2);
+        assert_eq!(flushed, 3);
         assert_eq!(d.modify_qp(qp, &to(QpState::Reset)), Ok(QpState::Reset));
         d.destroy_qp(qp).unwrap();
         assert_eq!(d.destroy_qp(qp).unwrap_err().errno, libc::EINVAL);

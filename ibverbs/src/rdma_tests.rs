@@ -116,11 +116,11 @@ fn wait(s: &Side, n: usize) -> Vec<WorkCompletion> {
     all
 }
 
-fn wr(wr_id: u64, op: SendOp, addr: u64, len: u32, lkey: u32) -> AppSendWr {
+fn wr(wr_id: u64, op: SendOp, addr: u64, len: u32, lkey: u32) -> AppSendWr<'static> {
     AppSendWr {
         wr_id,
         op,
-        sges: vec![AppSge { addr, len, lkey }],
+        sges: Box::leak(Box::new([AppSge { addr, len, lkey }])),
         flags: SendFlags::SIGNALED,
         inline: None,
     }
@@ -141,14 +141,14 @@ fn every_opcode_between_two_devices_on_application_memory() {
     b.d.write_mr(b.mr.handle, 8200, &40u64.to_ne_bytes())
         .unwrap();
     // Receives at B for the SEND with immediate and the WRITE with immediate.
-    let recv = |id, off: u64| {
+    let recv = |id, off: u64| -> (u64, &'static [AppSge]) {
         (
             id,
-            vec![AppSge {
+            Box::leak(Box::new([AppSge {
                 addr: b.va + off,
                 len: 256,
                 lkey: b.mr.lkey,
-            }],
+            }])),
         )
     };
     b.d.post_recv(b.qp, &[recv(100, 12288), recv(101, 12544)])
@@ -212,7 +212,7 @@ fn every_opcode_between_two_devices_on_application_memory() {
             la,
         ),
     ];
-    a.d.post_send(a.qp, &wrs).unwrap();
+    a.d.post_send(a.qp, &wrs, &[]).unwrap();
     let got = wait(&a, 6);
     let seen: Vec<_> = got.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
     assert_eq!(
@@ -297,7 +297,7 @@ fn every_opcode_between_two_devices_on_application_memory() {
         19,
         la,
     );
-    a.d.post_send(a.qp, &[rd]).unwrap();
+    a.d.post_send(a.qp, &[rd], &[]).unwrap();
     let got = wait(&a, 1);
     assert_eq!((got[0].wr_id, got[0].status), (7, WcStatus::Success));
     a.d.read_mr(a.mr.handle, 3072, &mut m[..19]).unwrap();
@@ -312,7 +312,7 @@ fn every_opcode_between_two_devices_on_application_memory() {
         19,
         la,
     );
-    a.d.post_send(a.qp, &[wrt]).unwrap();
+    a.d.post_send(a.qp, &[wrt], &[]).unwrap();
     let got = wait(&a, 1);
     assert_eq!((got[0].wr_id, got[0].status), (8, WcStatus::RemoteAccess));
     b.d.read_mr(ro.handle, 64, &mut m[..19]).unwrap();

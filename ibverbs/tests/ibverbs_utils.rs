@@ -360,6 +360,6 @@ fn every_send_opcode_through_the_c_abi() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(out.status.success(), "{stdout}");
-    assert_eq!(lines.len(), 52, "every check ran: {stdout}");
+    assert_eq!(lines.len(), 54, "every check ran: {stdout}");
     assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
 }

@@ -48,7 +48,7 @@ static void open_side(struct ibv_device *dev, struct side *s, int with_channel) 
 	if (!s->pd || !s->cq || !s->mr) { perror("setup"); exit(2); }
 	struct ibv_qp_init_attr ia = {
 		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1,
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 1, .max_recv_sge = 1,
 			 .max_inline_data = 64 },
 	};
 	s->qp = ibv_create_qp(s->pd, &ia);
@@ -212,6 +212,29 @@ int main(void) {
 	iw.sg_list = &bg;
 	bad = NULL;
 	check(ibv_post_send(a.qp, &iw, &bad) == ENOMEM && bad == &iw, "inline beyond max_inline_data: ENOMEM, bad_wr");
+
+	/* A list longer than the library's batch of 16, its 18th request outside its MR: the
+	 * 17 before it are posted and complete, bad_wr names the 18th. */
+	struct ibv_send_wr lw[20];
+	struct ibv_sge lg = sge(&a, 0, 64), lbad = sge(&a, LEN - 8, 64);
+	memset(lw, 0, sizeof lw);
+	for (int i = 0; i < 20; i++) {
+		lw[i].wr_id = 200 + i; lw[i].opcode = IBV_WR_RDMA_WRITE; lw[i].num_sge = 1;
+		lw[i].sg_list = i == 17 ? &lbad : &lg; lw[i].send_flags = IBV_SEND_SIGNALED;
+		lw[i].wr.rdma.remote_addr = rb + 2048; lw[i].wr.rdma.rkey = rk;
+		lw[i].next = i < 19 ? &lw[i + 1] : NULL;
+	}
+	bad = NULL;
+	check(ibv_post_send(a.qp, &lw[0], &bad) == EINVAL && bad == &lw[17],
+	      "a list of 20 with the 18th outside its MR: EINVAL, bad_wr is the 18th");
+	k = wait_wc(a.cq, wc, 8);
+	int k2 = wait_wc(a.cq, wc + 8, 8);
+	struct ibv_wc last;
+	int k3 = wait_wc(a.cq, &last, 1);
+	ok = k == 8 && k2 == 8 && k3 == 1 && last.wr_id == 216 && ibv_poll_cq(a.cq, 1, &last) == 0;
+	for (int i = 0; ok && i < 16; i++)
+		ok = wc[i].wr_id == (uint64_t)(200 + i) && wc[i].status == IBV_WC_SUCCESS;
+	check(ok, "and the 17 before it completed, in order");
 
 	/* Refusals: nothing is posted, bad_wr names the request. */
 	struct ibv_sge over = sge(&a, LEN - 8, 64);
