@@ -12,7 +12,7 @@ use uhca_driver::verbs::GidType;
 use crate::abi::*;
 use crate::config::{self, DeviceKind};
 use crate::device::{Device, VerbsError};
-use crate::qp::{AppSendWr, AppSge, POST_BATCH};
+use crate::qp::{AppSendWr, AppSge, POST_BATCH, POST_BATCH_SGES};
 
 /// Exports `$f` as `$sym@@$ver`: a global trampoline (a jump to the Rust function) that
 /// carries the version through `.symver`; the version script (build.rs) declares the nodes
@@ -1111,7 +1111,8 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
     let mut ptrs = [ptr::null_mut::<IbvSendWr>(); POST_BATCH];
     let mut reqs = [AppSendWr::EMPTY; POST_BATCH];
     let mut inline = [0u8; INLINE_BATCH_BYTES];
-    let (mut n, mut used) = (0, 0);
+    // Requests, inline bytes and SGEs in the batch so far.
+    let (mut n, mut used, mut sges_used) = (0, 0, 0);
     // Posts the batch gathered so far; on failure, bad_wr and the errno.
     let flush = |reqs: &[AppSendWr<'_>], ptrs: &[*mut IbvSendWr], inline: &[u8]| {
         q.entry
@@ -1177,14 +1178,22 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
         // SAFETY: sg_list holds num_sge entries, unchanged during the post (the caller's
         // contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        let is_inline = r.send_flags & SEND_INLINE != 0;
+        if !is_inline && n > 0 && sges_used + sges.len() > POST_BATCH_SGES {
+            // The batch's SGEs are full: post it, this request begins the next.
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                return e;
+            }
+            (n, used, sges_used) = (0, 0, 0);
+        }
         let mut range = None;
-        if r.send_flags & SEND_INLINE != 0 {
+        if is_inline {
             let total: u64 = sges.iter().map(|g| u64::from(g.len)).sum();
             if used as u64 + total > INLINE_BATCH_BYTES as u64 && n > 0 {
                 if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
                     return e;
                 }
-                (n, used) = (0, 0);
+                (n, used, sges_used) = (0, 0, 0);
             }
             if total > INLINE_BATCH_BYTES as u64 {
                 // More than any QP's max_inline_data: ENOMEM, as libmlx5.
@@ -1207,6 +1216,8 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
                 used += b.len();
             }
             range = Some((start, used));
+        } else {
+            sges_used += sges.len();
         }
         reqs[n] = AppSendWr {
             wr_id: r.wr_id,
@@ -1221,7 +1232,7 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
             if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
                 return e;
             }
-            (n, used) = (0, 0);
+            (n, used, sges_used) = (0, 0, 0);
         }
         w = r.next;
     }
@@ -1264,7 +1275,7 @@ unsafe fn post_recv_list(
 ) -> c_int {
     let mut ptrs = [ptr::null_mut::<IbvRecvWr>(); POST_BATCH];
     let mut reqs: [(u64, &[AppSge]); POST_BATCH] = [(0, &[]); POST_BATCH];
-    let mut n = 0;
+    let (mut n, mut sges_used) = (0, 0);
     let flush = |reqs: &[(u64, &[AppSge])], ptrs: &[*mut IbvRecvWr]| {
         post(reqs).map_err(|(i, e)| {
             if !bad.is_null() {
@@ -1279,14 +1290,23 @@ unsafe fn post_recv_list(
         // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
         let r = unsafe { &*w };
         // SAFETY: sg_list holds num_sge entries (the caller's contract).
-        reqs[n] = (r.wr_id, unsafe { app_sges(r.sg_list, r.num_sge) });
+        let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        if n > 0 && sges_used + sges.len() > POST_BATCH_SGES {
+            // The batch's SGEs are full: post it, this request begins the next.
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n]) {
+                return e;
+            }
+            (n, sges_used) = (0, 0);
+        }
+        reqs[n] = (r.wr_id, sges);
         ptrs[n] = w;
         n += 1;
+        sges_used += sges.len();
         if n == POST_BATCH {
             if let Err(e) = flush(&reqs[..n], &ptrs[..n]) {
                 return e;
             }
-            n = 0;
+            (n, sges_used) = (0, 0);
         }
         w = r.next;
     }

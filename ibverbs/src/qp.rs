@@ -191,6 +191,32 @@ pub const POST_BATCH: usize = 16;
 /// Scatter/gather entries of one batch, all requests together.
 pub const POST_BATCH_SGES: usize = 64;
 
+/// Runs `post` on consecutive batches of the `n` requests, each at most [`POST_BATCH`]
+/// requests and [`POST_BATCH_SGES`] SGEs (`sges(i)`: request `i`'s; a request with more
+/// is a batch of its own, refused when translated); a failure's index counts from the
+/// first request.
+pub(crate) fn in_batches(
+    n: usize,
+    sges: impl Fn(usize) -> usize,
+    mut post: impl FnMut(std::ops::Range<usize>) -> Result<(), (usize, i32)>,
+) -> Result<(), (usize, i32)> {
+    let mut start = 0;
+    while start < n {
+        let (mut end, mut k) = (start, 0);
+        while end < n && end - start < POST_BATCH {
+            let l = sges(end);
+            if end > start && k + l > POST_BATCH_SGES {
+                break;
+            }
+            k += l;
+            end += 1;
+        }
+        post(start..end).map_err(|(i, e)| (start + i, e))?;
+        start = end;
+    }
+    Ok(())
+}
+
 /// The application's SGEs of a batch turned into uhca's, in `flat`, each request's range in
 /// `ranges`; the index of the request at fault and the errno otherwise.
 fn translate_batch<'a>(
@@ -493,12 +519,13 @@ impl Device {
         wrs: &[AppSendWr<'_>],
         inline: &[u8],
     ) -> Result<(), (usize, i32)> {
-        for (c, chunk) in wrs.chunks(POST_BATCH).enumerate() {
-            let base = c * POST_BATCH;
-            self.post_send_batch(handle, chunk, inline)
-                .map_err(|(i, e)| (base + i, e))?;
-        }
-        Ok(())
+        let sges = |i: usize| {
+            let w: &AppSendWr<'_> = &wrs[i];
+            if w.inline.is_some() { 0 } else { w.sges.len() }
+        };
+        in_batches(wrs.len(), sges, |r| {
+            self.post_send_batch(handle, &wrs[r], inline)
+        })
     }
 
     fn post_send_batch(
@@ -545,78 +572,82 @@ impl Device {
     /// `post_recv` over the application's SGEs, in batches as [`Device::post_send`],
     /// allocating nothing.
     pub fn post_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
-        for (c, chunk) in wrs.chunks(POST_BATCH).enumerate() {
-            let base = c * POST_BATCH;
-            self.with_open(|o| {
-                let mut flat = [Sge::default(); POST_BATCH_SGES];
-                let mut ranges = [(0, 0); POST_BATCH];
-                let lists = chunk.iter().map(|w| Some(w.1));
-                let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
-                    Ok(()) => (chunk.len(), None),
-                    Err((i, e)) => (i, Some(e)),
-                };
-                let chunk = &chunk[..count];
-                let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-                let mut reqs = [RecvWr {
-                    wr_id: 0,
-                    sg_list: &[],
-                }; POST_BATCH];
-                for (i, (id, _)) in chunk.iter().enumerate() {
-                    let (s, t) = ranges[i];
-                    reqs[i] = RecvWr {
-                        wr_id: *id,
-                        sg_list: &flat[s..t],
+        in_batches(
+            wrs.len(),
+            |i| wrs[i].1.len(),
+            |r| {
+                let chunk = &wrs[r];
+                self.with_open(|o| {
+                    let mut flat = [Sge::default(); POST_BATCH_SGES];
+                    let mut ranges = [(0, 0); POST_BATCH];
+                    let lists = chunk.iter().map(|w| Some(w.1));
+                    let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                        Ok(()) => (chunk.len(), None),
+                        Err((i, e)) => (i, Some(e)),
                     };
-                }
-                let reqs = &reqs[..chunk.len()];
-                let r = match e.qp.as_mut().expect("a QP in the table") {
-                    RcQp::Init(q) => q.post_recv(reqs),
-                    RcQp::Rtr(q) => q.post_recv(reqs),
-                    RcQp::Rts(q) => q.post_recv(reqs),
-                    _ => return Err((0, libc::EINVAL)),
-                };
-                r.map_err(|b| (b.index, wr_errno(&b.error)))?;
-                refused.map_or(Ok(()), |e| Err((count, e)))
-            })
-            .unwrap_or(Err((0, libc::EINVAL)))
-            .map_err(|(i, e)| (base + i, e))?;
-        }
-        Ok(())
+                    let chunk = &chunk[..count];
+                    let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+                    let mut reqs = [RecvWr {
+                        wr_id: 0,
+                        sg_list: &[],
+                    }; POST_BATCH];
+                    for (i, (id, _)) in chunk.iter().enumerate() {
+                        let (s, t) = ranges[i];
+                        reqs[i] = RecvWr {
+                            wr_id: *id,
+                            sg_list: &flat[s..t],
+                        };
+                    }
+                    let reqs = &reqs[..chunk.len()];
+                    let r = match e.qp.as_mut().expect("a QP in the table") {
+                        RcQp::Init(q) => q.post_recv(reqs),
+                        RcQp::Rtr(q) => q.post_recv(reqs),
+                        RcQp::Rts(q) => q.post_recv(reqs),
+                        _ => return Err((0, libc::EINVAL)),
+                    };
+                    r.map_err(|b| (b.index, wr_errno(&b.error)))?;
+                    refused.map_or(Ok(()), |e| Err((count, e)))
+                })
+                .unwrap_or(Err((0, libc::EINVAL)))
+            },
+        )
     }
 
     /// `post_srq_recv` over the application's SGEs, as [`Device::post_recv`].
     pub fn post_srq_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
-        for (c, chunk) in wrs.chunks(POST_BATCH).enumerate() {
-            let base = c * POST_BATCH;
-            self.with_open(|o| {
-                let mut flat = [Sge::default(); POST_BATCH_SGES];
-                let mut ranges = [(0, 0); POST_BATCH];
-                let lists = chunk.iter().map(|w| Some(w.1));
-                let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
-                    Ok(()) => (chunk.len(), None),
-                    Err((i, e)) => (i, Some(e)),
-                };
-                let chunk = &chunk[..count];
-                let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-                let mut reqs = [RecvWr {
-                    wr_id: 0,
-                    sg_list: &[],
-                }; POST_BATCH];
-                for (i, (id, _)) in chunk.iter().enumerate() {
-                    let (s, t) = ranges[i];
-                    reqs[i] = RecvWr {
-                        wr_id: *id,
-                        sg_list: &flat[s..t],
+        in_batches(
+            wrs.len(),
+            |i| wrs[i].1.len(),
+            |r| {
+                let chunk = &wrs[r];
+                self.with_open(|o| {
+                    let mut flat = [Sge::default(); POST_BATCH_SGES];
+                    let mut ranges = [(0, 0); POST_BATCH];
+                    let lists = chunk.iter().map(|w| Some(w.1));
+                    let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                        Ok(()) => (chunk.len(), None),
+                        Err((i, e)) => (i, Some(e)),
                     };
-                }
-                srq.post_recv(&reqs[..chunk.len()])
-                    .map_err(|b| (b.index, wr_errno(&b.error)))?;
-                refused.map_or(Ok(()), |e| Err((count, e)))
-            })
-            .unwrap_or(Err((0, libc::EINVAL)))
-            .map_err(|(i, e)| (base + i, e))?;
-        }
-        Ok(())
+                    let chunk = &chunk[..count];
+                    let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+                    let mut reqs = [RecvWr {
+                        wr_id: 0,
+                        sg_list: &[],
+                    }; POST_BATCH];
+                    for (i, (id, _)) in chunk.iter().enumerate() {
+                        let (s, t) = ranges[i];
+                        reqs[i] = RecvWr {
+                            wr_id: *id,
+                            sg_list: &flat[s..t],
+                        };
+                    }
+                    srq.post_recv(&reqs[..chunk.len()])
+                        .map_err(|b| (b.index, wr_errno(&b.error)))?;
+                    refused.map_or(Ok(()), |e| Err((count, e)))
+                })
+                .unwrap_or(Err((0, libc::EINVAL)))
+            },
+        )
     }
 
     /// `poll_cq`: up to `out.len()` completions into `out` (the caller's memory: polling

@@ -320,3 +320,50 @@ fn every_opcode_between_two_devices_on_application_memory() {
     a.d.close().unwrap();
     b.d.close().unwrap();
 }
+
+#[test]
+fn posts_go_in_batches_of_16_requests_and_64_sges() {
+    use crate::qp::in_batches;
+    let mut seen = Vec::new();
+    // 40 one-SGE requests: 16, 16, 8.
+    in_batches(
+        40,
+        |_| 1,
+        |r| {
+            seen.push(r);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, [0..16, 16..32, 32..40]);
+    // SGE counts 30, 30, 10, 30, 70, 1: 30 + 30 fit and a 10 more would pass 64, so it
+    // begins the next batch with the 30 after it; the 70 goes alone (and is refused when
+    // translated), the 1 after it in a batch of its own.
+    let lens = [30, 30, 10, 30, 70, 1];
+    seen.clear();
+    in_batches(
+        lens.len(),
+        |i| lens[i],
+        |r| {
+            seen.push(r);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, [0..2, 2..4, 4..5, 5..6]);
+    // A failure names the request from the first, and stops there.
+    let mut batches = 0;
+    let r = in_batches(
+        40,
+        |_| 1,
+        |r| {
+            batches += 1;
+            if r.start == 16 {
+                Err((3, libc::EINVAL))
+            } else {
+                Ok(())
+            }
+        },
+    );
+    assert_eq!((r, batches), (Err((19, libc::EINVAL)), 2));
+}
