@@ -362,6 +362,9 @@ args! {
     MrLength => "length",
     /// The end of a range (`offset + len`) inside a memory region or a buffer.
     RangeEnd => "offset + len",
+    /// The address a memory key starts at (`iova` of `ibv_reg_mr_iova2`): its offset
+    /// within a page must be the memory's.
+    MrIova => "iova",
     /// A scatter/gather entry's length: 32 bits.
     SgeLength => "sge.length",
     /// An SRQ's `max_wr` (limit: the device's largest SRQ).

@@ -393,6 +393,42 @@ pub struct IbvQp {
     pub events_completed: u32,
 }
 
+/// `struct ibv_srq` (128 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSrq {
+    pub context: *mut IbvContext,
+    pub srq_context: *mut c_void,
+    pub pd: *mut IbvPd,
+    pub handle: u32,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq_attr` (12 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IbvSrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr` (24 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSrqInitAttr {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+}
+
+/// `IBV_SRQ_MAX_WR` of `enum ibv_srq_attr_mask`.
+pub const SRQ_MAX_WR: c_int = 1;
+/// `IBV_SRQ_LIMIT`.
+pub const SRQ_LIMIT: c_int = 2;
+
 /// `struct ibv_sge` (16 bytes).
 #[repr(C)]
 #[allow(missing_docs)]
@@ -417,10 +453,53 @@ pub struct IbvSendWr {
     pub rest: [u64; 11],
 }
 
+impl IbvSendWr {
+    /// `wr.rdma.remote_addr` and `wr.atomic.remote_addr` (offset 40).
+    pub fn remote_addr(&self) -> u64 {
+        self.rest[0]
+    }
+
+    /// `wr.rdma.rkey` (offset 48).
+    pub fn rdma_rkey(&self) -> u32 {
+        self.rest[1] as u32
+    }
+
+    /// `wr.atomic.compare_add` (offset 48).
+    pub fn compare_add(&self) -> u64 {
+        self.rest[1]
+    }
+
+    /// `wr.atomic.swap` (offset 56).
+    pub fn swap(&self) -> u64 {
+        self.rest[2]
+    }
+
+    /// `wr.atomic.rkey` (offset 64).
+    pub fn atomic_rkey(&self) -> u32 {
+        self.rest[3] as u32
+    }
+}
+
+/// `IBV_WR_RDMA_WRITE`.
+pub const WR_RDMA_WRITE: c_int = 0;
+/// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+pub const WR_RDMA_WRITE_WITH_IMM: c_int = 1;
 /// `IBV_WR_SEND`.
 pub const WR_SEND: c_int = 2;
+/// `IBV_WR_SEND_WITH_IMM`.
+pub const WR_SEND_WITH_IMM: c_int = 3;
+/// `IBV_WR_RDMA_READ`.
+pub const WR_RDMA_READ: c_int = 4;
+/// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+pub const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+/// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+pub const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+/// `IBV_SEND_FENCE`.
+pub const SEND_FENCE: u32 = 1;
 /// `IBV_SEND_SIGNALED`.
 pub const SEND_SIGNALED: u32 = 1 << 1;
+/// `IBV_SEND_SOLICITED`.
+pub const SEND_SOLICITED: u32 = 1 << 2;
 /// `IBV_SEND_INLINE`.
 pub const SEND_INLINE: u32 = 1 << 3;
 
@@ -472,7 +551,7 @@ pub struct IbvGid {
 }
 
 macro_rules! layout {
-    ($( $t:ident => $c:literal { $($f:ident),* } )*) => {
+    ($( $t:ident => $c:literal { $($f:ident),* } )* ; $( ($ec:literal, $ef:literal, $eo:expr) )*) => {
         /// Every size (`sizeof struct X`) and offset (`offsetof struct X field`) of this
         /// module, by its C name, as `tests/layout.rs` checks against the header.
         pub const LAYOUT: &[(&str, &str, usize)] = &[
@@ -480,6 +559,7 @@ macro_rules! layout {
                 ($c, "", size_of::<$t>()),
                 $( ($c, stringify!($f), offset_of!($t, $f)), )*
             )*
+            $( ($ec, $ef, $eo), )*
         ];
     };
 }
@@ -502,9 +582,20 @@ layout! {
     IbvQpAttr => "ibv_qp_attr" { qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit }
     IbvQp => "ibv_qp" { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed }
     IbvSge => "ibv_sge" { addr, length, lkey }
+    IbvSrq => "ibv_srq" { context, srq_context, pd, handle, mutex, cond, events_completed }
+    IbvSrqAttr => "ibv_srq_attr" { max_wr, max_sge, srq_limit }
+    IbvSrqInitAttr => "ibv_srq_init_attr" { srq_context, attr }
     IbvSendWr => "ibv_send_wr" { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data }
     IbvRecvWr => "ibv_recv_wr" { wr_id, next, sg_list, num_sge }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
+    ;
+    // What the accessors of IbvSendWr read out of `rest` (8-byte words from offset 40).
+    ("ibv_send_wr", "wr.rdma.remote_addr", offset_of!(IbvSendWr, rest))
+    ("ibv_send_wr", "wr.rdma.rkey", offset_of!(IbvSendWr, rest) + 8)
+    ("ibv_send_wr", "wr.atomic.remote_addr", offset_of!(IbvSendWr, rest))
+    ("ibv_send_wr", "wr.atomic.compare_add", offset_of!(IbvSendWr, rest) + 8)
+    ("ibv_send_wr", "wr.atomic.swap", offset_of!(IbvSendWr, rest) + 16)
+    ("ibv_send_wr", "wr.atomic.rkey", offset_of!(IbvSendWr, rest) + 24)
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Mutex;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
 
-use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, UserMr};
+use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, Srq, SrqInitAttr, UserMr};
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::HostBuf;
@@ -50,6 +52,15 @@ impl std::error::Error for VerbsError {}
 /// A result of a verb.
 pub type VResult<T> = Result<T, VerbsError>;
 
+fn io_errno(e: std::io::Error) -> VerbsError {
+    let errno = if e.kind() == ErrorKind::WouldBlock {
+        libc::EAGAIN
+    } else {
+        e.raw_os_error().unwrap_or(libc::EIO)
+    };
+    VerbsError::new(errno, format!("completion channel: {e}"))
+}
+
 /// What `ibv_query_device` reports, gathered from the driver.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -87,6 +98,8 @@ pub struct Open {
     next_handle: u32,
     pub(crate) pds: HashMap<u32, Pd>,
     pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
+    /// SRQ handle → the SRQ and its PD's handle.
+    pub(crate) srqs: HashMap<u32, (Srq<MockPlatform>, u32)>,
     mrs: HashMap<u32, Registered>,
     pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
     /// CQ handle → (the completion channel's tag, the CQ's tag): opaque values of the C
@@ -120,7 +133,8 @@ impl Open {
 }
 
 /// A registration of the application's memory: uhca's key over the range, and the
-/// application's address of its first byte (what its SGEs name).
+/// address of its first byte its SGEs and peers name (the key's: the buffer's virtual
+/// address, or the `iova` of `ibv_reg_mr_iova2`).
 struct Registered {
     mr: UserMr<MockPlatform>,
     pd: u32,
@@ -139,10 +153,32 @@ pub struct MrKeys {
     pub rkey: u32,
 }
 
+/// The writing ends of the completion channels' sockets, by channel: the device's
+/// interrupt handler writes a byte to each.
+type Wakers = Arc<Mutex<HashMap<u32, UnixStream>>>;
+
+/// A completion channel's readable end: its file descriptor is the channel's `fd`, which
+/// becomes readable when the device raises its interrupt (an event queue entry, such as an
+/// armed CQ's completion event), so `poll(2)`/`epoll` on it wait for completion events.
+#[derive(Debug)]
+pub struct ChannelFd {
+    id: u32,
+    reader: UnixStream,
+}
+
+impl ChannelFd {
+    /// The file descriptor (the channel's `fd`; it stays the channel's).
+    pub fn raw_fd(&self) -> i32 {
+        std::os::fd::AsRawFd::as_raw_fd(&self.reader)
+    }
+}
+
 /// One configured device.
 pub struct Device {
     spec: DeviceSpec,
     open: Mutex<Option<Open>>,
+    wakers: Wakers,
+    next_channel: std::sync::atomic::AtomicU32,
 }
 
 fn mock_config(ip: Ipv4Addr) -> MockConfig {
@@ -159,6 +195,8 @@ impl Device {
         Self {
             spec,
             open: Mutex::new(None),
+            wakers: Arc::new(Mutex::new(HashMap::new())),
+            next_channel: std::sync::atomic::AtomicU32::new(1),
         }
     }
 
@@ -228,6 +266,17 @@ impl Device {
             let _ = hca.close();
             return Err(e);
         }
+        // Every MSI-X interrupt of the model wakes every completion channel of the device:
+        // a byte on each channel's socket (never blocking: a full socket is readable
+        // already). It runs in the model's thread with the model locked, and takes only the
+        // wakers' lock, which nothing holds while calling into the HCA.
+        let wakers = self.wakers.clone();
+        dev.set_interrupt_handler(Some(Arc::new(move |_vector| {
+            let w = wakers.lock().unwrap_or_else(|p| p.into_inner());
+            for s in w.values() {
+                let _ = (&*s).write(&[1]);
+            }
+        })));
         let pump = fabric.start_pump(20);
         *g = Some(Open {
             users: 1,
@@ -240,6 +289,7 @@ impl Device {
             next_handle: 1,
             pds: HashMap::new(),
             cqs: HashMap::new(),
+            srqs: HashMap::new(),
             mrs: HashMap::new(),
             qps: HashMap::new(),
             channels: HashMap::new(),
@@ -274,12 +324,16 @@ impl Device {
                 let _ = m.unmap();
             }
         }
+        for (_, (srq, _)) in o.srqs.drain() {
+            let _ = srq.destroy(&mut o.hw.hca);
+        }
         for (_, cq) in o.cqs.drain() {
             let _ = cq.destroy(&mut o.hw.hca);
         }
         for (_, pd) in o.pds.drain() {
             let _ = pd.destroy(&mut o.hw.hca);
         }
+        o.hw._dev.set_interrupt_handler(None);
         let MockHw { hca, .. } = o.hw;
         hca.close().map_err(|e| VerbsError::driver("close", e))
     }
@@ -517,6 +571,158 @@ impl Device {
         })?
     }
 
+    /// `ibv_create_srq` on PD `pd`: the handle and the sizes it got (`max_wr`, `max_sge`).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown PD, sizes out of the device's range (EINVAL), or the driver's
+    /// failure.
+    pub fn create_srq(
+        &self,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> VResult<(u32, u32, u32)> {
+        self.with(|o| {
+            let p = o
+                .pds
+                .get(&pd)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown PD"))?;
+            let srq_limit = u16::try_from(limit)
+                .ok()
+                .filter(|_| max_wr > 0 && limit < max_wr)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "SRQ sizes"))?;
+            let attr = SrqInitAttr {
+                max_wr,
+                max_sge: max_sge.max(1),
+                srq_limit,
+            };
+            let srq = o.hw.hca.create_srq(p, attr).map_err(|e| match e {
+                uhca_driver::Error::InvalidArgument(a) => {
+                    VerbsError::new(libc::EINVAL, format!("create SRQ: {a}"))
+                }
+                e => VerbsError::driver("create SRQ", e),
+            })?;
+            let got = (srq.max_wr(), srq.max_sge());
+            let h = o.handle();
+            o.srqs.insert(h, (srq, pd));
+            Ok((h, got.0, got.1))
+        })?
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event at `limit` WQEs.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown SRQ, a limit not below the SRQ's size (EINVAL), or the
+    /// driver's failure.
+    pub fn arm_srq_limit(&self, handle: u32, limit: u32) -> VResult<()> {
+        self.with(|o| {
+            let (srq, _) = o
+                .srqs
+                .get_mut(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown SRQ"))?;
+            let limit = u16::try_from(limit)
+                .ok()
+                .filter(|l| u32::from(*l) < srq.max_wr())
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "srq_limit beyond the SRQ"))?;
+            srq.arm_limit(&mut o.hw.hca, limit).map_err(|e| match e {
+                uhca_driver::Error::InvalidArgument(a) => {
+                    VerbsError::new(libc::EINVAL, format!("arm SRQ limit: {a}"))
+                }
+                e => VerbsError::driver("arm SRQ limit", e),
+            })
+        })?
+    }
+
+    /// `ibv_query_srq`: `max_wr`, `max_sge` and the armed limit (0 once its event fired).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown SRQ, or the driver's failure.
+    pub fn query_srq(&self, handle: u32) -> VResult<(u32, u32, u32)> {
+        self.with(|o| {
+            let (srq, _) = o
+                .srqs
+                .get(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown SRQ"))?;
+            let a = srq
+                .query(&mut o.hw.hca)
+                .map_err(|e| VerbsError::driver("query SRQ", e))?;
+            Ok((srq.max_wr(), srq.max_sge(), u32::from(a.limit)))
+        })?
+    }
+
+    /// `ibv_destroy_srq`.
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown handle, EBUSY while QPs receive from it, or the driver's
+    /// failure (the SRQ stays).
+    pub fn destroy_srq(&self, handle: u32) -> VResult<()> {
+        self.with(|o| {
+            let (srq, pd) = o
+                .srqs
+                .remove(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown SRQ"))?;
+            srq.destroy(&mut o.hw.hca).map_err(|f| {
+                o.srqs.insert(handle, (f.object, pd));
+                VerbsError::new(libc::EBUSY, format!("destroy SRQ: {:?}", f.error))
+            })
+        })?
+    }
+
+    /// `ibv_create_comp_channel`: a channel whose file descriptor becomes readable on the
+    /// device's interrupts (see [`ChannelFd`]).
+    ///
+    /// # Errors
+    ///
+    /// The socket pair could not be made (the OS's errno).
+    pub fn create_channel(&self) -> VResult<ChannelFd> {
+        let (reader, writer) = UnixStream::pair().map_err(io_errno)?;
+        writer.set_nonblocking(true).map_err(io_errno)?;
+        let id = self
+            .next_channel
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, writer);
+        Ok(ChannelFd { id, reader })
+    }
+
+    /// `ibv_destroy_comp_channel`: the interrupts stop waking it; its fd closes with it.
+    pub fn destroy_channel(&self, ch: ChannelFd) {
+        self.wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ch.id);
+    }
+
+    /// `ibv_get_cq_event`: the tag of a CQ on channel `channel` (the tag given to
+    /// [`Device::attach_channel`]) with a completion event, waiting on the channel's fd
+    /// until the device's interrupt says an event may have come (as rdma-core's, it waits
+    /// as long as it takes; with `O_NONBLOCK` set on the fd by the application it returns
+    /// EAGAIN instead of waiting).
+    ///
+    /// # Errors
+    ///
+    /// EAGAIN (a non-blocking fd and no event), not open, or the event queue's failure.
+    pub fn wait_cq_event(&self, channel: usize, fd: &ChannelFd) -> VResult<usize> {
+        let mut buf = [0u8; 64];
+        loop {
+            if let Some(tag) = self.take_cq_event(channel)? {
+                return Ok(tag);
+            }
+            match (&fd.reader).read(&mut buf) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_errno(e)),
+            }
+        }
+    }
+
     /// `ibv_destroy_cq`.
     ///
     /// # Errors
@@ -539,23 +745,27 @@ impl Device {
         })?
     }
 
-    /// `ibv_reg_mr`: registers `buf`, the application's memory at its address `va`, on the
-    /// PD `pd`. Only local rights: a peer would address the region by the application's
-    /// virtual address, and uhca's keys start at the IOVA it maps the range at.
+    /// `ibv_reg_mr_iova2` (and `ibv_reg_mr`, with `iova` the buffer's address): registers
+    /// `buf`, the application's memory, on the PD `pd`, addressed from `iova`: the
+    /// application's SGEs with the lkey and its peers' RDMA and atomic requests with the rkey
+    /// name `iova + offset` (uhca's key starts there, whatever IOVA the range is mapped at).
     ///
     /// # Errors
     ///
-    /// Not open, an unknown PD, remote access (EOPNOTSUPP), a buffer that is not 8-byte
-    /// aligned (EINVAL), or the driver's failure.
-    pub fn reg_mr(&self, pd: u32, va: u64, buf: HostBuf, access: AccessFlags) -> VResult<MrKeys> {
-        if access.intersects(
-            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-        ) {
+    /// Not open, an unknown PD, remote write or atomic rights without local write (EINVAL,
+    /// as verbs requires), an `iova` whose offset within a 4 KiB page is not the buffer's
+    /// (EINVAL, as Linux), a buffer that is not 8-byte aligned (EINVAL), or the driver's
+    /// failure. Nothing is registered then.
+    pub fn reg_mr(&self, pd: u32, iova: u64, buf: HostBuf, access: AccessFlags) -> VResult<MrKeys> {
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
             return Err(VerbsError::new(
-                libc::EOPNOTSUPP,
-                "remote access to an MR (peers would address it by virtual address)",
+                libc::EINVAL,
+                "remote write or atomic rights without local write",
             ));
         }
+        let va = iova;
         self.with(|o| {
             let p = o
                 .pds
@@ -566,13 +776,18 @@ impl Device {
                     .map_host_buf(buf)
                     .map_err(|f| VerbsError::new(libc::EINVAL, format!("map: {:?}", f.error)))?;
             let len = uhca_hal::DmaMem::len(&mapped);
-            let mr = match o.hw.hca.reg_user_mr(p, mapped, access) {
+            let mr = match o.hw.hca.reg_user_mr_at(p, mapped, iova, access) {
                 Ok(mr) => mr,
                 Err(f) => {
                     if let Some(m) = f.object {
                         let _ = m.unmap();
                     }
-                    return Err(VerbsError::driver("register", f.error));
+                    return Err(match f.error {
+                        uhca_driver::Error::InvalidArgument(e) => {
+                            VerbsError::new(libc::EINVAL, format!("register: {e}"))
+                        }
+                        e => VerbsError::driver("register", e),
+                    });
                 }
             };
             let keys = MrKeys {
@@ -631,6 +846,46 @@ impl Device {
     /// EINVAL if no MR of that key covers the range.
     pub fn translate(&self, lkey: u32, addr: u64, len: u32) -> VResult<uhca_hal::wq::Sge> {
         self.with(|o| o.translate(lkey, addr, len))?
+    }
+
+    /// Reads `dst.len()` bytes at offset `off` of MR `handle`'s memory (volatile reads: the
+    /// device may write it), as the application reads its own buffer (for tests of the
+    /// core, which has no `unsafe` to read it by address).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown MR, or a range outside it.
+    pub fn read_mr(&self, handle: u32, off: usize, dst: &mut [u8]) -> VResult<()> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .get(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown MR"))?;
+            if off.checked_add(dst.len()).is_none_or(|e| e > r.len) {
+                return Err(VerbsError::new(libc::EINVAL, "outside the MR"));
+            }
+            uhca_hal::DmaMem::read_bytes(r.mr.mem(), off, dst);
+            Ok(())
+        })?
+    }
+
+    /// Writes `src` at offset `off` of MR `handle`'s memory (see [`Device::read_mr`]).
+    ///
+    /// # Errors
+    ///
+    /// Not open, an unknown MR, or a range outside it.
+    pub fn write_mr(&self, handle: u32, off: usize, src: &[u8]) -> VResult<()> {
+        self.with(|o| {
+            let r = o
+                .mrs
+                .get_mut(&handle)
+                .ok_or_else(|| VerbsError::new(libc::EINVAL, "unknown MR"))?;
+            if off.checked_add(src.len()).is_none_or(|e| e > r.len) {
+                return Err(VerbsError::new(libc::EINVAL, "outside the MR"));
+            }
+            uhca_hal::DmaMem::write_bytes(r.mr.mem_mut(), off, src);
+            Ok(())
+        })?
     }
 
     /// How many PDs and CQs the application holds (for tests).
@@ -713,12 +968,42 @@ mod tests {
             HostBuf::from(&mut [0u8; 0][..]),
             AccessFlags::REMOTE_WRITE,
         );
-        assert_eq!(remote.unwrap_err().errno, libc::EOPNOTSUPP);
+        assert_eq!(
+            remote.unwrap_err().errno,
+            libc::EINVAL,
+            "remote write needs local write"
+        );
+        // An iova off the buffer's offset within its page: EINVAL, nothing registered.
+        let other: &'static mut [u8] = Box::leak(vec![0u8; 4096].into_boxed_slice());
+        let off = other.as_ptr() as u64 % 4096;
+        let bad = d.reg_mr(
+            pd,
+            0x10_0000_0000 + (off + 8) % 4096,
+            HostBuf::from(other),
+            AccessFlags::LOCAL_WRITE,
+        );
+        assert_eq!(bad.unwrap_err().errno, libc::EINVAL);
+        // At a chosen iova (ibv_reg_mr_iova2) with remote rights: SGEs name the iova.
+        let other: &'static mut [u8] = Box::leak(vec![0u8; 4096].into_boxed_slice());
+        let (ova, iova) = (
+            other.as_ptr() as u64,
+            0x10_0000_0000 + other.as_ptr() as u64 % 4096,
+        );
+        let all = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let ki = d.reg_mr(pd, iova, HostBuf::from(other), all).unwrap();
+        assert_eq!(ki.lkey, ki.rkey);
+        let sge = d.translate(ki.lkey, iova + 100, 50).unwrap();
+        assert_eq!((sge.addr, sge.len), (iova + 100, 50));
+        assert!(d.translate(ki.lkey, ova + 100, 50).is_err());
+        d.dereg_mr(ki.handle).unwrap();
         let k = d
             .reg_mr(pd, va, HostBuf::from(buf), AccessFlags::LOCAL_WRITE)
             .unwrap();
         let sge = d.translate(k.lkey, va + 100, 50).unwrap();
-        assert_eq!((sge.len, sge.lkey), (50, k.lkey));
+        assert_eq!((sge.addr, sge.len, sge.lkey), (va + 100, 50, k.lkey));
         assert!(d.translate(k.lkey, va + 8190, 4).is_err());
         assert!(d.translate(k.lkey, va - 1, 4).is_err());
         assert!(d.translate(k.lkey ^ 0x100, va, 4).is_err());

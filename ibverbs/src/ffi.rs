@@ -12,6 +12,7 @@ use uhca_driver::verbs::GidType;
 use crate::abi::*;
 use crate::config::{self, DeviceKind};
 use crate::device::{Device, VerbsError};
+use crate::qp::{AppSendWr, AppSge, POST_BATCH, POST_BATCH_SGES};
 
 /// Exports `$f` as `$sym@@$ver`: a global trampoline (a jump to the Rust function) that
 /// carries the version through `.symver`; the version script (build.rs) declares the nodes
@@ -289,7 +290,8 @@ unsafe extern "C" fn poll_cq(cq: *mut IbvCq, n: c_int, wc: *mut c_void) -> c_int
             opcode,
             vendor_err: u32::from(w.vendor_err),
             byte_len: w.byte_len,
-            imm_data: w.imm_data,
+            // __be32 in memory, as verbs says.
+            imm_data: w.imm_data.to_be(),
             qp_num: w.qp_num,
             src_qp: w.src_qp,
             // IBV_WC_GRH 1, IBV_WC_WITH_IMM 2, IBV_WC_WITH_INV 8.
@@ -317,18 +319,6 @@ unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited: c_int) -> c_int {
         Err(e) => report(&e),
     }
 }
-unsafe extern "C" fn post_unsupported(
-    _q: *mut c_void,
-    wr: *mut c_void,
-    bad: *mut *mut c_void,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller passes a writable pointer or NULL.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
-}
-
 export!("ibv_open_device" @ "IBVERBS_1.1" => open_device);
 unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
     let Some(entry) = entry_of(dev) else {
@@ -349,7 +339,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         poll_cq: Some(poll_cq),
         req_notify_cq: Some(req_notify_cq),
         compat2: [ptr::null_mut(); 7],
-        post_srq_recv: Some(post_unsupported),
+        post_srq_recv: Some(post_srq_recv),
         compat3: [ptr::null_mut(); 4],
         post_send: Some(post_send),
         post_recv: Some(post_recv),
@@ -739,15 +729,58 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
     }
 }
 
-// ---- Not in this slice: refused as rdma-core refuses what a provider lacks -------------
-
 export!("ibv_reg_mr" @ "IBVERBS_1.1" => reg_mr);
-/// Registers `len` bytes the application owns at `addr`, with local rights only (see
-/// [`Device::reg_mr`]); remote rights: EOPNOTSUPP.
+/// Registers `len` bytes the application owns at `addr`, addressed by `addr` (see
+/// [`Device::reg_mr`]).
 unsafe extern "C" fn reg_mr(
     pd: *mut IbvPd,
     addr: *mut c_void,
     len: usize,
+    access: c_int,
+) -> *mut IbvMr {
+    // SAFETY: the caller's contract is ibv_reg_mr's, which reg_mr_at's is.
+    unsafe { reg_mr_at(pd, addr, len, addr as u64, access) }
+}
+
+export!("ibv_reg_mr_iova" @ "IBVERBS_1.7" => reg_mr_iova);
+/// As [`reg_mr_iova2`] (the older name, with a signed `access`).
+unsafe extern "C" fn reg_mr_iova(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut IbvMr {
+    // SAFETY: the caller's contract is ibv_reg_mr_iova's, which reg_mr_at's is.
+    unsafe { reg_mr_at(pd, addr, len, iova, access) }
+}
+
+export!("ibv_reg_mr_iova2" @ "IBVERBS_1.8" => reg_mr_iova2);
+/// Registers `len` bytes the application owns at `addr`, addressed from `iova` by the
+/// application's SGEs and its peers (what `ibv_reg_mr` calls when its access flags are not
+/// a constant, with `iova` = `addr`).
+unsafe extern "C" fn reg_mr_iova2(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> *mut IbvMr {
+    // SAFETY: the caller's contract is ibv_reg_mr_iova2's, which reg_mr_at's is.
+    unsafe { reg_mr_at(pd, addr, len, iova, access as c_int) }
+}
+
+/// The registrations' common body: `len` bytes at `addr`, key addressed from `iova`.
+///
+/// # Safety
+///
+/// `pd` is NULL or a PD of this library; the application owns `len` bytes at `addr` and
+/// keeps them valid until `ibv_dereg_mr`.
+unsafe fn reg_mr_at(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
     access: c_int,
 ) -> *mut IbvMr {
     if pd.is_null() || addr.is_null() || len == 0 || len > isize::MAX as usize {
@@ -768,7 +801,7 @@ unsafe extern "C" fn reg_mr(
     // freed: dereg unmaps and hands the memory back to its owner.
     let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
     let rights = uhca_fwif::consts::AccessFlags::from_bits_truncate((access & ACCESS_BASIC) as u32);
-    match entry.dev.reg_mr(pd_handle, addr as u64, buf.into(), rights) {
+    match entry.dev.reg_mr(pd_handle, iova, buf.into(), rights) {
         Ok(k) => Box::into_raw(Box::new(CMr {
             ibv: IbvMr {
                 context: ctx,
@@ -814,7 +847,8 @@ struct CQp {
 }
 
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
-/// RC QPs without an SRQ or inline data; other types: EOPNOTSUPP.
+/// RC QPs, on an SRQ or not, with inline data up to what the driver offers; other types:
+/// EOPNOTSUPP.
 unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
     if pd.is_null() || attr.is_null() {
         set_errno(libc::EINVAL);
@@ -822,10 +856,22 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
     }
     // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
     let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
-    if a.qp_type != QPT_RC || !a.srq.is_null() {
+    if a.qp_type != QPT_RC {
         set_errno(libc::EOPNOTSUPP);
         return ptr::null_mut();
     }
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL srq came from create_srq (the caller's contract).
+        let s = unsafe { &*(a.srq as *mut CSrq) };
+        if !ptr::eq(s.entry, p.entry) {
+            // An SRQ of another device.
+            set_errno(libc::EINVAL);
+            return ptr::null_mut();
+        }
+        Some(s.ibv.handle)
+    };
     if a.send_cq.is_null() || a.recv_cq.is_null() {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
@@ -842,7 +888,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
     match p
         .entry
         .dev
-        .create_qp(p.ibv.handle, scq, rcq, caps, a.sq_sig_all != 0)
+        .create_qp(p.ibv.handle, scq, rcq, srq, caps, a.sq_sig_all != 0)
     {
         Ok((handle, qpn, got)) => {
             // As rdma-core: the capabilities the QP got go back into the caller's attr.
@@ -860,7 +906,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                     pd,
                     send_cq: a.send_cq,
                     recv_cq: a.recv_cq,
-                    srq: ptr::null_mut(),
+                    srq: a.srq,
                     handle,
                     qp_num: qpn,
                     state: 0,
@@ -1018,28 +1064,38 @@ unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
     }
 }
 
-/// The SGEs of a work request.
+/// The application's SGE list, lent as it is (`struct ibv_sge` and [`AppSge`] have one
+/// layout).
 ///
 /// # Safety
 ///
-/// `list` points to `n` readable `struct ibv_sge` (or `n` is 0).
-unsafe fn app_sges(list: *const IbvSge, n: c_int) -> Vec<crate::qp::AppSge> {
+/// `list` points to `n` readable `struct ibv_sge` that stay unchanged while the slice is
+/// used (during the post), or `n` is 0.
+unsafe fn app_sges<'a>(list: *const IbvSge, n: c_int) -> &'a [AppSge] {
     if n <= 0 || list.is_null() {
-        return Vec::new();
+        return &[];
     }
-    // SAFETY: the caller's contract.
-    let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
-    s.iter()
-        .map(|g| crate::qp::AppSge {
-            addr: g.addr,
-            len: g.length,
-            lkey: g.lkey,
-        })
-        .collect()
+    // SAFETY: the caller's contract; AppSge is repr(C) with ibv_sge's fields (checked below).
+    unsafe { std::slice::from_raw_parts(list as *const AppSge, n as usize) }
 }
 
-/// The `post_send` op: SEND only (other opcodes and inline data: EOPNOTSUPP).
+const _: () = {
+    assert!(size_of::<AppSge>() == size_of::<IbvSge>());
+    assert!(core::mem::offset_of!(AppSge, addr) == core::mem::offset_of!(IbvSge, addr));
+    assert!(core::mem::offset_of!(AppSge, len) == core::mem::offset_of!(IbvSge, length));
+    assert!(core::mem::offset_of!(AppSge, lkey) == core::mem::offset_of!(IbvSge, lkey));
+};
+
+/// Inline bytes one batch of a post gathers (past it, the batch is posted and the next
+/// begins; a single request with more is beyond any QP's `max_inline_data`).
+const INLINE_BATCH_BYTES: usize = 4096;
+
+/// The `post_send` op: SEND, SEND with immediate, RDMA WRITE (with immediate), RDMA READ,
+/// compare-and-swap and fetch-and-add, gathered from registered memory or inline
+/// (`IBV_SEND_INLINE`: the bytes are copied from the SGEs' addresses, no key needed),
+/// signalled or not. Other opcodes: EOPNOTSUPP with `bad_wr`.
 unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    use uhca_driver::verbs::{SendFlags, SendOp};
     let set_bad = |w: *mut IbvSendWr| {
         if !bad.is_null() {
             // SAFETY: the caller passes a writable pointer or NULL.
@@ -1052,63 +1108,341 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let mut ptrs = Vec::new();
-    let mut reqs = Vec::new();
+    let mut ptrs = [ptr::null_mut::<IbvSendWr>(); POST_BATCH];
+    let mut reqs = [AppSendWr::EMPTY; POST_BATCH];
+    let mut inline = [0u8; INLINE_BATCH_BYTES];
+    // Requests, inline bytes and SGEs in the batch so far.
+    let (mut n, mut used, mut sges_used) = (0, 0, 0);
+    // Posts the batch gathered so far; on failure, bad_wr and the errno.
+    let flush = |reqs: &[AppSendWr<'_>], ptrs: &[*mut IbvSendWr], inline: &[u8]| {
+        q.entry
+            .dev
+            .post_send(q.ibv.handle, reqs, inline)
+            .map_err(|(i, e)| {
+                set_bad(ptrs[i]);
+                e
+            })
+    };
     let mut w = wr as *mut IbvSendWr;
     while !w.is_null() {
         // SAFETY: a list of the caller's readable ibv_send_wr, NULL-terminated.
         let r = unsafe { &*w };
-        if r.opcode != WR_SEND || r.send_flags & SEND_INLINE != 0 {
-            set_bad(w);
-            return libc::EOPNOTSUPP;
+        // imm_data is big-endian in memory (__be32); the driver takes the value the wire
+        // carries.
+        let imm = u32::from_be(r.imm_data);
+        let op = match r.opcode {
+            WR_SEND => SendOp::Send,
+            WR_SEND_WITH_IMM => SendOp::SendWithImm { imm },
+            WR_RDMA_WRITE => SendOp::RdmaWrite {
+                remote_addr: r.remote_addr(),
+                rkey: r.rdma_rkey(),
+            },
+            WR_RDMA_WRITE_WITH_IMM => SendOp::RdmaWriteWithImm {
+                remote_addr: r.remote_addr(),
+                rkey: r.rdma_rkey(),
+                imm,
+            },
+            WR_RDMA_READ => SendOp::RdmaRead {
+                remote_addr: r.remote_addr(),
+                rkey: r.rdma_rkey(),
+            },
+            WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCmpSwap {
+                remote_addr: r.remote_addr(),
+                rkey: r.atomic_rkey(),
+                compare: r.compare_add(),
+                swap: r.swap(),
+            },
+            WR_ATOMIC_FETCH_AND_ADD => SendOp::AtomicFetchAdd {
+                remote_addr: r.remote_addr(),
+                rkey: r.atomic_rkey(),
+                add: r.compare_add(),
+            },
+            _ => {
+                if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                    return e;
+                }
+                set_bad(w);
+                return libc::EOPNOTSUPP;
+            }
+        };
+        let mut flags = SendFlags::empty();
+        if r.send_flags & SEND_SIGNALED != 0 {
+            flags |= SendFlags::SIGNALED;
         }
-        // SAFETY: sg_list holds num_sge entries (the caller's contract).
+        if r.send_flags & SEND_FENCE != 0 {
+            flags |= SendFlags::FENCE;
+        }
+        if r.send_flags & SEND_SOLICITED != 0 {
+            flags |= SendFlags::SOLICITED;
+        }
+        // SAFETY: sg_list holds num_sge entries, unchanged during the post (the caller's
+        // contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
-        reqs.push((r.wr_id, sges, r.send_flags & SEND_SIGNALED != 0));
-        ptrs.push(w);
+        let is_inline = r.send_flags & SEND_INLINE != 0;
+        if !is_inline && n > 0 && sges_used + sges.len() > POST_BATCH_SGES {
+            // The batch's SGEs are full: post it, this request begins the next.
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                return e;
+            }
+            (n, used, sges_used) = (0, 0, 0);
+        }
+        let mut range = None;
+        if is_inline {
+            let total: u64 = sges.iter().map(|g| u64::from(g.len)).sum();
+            if used as u64 + total > INLINE_BATCH_BYTES as u64 && n > 0 {
+                if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                    return e;
+                }
+                (n, used, sges_used) = (0, 0, 0);
+            }
+            if total > INLINE_BATCH_BYTES as u64 {
+                // More than any QP's max_inline_data: ENOMEM, as libmlx5.
+                set_bad(w);
+                return libc::ENOMEM;
+            }
+            let start = used;
+            for g in sges {
+                if g.len > 0 && g.addr == 0 {
+                    if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..start]) {
+                        return e;
+                    }
+                    set_bad(w);
+                    return libc::EINVAL;
+                }
+                // SAFETY: an inline SGE names `len` readable bytes of the caller at `addr`
+                // (ibv_post_send's contract for IBV_SEND_INLINE: no key, read at once).
+                let b = unsafe { std::slice::from_raw_parts(g.addr as *const u8, g.len as usize) };
+                inline[used..used + b.len()].copy_from_slice(b);
+                used += b.len();
+            }
+            range = Some((start, used));
+        } else {
+            sges_used += sges.len();
+        }
+        reqs[n] = AppSendWr {
+            wr_id: r.wr_id,
+            op,
+            sges,
+            flags,
+            inline: range,
+        };
+        ptrs[n] = w;
+        n += 1;
+        if n == POST_BATCH {
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                return e;
+            }
+            (n, used, sges_used) = (0, 0, 0);
+        }
         w = r.next;
     }
-    match q.entry.dev.post_send(q.ibv.handle, &reqs) {
+    match flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
         Ok(()) => 0,
-        Err((i, e)) => {
-            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvSendWr));
-            e
-        }
+        Err(e) => e,
     }
 }
 
-/// The `post_recv` op.
+/// The `post_recv` op (in batches, allocating nothing).
 unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
-    let set_bad = |w: *mut IbvRecvWr| {
+    if qp.is_null() {
         if !bad.is_null() {
             // SAFETY: the caller passes a writable pointer or NULL.
-            unsafe { *bad = w as *mut c_void };
+            unsafe { *bad = wr };
         }
-    };
-    if qp.is_null() {
-        set_bad(wr as *mut IbvRecvWr);
         return libc::EINVAL;
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let mut ptrs = Vec::new();
-    let mut reqs = Vec::new();
-    let mut w = wr as *mut IbvRecvWr;
+    // SAFETY: wr is the caller's NULL-terminated list; bad is writable or NULL.
+    unsafe {
+        post_recv_list(wr as *mut IbvRecvWr, bad, |l| {
+            q.entry.dev.post_recv(q.ibv.handle, l)
+        })
+    }
+}
+
+/// Walks a receive list in batches of [`POST_BATCH`], posting each with `post`; sets
+/// `bad` to the request at fault.
+///
+/// # Safety
+///
+/// `wr` is a NULL-terminated list of readable `ibv_recv_wr` whose SGE lists stay
+/// unchanged during the call; `bad` is writable or NULL.
+unsafe fn post_recv_list(
+    wr: *mut IbvRecvWr,
+    bad: *mut *mut c_void,
+    post: impl Fn(&[(u64, &[AppSge])]) -> Result<(), (usize, c_int)>,
+) -> c_int {
+    let mut ptrs = [ptr::null_mut::<IbvRecvWr>(); POST_BATCH];
+    let mut reqs: [(u64, &[AppSge]); POST_BATCH] = [(0, &[]); POST_BATCH];
+    let (mut n, mut sges_used) = (0, 0);
+    let flush = |reqs: &[(u64, &[AppSge])], ptrs: &[*mut IbvRecvWr]| {
+        post(reqs).map_err(|(i, e)| {
+            if !bad.is_null() {
+                // SAFETY: the caller passes a writable pointer or NULL.
+                unsafe { *bad = ptrs[i] as *mut c_void };
+            }
+            e
+        })
+    };
+    let mut w = wr;
     while !w.is_null() {
         // SAFETY: a list of the caller's readable ibv_recv_wr, NULL-terminated.
         let r = unsafe { &*w };
         // SAFETY: sg_list holds num_sge entries (the caller's contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
-        reqs.push((r.wr_id, sges));
-        ptrs.push(w);
+        if n > 0 && sges_used + sges.len() > POST_BATCH_SGES {
+            // The batch's SGEs are full: post it, this request begins the next.
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n]) {
+                return e;
+            }
+            (n, sges_used) = (0, 0);
+        }
+        reqs[n] = (r.wr_id, sges);
+        ptrs[n] = w;
+        n += 1;
+        sges_used += sges.len();
+        if n == POST_BATCH {
+            if let Err(e) = flush(&reqs[..n], &ptrs[..n]) {
+                return e;
+            }
+            (n, sges_used) = (0, 0);
+        }
         w = r.next;
     }
-    match q.entry.dev.post_recv(q.ibv.handle, &reqs) {
+    match flush(&reqs[..n], &ptrs[..n]) {
         Ok(()) => 0,
-        Err((i, e)) => {
-            set_bad(ptrs.get(i).copied().unwrap_or(wr as *mut IbvRecvWr));
-            e
+        Err(e) => e,
+    }
+}
+
+/// An SRQ: the `struct ibv_srq`, then the device.
+#[repr(C)]
+struct CSrq {
+    ibv: IbvSrq,
+    entry: &'static Entry,
+}
+
+export!("ibv_create_srq" @ "IBVERBS_1.1" => create_srq);
+/// An SRQ of `attr.max_wr` receives of `attr.max_sge` entries on `pd`; the sizes it got go
+/// back into `attr`, as rdma-core.
+unsafe extern "C" fn create_srq(pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> *mut IbvSrq {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: pd came from alloc_pd; attr is the caller's ibv_srq_init_attr.
+    let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
+    match p.entry.dev.create_srq(
+        p.ibv.handle,
+        a.attr.max_wr,
+        a.attr.max_sge,
+        a.attr.srq_limit,
+    ) {
+        Ok((handle, max_wr, max_sge)) => {
+            a.attr.max_wr = max_wr;
+            a.attr.max_sge = max_sge;
+            Box::into_raw(Box::new(CSrq {
+                ibv: IbvSrq {
+                    context: p.ibv.context,
+                    srq_context: a.srq_context,
+                    pd,
+                    handle,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    events_completed: 0,
+                },
+                entry: p.entry,
+            })) as *mut IbvSrq
         }
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_modify_srq" @ "IBVERBS_1.1" => modify_srq);
+/// `IBV_SRQ_LIMIT` arms the limit; `IBV_SRQ_MAX_WR` (resizing) is EINVAL, as on mlx5.
+unsafe extern "C" fn modify_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr, mask: c_int) -> c_int {
+    if srq.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: srq came from create_srq; attr is the caller's readable ibv_srq_attr.
+    let (s, a) = unsafe { (&*(srq as *mut CSrq), *attr) };
+    if mask & SRQ_MAX_WR != 0 || mask & !(SRQ_MAX_WR | SRQ_LIMIT) != 0 {
+        return libc::EINVAL;
+    }
+    if mask & SRQ_LIMIT == 0 {
+        return 0;
+    }
+    match s.entry.dev.arm_srq_limit(s.ibv.handle, a.srq_limit) {
+        Ok(()) => 0,
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_query_srq" @ "IBVERBS_1.1" => query_srq);
+unsafe extern "C" fn query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) -> c_int {
+    if srq.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: srq came from create_srq.
+    let s = unsafe { &*(srq as *mut CSrq) };
+    match s.entry.dev.query_srq(s.ibv.handle) {
+        Ok((max_wr, max_sge, srq_limit)) => {
+            // SAFETY: attr is the caller's writable ibv_srq_attr.
+            unsafe {
+                *attr = IbvSrqAttr {
+                    max_wr,
+                    max_sge,
+                    srq_limit,
+                }
+            };
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+export!("ibv_destroy_srq" @ "IBVERBS_1.1" => destroy_srq);
+unsafe extern "C" fn destroy_srq(srq: *mut IbvSrq) -> c_int {
+    if srq.is_null() {
+        return libc::EINVAL;
+    }
+    let p = srq as *mut CSrq;
+    // SAFETY: srq came from create_srq and is still allocated.
+    let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
+    match entry.dev.destroy_srq(handle) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let it go.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// The `post_srq_recv` op (in batches, allocating nothing).
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if srq.is_null() {
+        if !bad.is_null() {
+            // SAFETY: the caller passes a writable pointer or NULL.
+            unsafe { *bad = wr };
+        }
+        return libc::EINVAL;
+    }
+    // SAFETY: srq came from create_srq.
+    let s = unsafe { &*(srq as *mut CSrq) };
+    // SAFETY: wr is the caller's NULL-terminated list; bad is writable or NULL.
+    unsafe {
+        post_recv_list(wr as *mut IbvRecvWr, bad, |l| {
+            s.entry.dev.post_srq_recv(s.ibv.handle, l)
+        })
     }
 }
 
@@ -1123,29 +1457,34 @@ unsafe extern "C" fn qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
 struct CChannel {
     ibv: IbvCompChannel,
     entry: &'static Entry,
+    /// The socket whose descriptor is `ibv.fd` (closed with the channel).
+    fd: crate::device::ChannelFd,
 }
 
 export!("ibv_create_comp_channel" @ "IBVERBS_1.0" => create_comp_channel);
-/// Its `fd` is a real eventfd, but it is never signalled: `ibv_get_cq_event` finds events
-/// by serving the device's event queue, not by reading it.
+/// Its `fd` becomes readable when the device raises its interrupt (a completion event of an
+/// armed CQ among others): `poll(2)` on it waits for `ibv_get_cq_event` to have something.
 unsafe extern "C" fn create_comp_channel(ctx: *mut IbvContext) -> *mut IbvCompChannel {
     // SAFETY: ctx is the caller's open context.
     let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     };
-    // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return ptr::null_mut();
-    }
+    let fd = match entry.dev.create_channel() {
+        Ok(fd) => fd,
+        Err(e) => {
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+    };
     Box::into_raw(Box::new(CChannel {
         ibv: IbvCompChannel {
             context: ctx,
-            fd,
+            fd: fd.raw_fd(),
             refcnt: 0,
         },
         entry,
+        fd,
     })) as *mut IbvCompChannel
 }
 
@@ -1159,16 +1498,17 @@ unsafe extern "C" fn destroy_comp_channel(ch: *mut IbvCompChannel) -> c_int {
         // As rdma-core: CQs still use it.
         return libc::EBUSY;
     }
-    // SAFETY: as above; freed once. The fd is the eventfd made with it.
+    // SAFETY: as above; freed once.
     let c = unsafe { Box::from_raw(ch as *mut CChannel) };
-    // SAFETY: the eventfd create_comp_channel made, closed once here.
-    unsafe { libc::close(c.ibv.fd) };
+    let CChannel { entry, fd, .. } = *c;
+    // The socket (the channel's fd) closes here.
+    entry.dev.destroy_channel(fd);
     0
 }
 
 export!("ibv_get_cq_event" @ "IBVERBS_1.1" => get_cq_event);
-/// Blocks until a CQ on `ch` has a completion event (after `ibv_req_notify_cq`), serving
-/// the device's event queue every 50 µs meanwhile.
+/// Waits on the channel's fd until a CQ on `ch` has a completion event (after
+/// `ibv_req_notify_cq`); with `O_NONBLOCK` on the fd, -1 and EAGAIN when none has.
 unsafe extern "C" fn get_cq_event(
     ch: *mut IbvCompChannel,
     cq: *mut *mut IbvCq,
@@ -1178,25 +1518,27 @@ unsafe extern "C" fn get_cq_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: ch came from create_comp_channel and is still allocated.
-    let entry = unsafe { (*(ch as *mut CChannel)).entry };
-    loop {
-        match entry.dev.take_cq_event(ch as usize) {
-            Ok(Some(tag)) => {
-                let got = tag as *mut IbvCq;
-                // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq
-                // detaches it); cq and cq_ctx are the caller's writable pointers.
-                unsafe {
-                    *cq = got;
-                    *cq_ctx = (*got).cq_context;
-                }
-                return 0;
+    // SAFETY: ch came from create_comp_channel and is still allocated (the caller does not
+    // destroy it while waiting on it).
+    let c = unsafe { &*(ch as *mut CChannel) };
+    match c.entry.dev.wait_cq_event(ch as usize, &c.fd) {
+        Ok(tag) => {
+            let got = tag as *mut IbvCq;
+            // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq
+            // detaches it); cq and cq_ctx are the caller's writable pointers.
+            unsafe {
+                *cq = got;
+                *cq_ctx = (*got).cq_context;
             }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_micros(50)),
-            Err(e) => {
-                set_errno(report(&e));
-                return -1;
+            0
+        }
+        Err(e) => {
+            // EAGAIN on a non-blocking fd is what a program expects: no noise for it.
+            if e.errno != libc::EAGAIN {
+                report(&e);
             }
+            set_errno(e.errno);
+            -1
         }
     }
 }

@@ -34,3 +34,5 @@ pub mod device;
 #[cfg(not(test))]
 mod ffi;
 pub mod qp;
+#[cfg(test)]
+mod rdma_tests;

@@ -146,8 +146,10 @@ pub struct Av {
     pub sl: u8,
 }
 
-/// One scatter/gather entry as the application wrote it (its address, length, lkey).
-#[derive(Clone, Copy, Debug)]
+/// One scatter/gather entry as the application wrote it (its address, length, lkey): the
+/// layout of `struct ibv_sge`, so the C layer lends the application's list as it is.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 pub struct AppSge {
     /// The application's address.
     pub addr: u64,
@@ -155,6 +157,98 @@ pub struct AppSge {
     pub len: u32,
     /// Local key.
     pub lkey: u32,
+}
+
+/// A send work request as the application wrote it, borrowing its gather list.
+#[derive(Clone, Copy, Debug)]
+pub struct AppSendWr<'a> {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// The operation (remote addresses and keys as the application gave them).
+    pub op: SendOp,
+    /// The gather (or, for READ and atomics, scatter) list.
+    pub sges: &'a [AppSge],
+    /// Signalled, fence, solicited.
+    pub flags: uhca_driver::verbs::SendFlags,
+    /// `IBV_SEND_INLINE`: the range of the post's inline bytes (gathered by the caller
+    /// from the SGEs' addresses) that is this request's data; `sges` is then ignored.
+    pub inline: Option<(usize, usize)>,
+}
+
+impl AppSendWr<'_> {
+    /// A placeholder for arrays (a SEND of nothing).
+    pub const EMPTY: AppSendWr<'static> = AppSendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        sges: &[],
+        flags: uhca_driver::verbs::SendFlags::empty(),
+        inline: None,
+    };
+}
+
+/// Work requests the posts handle per lock and doorbell (longer lists go in batches).
+pub const POST_BATCH: usize = 16;
+/// Scatter/gather entries of one batch, all requests together.
+pub const POST_BATCH_SGES: usize = 64;
+
+/// Runs `post` on consecutive batches of the `n` requests, each at most [`POST_BATCH`]
+/// requests and [`POST_BATCH_SGES`] SGEs (`sges(i)`: request `i`'s; a request with more
+/// is a batch of its own, refused when translated); a failure's index counts from the
+/// first request.
+pub(crate) fn in_batches(
+    n: usize,
+    sges: impl Fn(usize) -> usize,
+    mut post: impl FnMut(std::ops::Range<usize>) -> Result<(), (usize, i32)>,
+) -> Result<(), (usize, i32)> {
+    let mut start = 0;
+    while start < n {
+        let (mut end, mut k) = (start, 0);
+        while end < n && end - start < POST_BATCH {
+            let l = sges(end);
+            if end > start && k + l > POST_BATCH_SGES {
+                break;
+            }
+            k += l;
+            end += 1;
+        }
+        post(start..end).map_err(|(i, e)| (start + i, e))?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// The application's SGEs of a batch turned into uhca's, in `flat`, each request's range in
+/// `ranges`; the index of the request at fault and the errno otherwise.
+fn translate_batch<'a>(
+    o: &Open,
+    lists: impl Iterator<Item = Option<&'a [AppSge]>>,
+    flat: &mut [Sge; POST_BATCH_SGES],
+    ranges: &mut [(usize, usize); POST_BATCH],
+) -> Result<(), (usize, i32)> {
+    let mut k = 0;
+    for (i, list) in lists.enumerate() {
+        let start = k;
+        for g in list.unwrap_or(&[]) {
+            if k == POST_BATCH_SGES {
+                return Err((i, libc::EINVAL));
+            }
+            flat[k] = o
+                .translate(g.lkey, g.addr, g.len)
+                .map_err(|e| (i, e.errno))?;
+            k += 1;
+        }
+        ranges[i] = (start, k);
+    }
+    Ok(())
+}
+
+/// The errno rdma-core's mlx5 provider returns for a work request the driver refused.
+fn wr_errno(e: &uhca_driver::verbs::WrError) -> i32 {
+    use uhca_driver::verbs::WrError;
+    match e {
+        WrError::QueueFull | WrError::InlineTooLong { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
 }
 
 fn einval(msg: impl Into<String>) -> VerbsError {
@@ -165,30 +259,23 @@ fn need<T>(v: Option<T>, what: &str) -> VResult<T> {
     v.ok_or_else(|| einval(format!("this transition needs {what}")))
 }
 
-fn sges(o: &Open, list: &[AppSge]) -> VResult<Vec<Sge>> {
-    list.iter()
-        .map(|s| o.translate(s.lkey, s.addr, s.len))
-        .collect()
-}
-
 impl Device {
     /// `ibv_create_qp` for an RC QP on `pd` whose queues complete to `send_cq`/`recv_cq`:
     /// the handle, the QP number and the capabilities it got.
     ///
     /// # Errors
     ///
-    /// Unknown objects, inline data (EOPNOTSUPP), or the driver's failure.
+    /// Unknown objects, or the driver's failure. With `srq`, the QP receives from that
+    /// SRQ (its own receive sizes are ignored, as verbs says).
     pub fn create_qp(
         &self,
         pd: u32,
         send_cq: u32,
         recv_cq: u32,
+        srq: Option<u32>,
         caps: QpCaps,
         sq_sig_all: bool,
     ) -> VResult<(u32, u32, QpCaps)> {
-        if caps.max_inline_data > 0 {
-            return Err(VerbsError::new(libc::EOPNOTSUPP, "inline data"));
-        }
         self.with_open(|o| {
             let pd = o.pds.get(&pd).ok_or_else(|| einval("unknown PD"))?;
             let scq = o
@@ -199,11 +286,24 @@ impl Device {
                 .cqs
                 .get(&recv_cq)
                 .ok_or_else(|| einval("unknown receive CQ"))?;
+            let srq = match srq {
+                Some(h) => Some(&o.srqs.get(&h).ok_or_else(|| einval("unknown SRQ"))?.0),
+                None => None,
+            };
+            let cap = if srq.is_some() {
+                QpCaps {
+                    max_recv_wr: 0,
+                    max_recv_sge: 0,
+                    ..caps
+                }
+            } else {
+                caps
+            };
             let attr = QpInitAttr {
                 send_cq: scq,
                 recv_cq: rcq,
-                srq: None,
-                cap: caps,
+                srq,
+                cap,
             };
             let qp =
                 o.hw.hca
@@ -409,65 +509,145 @@ impl Device {
         })?
     }
 
-    /// `post_send`: SENDs over the application's SGEs. On failure, the index of the
-    /// first request not posted and the errno.
+    /// `post_send`: the application's work requests (their SGEs translated, or their
+    /// inline bytes, ranges of `inline`), in batches of [`POST_BATCH`] under one lock and
+    /// one doorbell each, with nothing allocated. On failure, the index of the first
+    /// request not posted (the ones before it are) and the errno.
     pub fn post_send(
         &self,
         handle: u32,
-        wrs: &[(u64, Vec<AppSge>, bool)],
+        wrs: &[AppSendWr<'_>],
+        inline: &[u8],
+    ) -> Result<(), (usize, i32)> {
+        let sges = |i: usize| {
+            let w: &AppSendWr<'_> = &wrs[i];
+            if w.inline.is_some() { 0 } else { w.sges.len() }
+        };
+        in_batches(wrs.len(), sges, |r| {
+            self.post_send_batch(handle, &wrs[r], inline)
+        })
+    }
+
+    fn post_send_batch(
+        &self,
+        handle: u32,
+        wrs: &[AppSendWr<'_>],
+        inline: &[u8],
     ) -> Result<(), (usize, i32)> {
         self.with_open(|o| {
-            let mut list = Vec::with_capacity(wrs.len());
-            for (i, (_, s, _)) in wrs.iter().enumerate() {
-                list.push(sges(o, s).map_err(|e| (i, e.errno))?);
-            }
+            let mut flat = [Sge::default(); POST_BATCH_SGES];
+            let mut ranges = [(0, 0); POST_BATCH];
+            let lists = wrs.iter().map(|w| w.inline.is_none().then_some(w.sges));
+            // The requests before one whose SGEs fail are posted, as verbs says.
+            let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                Ok(()) => (wrs.len(), None),
+                Err((i, e)) => (i, Some(e)),
+            };
+            let wrs = &wrs[..count];
             let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
             let sig_all = e.sq_sig_all;
             let RcQp::Rts(q) = e.qp.as_mut().expect("a QP in the table") else {
                 return Err((0, libc::EINVAL));
             };
-            let reqs: Vec<SendWr<'_>> = wrs
-                .iter()
-                .zip(&list)
-                .map(|((id, _, signaled), s)| {
-                    let w = SendWr::new(*id, SendOp::Send, s);
-                    if *signaled || sig_all {
-                        w
-                    } else {
-                        w.with_flags(uhca_driver::verbs::SendFlags::empty())
-                    }
-                })
-                .collect();
-            q.post_send(&reqs).map_err(|b| (b.index, libc::ENOMEM))
+            let mut reqs = [SendWr::new(0, SendOp::Send, &[]); POST_BATCH];
+            for (i, w) in wrs.iter().enumerate() {
+                let mut flags = w.flags;
+                if sig_all {
+                    flags |= uhca_driver::verbs::SendFlags::SIGNALED;
+                }
+                let (s, t) = ranges[i];
+                let r = SendWr::new(w.wr_id, w.op, &flat[s..t]).with_flags(flags);
+                reqs[i] = match w.inline {
+                    Some((a, b)) => r.with_inline(inline.get(a..b).ok_or((i, libc::EINVAL))?),
+                    None => r,
+                };
+            }
+            q.post_send(&reqs[..count])
+                .map_err(|b| (b.index, wr_errno(&b.error)))?;
+            refused.map_or(Ok(()), |e| Err((count, e)))
         })
         .unwrap_or(Err((0, libc::EINVAL)))
     }
 
-    /// `post_recv` over the application's SGEs.
-    pub fn post_recv(&self, handle: u32, wrs: &[(u64, Vec<AppSge>)]) -> Result<(), (usize, i32)> {
-        self.with_open(|o| {
-            let mut list = Vec::with_capacity(wrs.len());
-            for (i, (_, s)) in wrs.iter().enumerate() {
-                list.push(sges(o, s).map_err(|e| (i, e.errno))?);
-            }
-            let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-            let reqs: Vec<RecvWr<'_>> = wrs
-                .iter()
-                .zip(&list)
-                .map(|((id, _), s)| RecvWr {
-                    wr_id: *id,
-                    sg_list: s,
+    /// `post_recv` over the application's SGEs, in batches as [`Device::post_send`],
+    /// allocating nothing.
+    pub fn post_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
+        in_batches(
+            wrs.len(),
+            |i| wrs[i].1.len(),
+            |r| {
+                let chunk = &wrs[r];
+                self.with_open(|o| {
+                    let mut flat = [Sge::default(); POST_BATCH_SGES];
+                    let mut ranges = [(0, 0); POST_BATCH];
+                    let lists = chunk.iter().map(|w| Some(w.1));
+                    let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                        Ok(()) => (chunk.len(), None),
+                        Err((i, e)) => (i, Some(e)),
+                    };
+                    let chunk = &chunk[..count];
+                    let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+                    let mut reqs = [RecvWr {
+                        wr_id: 0,
+                        sg_list: &[],
+                    }; POST_BATCH];
+                    for (i, (id, _)) in chunk.iter().enumerate() {
+                        let (s, t) = ranges[i];
+                        reqs[i] = RecvWr {
+                            wr_id: *id,
+                            sg_list: &flat[s..t],
+                        };
+                    }
+                    let reqs = &reqs[..chunk.len()];
+                    let r = match e.qp.as_mut().expect("a QP in the table") {
+                        RcQp::Init(q) => q.post_recv(reqs),
+                        RcQp::Rtr(q) => q.post_recv(reqs),
+                        RcQp::Rts(q) => q.post_recv(reqs),
+                        _ => return Err((0, libc::EINVAL)),
+                    };
+                    r.map_err(|b| (b.index, wr_errno(&b.error)))?;
+                    refused.map_or(Ok(()), |e| Err((count, e)))
                 })
-                .collect();
-            let r = match e.qp.as_mut().expect("a QP in the table") {
-                RcQp::Init(q) => q.post_recv(&reqs),
-                RcQp::Rtr(q) => q.post_recv(&reqs),
-                RcQp::Rts(q) => q.post_recv(&reqs),
-                _ => return Err((0, libc::EINVAL)),
-            };
-            r.map_err(|b| (b.index, libc::ENOMEM))
-        })
-        .unwrap_or(Err((0, libc::EINVAL)))
+                .unwrap_or(Err((0, libc::EINVAL)))
+            },
+        )
+    }
+
+    /// `post_srq_recv` over the application's SGEs, as [`Device::post_recv`].
+    pub fn post_srq_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
+        in_batches(
+            wrs.len(),
+            |i| wrs[i].1.len(),
+            |r| {
+                let chunk = &wrs[r];
+                self.with_open(|o| {
+                    let mut flat = [Sge::default(); POST_BATCH_SGES];
+                    let mut ranges = [(0, 0); POST_BATCH];
+                    let lists = chunk.iter().map(|w| Some(w.1));
+                    let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
+                        Ok(()) => (chunk.len(), None),
+                        Err((i, e)) => (i, Some(e)),
+                    };
+                    let chunk = &chunk[..count];
+                    let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+                    let mut reqs = [RecvWr {
+                        wr_id: 0,
+                        sg_list: &[],
+                    }; POST_BATCH];
+                    for (i, (id, _)) in chunk.iter().enumerate() {
+                        let (s, t) = ranges[i];
+                        reqs[i] = RecvWr {
+                            wr_id: *id,
+                            sg_list: &flat[s..t],
+                        };
+                    }
+                    srq.post_recv(&reqs[..chunk.len()])
+                        .map_err(|b| (b.index, wr_errno(&b.error)))?;
+                    refused.map_or(Ok(()), |e| Err((count, e)))
+                })
+                .unwrap_or(Err((0, libc::EINVAL)))
+            },
+        )
     }
 
     /// `poll_cq`: up to `out.len()` completions into `out` (the caller's memory: polling
@@ -550,15 +730,7 @@ mod tests {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let inline = QpCaps {
-            max_inline_data: 64,
-            ..caps
-        };
-        assert_eq!(
-            d.create_qp(pd, cq, cq, inline, false).unwrap_err().errno,
-            libc::EOPNOTSUPP
-        );
-        let (qp, qpn, got) = d.create_qp(pd, cq, cq, caps, false).unwrap();
+        let (qp, qpn, got) = d.create_qp(pd, cq, cq, None, caps, false).unwrap();
         assert!(got.max_recv_wr >= 4 && qpn != 0);
         let to = |s| Modify {
             state: Some(s),
@@ -573,13 +745,13 @@ mod tests {
             d.modify_qp(qp, &to(QpState::Init)).unwrap_err().errno,
             libc::EINVAL
         );
-        let sge = vec![AppSge {
+        let sge = [AppSge {
             addr: va,
             len: 4096,
             lkey: mr.lkey,
         }];
         assert!(
-            d.post_recv(qp, &[(1, sge.clone())]).is_err(),
+            d.post_recv(qp, &[(1, &sge[..])]).is_err(),
             "RESET takes no receive"
         );
         let init = Modify {
@@ -593,34 +765,44 @@ mod tests {
             d.modify_qp(qp, &Modify::default()).unwrap_err().errno,
             libc::EOPNOTSUPP
         );
-        d.post_recv(qp, &[(1, sge.clone()), (2, sge.clone())])
-            .unwrap();
-        let outside = vec![AppSge {
+        d.post_recv(qp, &[(1, &sge[..]), (2, &sge[..])]).unwrap();
+        let outside = [AppSge {
             addr: va + 1,
             len: 4096,
             lkey: mr.lkey,
         }];
         assert_eq!(
-            d.post_recv(qp, &[(3, sge.clone()), (4, outside)]),
+            d.post_recv(qp, &[(3, &sge[..]), (4, &outside[..])]),
             Err((1, libc::EINVAL))
         );
         assert_eq!(
-            d.post_send(qp, &[(5, sge, true)]),
+            d.post_send(
+                qp,
+                &[AppSendWr {
+                    wr_id: 5,
+                    op: SendOp::Send,
+                    sges: &sge,
+                    flags: uhca_driver::verbs::SendFlags::SIGNALED,
+                    inline: None,
+                }],
+                &[]
+            ),
             Err((0, libc::EINVAL)),
             "INIT sends nothing"
         );
         assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
-        // To ERR flushes the receives.
+        // To ERR flushes the receives: 1, 2, and 3 (posted before the refused 4, as verbs
+        // posts the requests before `bad_wr`).
         assert_eq!(d.modify_qp(qp, &to(QpState::Err)), Ok(QpState::Err));
         let mut flushed = 0;
         for _ in 0..100 {
             flushed += d.poll_cq(cq, &mut [WorkCompletion::default(); 8]).unwrap();
-            if flushed == 2 {
+            if flushed == 3 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert_eq!(flushed, 2);
+        assert_eq!(flushed, 3);
         assert_eq!(d.modify_qp(qp, &to(QpState::Reset)), Ok(QpState::Reset));
         d.destroy_qp(qp).unwrap();
         assert_eq!(d.destroy_qp(qp).unwrap_err().errno, libc::EINVAL);

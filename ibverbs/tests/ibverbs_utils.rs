@@ -164,7 +164,12 @@ fn ibv_devinfo_reports_a_vfio_device_it_cannot_open() {
 /// `ldd -r` finds every symbol (with its version) that the three programs import.
 #[test]
 fn every_import_of_the_programs_resolves() {
-    for name in ["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong"] {
+    for name in [
+        "ibv_devices",
+        "ibv_devinfo",
+        "ibv_rc_pingpong",
+        "ibv_srq_pingpong",
+    ] {
         let Some(p) = program(name) else {
             continue;
         };
@@ -215,11 +220,25 @@ fn ibv_rc_pingpong_between_two_processes() {
         return;
     };
     let tcp = 20000 + (std::process::id() % 20000) as u16;
-    pingpong(&p, tcp, &[]);
-    pingpong(&p, tcp + 1, &["-e"]);
+    pingpong(&p, tcp, ("127.0.0.1", "127.0.0.2"), &[]);
+    pingpong(&p, tcp + 1, ("127.0.0.1", "127.0.0.2"), &["-e"]);
 }
 
-fn pingpong(p: &Path, tcp: u16, extra: &[&str]) {
+/// rdma-core's `ibv_srq_pingpong` (16 RC QPs a side receiving from one SRQ), `--chk`,
+/// polling and with completion events, on addresses of its own (the tests run at once).
+#[test]
+fn ibv_srq_pingpong_between_two_processes() {
+    let Some(p) = program("ibv_srq_pingpong") else {
+        return;
+    };
+    let tcp = 20000 + (std::process::id() % 20000) as u16 + 2;
+    pingpong(&p, tcp, ("127.0.0.3", "127.0.0.4"), &[]);
+    pingpong(&p, tcp + 1, ("127.0.0.3", "127.0.0.4"), &["-e"]);
+}
+
+/// `p` as server on `ips.0` and client on `ips.1` (mock devices `uhca0` there), TCP port
+/// `tcp`, 200 iterations with `--chk` and `extra`; both must report their iterations.
+fn pingpong(p: &Path, tcp: u16, ips: (&str, &str), extra: &[&str]) {
     let port = tcp.to_string();
     let spawn = |ip: &str, server: Option<&str>| {
         let mut cmd = Command::new(p);
@@ -238,7 +257,7 @@ fn pingpong(p: &Path, tcp: u16, extra: &[&str]) {
             .unwrap()
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut server = spawn("127.0.0.1", None);
+    let mut server = spawn(ips.0, None);
     while !listening(tcp) {
         if Instant::now() > deadline || server.try_wait().unwrap().is_some() {
             let _ = server.kill();
@@ -251,7 +270,7 @@ fn pingpong(p: &Path, tcp: u16, extra: &[&str]) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut client = spawn("127.0.0.2", Some("127.0.0.1"));
+    let mut client = spawn(ips.1, Some(ips.0));
     let mut done = [None, None];
     while done.iter().any(Option::is_none) {
         for (d, c) in done.iter_mut().zip([&mut server, &mut client]) {
@@ -277,5 +296,70 @@ fn pingpong(p: &Path, tcp: u16, extra: &[&str]) {
         );
         ok &= out.status.success() && stdout.contains("200 iters in");
     }
-    assert!(ok, "ibv_rc_pingpong {extra:?} failed (output above)");
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    println!(
+        "{} {name} --chk {extra:?}",
+        if ok { "PASS" } else { "FAIL" }
+    );
+    assert!(ok, "{name} {extra:?} failed (output above)");
+}
+
+/// `tests/c/opcodes.c`, compiled against the installed `verbs.h` and linked to this
+/// library: every `ibv_post_send` opcode between two devices of one process, checked in
+/// memory and in the completions (opcode, `byte_len`, `imm_data` in network order,
+/// `wc_flags`), unsignalled requests, `ibv_reg_mr_iova2` at a chosen iova, and the
+/// refusals (an lkey not covering the buffer, an opcode not offered, bad registrations,
+/// a WRITE to a key without remote write). One PASS line per check.
+#[test]
+fn every_send_opcode_through_the_c_abi() {
+    let header = Path::new("/usr/include/infiniband/verbs.h");
+    if !header.exists() {
+        assert!(
+            !require(),
+            "UHCA_REQUIRE_IBVERBS_UTILS=1 but {} is absent",
+            header.display()
+        );
+        eprintln!(
+            "skipped: {} is absent (apt-get install libibverbs-dev)",
+            header.display()
+        );
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/opcodes.c");
+    let exe = lib_dir().join("opcodes");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = match Command::new(&cc)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(lib_dir())
+        .arg("-l:libibverbs.so.1")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(
+                !require(),
+                "UHCA_REQUIRE_IBVERBS_UTILS=1 but no C compiler: {e}"
+            );
+            eprintln!("skipped: no C compiler ({cc}: {e})");
+            return;
+        }
+    };
+    assert!(
+        built.status.success(),
+        "{cc} failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = run(
+        &exe,
+        &[],
+        Some("mock:uhca0=udp:127.0.0.83;mock:uhca1=udp:127.0.0.84"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(lines.len(), 54, "every check ran: {stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
 }

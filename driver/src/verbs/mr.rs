@@ -289,7 +289,7 @@ impl<P: Platform> Hca<P> {
         len: usize,
         access: AccessFlags,
     ) -> core::result::Result<Mr<P>, Failed<Option<DmaBuf<P>>>> {
-        let reg = self.register_mtt(pd, buf, offset, len, access)?;
+        let reg = self.register_mtt(pd, buf, offset, len, None, access)?;
         Ok(Mr { reg, offset, len })
     }
 
@@ -303,6 +303,7 @@ impl<P: Platform> Hca<P> {
         mem: M,
         offset: usize,
         len: usize,
+        key_start: Option<u64>,
         access: AccessFlags,
     ) -> core::result::Result<MttRegion<P, M>, Failed<Option<M>>> {
         let ticket = match self.release_ticket() {
@@ -314,7 +315,7 @@ impl<P: Platform> Hca<P> {
                 });
             }
         };
-        match self.create_mtt_mkey(pd, &mem, offset, len, access) {
+        match self.create_mtt_mkey(pd, &mem, offset, len, key_start, access) {
             Ok((mkey_index, key)) => Ok(MttRegion {
                 mem: Some(mem),
                 ticket: Some(ticket),
@@ -342,6 +343,7 @@ impl<P: Platform> Hca<P> {
         buf: &impl DmaMem,
         offset: usize,
         len: usize,
+        key_start: Option<u64>,
         access: AccessFlags,
     ) -> Result<(u32, u32)> {
         self.check_owner(pd.hca_id())?;
@@ -368,6 +370,27 @@ impl<P: Platform> Hca<P> {
         }
         let start = buf.iova() + offset as u64;
         let end = start + len as u64;
+        // The address the key starts at: the IOVA, or the caller's (then the first byte's
+        // offset within a translation page must be the same in both, as the device adds the
+        // address's offset within its page to the page's entry).
+        let key_addr = key_start.unwrap_or(start);
+        if key_addr.checked_add(len as u64).is_none() {
+            return Err(InvalidArgument::rule(
+                Arg::MrIova,
+                key_addr,
+                "the key's range wraps past the end of the address space",
+            )
+            .into());
+        }
+        let page_mask = |shift: u32| (1u64 << shift) - 1;
+        if (key_addr ^ start) & page_mask(ADAPTER_PAGE_SHIFT) != 0 {
+            return Err(InvalidArgument::rule(
+                Arg::MrIova,
+                key_addr,
+                "the key's address and the memory's IOVA differ in their offset within a 4 KiB page",
+            )
+            .into());
+        }
         // The smallest page size that needs at most MAX_PAS entries.
         let mut shift = ADAPTER_PAGE_SHIFT;
         let npages = loop {
@@ -376,11 +399,11 @@ impl<P: Platform> Hca<P> {
             if n <= MAX_PAS {
                 break n;
             }
-            if shift >= MAX_MTT_PAGE_SHIFT {
+            if shift >= MAX_MTT_PAGE_SHIFT || (key_addr ^ start) & page_mask(shift + 1) != 0 {
                 return Err(InvalidArgument::rule(
                     Arg::MrLength,
                     InvalidArgument::wide(len),
-                    "the region needs more than 512 translation entries of 1 GiB",
+                    "the region needs more than 512 translation entries of the largest page its addresses allow",
                 )
                 .into());
             }
@@ -411,7 +434,7 @@ impl<P: Platform> Hca<P> {
             .set_qpn(MKEY_QPN_UNBOUND)
             .set_mkey_7_0(variant)
             .set_pd(pd.pdn())
-            .set_start_addr(start)
+            .set_start_addr(key_addr)
             .set_len(len as u64)
             .set_translations_octword_size(octwords as u32)
             .set_log_page_size(shift as u8);

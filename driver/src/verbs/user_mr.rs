@@ -13,6 +13,15 @@
 //! is unmapped when that [`MappedBuf`] is dropped or [`MappedBuf::unmap`]ped (which gives
 //! the `Box` or the slice back). No `unsafe` is needed in the driver or the caller: the
 //! HAL owns the memory while the device may reach it.
+//!
+//! A key addresses the region from the IOVA it is mapped at ([`Hca::reg_user_mr`]), or from
+//! an address the caller chooses ([`Hca::reg_user_mr_at`], the `iova` of rdma-core's
+//! `ibv_reg_mr_iova2`; `ibv_reg_mr` chooses the buffer's virtual address): the key's
+//! `start_addr` is that address while its translation entries still name the pages the
+//! buffer is mapped at, so work requests and remote peers use the chosen address and the
+//! device reaches the buffer. As on Linux (`ib_umem_find_best_pgsz`), the chosen address
+//! must have the buffer's offset within a 4 KiB page; the mapping keeps the buffer's own
+//! offset, so an application's virtual address always qualifies.
 
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::Platform;
@@ -28,6 +37,8 @@ use crate::hca::Hca;
 #[derive(Debug)]
 pub struct UserMr<P: Platform> {
     reg: MttRegion<P, MappedBuf<P>>,
+    /// The address of the first byte as the key names it.
+    start: u64,
 }
 
 impl<P: Platform> UserMr<P> {
@@ -46,9 +57,11 @@ impl<P: Platform> UserMr<P> {
         self.reg.mkey_index
     }
 
-    /// The address of the region's first byte as the device and the peers use it.
+    /// The address of the region's first byte as the device and the peers use it: the
+    /// IOVA the buffer is mapped at ([`Hca::reg_user_mr`]) or the address chosen at
+    /// registration ([`Hca::reg_user_mr_at`]).
     pub fn iova(&self) -> u64 {
-        self.mem().iova()
+        self.start
     }
 
     /// The region's length in bytes (the whole buffer).
@@ -168,7 +181,49 @@ impl<P: Platform> Hca<P> {
         access: AccessFlags,
     ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
         let len = mem.len();
-        let reg = self.register_mtt(pd, mem, 0, len, access)?;
-        Ok(UserMr { reg })
+        let start = mem.iova();
+        let reg = self.register_mtt(pd, mem, 0, len, None, access)?;
+        Ok(UserMr { reg, start })
+    }
+
+    /// Registers the whole of a mapped caller buffer as [`Hca::reg_user_mr`] does, but
+    /// addressed from `addr`: the region's byte `i` is `addr + i` in work requests (its
+    /// [`UserMr::sge`]s) and in peers' RDMA and atomic requests with its rkey, whatever IOVA
+    /// the buffer is mapped at. This is `ibv_reg_mr_iova2` (`addr` is its `iova`), and
+    /// `ibv_reg_mr` with the buffer's virtual address as `addr`.
+    ///
+    /// ```
+    /// # use uhca_driver::{Hca, HcaConfig};
+    /// # use uhca_fwif::consts::AccessFlags;
+    /// # use uhca_hal::DmaMem;
+    /// # let dev = uhca_mock::MockHca::new(uhca_mock::MockConfig::default());
+    /// # let mut hca = Hca::open_with(dev.platform(), HcaConfig::default())?;
+    /// let pd = hca.alloc_pd()?;
+    /// let mem = hca.map_host_buf(vec![0u8; 8192])?;
+    /// let addr = 0x7000_0000_0000 + mem.iova() % 4096; // the same offset in a 4 KiB page
+    /// let mr = hca.reg_user_mr_at(&pd, mem, addr, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    /// assert_eq!(mr.iova(), addr);
+    /// assert_eq!(mr.sge(16, 32)?.addr, addr + 16);
+    /// # let mem = mr.destroy(&mut hca)?;
+    /// # drop(mem);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::reg_user_mr`]; also [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// ([`Arg::MrIova`](crate::error::Arg::MrIova)) when `addr`'s offset within a 4 KiB
+    /// page is not the buffer's IOVA's, or `addr + len` wraps (no command is sent, the
+    /// buffer comes back).
+    pub fn reg_user_mr_at(
+        &mut self,
+        pd: &Pd,
+        mem: MappedBuf<P>,
+        addr: u64,
+        access: AccessFlags,
+    ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
+        let len = mem.len();
+        let reg = self.register_mtt(pd, mem, 0, len, Some(addr), access)?;
+        Ok(UserMr { reg, start: addr })
     }
 }
