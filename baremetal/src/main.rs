@@ -247,7 +247,7 @@ const READ_ID: u64 = 8;
 /// An RC side: MR areas at 0 (receives land), SIZE (sends and READ sources), 2 * SIZE
 /// (RDMA targets).
 struct Side<'p> {
-    pd: Pd,
+    pd: Pd<&'p BareMetal>,
     cq: Cq<&'p BareMetal>,
     mr: Mr<&'p BareMetal>,
     qp: Qp<&'p BareMetal, Rc, state::Init>,
@@ -429,7 +429,7 @@ fn post_send(
 }
 
 type RtsSide<'p> = (
-    Pd,
+    Pd<&'p BareMetal>,
     Cq<&'p BareMetal>,
     Mr<&'p BareMetal>,
     Qp<&'p BareMetal, Rc, state::Rts>,

@@ -40,7 +40,7 @@ use crate::error::{Arg, Error, InvalidArgument, Result};
 pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
 use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
-use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
+use crate::release::{AfterClose, Cmd, ObjectKind, ReleaseQueue, Ticket};
 use crate::verbs::dp::CqNumbers;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
@@ -148,10 +148,8 @@ pub struct Hca<P: Platform> {
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
-    /// Objects with DMA memory dropped without `destroy` (`crate::release`).
+    /// Objects dropped without `destroy` (`crate::release`).
     release: ReleaseQueue<P>,
-    /// Where PDs and transport domains note themselves when dropped.
-    mailbox: MailboxRef,
     /// Dropped objects whose destroy failed (their memory leaked).
     objects_leaked: u64,
     health: HealthMonitor,
@@ -218,7 +216,6 @@ impl<P: Platform> Hca<P> {
         let id = NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let mut hca = Hca {
             release,
-            mailbox: MailboxRef::claim(id),
             objects_leaked: 0,
             pages: PagePool::with_budget(p.clone(), cfg.max_firmware_pages),
             page_owners: PageOwners::default(),
@@ -644,15 +641,8 @@ impl<P: Platform> Hca<P> {
         if self.fatal.is_some() || self.cmdq.is_none() {
             return;
         }
-        if !self.mailbox.has_mail() && !self.release.has_work() {
+        if !self.release.has_work() {
             return;
-        }
-        // Dropped domains join the queue, so that they go after what uses them.
-        while let Some((kind, n)) = self.mailbox.take() {
-            if self.release.push(Dropped::number_only(kind, n)).is_err() {
-                self.mailbox.put_back(kind, n);
-                break;
-            }
         }
         while let Some(d) = self.release.take_next() {
             let r = match d.command() {
@@ -704,31 +694,11 @@ impl<P: Platform> Hca<P> {
         self.release.reserve()
     }
 
-    /// Where a PD or transport domain of this HCA notes itself when dropped.
-    pub(crate) fn mailbox(&self) -> MailboxRef {
-        self.mailbox
-    }
-
     /// Objects dropped without `destroy` whose destroy command then failed: their memory
     /// is leaked (never freed), since the device may still use it. Each one is also
     /// reported as an [`AsyncEvent::ReleaseFailed`].
     pub fn objects_leaked(&self) -> u64 {
         self.objects_leaked
-    }
-
-    /// PDs and transport domains dropped while this HCA's mailbox was full (more than
-    /// [`MAILBOX_LEN`](crate::release::MAILBOX_LEN) between two commands): they stay in
-    /// the firmware until teardown.
-    pub fn objects_left_to_teardown(&self) -> u64 {
-        self.mailbox.overflow()
-    }
-
-    /// Whether dropping a PD or transport domain of this HCA deallocates it: false when
-    /// more than [`MAILBOXES`](crate::release::MAILBOXES) HCAs were open when this one
-    /// was, and it got no mailbox (its dropped domains then stay in the firmware until
-    /// teardown; destroy them to free them earlier).
-    pub fn releases_dropped_domains(&self) -> bool {
-        self.mailbox.is_claimed()
     }
 
     /// The next asynchronous event, oldest first.
@@ -951,8 +921,6 @@ impl<P: Platform> Hca<P> {
                 core::mem::forget(pages);
             }
         }
-        // PDs and transport domains dropped from now on are not noted.
-        self.mailbox.give_up();
         first
     }
 

@@ -85,7 +85,7 @@ pub struct Open {
     users: usize,
     pub(crate) hw: MockHw,
     next_handle: u32,
-    pub(crate) pds: HashMap<u32, Pd>,
+    pub(crate) pds: HashMap<u32, Pd<MockPlatform>>,
     pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
     mrs: HashMap<u32, Registered>,
     pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,

@@ -260,7 +260,7 @@ impl<P: Platform> Hca<P> {
     ///
     /// [`Error::InvalidArgument`] for a zero length or bad access flags (no command is
     /// sent); [`Error::Dma`]; the command's error.
-    pub fn alloc_mr(&mut self, pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr<P>> {
+    pub fn alloc_mr(&mut self, pd: &Pd<P>, len: usize, access: AccessFlags) -> Result<Mr<P>> {
         if len == 0 {
             return Err(InvalidArgument::min(Arg::MrLength, 0, 1).into());
         }
@@ -283,7 +283,7 @@ impl<P: Platform> Hca<P> {
     /// command timed out or the device died.
     pub fn reg_mr(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         buf: DmaBuf<P>,
         offset: usize,
         len: usize,
@@ -299,7 +299,7 @@ impl<P: Platform> Hca<P> {
     /// error (`None`, leaked, when the device may have made the key anyway).
     pub(crate) fn register_mtt<M: DmaMem + Into<Held<P>>>(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         mem: M,
         offset: usize,
         len: usize,
@@ -338,7 +338,7 @@ impl<P: Platform> Hca<P> {
 
     fn create_mtt_mkey(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         buf: &impl DmaMem,
         offset: usize,
         len: usize,

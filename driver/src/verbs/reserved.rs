@@ -33,7 +33,7 @@
 //! use uhca_driver::verbs::{QpInitAttr, Rc, SendOp, SendWr};
 //! # fn f<P: uhca_hal::Platform + Send + Sync>(
 //! #     hca: &mut uhca_driver::Hca<P>,
-//! #     pd: &uhca_driver::verbs::Pd,
+//! #     pd: &uhca_driver::verbs::Pd<P>,
 //! #     attr: &QpInitAttr<'_, P>,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! let key = hca.reserved_lkey()?;

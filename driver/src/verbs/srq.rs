@@ -252,7 +252,7 @@ impl<P: Platform> Hca<P> {
     /// [`Error::InvalidArgument`] for 0 or too many work requests or scatter/gather
     /// entries, or a limit not below the size (no command is sent); [`Error::Dma`]; the
     /// command's error.
-    pub fn create_srq(&mut self, pd: &Pd, attr: SrqInitAttr) -> Result<Srq<P>> {
+    pub fn create_srq(&mut self, pd: &Pd<P>, attr: SrqInitAttr) -> Result<Srq<P>> {
         self.check_owner(pd.hca_id())?;
         let caps = self.caps();
         if attr.max_wr == 0 {

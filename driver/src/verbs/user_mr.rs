@@ -163,7 +163,7 @@ impl<P: Platform> Hca<P> {
     /// device died.
     pub fn reg_user_mr(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         mem: MappedBuf<P>,
         access: AccessFlags,
     ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
