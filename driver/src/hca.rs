@@ -15,8 +15,9 @@
 //! DISABLE_HCA, bus mastering off, and only then is DMA memory freed.
 
 use uhca_fwif::cmd::{
-    ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocUarIn,
-    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ModifyNicVportContextIn, QueryHcaCapIn,
+    ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocPdIn,
+    DeallocTransportDomainIn, DeallocUarIn, DestroyCqIn, DestroyEqIn, DestroyMkeyIn, DestroyQpIn,
+    DestroyRmpIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ModifyNicVportContextIn, QueryHcaCapIn,
     QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS, SetHcaCapIn, SetIssiIn, TeardownHcaIn,
     query_hca_cap_op_mod, set_hca_cap_op_mod,
 };
@@ -40,7 +41,7 @@ use crate::error::{Arg, Error, InvalidArgument, Result};
 pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
 use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
-use crate::release::{AfterClose, Cmd, ObjectKind, ReleaseQueue, Ticket};
+use crate::release::{AfterClose, ObjectKind, ReleaseQueue, Ticket};
 use crate::verbs::dp::CqNumbers;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
@@ -259,12 +260,12 @@ impl<P: Platform> Hca<P> {
             self.cfg.fw_init_timeout_ns,
             self.cfg.poll_us.max(1),
         )?;
-        self.exec(&EnableHcaIn::new_cmd(), &[], &mut [])?;
+        self.cmd(&EnableHcaIn::new_cmd())?;
         self.hca_enabled = true;
 
         // ISSI 1 is what every current driver speaks; firmware that does not know
         // QUERY_ISSI (BAD_OP) only speaks ISSI 0, which this driver does not support.
-        let issi = match self.exec(&QueryIssiIn::new_cmd(), &[], &mut []) {
+        let issi = match self.cmd(&QueryIssiIn::new_cmd()) {
             Ok(out) => out,
             Err(e) if e.command_status() == Some(CmdStatus::BadOpErr) => {
                 return Err(Error::Unsupported(
@@ -278,7 +279,7 @@ impl<P: Platform> Hca<P> {
         }
         let mut set_issi = SetIssiIn::new_cmd();
         set_issi.set_current_issi(1);
-        self.exec(&set_issi, &[], &mut [])?;
+        self.cmd(&set_issi)?;
         self.info.issi = 1;
 
         self.info.boot_pages = self.give_startup_pages(QueryPagesOpMod::BootPages)?;
@@ -297,7 +298,7 @@ impl<P: Platform> Hca<P> {
         let mut set = SetHcaCapIn::new_cmd();
         set.set_op_mod(set_hca_cap_op_mod(HcaCapType::General));
         *set.cmd_hca_cap_mut() = general_caps_to_set(&cur, &max);
-        self.exec(&set, &[], &mut [])?;
+        self.cmd(&set)?;
         self.hca_cap = self.query_general_caps(HcaCapMode::GetCur)?;
         self.caps = DeviceCaps::from_hca_cap(&self.hca_cap);
         if self.hca_cap.roce() {
@@ -308,24 +309,24 @@ impl<P: Platform> Hca<P> {
                 set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
                 set.capability_mut()[..RoceCap::default().as_bytes().len()]
                     .copy_from_slice(roce.as_bytes());
-                self.exec(&set, &[], &mut [])?;
+                self.cmd(&set)?;
             }
             self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
         }
         self.set_up_atomics()?;
 
         self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
-        self.exec(&InitHcaIn::new_cmd(), &[], &mut [])?;
+        self.cmd(&InitHcaIn::new_cmd())?;
         self.hca_initialized = true;
 
         if self.caps.link_layer == LinkLayer::Ethernet && self.hca_cap.roce() {
             let mut m = ModifyNicVportContextIn::new_cmd();
             m.field_select_mut().set_roce_en(true);
             m.nic_vport_context_mut().set_roce_en(true);
-            self.exec(&m, &[], &mut [])?;
+            self.cmd(&m)?;
         }
 
-        let uar = self.exec(&AllocUarIn::new_cmd(), &[], &mut [])?.uar();
+        let uar = self.cmd(&AllocUarIn::new_cmd())?.uar();
         self.uar = Some(uar);
         self.create_eq(uar)?;
         if let Some(q) = self.cmdq.as_mut() {
@@ -337,7 +338,7 @@ impl<P: Platform> Hca<P> {
     fn query_general_caps(&mut self, mode: HcaCapMode) -> Result<CmdHcaCap> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, mode));
-        Ok(*self.exec(&q, &[], &mut [])?.cmd_hca_cap())
+        Ok(*self.cmd(&q)?.cmd_hca_cap())
     }
 
     /// Reads the atomic capability page when the device has atomics and asks for the
@@ -354,7 +355,7 @@ impl<P: Platform> Hca<P> {
             set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
             set.capability_mut()[..AtomicCaps::default().as_bytes().len()]
                 .copy_from_slice(set_page.as_bytes());
-            self.exec(&set, &[], &mut [])?;
+            self.cmd(&set)?;
             page = self.query_atomic_caps()?;
         }
         self.caps.atomic = atomics_offered(&page);
@@ -365,20 +366,20 @@ impl<P: Platform> Hca<P> {
     fn query_atomic_caps(&mut self) -> Result<AtomicCaps> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Atomic, HcaCapMode::GetCur));
-        Ok(*self.exec(&q, &[], &mut [])?.atomic_caps())
+        Ok(*self.cmd(&q)?.atomic_caps())
     }
 
     fn query_roce_caps(&mut self, mode: HcaCapMode) -> Result<RoceCap> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Roce, mode));
-        Ok(*self.exec(&q, &[], &mut [])?.roce_cap())
+        Ok(*self.cmd(&q)?.roce_cap())
     }
 
     /// QUERY_PAGES for boot or init pages, then MANAGE_PAGES to give them.
     fn give_startup_pages(&mut self, which: QueryPagesOpMod) -> Result<u32> {
         let mut q = QueryPagesIn::new_cmd();
         q.set_op_mod(which.raw());
-        let out = self.exec(&q, &[], &mut [])?;
+        let out = self.cmd(&q)?;
         let n = out.num_pages() as i32;
         if n < 0 {
             return Err(Error::DeviceMisbehaved(
@@ -474,6 +475,21 @@ impl<P: Platform> Hca<P> {
             self.release_dropped();
             self.exec_now(input, extra_in, out_extra)
         }
+    }
+
+    /// Sends a command with no flexible input or output array: [`Hca::exec`] for the
+    /// common case, so that a call reads as the command it sends.
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::exec`].
+    pub(crate) fn cmd<C: Command>(&mut self, input: &C) -> Result<C::Out> {
+        self.exec(input, &[], &mut [])
+    }
+
+    /// [`Hca::cmd`] without releasing dropped objects first.
+    fn cmd_now<C: Command>(&mut self, input: &C) -> Result<C::Out> {
+        self.exec_now(input, &[], &mut [])
     }
 
     /// [`Hca::exec`] without releasing dropped objects first.
@@ -645,14 +661,7 @@ impl<P: Platform> Hca<P> {
             return;
         }
         while let Some(d) = self.release.take_next() {
-            let r = match d.command() {
-                Cmd::Qp(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Srq(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Cq(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Mr(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Pd(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Td(c) => self.exec_now(&c, &[], &mut []).map(drop),
-            };
+            let r = self.destroy_now(d.kind, d.number);
             match r {
                 Ok(()) => {
                     if let Some(q) = &d.qp {
@@ -685,6 +694,53 @@ impl<P: Platform> Hca<P> {
                         .push(AsyncEvent::ReleaseFailed { object, number });
                 }
             }
+        }
+    }
+
+    /// Destroys one object: the destroy path `destroy` and a creation rolled back share
+    /// with the release of dropped objects (objects dropped before are released first, as
+    /// before every command).
+    ///
+    /// # Errors
+    ///
+    /// The command's error (RES_BUSY while another object uses it).
+    pub(crate) fn destroy_object(&mut self, kind: ObjectKind, number: u32) -> Result<()> {
+        self.release_dropped();
+        self.destroy_now(kind, number)
+    }
+
+    /// Undoes a creation that failed after its create command succeeded: destroys the
+    /// object, then frees `mem`. If the destroy fails the memory is leaked (the device may
+    /// still use it), counted and reported as for a dropped object
+    /// ([`AsyncEvent::ReleaseFailed`]).
+    pub(crate) fn roll_back<M>(&mut self, kind: ObjectKind, number: u32, mem: M) {
+        match self.destroy_object(kind, number) {
+            Ok(()) => drop(mem),
+            Err(_) => {
+                core::mem::forget(mem);
+                self.objects_leaked += 1;
+                self.events.push(AsyncEvent::ReleaseFailed {
+                    object: kind,
+                    number,
+                });
+            }
+        }
+    }
+
+    /// The destroy command of each kind of object, built here only, sent without
+    /// releasing dropped objects first.
+    fn destroy_now(&mut self, kind: ObjectKind, n: u32) -> Result<()> {
+        match kind {
+            ObjectKind::Qp => self.cmd_now(DestroyQpIn::new_cmd().set_qpn(n)).map(drop),
+            ObjectKind::Srq => self.cmd_now(DestroyRmpIn::new_cmd().set_rmpn(n)).map(drop),
+            ObjectKind::Cq => self.cmd_now(DestroyCqIn::new_cmd().set_cqn(n)).map(drop),
+            ObjectKind::Mr => self
+                .cmd_now(DestroyMkeyIn::new_cmd().set_mkey_index(n))
+                .map(drop),
+            ObjectKind::Pd => self.cmd_now(DeallocPdIn::new_cmd().set_pd(n)).map(drop),
+            ObjectKind::TransportDomain => self
+                .cmd_now(DeallocTransportDomainIn::new_cmd().set_transport_domain(n))
+                .map(drop),
         }
     }
 
@@ -871,12 +927,12 @@ impl<P: Platform> Hca<P> {
                     q.set_completion_mode(CompletionMode::Polling);
                 }
                 retired_eq = Some(eq);
-                note(self.exec(&d, &[], &mut []).map(drop));
+                note(self.cmd(&d).map(drop));
             }
             if let Some(uar) = self.uar.take() {
                 let mut d = DeallocUarIn::new_cmd();
                 d.set_uar(uar);
-                note(self.exec(&d, &[], &mut []).map(drop));
+                note(self.cmd(&d).map(drop));
             }
             if self.hca_initialized {
                 note(self.teardown_hca());
@@ -885,7 +941,7 @@ impl<P: Platform> Hca<P> {
                 note(self.reclaim_pages());
             }
             if self.hca_enabled {
-                note(self.exec(&DisableHcaIn::new_cmd(), &[], &mut []).map(drop));
+                note(self.cmd(&DisableHcaIn::new_cmd()).map(drop));
                 self.hca_enabled = false;
             }
         } else if let Some(f) = self.fatal {
@@ -931,7 +987,7 @@ impl<P: Platform> Hca<P> {
             t.set_profile(TEARDOWN_PREPARE_FAST);
             // `state` 0 is FORCE_STATE_SUCCESS: the firmware is ready for the NIC
             // interface to be disabled.
-            if !self.exec(&t, &[], &mut [])?.state() {
+            if !self.cmd(&t)?.state() {
                 let iseg = InitSeg::new(&self.p);
                 iseg.set_nic_interface(NicInterface::Disabled);
                 let start = self.p.now_ns();
@@ -950,7 +1006,7 @@ impl<P: Platform> Hca<P> {
         }
         let mut t = TeardownHcaIn::new_cmd();
         t.set_profile(TEARDOWN_GRACEFUL);
-        self.exec(&t, &[], &mut [])?;
+        self.cmd(&t)?;
         Ok(())
     }
 

@@ -35,10 +35,6 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use uhca_fwif::cmd::{
-    Command, DeallocPdIn, DeallocTransportDomainIn, DestroyCqIn, DestroyMkeyIn, DestroyQpIn,
-    DestroyRmpIn,
-};
 use uhca_hal::Platform;
 use uhca_hal::cq::CqRing;
 use uhca_hal::dma::{DmaBuf, MappedBuf};
@@ -146,53 +142,6 @@ impl<P: Platform> Dropped<P> {
             busy_at: None,
         }
     }
-
-    /// Its destroy command.
-    pub(crate) fn command(&self) -> Cmd {
-        let n = self.number;
-        match self.kind {
-            ObjectKind::Qp => {
-                let mut d = DestroyQpIn::new_cmd();
-                d.set_qpn(n);
-                Cmd::Qp(d)
-            }
-            ObjectKind::Srq => {
-                let mut d = DestroyRmpIn::new_cmd();
-                d.set_rmpn(n);
-                Cmd::Srq(d)
-            }
-            ObjectKind::Cq => {
-                let mut d = DestroyCqIn::new_cmd();
-                d.set_cqn(n);
-                Cmd::Cq(d)
-            }
-            ObjectKind::Mr => {
-                let mut d = DestroyMkeyIn::new_cmd();
-                d.set_mkey_index(n);
-                Cmd::Mr(d)
-            }
-            ObjectKind::Pd => {
-                let mut d = DeallocPdIn::new_cmd();
-                d.set_pd(n);
-                Cmd::Pd(d)
-            }
-            ObjectKind::TransportDomain => {
-                let mut d = DeallocTransportDomainIn::new_cmd();
-                d.set_transport_domain(n);
-                Cmd::Td(d)
-            }
-        }
-    }
-}
-
-/// One destroy command.
-pub(crate) enum Cmd {
-    Qp(DestroyQpIn),
-    Srq(DestroyRmpIn),
-    Cq(DestroyCqIn),
-    Mr(DestroyMkeyIn),
-    Pd(DeallocPdIn),
-    Td(DeallocTransportDomainIn),
 }
 
 /// What happens to an object dropped after its HCA is gone.

@@ -28,7 +28,7 @@
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use uhca_fwif::cmd::{Command, CreateMkeyIn, DestroyMkeyIn, QueryMkeyIn};
+use uhca_fwif::cmd::{Command, CreateMkeyIn, QueryMkeyIn};
 use uhca_fwif::consts::{ADAPTER_PAGE_SHIFT, AccessFlags, MkcAccessMode};
 use uhca_fwif::ctx::Mkc;
 use uhca_hal::Platform;
@@ -101,9 +101,7 @@ impl<P: Platform, M: Into<Held<P>>> MttRegion<P, M> {
     /// On an error the key and the memory stay.
     pub(crate) fn destroy(&mut self, hca: &mut Hca<P>) -> Result<M> {
         hca.check_owner(self.hca_id)?;
-        let mut d = DestroyMkeyIn::new_cmd();
-        d.set_mkey_index(self.mkey_index);
-        hca.exec(&d, &[], &mut [])?;
+        hca.destroy_object(ObjectKind::Mr, self.mkey_index)?;
         match self.mem.take() {
             Some(m) => Ok(m),
             None => unreachable!("the buffer is only taken by destroy and drop"),
@@ -217,7 +215,7 @@ impl<P: Platform> Mr<P> {
         hca.check_owner(self.reg.hca_id)?;
         let mut q = QueryMkeyIn::new_cmd();
         q.set_mkey_index(self.reg.mkey_index);
-        let out = hca.exec(&q, &[], &mut [])?;
+        let out = hca.cmd(&q)?;
         let m = out.memory_key_mkey_entry();
         let mut access = AccessFlags::empty();
         access.set(AccessFlags::LOCAL_WRITE, m.lw());

@@ -2,7 +2,7 @@
 //! (ALLOC_TRANSPORT_DOMAIN/DEALLOC_TRANSPORT_DOMAIN).
 
 use uhca_fwif::cmd::Command;
-use uhca_fwif::cmd::{AllocPdIn, AllocTransportDomainIn, DeallocPdIn, DeallocTransportDomainIn};
+use uhca_fwif::cmd::{AllocPdIn, AllocTransportDomainIn};
 use uhca_hal::Platform;
 
 use super::Failed;
@@ -72,9 +72,7 @@ impl<P: Platform> Pd<P> {
                 error,
             });
         }
-        let mut d = DeallocPdIn::new_cmd();
-        d.set_pd(self.pdn);
-        match hca.exec(&d, &[], &mut []) {
+        match hca.destroy_object(ObjectKind::Pd, self.pdn) {
             Ok(_) => {
                 // Deallocated: its reservation in the release queue goes back.
                 self.ticket = None;
@@ -149,9 +147,7 @@ impl<P: Platform> TransportDomain<P> {
                 error,
             });
         }
-        let mut d = DeallocTransportDomainIn::new_cmd();
-        d.set_transport_domain(self.tdn);
-        match hca.exec(&d, &[], &mut []) {
+        match hca.destroy_object(ObjectKind::TransportDomain, self.tdn) {
             Ok(_) => {
                 // Deallocated: its reservation in the release queue goes back.
                 self.ticket = None;
@@ -173,7 +169,7 @@ impl<P: Platform> Hca<P> {
     /// The command's error (LIM when the device has no more PDs).
     pub fn alloc_pd(&mut self) -> Result<Pd<P>> {
         let ticket = self.release_ticket()?;
-        let out = self.exec(&AllocPdIn::new_cmd(), &[], &mut [])?;
+        let out = self.cmd(&AllocPdIn::new_cmd())?;
         Ok(Pd {
             pdn: out.pd(),
             hca_id: self.id(),
@@ -188,7 +184,7 @@ impl<P: Platform> Hca<P> {
     /// The command's error.
     pub fn alloc_transport_domain(&mut self) -> Result<TransportDomain<P>> {
         let ticket = self.release_ticket()?;
-        let out = self.exec(&AllocTransportDomainIn::new_cmd(), &[], &mut [])?;
+        let out = self.cmd(&AllocTransportDomainIn::new_cmd())?;
         Ok(TransportDomain {
             tdn: out.transport_domain(),
             hca_id: self.id(),

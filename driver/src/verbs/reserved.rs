@@ -93,7 +93,7 @@ impl<P: Platform> Hca<P> {
     ///
     /// The command's error.
     pub fn reserved_lkey(&mut self) -> Result<ReservedLkey> {
-        let out = self.exec(&QuerySpecialContextsIn::new_cmd(), &[], &mut [])?;
+        let out = self.cmd(&QuerySpecialContextsIn::new_cmd())?;
         Ok(ReservedLkey {
             key: out.resd_lkey(),
             hca_id: self.id(),
