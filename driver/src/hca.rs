@@ -39,10 +39,9 @@ use crate::caps::{
 };
 use crate::error::{Arg, Error, InvalidArgument, Result};
 pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
-use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
+use crate::events::{EQ_EVENTS, EventQueue, EventService};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
 use crate::release::{AfterClose, ObjectKind, ReleaseQueue, Ticket};
-use crate::verbs::dp::CqNumbers;
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -139,13 +138,8 @@ pub struct Hca<P: Platform> {
     // Field order matters for drop: the command queue and the EQ memory are freed before
     // the page pool, and all after `close` has disabled the device.
     cmdq: Option<CmdQueue<P>>,
-    eq: Option<EventQueue<P>>,
-    pages: PagePool<P>,
-    /// How many of the pool's given pages each function holds.
-    page_owners: PageOwners,
-    events: EventLog,
-    /// The numbers of its live CQs (events naming another are dropped).
-    cq_numbers: CqNumbers<P>,
+    /// The EQ, the firmware pages, the events for the user, the live CQ numbers.
+    ev: EventService<P>,
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
@@ -170,7 +164,7 @@ impl<P: Platform> core::fmt::Debug for Hca<P> {
         f.debug_struct("Hca")
             .field("info", &self.info)
             .field("uar", &self.uar)
-            .field("pages", &self.pages)
+            .field("pages", &self.ev.pages)
             .field("fatal", &self.fatal)
             .finish_non_exhaustive()
     }
@@ -218,12 +212,8 @@ impl<P: Platform> Hca<P> {
         let mut hca = Hca {
             release,
             objects_leaked: 0,
-            pages: PagePool::with_budget(p.clone(), cfg.max_firmware_pages),
-            page_owners: PageOwners::default(),
+            ev: EventService::new(&p, cfg.max_firmware_pages),
             cmdq: Some(cmdq),
-            eq: None,
-            events: EventLog::default(),
-            cq_numbers: CqNumbers::new(p.clone()),
             id,
             health: HealthMonitor::new(),
             fatal: None,
@@ -391,16 +381,11 @@ impl<P: Platform> Hca<P> {
             id: out.function_id(),
             ec: out.embedded_cpu_function(),
         };
-        let Hca {
-            cmdq,
-            pages,
-            page_owners,
-            ..
-        } = self;
+        let Hca { cmdq, ev, .. } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
         give_pages(
-            pages,
-            page_owners,
+            &mut ev.pages,
+            &mut ev.owners,
             function,
             n as u32,
             &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
@@ -451,7 +436,7 @@ impl<P: Platform> Hca<P> {
         ring.set_eqn(out.eq_number());
         let uar_offset = uar as usize * ADAPTER_PAGE_SIZE;
         ring.arm(&self.p, uar_offset);
-        self.eq = Some(EventQueue { ring, uar_offset });
+        self.ev.eq = Some(EventQueue { ring, uar_offset });
         Ok(())
     }
 
@@ -500,49 +485,32 @@ impl<P: Platform> Hca<P> {
         out_extra: &mut [u8],
     ) -> Result<C::Out> {
         self.check_fatal()?;
-        let Hca {
-            p,
-            cmdq,
-            eq,
-            pages,
-            page_owners,
-            events,
-            cq_numbers,
-            ..
-        } = self;
+        let Hca { p, cmdq, ev, .. } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
         let mut hook_error = None;
-        let result = match eq.as_mut() {
-            Some(eq) => {
-                let mut serve = |ctx: &mut WaitContext<'_, P>| {
-                    let mut completed = 0u32;
-                    let r = drain_eq(
-                        p,
-                        eq,
-                        pages,
-                        page_owners,
-                        events,
-                        &mut |v| completed |= v,
-                        &mut |i, pas, out| ctx.manage_pages(i, pas, out),
-                        &|cqn| cq_numbers.contains(cqn),
-                    );
-                    if completed != 0 {
-                        ctx.report_completions(completed);
-                    }
-                    if let Err(e) = r {
-                        hook_error.get_or_insert(e);
-                    }
-                    // A device that turned fatal will never complete the command (its
-                    // completion EQE may be the one an overrun lost): give it up now
-                    // rather than at the command timeout; the error is classified as
-                    // fatal below.
-                    if HealthMonitor::new().poll(&InitSeg::new(p)).is_err() {
-                        ctx.abandon();
-                    }
-                };
-                cmdq.exec_with(input, extra_in, out_extra, &mut serve)
-            }
-            None => cmdq.exec(input, extra_in, out_extra),
+        let result = if ev.eq.is_some() {
+            let mut serve = |ctx: &mut WaitContext<'_, P>| {
+                let mut completed = 0u32;
+                let r = ev.serve(p, &mut |v| completed |= v, &mut |i, pas, out| {
+                    ctx.manage_pages(i, pas, out)
+                });
+                if completed != 0 {
+                    ctx.report_completions(completed);
+                }
+                if let Err(e) = r {
+                    hook_error.get_or_insert(e);
+                }
+                // A device that turned fatal will never complete the command (its
+                // completion EQE may be the one an overrun lost): give it up now
+                // rather than at the command timeout; the error is classified as
+                // fatal below.
+                if HealthMonitor::new().poll(&InitSeg::new(p)).is_err() {
+                    ctx.abandon();
+                }
+            };
+            cmdq.exec_with(input, extra_in, out_extra, &mut serve)
+        } else {
+            cmdq.exec(input, extra_in, out_extra)
         };
         let out = match (result, hook_error) {
             // The command failed because the firmware could not have the pages the budget
@@ -617,30 +585,14 @@ impl<P: Platform> Hca<P> {
     pub fn process_events(&mut self) -> Result<()> {
         self.check_fatal()?;
         self.release_dropped();
-        let Hca {
-            p,
-            cmdq,
-            eq,
-            pages,
-            page_owners,
-            events,
-            cq_numbers,
-            ..
-        } = self;
-        let (Some(cmdq), Some(eq)) = (cmdq.as_mut(), eq.as_mut()) else {
+        let Hca { p, cmdq, ev, .. } = self;
+        let (Some(cmdq), true) = (cmdq.as_mut(), ev.eq.is_some()) else {
             return Err(Error::TornDown);
         };
         let mut completed = 0u32;
-        let r = drain_eq(
-            p,
-            eq,
-            pages,
-            page_owners,
-            events,
-            &mut |v| completed |= v,
-            &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
-            &|cqn| cq_numbers.contains(cqn),
-        );
+        let r = ev.serve(p, &mut |v| completed |= v, &mut |i, pas, out| {
+            cmdq.manage_pages(i, pas, out)
+        });
         if completed != 0 {
             cmdq.report_completions(completed);
         }
@@ -670,8 +622,8 @@ impl<P: Platform> Hca<P> {
                     }
                     if d.kind == ObjectKind::Cq {
                         // Completion events still waiting for this CQ go with it.
-                        while self.events.completions.take(d.number) {}
-                        self.cq_numbers.remove(d.number);
+                        while self.ev.log.completions.take(d.number) {}
+                        self.ev.cq_numbers.remove(d.number);
                     }
                     // The device no longer uses the memory: free it.
                     drop(d);
@@ -690,7 +642,8 @@ impl<P: Platform> Hca<P> {
                     d.held.leak();
                     self.release.finished();
                     self.objects_leaked += 1;
-                    self.events
+                    self.ev
+                        .log
                         .push(AsyncEvent::ReleaseFailed { object, number });
                 }
             }
@@ -719,7 +672,7 @@ impl<P: Platform> Hca<P> {
             Err(_) => {
                 core::mem::forget(mem);
                 self.objects_leaked += 1;
-                self.events.push(AsyncEvent::ReleaseFailed {
+                self.ev.log.push(AsyncEvent::ReleaseFailed {
                     object: kind,
                     number,
                 });
@@ -759,12 +712,12 @@ impl<P: Platform> Hca<P> {
 
     /// The next asynchronous event, oldest first.
     pub fn next_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pending.pop_front()
+        self.ev.log.pending.pop_front()
     }
 
     /// Events dropped because the user did not read them fast enough.
     pub fn events_dropped(&self) -> u64 {
-        self.events.dropped
+        self.ev.log.dropped
     }
 
     /// The CQ of the next completion event (`ibv_get_cq_event`), oldest first. Events
@@ -772,38 +725,38 @@ impl<P: Platform> Hca<P> {
     /// must have been armed ([`Cq::req_notify`](crate::verbs::Cq::req_notify)). Tell the
     /// CQ with [`Cq::ack_event`](crate::verbs::Cq::ack_event) before arming it again.
     pub fn next_completion_event(&mut self) -> Option<u32> {
-        self.events.completions.pop()
+        self.ev.log.completions.pop()
     }
 
     /// Takes one completion event of CQ `cqn`, if one is waiting.
     pub fn take_completion_event(&mut self, cqn: u32) -> bool {
-        self.events.completions.take(cqn)
+        self.ev.log.completions.take(cqn)
     }
 
     /// Completion and CQ error events the device raised for a CQ this HCA does not have
     /// (dropped: a device bug, or a hostile one).
     pub fn unknown_cq_events(&self) -> u64 {
-        self.events.unknown_cq
+        self.ev.log.unknown_cq
     }
 
     /// Notes a CQ about to be created (room for its number first, so that noting it
     /// after cannot fail), created, and destroyed.
     pub(crate) fn reserve_cq_number(&mut self) -> Result<()> {
-        self.cq_numbers.reserve_one()
+        self.ev.cq_numbers.reserve_one()
     }
 
     pub(crate) fn cq_created(&mut self, cqn: u32) {
-        self.cq_numbers.insert(cqn);
+        self.ev.cq_numbers.insert(cqn);
     }
 
     pub(crate) fn cq_destroyed(&mut self, cqn: u32) {
-        self.cq_numbers.remove(cqn);
+        self.ev.cq_numbers.remove(cqn);
     }
 
     /// Completion events dropped because events of too many CQs were waiting
     /// ([`MAX_PENDING_CQ_EVENTS`](crate::verbs::MAX_PENDING_CQ_EVENTS)).
     pub fn completion_events_dropped(&self) -> u64 {
-        self.events.completions.dropped
+        self.ev.log.completions.dropped
     }
 
     /// This HCA's identity among the HCAs of the process (objects carry it).
@@ -863,7 +816,7 @@ impl<P: Platform> Hca<P> {
 
     /// Pages the firmware holds now.
     pub fn firmware_pages(&self) -> usize {
-        self.pages.given()
+        self.ev.pages.given()
     }
 
     /// The UAR page the driver allocated (its doorbells are at `uar * 4096` in BAR0).
@@ -873,7 +826,7 @@ impl<P: Platform> Hca<P> {
 
     /// The EQ number of the driver's event queue (completion events of CQs go there).
     pub fn eqn(&self) -> u8 {
-        self.eq.as_ref().map_or(0, |e| e.ring.eqn())
+        self.ev.eq.as_ref().map_or(0, |e| e.ring.eqn())
     }
 
     /// The fatal health state, if the device died.
@@ -919,7 +872,7 @@ impl<P: Platform> Hca<P> {
         // DESTROY_EQ fails (objects still use it), the device keeps posting events there.
         let mut retired_eq = None;
         if alive {
-            if let Some(eq) = self.eq.take() {
+            if let Some(eq) = self.ev.eq.take() {
                 let mut d = DestroyEqIn::new_cmd();
                 d.set_eq_number(eq.ring.eqn());
                 // The EQ is going away: commands complete by polling from here on.
@@ -937,7 +890,7 @@ impl<P: Platform> Hca<P> {
             if self.hca_initialized {
                 note(self.teardown_hca());
             }
-            if self.hca_enabled && self.pages.given() > 0 {
+            if self.hca_enabled && self.ev.pages.given() > 0 {
                 note(self.reclaim_pages());
             }
             if self.hca_enabled {
@@ -958,20 +911,20 @@ impl<P: Platform> Hca<P> {
             Ok(()) => {
                 self.release.close(AfterClose::Free);
                 drop(retired_eq);
-                self.eq = None;
+                self.ev.eq = None;
                 self.cmdq = None;
-                self.pages.forget_all();
-                self.page_owners = PageOwners::default();
-                self.pages.shrink();
+                self.ev.pages.forget_all();
+                self.ev.owners = PageOwners::default();
+                self.ev.pages.shrink();
             }
             Err(e) => {
                 note(Err(Error::from(e)));
                 self.release.close(AfterClose::Leak);
                 core::mem::forget(retired_eq);
-                core::mem::forget(self.eq.take());
+                core::mem::forget(self.ev.eq.take());
                 core::mem::forget(self.cmdq.take());
                 let pages = core::mem::replace(
-                    &mut self.pages,
+                    &mut self.ev.pages,
                     PagePool::with_budget(self.p.clone(), self.cfg.max_firmware_pages),
                 );
                 core::mem::forget(pages);
@@ -998,8 +951,8 @@ impl<P: Platform> Hca<P> {
                     self.p.delay_us(self.cfg.poll_us.max(1));
                 }
                 // The firmware let go of its pages and the function is disabled.
-                self.pages.forget_all();
-                self.page_owners = PageOwners::default();
+                self.ev.pages.forget_all();
+                self.ev.owners = PageOwners::default();
                 self.hca_enabled = false;
                 return Ok(());
             }
@@ -1015,13 +968,8 @@ impl<P: Platform> Hca<P> {
     /// `mlx5_reclaim_root_pages` (`pagealloc.c`), keep asking until it has returned them
     /// all, and give up only when it made no progress for [`RECLAIM_PAGES_TIMEOUT_NS`].
     fn reclaim_pages(&mut self) -> Result<()> {
-        let Hca {
-            p,
-            cmdq,
-            pages,
-            page_owners,
-            ..
-        } = self;
+        let Hca { p, cmdq, ev, .. } = self;
+        let (pages, page_owners) = (&mut ev.pages, &mut ev.owners);
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
         let mut last_progress = p.now_ns();
         while let Some(function) = page_owners.first() {
