@@ -244,6 +244,8 @@ impl<P: Platform> Hca<P> {
         }
     }
 
+    /// Bring-up after the command queue exists, step by step in the order the device
+    /// needs.
     fn bring_up(&mut self) -> Result<()> {
         InitSeg::new(&self.p).wait_ready(
             &self.p,
@@ -252,9 +254,29 @@ impl<P: Platform> Hca<P> {
         )?;
         self.cmd(&EnableHcaIn::new_cmd())?;
         self.hca_enabled = true;
+        self.set_issi()?;
+        self.info.boot_pages = self.give_startup_pages(QueryPagesOpMod::BootPages)?;
+        self.set_host_endianness()?;
+        self.set_general_caps()?;
+        self.set_up_roce_caps()?;
+        self.set_up_atomics()?;
+        self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
+        self.cmd(&InitHcaIn::new_cmd())?;
+        self.hca_initialized = true;
+        self.enable_roce()?;
+        let uar = self.cmd(&AllocUarIn::new_cmd())?.uar();
+        self.uar = Some(uar);
+        self.create_eq(uar)?;
+        if let Some(q) = self.cmdq.as_mut() {
+            q.set_completion_mode(CompletionMode::Events);
+        }
+        Ok(())
+    }
 
-        // ISSI 1 is what every current driver speaks; firmware that does not know
-        // QUERY_ISSI (BAD_OP) only speaks ISSI 0, which this driver does not support.
+    /// QUERY_ISSI, SET_ISSI 1. ISSI 1 is what every current driver speaks; firmware that
+    /// does not know QUERY_ISSI (BAD_OP) only speaks ISSI 0, which this driver does not
+    /// support.
+    fn set_issi(&mut self) -> Result<()> {
         let issi = match self.cmd(&QueryIssiIn::new_cmd()) {
             Ok(out) => out,
             Err(e) if e.command_status() == Some(CmdStatus::BadOpErr) => {
@@ -267,14 +289,13 @@ impl<P: Platform> Hca<P> {
         if issi.supported_issi_dw0() & (1 << 1) == 0 {
             return Err(Error::Unsupported("ISSI 1"));
         }
-        let mut set_issi = SetIssiIn::new_cmd();
-        set_issi.set_current_issi(1);
-        self.cmd(&set_issi)?;
+        self.cmd(SetIssiIn::new_cmd().set_current_issi(1))?;
         self.info.issi = 1;
+        Ok(())
+    }
 
-        self.info.boot_pages = self.give_startup_pages(QueryPagesOpMod::BootPages)?;
-
-        // The host-endianness register: 0 for a little-endian host, 1 (bit 7) for big.
+    /// The host-endianness register: 0 for a little-endian host, 1 (bit 7) for big.
+    fn set_host_endianness(&mut self) -> Result<()> {
         let mut reg = AccessRegisterIn::new_cmd();
         reg.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
             .set_register_id(REG_HOST_ENDIANNESS);
@@ -282,7 +303,12 @@ impl<P: Platform> Hca<P> {
         he.set_he(cfg!(target_endian = "big"));
         let mut he_out = [0u8; 16];
         self.exec(&reg, he.as_bytes(), &mut he_out)?;
+        Ok(())
+    }
 
+    /// QUERY_HCA_CAP (current and maximum), SET_HCA_CAP of what the driver wants, and the
+    /// current capabilities read back.
+    fn set_general_caps(&mut self) -> Result<()> {
         let cur = self.query_general_caps(HcaCapMode::GetCur)?;
         let max = self.query_general_caps(HcaCapMode::GetMax)?;
         let mut set = SetHcaCapIn::new_cmd();
@@ -291,36 +317,34 @@ impl<P: Platform> Hca<P> {
         self.cmd(&set)?;
         self.hca_cap = self.query_general_caps(HcaCapMode::GetCur)?;
         self.caps = DeviceCaps::from_hca_cap(&self.hca_cap);
-        if self.hca_cap.roce() {
-            let cur = self.query_roce_caps(HcaCapMode::GetCur)?;
-            let max = self.query_roce_caps(HcaCapMode::GetMax)?;
-            if let Some(roce) = roce_caps_to_set(&cur, &max) {
-                let mut set = SetHcaCapIn::new_cmd();
-                set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
-                set.capability_mut()[..RoceCap::default().as_bytes().len()]
-                    .copy_from_slice(roce.as_bytes());
-                self.cmd(&set)?;
-            }
-            self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
+        Ok(())
+    }
+
+    /// The RoCE capability page, set as the driver wants it, on a RoCE-capable device.
+    fn set_up_roce_caps(&mut self) -> Result<()> {
+        if !self.hca_cap.roce() {
+            return Ok(());
         }
-        self.set_up_atomics()?;
+        let cur = self.query_roce_caps(HcaCapMode::GetCur)?;
+        let max = self.query_roce_caps(HcaCapMode::GetMax)?;
+        if let Some(roce) = roce_caps_to_set(&cur, &max) {
+            let mut set = SetHcaCapIn::new_cmd();
+            set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
+            set.capability_mut()[..RoceCap::default().as_bytes().len()]
+                .copy_from_slice(roce.as_bytes());
+            self.cmd(&set)?;
+        }
+        self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
+        Ok(())
+    }
 
-        self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
-        self.cmd(&InitHcaIn::new_cmd())?;
-        self.hca_initialized = true;
-
+    /// RoCE on in the NIC vport context, on an Ethernet port of a RoCE-capable device.
+    fn enable_roce(&mut self) -> Result<()> {
         if self.caps.link_layer == LinkLayer::Ethernet && self.hca_cap.roce() {
             let mut m = ModifyNicVportContextIn::new_cmd();
             m.field_select_mut().set_roce_en(true);
             m.nic_vport_context_mut().set_roce_en(true);
             self.cmd(&m)?;
-        }
-
-        let uar = self.cmd(&AllocUarIn::new_cmd())?.uar();
-        self.uar = Some(uar);
-        self.create_eq(uar)?;
-        if let Some(q) = self.cmdq.as_mut() {
-            q.set_completion_mode(CompletionMode::Events);
         }
         Ok(())
     }
