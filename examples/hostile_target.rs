@@ -75,7 +75,7 @@ enum Target<P: Platform> {
 }
 
 struct Ctx<P: Platform> {
-    pd: uhca::driver::verbs::Pd,
+    pd: uhca::driver::verbs::Pd<P>,
     cq: Cq<P>,
     mr: Mr<P>,
     mr_other: Mr<P>,

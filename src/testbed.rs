@@ -183,7 +183,7 @@ pub struct RcEnd {
     /// The HCA's index in the testbed.
     pub hca: usize,
     /// The protection domain of the MR and the QP.
-    pub pd: Pd,
+    pub pd: Pd<TestbedPlatform>,
     /// The CQ both of the QP's queues complete to.
     pub cq: Cq<TestbedPlatform>,
     /// Zeroed memory, registered for local write, remote write and remote read (and
@@ -541,7 +541,7 @@ impl Testbed {
 /// A side without its QP yet.
 struct Half {
     hca: usize,
-    pd: Pd,
+    pd: Pd<TestbedPlatform>,
     cq: Cq<TestbedPlatform>,
     mr: Mr<TestbedPlatform>,
 }

@@ -404,7 +404,7 @@ struct Expect {
 struct World {
     dev: MockHca,
     hca: Hca<P>,
-    _pd: Pd,
+    _pd: Pd<P>,
     cq: Cq<P>,
     mr: Mr<P>,
     ah: uhca::driver::verbs::Ah,

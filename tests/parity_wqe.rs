@@ -265,7 +265,7 @@ fn compare(
 struct Rig {
     dev: MockHca,
     hca: Hca<P>,
-    pd: Pd,
+    pd: Pd<P>,
     cq: Cq<P>,
     cq_pi: u32,
 }

@@ -266,7 +266,7 @@ const READ_ID: u64 = 8;
 
 /// An RC side's objects before its QP: a PD, a CQ of 32 entries and an MR of three areas,
 /// at 0 (receives land), SIZE (sends and READ sources), 2 * SIZE (RDMA and atomic targets).
-type Objects<'p> = (Pd, Cq<&'p BareMetal>, Mr<&'p BareMetal>);
+type Objects<'p> = (Pd<&'p BareMetal>, Cq<&'p BareMetal>, Mr<&'p BareMetal>);
 
 fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Objects<'p>> {
     let access = AccessFlags::LOCAL_WRITE | qp_up::REMOTE;
@@ -363,7 +363,7 @@ fn post_send(qp: &mut RcQp<'_>, mr: &Mr<&BareMetal>, id: u64, off: usize, op: Se
 }
 
 /// An RC side connected: PD, CQ, MR and its QP in RTS.
-type RtsSide<'p> = (Pd, Cq<&'p BareMetal>, Mr<&'p BareMetal>, RcQp<'p>);
+type RtsSide<'p> = (Pd<&'p BareMetal>, Cq<&'p BareMetal>, Mr<&'p BareMetal>, RcQp<'p>);
 
 /// SEND ping-pong: A sends SIZE bytes of round `r`'s pattern, B checks them and sends them
 /// back, A checks the echo.

@@ -22,7 +22,7 @@ pub type RcQp<'p> = Qp<&'p BareMetal, Rc, state::Rts>;
 /// One side of a pair: its HCA, PD, CQ (send and receive) and port address.
 pub struct End<'a, 'p> {
     pub hca: &'a mut Hca<&'p BareMetal>,
-    pub pd: &'a Pd,
+    pub pd: &'a Pd<&'p BareMetal>,
     pub cq: &'a Cq<&'p BareMetal>,
     pub addr: &'a Addr,
     /// The first PSN this side sends.
@@ -56,7 +56,7 @@ pub fn to_err<'p>(
 
 fn create<'p>(
     hca: &mut Hca<&'p BareMetal>,
-    pd: &Pd,
+    pd: &Pd<&'p BareMetal>,
     cq: &Cq<&'p BareMetal>,
 ) -> Res<Qp<&'p BareMetal, Rc, state::Init>> {
     let attr = QpInitAttr {

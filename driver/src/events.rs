@@ -19,7 +19,7 @@ use crate::pages::{
     give_pages, release_all_pages, take_pages,
 };
 use crate::release::ObjectKind;
-use crate::verbs::dp::CompletionEvents;
+use crate::verbs::dp::{CompletionEvents, CqNumbers};
 
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
@@ -121,50 +121,87 @@ impl EventLog {
     }
 }
 
-/// Serves the EQ: reports command completions to the command queue, answers page requests
-/// through `manage_pages`, and queues everything else for the user.
-// Each argument is borrowed from a different part of the `Hca` (split borrows while a
-// command waits), so they cannot travel as one `&mut Hca`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn drain_eq<P: Platform>(
-    p: &P,
-    eq: &mut EventQueue<P>,
-    pages: &mut PagePool<P>,
-    owners: &mut PageOwners,
-    log: &mut EventLog,
-    report: &mut dyn FnMut(u32),
-    manage_pages: &mut ManagePagesFn<'_>,
-    known_cq: &dyn Fn(u32) -> bool,
-) -> Result<()> {
-    let mut seen = false;
-    // EQEs consumed and not yet given back to the device.
-    let mut unreleased = 0u32;
-    let mut result = Ok(());
-    // At most one lap of the queue per call: a device that posts events as fast as they
-    // are served (a page request answered with "can't give" is asked again at once) must
-    // not keep the driver here; the rest waits for the next call, and a command's wait
-    // keeps its timeout.
-    let mut budget = eq.ring.entries();
-    while budget > 0
-        && let Some(eqe) = eq.ring.poll_one()
-    {
-        budget -= 1;
-        seen = true;
-        unreleased += 1;
-        // A page request makes the driver issue MANAGE_PAGES, whose completion the device
-        // posts to this EQ: give back what was consumed first, so those entries are free.
-        if unreleased >= NUM_SPARE_EQE || eqe.event_type() == EventType::PageRequest {
-            eq.ring.update_ci(p, eq.uar_offset);
-            unreleased = 0;
-        }
-        if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages, known_cq) {
-            result = Err(e);
+/// The HCA's event service: its EQ and what serving it changes (the firmware pages and
+/// who holds them, the events waiting for the user, the CQs events may name). It is served
+/// while a command waits (the command queue is borrowed apart from it) and from
+/// [`Hca::process_events`](crate::Hca::process_events).
+pub(crate) struct EventService<P: Platform> {
+    // Field order matters for drop: the EQ memory is freed before the page pool.
+    /// The EQ, once created.
+    pub(crate) eq: Option<EventQueue<P>>,
+    /// The pages given to the firmware.
+    pub(crate) pages: PagePool<P>,
+    /// How many of the pool's given pages each function holds.
+    pub(crate) owners: PageOwners,
+    /// Events waiting for the user.
+    pub(crate) log: EventLog,
+    /// The numbers of the live CQs (events naming another are dropped).
+    pub(crate) cq_numbers: CqNumbers<P>,
+}
+
+impl<P: Platform> EventService<P> {
+    /// No EQ yet, no pages given, at most `max_pages` for the firmware.
+    pub(crate) fn new(p: &P, max_pages: u32) -> Self {
+        EventService {
+            eq: None,
+            pages: PagePool::with_budget(p.clone(), max_pages),
+            owners: PageOwners::default(),
+            log: EventLog::default(),
+            cq_numbers: CqNumbers::new(p.clone()),
         }
     }
-    if seen {
-        eq.ring.arm(p, eq.uar_offset);
+
+    /// Serves the EQ (nothing before it exists): reports command completions through
+    /// `report` (a bitmask of command-queue slots), answers page requests through
+    /// `manage_pages`, and queues everything else for the user.
+    pub(crate) fn serve(
+        &mut self,
+        p: &P,
+        report: &mut dyn FnMut(u32),
+        manage_pages: &mut ManagePagesFn<'_>,
+    ) -> Result<()> {
+        let EventService {
+            eq,
+            pages,
+            owners,
+            log,
+            cq_numbers,
+        } = self;
+        let Some(eq) = eq.as_mut() else {
+            return Ok(());
+        };
+        let mut seen = false;
+        // EQEs consumed and not yet given back to the device.
+        let mut unreleased = 0u32;
+        let mut result = Ok(());
+        // At most one lap of the queue per call: a device that posts events as fast as they
+        // are served (a page request answered with "can't give" is asked again at once) must
+        // not keep the driver here; the rest waits for the next call, and a command's wait
+        // keeps its timeout.
+        let mut budget = eq.ring.entries();
+        let known_cq = |cqn| cq_numbers.contains(cqn);
+        while budget > 0
+            && let Some(eqe) = eq.ring.poll_one()
+        {
+            budget -= 1;
+            seen = true;
+            unreleased += 1;
+            // A page request makes the driver issue MANAGE_PAGES, whose completion the
+            // device posts to this EQ: give back what was consumed first, so those entries
+            // are free.
+            if unreleased >= NUM_SPARE_EQE || eqe.event_type() == EventType::PageRequest {
+                eq.ring.update_ci(p, eq.uar_offset);
+                unreleased = 0;
+            }
+            if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages, &known_cq) {
+                result = Err(e);
+            }
+        }
+        if seen {
+            eq.ring.arm(p, eq.uar_offset);
+        }
+        result
     }
-    result
 }
 
 fn handle_eqe<P: Platform>(
@@ -255,10 +292,11 @@ mod tests {
         let log = 9u8;
         let buf = DmaBuf::alloc(&p, 64 << log, ADAPTER_PAGE_SIZE).unwrap();
         let base = buf.iova();
-        let mut eq = EventQueue {
+        let mut ev = EventService::new(&&p, 1024);
+        ev.eq = Some(EventQueue {
             ring: EqRing::new(buf, 5, log).unwrap(),
             uar_offset: FAKE_UAR,
-        };
+        });
         const N: u32 = 300;
         for i in 0..N as u64 {
             let e = Eqe {
@@ -273,19 +311,10 @@ mod tests {
             bytes[63] = 0;
             p.dma.device_write(base + i * 64, &bytes);
         }
-        let mut pages = PagePool::new(&p);
-        let mut events = EventLog::default();
         p.bar.clear_log();
-        drain_eq(
-            &&p,
-            &mut eq,
-            &mut pages,
-            &mut PageOwners::default(),
-            &mut events,
-            &mut |_| {},
-            &mut |_, _, _| unreachable!("no page request"),
-            &|_| true,
-        )
+        ev.serve(&&p, &mut |_| {}, &mut |_, _, _| {
+            unreachable!("no page request")
+        })
         .unwrap();
         let doorbells: Vec<(usize, u64)> = p
             .bar

@@ -15,8 +15,9 @@
 //! DISABLE_HCA, bus mastering off, and only then is DMA memory freed.
 
 use uhca_fwif::cmd::{
-    ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocUarIn,
-    DestroyEqIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ModifyNicVportContextIn, QueryHcaCapIn,
+    ACCESS_REGISTER_OP_MOD_WRITE, AccessRegisterIn, AllocUarIn, Command, CreateEqIn, DeallocPdIn,
+    DeallocTransportDomainIn, DeallocUarIn, DestroyCqIn, DestroyEqIn, DestroyMkeyIn, DestroyQpIn,
+    DestroyRmpIn, DisableHcaIn, EnableHcaIn, InitHcaIn, ModifyNicVportContextIn, QueryHcaCapIn,
     QueryIssiIn, QueryPagesIn, REG_HOST_ENDIANNESS, SetHcaCapIn, SetIssiIn, TeardownHcaIn,
     query_hca_cap_op_mod, set_hca_cap_op_mod,
 };
@@ -38,10 +39,9 @@ use crate::caps::{
 };
 use crate::error::{Arg, Error, InvalidArgument, Result};
 pub use crate::events::{AsyncEvent, MAX_PENDING_EVENTS, NUM_SPARE_EQE};
-use crate::events::{EQ_EVENTS, EventLog, EventQueue, drain_eq};
+use crate::events::{EQ_EVENTS, EventQueue, EventService};
 use crate::pages::{PageFunction, PageOwners, PagePool, give_pages, take_pages_once};
-use crate::release::{AfterClose, Cmd, Dropped, MailboxRef, ObjectKind, ReleaseQueue, Ticket};
-use crate::verbs::dp::CqNumbers;
+use crate::release::{AfterClose, ObjectKind, ReleaseQueue, Ticket};
 
 /// PCI vendor id of Mellanox/NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
@@ -138,20 +138,13 @@ pub struct Hca<P: Platform> {
     // Field order matters for drop: the command queue and the EQ memory are freed before
     // the page pool, and all after `close` has disabled the device.
     cmdq: Option<CmdQueue<P>>,
-    eq: Option<EventQueue<P>>,
-    pages: PagePool<P>,
-    /// How many of the pool's given pages each function holds.
-    page_owners: PageOwners,
-    events: EventLog,
-    /// The numbers of its live CQs (events naming another are dropped).
-    cq_numbers: CqNumbers<P>,
+    /// The EQ, the firmware pages, the events for the user, the live CQ numbers.
+    ev: EventService<P>,
     /// This HCA among all opened in the process: every object it creates carries it, so an
     /// object handed to another HCA is refused ([`Error::WrongHca`]).
     id: u64,
-    /// Objects with DMA memory dropped without `destroy` (`crate::release`).
+    /// Objects dropped without `destroy` (`crate::release`).
     release: ReleaseQueue<P>,
-    /// Where PDs and transport domains note themselves when dropped.
-    mailbox: MailboxRef,
     /// Dropped objects whose destroy failed (their memory leaked).
     objects_leaked: u64,
     health: HealthMonitor,
@@ -171,7 +164,7 @@ impl<P: Platform> core::fmt::Debug for Hca<P> {
         f.debug_struct("Hca")
             .field("info", &self.info)
             .field("uar", &self.uar)
-            .field("pages", &self.pages)
+            .field("pages", &self.ev.pages)
             .field("fatal", &self.fatal)
             .finish_non_exhaustive()
     }
@@ -218,14 +211,9 @@ impl<P: Platform> Hca<P> {
         let id = NEXT_HCA_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let mut hca = Hca {
             release,
-            mailbox: MailboxRef::claim(id),
             objects_leaked: 0,
-            pages: PagePool::with_budget(p.clone(), cfg.max_firmware_pages),
-            page_owners: PageOwners::default(),
+            ev: EventService::new(&p, cfg.max_firmware_pages),
             cmdq: Some(cmdq),
-            eq: None,
-            events: EventLog::default(),
-            cq_numbers: CqNumbers::new(p.clone()),
             id,
             health: HealthMonitor::new(),
             fatal: None,
@@ -256,18 +244,40 @@ impl<P: Platform> Hca<P> {
         }
     }
 
+    /// Bring-up after the command queue exists, step by step in the order the device
+    /// needs.
     fn bring_up(&mut self) -> Result<()> {
         InitSeg::new(&self.p).wait_ready(
             &self.p,
             self.cfg.fw_init_timeout_ns,
             self.cfg.poll_us.max(1),
         )?;
-        self.exec(&EnableHcaIn::new_cmd(), &[], &mut [])?;
+        self.cmd(&EnableHcaIn::new_cmd())?;
         self.hca_enabled = true;
+        self.set_issi()?;
+        self.info.boot_pages = self.give_startup_pages(QueryPagesOpMod::BootPages)?;
+        self.set_host_endianness()?;
+        self.set_general_caps()?;
+        self.set_up_roce_caps()?;
+        self.set_up_atomics()?;
+        self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
+        self.cmd(&InitHcaIn::new_cmd())?;
+        self.hca_initialized = true;
+        self.enable_roce()?;
+        let uar = self.cmd(&AllocUarIn::new_cmd())?.uar();
+        self.uar = Some(uar);
+        self.create_eq(uar)?;
+        if let Some(q) = self.cmdq.as_mut() {
+            q.set_completion_mode(CompletionMode::Events);
+        }
+        Ok(())
+    }
 
-        // ISSI 1 is what every current driver speaks; firmware that does not know
-        // QUERY_ISSI (BAD_OP) only speaks ISSI 0, which this driver does not support.
-        let issi = match self.exec(&QueryIssiIn::new_cmd(), &[], &mut []) {
+    /// QUERY_ISSI, SET_ISSI 1. ISSI 1 is what every current driver speaks; firmware that
+    /// does not know QUERY_ISSI (BAD_OP) only speaks ISSI 0, which this driver does not
+    /// support.
+    fn set_issi(&mut self) -> Result<()> {
+        let issi = match self.cmd(&QueryIssiIn::new_cmd()) {
             Ok(out) => out,
             Err(e) if e.command_status() == Some(CmdStatus::BadOpErr) => {
                 return Err(Error::Unsupported(
@@ -279,14 +289,13 @@ impl<P: Platform> Hca<P> {
         if issi.supported_issi_dw0() & (1 << 1) == 0 {
             return Err(Error::Unsupported("ISSI 1"));
         }
-        let mut set_issi = SetIssiIn::new_cmd();
-        set_issi.set_current_issi(1);
-        self.exec(&set_issi, &[], &mut [])?;
+        self.cmd(SetIssiIn::new_cmd().set_current_issi(1))?;
         self.info.issi = 1;
+        Ok(())
+    }
 
-        self.info.boot_pages = self.give_startup_pages(QueryPagesOpMod::BootPages)?;
-
-        // The host-endianness register: 0 for a little-endian host, 1 (bit 7) for big.
+    /// The host-endianness register: 0 for a little-endian host, 1 (bit 7) for big.
+    fn set_host_endianness(&mut self) -> Result<()> {
         let mut reg = AccessRegisterIn::new_cmd();
         reg.set_op_mod(ACCESS_REGISTER_OP_MOD_WRITE)
             .set_register_id(REG_HOST_ENDIANNESS);
@@ -294,45 +303,48 @@ impl<P: Platform> Hca<P> {
         he.set_he(cfg!(target_endian = "big"));
         let mut he_out = [0u8; 16];
         self.exec(&reg, he.as_bytes(), &mut he_out)?;
+        Ok(())
+    }
 
+    /// QUERY_HCA_CAP (current and maximum), SET_HCA_CAP of what the driver wants, and the
+    /// current capabilities read back.
+    fn set_general_caps(&mut self) -> Result<()> {
         let cur = self.query_general_caps(HcaCapMode::GetCur)?;
         let max = self.query_general_caps(HcaCapMode::GetMax)?;
         let mut set = SetHcaCapIn::new_cmd();
         set.set_op_mod(set_hca_cap_op_mod(HcaCapType::General));
         *set.cmd_hca_cap_mut() = general_caps_to_set(&cur, &max);
-        self.exec(&set, &[], &mut [])?;
+        self.cmd(&set)?;
         self.hca_cap = self.query_general_caps(HcaCapMode::GetCur)?;
         self.caps = DeviceCaps::from_hca_cap(&self.hca_cap);
-        if self.hca_cap.roce() {
-            let cur = self.query_roce_caps(HcaCapMode::GetCur)?;
-            let max = self.query_roce_caps(HcaCapMode::GetMax)?;
-            if let Some(roce) = roce_caps_to_set(&cur, &max) {
-                let mut set = SetHcaCapIn::new_cmd();
-                set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
-                set.capability_mut()[..RoceCap::default().as_bytes().len()]
-                    .copy_from_slice(roce.as_bytes());
-                self.exec(&set, &[], &mut [])?;
-            }
-            self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
+        Ok(())
+    }
+
+    /// The RoCE capability page, set as the driver wants it, on a RoCE-capable device.
+    fn set_up_roce_caps(&mut self) -> Result<()> {
+        if !self.hca_cap.roce() {
+            return Ok(());
         }
-        self.set_up_atomics()?;
+        let cur = self.query_roce_caps(HcaCapMode::GetCur)?;
+        let max = self.query_roce_caps(HcaCapMode::GetMax)?;
+        if let Some(roce) = roce_caps_to_set(&cur, &max) {
+            let mut set = SetHcaCapIn::new_cmd();
+            set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Roce));
+            set.capability_mut()[..RoceCap::default().as_bytes().len()]
+                .copy_from_slice(roce.as_bytes());
+            self.cmd(&set)?;
+        }
+        self.roce_cap = Some(self.query_roce_caps(HcaCapMode::GetCur)?);
+        Ok(())
+    }
 
-        self.info.init_pages = self.give_startup_pages(QueryPagesOpMod::InitPages)?;
-        self.exec(&InitHcaIn::new_cmd(), &[], &mut [])?;
-        self.hca_initialized = true;
-
+    /// RoCE on in the NIC vport context, on an Ethernet port of a RoCE-capable device.
+    fn enable_roce(&mut self) -> Result<()> {
         if self.caps.link_layer == LinkLayer::Ethernet && self.hca_cap.roce() {
             let mut m = ModifyNicVportContextIn::new_cmd();
             m.field_select_mut().set_roce_en(true);
             m.nic_vport_context_mut().set_roce_en(true);
-            self.exec(&m, &[], &mut [])?;
-        }
-
-        let uar = self.exec(&AllocUarIn::new_cmd(), &[], &mut [])?.uar();
-        self.uar = Some(uar);
-        self.create_eq(uar)?;
-        if let Some(q) = self.cmdq.as_mut() {
-            q.set_completion_mode(CompletionMode::Events);
+            self.cmd(&m)?;
         }
         Ok(())
     }
@@ -340,7 +352,7 @@ impl<P: Platform> Hca<P> {
     fn query_general_caps(&mut self, mode: HcaCapMode) -> Result<CmdHcaCap> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::General, mode));
-        Ok(*self.exec(&q, &[], &mut [])?.cmd_hca_cap())
+        Ok(*self.cmd(&q)?.cmd_hca_cap())
     }
 
     /// Reads the atomic capability page when the device has atomics and asks for the
@@ -357,7 +369,7 @@ impl<P: Platform> Hca<P> {
             set.set_op_mod(set_hca_cap_op_mod(HcaCapType::Atomic));
             set.capability_mut()[..AtomicCaps::default().as_bytes().len()]
                 .copy_from_slice(set_page.as_bytes());
-            self.exec(&set, &[], &mut [])?;
+            self.cmd(&set)?;
             page = self.query_atomic_caps()?;
         }
         self.caps.atomic = atomics_offered(&page);
@@ -368,20 +380,20 @@ impl<P: Platform> Hca<P> {
     fn query_atomic_caps(&mut self) -> Result<AtomicCaps> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Atomic, HcaCapMode::GetCur));
-        Ok(*self.exec(&q, &[], &mut [])?.atomic_caps())
+        Ok(*self.cmd(&q)?.atomic_caps())
     }
 
     fn query_roce_caps(&mut self, mode: HcaCapMode) -> Result<RoceCap> {
         let mut q = QueryHcaCapIn::new_cmd();
         q.set_op_mod(query_hca_cap_op_mod(HcaCapType::Roce, mode));
-        Ok(*self.exec(&q, &[], &mut [])?.roce_cap())
+        Ok(*self.cmd(&q)?.roce_cap())
     }
 
     /// QUERY_PAGES for boot or init pages, then MANAGE_PAGES to give them.
     fn give_startup_pages(&mut self, which: QueryPagesOpMod) -> Result<u32> {
         let mut q = QueryPagesIn::new_cmd();
         q.set_op_mod(which.raw());
-        let out = self.exec(&q, &[], &mut [])?;
+        let out = self.cmd(&q)?;
         let n = out.num_pages() as i32;
         if n < 0 {
             return Err(Error::DeviceMisbehaved(
@@ -393,16 +405,11 @@ impl<P: Platform> Hca<P> {
             id: out.function_id(),
             ec: out.embedded_cpu_function(),
         };
-        let Hca {
-            cmdq,
-            pages,
-            page_owners,
-            ..
-        } = self;
+        let Hca { cmdq, ev, .. } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
         give_pages(
-            pages,
-            page_owners,
+            &mut ev.pages,
+            &mut ev.owners,
             function,
             n as u32,
             &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
@@ -453,7 +460,7 @@ impl<P: Platform> Hca<P> {
         ring.set_eqn(out.eq_number());
         let uar_offset = uar as usize * ADAPTER_PAGE_SIZE;
         ring.arm(&self.p, uar_offset);
-        self.eq = Some(EventQueue { ring, uar_offset });
+        self.ev.eq = Some(EventQueue { ring, uar_offset });
         Ok(())
     }
 
@@ -479,6 +486,21 @@ impl<P: Platform> Hca<P> {
         }
     }
 
+    /// Sends a command with no flexible input or output array: [`Hca::exec`] for the
+    /// common case, so that a call reads as the command it sends.
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::exec`].
+    pub(crate) fn cmd<C: Command>(&mut self, input: &C) -> Result<C::Out> {
+        self.exec(input, &[], &mut [])
+    }
+
+    /// [`Hca::cmd`] without releasing dropped objects first.
+    fn cmd_now<C: Command>(&mut self, input: &C) -> Result<C::Out> {
+        self.exec_now(input, &[], &mut [])
+    }
+
     /// [`Hca::exec`] without releasing dropped objects first.
     fn exec_now<C: Command>(
         &mut self,
@@ -487,49 +509,32 @@ impl<P: Platform> Hca<P> {
         out_extra: &mut [u8],
     ) -> Result<C::Out> {
         self.check_fatal()?;
-        let Hca {
-            p,
-            cmdq,
-            eq,
-            pages,
-            page_owners,
-            events,
-            cq_numbers,
-            ..
-        } = self;
+        let Hca { p, cmdq, ev, .. } = self;
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
         let mut hook_error = None;
-        let result = match eq.as_mut() {
-            Some(eq) => {
-                let mut serve = |ctx: &mut WaitContext<'_, P>| {
-                    let mut completed = 0u32;
-                    let r = drain_eq(
-                        p,
-                        eq,
-                        pages,
-                        page_owners,
-                        events,
-                        &mut |v| completed |= v,
-                        &mut |i, pas, out| ctx.manage_pages(i, pas, out),
-                        &|cqn| cq_numbers.contains(cqn),
-                    );
-                    if completed != 0 {
-                        ctx.report_completions(completed);
-                    }
-                    if let Err(e) = r {
-                        hook_error.get_or_insert(e);
-                    }
-                    // A device that turned fatal will never complete the command (its
-                    // completion EQE may be the one an overrun lost): give it up now
-                    // rather than at the command timeout; the error is classified as
-                    // fatal below.
-                    if HealthMonitor::new().poll(&InitSeg::new(p)).is_err() {
-                        ctx.abandon();
-                    }
-                };
-                cmdq.exec_with(input, extra_in, out_extra, &mut serve)
-            }
-            None => cmdq.exec(input, extra_in, out_extra),
+        let result = if ev.eq.is_some() {
+            let mut serve = |ctx: &mut WaitContext<'_, P>| {
+                let mut completed = 0u32;
+                let r = ev.serve(p, &mut |v| completed |= v, &mut |i, pas, out| {
+                    ctx.manage_pages(i, pas, out)
+                });
+                if completed != 0 {
+                    ctx.report_completions(completed);
+                }
+                if let Err(e) = r {
+                    hook_error.get_or_insert(e);
+                }
+                // A device that turned fatal will never complete the command (its
+                // completion EQE may be the one an overrun lost): give it up now
+                // rather than at the command timeout; the error is classified as
+                // fatal below.
+                if HealthMonitor::new().poll(&InitSeg::new(p)).is_err() {
+                    ctx.abandon();
+                }
+            };
+            cmdq.exec_with(input, extra_in, out_extra, &mut serve)
+        } else {
+            cmdq.exec(input, extra_in, out_extra)
         };
         let out = match (result, hook_error) {
             // The command failed because the firmware could not have the pages the budget
@@ -604,30 +609,14 @@ impl<P: Platform> Hca<P> {
     pub fn process_events(&mut self) -> Result<()> {
         self.check_fatal()?;
         self.release_dropped();
-        let Hca {
-            p,
-            cmdq,
-            eq,
-            pages,
-            page_owners,
-            events,
-            cq_numbers,
-            ..
-        } = self;
-        let (Some(cmdq), Some(eq)) = (cmdq.as_mut(), eq.as_mut()) else {
+        let Hca { p, cmdq, ev, .. } = self;
+        let (Some(cmdq), true) = (cmdq.as_mut(), ev.eq.is_some()) else {
             return Err(Error::TornDown);
         };
         let mut completed = 0u32;
-        let r = drain_eq(
-            p,
-            eq,
-            pages,
-            page_owners,
-            events,
-            &mut |v| completed |= v,
-            &mut |i, pas, out| cmdq.manage_pages(i, pas, out),
-            &|cqn| cq_numbers.contains(cqn),
-        );
+        let r = ev.serve(p, &mut |v| completed |= v, &mut |i, pas, out| {
+            cmdq.manage_pages(i, pas, out)
+        });
         if completed != 0 {
             cmdq.report_completions(completed);
         }
@@ -644,25 +633,11 @@ impl<P: Platform> Hca<P> {
         if self.fatal.is_some() || self.cmdq.is_none() {
             return;
         }
-        if !self.mailbox.has_mail() && !self.release.has_work() {
+        if !self.release.has_work() {
             return;
         }
-        // Dropped domains join the queue, so that they go after what uses them.
-        while let Some((kind, n)) = self.mailbox.take() {
-            if self.release.push(Dropped::number_only(kind, n)).is_err() {
-                self.mailbox.put_back(kind, n);
-                break;
-            }
-        }
         while let Some(d) = self.release.take_next() {
-            let r = match d.command() {
-                Cmd::Qp(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Srq(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Cq(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Mr(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Pd(c) => self.exec_now(&c, &[], &mut []).map(drop),
-                Cmd::Td(c) => self.exec_now(&c, &[], &mut []).map(drop),
-            };
+            let r = self.destroy_now(d.kind, d.number);
             match r {
                 Ok(()) => {
                     if let Some(q) = &d.qp {
@@ -671,8 +646,8 @@ impl<P: Platform> Hca<P> {
                     }
                     if d.kind == ObjectKind::Cq {
                         // Completion events still waiting for this CQ go with it.
-                        while self.events.completions.take(d.number) {}
-                        self.cq_numbers.remove(d.number);
+                        while self.ev.log.completions.take(d.number) {}
+                        self.ev.cq_numbers.remove(d.number);
                     }
                     // The device no longer uses the memory: free it.
                     drop(d);
@@ -691,10 +666,58 @@ impl<P: Platform> Hca<P> {
                     d.held.leak();
                     self.release.finished();
                     self.objects_leaked += 1;
-                    self.events
+                    self.ev
+                        .log
                         .push(AsyncEvent::ReleaseFailed { object, number });
                 }
             }
+        }
+    }
+
+    /// Destroys one object: the destroy path `destroy` and a creation rolled back share
+    /// with the release of dropped objects (objects dropped before are released first, as
+    /// before every command).
+    ///
+    /// # Errors
+    ///
+    /// The command's error (RES_BUSY while another object uses it).
+    pub(crate) fn destroy_object(&mut self, kind: ObjectKind, number: u32) -> Result<()> {
+        self.release_dropped();
+        self.destroy_now(kind, number)
+    }
+
+    /// Undoes a creation that failed after its create command succeeded: destroys the
+    /// object, then frees `mem`. If the destroy fails the memory is leaked (the device may
+    /// still use it), counted and reported as for a dropped object
+    /// ([`AsyncEvent::ReleaseFailed`]).
+    pub(crate) fn roll_back<M>(&mut self, kind: ObjectKind, number: u32, mem: M) {
+        match self.destroy_object(kind, number) {
+            Ok(()) => drop(mem),
+            Err(_) => {
+                core::mem::forget(mem);
+                self.objects_leaked += 1;
+                self.ev.log.push(AsyncEvent::ReleaseFailed {
+                    object: kind,
+                    number,
+                });
+            }
+        }
+    }
+
+    /// The destroy command of each kind of object, built here only, sent without
+    /// releasing dropped objects first.
+    fn destroy_now(&mut self, kind: ObjectKind, n: u32) -> Result<()> {
+        match kind {
+            ObjectKind::Qp => self.cmd_now(DestroyQpIn::new_cmd().set_qpn(n)).map(drop),
+            ObjectKind::Srq => self.cmd_now(DestroyRmpIn::new_cmd().set_rmpn(n)).map(drop),
+            ObjectKind::Cq => self.cmd_now(DestroyCqIn::new_cmd().set_cqn(n)).map(drop),
+            ObjectKind::Mr => self
+                .cmd_now(DestroyMkeyIn::new_cmd().set_mkey_index(n))
+                .map(drop),
+            ObjectKind::Pd => self.cmd_now(DeallocPdIn::new_cmd().set_pd(n)).map(drop),
+            ObjectKind::TransportDomain => self
+                .cmd_now(DeallocTransportDomainIn::new_cmd().set_transport_domain(n))
+                .map(drop),
         }
     }
 
@@ -704,11 +727,6 @@ impl<P: Platform> Hca<P> {
         self.release.reserve()
     }
 
-    /// Where a PD or transport domain of this HCA notes itself when dropped.
-    pub(crate) fn mailbox(&self) -> MailboxRef {
-        self.mailbox
-    }
-
     /// Objects dropped without `destroy` whose destroy command then failed: their memory
     /// is leaked (never freed), since the device may still use it. Each one is also
     /// reported as an [`AsyncEvent::ReleaseFailed`].
@@ -716,29 +734,14 @@ impl<P: Platform> Hca<P> {
         self.objects_leaked
     }
 
-    /// PDs and transport domains dropped while this HCA's mailbox was full (more than
-    /// [`MAILBOX_LEN`](crate::release::MAILBOX_LEN) between two commands): they stay in
-    /// the firmware until teardown.
-    pub fn objects_left_to_teardown(&self) -> u64 {
-        self.mailbox.overflow()
-    }
-
-    /// Whether dropping a PD or transport domain of this HCA deallocates it: false when
-    /// more than [`MAILBOXES`](crate::release::MAILBOXES) HCAs were open when this one
-    /// was, and it got no mailbox (its dropped domains then stay in the firmware until
-    /// teardown; destroy them to free them earlier).
-    pub fn releases_dropped_domains(&self) -> bool {
-        self.mailbox.is_claimed()
-    }
-
     /// The next asynchronous event, oldest first.
     pub fn next_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pending.pop_front()
+        self.ev.log.pending.pop_front()
     }
 
     /// Events dropped because the user did not read them fast enough.
     pub fn events_dropped(&self) -> u64 {
-        self.events.dropped
+        self.ev.log.dropped
     }
 
     /// The CQ of the next completion event (`ibv_get_cq_event`), oldest first. Events
@@ -746,38 +749,38 @@ impl<P: Platform> Hca<P> {
     /// must have been armed ([`Cq::req_notify`](crate::verbs::Cq::req_notify)). Tell the
     /// CQ with [`Cq::ack_event`](crate::verbs::Cq::ack_event) before arming it again.
     pub fn next_completion_event(&mut self) -> Option<u32> {
-        self.events.completions.pop()
+        self.ev.log.completions.pop()
     }
 
     /// Takes one completion event of CQ `cqn`, if one is waiting.
     pub fn take_completion_event(&mut self, cqn: u32) -> bool {
-        self.events.completions.take(cqn)
+        self.ev.log.completions.take(cqn)
     }
 
     /// Completion and CQ error events the device raised for a CQ this HCA does not have
     /// (dropped: a device bug, or a hostile one).
     pub fn unknown_cq_events(&self) -> u64 {
-        self.events.unknown_cq
+        self.ev.log.unknown_cq
     }
 
     /// Notes a CQ about to be created (room for its number first, so that noting it
     /// after cannot fail), created, and destroyed.
     pub(crate) fn reserve_cq_number(&mut self) -> Result<()> {
-        self.cq_numbers.reserve_one()
+        self.ev.cq_numbers.reserve_one()
     }
 
     pub(crate) fn cq_created(&mut self, cqn: u32) {
-        self.cq_numbers.insert(cqn);
+        self.ev.cq_numbers.insert(cqn);
     }
 
     pub(crate) fn cq_destroyed(&mut self, cqn: u32) {
-        self.cq_numbers.remove(cqn);
+        self.ev.cq_numbers.remove(cqn);
     }
 
     /// Completion events dropped because events of too many CQs were waiting
     /// ([`MAX_PENDING_CQ_EVENTS`](crate::verbs::MAX_PENDING_CQ_EVENTS)).
     pub fn completion_events_dropped(&self) -> u64 {
-        self.events.completions.dropped
+        self.ev.log.completions.dropped
     }
 
     /// This HCA's identity among the HCAs of the process (objects carry it).
@@ -837,7 +840,7 @@ impl<P: Platform> Hca<P> {
 
     /// Pages the firmware holds now.
     pub fn firmware_pages(&self) -> usize {
-        self.pages.given()
+        self.ev.pages.given()
     }
 
     /// The UAR page the driver allocated (its doorbells are at `uar * 4096` in BAR0).
@@ -847,7 +850,7 @@ impl<P: Platform> Hca<P> {
 
     /// The EQ number of the driver's event queue (completion events of CQs go there).
     pub fn eqn(&self) -> u8 {
-        self.eq.as_ref().map_or(0, |e| e.ring.eqn())
+        self.ev.eq.as_ref().map_or(0, |e| e.ring.eqn())
     }
 
     /// The fatal health state, if the device died.
@@ -893,7 +896,7 @@ impl<P: Platform> Hca<P> {
         // DESTROY_EQ fails (objects still use it), the device keeps posting events there.
         let mut retired_eq = None;
         if alive {
-            if let Some(eq) = self.eq.take() {
+            if let Some(eq) = self.ev.eq.take() {
                 let mut d = DestroyEqIn::new_cmd();
                 d.set_eq_number(eq.ring.eqn());
                 // The EQ is going away: commands complete by polling from here on.
@@ -901,21 +904,21 @@ impl<P: Platform> Hca<P> {
                     q.set_completion_mode(CompletionMode::Polling);
                 }
                 retired_eq = Some(eq);
-                note(self.exec(&d, &[], &mut []).map(drop));
+                note(self.cmd(&d).map(drop));
             }
             if let Some(uar) = self.uar.take() {
                 let mut d = DeallocUarIn::new_cmd();
                 d.set_uar(uar);
-                note(self.exec(&d, &[], &mut []).map(drop));
+                note(self.cmd(&d).map(drop));
             }
             if self.hca_initialized {
                 note(self.teardown_hca());
             }
-            if self.hca_enabled && self.pages.given() > 0 {
+            if self.hca_enabled && self.ev.pages.given() > 0 {
                 note(self.reclaim_pages());
             }
             if self.hca_enabled {
-                note(self.exec(&DisableHcaIn::new_cmd(), &[], &mut []).map(drop));
+                note(self.cmd(&DisableHcaIn::new_cmd()).map(drop));
                 self.hca_enabled = false;
             }
         } else if let Some(f) = self.fatal {
@@ -932,27 +935,25 @@ impl<P: Platform> Hca<P> {
             Ok(()) => {
                 self.release.close(AfterClose::Free);
                 drop(retired_eq);
-                self.eq = None;
+                self.ev.eq = None;
                 self.cmdq = None;
-                self.pages.forget_all();
-                self.page_owners = PageOwners::default();
-                self.pages.shrink();
+                self.ev.pages.forget_all();
+                self.ev.owners = PageOwners::default();
+                self.ev.pages.shrink();
             }
             Err(e) => {
                 note(Err(Error::from(e)));
                 self.release.close(AfterClose::Leak);
                 core::mem::forget(retired_eq);
-                core::mem::forget(self.eq.take());
+                core::mem::forget(self.ev.eq.take());
                 core::mem::forget(self.cmdq.take());
                 let pages = core::mem::replace(
-                    &mut self.pages,
+                    &mut self.ev.pages,
                     PagePool::with_budget(self.p.clone(), self.cfg.max_firmware_pages),
                 );
                 core::mem::forget(pages);
             }
         }
-        // PDs and transport domains dropped from now on are not noted.
-        self.mailbox.give_up();
         first
     }
 
@@ -963,7 +964,7 @@ impl<P: Platform> Hca<P> {
             t.set_profile(TEARDOWN_PREPARE_FAST);
             // `state` 0 is FORCE_STATE_SUCCESS: the firmware is ready for the NIC
             // interface to be disabled.
-            if !self.exec(&t, &[], &mut [])?.state() {
+            if !self.cmd(&t)?.state() {
                 let iseg = InitSeg::new(&self.p);
                 iseg.set_nic_interface(NicInterface::Disabled);
                 let start = self.p.now_ns();
@@ -974,15 +975,15 @@ impl<P: Platform> Hca<P> {
                     self.p.delay_us(self.cfg.poll_us.max(1));
                 }
                 // The firmware let go of its pages and the function is disabled.
-                self.pages.forget_all();
-                self.page_owners = PageOwners::default();
+                self.ev.pages.forget_all();
+                self.ev.owners = PageOwners::default();
                 self.hca_enabled = false;
                 return Ok(());
             }
         }
         let mut t = TeardownHcaIn::new_cmd();
         t.set_profile(TEARDOWN_GRACEFUL);
-        self.exec(&t, &[], &mut [])?;
+        self.cmd(&t)?;
         Ok(())
     }
 
@@ -991,13 +992,8 @@ impl<P: Platform> Hca<P> {
     /// `mlx5_reclaim_root_pages` (`pagealloc.c`), keep asking until it has returned them
     /// all, and give up only when it made no progress for [`RECLAIM_PAGES_TIMEOUT_NS`].
     fn reclaim_pages(&mut self) -> Result<()> {
-        let Hca {
-            p,
-            cmdq,
-            pages,
-            page_owners,
-            ..
-        } = self;
+        let Hca { p, cmdq, ev, .. } = self;
+        let (pages, page_owners) = (&mut ev.pages, &mut ev.owners);
         let cmdq = cmdq.as_mut().ok_or(Error::TornDown)?;
         let mut last_progress = p.now_ns();
         while let Some(function) = page_owners.first() {

@@ -9,23 +9,13 @@
 //! [`Hca::close`](crate::Hca::close), and frees each object's memory only once its destroy
 //! succeeded.
 //!
-//! Two places hold dropped objects:
-//!
-//! * Objects with DMA memory (QP, SRQ, CQ, MR) share a release queue with their HCA: a
-//!   list in host memory of the platform, sized at creation (every object holds a
-//!   reservation in it), so that `Drop` never allocates and always finds room. A slot is
-//!   the object's number, its one DMA buffer and, for a QP, the handle its CQs share (64
-//!   bytes on a 64-bit host); the queue doubles when full, so it holds at most twice as
-//!   many slots as there are live objects.
-//! * Protection and transport domains hold nothing but a number and carry no platform
-//!   type (`Pd` is not generic), so they note themselves in a process-wide mailbox of
-//!   their HCA ([`MAILBOXES`] of [`MAILBOX_LEN`] entries, in static memory). An HCA that
-//!   found no free mailbox (more than [`MAILBOXES`] HCAs open at once), or a mailbox full
-//!   when a domain is dropped, leaves that domain to teardown (TEARDOWN_HCA removes every
-//!   object), as before. A full mailbox counts what it could not take
-//!   ([`Hca::objects_left_to_teardown`](crate::Hca::objects_left_to_teardown)); an HCA
-//!   without one has nowhere to count, and says so with
-//!   [`Hca::releases_dropped_domains`](crate::Hca::releases_dropped_domains).
+//! Every object shares one release queue with its HCA (a [`HostArc`] both hold, so no table
+//! outside the HCA and no limit on how many HCAs a process opens): a list in host memory of
+//! the platform, sized at creation (every object holds a reservation in it, its
+//! `Ticket`), so that `Drop` never allocates and always finds room. A slot is the object's
+//! number, its one DMA buffer (none for a PD or transport domain) and, for a QP, the handle
+//! its CQs share (64 bytes on a 64-bit host); the queue doubles when full, so it holds at
+//! most twice as many slots as there are live objects.
 //!
 //! Order: a QP uses its CQs, its SRQ and its PD; an SRQ its PD; a memory key its PD. The
 //! device refuses to destroy an object still in use (command status RES_BUSY, 0x6), so the HCA releases QPs,
@@ -37,20 +27,19 @@
 //! pass again while the last pass destroyed something), with the dependency order as a
 //! first guess so that one pass usually suffices.
 //!
-//! After the HCA is gone (closed or dropped), bus mastering is off: an object dropped then
-//! has its memory freed at once (the device can no longer reach it), or leaked if the
-//! HCA could not turn bus mastering off.
+//! After the HCA is gone (closed or dropped), bus mastering is off and TEARDOWN_HCA has
+//! removed every object the function had: an object dropped then sends nothing, and has its
+//! memory freed at once (the device can no longer reach it), or leaked if the HCA could not
+//! turn bus mastering off (its `close` then returned that error). The queue itself is freed
+//! with the last object that holds a place in it.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use uhca_fwif::cmd::{
-    Command, DeallocPdIn, DeallocTransportDomainIn, DestroyCqIn, DestroyMkeyIn, DestroyQpIn,
-    DestroyRmpIn,
-};
 use uhca_hal::Platform;
 use uhca_hal::cq::CqRing;
 use uhca_hal::dma::{DmaBuf, MappedBuf};
 use uhca_hal::host::{HostArc, HostArray, SpinLock};
+
 use uhca_hal::wq::QpRings;
 
 use crate::error::Result;
@@ -153,53 +142,6 @@ impl<P: Platform> Dropped<P> {
             busy_at: None,
         }
     }
-
-    /// Its destroy command.
-    pub(crate) fn command(&self) -> Cmd {
-        let n = self.number;
-        match self.kind {
-            ObjectKind::Qp => {
-                let mut d = DestroyQpIn::new_cmd();
-                d.set_qpn(n);
-                Cmd::Qp(d)
-            }
-            ObjectKind::Srq => {
-                let mut d = DestroyRmpIn::new_cmd();
-                d.set_rmpn(n);
-                Cmd::Srq(d)
-            }
-            ObjectKind::Cq => {
-                let mut d = DestroyCqIn::new_cmd();
-                d.set_cqn(n);
-                Cmd::Cq(d)
-            }
-            ObjectKind::Mr => {
-                let mut d = DestroyMkeyIn::new_cmd();
-                d.set_mkey_index(n);
-                Cmd::Mr(d)
-            }
-            ObjectKind::Pd => {
-                let mut d = DeallocPdIn::new_cmd();
-                d.set_pd(n);
-                Cmd::Pd(d)
-            }
-            ObjectKind::TransportDomain => {
-                let mut d = DeallocTransportDomainIn::new_cmd();
-                d.set_transport_domain(n);
-                Cmd::Td(d)
-            }
-        }
-    }
-}
-
-/// One destroy command.
-pub(crate) enum Cmd {
-    Qp(DestroyQpIn),
-    Srq(DestroyRmpIn),
-    Cq(DestroyCqIn),
-    Mr(DestroyMkeyIn),
-    Pd(DeallocPdIn),
-    Td(DeallocTransportDomainIn),
 }
 
 /// What happens to an object dropped after its HCA is gone.
@@ -338,13 +280,6 @@ impl<P: Platform> ReleaseQueue<P> {
         s.epoch += 1;
     }
 
-    /// Queues an object (a PD from a mailbox) under a new reservation.
-    pub(crate) fn push(&self, d: Dropped<P>) -> Result<()> {
-        let t = self.reserve()?;
-        t.release(d);
-        Ok(())
-    }
-
     /// The HCA is torn down: what is still queued is freed (`Free`) or leaked, and so is
     /// what is dropped later.
     pub(crate) fn close(&self, after: AfterClose) {
@@ -429,107 +364,5 @@ impl<P: Platform> Drop for Ticket<P> {
 impl<P: Platform> core::fmt::Debug for Ticket<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("Ticket")
-    }
-}
-
-/// Process-wide mailboxes for dropped PDs and transport domains, one per open HCA.
-pub const MAILBOXES: usize = 64;
-/// Dropped PDs and transport domains one mailbox holds until its HCA's next command.
-pub const MAILBOX_LEN: usize = 64;
-
-pub(crate) struct Mailbox {
-    /// The HCA id using it; 0 when free.
-    owner: u64,
-    entries: heapless::Vec<(ObjectKind, u32), MAILBOX_LEN>,
-    /// Domains dropped while the mailbox was full.
-    overflow: u64,
-}
-
-static MAILBOX_TABLE: [SpinLock<Mailbox>; MAILBOXES] = [const {
-    SpinLock::new(Mailbox {
-        owner: 0,
-        entries: heapless::Vec::new(),
-        overflow: 0,
-    })
-}; MAILBOXES];
-
-/// Where a PD or transport domain notes itself when dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct MailboxRef {
-    index: Option<u8>,
-    hca_id: u64,
-}
-
-impl MailboxRef {
-    /// Claims a free mailbox for HCA `hca_id` (none if all are taken).
-    pub(crate) fn claim(hca_id: u64) -> Self {
-        let index = MAILBOX_TABLE.iter().position(|m| {
-            let mut m = m.lock();
-            if m.owner == 0 {
-                m.owner = hca_id;
-                m.entries.clear();
-                m.overflow = 0;
-                true
-            } else {
-                false
-            }
-        });
-        MailboxRef {
-            index: index.map(|i| i as u8),
-            hca_id,
-        }
-    }
-
-    /// Notes a dropped domain, if its HCA still owns the mailbox.
-    pub(crate) fn post(&self, kind: ObjectKind, number: u32) {
-        let Some(i) = self.index else { return };
-        let mut m = MAILBOX_TABLE[i as usize].lock();
-        if m.owner == self.hca_id && m.entries.push((kind, number)).is_err() {
-            m.overflow += 1;
-        }
-    }
-
-    /// Whether the HCA got a mailbox.
-    pub(crate) fn is_claimed(&self) -> bool {
-        self.index.is_some()
-    }
-
-    /// Whether a dropped domain waits.
-    pub(crate) fn has_mail(&self) -> bool {
-        self.index
-            .is_some_and(|i| !MAILBOX_TABLE[i as usize].lock().entries.is_empty())
-    }
-
-    /// Takes the oldest dropped domain.
-    pub(crate) fn take(&self) -> Option<(ObjectKind, u32)> {
-        let i = self.index?;
-        let mut m = MAILBOX_TABLE[i as usize].lock();
-        if m.owner != self.hca_id || m.entries.is_empty() {
-            return None;
-        }
-        Some(m.entries.remove(0))
-    }
-
-    /// Puts a domain back (no room left in the release queue).
-    pub(crate) fn put_back(&self, kind: ObjectKind, number: u32) {
-        self.post(kind, number);
-    }
-
-    /// Domains dropped while the mailbox was full.
-    pub(crate) fn overflow(&self) -> u64 {
-        self.index
-            .map_or(0, |i| MAILBOX_TABLE[i as usize].lock().overflow)
-    }
-
-    /// The HCA is gone: frees the mailbox (domains dropped later are not noted).
-    pub(crate) fn give_up(&self) {
-        if let Some(i) = self.index {
-            let mut m = MAILBOX_TABLE[i as usize].lock();
-            if m.owner == self.hca_id {
-                m.owner = 0;
-                m.entries.clear();
-                m.overflow = 0;
-            }
-        }
     }
 }

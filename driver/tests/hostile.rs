@@ -37,7 +37,7 @@ const GUARD: u8 = 0xa5;
 
 struct Node<P: Platform> {
     hca: Hca<P>,
-    pd: Pd,
+    pd: Pd<P>,
     cq: Cq<P>,
     mr: Mr<P>,
     mac: Mac,

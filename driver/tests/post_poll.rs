@@ -49,7 +49,7 @@ fn ib_path(dlid: u16) -> AddressHandle {
 /// An RC QP in RTS towards a peer that does not exist, never timing out.
 fn rc_qp(
     hca: &mut TestHca,
-    pd: &uhca_driver::verbs::Pd,
+    pd: &uhca_driver::verbs::Pd<P>,
     scq: &Cq<P>,
     rcq: &Cq<P>,
 ) -> Qp<P, Rc, state::Rts> {
@@ -199,7 +199,7 @@ fn poll_all(cq: &mut Cq<P>) -> Vec<WorkCompletion> {
 struct Setup {
     dev: MockHca,
     hca: TestHca,
-    pd: uhca_driver::verbs::Pd,
+    pd: uhca_driver::verbs::Pd<P>,
     cq: Cq<P>,
     mr: Mr<P>,
 }

@@ -365,17 +365,50 @@ fn on_a_dead_device_dropped_objects_are_freed_once_bus_mastering_is_off() {
 }
 
 #[test]
-fn pds_dropped_past_the_mailbox_are_left_to_teardown_and_counted() {
+fn any_number_of_dropped_domains_are_deallocated() {
     let (dev, mut hca) = open();
-    assert!(hca.releases_dropped_domains());
-    let n = uhca_driver::release::MAILBOX_LEN + 6;
-    let pds: Vec<_> = (0..n).map(|_| hca.alloc_pd().unwrap()).collect();
+    // More than a fixed table would hold between two commands (it was 64).
+    let pds: Vec<_> = (0..100).map(|_| hca.alloc_pd().unwrap()).collect();
+    let tds: Vec<_> = (0..100)
+        .map(|_| hca.alloc_transport_domain().unwrap())
+        .collect();
+    assert_eq!(dev.objects().pds, 100);
+    let from = dev.command_log().len();
     drop(pds);
+    drop(tds);
     hca.process_events().unwrap();
-    assert_eq!(dev.objects().pds, 6);
-    assert_eq!(hca.objects_left_to_teardown(), 6);
-    // Teardown removes them with the function.
+    assert_eq!(dev.objects(), baseline());
+    let sent = sent(&dev, from);
+    assert_eq!(sent.len(), 200);
+    assert!(sent.iter().all(|&(_, s)| s == CmdStatus::Ok), "{sent:?}");
+    assert_eq!(hca.objects_leaked(), 0);
     hca.close().unwrap();
+}
+
+#[test]
+fn every_one_of_many_open_hcas_releases_what_is_dropped() {
+    // More HCAs open at once than a process-wide table had room for (it was 64).
+    const HCAS: usize = 70;
+    let mut open_hcas: Vec<_> = (0..HCAS).map(|_| open()).collect();
+    let objects: Vec<_> = open_hcas
+        .iter_mut()
+        .map(|(_, hca)| {
+            let pd = hca.alloc_pd().unwrap();
+            let td = hca.alloc_transport_domain().unwrap();
+            let cq = hca.create_cq(8).unwrap();
+            let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+            (mr, cq, td, pd)
+        })
+        .collect();
+    drop(objects);
+    for (i, (dev, hca)) in open_hcas.iter_mut().enumerate() {
+        hca.process_events().unwrap();
+        assert_eq!(dev.objects(), baseline(), "HCA {i}");
+        assert_eq!(hca.objects_leaked(), 0, "HCA {i}");
+    }
+    for (_, hca) in open_hcas {
+        hca.close().unwrap();
+    }
 }
 
 #[test]

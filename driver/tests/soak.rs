@@ -39,7 +39,7 @@ const MSG: u32 = 64;
 struct Node {
     dev: MockHca,
     hca: Hca<P>,
-    pd: Pd,
+    pd: Pd<P>,
     mr: Mr<P>,
     mac: Mac,
     gid: Gid,

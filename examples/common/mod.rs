@@ -290,7 +290,7 @@ pub struct Spec {
 
 /// A side's verbs objects from [`open_objects`] (torn down by [`take_down`]): the PD, the
 /// CQ of both of the QP's queues, the registered buffer, and the QP in INIT on port `-i`.
-pub type Objects<P, T> = (Pd, Cq<P>, Mr<P>, Qp<P, T, state::Init>);
+pub type Objects<P, T> = (Pd<P>, Cq<P>, Mr<P>, Qp<P, T, state::Init>);
 
 /// Allocates what `spec` asks for, in the order rdma-core's examples do (PD, CQ, MR, QP),
 /// and moves the QP to INIT on port `-i`.
@@ -1124,7 +1124,7 @@ pub fn take_down<P, T, S>(
     qp: Qp<P, T, S>,
     mut cq: Cq<P>,
     mr: Mr<P>,
-    pd: Pd,
+    pd: Pd<P>,
 ) -> Res<()>
 where
     P: Platform,

@@ -565,14 +565,14 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Runs one command in slot `slot`: mailboxes, entry, doorbell, wait, output.
     fn run(
         &mut self,
         slot: usize,
         opcode: CmdOpcode,
         inp: [&[u8]; 2],
         out: [&mut [u8]; 2],
-        mut hook: Option<&mut WaitHook<'_, H>>,
+        hook: Option<&mut WaitHook<'_, H>>,
         page_cmd: bool,
     ) -> Result<(), CmdError> {
         let inlen = inp[0].len() + inp[1].len();
@@ -582,8 +582,35 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         self.ensure_mailbox(slot, in_blocks, false, opcode)?;
         self.ensure_mailbox(slot, out_blocks, true, opcode)?;
         let token = self.next_token();
+        let (in_ptr, out_ptr) = self.write_mailboxes(slot, inp, in_blocks, out_blocks, token);
+        let mut e = CmdLayout::new_zeroed();
+        e.r#type = PCI_CMD_XPORT;
+        e.inlen.set(inlen as u32);
+        e.in_ptr.set(in_ptr);
+        gather(
+            inp,
+            0,
+            &mut e.as_mut_bytes()[IN_OFF..IN_OFF + CMD_INLINE_IN_BYTES],
+        );
+        e.out_ptr.set(out_ptr);
+        e.outlen.set(outlen as u32);
+        e.token = token;
+        e.status_own = CMD_OWNER_HW;
+        self.post(slot, &e);
+        self.wait(slot, opcode, hook, page_cmd)?;
+        self.read_output(slot, opcode, out, outlen)
+    }
 
-        // Input mailboxes: data, chain pointer, block number, token in every block.
+    /// Writes the input mailboxes (data, chain pointer, block number, token in every
+    /// block) and the empty output ones of slot `slot`; their addresses (0 for none).
+    fn write_mailboxes(
+        &mut self,
+        slot: usize,
+        inp: [&[u8]; 2],
+        in_blocks: usize,
+        out_blocks: usize,
+        token: u8,
+    ) -> (u64, u64) {
         let mut block = CmdProtBlock::new_zeroed();
         let in_ptr = if let Some(mb) = self.mbox_in[slot].as_mut().filter(|_| in_blocks > 0) {
             let base = mb.iova();
@@ -612,20 +639,11 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         } else {
             0
         };
+        (in_ptr, out_ptr)
+    }
 
-        let mut e = CmdLayout::new_zeroed();
-        e.r#type = PCI_CMD_XPORT;
-        e.inlen.set(inlen as u32);
-        e.in_ptr.set(in_ptr);
-        gather(
-            inp,
-            0,
-            &mut e.as_mut_bytes()[IN_OFF..IN_OFF + CMD_INLINE_IN_BYTES],
-        );
-        e.out_ptr.set(out_ptr);
-        e.outlen.set(outlen as u32);
-        e.token = token;
-        e.status_own = CMD_OWNER_HW;
+    /// Writes entry `e` into slot `slot` and rings the command doorbell.
+    fn post(&mut self, slot: usize, e: &CmdLayout) {
         let entry_off = slot << self.log_stride;
         let Some(page) = self.page.as_mut() else {
             unreachable!()
@@ -637,17 +655,27 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
         // The entry and its mailboxes must be in memory before the firmware is told.
         barriers::cmd_entry_before_doorbell();
         InitSeg::new(&self.h).ring_cmd_doorbell(1 << slot);
+    }
 
+    /// Waits for slot `slot` to complete, running `hook` between checks; a slot that
+    /// timed out or was abandoned is quarantined.
+    fn wait(
+        &mut self,
+        slot: usize,
+        opcode: CmdOpcode,
+        mut hook: Option<&mut WaitHook<'_, H>>,
+        page_cmd: bool,
+    ) -> Result<(), CmdError> {
         let start = self.h.now_ns();
         loop {
             if self.completed(slot, page_cmd) {
-                break;
+                return Ok(());
             }
             if let Some(h) = hook.as_mut() {
                 self.abandon = false;
                 h(&mut WaitContext { q: self });
                 if self.completed(slot, page_cmd) {
-                    break;
+                    return Ok(());
                 }
                 if core::mem::take(&mut self.abandon) {
                     self.state[slot] = Slot::Quarantined;
@@ -668,11 +696,22 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
             }
             self.h.delay_us(self.cfg.poll_us.max(1));
         }
+    }
 
+    /// Reads the completed entry of slot `slot` (freeing the slot) and its output into
+    /// `out`; the delivery status and the command status as errors.
+    fn read_output(
+        &mut self,
+        slot: usize,
+        opcode: CmdOpcode,
+        out: [&mut [u8]; 2],
+        outlen: usize,
+    ) -> Result<(), CmdError> {
         // The owner bit is back: read the output only after it.
         barriers::cmd_owner_before_output_read();
         let mut e = CmdLayout::new_zeroed();
-        self.page().read_bytes(entry_off, e.as_mut_bytes());
+        self.page()
+            .read_bytes(slot << self.log_stride, e.as_mut_bytes());
         self.state[slot] = Slot::Free;
         self.reported &= !(1 << slot);
         let delivery = e.delivery_status();
@@ -682,8 +721,7 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
                 status: delivery,
             });
         }
-        let [o0, o1] = out;
-        let mut outs = [o0, o1];
+        let mut outs = out;
         scatter(
             &mut outs,
             0,
@@ -700,27 +738,7 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
                 );
             }
         }
-        // Status and syndrome are the generic output header (`mbox_out`).
-        let mut hdr = [0u8; 8];
-        gather([&*outs[0], &*outs[1]], 0, &mut hdr);
-        let status = uhca_fwif::field::get_bits(
-            &hdr,
-            mbox_out::status.bit_offset as usize,
-            mbox_out::status.bit_width as usize,
-        ) as u8;
-        let syndrome = uhca_fwif::field::get_bits(
-            &hdr,
-            mbox_out::syndrome.bit_offset as usize,
-            mbox_out::syndrome.bit_width as usize,
-        ) as u32;
-        if status != CmdStatus::Ok.raw() {
-            return Err(CmdError::Status {
-                opcode,
-                status: CmdStatus::from_raw(status),
-                syndrome,
-            });
-        }
-        Ok(())
+        check_status(&outs, opcode)
     }
 
     fn completed(&self, slot: usize, page_cmd: bool) -> bool {
@@ -730,6 +748,31 @@ impl<H: Bar + Dma + Clock + Clone> CmdQueue<H> {
             _ => owner_back,
         }
     }
+}
+
+/// The status and syndrome of a command's output (the generic output header,
+/// `mbox_out`), as an error unless the status is OK.
+fn check_status(outs: &[&mut [u8]; 2], opcode: CmdOpcode) -> Result<(), CmdError> {
+    let mut hdr = [0u8; 8];
+    gather([&*outs[0], &*outs[1]], 0, &mut hdr);
+    let status = uhca_fwif::field::get_bits(
+        &hdr,
+        mbox_out::status.bit_offset as usize,
+        mbox_out::status.bit_width as usize,
+    ) as u8;
+    let syndrome = uhca_fwif::field::get_bits(
+        &hdr,
+        mbox_out::syndrome.bit_offset as usize,
+        mbox_out::syndrome.bit_width as usize,
+    ) as u32;
+    if status != CmdStatus::Ok.raw() {
+        return Err(CmdError::Status {
+            opcode,
+            status: CmdStatus::from_raw(status),
+            syndrome,
+        });
+    }
+    Ok(())
 }
 
 /// Copies bytes `at..at + dst.len()` of the concatenation of `src` into `dst` (zeros past

@@ -96,7 +96,7 @@ pub struct Open {
     users: usize,
     pub(crate) hw: MockHw,
     next_handle: u32,
-    pub(crate) pds: HashMap<u32, Pd>,
+    pub(crate) pds: HashMap<u32, Pd<MockPlatform>>,
     pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
     /// SRQ handle → the SRQ and its PD's handle.
     pub(crate) srqs: HashMap<u32, (Srq<MockPlatform>, u32)>,

@@ -795,28 +795,53 @@ fn stream(pair: &mut Pair, ops: u64) -> std::time::Duration {
     start.elapsed()
 }
 
-/// Requests per second of SEND 1 SGE (32 per call) on one QP/CQ pair on one thread, and in
-/// aggregate on two pairs of the same HCA on two threads at once (no lock between them).
-pub fn two_threads(ops: u64) -> (f64, f64) {
-    let mut rig = Rig::new();
-    let mut second = rig.pair();
-    let first = &mut rig.main;
-    // Warm up both, then one thread alone.
-    stream(first, 4096);
-    stream(&mut second, 4096);
-    let one = ops as f64 / stream(first, ops).as_secs_f64();
+/// Requests per second of SEND 1 SGE (32 per call) on pairs `a` and `b` on two threads at
+/// once (no lock between them), in aggregate.
+fn in_parallel(a: &mut Pair, b: &mut Pair, ops: u64) -> f64 {
     let barrier = std::sync::Barrier::new(2);
     let (ta, tb) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
+        let ta = s.spawn(|| {
             barrier.wait();
-            stream(first, ops)
+            stream(a, ops)
         });
-        let b = s.spawn(|| {
+        let tb = s.spawn(|| {
             barrier.wait();
-            stream(&mut second, ops)
+            stream(b, ops)
         });
-        (a.join().unwrap(), b.join().unwrap())
+        (ta.join().unwrap(), tb.join().unwrap())
     });
-    let two = 2.0 * ops as f64 / ta.max(tb).as_secs_f64();
-    (one, two)
+    2.0 * ops as f64 / ta.max(tb).as_secs_f64()
+}
+
+/// One round of the thread measurement, requests per second of SEND 1 SGE (32 per call).
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadRound {
+    /// One QP/CQ pair on one thread.
+    pub one: f64,
+    /// Two pairs of the same HCA on two threads, in aggregate.
+    pub same_hca: f64,
+    /// Two pairs of two HCAs (two platforms, two mock devices) on two threads, in
+    /// aggregate: nothing shared but the machine.
+    pub two_hcas: f64,
+}
+
+/// `rounds` rounds, each measuring one thread alone, then two threads on two pairs of one
+/// HCA, then two threads on pairs of two HCAs, one right after the other: the ratios of a
+/// round compare measurements taken under the same load on the machine.
+pub fn two_threads(ops: u64, rounds: usize) -> Vec<ThreadRound> {
+    let mut rig = Rig::new();
+    let mut second = rig.pair();
+    let mut other = Rig::new();
+    let first = &mut rig.main;
+    // Warm up all three.
+    stream(first, 4096);
+    stream(&mut second, 4096);
+    stream(&mut other.main, 4096);
+    (0..rounds)
+        .map(|_| ThreadRound {
+            one: ops as f64 / stream(first, ops).as_secs_f64(),
+            same_hca: in_parallel(first, &mut second, ops),
+            two_hcas: in_parallel(first, &mut other.main, ops),
+        })
+        .collect()
 }

@@ -28,7 +28,7 @@
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use uhca_fwif::cmd::{Command, CreateMkeyIn, DestroyMkeyIn, QueryMkeyIn};
+use uhca_fwif::cmd::{Command, CreateMkeyIn, QueryMkeyIn};
 use uhca_fwif::consts::{ADAPTER_PAGE_SHIFT, AccessFlags, MkcAccessMode};
 use uhca_fwif::ctx::Mkc;
 use uhca_hal::Platform;
@@ -101,9 +101,7 @@ impl<P: Platform, M: Into<Held<P>>> MttRegion<P, M> {
     /// On an error the key and the memory stay.
     pub(crate) fn destroy(&mut self, hca: &mut Hca<P>) -> Result<M> {
         hca.check_owner(self.hca_id)?;
-        let mut d = DestroyMkeyIn::new_cmd();
-        d.set_mkey_index(self.mkey_index);
-        hca.exec(&d, &[], &mut [])?;
+        hca.destroy_object(ObjectKind::Mr, self.mkey_index)?;
         match self.mem.take() {
             Some(m) => Ok(m),
             None => unreachable!("the buffer is only taken by destroy and drop"),
@@ -217,7 +215,7 @@ impl<P: Platform> Mr<P> {
         hca.check_owner(self.reg.hca_id)?;
         let mut q = QueryMkeyIn::new_cmd();
         q.set_mkey_index(self.reg.mkey_index);
-        let out = hca.exec(&q, &[], &mut [])?;
+        let out = hca.cmd(&q)?;
         let m = out.memory_key_mkey_entry();
         let mut access = AccessFlags::empty();
         access.set(AccessFlags::LOCAL_WRITE, m.lw());
@@ -260,7 +258,7 @@ impl<P: Platform> Hca<P> {
     ///
     /// [`Error::InvalidArgument`] for a zero length or bad access flags (no command is
     /// sent); [`Error::Dma`]; the command's error.
-    pub fn alloc_mr(&mut self, pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr<P>> {
+    pub fn alloc_mr(&mut self, pd: &Pd<P>, len: usize, access: AccessFlags) -> Result<Mr<P>> {
         if len == 0 {
             return Err(InvalidArgument::min(Arg::MrLength, 0, 1).into());
         }
@@ -283,7 +281,7 @@ impl<P: Platform> Hca<P> {
     /// command timed out or the device died.
     pub fn reg_mr(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         buf: DmaBuf<P>,
         offset: usize,
         len: usize,
@@ -299,7 +297,7 @@ impl<P: Platform> Hca<P> {
     /// error (`None`, leaked, when the device may have made the key anyway).
     pub(crate) fn register_mtt<M: DmaMem + Into<Held<P>>>(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         mem: M,
         offset: usize,
         len: usize,
@@ -339,7 +337,7 @@ impl<P: Platform> Hca<P> {
 
     fn create_mtt_mkey(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         buf: &impl DmaMem,
         offset: usize,
         len: usize,

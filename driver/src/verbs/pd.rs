@@ -2,36 +2,54 @@
 //! (ALLOC_TRANSPORT_DOMAIN/DEALLOC_TRANSPORT_DOMAIN).
 
 use uhca_fwif::cmd::Command;
-use uhca_fwif::cmd::{AllocPdIn, AllocTransportDomainIn, DeallocPdIn, DeallocTransportDomainIn};
+use uhca_fwif::cmd::{AllocPdIn, AllocTransportDomainIn};
 use uhca_hal::Platform;
 
 use super::Failed;
 use crate::error::Result;
 use crate::hca::Hca;
-use crate::release::{MailboxRef, ObjectKind};
+use crate::release::{Dropped, ObjectKind, Ticket};
 
 /// A protection domain: memory regions, QPs and SRQs of one PD may work together.
 ///
 /// Dropped without [`Pd::destroy`], it is deallocated at its HCA's next command (see
-/// [`crate::release`]).
-#[derive(Debug, PartialEq, Eq)]
-pub struct Pd {
+/// [`crate::release`]); dropped after its HCA is gone, it does nothing (TEARDOWN_HCA
+/// removed it with the function).
+pub struct Pd<P: Platform> {
     pdn: u32,
     hca_id: u64,
-    mailbox: MailboxRef,
-    /// Not deallocated yet: dropping it queues DEALLOC_PD.
-    live: bool,
+    /// Its place in the HCA's release queue (`None` once deallocated): dropping it queues
+    /// DEALLOC_PD.
+    ticket: Option<Ticket<P>>,
 }
 
-impl Drop for Pd {
+impl<P: Platform> Drop for Pd<P> {
     fn drop(&mut self) {
-        if self.live {
-            self.mailbox.post(ObjectKind::Pd, self.pdn);
+        if let Some(t) = self.ticket.take() {
+            t.release(Dropped::number_only(ObjectKind::Pd, self.pdn));
         }
     }
 }
 
-impl Pd {
+impl<P: Platform> core::fmt::Debug for Pd<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Pd")
+            .field("pdn", &self.pdn)
+            .field("hca_id", &self.hca_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two handles are equal when they name the same PD of the same HCA.
+impl<P: Platform> PartialEq for Pd<P> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.pdn, self.hca_id) == (other.pdn, other.hca_id)
+    }
+}
+
+impl<P: Platform> Eq for Pd<P> {}
+
+impl<P: Platform> Pd<P> {
     /// The PD number (`pd` in the contexts).
     pub fn pdn(&self) -> u32 {
         self.pdn
@@ -47,21 +65,17 @@ impl Pd {
     /// # Errors
     ///
     /// The PD back with the error, e.g. RES_BUSY while a memory region, QP or SRQ uses it.
-    pub fn destroy<P: Platform>(
-        mut self,
-        hca: &mut Hca<P>,
-    ) -> core::result::Result<(), Failed<Pd>> {
+    pub fn destroy(mut self, hca: &mut Hca<P>) -> core::result::Result<(), Failed<Pd<P>>> {
         if let Err(error) = hca.check_owner(self.hca_id) {
             return Err(Failed {
                 object: self,
                 error,
             });
         }
-        let mut d = DeallocPdIn::new_cmd();
-        d.set_pd(self.pdn);
-        match hca.exec(&d, &[], &mut []) {
+        match hca.destroy_object(ObjectKind::Pd, self.pdn) {
             Ok(_) => {
-                self.live = false;
+                // Deallocated: its reservation in the release queue goes back.
+                self.ticket = None;
                 Ok(())
             }
             Err(error) => Err(Failed {
@@ -76,25 +90,43 @@ impl Pd {
 /// (TIRs and TISes) and of local loopback between them.
 ///
 /// Dropped without [`TransportDomain::destroy`], it is deallocated at its HCA's next
-/// command (see [`crate::release`]).
-#[derive(Debug, PartialEq, Eq)]
-pub struct TransportDomain {
+/// command (see [`crate::release`]); dropped after its HCA is gone, it does nothing
+/// (TEARDOWN_HCA removed it with the function).
+pub struct TransportDomain<P: Platform> {
     tdn: u32,
     hca_id: u64,
-    mailbox: MailboxRef,
-    /// Not deallocated yet: dropping it queues DEALLOC_TRANSPORT_DOMAIN.
-    live: bool,
+    /// Its place in the HCA's release queue (`None` once deallocated): dropping it queues
+    /// DEALLOC_TRANSPORT_DOMAIN.
+    ticket: Option<Ticket<P>>,
 }
 
-impl Drop for TransportDomain {
+impl<P: Platform> Drop for TransportDomain<P> {
     fn drop(&mut self) {
-        if self.live {
-            self.mailbox.post(ObjectKind::TransportDomain, self.tdn);
+        if let Some(t) = self.ticket.take() {
+            t.release(Dropped::number_only(ObjectKind::TransportDomain, self.tdn));
         }
     }
 }
 
-impl TransportDomain {
+impl<P: Platform> core::fmt::Debug for TransportDomain<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TransportDomain")
+            .field("tdn", &self.tdn)
+            .field("hca_id", &self.hca_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two handles are equal when they name the same domain of the same HCA.
+impl<P: Platform> PartialEq for TransportDomain<P> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.tdn, self.hca_id) == (other.tdn, other.hca_id)
+    }
+}
+
+impl<P: Platform> Eq for TransportDomain<P> {}
+
+impl<P: Platform> TransportDomain<P> {
     /// The transport domain number.
     pub fn tdn(&self) -> u32 {
         self.tdn
@@ -105,21 +137,20 @@ impl TransportDomain {
     /// # Errors
     ///
     /// The domain back with the error.
-    pub fn destroy<P: Platform>(
+    pub fn destroy(
         mut self,
         hca: &mut Hca<P>,
-    ) -> core::result::Result<(), Failed<TransportDomain>> {
+    ) -> core::result::Result<(), Failed<TransportDomain<P>>> {
         if let Err(error) = hca.check_owner(self.hca_id) {
             return Err(Failed {
                 object: self,
                 error,
             });
         }
-        let mut d = DeallocTransportDomainIn::new_cmd();
-        d.set_transport_domain(self.tdn);
-        match hca.exec(&d, &[], &mut []) {
+        match hca.destroy_object(ObjectKind::TransportDomain, self.tdn) {
             Ok(_) => {
-                self.live = false;
+                // Deallocated: its reservation in the release queue goes back.
+                self.ticket = None;
                 Ok(())
             }
             Err(error) => Err(Failed {
@@ -136,13 +167,13 @@ impl<P: Platform> Hca<P> {
     /// # Errors
     ///
     /// The command's error (LIM when the device has no more PDs).
-    pub fn alloc_pd(&mut self) -> Result<Pd> {
-        let out = self.exec(&AllocPdIn::new_cmd(), &[], &mut [])?;
+    pub fn alloc_pd(&mut self) -> Result<Pd<P>> {
+        let ticket = self.release_ticket()?;
+        let out = self.cmd(&AllocPdIn::new_cmd())?;
         Ok(Pd {
             pdn: out.pd(),
             hca_id: self.id(),
-            mailbox: self.mailbox(),
-            live: true,
+            ticket: Some(ticket),
         })
     }
 
@@ -151,13 +182,13 @@ impl<P: Platform> Hca<P> {
     /// # Errors
     ///
     /// The command's error.
-    pub fn alloc_transport_domain(&mut self) -> Result<TransportDomain> {
-        let out = self.exec(&AllocTransportDomainIn::new_cmd(), &[], &mut [])?;
+    pub fn alloc_transport_domain(&mut self) -> Result<TransportDomain<P>> {
+        let ticket = self.release_ticket()?;
+        let out = self.cmd(&AllocTransportDomainIn::new_cmd())?;
         Ok(TransportDomain {
             tdn: out.transport_domain(),
             hca_id: self.id(),
-            mailbox: self.mailbox(),
-            live: true,
+            ticket: Some(ticket),
         })
     }
 }

@@ -247,7 +247,7 @@ impl<P: Platform> Hca<P> {
     fn query_ib_port(&mut self, port: u8) -> Result<PortAttr> {
         let mut q = QueryHcaVportContextIn::new_cmd();
         q.set_port_num(self.hca_vport_port_num(port));
-        let out = self.exec(&q, &[], &mut [])?;
+        let out = self.cmd(&q)?;
         let c = out.hca_vport_context();
         let (active_mtu, max_mtu) = self
             .port_info_mtus(port)
@@ -285,7 +285,7 @@ impl<P: Platform> Hca<P> {
         mad[3] = MAD_METHOD_GET;
         mad[16..18].copy_from_slice(&ATTR_PORT_INFO.to_be_bytes());
         mad[20..24].copy_from_slice(&(port as u32).to_be_bytes());
-        let out = self.exec(&m, &[], &mut [])?;
+        let out = self.cmd(&m)?;
         let r = out.response_mad_packet();
         let status = u16::from_be_bytes([r[4], r[5]]) & 0x7fff;
         if status != 0 {
@@ -304,7 +304,7 @@ impl<P: Platform> Hca<P> {
     }
 
     fn query_eth_port(&mut self, port: u8) -> Result<PortAttr> {
-        let out = self.exec(&QueryNicVportContextIn::new_cmd(), &[], &mut [])?;
+        let out = self.cmd(&QueryNicVportContextIn::new_cmd())?;
         let n = out.nic_vport_context();
         let mac_hi = n.permanent_address().mac_addr_47_32().to_be_bytes();
         let mac_lo = n.permanent_address().mac_addr_31_0().to_be_bytes();
@@ -314,10 +314,7 @@ impl<P: Platform> Hca<P> {
         let eth_mtu = n.mtu();
         let (port_guid, node_guid, system_image_guid) =
             (n.port_guid(), n.node_guid(), n.system_image_guid());
-        let up = self
-            .exec(&QueryVportStateIn::new_cmd(), &[], &mut [])?
-            .state()
-            == VPORT_STATE_UP;
+        let up = self.cmd(&QueryVportStateIn::new_cmd())?.state() == VPORT_STATE_UP;
         let gid_table_len = self
             .roce_caps()
             .map_or(self.caps().gid_table_len, |r| r.address_table_len as u32);
@@ -381,7 +378,7 @@ impl<P: Platform> Hca<P> {
                 let mut q = QueryRoceAddressIn::new_cmd();
                 q.set_roce_address_index(index);
                 q.set_vhca_port_num(self.roce_vhca_port_num(port));
-                let out = self.exec(&q, &[], &mut [])?;
+                let out = self.cmd(&q)?;
                 let a = out.roce_address();
                 let mut gid = [0u8; 16];
                 gid.copy_from_slice(a.source_l3_address());
@@ -496,7 +493,7 @@ impl<P: Platform> Hca<P> {
         s.set_roce_address_index(index);
         s.set_vhca_port_num(self.roce_vhca_port_num(port));
         *s.roce_address_mut() = a;
-        self.exec(&s, &[], &mut [])?;
+        self.cmd(&s)?;
         Ok(())
     }
 }

@@ -1133,7 +1133,7 @@ impl<P: Platform> Hca<P> {
     /// command's error.
     pub fn create_qp<T: QpTransport>(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         attr: &QpInitAttr<'_, P>,
     ) -> Result<Qp<P, T, state::Reset>> {
         self.create_qp_rlky(pd, attr, false)
@@ -1150,7 +1150,7 @@ impl<P: Platform> Hca<P> {
     /// As [`Hca::create_qp`]; [`Error::WrongHca`] for a key asked of another HCA.
     pub fn create_qp_with_reserved_lkey<T: QpTransport>(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         attr: &QpInitAttr<'_, P>,
         key: &ReservedLkey,
     ) -> Result<Qp<P, T, state::Reset>> {
@@ -1160,7 +1160,7 @@ impl<P: Platform> Hca<P> {
 
     fn create_qp_rlky<T: QpTransport>(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         attr: &QpInitAttr<'_, P>,
         rlky: bool,
     ) -> Result<Qp<P, T, state::Reset>> {

@@ -33,7 +33,7 @@
 //! use uhca_driver::verbs::{QpInitAttr, Rc, SendOp, SendWr};
 //! # fn f<P: uhca_hal::Platform + Send + Sync>(
 //! #     hca: &mut uhca_driver::Hca<P>,
-//! #     pd: &uhca_driver::verbs::Pd,
+//! #     pd: &uhca_driver::verbs::Pd<P>,
 //! #     attr: &QpInitAttr<'_, P>,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! let key = hca.reserved_lkey()?;
@@ -93,7 +93,7 @@ impl<P: Platform> Hca<P> {
     ///
     /// The command's error.
     pub fn reserved_lkey(&mut self) -> Result<ReservedLkey> {
-        let out = self.exec(&QuerySpecialContextsIn::new_cmd(), &[], &mut [])?;
+        let out = self.cmd(&QuerySpecialContextsIn::new_cmd())?;
         Ok(ReservedLkey {
             key: out.resd_lkey(),
             hca_id: self.id(),

@@ -10,7 +10,7 @@
 //! every WQE to the next one at creation, as rdma-core's mlx5 provider does. A QP receives
 //! from it with `rq_type` 1 and the RMP number in `srqn_rmpn_xrqn`, as Linux attaches one.
 
-use uhca_fwif::cmd::{Command, CreateRmpIn, DestroyRmpIn, ModifyRmpIn, QueryRmpIn};
+use uhca_fwif::cmd::{Command, CreateRmpIn, ModifyRmpIn, QueryRmpIn};
 use uhca_fwif::consts::{RmpcState, SEND_WQE_DS};
 use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
@@ -157,7 +157,7 @@ impl<P: Platform> Srq<P> {
         hca.check_owner(self.hca_id)?;
         let mut q = QueryRmpIn::new_cmd();
         q.set_rmpn(self.srqn);
-        let out = hca.exec(&q, &[], &mut [])?;
+        let out = hca.cmd(&q)?;
         let r = out.rmp_context();
         let wq = r.wq();
         Ok(SrqAttr {
@@ -194,7 +194,7 @@ impl<P: Platform> Srq<P> {
         m.bitmask_mut().set_lwm(true);
         m.ctx_mut().set_state(RmpcState::Rdy.raw());
         m.ctx_mut().wq_mut().set_lwm(limit);
-        hca.exec(&m, &[], &mut [])?;
+        hca.cmd(&m)?;
         Ok(())
     }
 
@@ -210,9 +210,7 @@ impl<P: Platform> Srq<P> {
                 error,
             });
         }
-        let mut d = DestroyRmpIn::new_cmd();
-        d.set_rmpn(self.srqn);
-        match hca.exec(&d, &[], &mut []) {
+        match hca.destroy_object(ObjectKind::Srq, self.srqn) {
             Ok(_) => {
                 drop(self.buf.take());
                 Ok(())
@@ -252,7 +250,7 @@ impl<P: Platform> Hca<P> {
     /// [`Error::InvalidArgument`] for 0 or too many work requests or scatter/gather
     /// entries, or a limit not below the size (no command is sent); [`Error::Dma`]; the
     /// command's error.
-    pub fn create_srq(&mut self, pd: &Pd, attr: SrqInitAttr) -> Result<Srq<P>> {
+    pub fn create_srq(&mut self, pd: &Pd<P>, attr: SrqInitAttr) -> Result<Srq<P>> {
         self.check_owner(pd.hca_id())?;
         let caps = self.caps();
         if attr.max_wr == 0 {
@@ -334,11 +332,7 @@ impl<P: Platform> Hca<P> {
         ) {
             Ok(h) => h,
             Err(e) => {
-                let mut d = DestroyRmpIn::new_cmd();
-                d.set_rmpn(out.rmpn());
-                if self.exec(&d, &[], &mut []).is_err() {
-                    core::mem::forget(buf);
-                }
+                self.roll_back(ObjectKind::Srq, out.rmpn(), buf);
                 return Err(e.into());
             }
         };

@@ -176,7 +176,7 @@ impl<P: Platform> Hca<P> {
     /// device died.
     pub fn reg_user_mr(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         mem: MappedBuf<P>,
         access: AccessFlags,
     ) -> core::result::Result<UserMr<P>, Failed<Option<MappedBuf<P>>>> {
@@ -217,7 +217,7 @@ impl<P: Platform> Hca<P> {
     /// buffer comes back).
     pub fn reg_user_mr_at(
         &mut self,
-        pd: &Pd,
+        pd: &Pd<P>,
         mem: MappedBuf<P>,
         addr: u64,
         access: AccessFlags,

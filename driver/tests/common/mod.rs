@@ -73,7 +73,7 @@ pub fn pd_cq_mr<Q: Platform>(
     cq_depth: u32,
     mr_len: usize,
     access: AccessFlags,
-) -> (Pd, Cq<Q>, Mr<Q>) {
+) -> (Pd<Q>, Cq<Q>, Mr<Q>) {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(cq_depth).unwrap();
     let mr = hca.alloc_mr(&pd, mr_len, access).unwrap();
@@ -85,7 +85,7 @@ pub fn pd_cq_mr<Q: Platform>(
 pub struct Node<Q: Platform = P> {
     pub dev: MockHca,
     pub hca: Hca<Q>,
-    pub pd: Pd,
+    pub pd: Pd<Q>,
     pub cq: Cq<Q>,
     pub mr: Mr<Q>,
     pub mac: Mac,
@@ -210,7 +210,7 @@ pub fn rc_qp<Q: Platform>(n: &mut Node<Q>) -> Qp<Q, Rc, state::Init> {
 /// [`caps`], in INIT with every right the device gives ([`qp_access`]).
 pub fn rc_qp_on<Q: Platform>(
     hca: &mut Hca<Q>,
-    pd: &Pd,
+    pd: &Pd<Q>,
     send: &Cq<Q>,
     recv: &Cq<Q>,
 ) -> Qp<Q, Rc, state::Init> {

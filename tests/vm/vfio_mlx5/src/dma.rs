@@ -46,7 +46,7 @@ const MR_LEN: usize = 16384;
 
 /// What the checks create, destroyed (or left to the teardown) by the caller's HCA.
 pub struct Objects {
-    pd: Pd,
+    pd: Pd<VfioPlatform>,
     cqa: Cq<VfioPlatform>,
     cqb: Cq<VfioPlatform>,
     mr: Mr<VfioPlatform>,
@@ -55,7 +55,7 @@ pub struct Objects {
 
 fn rlky_qp(
     hca: &mut Hca<VfioPlatform>,
-    pd: &Pd,
+    pd: &Pd<VfioPlatform>,
     cq: &Cq<VfioPlatform>,
     key: &ReservedLkey,
 ) -> Res<Init> {

@@ -45,7 +45,7 @@ impl Report {
 
 /// The objects of a test on a running HCA: a PD, a CQ and an RC QP (in RESET).
 struct Objects {
-    pd: uhca_driver::verbs::Pd,
+    pd: uhca_driver::verbs::Pd<VfioPlatform>,
     cq: uhca_driver::verbs::Cq<VfioPlatform>,
     qp: uhca_driver::verbs::Qp<VfioPlatform, Rc, uhca_driver::verbs::state::Reset>,
 }
