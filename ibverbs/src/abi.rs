@@ -550,6 +550,40 @@ pub struct IbvGid {
     pub raw: [u8; 16],
 }
 
+/// `struct ibv_ah` (24 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvAh {
+    pub context: *mut IbvContext,
+    pub pd: *mut IbvPd,
+    pub handle: u32,
+}
+
+/// `struct ibv_grh` (40 bytes): the global route header a UD receive finds before its data
+/// (for RoCEv2 over IPv4, the IPv4 header in its last 20 bytes instead).
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvGrh {
+    pub version_tclass_flow: u32,
+    pub paylen: u16,
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+}
+
+/// `struct ibv_gid_entry` (32 bytes), what `ibv_query_gid_ex` fills.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvGidEntry {
+    pub gid: [u8; 16],
+    pub gid_index: u32,
+    pub port_num: u32,
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
 macro_rules! layout {
     ($( $t:ident => $c:literal { $($f:ident),* } )* ; $( ($ec:literal, $ef:literal, $eo:expr) )*) => {
         /// Every size (`sizeof struct X`) and offset (`offsetof struct X field`) of this
@@ -587,6 +621,9 @@ layout! {
     IbvSrqInitAttr => "ibv_srq_init_attr" { srq_context, attr }
     IbvSendWr => "ibv_send_wr" { wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data }
     IbvRecvWr => "ibv_recv_wr" { wr_id, next, sg_list, num_sge }
+    IbvAh => "ibv_ah" { context, pd, handle }
+    IbvGrh => "ibv_grh" { version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid }
+    IbvGidEntry => "ibv_gid_entry" { gid, gid_index, port_num, gid_type, ndev_ifindex }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
     ;
     // What the accessors of IbvSendWr read out of `rest` (8-byte words from offset 40).

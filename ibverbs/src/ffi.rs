@@ -34,6 +34,8 @@ macro_rules! export {
     };
 }
 
+mod ah;
+
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
     dev: Device,

@@ -29,6 +29,7 @@
 //! and the only `unsafe` of the crate.
 
 pub mod abi;
+pub mod ah;
 pub mod config;
 pub mod device;
 #[cfg(not(test))]

@@ -1,0 +1,141 @@
+//! The C ABI of address handles, `ibv_query_gid_ex` and the multicast verbs (see
+//! [`crate::ah`]).
+
+use core::ffi::{c_int, c_void};
+use core::ptr;
+
+use uhca_driver::verbs::Ah;
+
+use super::{CPd, Entry, ctx_entry, report, set_errno};
+use crate::abi::{IbvAh, IbvAhAttr, IbvContext, IbvGidEntry, IbvGrh, IbvPd, IbvWc};
+use crate::ah::{ah_attr_from_grh, gid_type};
+
+/// An AH: the `struct ibv_ah`, then the device and the driver's handle (software only, as
+/// mlx5's).
+#[repr(C)]
+struct CAh {
+    ibv: IbvAh,
+    entry: &'static Entry,
+    ah: Ah,
+}
+
+export!("ibv_create_ah" @ "IBVERBS_1.1" => create_ah);
+unsafe extern "C" fn create_ah(pd: *mut IbvPd, attr: *mut IbvAhAttr) -> *mut IbvAh {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: pd came from alloc_pd; attr is the caller's ibv_ah_attr.
+    let (p, a) = unsafe { (&*(pd as *mut CPd), &*attr) };
+    match p.entry.dev.create_ah(p.ibv.handle, a) {
+        Ok(ah) => Box::into_raw(Box::new(CAh {
+            ibv: IbvAh {
+                context: p.ibv.context,
+                pd,
+                handle: 0,
+            },
+            entry: p.entry,
+            ah,
+        })) as *mut IbvAh,
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("ibv_destroy_ah" @ "IBVERBS_1.1" => destroy_ah);
+unsafe extern "C" fn destroy_ah(ah: *mut IbvAh) -> c_int {
+    if ah.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: ah came from create_ah (or create_ah_from_wc) and is freed once, here.
+    let a = unsafe { Box::from_raw(ah as *mut CAh) };
+    // Nothing on the device to release (mlx5 AHs are software); the encoded path is what UD
+    // sends will read once UD QPs exist.
+    let CAh {
+        entry: _, ah: _, ..
+    } = *a;
+    0
+}
+
+export!("ibv_create_ah_from_wc" @ "IBVERBS_1.1" => create_ah_from_wc);
+/// The path back to the sender of `wc`, from the GRH that preceded its data.
+unsafe extern "C" fn create_ah_from_wc(
+    pd: *mut IbvPd,
+    wc: *mut IbvWc,
+    grh: *mut IbvGrh,
+    port: u8,
+) -> *mut IbvAh {
+    if pd.is_null() || wc.is_null() || grh.is_null() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: pd came from alloc_pd; wc and grh are the caller's (the GRH's 40 bytes may
+    // sit unaligned at the start of a receive buffer, hence the unaligned read).
+    let (p, w, g) = unsafe { (&*(pd as *mut CPd), &*wc, ptr::read_unaligned(grh)) };
+    let dev = &p.entry.dev;
+    match ah_attr_from_grh(w.wc_flags, w.sl, &g, port, |gid| dev.find_gid(port, gid)) {
+        // SAFETY: pd is as above and the attributes live on this stack.
+        Ok(mut a) => unsafe { create_ah(pd, &mut a) },
+        Err(e) => {
+            set_errno(report(&e));
+            ptr::null_mut()
+        }
+    }
+}
+
+export!("_ibv_query_gid_ex" @ "IBVERBS_1.11" => query_gid_ex);
+/// What `verbs.h`'s `ibv_query_gid_ex` calls: 0 or the errno (`ENODATA` for an empty
+/// entry, `EINVAL` for flags or an entry smaller than this one).
+unsafe extern "C" fn query_gid_ex(
+    ctx: *mut IbvContext,
+    port: u32,
+    index: u32,
+    entry: *mut IbvGidEntry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    // SAFETY: ctx is the caller's open context.
+    let Some(e) = (unsafe { ctx_entry(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if entry.is_null() || flags != 0 || entry_size < size_of::<IbvGidEntry>() {
+        return libc::EINVAL;
+    }
+    let Ok(port8) = u8::try_from(port) else {
+        return libc::EINVAL;
+    };
+    match e.dev.query_gid(port8, index) {
+        Ok(g) => {
+            let Some(t) = gid_type(g.kind) else {
+                return libc::ENODATA;
+            };
+            // SAFETY: entry points to at least size_of::<IbvGidEntry>() writable bytes.
+            unsafe {
+                entry.write(IbvGidEntry {
+                    gid: g.gid.0,
+                    gid_index: index,
+                    port_num: port,
+                    gid_type: t,
+                    // No network device stands behind a mock's port.
+                    ndev_ifindex: 0,
+                })
+            };
+            0
+        }
+        Err(err) => report(&err),
+    }
+}
+
+export!("ibv_attach_mcast" @ "IBVERBS_1.1" => attach_mcast);
+/// Multicast needs UD QPs, which this library does not create: `EOPNOTSUPP`.
+unsafe extern "C" fn attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+export!("ibv_detach_mcast" @ "IBVERBS_1.1" => detach_mcast);
+/// As `ibv_attach_mcast`: `EOPNOTSUPP`.
+unsafe extern "C" fn detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
+    libc::EOPNOTSUPP
+}
