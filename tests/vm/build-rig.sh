@@ -41,16 +41,21 @@ else
   TESTS=$(cd "$VM/conf" && ls ./*.conf | sed 's#^\./##; s#\.conf$##' | tr '\n' ' ')
 fi
 ALL_PACKAGES=$RIG_PACKAGES ALL_MODULES="" ALL_PROGRAMS="" ALL_BINS="" ALL_FILES="" ALL_C=""
-ALL_PY=""
+ALL_PY="" ALL_PYTHON=""
 for t in $TESTS; do
   [ -f "$VM/conf/$t.conf" ] || die "no test '$t' (no $VM/conf/$t.conf)"
   [ -f "$VM/guest/tests/$t.sh" ] || die "no guest script $VM/guest/tests/$t.sh"
-  PACKAGES="" MODULES="" PROGRAMS="" PROJECT_BINS="" FILES="" C_PROGRAMS="" PYTHON_SCRIPTS=""
+  PACKAGES="" MODULES="" PROGRAMS="" PROJECT_BINS="" FILES="" C_PROGRAMS="" PYTHON_SCRIPTS="" PYTHON=""
   # shellcheck source=/dev/null
   . "$VM/conf/$t.conf"
   ALL_PACKAGES="$ALL_PACKAGES $PACKAGES" ALL_MODULES="$ALL_MODULES $MODULES"
   ALL_PROGRAMS="$ALL_PROGRAMS $PROGRAMS" ALL_BINS="$ALL_BINS $PROJECT_BINS"
   ALL_FILES="$ALL_FILES $FILES" ALL_C="$ALL_C $C_PROGRAMS" ALL_PY="$ALL_PY $PYTHON_SCRIPTS"
+  if [ -n "$PYTHON" ]; then
+    [ -z "$ALL_PYTHON" ] || [ "$ALL_PYTHON" = "$PYTHON" ] ||
+      die "tests want two Python interpreters ($ALL_PYTHON, $PYTHON): boot them apart"
+    ALL_PYTHON=$PYTHON
+  fi
 done
 say "tests: $TESTS"
 
@@ -207,7 +212,8 @@ done
 # Python scripts (PYTHON_SCRIPTS, paths in the repository): the host's python3 and the
 # files their imports load (py-closure.py), each at its own path so the interpreter finds
 # its prefix and site-packages as on the host; each script's directory goes to
-# /<directory name>/ and python3 to /usr/bin/python3.
+# /<directory name>/ and python3 to /usr/bin/python3. The interpreter is the first python3 on
+# PATH, or PYTHON of a conf (e.g. /usr/bin/python3, for Debian's python3-* packages).
 # Copies a file to the same path in the guest (under usr/ for /lib and /lib64, symlinks
 # there) with its modification time (compiled bytecode is checked against it), and the
 # shared libraries ldd finds for it.
@@ -229,7 +235,8 @@ copy_same_path() {
   done
 }
 if [ -n "${ALL_PY// /}" ]; then
-  command -v python3 >/dev/null || die "python3 is missing (PYTHON_SCRIPTS of a test need it)"
+  PY=${ALL_PYTHON:-python3}
+  command -v "$PY" >/dev/null || die "$PY is missing (PYTHON_SCRIPTS of a test need it)"
   scripts=""
   for s in $ALL_PY; do
     [ -f "$REPO/$s" ] || die "no script $s"
@@ -238,7 +245,7 @@ if [ -n "${ALL_PY// /}" ]; then
     cp "$d"/*.py "$stage/$(basename "$d")/"
   done
   # shellcheck disable=SC2086
-  pyfiles=$(python3 "$VM/py-closure.py" $scripts) || die "py-closure.py failed for$scripts"
+  pyfiles=$("$PY" "$VM/py-closure.py" $scripts) || die "py-closure.py failed for$scripts"
   for f in $pyfiles; do copy_same_path "$f"; done
   ln -sf "/$(guest_path "$(echo "$pyfiles" | head -1)")" "$stage/usr/bin/python3"
   say "python: $(echo "$pyfiles" | wc -l) files for$ALL_PY"

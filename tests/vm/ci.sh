@@ -4,7 +4,8 @@
 # phase took; exits non-zero when any phase fails (a failed check, a QEMU timeout, ...).
 #
 #   bash tests/vm/ci.sh [TESTS]      TESTS: comma-separated (default:
-#                                    vfio,rxe,hostile,vfiouser,baremetal,linuxmlx5,linuxuhca;
+#                                    vfio,rxe,hostile,vfiouser,baremetal,linuxmlx5,linuxuhca,
+#                                    pyverbs;
 #                                    vfiouser runs tests/vm/vfio-user.sh, baremetal
 #                                    tests/vm/baremetal.sh (uhca with no operating
 #                                    system, booted by QEMU 11.1's -kernel), linuxmlx5
@@ -13,22 +14,26 @@
 #                                    vfiouser and linuxmlx5, tests/vm/linux-vs-uhca.sh
 #                                    compares Linux's and rdma-core's commands with uhca's;
 #                                    after linuxuhca, linux-vs-uhca.sh linuxuhca compares
-#                                    libmlx5's verbs objects with uhca's)
+#                                    libmlx5's verbs objects with uhca's; pyverbs
+#                                    tests/vm/pyverbs.sh, rdma-core's own test suite
+#                                    over Linux's mlx5_ib on the mock, its own boot)
 #
 # Runs as root on a fresh clone (apt-get installs QEMU and friends on the first run);
 # target/vm caches the kernel and the base initramfs for the next run.
 set -uo pipefail
 VM=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$VM/../.." && pwd)
-TESTS=${1:-vfio,rxe,hostile,vfiouser,baremetal,linuxmlx5,linuxuhca}
-# vfiouser, baremetal, linuxmlx5 and linuxuhca need QEMU 11.1 and their own boots
-# (vfio-user.sh, baremetal.sh, linux-mlx5.sh, linux-uhca.sh); the others share one boot.
-VFIO_USER=0 BAREMETAL=0 LINUX_MLX5=0 LINUX_UHCA=0
+TESTS=${1:-vfio,rxe,hostile,vfiouser,baremetal,linuxmlx5,linuxuhca,pyverbs}
+# vfiouser, baremetal, linuxmlx5, linuxuhca and pyverbs need QEMU 11.1 and their own boots
+# (vfio-user.sh, baremetal.sh, linux-mlx5.sh, linux-uhca.sh, pyverbs.sh); the others share
+# one boot.
+VFIO_USER=0 BAREMETAL=0 LINUX_MLX5=0 LINUX_UHCA=0 PYVERBS=0
 [[ ",$TESTS," == *,vfiouser,* ]] && VFIO_USER=1
 [[ ",$TESTS," == *,baremetal,* ]] && BAREMETAL=1
 [[ ",$TESTS," == *,linuxmlx5,* ]] && LINUX_MLX5=1
 [[ ",$TESTS," == *,linuxuhca,* ]] && LINUX_UHCA=1
-TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,baremetal,/,/g; s/,linuxmlx5,/,/g; s/,linuxuhca,/,/g; s/^,//; s/,$//')
+[[ ",$TESTS," == *,pyverbs,* ]] && PYVERBS=1
+TESTS=$(echo ",$TESTS," | sed 's/,vfiouser,/,/g; s/,baremetal,/,/g; s/,linuxmlx5,/,/g; s/,linuxuhca,/,/g; s/,pyverbs,/,/g; s/^,//; s/,$//')
 cd "$REPO"
 
 names=() secs=() results=()
@@ -94,6 +99,11 @@ fi
 # against uhca's on fn1 (the linuxuhca boot's command dump; no boot of its own).
 if [ -z "$failed" ] && [ $LINUX_UHCA = 1 ]; then
   phase "libmlx5-vs-uhca: verbs objects beside uhca's" bash "$VM/linux-vs-uhca.sh" linuxuhca
+fi
+# rdma-core's own pyverbs test suite over Linux's mlx5_ib + libmlx5 on a mock function
+# (QEMU 11.1, vfio-user, one boot), against the reviewed tests/vm/pyverbs.expected.
+if [ -z "$failed" ] && [ $PYVERBS = 1 ]; then
+  phase "pyverbs: rdma-core's test suite on the mock" bash "$VM/pyverbs.sh"
 fi
 
 echo

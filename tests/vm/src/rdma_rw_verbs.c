@@ -6,11 +6,18 @@
  *     included, "LID:QPN:PSN:GID:RKEY:VADDR:LEN" = "%04x:%06x:%06x:<32 hex digits of the
  *     GID>:%08x:%016llx:%08x"; the server brings its QP up and answers with its own. The
  *     connection then carries lines of text ("...\n").
- *   buffer: 3 * size bytes, A (the peer writes it), B (this side's pattern, the peer
+ *   buffer: 3 * size + 32 bytes, A (the peer writes it), B (this side's pattern, the peer
  *     reads it), C (this side's READ lands there).
  *   each round r: fill B with pattern(me, r), meet ("ready r"); post RDMA WRITE B -> the
  *     peer's A and RDMA READ the peer's B -> C, wait for both; meet ("done r"); check A
  *     and C against pattern(peer, r); exchange verdicts ("ok r" / "bad r").
+ *   then the atomics: past C, D holds two 8-byte words stored in the host's byte order,
+ *     0x1122334455667788 and 0x00000000ffffffff, and E (16 bytes) is zeroed; meet
+ *     ("atomic ready"); post a compare-and-swap of the peer's first word (compare
+ *     0x1122334455667788, swap 0x8877665544332211) and a fetch-and-add of 1 to its second,
+ *     fetching into E; meet ("atomic done"); check, with host-order loads, D (swapped,
+ *     0x0000000100000000) and E (the peer's first values); exchange verdicts
+ *     ("ok atomics" / "bad atomics").
  *
  * usage: rdma_rw_verbs [-d dev] [-i port] [-g gid_index] [-p tcp_port] [-s size]
  *                      [-n rounds] [SERVER]
@@ -30,6 +37,10 @@
 #include <unistd.h>
 
 #define MSG_LEN 87
+#define ATOMIC_AREA 32
+#define CAS_FIRST 0x1122334455667788ULL
+#define CAS_SWAP 0x8877665544332211ULL
+#define FAA_FIRST 0x00000000ffffffffULL
 
 static int sock = -1;
 
@@ -149,6 +160,71 @@ static void connect_qp(struct ibv_qp *qp, int port, int gidx, const struct dest 
 		die("modify QP to RTS");
 }
 
+/* The round of atomics (the header): D at `d` in this side's buffer, at offset `off` in the
+ * peer's; E follows D. */
+static int atomics(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, uint8_t *d,
+		   const struct dest *peer, size_t off)
+{
+	uint64_t *w = (uint64_t *)d; /* D: w[0], w[1]; E: w[2], w[3] */
+	w[0] = CAS_FIRST;
+	w[1] = FAA_FIRST;
+	w[2] = w[3] = 0;
+	meet("atomic ready");
+	struct ibv_sge cs = { .addr = (uintptr_t)&w[2], .length = 8, .lkey = mr->lkey };
+	struct ibv_sge fs = { .addr = (uintptr_t)&w[3], .length = 8, .lkey = mr->lkey };
+	struct ibv_send_wr faa = { .wr_id = 8, .sg_list = &fs, .num_sge = 1,
+				   .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD, .send_flags = IBV_SEND_SIGNALED,
+				   .wr.atomic = { .remote_addr = peer->addr + off + 8, .rkey = peer->rkey,
+						  .compare_add = 1 } };
+	struct ibv_send_wr cas = { .wr_id = 4, .next = &faa, .sg_list = &cs, .num_sge = 1,
+				   .opcode = IBV_WR_ATOMIC_CMP_AND_SWP, .send_flags = IBV_SEND_SIGNALED,
+				   .wr.atomic = { .remote_addr = peer->addr + off, .rkey = peer->rkey,
+						  .compare_add = CAS_FIRST, .swap = CAS_SWAP } }, *bad;
+	if (ibv_post_send(qp, &cas, &bad))
+		die("ibv_post_send (atomics)");
+	int pending = 12;
+	time_t start = time(NULL);
+	while (pending) {
+		struct ibv_wc wc[4];
+		int n = ibv_poll_cq(cq, 4, wc);
+		if (n < 0)
+			die("ibv_poll_cq");
+		for (int k = 0; k < n; k++) {
+			if (wc[k].status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "rdma_rw_verbs: atomics: %s for wr_id %d\n",
+					ibv_wc_status_str(wc[k].status), (int)wc[k].wr_id);
+				return 1;
+			}
+			pending &= ~(int)wc[k].wr_id;
+		}
+		if (!n && time(NULL) - start > 30) {
+			fprintf(stderr, "rdma_rw_verbs: atomics: no completion\n");
+			return 1;
+		}
+	}
+	meet("atomic done");
+	int good = w[0] == CAS_SWAP && w[1] == FAA_FIRST + 1 && w[2] == CAS_FIRST && w[3] == FAA_FIRST;
+	printf("  atomics: D (swapped, added to by the peer) %016llx %016llx, E (fetched from the peer) %016llx %016llx; bytes",
+	       (unsigned long long)w[0], (unsigned long long)w[1], (unsigned long long)w[2],
+	       (unsigned long long)w[3]);
+	for (int i = 0; i < 16; i++)
+		printf(" %02x", d[i]);
+	printf("\n");
+	send_line(good ? "ok atomics" : "bad atomics");
+	char theirs[300];
+	recv_line(theirs, sizeof theirs);
+	if (!good) {
+		fprintf(stderr, "rdma_rw_verbs: atomics: wrong words in host order\n");
+		return 1;
+	}
+	if (strcmp(theirs, "ok atomics")) {
+		fprintf(stderr, "rdma_rw_verbs: atomics: the peer says \"%s\"\n", theirs);
+		return 1;
+	}
+	printf("rdma_rw_verbs: compare-and-swap and fetch-and-add each way, on host-order words, verified on both sides\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *devname = NULL, *server = NULL;
@@ -170,8 +246,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		server = argv[optind];
-	if (gidx < 0 || size == 0 || iters == 0) {
-		fprintf(stderr, "rdma_rw_verbs: -g is required (RoCE), size and rounds positive\n");
+	if (gidx < 0 || size == 0 || size % 8 || iters == 0) {
+		fprintf(stderr, "rdma_rw_verbs: -g is required (RoCE), size a positive multiple of 8, rounds positive\n");
 		return 2;
 	}
 	int client = server != NULL;
@@ -189,12 +265,14 @@ int main(int argc, char **argv)
 	if (!ctx)
 		die("ibv_open_device");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	uint8_t *buf = aligned_alloc(4096, (3 * size + 4095) / 4096 * 4096);
+	size_t len = 3 * size + ATOMIC_AREA;
+	uint8_t *buf = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
 	if (!pd || !buf)
 		die("alloc");
-	memset(buf, 0, 3 * size);
-	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 3 * size,
-				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	memset(buf, 0, len);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, len,
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				       IBV_ACCESS_REMOTE_ATOMIC);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	if (!mr || !cq)
 		die("reg_mr/create_cq");
@@ -207,7 +285,7 @@ int main(int argc, char **argv)
 		die("ibv_create_qp");
 	struct ibv_qp_attr ia = {
 		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = port,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
 	};
 	if (ibv_modify_qp(qp, &ia, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		die("modify QP to INIT");
@@ -216,7 +294,7 @@ int main(int argc, char **argv)
 	if (ibv_query_port(ctx, port, &pa) || ibv_query_gid(ctx, port, gidx, &gid))
 		die("query port/gid");
 	struct dest me = { .lid = pa.lid, .qpn = qp->qp_num, .psn = lrand48() & 0xffffff,
-			   .rkey = mr->rkey, .addr = (uintptr_t)buf, .len = 3 * size }, peer;
+			   .rkey = mr->rkey, .addr = (uintptr_t)buf, .len = len }, peer;
 	memcpy(me.gid, gid.raw, 16);
 	char msg[MSG_LEN], pmsg[MSG_LEN];
 	to_wire(&me, msg);
@@ -254,7 +332,7 @@ int main(int argc, char **argv)
 	}
 	printf("  remote: %.86s\n", pmsg);
 	fflush(stdout);
-	if (peer.len < 3 * size)
+	if (peer.len < len)
 		die("the peer's buffer is too small");
 
 	uint8_t *A = buf, *B = buf + size, *C = buf + 2 * size;
@@ -325,6 +403,9 @@ int main(int argc, char **argv)
 	gettimeofday(&t1, NULL);
 	printf("rdma_rw_verbs: %u rounds of RDMA WRITE %zu B + RDMA READ %zu B each way, data verified on both sides, in %.2f s\n",
 	       iters, size, size, (t1.tv_sec - t0.tv_sec) + (t1.tv_usec - t0.tv_usec) / 1e6);
+	fflush(stdout);
+	if (atomics(qp, cq, mr, buf + 3 * size, &peer, 3 * size))
+		return 1;
 	ibv_destroy_qp(qp);
 	ibv_destroy_cq(cq);
 	ibv_dereg_mr(mr);
