@@ -26,11 +26,11 @@ use core::fmt::Write;
 use core::net::{IpAddr, Ipv4Addr};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{AhAttr, Gid, Mac, StaticRate};
 use uhca_driver::caps::LinkLayer;
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, WcStatus, WorkCompletion, state,
+    Sge, WcStatus, WorkCompletion,
 };
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
@@ -250,7 +250,7 @@ struct Side<'p> {
     pd: Pd,
     cq: Cq<&'p BareMetal>,
     mr: Mr<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
+    qp: Qp<&'p BareMetal, Rc>,
 }
 
 fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Side<'p>> {
@@ -272,7 +272,7 @@ fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Side<'p>> {
             max_inline_data: 0,
         },
     };
-    let qp = hca
+    let mut qp = hca
         .create_qp::<Rc>(&pd, &attr)
         .map_err(|e| msg!("create_qp: {e}"))?;
     let init = InitAttr {
@@ -280,22 +280,20 @@ fn open_side<'p>(hca: &mut Hca<&'p BareMetal>) -> Res<Side<'p>> {
         access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         ..InitAttr::default()
     };
-    let qp = qp
-        .to_init(hca, init)
-        .map_err(|f| msg!("to_init: {}", f.error))?;
+    qp.to_init(hca, init).map_err(|e| msg!("to_init: {}", e))?;
     Ok(Side { pd, cq, mr, qp })
 }
 
-fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AddressHandle {
+fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AhAttr {
     match link {
-        LinkLayer::InfiniBand => AddressHandle::Ib {
+        LinkLayer::InfiniBand => AhAttr::Ib {
             dlid: peer.lid,
             sl: 0,
             src_path_bits: 0,
             static_rate: StaticRate::PortCurrent,
             grh: None,
         },
-        LinkLayer::Ethernet => AddressHandle::RoceV2 {
+        LinkLayer::Ethernet => AhAttr::RoceV2 {
             sgid_index: 0,
             dgid: peer.gid,
             dmac: peer.mac,
@@ -310,12 +308,12 @@ fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AddressHandle {
 
 fn connect<'p>(
     hca: &mut Hca<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
+    mut qp: Qp<&'p BareMetal, Rc>,
     peer: &Addr,
     peer_qpn: u32,
     my_psn: u32,
     peer_psn: u32,
-) -> Res<Qp<&'p BareMetal, Rc, state::Rts>> {
+) -> Res<Qp<&'p BareMetal, Rc>> {
     let link = hca.caps().link_layer;
     let rtr = RtrAttr {
         path_mtu: IbMtu::Mtu1024,
@@ -325,9 +323,7 @@ fn connect<'p>(
         min_rnr_timer: 12,
         ah: path(link, peer, peer_qpn),
     };
-    let qp = qp
-        .to_rtr(hca, rtr)
-        .map_err(|f| msg!("to_rtr: {}", f.error))?;
+    qp.to_rtr(hca, rtr).map_err(|e| msg!("to_rtr: {}", e))?;
     let rts = RtsAttr {
         sq_psn: my_psn,
         timeout: 14,
@@ -335,7 +331,8 @@ fn connect<'p>(
         rnr_retry: 7,
         max_rd_atomic: 1,
     };
-    qp.to_rts(hca, rts).map_err(|f| msg!("to_rts: {}", f.error))
+    qp.to_rts(hca, rts).map_err(|e| msg!("to_rts: {}", e))?;
+    Ok(qp)
 }
 
 /// Polls `cq` until a completion for each bit of `ids` arrived, each successful; returns
@@ -407,7 +404,7 @@ fn sge(mr: &Mr<&BareMetal>, off: usize) -> Res<Sge> {
     mr.sge(off, SIZE).map_err(|e| msg!("sge: {e}"))
 }
 
-fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Res<()> {
+fn post_recv(qp: &mut Qp<&BareMetal, Rc>, mr: &Mr<&BareMetal>) -> Res<()> {
     let s = [sge(mr, 0)?];
     qp.post_recv(&[RecvWr {
         wr_id: RECV_ID,
@@ -417,7 +414,7 @@ fn post_recv(qp: &mut Qp<&BareMetal, Rc, state::Rts>, mr: &Mr<&BareMetal>) -> Re
 }
 
 fn post_send(
-    qp: &mut Qp<&BareMetal, Rc, state::Rts>,
+    qp: &mut Qp<&BareMetal, Rc>,
     mr: &Mr<&BareMetal>,
     id: u64,
     off: usize,
@@ -432,7 +429,7 @@ type RtsSide<'p> = (
     Pd,
     Cq<&'p BareMetal>,
     Mr<&'p BareMetal>,
-    Qp<&'p BareMetal, Rc, state::Rts>,
+    Qp<&'p BareMetal, Rc>,
 );
 
 /// SEND ping-pong: A sends SIZE bytes of round `r`'s pattern, B checks them and sends them
@@ -530,8 +527,8 @@ fn msix<'p>(
 
 /// The QP to ERR, its completions drained, then QP, CQ, MR and PD destroyed.
 fn take_down<'p>(hca: &mut Hca<&'p BareMetal>, s: RtsSide<'p>) -> Res<()> {
-    let (pd, mut cq, mr, qp) = s;
-    let qp = qp.to_err(hca).map_err(|f| msg!("to_err: {}", f.error))?;
+    let (pd, mut cq, mr, mut qp) = s;
+    qp.to_err(hca).map_err(|e| msg!("to_err: {}", e))?;
     let mut wc = [WorkCompletion::default(); 16];
     while cq.poll(&mut wc).map_err(|e| msg!("drain: {e:?}"))? != 0 {}
     qp.destroy(hca)
