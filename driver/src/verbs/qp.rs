@@ -1,53 +1,6 @@
 //! Queue pairs: CREATE_QP, the state machine checked at run time, QUERY_QP, DESTROY_QP.
 //!
-//! A [`Qp<P, T>`](Qp) is a QP of transport `T` ([`Rc`], [`Uc`], [`Ud`]) on platform `P`.
-//! The transport is in the type, so each transport's transitions take its own attributes
-//! (a UD QP has no path: its [`Qp::to_rtr`] takes none). The state is a run-time value,
-//! [`Qp::state`], so a QP can live in a struct field and go through its states there:
-//! every transition takes `&mut self`, is checked against the IB state table (IBA 11.2,
-//! as `ibv_modify_qp` documents it) and refuses an illegal one with
-//! [`Error::IllegalTransition`] naming the state it is in and the one asked for. A refused
-//! transition sends nothing and changes nothing; a command the device fails leaves the
-//! state what it was.
-//!
-//! The transitions the driver makes:
-//!
-//! | from | to | method |
-//! |------|----|--------|
-//! | RESET | INIT | [`Qp::to_init`] |
-//! | INIT | RTR | [`Qp::to_rtr`] |
-//! | RTR | RTS | [`Qp::to_rts`] |
-//! | SQER | RTS | [`Qp::recover_sq`] |
-//! | any | ERR | [`Qp::to_err`] |
-//! | any | RESET | [`Qp::to_reset`] |
-//!
-//! INIT → INIT and RTS → RTS are legal in IB but not made by this driver
-//! ([`Error::Unsupported`]). [`Qp::connect`] makes RESET → INIT → RTR → RTS in one call:
-//!
-//! ```no_run
-//! # use uhca_driver::verbs::{Cq, InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
-//! # use uhca_fwif::consts::QpState;
-//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, pd: &uhca_driver::verbs::Pd,
-//! #     cq: &Cq<P>, peer_qpn: u32) -> uhca_driver::Result<()> {
-//! struct Conn<P: uhca_hal::Platform> {
-//!     qp: Qp<P, Rc>,
-//! }
-//! let attr = QpInitAttr { send_cq: cq, recv_cq: cq, srq: None, cap: QpCaps::default() };
-//! let mut conn = Conn { qp: hca.create_qp::<Rc>(pd, &attr)? };
-//! let rtr = RtrAttr { dest_qpn: peer_qpn, ..RtrAttr::default() };
-//! conn.qp.connect(hca, &InitAttr::default(), &rtr, &RtsAttr::default())?;
-//! assert_eq!(conn.qp.state(), QpState::Rts);
-//! // RTS -> INIT is not in the IB state table: refused, nothing sent, still in RTS.
-//! assert!(conn.qp.to_init(hca, InitAttr::default()).is_err());
-//! assert_eq!(conn.qp.state(), QpState::Rts);
-//! # Ok(()) }
-//! ```
-//!
-//! What only the device knows is reconciled where it shows: an error completion moves the
-//! driver's view to ERR (the CQ's poller marks the QP's shared state, which posting reads
-//! once per call), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
-//! A transition the device refuses because the QP is not where the driver believed (it
-//! moved to SQER, say) is [`Error::BadQpState`] naming the state the device reports.
+//! See [`Qp`] for the state machine.
 //!
 //! The sizes follow rdma-core's mlx5 provider: a send WQE holds the transport's fixed
 //! segments (RC: control, remote address, atomic; UC: control, remote address; UD:
@@ -543,8 +496,56 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
     pub(crate) atomics: bool,
 }
 
-/// A queue pair of transport `T`, with its work-queue rings; its state is a run-time
-/// value ([`Qp::state`]) that each transition checks (see the [module documentation](self)).
+/// A queue pair of transport `T`, with its work-queue rings.
+///
+/// A [`Qp<P, T>`](Qp) is a QP of transport `T` ([`Rc`], [`Uc`], [`Ud`]) on platform `P`.
+/// The transport is in the type, so each transport's transitions take its own attributes
+/// (a UD QP has no path: its [`Qp::to_rtr`] takes none). The state is a run-time value,
+/// [`Qp::state`], so a QP can live in a struct field and go through its states there:
+/// every transition takes `&mut self`, is checked against the IB state table (IBA 11.2,
+/// as `ibv_modify_qp` documents it) and refuses an illegal one with
+/// [`Error::IllegalTransition`] naming the state it is in and the one asked for. A refused
+/// transition sends nothing and changes nothing; a command the device fails leaves the
+/// state what it was.
+///
+/// The transitions the driver makes:
+///
+/// | from | to | method |
+/// |------|----|--------|
+/// | RESET | INIT | [`Qp::to_init`] |
+/// | INIT | RTR | [`Qp::to_rtr`] |
+/// | RTR | RTS | [`Qp::to_rts`] |
+/// | SQER | RTS | [`Qp::recover_sq`] |
+/// | any | ERR | [`Qp::to_err`] |
+/// | any | RESET | [`Qp::to_reset`] |
+///
+/// INIT → INIT and RTS → RTS are legal in IB but not made by this driver
+/// ([`Error::Unsupported`]). [`Qp::connect`] makes RESET → INIT → RTR → RTS in one call:
+///
+/// ```no_run
+/// # use uhca_driver::verbs::{Cq, InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
+/// # use uhca_fwif::consts::QpState;
+/// # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, pd: &uhca_driver::verbs::Pd,
+/// #     cq: &Cq<P>, peer_qpn: u32) -> uhca_driver::Result<()> {
+/// struct Conn<P: uhca_hal::Platform> {
+///     qp: Qp<P, Rc>,
+/// }
+/// let attr = QpInitAttr { send_cq: cq, recv_cq: cq, srq: None, cap: QpCaps::default() };
+/// let mut conn = Conn { qp: hca.create_qp::<Rc>(pd, &attr)? };
+/// let rtr = RtrAttr { dest_qpn: peer_qpn, ..RtrAttr::default() };
+/// conn.qp.connect(hca, &InitAttr::default(), &rtr, &RtsAttr::default())?;
+/// assert_eq!(conn.qp.state(), QpState::Rts);
+/// // RTS -> INIT is not in the IB state table: refused, nothing sent, still in RTS.
+/// assert!(conn.qp.to_init(hca, InitAttr::default()).is_err());
+/// assert_eq!(conn.qp.state(), QpState::Rts);
+/// # Ok(()) }
+/// ```
+///
+/// What only the device knows is reconciled where it shows: an error completion moves the
+/// driver's view to ERR (the CQ's poller marks the QP's shared state, which posting reads
+/// once per call), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
+/// A transition the device refuses because the QP is not where the driver believed (it
+/// moved to SQER, say) is [`Error::BadQpState`] naming the state the device reports.
 ///
 /// A `Qp` is [`Send`]: each thread can own its QPs and post on them with no lock and no
 /// [`Hca`]; the CQs they complete to can be polled on other threads.
