@@ -36,10 +36,10 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use uhca::driver::Hca;
-use uhca::driver::addr::{AddressHandle, Gid};
+use uhca::driver::addr::{AhAttr, Gid};
 use uhca::driver::verbs::{
     Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, QpTransport, Rc, RecvWr, RtrAttr, RtsAttr, Sge, Uc,
-    Ud, WcStatus, WorkCompletion, state,
+    Ud, WcStatus, WorkCompletion,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
@@ -68,10 +68,10 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 /// The one QP alive at a time.
 enum Target<P: Platform> {
     None,
-    Rc(Qp<P, Rc, state::Rts>),
-    Uc(Qp<P, Uc, state::Rts>),
-    Ud(Qp<P, Ud, state::Rts>),
-    Reset(Qp<P, Rc, state::Reset>),
+    Rc(Qp<P, Rc>),
+    Uc(Qp<P, Uc>),
+    Ud(Qp<P, Ud>),
+    Reset(Qp<P, Rc>),
 }
 
 struct Ctx<P: Platform> {
@@ -95,7 +95,7 @@ fn rtr_attr(peer: Ipv4Addr, peer_qpn: u32, rq_psn: u32, rd: u8) -> RtrAttr {
         dest_qpn: peer_qpn,
         rq_psn,
         max_dest_rd_atomic: rd,
-        ah: AddressHandle::RoceV2 {
+        ah: AhAttr::RoceV2 {
             sgid_index: 0,
             dgid: Gid::from_ipv4(peer.octets()),
             dmac: uhca::driver::addr::Mac([0xff; 6]),
@@ -139,7 +139,7 @@ impl<P: Platform> Ctx<P> {
     }
 
     /// A new QP of transport `T` in RESET, both its queues on the one CQ.
-    fn create<T: QpTransport>(&self, hca: &mut Hca<P>) -> Res<Qp<P, T, state::Reset>> {
+    fn create<T: QpTransport>(&self, hca: &mut Hca<P>) -> Res<Qp<P, T>> {
         let attr = QpInitAttr {
             send_cq: &self.cq,
             recv_cq: &self.cq,
@@ -151,13 +151,9 @@ impl<P: Platform> Ctx<P> {
 
     /// A new QP of transport `T` in INIT (with `init`), one receive posted into the
     /// receive buffer that follows the window.
-    fn create_init<T: QpTransport>(
-        &self,
-        hca: &mut Hca<P>,
-        init: InitAttr,
-    ) -> Res<Qp<P, T, state::Init>> {
-        let qp = self.create::<T>(hca)?;
-        let mut qp = qp.to_init(hca, init).map_err(|f| f.error)?;
+    fn create_init<T: QpTransport>(&self, hca: &mut Hca<P>, init: InitAttr) -> Res<Qp<P, T>> {
+        let mut qp = self.create::<T>(hca)?;
+        qp.to_init(hca, init)?;
         let sge = [Sge {
             addr: self.mr.iova() + WINDOW as u64,
             len: RECV as u32,
@@ -187,10 +183,8 @@ impl<P: Platform> Ctx<P> {
             access,
             ..InitAttr::default()
         };
-        let qp = self.create_init::<Rc>(hca, init)?;
-        let qp = qp
-            .to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, rd))
-            .map_err(|f| f.error)?;
+        let mut qp = self.create_init::<Rc>(hca, init)?;
+        qp.to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, rd))?;
         let rts = RtsAttr {
             sq_psn: 0x100,
             timeout: 14,
@@ -198,7 +192,7 @@ impl<P: Platform> Ctx<P> {
             rnr_retry: 7,
             max_rd_atomic: 1,
         };
-        let qp = qp.to_rts(hca, rts).map_err(|f| f.error)?;
+        qp.to_rts(hca, rts)?;
         let line = self.connected_line(qp.qpn());
         self.target = Target::Rc(qp);
         Ok(line)
@@ -211,11 +205,9 @@ impl<P: Platform> Ctx<P> {
             access: AccessFlags::REMOTE_WRITE,
             ..InitAttr::default()
         };
-        let qp = self.create_init::<Uc>(hca, init)?;
-        let qp = qp
-            .to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, 0))
-            .map_err(|f| f.error)?;
-        let qp = qp.to_rts(hca, 0x100).map_err(|f| f.error)?;
+        let mut qp = self.create_init::<Uc>(hca, init)?;
+        qp.to_rtr(hca, rtr_attr(peer, peer_qpn, rq_psn, 0))?;
+        qp.to_rts(hca, 0x100)?;
         let line = self.connected_line(qp.qpn());
         self.target = Target::Uc(qp);
         Ok(line)
@@ -240,9 +232,9 @@ impl<P: Platform> Ctx<P> {
             qkey,
             ..InitAttr::default()
         };
-        let qp = self.create_init::<Ud>(hca, init)?;
-        let qp = qp.to_rtr(hca).map_err(|f| f.error)?;
-        let qp = qp.to_rts(hca, 0x100).map_err(|f| f.error)?;
+        let mut qp = self.create_init::<Ud>(hca, init)?;
+        qp.to_rtr(hca)?;
+        qp.to_rts(hca, 0x100)?;
         let line = format!("QP qpn={} qkey={qkey}", qp.qpn());
         self.target = Target::Ud(qp);
         Ok(line)

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use common::{Args, Mode, Op, Res, Side};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
-    Qp, Rc, RecvReady, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion, state,
+    Qp, Rc, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
@@ -252,12 +252,7 @@ fn side<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
 
 /// Posts receives `from..from + n`, receive `j` into buffer `j % buffers`, with one
 /// doorbell-record update.
-fn post_recvs<P: Platform, S: RecvReady>(
-    qp: &mut Qp<P, Rc, S>,
-    sges: &[[Sge; 1]],
-    from: u64,
-    n: u64,
-) -> Res<()> {
+fn post_recvs<P: Platform>(qp: &mut Qp<P, Rc>, sges: &[[Sge; 1]], from: u64, n: u64) -> Res<()> {
     let wrs: Vec<RecvWr<'_>> = (from..from + n)
         .map(|j| RecvWr {
             wr_id: j,
@@ -274,7 +269,7 @@ fn post_recvs<P: Platform, S: RecvReady>(
 /// post to the last completion and the peak rate in bytes per second.
 #[allow(clippy::too_many_arguments)]
 fn stream<P: Platform>(
-    qp: &mut Qp<P, Rc, state::Rts>,
+    qp: &mut Qp<P, Rc>,
     cq: &mut uhca::driver::verbs::Cq<P>,
     args: &Args,
     o: &Opts,

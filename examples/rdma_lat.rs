@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use common::{Mode, Op, Res, Side};
 use uhca::driver::Hca;
 use uhca::driver::verbs::{
-    Cq, Mr, Qp, Rc, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, state,
+    Cq, Mr, Qp, Rc, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::{DmaMem, Platform};
@@ -72,7 +72,7 @@ fn marker(i: u64) -> u8 {
 
 /// A side's QP, CQ and buffer: `[receive region | send region]`, `size` bytes each.
 struct Ends<P: Platform> {
-    qp: Qp<P, Rc, state::Rts>,
+    qp: Qp<P, Rc>,
     cq: Cq<P>,
     mr: Mr<P>,
     size: usize,

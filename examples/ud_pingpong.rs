@@ -61,8 +61,8 @@ fn pingpong<P: Platform>(hca: &mut Hca<P>, mut side: Side<'_>) -> Res<()> {
     };
     common::post_rx_depth(&mut qp, &recv, args)?;
     let psn = common::random_psn();
-    let qp = qp.to_rtr(hca).map_err(|f| f.error)?;
-    let mut qp = qp.to_rts(hca, psn).map_err(|f| f.error)?;
+    qp.to_rtr(hca)?;
+    qp.to_rts(hca, psn)?;
 
     let me = common::my_dest(hca, args, qp.qpn(), psn)?;
     common::print_dest("local address: ", &me);

@@ -39,7 +39,7 @@ pub mod prelude {
     //!   [`SrqInitAttr`], [`AccessFlags`], [`IbMtu`];
     //! * the datapath: [`SendWr`], [`SendOp`], [`SendFlags`], [`RecvWr`], [`Sge`], [`UdDest`],
     //!   [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`BadWr`], [`PollError`];
-    //! * addressing: [`AddressHandle`], [`Gid`], [`Mac`], [`Grh`], [`StaticRate`];
+    //! * addressing: [`AhAttr`], [`Gid`], [`Mac`], [`Grh`], [`StaticRate`];
     //! * memory: [`DmaMem`] (the trait whose methods read and write a region's memory),
     //!   [`MappedBuf`] and [`HostBuf`] (a caller's buffer mapped for the device).
     //!
@@ -47,7 +47,7 @@ pub mod prelude {
     //! use uhca::prelude::*;
     //!
     //! fn write_with_imm<P: Platform>(
-    //!     qp: &mut Qp<P, Rc, state::Rts>,
+    //!     qp: &mut Qp<P, Rc>,
     //!     mr: &Mr<P>,
     //!     remote_addr: u64,
     //!     rkey: u32,
@@ -59,11 +59,11 @@ pub mod prelude {
     //! }
     //! ```
 
-    pub use uhca_driver::addr::{AddressHandle, Gid, Grh, Mac, StaticRate};
+    pub use uhca_driver::addr::{AhAttr, Gid, Grh, Mac, StaticRate};
     pub use uhca_driver::verbs::{
         BadWr, Cq, InitAttr, Mr, Pd, PollError, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr,
         RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, UserMr,
-        WcOpcode, WcStatus, WorkCompletion, state,
+        WcOpcode, WcStatus, WorkCompletion,
     };
     pub use uhca_driver::{Error, Failed, Hca, HcaConfig, Platform};
     pub use uhca_fwif::consts::{AccessFlags, IbMtu};

@@ -28,10 +28,10 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{
     BadWr, Cq, InitAttr, Mr, Pd, PollError, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
-    WorkCompletion, state,
+    WorkCompletion,
 };
 use uhca_driver::{Error, Failed, Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
@@ -190,7 +190,7 @@ pub struct RcEnd {
     /// remote atomics when the device offers them).
     pub mr: Mr<TestbedPlatform>,
     /// The QP, in RTS.
-    pub qp: Qp<TestbedPlatform, Rc, state::Rts>,
+    pub qp: Qp<TestbedPlatform, Rc>,
 }
 
 struct Node {
@@ -338,8 +338,8 @@ impl Testbed {
     }
 
     /// The path from HCA `from` to HCA `to` for a connection of QP `local_qpn` (on `from`)
-    /// with `remote_qpn` (on `to`): [`AddressHandle::roce_v2`] to `to`'s GID and MAC on
-    /// Ethernet, [`AddressHandle::ib`] to its LID on InfiniBand.
+    /// with `remote_qpn` (on `to`): [`AhAttr::roce_v2`] to `to`'s GID and MAC on
+    /// Ethernet, [`AhAttr::ib`] to its LID on InfiniBand.
     ///
     /// # Errors
     ///
@@ -350,14 +350,12 @@ impl Testbed {
         to: usize,
         local_qpn: u32,
         remote_qpn: u32,
-    ) -> Result<AddressHandle, TestbedError> {
+    ) -> Result<AhAttr, TestbedError> {
         self.node(from)?;
         let peer = self.node(to)?;
         Ok(match self.fabric.link_layer() {
-            LinkLayer::Ethernet => {
-                AddressHandle::roce_v2(0, peer.gid, peer.mac, local_qpn, remote_qpn)
-            }
-            LinkLayer::InfiniBand => AddressHandle::ib(peer.lid),
+            LinkLayer::Ethernet => AhAttr::roce_v2(0, peer.gid, peer.mac, local_qpn, remote_qpn),
+            LinkLayer::InfiniBand => AhAttr::ib(peer.lid),
         })
     }
 
@@ -388,7 +386,7 @@ impl Testbed {
         &mut self,
         i: usize,
         cfg: &RcConfig,
-    ) -> Result<(Qp<TestbedPlatform, Rc, state::Init>, Half), TestbedError> {
+    ) -> Result<(Qp<TestbedPlatform, Rc>, Half), TestbedError> {
         let hca = &mut self.nodes[i].hca;
         let mut access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -404,8 +402,8 @@ impl Testbed {
             srq: None,
             cap: cfg.caps,
         };
-        let qp = hca.create_qp::<Rc>(&pd, &attr)?;
-        let qp = qp.to_init(
+        let mut qp = hca.create_qp::<Rc>(&pd, &attr)?;
+        qp.to_init(
             hca,
             InitAttr {
                 access,
@@ -419,13 +417,13 @@ impl Testbed {
     fn ready(
         &mut self,
         i: usize,
-        qp: Qp<TestbedPlatform, Rc, state::Init>,
+        mut qp: Qp<TestbedPlatform, Rc>,
         peer: usize,
         peer_qpn: u32,
         psn: u32,
         peer_psn: u32,
         cfg: &RcConfig,
-    ) -> Result<Qp<TestbedPlatform, Rc, state::Rts>, TestbedError> {
+    ) -> Result<Qp<TestbedPlatform, Rc>, TestbedError> {
         let ah = self.path(i, peer, qp.qpn(), peer_qpn)?;
         let hca = &mut self.nodes[i].hca;
         let rtr = RtrAttr {
@@ -436,15 +434,16 @@ impl Testbed {
             ah,
             ..RtrAttr::default()
         };
-        let qp = qp.to_rtr(hca, rtr)?;
-        Ok(qp.to_rts(
+        qp.to_rtr(hca, rtr)?;
+        qp.to_rts(
             hca,
             RtsAttr {
                 sq_psn: psn,
                 max_rd_atomic: cfg.max_rd_atomic,
                 ..RtsAttr::default()
             },
-        )?)
+        )?;
+        Ok(qp)
     }
 
     /// Moves the fabric and polls `cq` until `n` completions arrived (in order, whatever
@@ -547,7 +546,7 @@ struct Half {
 }
 
 impl Half {
-    fn with_qp(self, qp: Qp<TestbedPlatform, Rc, state::Rts>) -> RcEnd {
+    fn with_qp(self, qp: Qp<TestbedPlatform, Rc>) -> RcEnd {
         RcEnd {
             hca: self.hca,
             pd: self.pd,

@@ -63,10 +63,10 @@ use std::time::Duration;
 use common::{Pipe, Rng, harness_path, seed};
 
 use uhca::driver::Hca;
-use uhca::driver::addr::AddressHandle;
+use uhca::driver::addr::AhAttr;
 use uhca::driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
-    SendWr, Sge, Srq, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, state,
+    SendWr, Sge, Srq, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 use uhca::fwif::consts::AccessFlags;
 use uhca::hal::DmaMem;
@@ -316,53 +316,54 @@ fn open() -> (MockHca, Hca<P>) {
     common::open_held(LinkLayer::InfiniBand)
 }
 
-fn ib_path(dlid: u16) -> AddressHandle {
+fn ib_path(dlid: u16) -> AhAttr {
     // RtrAttr's default path (InfiniBand, no GRH) with this DLID.
     let mut ah = RtrAttr::default().ah;
-    if let AddressHandle::Ib { dlid: d, .. } = &mut ah {
+    if let AhAttr::Ib { dlid: d, .. } = &mut ah {
         *d = dlid;
     }
     ah
 }
 
 enum AnyQp {
-    Rc(Qp<P, Rc, state::Rts>),
-    Ud(Qp<P, Ud, state::Rts>),
+    Rc(Qp<P, Rc>),
+    Ud(Qp<P, Ud>),
 }
 
-fn rc_up(hca: &mut Hca<P>, qp: Qp<P, Rc, state::Reset>) -> Qp<P, Rc, state::Rts> {
+fn rc_up(hca: &mut Hca<P>, mut qp: Qp<P, Rc>) -> Qp<P, Rc> {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let qp = qp
-        .to_init(
-            hca,
-            InitAttr {
-                access,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(
+        hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
     let rtr = RtrAttr {
         dest_qpn: 0x77,
         ah: ib_path(9),
         ..RtrAttr::default()
     };
-    let qp = qp.to_rtr(hca, rtr).unwrap();
+    qp.to_rtr(hca, rtr).unwrap();
     // The longest ACK timeout: the peer does not exist.
     let rts = RtsAttr {
         timeout: 31,
         ..RtsAttr::default()
     };
-    qp.to_rts(hca, rts).unwrap()
+    qp.to_rts(hca, rts).unwrap();
+    qp
 }
 
-fn ud_up(hca: &mut Hca<P>, qp: Qp<P, Ud, state::Reset>) -> Qp<P, Ud, state::Rts> {
+fn ud_up(hca: &mut Hca<P>, mut qp: Qp<P, Ud>) -> Qp<P, Ud> {
     let init = InitAttr {
         qkey: 0x1111,
         ..InitAttr::default()
     };
-    let qp = qp.to_init(hca, init).unwrap();
-    let qp = qp.to_rtr(hca).unwrap();
-    qp.to_rts(hca, 0).unwrap()
+    qp.to_init(hca, init).unwrap();
+    qp.to_rtr(hca).unwrap();
+    qp.to_rts(hca, 0).unwrap();
+    qp
 }
 
 /// A send WQE uhca has outstanding: its counter, opcode, signalled or not.
@@ -532,12 +533,12 @@ impl World {
         let hca = &mut self.hca;
         let t = &mut self.qps[i];
         t.qp = Some(match t.qp.take().unwrap() {
-            AnyQp::Rc(q) => {
-                let q = q.to_reset(hca).unwrap();
+            AnyQp::Rc(mut q) => {
+                q.to_reset(hca).unwrap();
                 AnyQp::Rc(rc_up(hca, q))
             }
-            AnyQp::Ud(q) => {
-                let q = q.to_reset(hca).unwrap();
+            AnyQp::Ud(mut q) => {
+                q.to_reset(hca).unwrap();
                 AnyQp::Ud(ud_up(hca, q))
             }
         });

@@ -19,11 +19,11 @@ use std::time::Duration;
 use common::{Pipe, Rng, harness_path, seed};
 
 use uhca::driver::Hca;
-use uhca::driver::addr::{AddressHandle, Gid, Grh, Mac, StaticRate};
+use uhca::driver::addr::{AhAttr, Gid, Grh, Mac, StaticRate};
 use uhca::driver::verbs::{
     Ah, Cq, InitAttr, Pd, Qp, QpCaps, QpInitAttr, QpTransport, Rc, RecvWr, RtrAttr, RtsAttr,
     SendData, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, WorkCompletion,
-    WrError, state,
+    WrError,
 };
 use uhca::fwif::consts::{AccessFlags, CqeOpcode};
 use uhca::fwif::cqe::{Cqe64, op_own_of};
@@ -314,9 +314,9 @@ impl Rig {
 
 /// An RC or UC QP in RTS towards a peer that does not exist (the held doorbells keep the
 /// engine from sending anyway).
-fn connected_qp<T: QpTransport>(rig: &mut Rig, cap: QpCaps, sig_all: bool) -> Qp<P, T, state::Rts>
+fn connected_qp<T: QpTransport>(rig: &mut Rig, cap: QpCaps, sig_all: bool) -> Qp<P, T>
 where
-    Qp<P, T, state::Init>: ToRts<T>,
+    Qp<P, T>: ToRts<T>,
 {
     let attr = QpInitAttr {
         send_cq: &rig.cq,
@@ -331,27 +331,26 @@ where
     } else {
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
     };
-    let qp = qp
-        .to_init(
-            &mut rig.hca,
-            InitAttr {
-                access,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(
+        &mut rig.hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
     qp.up(&mut rig.hca)
 }
 
 /// INIT → RTS for the connected transports (their `to_rtr`/`to_rts` differ in signature).
 trait ToRts<T: QpTransport> {
-    fn up(self, hca: &mut Hca<P>) -> Qp<P, T, state::Rts>;
+    fn up(self, hca: &mut Hca<P>) -> Qp<P, T>;
 }
 
 fn rtr() -> RtrAttr {
     RtrAttr {
         dest_qpn: 0x77,
-        ah: AddressHandle::Ib {
+        ah: AhAttr::Ib {
             dlid: 9,
             sl: 0,
             src_path_bits: 0,
@@ -362,9 +361,10 @@ fn rtr() -> RtrAttr {
     }
 }
 
-impl ToRts<Rc> for Qp<P, Rc, state::Init> {
-    fn up(self, hca: &mut Hca<P>) -> Qp<P, Rc, state::Rts> {
-        let qp = self.to_rtr(hca, rtr()).unwrap();
+impl ToRts<Rc> for Qp<P, Rc> {
+    fn up(self, hca: &mut Hca<P>) -> Qp<P, Rc> {
+        let mut qp = self;
+        qp.to_rtr(hca, rtr()).unwrap();
         qp.to_rts(
             hca,
             RtsAttr {
@@ -373,42 +373,44 @@ impl ToRts<Rc> for Qp<P, Rc, state::Init> {
                 ..RtsAttr::default()
             },
         )
-        .unwrap()
+        .unwrap();
+        qp
     }
 }
 
-impl ToRts<Uc> for Qp<P, Uc, state::Init> {
-    fn up(self, hca: &mut Hca<P>) -> Qp<P, Uc, state::Rts> {
-        self.to_rtr(hca, rtr()).unwrap().to_rts(hca, 0).unwrap()
+impl ToRts<Uc> for Qp<P, Uc> {
+    fn up(self, hca: &mut Hca<P>) -> Qp<P, Uc> {
+        let mut qp = self;
+        qp.to_rtr(hca, rtr()).unwrap();
+        qp.to_rts(hca, 0).unwrap();
+        qp
     }
 }
 
-fn ud_qp(rig: &mut Rig, cap: QpCaps) -> Qp<P, Ud, state::Rts> {
+fn ud_qp(rig: &mut Rig, cap: QpCaps) -> Qp<P, Ud> {
     let attr = QpInitAttr {
         send_cq: &rig.cq,
         recv_cq: &rig.cq,
         srq: None,
         cap,
     };
-    let qp = rig.hca.create_qp::<Ud>(&rig.pd, &attr).unwrap();
-    let qp = qp
-        .to_init(
-            &mut rig.hca,
-            InitAttr {
-                qkey: 0x1111,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
-    qp.to_rtr(&mut rig.hca)
-        .unwrap()
-        .to_rts(&mut rig.hca, 0)
-        .unwrap()
+    let mut qp = rig.hca.create_qp::<Ud>(&rig.pd, &attr).unwrap();
+    qp.to_init(
+        &mut rig.hca,
+        InitAttr {
+            qkey: 0x1111,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rtr(&mut rig.hca).unwrap();
+    qp.to_rts(&mut rig.hca, 0).unwrap();
+    qp
 }
 
 /// A uhca QP and its twin in the harness, with the geometry read from uhca's QP.
 struct Twin<T: QpTransport> {
-    qp: Qp<P, T, state::Rts>,
+    qp: Qp<P, T>,
     slot: u32,
     /// SQ: byte offset in the QP buffer, WQEBBs (a power of two).
     sq_off: usize,
@@ -427,7 +429,7 @@ struct Twin<T: QpTransport> {
 }
 
 impl<T: QpTransport> Twin<T> {
-    fn new(h: &mut Harness, qp: Qp<P, T, state::Rts>, slot: u32, sig_all: bool) -> Self {
+    fn new(h: &mut Harness, qp: Qp<P, T>, slot: u32, sig_all: bool) -> Self {
         let r = qp.rings();
         let sq_bbs = r.sq_free();
         let rq_cnt = r.rq_free();
@@ -999,15 +1001,9 @@ fn roce_sport(flow_label: u32, random: u32) -> u16 {
 }
 
 /// An address handle on both sides: uhca's, and the address vector libmlx5 built.
-fn make_ah(
-    rig: &Rig,
-    h: &mut Harness,
-    slot: usize,
-    ah: AddressHandle,
-    random: u32,
-) -> (Ah, Vec<u8>) {
+fn make_ah(rig: &Rig, h: &mut Harness, slot: usize, ah: AhAttr, random: u32) -> (Ah, Vec<u8>) {
     let line = match ah {
-        AddressHandle::Ib {
+        AhAttr::Ib {
             dlid,
             sl,
             src_path_bits,
@@ -1026,7 +1022,7 @@ fn make_ah(
                 hex(&g.dgid.0)
             )
         }
-        AddressHandle::RoceV2 {
+        AhAttr::RoceV2 {
             sgid_index,
             dgid,
             dmac,
@@ -1071,14 +1067,14 @@ fn ud_address_vectors_match_libmlx5() {
         .into_iter()
         .enumerate()
     {
-        paths.push(AddressHandle::Ib {
+        paths.push(AhAttr::Ib {
             dlid: 0x10 + i as u16 * 0x1111,
             sl,
             src_path_bits: bits,
             static_rate: StaticRate::from_ibv(rate).unwrap(),
             grh: None,
         });
-        paths.push(AddressHandle::Ib {
+        paths.push(AhAttr::Ib {
             dlid: 0xbeef,
             sl,
             src_path_bits: bits,
@@ -1101,7 +1097,7 @@ fn ud_address_vectors_match_libmlx5() {
         let Some(rate) = StaticRate::from_ibv(v) else {
             continue;
         };
-        let path = AddressHandle::Ib {
+        let path = AhAttr::Ib {
             dlid: 0x42,
             sl: 3,
             src_path_bits: 1,
@@ -1173,7 +1169,7 @@ fn ud_address_vectors_match_libmlx5() {
         ),
     ];
     for (slot, (dgid, flow_label, random)) in dests.into_iter().enumerate() {
-        let path = AddressHandle::RoceV2 {
+        let path = AhAttr::RoceV2 {
             sgid_index: slot as u8 % 2,
             dgid,
             dmac: Mac([0x02, 0x11, 0x22, 0x33, 0x44, slot as u8]),
@@ -1377,7 +1373,8 @@ fn srq_rounds(
     };
     let qp = rig.hca.create_qp::<Rc>(&rig.pd, &attr).unwrap();
     let qpn = qp.qpn();
-    let _qp = qp.to_init(&mut rig.hca, InitAttr::default()).unwrap();
+    let mut _qp = qp;
+    _qp.to_init(&mut rig.hca, InitAttr::default()).unwrap();
     let cnt = 1u32 << srq.log_size();
     let stride = 1usize << srq.log_stride();
     let len = (cnt as usize) << srq.log_stride();
@@ -1723,7 +1720,7 @@ fn random_requests_match_libmlx5() {
             hop_limit: rng.next() as u8,
             traffic_class: rng.next() as u8,
         });
-        let path = AddressHandle::Ib {
+        let path = AhAttr::Ib {
             dlid: 1 + rng.below(0xbfff) as u16,
             sl: rng.below(16) as u8,
             src_path_bits: rng.below(128) as u8,
@@ -1800,13 +1797,9 @@ fn random_requests_match_libmlx5() {
                     )
                     .unwrap();
                 qp.set_sq_sig_all(sig_all);
-                let qp = qp
-                    .to_init(&mut rig.hca, InitAttr::default())
-                    .unwrap()
-                    .to_rtr(&mut rig.hca)
-                    .unwrap()
-                    .to_rts(&mut rig.hca, 0)
-                    .unwrap();
+                qp.to_init(&mut rig.hca, InitAttr::default()).unwrap();
+                qp.to_rtr(&mut rig.hca).unwrap();
+                qp.to_rts(&mut rig.hca, 0).unwrap();
                 run!(Twin::new(&mut h, qp, slot, sig_all))
             }
         };

@@ -460,8 +460,8 @@ fn msix<'p>(
 
 /// The QP to ERR, its completions drained, then QP, CQ, MR and PD destroyed.
 fn take_down<'p>(hca: &mut Hca<&'p BareMetal>, s: RtsSide<'p>) -> Res<()> {
-    let (pd, mut cq, mr, qp) = s;
-    let qp = qp_up::to_err(hca, qp)?;
+    let (pd, mut cq, mr, mut qp) = s;
+    qp_up::to_err(hca, &mut qp)?;
     let mut wc = [WorkCompletion::default(); 16];
     while cq.poll(&mut wc).map_err(|e| msg!("drain: {e:?}"))? != 0 {}
     qp.destroy(hca)

@@ -8,16 +8,16 @@
 //! guest (no exchange over a wire is needed).
 
 use uhca_driver::Hca;
-use uhca_driver::addr::{AddressHandle, StaticRate};
+use uhca_driver::addr::{AhAttr, StaticRate};
 use uhca_driver::caps::LinkLayer;
-use uhca_driver::verbs::{Cq, InitAttr, Pd, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, state};
+use uhca_driver::verbs::{Cq, InitAttr, Pd, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
 
 use crate::platform::BareMetal;
 use crate::{Addr, Res};
 
 /// A connected RC QP (RTS) on one of this program's functions.
-pub type RcQp<'p> = Qp<&'p BareMetal, Rc, state::Rts>;
+pub type RcQp<'p> = Qp<&'p BareMetal, Rc>;
 
 /// One side of a pair: its HCA, PD, CQ (send and receive) and port address.
 pub struct End<'a, 'p> {
@@ -38,27 +38,24 @@ pub const REMOTE: AccessFlags = AccessFlags::REMOTE_WRITE
 /// to RTS, connected to each other: remote write, read and atomics allowed, MTU 1024, one
 /// outstanding READ or atomic each way.
 pub fn rc_pair<'p>(a: End<'_, 'p>, b: End<'_, 'p>) -> Res<(RcQp<'p>, RcQp<'p>)> {
-    let qa = create(a.hca, a.pd, a.cq)?;
-    let qb = create(b.hca, b.pd, b.cq)?;
+    let mut qa = create(a.hca, a.pd, a.cq)?;
+    let mut qb = create(b.hca, b.pd, b.cq)?;
     let (na, nb) = (qa.qpn(), qb.qpn());
-    let qa = connect(a.hca, qa, b.addr, nb, a.psn, b.psn)?;
-    let qb = connect(b.hca, qb, a.addr, na, b.psn, a.psn)?;
+    connect(a.hca, &mut qa, b.addr, nb, a.psn, b.psn)?;
+    connect(b.hca, &mut qb, a.addr, na, b.psn, a.psn)?;
     Ok((qa, qb))
 }
 
 /// Moves `qp` to ERR (its outstanding work requests flush) before it is destroyed.
-pub fn to_err<'p>(
-    hca: &mut Hca<&'p BareMetal>,
-    qp: RcQp<'p>,
-) -> Res<Qp<&'p BareMetal, Rc, state::Err>> {
-    qp.to_err(hca).map_err(|f| msg!("to_err: {}", f.error))
+pub fn to_err<'p>(hca: &mut Hca<&'p BareMetal>, qp: &mut RcQp<'p>) -> Res<()> {
+    qp.to_err(hca).map_err(|e| msg!("to_err: {e}"))
 }
 
 fn create<'p>(
     hca: &mut Hca<&'p BareMetal>,
     pd: &Pd<&'p BareMetal>,
     cq: &Cq<&'p BareMetal>,
-) -> Res<Qp<&'p BareMetal, Rc, state::Init>> {
+) -> Res<RcQp<'p>> {
     let attr = QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
@@ -71,7 +68,7 @@ fn create<'p>(
             max_inline_data: 0,
         },
     };
-    let qp = hca
+    let mut qp = hca
         .create_qp::<Rc>(pd, &attr)
         .map_err(|e| msg!("create_qp: {e}"))?;
     let init = InitAttr {
@@ -79,21 +76,21 @@ fn create<'p>(
         access: REMOTE,
         ..InitAttr::default()
     };
-    qp.to_init(hca, init)
-        .map_err(|f| msg!("to_init: {}", f.error))
+    qp.to_init(hca, init).map_err(|e| msg!("to_init: {e}"))?;
+    Ok(qp)
 }
 
 /// The path to `peer`: its LID (InfiniBand) or GID and MAC (RoCEv2).
-fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AddressHandle {
+fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AhAttr {
     match link {
-        LinkLayer::InfiniBand => AddressHandle::Ib {
+        LinkLayer::InfiniBand => AhAttr::Ib {
             dlid: peer.lid,
             sl: 0,
             src_path_bits: 0,
             static_rate: StaticRate::PortCurrent,
             grh: None,
         },
-        LinkLayer::Ethernet => AddressHandle::RoceV2 {
+        LinkLayer::Ethernet => AhAttr::RoceV2 {
             sgid_index: 0,
             dgid: peer.gid,
             dmac: peer.mac,
@@ -108,12 +105,12 @@ fn path(link: LinkLayer, peer: &Addr, peer_qpn: u32) -> AddressHandle {
 
 fn connect<'p>(
     hca: &mut Hca<&'p BareMetal>,
-    qp: Qp<&'p BareMetal, Rc, state::Init>,
+    qp: &mut RcQp<'p>,
     peer: &Addr,
     peer_qpn: u32,
     my_psn: u32,
     peer_psn: u32,
-) -> Res<RcQp<'p>> {
+) -> Res<()> {
     let link = hca.caps().link_layer;
     let rtr = RtrAttr {
         path_mtu: IbMtu::Mtu1024,
@@ -123,9 +120,7 @@ fn connect<'p>(
         min_rnr_timer: 12,
         ah: path(link, peer, peer_qpn),
     };
-    let qp = qp
-        .to_rtr(hca, rtr)
-        .map_err(|f| msg!("to_rtr: {}", f.error))?;
+    qp.to_rtr(hca, rtr).map_err(|e| msg!("to_rtr: {e}"))?;
     let rts = RtsAttr {
         sq_psn: my_psn,
         timeout: 14,
@@ -133,5 +128,5 @@ fn connect<'p>(
         rnr_retry: 7,
         max_rd_atomic: 1,
     };
-    qp.to_rts(hca, rts).map_err(|f| msg!("to_rts: {}", f.error))
+    qp.to_rts(hca, rts).map_err(|e| msg!("to_rts: {e}"))
 }

@@ -4,11 +4,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use uhca_driver::Hca;
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{AhAttr, Gid, Mac, StaticRate};
 use uhca_driver::caps::LinkLayer;
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, WcFlags, WcOpcode, WorkCompletion, state,
+    Sge, WcFlags, WcOpcode, WorkCompletion,
 };
 use uhca_fwif::consts::{AccessFlags, IbMtu};
 use uhca_hal::{DmaMem, Platform};
@@ -60,13 +60,13 @@ pub struct Pending<P: Platform> {
     pd: Pd<P>,
     cq: Cq<P>,
     mr: Mr<P>,
-    qps: Vec<Option<Qp<P, Rc, state::Init>>>,
+    qps: Vec<Option<Qp<P, Rc>>>,
 }
 
 /// One peer: the QP, where to write, and the flow-control counters (all cumulative, in
 /// chunks, since the communicator was connected).
 struct Channel<P: Platform> {
-    qp: Qp<P, Rc, state::Rts>,
+    qp: Qp<P, Rc>,
     remote_inbox: u64,
     rkey: u32,
     /// Offsets in the memory region.
@@ -113,8 +113,12 @@ pub struct Communicator<P: Platform> {
 }
 
 /// The [`Error::Setup`] of `rank` for the driver call `what`.
-fn setup(rank: usize, what: &'static str) -> impl FnOnce(uhca_driver::Error) -> Error {
-    move |error| Error::Setup { rank, what, error }
+fn setup<E: Into<uhca_driver::Error>>(rank: usize, what: &'static str) -> impl FnOnce(E) -> Error {
+    move |error| Error::Setup {
+        rank,
+        what,
+        error: error.into(),
+    }
 }
 
 /// Send queue and receive queue depth for a window: `window` data chunks and `window`
@@ -197,18 +201,17 @@ impl<P: Platform> Communicator<P> {
                     max_inline_data: 0,
                 },
             };
-            let qp = hca
+            let mut qp = hca
                 .create_qp::<Rc>(&pd, &attr)
                 .map_err(setup(rank, "CREATE_QP"))?;
-            let mut qp = qp
-                .to_init(
-                    hca,
-                    InitAttr {
-                        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-                        ..InitAttr::default()
-                    },
-                )
-                .map_err(|f| setup(rank, "RST2INIT_QP")(f.into_parts().1))?;
+            qp.to_init(
+                hca,
+                InitAttr {
+                    access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                    ..InitAttr::default()
+                },
+            )
+            .map_err(setup(rank, "RST2INIT_QP"))?;
             // Receives for WRITE with immediate and for credits: they carry no data.
             let none: [Sge; 0] = [];
             for _ in 0..depth {
@@ -299,13 +302,13 @@ impl<P: Platform> Pending<P> {
         let link = hca.caps().link_layer;
         let mut channels = Vec::with_capacity(size);
         for (peer, qp) in qps.into_iter().enumerate() {
-            let Some(qp) = qp else {
+            let Some(mut qp) = qp else {
                 channels.push(None);
                 continue;
             };
             let r = remote[peer];
             let ah = match link {
-                LinkLayer::Ethernet => AddressHandle::RoceV2 {
+                LinkLayer::Ethernet => AhAttr::RoceV2 {
                     sgid_index: 0,
                     dgid: r.addr.gid,
                     dmac: r.addr.mac,
@@ -315,7 +318,7 @@ impl<P: Platform> Pending<P> {
                     flow_label: 0,
                     sl: 0,
                 },
-                LinkLayer::InfiniBand => AddressHandle::Ib {
+                LinkLayer::InfiniBand => AhAttr::Ib {
                     dlid: r.addr.lid,
                     sl: 0,
                     src_path_bits: 0,
@@ -323,31 +326,29 @@ impl<P: Platform> Pending<P> {
                     grh: None,
                 },
             };
-            let qp = qp
-                .to_rtr(
-                    hca,
-                    RtrAttr {
-                        path_mtu: IbMtu::Mtu4096,
-                        dest_qpn: r.qpn,
-                        rq_psn: r.psn,
-                        max_dest_rd_atomic: 1,
-                        min_rnr_timer: 1,
-                        ah,
-                    },
-                )
-                .map_err(|f| setup(rank, "INIT2RTR_QP")(f.into_parts().1))?;
-            let qp = qp
-                .to_rts(
-                    hca,
-                    RtsAttr {
-                        sq_psn: START_PSN,
-                        timeout: cfg.ack_timeout,
-                        retry_cnt: cfg.retry_cnt,
-                        rnr_retry: 7,
-                        max_rd_atomic: 1,
-                    },
-                )
-                .map_err(|f| setup(rank, "RTR2RTS_QP")(f.into_parts().1))?;
+            qp.to_rtr(
+                hca,
+                RtrAttr {
+                    path_mtu: IbMtu::Mtu4096,
+                    dest_qpn: r.qpn,
+                    rq_psn: r.psn,
+                    max_dest_rd_atomic: 1,
+                    min_rnr_timer: 1,
+                    ah,
+                },
+            )
+            .map_err(setup(rank, "INIT2RTR_QP"))?;
+            qp.to_rts(
+                hca,
+                RtsAttr {
+                    sq_psn: START_PSN,
+                    timeout: cfg.ack_timeout,
+                    retry_cnt: cfg.retry_cnt,
+                    rnr_retry: 7,
+                    max_rd_atomic: 1,
+                },
+            )
+            .map_err(setup(rank, "RTR2RTS_QP"))?;
             let (inbox_off, outbox_off) = slot_base(rank, peer, cfg);
             channels.push(Some(Channel {
                 qp,
@@ -666,19 +667,11 @@ impl<P: Platform> Communicator<P> {
     pub fn destroy(self, hca: &mut Hca<P>) -> Result<(), Error> {
         let rank = self.rank;
         for ch in self.channels.into_iter().flatten() {
-            ch.qp
-                .destroy(hca)
-                .map_err(|f| setup(rank, "DESTROY_QP")(f.into_parts().1))?;
+            ch.qp.destroy(hca).map_err(setup(rank, "DESTROY_QP"))?;
         }
-        self.mr
-            .destroy(hca)
-            .map_err(|f| setup(rank, "DESTROY_MKEY")(f.into_parts().1))?;
-        self.cq
-            .destroy(hca)
-            .map_err(|f| setup(rank, "DESTROY_CQ")(f.into_parts().1))?;
-        self.pd
-            .destroy(hca)
-            .map_err(|f| setup(rank, "DEALLOC_PD")(f.into_parts().1))?;
+        self.mr.destroy(hca).map_err(setup(rank, "DESTROY_MKEY"))?;
+        self.cq.destroy(hca).map_err(setup(rank, "DESTROY_CQ"))?;
+        self.pd.destroy(hca).map_err(setup(rank, "DEALLOC_PD"))?;
         Ok(())
     }
 

@@ -275,9 +275,10 @@ impl StaticRate {
     }
 }
 
-/// Where a packet goes: the verbs address handle, for InfiniBand or RoCEv2.
+/// Where a packet goes (`ibv_ah_attr`), for InfiniBand or RoCEv2: the attributes of an
+/// address handle ([`Ah`](crate::verbs::Ah) is the handle made of them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AddressHandle {
+pub enum AhAttr {
     /// A native InfiniBand destination.
     Ib {
         /// Destination LID.
@@ -317,14 +318,14 @@ pub enum AddressHandle {
 /// the LID.
 const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
 
-impl AddressHandle {
+impl AhAttr {
     /// Writes this path into a QP context's address path (`ads`), as INIT2RTR wants it.
     /// `port` is the HCA port number (from 1); `stat_rate_support` the device's capability
     /// of that name (see [`StaticRate::to_prm`]).
     pub fn write_ads(&self, ads: &mut Ads, port: u8, stat_rate_support: u16) {
         ads.set_vhca_port_num(port);
         match *self {
-            AddressHandle::Ib {
+            AhAttr::Ib {
                 dlid,
                 sl,
                 src_path_bits,
@@ -344,7 +345,7 @@ impl AddressHandle {
                     *ads.rgid_rip_mut() = g.dgid.0;
                 }
             }
-            AddressHandle::RoceV2 {
+            AhAttr::RoceV2 {
                 sgid_index,
                 dgid,
                 dmac,
@@ -376,7 +377,7 @@ impl AddressHandle {
     pub fn write_av(&self, av: &mut Av, dqpn: u32, qkey: u32, stat_rate_support: u16) {
         av.qkey = qkey.into();
         match *self {
-            AddressHandle::Ib {
+            AhAttr::Ib {
                 dlid,
                 sl,
                 src_path_bits,
@@ -400,7 +401,7 @@ impl AddressHandle {
                     av.rgid = g.dgid.0;
                 }
             }
-            AddressHandle::RoceV2 {
+            AhAttr::RoceV2 {
                 sgid_index,
                 dgid,
                 dmac,
@@ -456,8 +457,8 @@ pub const fn flow_label_from_qpns(local_qpn: u32, remote_qpn: u32) -> u32 {
     (v as u32) & FLOW_LABEL_MASK
 }
 
-impl AddressHandle {
-    /// The hop limit of [`AddressHandle::roce_v2`]: 64, the IP default TTL (Linux's
+impl AhAttr {
+    /// The hop limit of [`AhAttr::roce_v2`]: 64, the IP default TTL (Linux's
     /// `sysctl_ip_default_ttl` and `IPV6_DEFAULT_HOPLIMIT`).
     pub const DEFAULT_HOP_LIMIT: u8 = 64;
 
@@ -473,11 +474,11 @@ impl AddressHandle {
     /// For an address handle of a UD QP, libmlx5 picks a random port in 0xC000-0xFFFF when
     /// the flow label is zero (`mlx5_ah_set_udp_sport`, `providers/mlx5/verbs.c:3482-3485`);
     /// this constructor stays deterministic: pass the two QP numbers of the exchange, or
-    /// set a flow label with [`AddressHandle::with_flow_label`].
+    /// set a flow label with [`AhAttr::with_flow_label`].
     ///
     /// ```
-    /// use uhca_driver::addr::{AddressHandle, Gid, Mac};
-    /// let ah = AddressHandle::roce_v2(0, Gid::from_ipv4([10, 0, 0, 2]), Mac([2, 0, 0, 0, 0, 2]), 0x104, 0x105);
+    /// use uhca_driver::addr::{AhAttr, Gid, Mac};
+    /// let ah = AhAttr::roce_v2(0, Gid::from_ipv4([10, 0, 0, 2]), Mac([2, 0, 0, 0, 0, 2]), 0x104, 0x105);
     /// assert_eq!(ah.udp_sport(), Some(0xc910)); // flow label 0x104 * 0x105 = 0x10914
     /// ```
     pub const fn roce_v2(
@@ -486,8 +487,8 @@ impl AddressHandle {
         dmac: Mac,
         local_qpn: u32,
         remote_qpn: u32,
-    ) -> AddressHandle {
-        AddressHandle::RoceV2 {
+    ) -> AhAttr {
+        AhAttr::RoceV2 {
             sgid_index,
             dgid,
             dmac,
@@ -501,9 +502,9 @@ impl AddressHandle {
 
     /// A native InfiniBand path to `dlid` inside the subnet: service level 0, source path
     /// bits 0, the port's rate, no GRH (what `ibv_rc_pingpong` builds without `-g`). Add a
-    /// service level with [`AddressHandle::with_sl`].
-    pub const fn ib(dlid: u16) -> AddressHandle {
-        AddressHandle::Ib {
+    /// service level with [`AhAttr::with_sl`].
+    pub const fn ib(dlid: u16) -> AhAttr {
+        AhAttr::Ib {
             dlid,
             sl: 0,
             src_path_bits: 0,
@@ -515,9 +516,9 @@ impl AddressHandle {
     /// The same path with service level `sl` (4 bits on InfiniBand; on RoCE the Ethernet
     /// priority, 3 bits: the higher bits are dropped when the path is written, as libmlx5
     /// and Linux drop them).
-    pub const fn with_sl(mut self, sl: u8) -> AddressHandle {
+    pub const fn with_sl(mut self, sl: u8) -> AhAttr {
         match &mut self {
-            AddressHandle::Ib { sl: s, .. } | AddressHandle::RoceV2 { sl: s, .. } => *s = sl,
+            AhAttr::Ib { sl: s, .. } | AhAttr::RoceV2 { sl: s, .. } => *s = sl,
         }
         self
     }
@@ -526,10 +527,10 @@ impl AddressHandle {
     /// On RoCEv2 a non-zero label also sets the UDP source port from it, as libmlx5 does
     /// (`providers/mlx5/verbs.c:3479-3481`, [`udp_sport_from_flow_label`]); a zero label
     /// keeps the port. On InfiniBand it sets the GRH's label, if the path has a GRH.
-    pub const fn with_flow_label(mut self, flow_label: u32) -> AddressHandle {
+    pub const fn with_flow_label(mut self, flow_label: u32) -> AhAttr {
         let fl = flow_label & FLOW_LABEL_MASK;
         match &mut self {
-            AddressHandle::RoceV2 {
+            AhAttr::RoceV2 {
                 flow_label: f,
                 udp_sport,
                 ..
@@ -539,8 +540,8 @@ impl AddressHandle {
                     *udp_sport = udp_sport_from_flow_label(fl);
                 }
             }
-            AddressHandle::Ib { grh: Some(g), .. } => g.flow_label = fl,
-            AddressHandle::Ib { grh: None, .. } => {}
+            AhAttr::Ib { grh: Some(g), .. } => g.flow_label = fl,
+            AhAttr::Ib { grh: None, .. } => {}
         }
         self
     }
@@ -548,8 +549,8 @@ impl AddressHandle {
     /// The UDP source port of a RoCEv2 path; `None` on InfiniBand.
     pub const fn udp_sport(&self) -> Option<u16> {
         match self {
-            AddressHandle::RoceV2 { udp_sport, .. } => Some(*udp_sport),
-            AddressHandle::Ib { .. } => None,
+            AhAttr::RoceV2 { udp_sport, .. } => Some(*udp_sport),
+            AhAttr::Ib { .. } => None,
         }
     }
 }
@@ -620,7 +621,7 @@ mod tests {
 
     #[test]
     fn roce_path_lands_in_the_prm_fields() {
-        let ah = AddressHandle::RoceV2 {
+        let ah = AhAttr::RoceV2 {
             sgid_index: 3,
             dgid: Gid::from_ipv4([10, 0, 0, 2]),
             dmac: Mac([0x02, 0, 0, 0, 0, 0x22]),
@@ -661,7 +662,7 @@ mod tests {
 
     #[test]
     fn ib_path_without_grh() {
-        let ah = AddressHandle::Ib {
+        let ah = AhAttr::Ib {
             dlid: 0x11,
             sl: 5,
             src_path_bits: 0,
@@ -696,7 +697,7 @@ mod tests {
             hop_limit: 9,
             traffic_class: 4,
         };
-        let ah = AddressHandle::Ib {
+        let ah = AhAttr::Ib {
             dlid: 3,
             sl: 1,
             src_path_bits: 1,
@@ -753,12 +754,12 @@ mod constructor_tests {
     fn roce_v2_constructor_derives_the_port_from_the_qpns() {
         let dgid = Gid::from_ipv4([10, 0, 0, 2]);
         let dmac = Mac([2, 0, 0, 0, 0, 2]);
-        let ah = AddressHandle::roce_v2(1, dgid, dmac, 0x104, 0x105);
+        let ah = AhAttr::roce_v2(1, dgid, dmac, 0x104, 0x105);
         // 0x10914: low 14 bits 0x0914, high 0x10914 >> 14 = 0x4: 0x0910 | 0xc000.
         assert_eq!(ah.udp_sport(), Some(0xc910));
         assert_eq!(
             ah,
-            AddressHandle::RoceV2 {
+            AhAttr::RoceV2 {
                 sgid_index: 1,
                 dgid,
                 dmac,
@@ -770,7 +771,7 @@ mod constructor_tests {
             }
         );
         // The peer's handle names the same port.
-        let back = AddressHandle::roce_v2(1, dgid, dmac, 0x105, 0x104);
+        let back = AhAttr::roce_v2(1, dgid, dmac, 0x105, 0x104);
         assert_eq!(back.udp_sport(), ah.udp_sport());
         // A flow label takes over the port, as in libmlx5; zero keeps it.
         let fl = ah.with_flow_label(0x12345);
@@ -778,7 +779,7 @@ mod constructor_tests {
         assert_eq!(ah.with_flow_label(0).udp_sport(), Some(0xc910));
         assert!(matches!(
             fl.with_sl(5),
-            AddressHandle::RoceV2 {
+            AhAttr::RoceV2 {
                 sl: 5,
                 flow_label: 0x12345,
                 ..
@@ -788,10 +789,10 @@ mod constructor_tests {
 
     #[test]
     fn ib_constructor_is_lid_routed_with_sl_0() {
-        let ah = AddressHandle::ib(7);
+        let ah = AhAttr::ib(7);
         assert_eq!(
             ah,
-            AddressHandle::Ib {
+            AhAttr::Ib {
                 dlid: 7,
                 sl: 0,
                 src_path_bits: 0,

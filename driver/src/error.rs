@@ -69,6 +69,15 @@ pub enum Error {
         /// The command error as the device reported it.
         cause: CmdError,
     },
+    /// The IB state table (IBA 11.2.1, `ibv_modify_qp(3)`) has no transition from the
+    /// state the driver has the QP in to the one asked for. Nothing was sent and nothing
+    /// changed.
+    IllegalTransition {
+        /// The state the QP is in ([`Qp::state`](crate::verbs::Qp::state)).
+        from: uhca_fwif::consts::QpState,
+        /// The state asked for.
+        to: uhca_fwif::consts::QpState,
+    },
 }
 
 impl core::fmt::Display for Error {
@@ -113,6 +122,12 @@ impl core::fmt::Display for Error {
                     write!(f, " (the device has it in {s})")?;
                 }
                 write!(f, ": {cause}")
+            }
+            Error::IllegalTransition { from, to } => {
+                write!(
+                    f,
+                    "no QP transition from {from} to {to} in the IB state table"
+                )
             }
         }
     }
@@ -341,7 +356,7 @@ args! {
     /// `rnr_retry`: 3 bits.
     RnrRetry => "rnr_retry",
     /// An address handle (`ah_attr`) of the other link layer than the port's.
-    AddressHandle => "ah_attr",
+    AhAttr => "ah_attr",
     /// A destination LID (`dlid`): not 0.
     Dlid => "dlid",
     /// A service level (`sl`): 4 bits on InfiniBand, 3 (the Ethernet priority) on RoCE.

@@ -10,7 +10,7 @@ use common::*;
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use uhca_driver::addr::{AddressHandle, Mac};
+use uhca_driver::addr::{AhAttr, Mac};
 use uhca_driver::verbs::{
     InitAttr, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WrError,
 };
@@ -18,7 +18,7 @@ use uhca_driver::{Error, Hca};
 use uhca_fwif::cmd::{query_hca_cap_op_mod, set_hca_cap_op_mod};
 use uhca_fwif::consts::{
     ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD, ATOMIC_REQ_MODE_BE, ATOMIC_REQ_MODE_HOST_ENDIANNESS,
-    ATOMIC_SIZE_QP_8BYTES, AccessFlags, CmdOpcode, HcaCapMode, HcaCapType, IbMtu,
+    ATOMIC_SIZE_QP_8BYTES, AccessFlags, CmdOpcode, HcaCapMode, HcaCapType, IbMtu, QpState,
 };
 use uhca_mock::{MockConfig, MockHca, MockPlatform};
 
@@ -90,7 +90,7 @@ fn atomics_are_refused(mut hca: Hca<MockPlatform>) {
         },
     };
     // The responder side: remote atomics cannot be granted.
-    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let err = qp
         .to_init(
             &mut hca,
@@ -100,34 +100,36 @@ fn atomics_are_refused(mut hca: Hca<MockPlatform>) {
             },
         )
         .expect_err("remote atomics refused");
-    assert_eq!(err.error, Error::Unsupported("remote atomics"));
+    assert_eq!(err, Error::Unsupported("remote atomics"));
+    assert_eq!(
+        qp.state(),
+        QpState::Rst,
+        "a refused transition changes nothing"
+    );
     // The requester side: an atomic work request is refused before it reaches the device.
-    let qp = err
-        .object
-        .to_init(&mut hca, InitAttr::default())
-        .unwrap()
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: 0,
-                rq_psn: 0,
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 1,
-                ah: AddressHandle::RoceV2 {
-                    sgid_index: 0,
-                    dgid: gid,
-                    dmac: mac,
-                    udp_sport: 0xc000,
-                    traffic_class: 0,
-                    hop_limit: 64,
-                    flow_label: 0,
-                    sl: 0,
-                },
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: 0,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 1,
+            ah: AhAttr::RoceV2 {
+                sgid_index: 0,
+                dgid: gid,
+                dmac: mac,
+                udp_sport: 0xc000,
+                traffic_class: 0,
+                hop_limit: 64,
+                flow_label: 0,
+                sl: 0,
             },
-        )
-        .unwrap();
-    let mut qp = qp.to_rts(&mut hca, RtsAttr::default()).unwrap();
+        },
+    )
+    .unwrap();
+    qp.to_rts(&mut hca, RtsAttr::default()).unwrap();
     let result = [Sge {
         addr: mr.iova(),
         len: 8,

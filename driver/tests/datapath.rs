@@ -8,7 +8,7 @@
 
 use uhca_driver::verbs::{
     InitAttr, Qp, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr,
-    Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError, state,
+    Uc, Ud, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,
 };
 use uhca_fwif::consts::{AccessFlags, QpState};
 use uhca_hal::DmaMem;
@@ -351,20 +351,20 @@ fn ud_send_and_receive_with_address_handles() {
         let mut b = node(&fabric, 2);
         let ud = |n: &mut Node| {
             let attr = common::on_cq(&n.cq, caps());
-            let qp = n.hca.create_qp::<Ud>(&n.pd, &attr).unwrap();
-            let qp = qp
-                .to_init(
-                    &mut n.hca,
-                    InitAttr {
-                        qkey: 0x1111_2222,
-                        ..InitAttr::default()
-                    },
-                )
-                .unwrap();
-            let qp = qp.to_rtr(&mut n.hca).unwrap();
-            qp.to_rts(&mut n.hca, 0).unwrap()
+            let mut qp = n.hca.create_qp::<Ud>(&n.pd, &attr).unwrap();
+            qp.to_init(
+                &mut n.hca,
+                InitAttr {
+                    qkey: 0x1111_2222,
+                    ..InitAttr::default()
+                },
+            )
+            .unwrap();
+            qp.to_rtr(&mut n.hca).unwrap();
+            qp.to_rts(&mut n.hca, 0).unwrap();
+            qp
         };
-        let mut qa: Qp<P, Ud, state::Rts> = ud(&mut a);
+        let mut qa: Qp<P, Ud> = ud(&mut a);
         let mut qb = ud(&mut b);
         let rbuf = [Sge {
             addr: b.mr.iova(),
@@ -439,7 +439,7 @@ fn srq_receives_from_two_qps() {
         .unwrap();
     let mk_b = |b: &mut Node, srq: &Srq<P>| {
         let attr = common::on_srq(&b.cq, srq, caps());
-        let qp = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
+        let mut qp = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
         let access = qp_access(&b.hca);
         qp.to_init(
             &mut b.hca,
@@ -448,7 +448,8 @@ fn srq_receives_from_two_qps() {
                 ..InitAttr::default()
             },
         )
-        .unwrap()
+        .unwrap();
+        qp
     };
     let (b1, b2) = (mk_b(&mut b, &srq), mk_b(&mut b, &srq));
     let (a1, a2) = (rc_qp(&mut a), rc_qp(&mut a));
@@ -527,17 +528,16 @@ fn srq_limit_event_reaches_the_user_once() {
         )
         .unwrap();
     let attr = common::on_srq(&b.cq, &srq, caps());
-    let qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
+    let mut qb = b.hca.create_qp::<Rc>(&b.pd, &attr).unwrap();
     let access = qp_access(&b.hca);
-    let qb = qb
-        .to_init(
-            &mut b.hca,
-            InitAttr {
-                access,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
+    qb.to_init(
+        &mut b.hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
     let qa = rc_qp(&mut a);
     let (na, nb) = (qa.qpn(), qb.qpn());
     let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());
@@ -701,7 +701,7 @@ fn remote_access_error_puts_the_qp_in_error_and_flushes_the_rest() {
     let e = qa.post_send(&wrs[1..2]).unwrap_err();
     assert_eq!(e.error, WrError::QpInError { qpn: qa.qpn() });
     // Back through RESET.
-    let qa = qa.to_reset(&mut a.hca).unwrap();
+    qa.to_reset(&mut a.hca).unwrap();
     assert!(!qa.in_error());
 }
 
@@ -744,7 +744,7 @@ fn uc_send_and_write_with_immediate() {
     let mut b = node(&fabric, 2);
     let uc = |n: &mut Node| {
         let attr = common::on_cq(&n.cq, caps());
-        let qp = n.hca.create_qp::<Uc>(&n.pd, &attr).unwrap();
+        let mut qp = n.hca.create_qp::<Uc>(&n.pd, &attr).unwrap();
         qp.to_init(
             &mut n.hca,
             InitAttr {
@@ -752,9 +752,10 @@ fn uc_send_and_write_with_immediate() {
                 ..InitAttr::default()
             },
         )
-        .unwrap()
+        .unwrap();
+        qp
     };
-    let (qa, qb) = (uc(&mut a), uc(&mut b));
+    let (mut qa, mut qb) = (uc(&mut a), uc(&mut b));
     let (na, nb) = (qa.qpn(), qb.qpn());
     let rtr = |to: &Node, dest_qpn| RtrAttr {
         dest_qpn,
@@ -762,10 +763,10 @@ fn uc_send_and_write_with_immediate() {
         ah: path(&fabric, to),
         ..RtrAttr::default()
     };
-    let qa = qa.to_rtr(&mut a.hca, rtr(&b, nb)).unwrap();
-    let qb = qb.to_rtr(&mut b.hca, rtr(&a, na)).unwrap();
-    let mut qa = qa.to_rts(&mut a.hca, 7).unwrap();
-    let mut qb = qb.to_rts(&mut b.hca, 7).unwrap();
+    qa.to_rtr(&mut a.hca, rtr(&b, nb)).unwrap();
+    qb.to_rtr(&mut b.hca, rtr(&a, na)).unwrap();
+    qa.to_rts(&mut a.hca, 7).unwrap();
+    qb.to_rts(&mut b.hca, 7).unwrap();
     let r = [Sge {
         addr: b.mr.iova(),
         len: 64,
@@ -852,7 +853,7 @@ fn moving_a_qp_to_err_flushes_its_receives_then_reset_brings_it_back() {
         .unwrap();
     run(&fabric);
     assert_eq!(poll(&mut a).len(), 1);
-    let qb = qb.to_err(&mut b.hca).unwrap();
+    qb.to_err(&mut b.hca).unwrap();
     run(&fabric);
     let wb = poll(&mut b);
     assert_eq!(
@@ -867,7 +868,7 @@ fn moving_a_qp_to_err_flushes_its_receives_then_reset_brings_it_back() {
     );
     assert!(qb.in_error());
     // Drained: back to RESET and up again, the shadow starts over.
-    let qb = qb.to_reset(&mut b.hca).unwrap();
+    qb.to_reset(&mut b.hca).unwrap();
     assert!(!qb.in_error());
     let qb = rc_init(&mut b.hca, qb);
     let mut qb = connect(&fabric, &mut b, qb, &a, qa.qpn(), RtsAttr::default());
@@ -965,14 +966,14 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
     qb.post_recv(&recvs).unwrap();
     // ERR flushes the three receives into B's CQ; RESET comes before anyone polls them.
     let cqes = b.dev.datapath_counters().cqes;
-    let qb = qb.to_err(&mut b.hca).unwrap();
+    qb.to_err(&mut b.hca).unwrap();
     run(&fabric);
     assert_eq!(
         b.dev.datapath_counters().cqes,
         cqes + 3,
         "three flush CQEs wait"
     );
-    let qb = qb.to_reset(&mut b.hca).unwrap();
+    qb.to_reset(&mut b.hca).unwrap();
     assert!(
         poll(&mut b).is_empty(),
         "the old incarnation's CQEs are dropped"
@@ -1009,7 +1010,7 @@ fn leftover_cqes_of_a_reset_or_destroyed_qp_are_dropped() {
     }])
     .unwrap();
     let cqes = a.dev.datapath_counters().cqes;
-    let qa = qa.to_err(&mut a.hca).unwrap();
+    qa.to_err(&mut a.hca).unwrap();
     run(&fabric);
     assert_eq!(
         a.dev.datapath_counters().cqes,

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{
     BadCqe, Cq, InitAttr, Mr, Pd, PollError, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr,
-    SendOp, SendWr, Sge, WcStatus, WorkCompletion, state,
+    SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 use uhca_driver::{Error, Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, CmdOpcode, IbMtu};
@@ -75,8 +75,8 @@ fn node<P: Platform>(p: P, n: u8) -> Result<Node<P>, Error> {
     })
 }
 
-fn path<P: Platform>(to: &Node<P>) -> AddressHandle {
-    AddressHandle::RoceV2 {
+fn path<P: Platform>(to: &Node<P>) -> AhAttr {
+    AhAttr::RoceV2 {
         sgid_index: 0,
         dgid: to.gid,
         dmac: to.mac,
@@ -88,7 +88,7 @@ fn path<P: Platform>(to: &Node<P>) -> AddressHandle {
     }
 }
 
-fn rc_qp<P: Platform>(n: &mut Node<P>) -> Result<Qp<P, Rc, state::Init>, Error> {
+fn rc_qp<P: Platform>(n: &mut Node<P>) -> Result<Qp<P, Rc>, Error> {
     let attr = QpInitAttr {
         send_cq: &n.cq,
         recv_cq: &n.cq,
@@ -101,38 +101,37 @@ fn rc_qp<P: Platform>(n: &mut Node<P>) -> Result<Qp<P, Rc, state::Init>, Error> 
             max_inline_data: 0,
         },
     };
-    let qp = n.hca.create_qp::<Rc>(&n.pd, &attr)?;
+    let mut qp = n.hca.create_qp::<Rc>(&n.pd, &attr)?;
     qp.to_init(
         &mut n.hca,
         InitAttr {
             access: ALL,
             ..InitAttr::default()
         },
-    )
-    .map_err(|f| f.error)
+    )?;
+    Ok(qp)
 }
 
-type Rts<P> = Qp<P, Rc, state::Rts>;
+type Rts<P> = Qp<P, Rc>;
 
 fn connect<P: Platform, Q: Platform>(
     n: &mut Node<P>,
-    qp: Qp<P, Rc, state::Init>,
+    qp: Qp<P, Rc>,
     peer: &Node<Q>,
     peer_qpn: u32,
 ) -> Result<Rts<P>, Error> {
-    let qp = qp
-        .to_rtr(
-            &mut n.hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: peer_qpn,
-                rq_psn: 0x100,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 1,
-                ah: path(peer),
-            },
-        )
-        .map_err(|f| f.error)?;
+    let mut qp = qp;
+    qp.to_rtr(
+        &mut n.hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: peer_qpn,
+            rq_psn: 0x100,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+            ah: path(peer),
+        },
+    )?;
     qp.to_rts(
         &mut n.hca,
         RtsAttr {
@@ -140,8 +139,8 @@ fn connect<P: Platform, Q: Platform>(
             max_rd_atomic: 4,
             ..RtsAttr::default()
         },
-    )
-    .map_err(|f| f.error)
+    )?;
+    Ok(qp)
 }
 
 /// A hostile node `a` and an honest node `b` on one RoCEv2 fabric, with a connected RC QP

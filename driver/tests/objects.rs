@@ -8,7 +8,7 @@ use common::{cfg, open};
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{AhAttr, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{
     CqModeration, GidType, InitAttr, PhysPortState, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
     SrqInitAttr, Uc, Ud, WorkCompletion,
@@ -37,8 +37,8 @@ fn commands(dev: &MockHca) -> usize {
 
 const MAC: Mac = Mac([0x02, 0xc0, 0xff, 0xee, 0x00, 0x01]);
 
-fn roce_path(dgid: Gid) -> AddressHandle {
-    AddressHandle::RoceV2 {
+fn roce_path(dgid: Gid) -> AhAttr {
+    AhAttr::RoceV2 {
         sgid_index: 0,
         dgid,
         dmac: Mac([0x02, 0, 0, 0, 0, 0x22]),
@@ -50,8 +50,8 @@ fn roce_path(dgid: Gid) -> AddressHandle {
     }
 }
 
-fn ib_path(dlid: u16) -> AddressHandle {
-    AddressHandle::Ib {
+fn ib_path(dlid: u16) -> AhAttr {
+    AhAttr::Ib {
         dlid,
         sl: 0,
         src_path_bits: 0,
@@ -220,7 +220,7 @@ fn rc_qp_walks_the_state_machine_on_roce() {
         srq: None,
         cap: caps(),
     };
-    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Rst));
     assert!(qp.caps().max_send_wr >= 64 && qp.caps().max_inline_data >= 64);
@@ -235,33 +235,31 @@ fn rc_qp_walks_the_state_machine_on_roce() {
     assert_eq!(q.qpc.uar_page(), hca.uar());
 
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let qp = qp
-        .to_init(
-            &mut hca,
-            InitAttr {
-                access,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(
+        &mut hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Init));
     let q = qp.query(&mut hca).unwrap();
     assert_eq!((q.state, q.port), (QpState::Init, 1));
     assert!(q.qpc.rre() && q.qpc.rwe() && !q.qpc.rae());
 
-    let qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: 0x1234,
-                rq_psn: 0x100,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 12,
-                ah: roce_path(gid),
-            },
-        )
-        .unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: 0x1234,
+            rq_psn: 0x100,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 12,
+            ah: roce_path(gid),
+        },
+    )
+    .unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Rtr));
     let q = qp.query(&mut hca).unwrap();
     assert_eq!(
@@ -271,24 +269,23 @@ fn rc_qp_walks_the_state_machine_on_roce() {
     assert_eq!(q.qpc.primary_address_path().udp_sport(), 0xc123);
     assert_eq!(q.qpc.log_rra_max(), 2);
 
-    let qp = qp
-        .to_rts(
-            &mut hca,
-            RtsAttr {
-                sq_psn: 0x200,
-                ..RtsAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_rts(
+        &mut hca,
+        RtsAttr {
+            sq_psn: 0x200,
+            ..RtsAttr::default()
+        },
+    )
+    .unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Rts));
     let q = qp.query(&mut hca).unwrap();
     assert_eq!((q.state, q.sq_psn), (QpState::Rts, 0x200));
     assert_eq!(q.qpc.retry_count(), 7);
     assert_eq!(q.qpc.primary_address_path().ack_timeout(), 14);
 
-    let qp = qp.to_err(&mut hca).unwrap();
+    qp.to_err(&mut hca).unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Err));
-    let qp = qp.to_reset(&mut hca).unwrap();
+    qp.to_reset(&mut hca).unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Rst));
     assert_eq!(qp.state(), QpState::Rst);
 
@@ -316,26 +313,26 @@ fn rc_transitions_ask_for_an_ack_every_256_packets() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(64).unwrap();
     let attr = common::on_cq(&cq, caps());
-    let rc = hca.create_qp::<Rc>(&pd, &attr).unwrap();
-    let rc = rc.to_init(&mut hca, InitAttr::default()).unwrap();
+    let mut rc = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    rc.to_init(&mut hca, InitAttr::default()).unwrap();
     let own = rc.qpn();
-    let rc = rc
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: own,
-                rq_psn: 0,
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 12,
-                ah: ib_path(dev.config().lid),
-            },
-        )
-        .unwrap();
-    let rc = rc.to_rts(&mut hca, RtsAttr::default()).unwrap();
-    let ud = hca.create_qp::<Ud>(&pd, &attr).unwrap();
-    let ud = ud.to_init(&mut hca, InitAttr::default()).unwrap();
-    let ud = ud.to_rtr(&mut hca).unwrap().to_rts(&mut hca, 0).unwrap();
+    rc.to_rtr(
+        &mut hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: own,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah: ib_path(dev.config().lid),
+        },
+    )
+    .unwrap();
+    rc.to_rts(&mut hca, RtsAttr::default()).unwrap();
+    let mut ud = hca.create_qp::<Ud>(&pd, &attr).unwrap();
+    ud.to_init(&mut hca, InitAttr::default()).unwrap();
+    ud.to_rtr(&mut hca).unwrap();
+    ud.to_rts(&mut hca, 0).unwrap();
     // The QPC sits at the same offset in the three modify commands.
     assert_eq!(
         cmd::rst2init_qp_in::qpc.bit_offset,
@@ -381,27 +378,25 @@ fn uc_and_ud_qps_on_infiniband() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let attr = common::on_cq(&cq, caps());
-    let uc = hca.create_qp::<Uc>(&pd, &attr).unwrap();
+    let mut uc = hca.create_qp::<Uc>(&pd, &attr).unwrap();
     let ucn = uc.qpn();
-    let uc = uc
-        .to_init(
-            &mut hca,
-            InitAttr {
-                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
-    let uc = uc
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                dest_qpn: 0x99,
-                ah: ib_path(7),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap();
+    uc.to_init(
+        &mut hca,
+        InitAttr {
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
+    uc.to_rtr(
+        &mut hca,
+        RtrAttr {
+            dest_qpn: 0x99,
+            ah: ib_path(7),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
     assert_eq!(
         uc.query(&mut hca)
             .unwrap()
@@ -410,24 +405,23 @@ fn uc_and_ud_qps_on_infiniband() {
             .rlid(),
         7
     );
-    let uc = uc.to_rts(&mut hca, 5).unwrap();
+    uc.to_rts(&mut hca, 5).unwrap();
     assert_eq!(dev.qp_state(ucn), Some(QpState::Rts));
     assert_eq!(uc.query(&mut hca).unwrap().sq_psn, 5);
 
-    let ud = hca.create_qp::<Ud>(&pd, &attr).unwrap();
+    let mut ud = hca.create_qp::<Ud>(&pd, &attr).unwrap();
     let udn = ud.qpn();
-    let ud = ud
-        .to_init(
-            &mut hca,
-            InitAttr {
-                qkey: 0x1111_1111,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
+    ud.to_init(
+        &mut hca,
+        InitAttr {
+            qkey: 0x1111_1111,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
     assert_eq!(ud.query(&mut hca).unwrap().qkey, 0x1111_1111);
-    let ud = ud.to_rtr(&mut hca).unwrap();
-    let ud = ud.to_rts(&mut hca, 0).unwrap();
+    ud.to_rtr(&mut hca).unwrap();
+    ud.to_rts(&mut hca, 0).unwrap();
     assert_eq!(dev.qp_state(udn), Some(QpState::Rts));
 
     // A UD destination: an address handle with its prepared address vector.
@@ -450,8 +444,8 @@ fn uc_and_ud_qps_on_infiniband() {
 
     // A RoCE path on an InfiniBand port is refused before the command.
     let n = commands(&dev);
-    let uc2 = hca.create_qp::<Uc>(&pd, &attr).unwrap();
-    let uc2 = uc2.to_init(&mut hca, InitAttr::default()).unwrap();
+    let mut uc2 = hca.create_qp::<Uc>(&pd, &attr).unwrap();
+    uc2.to_init(&mut hca, InitAttr::default()).unwrap();
     let f2 = uc2
         .to_rtr(
             &mut hca,
@@ -461,10 +455,15 @@ fn uc_and_ud_qps_on_infiniband() {
             },
         )
         .unwrap_err();
-    assert!(matches!(f2.error, Error::InvalidArgument(_)));
+    assert!(matches!(f2, Error::InvalidArgument(_)));
+    assert_eq!(
+        uc2.state(),
+        QpState::Init,
+        "a refused argument changes nothing"
+    );
     assert_eq!(commands(&dev), n + 2, "CREATE_QP and RST2INIT only");
     // UC gives remote write only.
-    let uc3 = hca.create_qp::<Uc>(&pd, &attr).unwrap();
+    let mut uc3 = hca.create_qp::<Uc>(&pd, &attr).unwrap();
     let f = uc3
         .to_init(
             &mut hca,
@@ -474,10 +473,10 @@ fn uc_and_ud_qps_on_infiniband() {
             },
         )
         .unwrap_err();
-    assert!(matches!(f.error, Error::InvalidArgument(_)));
+    assert!(matches!(f, Error::InvalidArgument(_)));
 
-    f.object.destroy(&mut hca).unwrap();
-    f2.object.destroy(&mut hca).unwrap();
+    uc3.destroy(&mut hca).unwrap();
+    uc2.destroy(&mut hca).unwrap();
     uc.destroy(&mut hca).unwrap();
     ud.destroy(&mut hca).unwrap();
     cq.destroy(&mut hca).unwrap();
@@ -492,22 +491,21 @@ fn a_transition_the_device_refuses_is_a_typed_error_and_the_qp_comes_back() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(16).unwrap();
     let attr = common::on_cq(&cq, caps());
-    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
-    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
-    let qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                ah: ib_path(2),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            ah: ib_path(2),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
     // The datapath moved the QP to ERR behind the driver's back.
     assert!(dev.force_qp_state(qpn, QpState::Err));
     let failed = qp.to_rts(&mut hca, RtsAttr::default()).unwrap_err();
-    match failed.error {
+    match failed {
         Error::BadQpState {
             qpn: n,
             command,
@@ -520,46 +518,40 @@ fn a_transition_the_device_refuses_is_a_typed_error_and_the_qp_comes_back() {
         }
         ref e => panic!("not a BadQpState: {e}"),
     }
-    assert_eq!(
-        failed.error.command_status(),
-        Some(CmdStatus::BadQpStateErr)
-    );
+    assert_eq!(failed.command_status(), Some(CmdStatus::BadQpStateErr));
     assert!(failed.to_string().contains("ERR"), "{failed}");
-    // The QP came back in its old type; RESET works from anywhere.
-    let qp = failed.object;
-    assert_eq!(qp.state(), QpState::Rtr);
-    let qp = qp.to_reset(&mut hca).unwrap();
+    // The driver took the device's state as its own; RESET works from anywhere.
+    assert_eq!(qp.state(), QpState::Err);
+    qp.to_reset(&mut hca).unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Rst));
 
     // SQER → RTS only when the device has the QP in SQER.
-    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
-    let qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                ah: ib_path(2),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap();
-    let qp = qp.to_rts(&mut hca, RtsAttr::default()).unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            ah: ib_path(2),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rts(&mut hca, RtsAttr::default()).unwrap();
     let f = qp.recover_sq(&mut hca).unwrap_err();
     assert!(matches!(
-        f.error,
+        f,
         Error::BadQpState {
             device_state: Some(QpState::Rts),
             ..
         }
     ));
-    let qp = f.object;
     dev.force_qp_state(qpn, QpState::Sqer);
-    let qp = qp.recover_sq(&mut hca).unwrap();
+    qp.recover_sq(&mut hca).unwrap();
     assert_eq!(dev.qp_state(qpn), Some(QpState::Rts));
 
-    // `?` turns a failed transition into its error.
+    // `?` turns a failed destroy into its error.
     fn via_question_mark(
         hca: &mut TestHca,
-        qp: uhca_driver::verbs::Qp<MockPlatform, Rc, uhca_driver::verbs::state::Rts>,
+        qp: uhca_driver::verbs::Qp<MockPlatform, Rc>,
     ) -> Result<(), Error> {
         qp.destroy(hca)?;
         Ok(())
@@ -613,7 +605,7 @@ fn bad_qp_capabilities_are_refused_before_any_command() {
         let e = hca.create_qp::<Rc>(&pd, &with(cap)).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{name}: {e}");
     }
-    let qp = hca.create_qp::<Rc>(&pd, &with(caps())).unwrap();
+    let mut qp = hca.create_qp::<Rc>(&pd, &with(caps())).unwrap();
     let n = commands(&dev);
     let f = qp
         .to_init(
@@ -624,14 +616,14 @@ fn bad_qp_capabilities_are_refused_before_any_command() {
             },
         )
         .unwrap_err();
-    assert!(matches!(f.error, Error::InvalidArgument(_)));
+    assert!(matches!(f, Error::InvalidArgument(_)));
     assert_eq!(commands(&dev), n);
     assert_eq!(
         commands(&dev),
         before + 1,
         "only the good CREATE_QP went out"
     );
-    f.object.destroy(&mut hca).unwrap();
+    qp.destroy(&mut hca).unwrap();
     cq.destroy(&mut hca).unwrap();
     pd.destroy(&mut hca).unwrap();
 }
@@ -847,19 +839,17 @@ fn the_rings_of_a_new_qp_and_cq_are_ready_for_the_datapath() {
     let cq = hca.create_cq(16).unwrap();
     let mr = hca.alloc_mr(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
     let attr = common::on_cq(&cq, caps());
-    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
-    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
-    let mut qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                ah: ib_path(2),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap()
-        .to_rts(&mut hca, RtsAttr::default())
-        .unwrap();
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            ah: ib_path(2),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rts(&mut hca, RtsAttr::default()).unwrap();
     let qpn = qp.qpn();
 
     // A receive: the WQE lands at the start of the QP buffer (RQ first) and the receive
@@ -1044,25 +1034,24 @@ fn static_rates_are_mapped_to_the_device_encoding_and_clamped() {
         (StaticRate::Gbps400, 4),
         (StaticRate::Gbps14, 8),
     ] {
-        let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
-        let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
-        let ah = AddressHandle::Ib {
+        let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+        qp.to_init(&mut hca, InitAttr::default()).unwrap();
+        let ah = AhAttr::Ib {
             dlid: 7,
             sl: 0,
             src_path_bits: 0,
             static_rate: rate,
             grh: None,
         };
-        let qp = qp
-            .to_rtr(
-                &mut hca,
-                RtrAttr {
-                    dest_qpn: 0x99,
-                    ah,
-                    ..RtrAttr::default()
-                },
-            )
-            .unwrap_or_else(|f| panic!("{rate:?}: {}", f.error));
+        qp.to_rtr(
+            &mut hca,
+            RtrAttr {
+                dest_qpn: 0x99,
+                ah,
+                ..RtrAttr::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{rate:?}: {e}"));
         let q = qp.query(&mut hca).unwrap();
         assert_eq!(q.qpc.primary_address_path().stat_rate(), code, "{rate:?}");
         let av = hca.create_ah(1, ah).unwrap().av(0x99, 0x1111);

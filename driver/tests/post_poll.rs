@@ -10,11 +10,11 @@
 //! is one they wrote.
 
 use uhca_driver::Hca;
-use uhca_driver::addr::{AddressHandle, StaticRate};
+use uhca_driver::addr::{AhAttr, StaticRate};
 use uhca_driver::verbs::{
     BadCqe, BadWr, Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr,
     SendFlags, SendOp, SendWr, Sge, SrqInitAttr, Ud, UdDest, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion, WrError, state,
+    WorkCompletion, WrError,
 };
 use uhca_fwif::consts::{AccessFlags, CqeOpcode, CqeSyndrome, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, ErrCqe, op_own_of};
@@ -36,8 +36,8 @@ fn caps() -> QpCaps {
     common::qp_caps(16, 4, 64)
 }
 
-fn ib_path(dlid: u16) -> AddressHandle {
-    AddressHandle::Ib {
+fn ib_path(dlid: u16) -> AhAttr {
+    AhAttr::Ib {
         dlid,
         sl: 0,
         src_path_bits: 0,
@@ -52,34 +52,32 @@ fn rc_qp(
     pd: &uhca_driver::verbs::Pd<P>,
     scq: &Cq<P>,
     rcq: &Cq<P>,
-) -> Qp<P, Rc, state::Rts> {
+) -> Qp<P, Rc> {
     let attr = QpInitAttr {
         send_cq: scq,
         recv_cq: rcq,
         srq: None,
         cap: caps(),
     };
-    let qp = hca.create_qp::<Rc>(pd, &attr).unwrap();
+    let mut qp = hca.create_qp::<Rc>(pd, &attr).unwrap();
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let qp = qp
-        .to_init(
-            hca,
-            InitAttr {
-                access: all,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
-    let qp = qp
-        .to_rtr(
-            hca,
-            RtrAttr {
-                dest_qpn: 0x77,
-                ah: ib_path(9),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(
+        hca,
+        InitAttr {
+            access: all,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rtr(
+        hca,
+        RtrAttr {
+            dest_qpn: 0x77,
+            ah: ib_path(9),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
     qp.to_rts(
         hca,
         RtsAttr {
@@ -87,22 +85,18 @@ fn rc_qp(
             ..RtsAttr::default()
         },
     )
-    .unwrap()
+    .unwrap();
+    qp
 }
 
 /// Byte offset of the SQ in the QP buffer (the RQ comes first).
-fn sq_offset<T: uhca_driver::verbs::QpTransport, S: uhca_driver::verbs::QpStateKind>(
-    qp: &Qp<P, T, S>,
-) -> usize {
+fn sq_offset<T: uhca_driver::verbs::QpTransport>(qp: &Qp<P, T>) -> usize {
     let c = qp.caps();
     c.max_recv_wr as usize * 16 * c.max_recv_sge as usize
 }
 
 /// The send WQE at WQEBB `index` (no wrap in these tests).
-fn wqe_bytes<T: uhca_driver::verbs::QpTransport, S: uhca_driver::verbs::QpStateKind>(
-    qp: &Qp<P, T, S>,
-    index: u16,
-) -> Vec<u8> {
+fn wqe_bytes<T: uhca_driver::verbs::QpTransport>(qp: &Qp<P, T>, index: u16) -> Vec<u8> {
     let off = sq_offset(qp) + index as usize * 64;
     let mut head = [0u8; 16];
     qp.rings().mem().read_bytes(off, &mut head);
@@ -559,26 +553,24 @@ fn sq_sig_all_signals_every_request() {
     let attr = common::on_cq(&cq, caps());
     let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     qp.set_sq_sig_all(true);
-    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
-    let qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                dest_qpn: 5,
-                ah: ib_path(9),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap();
-    let mut qp = qp
-        .to_rts(
-            &mut hca,
-            RtsAttr {
-                timeout: 31,
-                ..RtsAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            dest_qpn: 5,
+            ah: ib_path(9),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rts(
+        &mut hca,
+        RtsAttr {
+            timeout: 31,
+            ..RtsAttr::default()
+        },
+    )
+    .unwrap();
     let one = [Sge {
         addr: mr.iova(),
         len: 8,
@@ -669,28 +661,26 @@ fn error_completions_decode_every_syndrome_and_put_the_qp_in_error() {
         .is_err()
     );
     // Through RESET back to RTS: posting works again, counters from zero.
-    let qp = qp.to_reset(&mut hca).unwrap();
+    qp.to_reset(&mut hca).unwrap();
     assert!(!qp.in_error());
-    let qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
-    let qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                dest_qpn: 5,
-                ah: ib_path(9),
-                ..RtrAttr::default()
-            },
-        )
-        .unwrap();
-    let mut qp = qp
-        .to_rts(
-            &mut hca,
-            RtsAttr {
-                timeout: 31,
-                ..RtsAttr::default()
-            },
-        )
-        .unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            dest_qpn: 5,
+            ah: ib_path(9),
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rts(
+        &mut hca,
+        RtsAttr {
+            timeout: 31,
+            ..RtsAttr::default()
+        },
+    )
+    .unwrap();
     qp.post_send(&wrs[..1]).unwrap();
     w.req(&dev, qpn, 0, WqeOpcode::RdmaWrite, 0);
     assert_eq!(poll_all(&mut cq)[0].wr_id, 100);
@@ -976,18 +966,17 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
         mr,
     } = setup();
     let attr = common::on_cq(&cq, caps());
-    let qp = hca.create_qp::<Ud>(&pd, &attr).unwrap();
+    let mut qp = hca.create_qp::<Ud>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
-    let qp = qp
-        .to_init(
-            &mut hca,
-            InitAttr {
-                qkey: 0x1111,
-                ..InitAttr::default()
-            },
-        )
-        .unwrap();
-    let mut qp = qp.to_rtr(&mut hca).unwrap();
+    qp.to_init(
+        &mut hca,
+        InitAttr {
+            qkey: 0x1111,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rtr(&mut hca).unwrap();
     let rbuf = [Sge {
         addr: mr.iova(),
         len: 2048,
@@ -998,7 +987,7 @@ fn ud_sends_carry_the_address_vector_and_receives_report_the_source() {
         sg_list: &rbuf,
     }])
     .unwrap();
-    let mut qp = qp.to_rts(&mut hca, 0).unwrap();
+    qp.to_rts(&mut hca, 0).unwrap();
     let ah = hca.create_ah(1, ib_path(0x33)).unwrap();
     let one = [Sge {
         addr: mr.iova(),
@@ -1094,9 +1083,9 @@ fn srq_receives_complete_out_of_order_and_wqes_are_reused() {
         .unwrap();
     assert_eq!(srq.max_wr(), 3);
     let attr = common::on_srq(&cq, &srq, caps());
-    let qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
     let qpn = qp.qpn();
-    let mut qp = qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
     let s = |i: u64| Sge {
         addr: mr.iova() + i * 256,
         len: 256,

@@ -415,14 +415,10 @@ fn every_one_of_many_open_hcas_releases_what_is_dropped() {
 fn a_dropped_caller_memory_region_is_destroyed_then_unmapped() {
     let (dev, mut hca) = open();
     let pd = hca.alloc_pd().unwrap();
-    let mapped = hca
-        .map_host_buf(vec![0u8; 4096])
-        .map_err(|f| f.error)
-        .unwrap();
+    let mapped = hca.map_host_buf(vec![0u8; 4096]).unwrap();
     let (iova, len) = (mapped.iova(), mapped.len());
     let mr = hca
         .reg_user_mr(&pd, mapped, AccessFlags::LOCAL_WRITE)
-        .map_err(|f| f.error)
         .unwrap();
     assert_eq!(dev.objects().mkeys, 1);
     let from = dev.command_log().len();
@@ -435,6 +431,6 @@ fn a_dropped_caller_memory_region_is_destroyed_then_unmapped() {
     assert_eq!(sent(&dev, from), [(CmdOpcode::DestroyMkey, CmdStatus::Ok)]);
     assert_eq!(dev.objects().mkeys, 0);
     assert!(!dev.is_mapped(iova, len), "unmapped after DESTROY_MKEY");
-    pd.destroy(&mut hca).map_err(|f| f.error).unwrap();
+    pd.destroy(&mut hca).unwrap();
     hca.close().unwrap();
 }

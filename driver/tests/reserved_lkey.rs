@@ -25,14 +25,14 @@ use common::*;
 const UNMAPPED: u64 = 0x0000_0007_dead_0000;
 
 /// A node's QP created with the reserved lkey allowed, in INIT.
-fn rlky_qp(n: &mut Node, key: &ReservedLkey) -> uhca_driver::verbs::Qp<P, Rc, state::Init> {
+fn rlky_qp(n: &mut Node, key: &ReservedLkey) -> uhca_driver::verbs::Qp<P, Rc> {
     let attr = QpInitAttr {
         send_cq: &n.cq,
         recv_cq: &n.cq,
         srq: None,
         cap: caps(),
     };
-    let qp = n
+    let mut qp = n
         .hca
         .create_qp_with_reserved_lkey::<Rc>(&n.pd, &attr, key)
         .expect("CREATE_QP with rlky");
@@ -44,10 +44,9 @@ fn rlky_qp(n: &mut Node, key: &ReservedLkey) -> uhca_driver::verbs::Qp<P, Rc, st
             ..Default::default()
         },
     )
-    .unwrap()
+    .unwrap();
+    qp
 }
-
-use uhca_driver::verbs::state;
 
 /// Two nodes whose connected RC QPs both honour the reserved lkey, with each node's key.
 fn rlky_pair(link: LinkLayer) -> (Fabric, Node, Node, RcRts, RcRts, ReservedLkey, ReservedLkey) {
@@ -283,18 +282,18 @@ fn a_receive_through_an_srq_cannot_use_the_reserved_lkey_even_on_a_qp_with_rlky(
         },
     };
     let access = qp_access(&b.hca);
-    let qb = b
+    let mut qb = b
         .hca
         .create_qp_with_reserved_lkey::<Rc>(&b.pd, &attr, &kb)
-        .unwrap()
-        .to_init(
-            &mut b.hca,
-            uhca_driver::verbs::InitAttr {
-                access,
-                ..Default::default()
-            },
-        )
         .unwrap();
+    qb.to_init(
+        &mut b.hca,
+        uhca_driver::verbs::InitAttr {
+            access,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let qa = rlky_qp(&mut a, &ka);
     let (na, nb) = (qa.qpn(), qb.qpn());
     let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());

@@ -3,7 +3,7 @@
 
 mod common;
 
-use uhca_driver::verbs::{InitAttr, Qp, QpCaps, Rc, RecvWr, Sge, WcStatus, state};
+use uhca_driver::verbs::{InitAttr, Qp, QpCaps, Rc, RecvWr, Sge, WcStatus};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
 use uhca_mock::{LinkLayer, MockPlatform};
@@ -29,7 +29,7 @@ fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
         max_inline_data: 0,
     };
     let started = std::time::Instant::now();
-    let mut qps: Vec<Qp<P, Rc, state::Reset>> = Vec::with_capacity(QPS);
+    let mut qps: Vec<Qp<P, Rc>> = Vec::with_capacity(QPS);
     for i in 0..QPS {
         let qp = hca
             .create_qp::<Rc>(&pd, &common::on_cq(&cq, cap))
@@ -66,24 +66,22 @@ fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
     }];
     let mut moved = Vec::new();
     for &i in picks.iter().rev() {
-        let qp = qps.swap_remove(i);
-        let mut qp = qp
-            .to_init(
-                &mut hca,
-                InitAttr {
-                    access: AccessFlags::REMOTE_WRITE,
-                    ..InitAttr::default()
-                },
-            )
-            .map_err(|f| f.error)
-            .unwrap();
+        let mut qp = qps.swap_remove(i);
+        qp.to_init(
+            &mut hca,
+            InitAttr {
+                access: AccessFlags::REMOTE_WRITE,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap();
         qp.post_recv(&[RecvWr {
             wr_id: 1_000_000 + i as u64,
             sg_list: &sge,
         }])
         .unwrap();
         let qpn = qp.qpn();
-        let qp = qp.to_err(&mut hca).map_err(|f| f.error).unwrap();
+        qp.to_err(&mut hca).unwrap();
         moved.push((qpn, 1_000_000 + i as u64, qp));
     }
     let mut wc = [Default::default(); 32];
@@ -105,15 +103,15 @@ fn sixty_five_thousand_qps_on_one_hca_and_one_cq() {
 
     let started = std::time::Instant::now();
     for (_, _, qp) in moved {
-        qp.destroy(&mut hca).map_err(|f| f.error).unwrap();
+        qp.destroy(&mut hca).unwrap();
     }
     for qp in qps {
-        qp.destroy(&mut hca).map_err(|f| f.error).unwrap();
+        qp.destroy(&mut hca).unwrap();
     }
     println!("{QPS} QPs destroyed in {:.2?}", started.elapsed());
     assert_eq!(dev.objects().qps, 0);
-    mr.destroy(&mut hca).map_err(|f| f.error).unwrap();
-    cq.destroy(&mut hca).map_err(|f| f.error).unwrap();
-    pd.destroy(&mut hca).map_err(|f| f.error).unwrap();
+    mr.destroy(&mut hca).unwrap();
+    cq.destroy(&mut hca).unwrap();
+    pd.destroy(&mut hca).unwrap();
     hca.close().unwrap();
 }

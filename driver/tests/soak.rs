@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, WcStatus, WorkCompletion, state,
+    Sge, WcStatus, WorkCompletion,
 };
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
@@ -29,7 +29,7 @@ static GLOBAL: uhca_test_support::CountingAlloc = uhca_test_support::CountingAll
 mod common;
 
 type P = MockPlatform;
-type Rts = Qp<P, Rc, state::Rts>;
+type Rts = Qp<P, Rc>;
 
 const HCAS: usize = 3;
 /// Work requests each QP keeps in flight at most, per direction.
@@ -129,10 +129,10 @@ impl Soak {
         self.rng % n
     }
 
-    fn side(&mut self, node: usize) -> (Side, Qp<P, Rc, state::Init>) {
+    fn side(&mut self, node: usize) -> (Side, Qp<P, Rc>) {
         let n = &mut self.nodes[node];
         let cq = n.hca.create_cq(4 * DEPTH as u32).unwrap();
-        let qp = n
+        let mut qp = n
             .hca
             .create_qp::<Rc>(
                 &n.pd,
@@ -149,16 +149,15 @@ impl Soak {
                     },
                 },
             )
-            .unwrap()
-            .to_init(
-                &mut n.hca,
-                InitAttr {
-                    access: AccessFlags::LOCAL_WRITE,
-                    ..InitAttr::default()
-                },
-            )
-            .map_err(|f| f.error)
             .unwrap();
+        qp.to_init(
+            &mut n.hca,
+            InitAttr {
+                access: AccessFlags::LOCAL_WRITE,
+                ..InitAttr::default()
+            },
+        )
+        .unwrap();
         let side = Side {
             node,
             cq,
@@ -170,8 +169,8 @@ impl Soak {
         (side, qp)
     }
 
-    fn connect(&mut self, node: usize, qp: Qp<P, Rc, state::Init>, peer: usize, pqpn: u32) -> Rts {
-        let ah = AddressHandle::RoceV2 {
+    fn connect(&mut self, node: usize, mut qp: Qp<P, Rc>, peer: usize, pqpn: u32) -> Rts {
+        let ah = AhAttr::RoceV2 {
             sgid_index: 0,
             dgid: self.nodes[peer].gid,
             dmac: self.nodes[peer].mac,
@@ -193,11 +192,9 @@ impl Soak {
                 ah,
             },
         )
-        .map_err(|f| f.error)
-        .unwrap()
-        .to_rts(hca, rts())
-        .map_err(|f| f.error)
-        .unwrap()
+        .unwrap();
+        qp.to_rts(hca, rts()).unwrap();
+        qp
     }
 
     /// A new pair between two different HCAs, living for a random number of epochs.
@@ -324,10 +321,8 @@ impl Soak {
             .take()
             .unwrap();
         self.pairs[slot].as_mut().unwrap().sides[s].live = false;
-        let err = qp
-            .to_err(&mut self.nodes[node].hca)
-            .map_err(|f| f.error)
-            .unwrap();
+        let mut err = qp;
+        err.to_err(&mut self.nodes[node].hca).unwrap();
         let start = Instant::now();
         while self.outstanding(slot, s) > 0 {
             assert!(
@@ -337,9 +332,7 @@ impl Soak {
             self.fabric.run_for(100_000);
             self.poll_pair(slot);
         }
-        err.destroy(&mut self.nodes[node].hca)
-            .map_err(|f| f.error)
-            .unwrap();
+        err.destroy(&mut self.nodes[node].hca).unwrap();
     }
 
     /// Tears a pair down while one side still sends: the other side first (ERR, drain,
@@ -358,10 +351,7 @@ impl Soak {
         let pair = self.pairs[slot].take().unwrap();
         for side in pair.sides {
             let node = side.node;
-            side.cq
-                .destroy(&mut self.nodes[node].hca)
-                .map_err(|f| f.error)
-                .unwrap();
+            side.cq.destroy(&mut self.nodes[node].hca).unwrap();
         }
     }
 }

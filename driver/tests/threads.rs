@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use uhca_driver::verbs::{
     Cq, Mr, Qp, Rc, RecvQueue, RecvWr, RtsAttr, SendFlags, SendOp, SendQueue, SendWr, Sge, Srq,
-    WcOpcode, WcStatus, WorkCompletion, WrError, state,
+    WcOpcode, WcStatus, WorkCompletion, WrError,
 };
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::DmaMem;
@@ -546,8 +546,8 @@ fn one_cq_shared_by_qps_posting_on_other_threads() {
 #[test]
 fn datapath_objects_are_send() {
     fn is_send<T: Send>() {}
-    is_send::<Qp<P, Rc, state::Rts>>();
-    is_send::<Qp<P, Rc, state::Init>>();
+    is_send::<Qp<P, Rc>>();
+    is_send::<Qp<P, Rc>>();
     is_send::<Cq<P>>();
     is_send::<Srq<P>>();
     is_send::<SendQueue<'static, P, Rc>>();

@@ -60,15 +60,15 @@ fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
     // Commands on an object with the wrong HCA: the object comes back untouched.
     let before_a = before_a + 1; // A's CREATE_RMP above.
     assert_eq!(sent(&dev_a), before_a);
-    let qp = a.create_qp::<Rc>(&pd_a, &mixed(&cq_a)).unwrap();
+    let mut qp = a.create_qp::<Rc>(&pd_a, &mixed(&cq_a)).unwrap();
     let before_b = sent(&dev_b);
     let f = qp.to_init(&mut b, InitAttr::default()).unwrap_err();
-    assert_eq!(f.error, Error::WrongHca);
-    assert_eq!(f.object.query(&mut b).unwrap_err(), Error::WrongHca);
+    assert_eq!(f, Error::WrongHca);
+    assert_eq!(qp.query(&mut b).unwrap_err(), Error::WrongHca);
     assert_eq!(cq_a.query(&mut b).unwrap_err(), Error::WrongHca);
-    let f = f.object.destroy(&mut b).unwrap_err();
+    let f = qp.destroy(&mut b).unwrap_err();
     assert_eq!(f.error, Error::WrongHca);
-    let qp = f.object;
+    let mut qp = f.object;
     let f = cq_a.destroy(&mut b).unwrap_err();
     assert_eq!(f.error, Error::WrongHca);
     let cq_a = f.object;
@@ -79,16 +79,13 @@ fn an_object_handed_to_the_other_hca_is_refused_and_nothing_is_sent() {
     assert_eq!(dev_b.objects().qps, 0);
 
     // With the right HCA everything works and goes.
-    let qp = qp
-        .to_init(&mut a, InitAttr::default())
-        .map_err(|f| f.error)
-        .unwrap();
-    qp.destroy(&mut a).map_err(|f| f.error).unwrap();
-    srq_a.destroy(&mut a).map_err(|f| f.error).unwrap();
-    cq_a.destroy(&mut a).map_err(|f| f.error).unwrap();
-    pd_a.destroy(&mut a).map_err(|f| f.error).unwrap();
-    cq_b.destroy(&mut b).map_err(|f| f.error).unwrap();
-    pd_b.destroy(&mut b).map_err(|f| f.error).unwrap();
+    qp.to_init(&mut a, InitAttr::default()).unwrap();
+    qp.destroy(&mut a).unwrap();
+    srq_a.destroy(&mut a).unwrap();
+    cq_a.destroy(&mut a).unwrap();
+    pd_a.destroy(&mut a).unwrap();
+    cq_b.destroy(&mut b).unwrap();
+    pd_b.destroy(&mut b).unwrap();
     a.close().unwrap();
     b.close().unwrap();
 }

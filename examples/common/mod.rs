@@ -13,11 +13,11 @@ mod print;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::time::Duration;
 
-use uhca::driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca::driver::addr::{AhAttr, Gid, Mac, StaticRate};
 use uhca::driver::caps::LinkLayer;
 use uhca::driver::verbs::{
-    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, QpStateKind, QpTransport, Rc, RecvReady, RecvWr,
-    RtrAttr, RtsAttr, SendWr, WcStatus, WorkCompletion, state,
+    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, QpTransport, Rc, RecvWr, RtrAttr, RtsAttr,
+    SendWr, WcStatus, WorkCompletion,
 };
 use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::{AccessFlags, IbMtu};
@@ -290,7 +290,7 @@ pub struct Spec {
 
 /// A side's verbs objects from [`open_objects`] (torn down by [`take_down`]): the PD, the
 /// CQ of both of the QP's queues, the registered buffer, and the QP in INIT on port `-i`.
-pub type Objects<P, T> = (Pd<P>, Cq<P>, Mr<P>, Qp<P, T, state::Init>);
+pub type Objects<P, T> = (Pd<P>, Cq<P>, Mr<P>, Qp<P, T>);
 
 /// Allocates what `spec` asks for, in the order rdma-core's examples do (PD, CQ, MR, QP),
 /// and moves the QP to INIT on port `-i`.
@@ -315,22 +315,22 @@ pub fn open_objects<P: Platform, T: QpTransport>(
         srq: None,
         cap,
     };
-    let qp = hca.create_qp::<T>(&pd, &attr)?;
+    let mut qp = hca.create_qp::<T>(&pd, &attr)?;
     let init = InitAttr {
         port: args.ib_port,
         access: spec.access - AccessFlags::LOCAL_WRITE,
         qkey: spec.qkey,
         ..InitAttr::default()
     };
-    let qp = qp.to_init(hca, init).map_err(|f| f.error)?;
+    qp.to_init(hca, init)?;
     Ok((pd, cq, mr, qp))
 }
 
 /// The path to the peer, as rdma-core's pingpong builds it: global (GRH / RoCE) when the
 /// peer sent a GID, LID-routed otherwise.
-pub fn path_to<P: Platform>(hca: &Hca<P>, args: &Args, peer: &Dest) -> AddressHandle {
+pub fn path_to<P: Platform>(hca: &Hca<P>, args: &Args, peer: &Dest) -> AhAttr {
     match hca.caps().link_layer {
-        LinkLayer::Ethernet => AddressHandle::RoceV2 {
+        LinkLayer::Ethernet => AhAttr::RoceV2 {
             sgid_index: args.gid_index.unwrap_or(0),
             dgid: peer.gid,
             dmac: args.dmac.unwrap_or(Mac([0xff; 6])),
@@ -340,7 +340,7 @@ pub fn path_to<P: Platform>(hca: &Hca<P>, args: &Args, peer: &Dest) -> AddressHa
             flow_label: 0,
             sl: args.sl,
         },
-        LinkLayer::InfiniBand => AddressHandle::Ib {
+        LinkLayer::InfiniBand => AhAttr::Ib {
             dlid: peer.lid,
             sl: args.sl,
             src_path_bits: 0,
@@ -374,8 +374,8 @@ pub const RECV_WRID: u64 = 1;
 pub const SEND_WRID: u64 = 2;
 
 /// Posts up to `n` copies of `recv`; returns how many went in.
-pub fn post_recvs<P: Platform, T: QpTransport, S: RecvReady>(
-    qp: &mut Qp<P, T, S>,
+pub fn post_recvs<P: Platform, T: QpTransport>(
+    qp: &mut Qp<P, T>,
     recv: &RecvWr<'_>,
     n: u32,
 ) -> u32 {
@@ -386,8 +386,8 @@ pub fn post_recvs<P: Platform, T: QpTransport, S: RecvReady>(
 
 /// Fills the receive queue with `-r` copies of `recv` before the exchange, as rdma-core's
 /// ping-pong does, so that the peer's first message finds one.
-pub fn post_rx_depth<P: Platform, T: QpTransport, S: RecvReady>(
-    qp: &mut Qp<P, T, S>,
+pub fn post_rx_depth<P: Platform, T: QpTransport>(
+    qp: &mut Qp<P, T>,
     recv: &RecvWr<'_>,
     args: &Args,
 ) -> Res<()> {
@@ -408,14 +408,14 @@ pub fn post_rx_depth<P: Platform, T: QpTransport, S: RecvReady>(
 pub fn pingpong_loop<P: Platform, T: QpTransport>(
     hca: &mut Hca<P>,
     cq: &mut Cq<P>,
-    qp: &mut Qp<P, T, state::Rts>,
+    qp: &mut Qp<P, T>,
     args: &Args,
     client: bool,
     send: &SendWr<'_>,
     recv: &RecvWr<'_>,
     mut on_recv: impl FnMut() -> Res<()>,
 ) -> Res<f64> {
-    let post_send = |qp: &mut Qp<P, T, _>| {
+    let post_send = |qp: &mut Qp<P, T>| {
         qp.post_send(std::slice::from_ref(send))
             .map_err(|e| format!("couldn't post send: {e:?}"))
     };
@@ -646,7 +646,7 @@ pub fn exchange<M: OobMessage, T>(
 }
 
 /// An RC QP ready to send.
-pub type RcRts<P> = Qp<P, Rc, state::Rts>;
+pub type RcRts<P> = Qp<P, Rc>;
 
 /// [`exchange`] for an RC QP: `qp` goes from INIT to RTS towards the peer (its first send
 /// PSN the one `me` announces, up to `rd_atomic` RDMA READs at once; [`rc_connect`]).
@@ -654,7 +654,7 @@ pub fn exchange_rc<P: Platform, M: OobMessage>(
     hca: &mut Hca<P>,
     side: &mut Side<'_>,
     me: &M,
-    qp: Qp<P, Rc, state::Init>,
+    qp: Qp<P, Rc>,
     rd_atomic: u8,
 ) -> Res<(M, M::Session, RcRts<P>)> {
     let psn = me.dest().psn;
@@ -855,11 +855,11 @@ pub fn relax(spin: bool) {
 pub fn rc_connect<P: Platform>(
     hca: &mut Hca<P>,
     args: &Args,
-    qp: Qp<P, Rc, state::Init>,
+    mut qp: Qp<P, Rc>,
     peer: &Dest,
     psn: u32,
     rd_atomic: u8,
-) -> Res<Qp<P, Rc, state::Rts>> {
+) -> Res<Qp<P, Rc>> {
     let rtr = RtrAttr {
         path_mtu: args.mtu,
         dest_qpn: peer.qpn,
@@ -868,7 +868,7 @@ pub fn rc_connect<P: Platform>(
         min_rnr_timer: 12,
         ah: path_to(hca, args, peer),
     };
-    let qp = qp.to_rtr(hca, rtr).map_err(|f| f.error)?;
+    qp.to_rtr(hca, rtr)?;
     let rts = RtsAttr {
         sq_psn: psn,
         timeout: 14,
@@ -876,7 +876,8 @@ pub fn rc_connect<P: Platform>(
         rnr_retry: 7,
         max_rd_atomic: rd_atomic,
     };
-    Ok(qp.to_rts(hca, rts).map_err(|f| f.error)?)
+    qp.to_rts(hca, rts)?;
+    Ok(qp)
 }
 
 /// The RDMA READs an RC QP may have outstanding in the bandwidth and latency examples:
@@ -1119,9 +1120,9 @@ pub(crate) use run_modes;
 
 /// Takes an example's objects down in order: the QP to ERR, its last completions drained,
 /// then QP, CQ, MR (its memory comes back and is dropped) and PD destroyed.
-pub fn take_down<P, T, S>(
+pub fn take_down<P, T>(
     hca: &mut Hca<P>,
-    qp: Qp<P, T, S>,
+    mut qp: Qp<P, T>,
     mut cq: Cq<P>,
     mr: Mr<P>,
     pd: Pd<P>,
@@ -1129,14 +1130,14 @@ pub fn take_down<P, T, S>(
 where
     P: Platform,
     T: QpTransport,
-    S: QpStateKind,
 {
-    let qp = qp.to_err(hca).map_err(|f| f.error)?;
+    qp.to_err(hca)?;
     let mut drain = [WorkCompletion::default(); 16];
     while cq.poll(&mut drain)? != 0 {}
-    qp.destroy(hca).map_err(|f| f.error)?;
-    cq.destroy(hca).map_err(|f| f.error)?;
-    mr.destroy(hca).map_err(|f| f.error)?;
-    pd.destroy(hca).map_err(|f| f.error)?;
+    // A refused destroy gives the object back; here only its error matters.
+    qp.destroy(hca).map_err(uhca::driver::Error::from)?;
+    cq.destroy(hca).map_err(uhca::driver::Error::from)?;
+    mr.destroy(hca).map_err(uhca::driver::Error::from)?;
+    pd.destroy(hca).map_err(uhca::driver::Error::from)?;
     Ok(())
 }

@@ -20,7 +20,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 use libfuzzer_sys::fuzz_target;
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{AhAttr, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{InitAttr, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, SrqInitAttr};
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, CmdOpcode, IbMtu};
@@ -103,7 +103,7 @@ fn script(dev: &MockHca, ib: bool) -> Option<()> {
     let port = hca.query_port(1).ok();
     let mac = Mac(dev.mac());
     let ah = if ib {
-        AddressHandle::Ib {
+        AhAttr::Ib {
             dlid: port.map_or(1, |p| p.lid),
             sl: 0,
             src_path_bits: 0,
@@ -114,7 +114,7 @@ fn script(dev: &MockHca, ib: bool) -> Option<()> {
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         let gid = hca.add_roce_gid(1, 0, ip, mac, None).unwrap_or(Gid::ZERO);
         let _ = hca.query_gid(1, 0);
-        AddressHandle::RoceV2 {
+        AhAttr::RoceV2 {
             sgid_index: 0,
             dgid: gid,
             dmac: mac,
@@ -155,41 +155,38 @@ fn script(dev: &MockHca, ib: bool) -> Option<()> {
             max_inline_data: 32,
         },
     };
-    let qp = hca.create_qp::<Rc>(&pd, &attr).ok()?;
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).ok()?;
     let qpn = qp.qpn();
     let _ = qp.query(&mut hca);
-    let qp = qp
-        .to_init(
-            &mut hca,
-            InitAttr {
-                access,
-                ..InitAttr::default()
-            },
-        )
-        .ok()?;
-    let qp = qp
-        .to_rtr(
-            &mut hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: qpn,
-                rq_psn: 0x100,
-                max_dest_rd_atomic: 4,
-                ah,
-                ..RtrAttr::default()
-            },
-        )
-        .ok()?;
-    let qp = qp
-        .to_rts(
-            &mut hca,
-            RtsAttr {
-                sq_psn: 0x100,
-                max_rd_atomic: 4,
-                ..RtsAttr::default()
-            },
-        )
-        .ok()?;
+    qp.to_init(
+        &mut hca,
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        },
+    )
+    .ok()?;
+    qp.to_rtr(
+        &mut hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: qpn,
+            rq_psn: 0x100,
+            max_dest_rd_atomic: 4,
+            ah,
+            ..RtrAttr::default()
+        },
+    )
+    .ok()?;
+    qp.to_rts(
+        &mut hca,
+        RtsAttr {
+            sq_psn: 0x100,
+            max_rd_atomic: 4,
+            ..RtsAttr::default()
+        },
+    )
+    .ok()?;
     let _ = qp.query(&mut hca);
     let _ = qp.destroy(&mut hca);
     if let Some(srq) = srq {

@@ -2,7 +2,7 @@
 //! (`ibv_query_gid_ex`), on the driver's software [`Ah`] (mlx5 address handles need no
 //! command, so the handle lives with the C object and no table is kept).
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{Ah, GidType};
 
 use crate::abi::{IbvAhAttr, IbvGlobalRoute, IbvGrh};
@@ -29,7 +29,7 @@ fn einval(what: &str) -> VerbsError {
 
 /// `struct ibv_ah_attr` as the driver's path: a RoCEv2 destination (the devices here are
 /// RoCE; an InfiniBand path is `EOPNOTSUPP`, a RoCE path without a GRH `EINVAL`).
-pub fn address_handle(a: &IbvAhAttr, ethernet: bool) -> VResult<AddressHandle> {
+pub fn address_handle(a: &IbvAhAttr, ethernet: bool) -> VResult<AhAttr> {
     if !ethernet {
         return Err(VerbsError::new(
             libc::EOPNOTSUPP,
@@ -39,7 +39,7 @@ pub fn address_handle(a: &IbvAhAttr, ethernet: bool) -> VResult<AddressHandle> {
     if a.is_global == 0 {
         return Err(einval("a RoCE address handle is global (is_global, a GID)"));
     }
-    Ok(AddressHandle::RoceV2 {
+    Ok(AhAttr::RoceV2 {
         sgid_index: a.grh.sgid_index,
         dgid: Gid(a.grh.dgid),
         // No neighbour table: the mock's fabric and its UDP uplink route by IP.

@@ -1,31 +1,18 @@
 //! RC QPs by handle, for `ibv_create_qp`/`ibv_modify_qp`/`ibv_query_qp`/`ibv_destroy_qp`
-//! and the `post_send`/`post_recv`/`poll_cq` ops: uhca's QP keeps its state in its type, so
-//! the table holds it as [`RcQp`], one variant per state, and `modify` moves it along the
-//! transition the attributes ask for.
+//! and the `post_send`/`post_recv`/`poll_cq` ops. The table holds each QP as the driver's
+//! [`Qp`], whose state is a run-time value the driver checks; `modify` checks the attribute
+//! mask as `ibv_modify_qp(3)` documents it (the attributes each transition requires and
+//! those it may take) before the driver checks the transition against the IB state table.
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac};
+use uhca_driver::Error as DriverError;
+use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{
     InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, WorkCompletion,
-    state,
 };
-use uhca_fwif::consts::{AccessFlags, IbMtu};
+use uhca_fwif::consts::{AccessFlags, IbMtu, QpState as PrmState};
 use uhca_hal::wq::Sge;
 
 use crate::device::{Device, MockP, Open, VResult, VerbsError};
-
-/// An RC QP in the state its type says.
-pub enum RcQp {
-    /// RESET.
-    Reset(Qp<MockP, Rc, state::Reset>),
-    /// INIT.
-    Init(Qp<MockP, Rc, state::Init>),
-    /// RTR.
-    Rtr(Qp<MockP, Rc, state::Rtr>),
-    /// RTS.
-    Rts(Qp<MockP, Rc, state::Rts>),
-    /// ERR.
-    Err(Qp<MockP, Rc, state::Err>),
-}
 
 /// `enum ibv_qp_state` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,55 +26,120 @@ pub enum QpState {
     Rtr = 2,
     /// `IBV_QPS_RTS`.
     Rts = 3,
+    /// `IBV_QPS_SQD`.
+    Sqd = 4,
+    /// `IBV_QPS_SQE`.
+    Sqe = 5,
     /// `IBV_QPS_ERR`.
     Err = 6,
 }
 
 impl QpState {
-    /// From the C value (`SQD`, `SQE` and unknown values: `None`).
+    /// From the C value (unknown values: `None`).
     pub fn from_raw(v: i32) -> Option<Self> {
         Some(match v {
             0 => Self::Reset,
             1 => Self::Init,
             2 => Self::Rtr,
             3 => Self::Rts,
+            4 => Self::Sqd,
+            5 => Self::Sqe,
             6 => Self::Err,
             _ => return None,
         })
     }
-}
 
-impl RcQp {
-    fn state(&self) -> QpState {
-        match self {
-            RcQp::Reset(_) => QpState::Reset,
-            RcQp::Init(_) => QpState::Init,
-            RcQp::Rtr(_) => QpState::Rtr,
-            RcQp::Rts(_) => QpState::Rts,
-            RcQp::Err(_) => QpState::Err,
-        }
-    }
-
-    fn qpn(&self) -> u32 {
-        match self {
-            RcQp::Reset(q) => q.qpn(),
-            RcQp::Init(q) => q.qpn(),
-            RcQp::Rtr(q) => q.qpn(),
-            RcQp::Rts(q) => q.qpn(),
-            RcQp::Err(q) => q.qpn(),
+    /// The state the driver reports, as verbs names it.
+    fn from_prm(s: PrmState) -> Self {
+        match s {
+            PrmState::Rst => Self::Reset,
+            PrmState::Init => Self::Init,
+            PrmState::Rtr => Self::Rtr,
+            PrmState::Rts => Self::Rts,
+            PrmState::Sqd | PrmState::Sqdrained => Self::Sqd,
+            PrmState::Sqer => Self::Sqe,
+            _ => Self::Err,
         }
     }
 }
 
 /// A QP of the table with what `ibv_query_qp` reports.
 pub struct QpEntry {
-    qp: Option<RcQp>,
+    qp: Qp<MockP, Rc>,
     /// The capabilities it was created with.
     pub caps: QpCaps,
     /// Every send signalled (`sq_sig_all`).
     pub sq_sig_all: bool,
     /// The port (set at INIT).
     pub port: u8,
+}
+
+/// The attributes of `ibv_modify_qp`'s mask this library knows, one bit each.
+mod attr {
+    pub const PORT: u32 = 1 << 0;
+    pub const PKEY_INDEX: u32 = 1 << 1;
+    pub const ACCESS_FLAGS: u32 = 1 << 2;
+    pub const PATH_MTU: u32 = 1 << 3;
+    pub const DEST_QPN: u32 = 1 << 4;
+    pub const RQ_PSN: u32 = 1 << 5;
+    pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 6;
+    pub const MIN_RNR_TIMER: u32 = 1 << 7;
+    pub const AV: u32 = 1 << 8;
+    pub const SQ_PSN: u32 = 1 << 9;
+    pub const TIMEOUT: u32 = 1 << 10;
+    pub const RETRY_CNT: u32 = 1 << 11;
+    pub const RNR_RETRY: u32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    /// Their names, for the error messages.
+    pub const NAMES: [&str; 14] = [
+        "IBV_QP_PORT",
+        "IBV_QP_PKEY_INDEX",
+        "IBV_QP_ACCESS_FLAGS",
+        "IBV_QP_PATH_MTU",
+        "IBV_QP_DEST_QPN",
+        "IBV_QP_RQ_PSN",
+        "IBV_QP_MAX_DEST_RD_ATOMIC",
+        "IBV_QP_MIN_RNR_TIMER",
+        "IBV_QP_AV",
+        "IBV_QP_SQ_PSN",
+        "IBV_QP_TIMEOUT",
+        "IBV_QP_RETRY_CNT",
+        "IBV_QP_RNR_RETRY",
+        "IBV_QP_MAX_QP_RD_ATOMIC",
+    ];
+}
+
+/// The attributes an RC transition requires, and those it may take besides (which this
+/// library refuses with EOPNOTSUPP when it cannot apply them), as `ibv_modify_qp(3)` lists
+/// them. `None`: not a transition `ibv_modify_qp` makes with attributes here.
+fn rc_mask(from: QpState, to: QpState) -> Option<(u32, u32)> {
+    use QpState as S;
+    use attr::*;
+    Some(match (from, to) {
+        (_, S::Reset | S::Err) => (0, 0),
+        (S::Reset, S::Init) => (PKEY_INDEX | PORT | ACCESS_FLAGS, 0),
+        (S::Init, S::Init) => (0, PKEY_INDEX | PORT | ACCESS_FLAGS),
+        (S::Init, S::Rtr) => (
+            AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER,
+            ACCESS_FLAGS | PKEY_INDEX,
+        ),
+        (S::Rtr, S::Rts) => (
+            SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC,
+            ACCESS_FLAGS | MIN_RNR_TIMER,
+        ),
+        (S::Rts | S::Sqe, S::Rts) => (0, ACCESS_FLAGS | MIN_RNR_TIMER),
+        _ => return None,
+    })
+}
+
+fn names(bits: u32) -> String {
+    attr::NAMES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// What `ibv_modify_qp` asks for, by attribute (each `Some` is a bit of the mask).
@@ -123,6 +175,28 @@ pub struct Modify {
     pub rnr_retry: Option<u8>,
     /// `IBV_QP_MAX_QP_RD_ATOMIC`.
     pub max_rd_atomic: Option<u8>,
+}
+
+impl Modify {
+    /// The attribute bits present ([`attr`]).
+    fn mask(&self) -> u32 {
+        use attr::*;
+        let bit = |on: bool, b: u32| if on { b } else { 0 };
+        bit(self.port.is_some(), PORT)
+            | bit(self.pkey_index.is_some(), PKEY_INDEX)
+            | bit(self.access.is_some(), ACCESS_FLAGS)
+            | bit(self.path_mtu.is_some(), PATH_MTU)
+            | bit(self.dest_qpn.is_some(), DEST_QPN)
+            | bit(self.rq_psn.is_some(), RQ_PSN)
+            | bit(self.max_dest_rd_atomic.is_some(), MAX_DEST_RD_ATOMIC)
+            | bit(self.min_rnr_timer.is_some(), MIN_RNR_TIMER)
+            | bit(self.av.is_some(), AV)
+            | bit(self.sq_psn.is_some(), SQ_PSN)
+            | bit(self.timeout.is_some(), TIMEOUT)
+            | bit(self.retry_cnt.is_some(), RETRY_CNT)
+            | bit(self.rnr_retry.is_some(), RNR_RETRY)
+            | bit(self.max_rd_atomic.is_some(), MAX_QP_RD_ATOMIC)
+    }
 }
 
 /// `struct ibv_ah_attr` as the QP needs it.
@@ -242,7 +316,9 @@ fn translate_batch<'a>(
     Ok(())
 }
 
-/// The errno rdma-core's mlx5 provider returns for a work request the driver refused.
+/// The errno rdma-core's mlx5 provider returns for a work request the driver refused:
+/// ENOMEM for a full queue or too much inline data, EINVAL for the rest (an SGE outside its
+/// MR, a QP in a state that does not take the request).
 fn wr_errno(e: &uhca_driver::verbs::WrError) -> i32 {
     use uhca_driver::verbs::WrError;
     match e {
@@ -257,6 +333,17 @@ fn einval(msg: impl Into<String>) -> VerbsError {
 
 fn need<T>(v: Option<T>, what: &str) -> VResult<T> {
     v.ok_or_else(|| einval(format!("this transition needs {what}")))
+}
+
+/// The errno of a driver's refusal of a transition: EINVAL for an illegal transition or a
+/// bad argument (nothing was sent), EOPNOTSUPP for what the driver does not do, EIO for
+/// the device's refusal.
+fn driver_errno(e: &DriverError) -> i32 {
+    match e {
+        DriverError::IllegalTransition { .. } | DriverError::InvalidArgument(_) => libc::EINVAL,
+        DriverError::Unsupported(_) => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
 }
 
 impl Device {
@@ -315,7 +402,7 @@ impl Device {
             o.qps.insert(
                 h,
                 QpEntry {
-                    qp: Some(RcQp::Reset(qp)),
+                    qp,
                     caps: got,
                     sq_sig_all,
                     port: 1,
@@ -325,88 +412,97 @@ impl Device {
         })?
     }
 
-    /// `ibv_modify_qp`: the transition `m.state` names from the QP's state, with the
-    /// attributes that transition needs. Returns the new state.
+    /// `ibv_modify_qp`: the transition `m.state` names from the QP's state (the current
+    /// state when the mask has no `IBV_QP_STATE`), with the attributes that transition
+    /// requires, as `ibv_modify_qp(3)` lists them for RC. Returns the new state.
     ///
     /// # Errors
     ///
-    /// EINVAL for an unknown QP, a transition verbs does not allow or missing attributes;
-    /// EOPNOTSUPP for a modify without a state change; the driver's failure (the QP stays
-    /// as it was).
+    /// EINVAL for an unknown QP, a transition the IB state table does not have, a required
+    /// attribute missing or one the transition does not take (nothing is sent and nothing
+    /// changes); EOPNOTSUPP for a transition or an optional attribute this library does not
+    /// apply; the driver's failure (the QP stays in the state it was in).
     pub fn modify_qp(&self, handle: u32, m: &Modify) -> VResult<QpState> {
         self.with_open(|o| {
             let link = o.hw.hca.caps().link_layer;
             let e = o.qps.get_mut(&handle).ok_or_else(|| einval("unknown QP"))?;
-            let qp = e.qp.take().expect("a QP in the table");
-            let to = match m.state {
-                Some(s) => s,
-                None => {
-                    e.qp = Some(qp);
-                    return Err(VerbsError::new(
-                        libc::EOPNOTSUPP,
-                        "modifying a QP's attributes without a state change",
-                    ));
-                }
+            let from = QpState::from_prm(e.qp.state());
+            let to = m.state.unwrap_or(from);
+            let Some((required, optional)) = rc_mask(from, to) else {
+                return Err(einval(format!("no transition {from:?} -> {to:?}")));
             };
+            let given = m.mask();
+            if given & !(required | optional) != 0 {
+                return Err(einval(format!(
+                    "{from:?} -> {to:?} takes no {}",
+                    names(given & !(required | optional))
+                )));
+            }
+            if required & !given != 0 {
+                return Err(einval(format!(
+                    "{from:?} -> {to:?} needs {}",
+                    names(required & !given)
+                )));
+            }
+            if given & optional != 0 {
+                return Err(VerbsError::new(
+                    libc::EOPNOTSUPP,
+                    format!("{from:?} -> {to:?} with {}", names(given & optional)),
+                ));
+            }
             let hca = &mut o.hw.hca;
-            let fail = |what: &str, err: &dyn core::fmt::Debug| {
-                VerbsError::new(libc::EINVAL, format!("{what}: {err:?}"))
-            };
-            let (next, err) = match (qp, to) {
-                (RcQp::Reset(q), QpState::Init) => {
-                    let attr = (|| {
-                        Ok::<_, VerbsError>(InitAttr {
-                            port: need(m.port, "IBV_QP_PORT")?,
-                            pkey_index: m.pkey_index.unwrap_or(0),
-                            access: need(m.access, "IBV_QP_ACCESS_FLAGS")?,
-                            ..InitAttr::default()
-                        })
-                    })();
-                    match attr {
-                        Err(er) => (RcQp::Reset(q), Some(er)),
-                        Ok(a) => {
-                            let port = a.port;
-                            match q.to_init(hca, a) {
-                                Ok(q) => {
-                                    e.port = port;
-                                    (RcQp::Init(q), None)
-                                }
-                                Err(f) => (RcQp::Reset(f.object), Some(fail("to INIT", &f.error))),
+            let qp = &mut e.qp;
+            let done = match to {
+                QpState::Reset => qp.to_reset(hca),
+                QpState::Err => qp.to_err(hca),
+                QpState::Init if from == QpState::Init => {
+                    Err(DriverError::Unsupported("INIT to INIT"))
+                }
+                QpState::Init => {
+                    let a = InitAttr {
+                        port: need(m.port, "IBV_QP_PORT")?,
+                        pkey_index: need(m.pkey_index, "IBV_QP_PKEY_INDEX")?,
+                        access: need(m.access, "IBV_QP_ACCESS_FLAGS")?,
+                        ..InitAttr::default()
+                    };
+                    let r = qp.to_init(hca, a);
+                    if r.is_ok() {
+                        e.port = a.port;
+                    }
+                    r
+                }
+                QpState::Rtr => {
+                    let av = need(m.av, "IBV_QP_AV")?;
+                    let mtu = IbMtu::from_raw(need(m.path_mtu, "IBV_QP_PATH_MTU")?);
+                    let dest_qpn = need(m.dest_qpn, "IBV_QP_DEST_QPN")?;
+                    let ah = match link {
+                        uhca_driver::caps::LinkLayer::Ethernet => {
+                            if !av.is_global {
+                                return Err(einval("a RoCE path is global (is_global, a GID)"));
+                            }
+                            AhAttr::RoceV2 {
+                                sgid_index: av.sgid_index,
+                                dgid: Gid(av.dgid),
+                                // No neighbour table: the mock's fabric and its UDP uplink
+                                // route by IP, as the examples' --udp mode does.
+                                dmac: Mac([0xff; 6]),
+                                udp_sport: 0xc000 | (dest_qpn as u16 & 0x3fff),
+                                traffic_class: av.traffic_class,
+                                hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
+                                flow_label: av.flow_label,
+                                sl: av.sl,
                             }
                         }
-                    }
-                }
-                (RcQp::Init(q), QpState::Rtr) => {
-                    let attr = (|| {
-                        let av = need(m.av, "IBV_QP_AV")?;
-                        let mtu = IbMtu::from_raw(need(m.path_mtu, "IBV_QP_PATH_MTU")?);
-                        let dest_qpn = need(m.dest_qpn, "IBV_QP_DEST_QPN")?;
-                        let ah = match link {
-                            uhca_driver::caps::LinkLayer::Ethernet => {
-                                if !av.is_global {
-                                    return Err(einval("a RoCE path is global (is_global, a GID)"));
-                                }
-                                AddressHandle::RoceV2 {
-                                    sgid_index: av.sgid_index,
-                                    dgid: Gid(av.dgid),
-                                    // No neighbour table: the mock's fabric and its UDP uplink
-                                    // route by IP, as the examples' --udp mode does.
-                                    dmac: Mac([0xff; 6]),
-                                    udp_sport: 0xc000 | (dest_qpn as u16 & 0x3fff),
-                                    traffic_class: av.traffic_class,
-                                    hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
-                                    flow_label: av.flow_label,
-                                    sl: av.sl,
-                                }
-                            }
-                            uhca_driver::caps::LinkLayer::InfiniBand => {
-                                return Err(VerbsError::new(
-                                    libc::EOPNOTSUPP,
-                                    "InfiniBand paths (the devices here are RoCE)",
-                                ));
-                            }
-                        };
-                        Ok(RtrAttr {
+                        uhca_driver::caps::LinkLayer::InfiniBand => {
+                            return Err(VerbsError::new(
+                                libc::EOPNOTSUPP,
+                                "InfiniBand paths (the devices here are RoCE)",
+                            ));
+                        }
+                    };
+                    qp.to_rtr(
+                        hca,
+                        RtrAttr {
                             path_mtu: mtu,
                             dest_qpn,
                             rq_psn: need(m.rq_psn, "IBV_QP_RQ_PSN")?,
@@ -416,58 +512,28 @@ impl Device {
                             )?,
                             min_rnr_timer: need(m.min_rnr_timer, "IBV_QP_MIN_RNR_TIMER")?,
                             ah,
-                        })
-                    })();
-                    match attr {
-                        Err(er) => (RcQp::Init(q), Some(er)),
-                        Ok(a) => match q.to_rtr(hca, a) {
-                            Ok(q) => (RcQp::Rtr(q), None),
-                            Err(f) => (RcQp::Init(f.object), Some(fail("to RTR", &f.error))),
                         },
-                    }
+                    )
                 }
-                (RcQp::Rtr(q), QpState::Rts) => {
-                    let attr = (|| {
-                        Ok::<_, VerbsError>(RtsAttr {
-                            sq_psn: need(m.sq_psn, "IBV_QP_SQ_PSN")?,
-                            timeout: need(m.timeout, "IBV_QP_TIMEOUT")?,
-                            retry_cnt: need(m.retry_cnt, "IBV_QP_RETRY_CNT")?,
-                            rnr_retry: need(m.rnr_retry, "IBV_QP_RNR_RETRY")?,
-                            max_rd_atomic: need(m.max_rd_atomic, "IBV_QP_MAX_QP_RD_ATOMIC")?,
-                        })
-                    })();
-                    match attr {
-                        Err(er) => (RcQp::Rtr(q), Some(er)),
-                        Ok(a) => match q.to_rts(hca, a) {
-                            Ok(q) => (RcQp::Rts(q), None),
-                            Err(f) => (RcQp::Rtr(f.object), Some(fail("to RTS", &f.error))),
-                        },
-                    }
-                }
-                (q, QpState::Err) => match q {
-                    RcQp::Reset(q) => wrap_err(q.to_err(hca), RcQp::Reset),
-                    RcQp::Init(q) => wrap_err(q.to_err(hca), RcQp::Init),
-                    RcQp::Rtr(q) => wrap_err(q.to_err(hca), RcQp::Rtr),
-                    RcQp::Rts(q) => wrap_err(q.to_err(hca), RcQp::Rts),
-                    RcQp::Err(q) => (RcQp::Err(q), None),
-                },
-                (q, QpState::Reset) => match q {
-                    RcQp::Reset(q) => (RcQp::Reset(q), None),
-                    RcQp::Init(q) => wrap_reset(q.to_reset(hca), RcQp::Init),
-                    RcQp::Rtr(q) => wrap_reset(q.to_reset(hca), RcQp::Rtr),
-                    RcQp::Rts(q) => wrap_reset(q.to_reset(hca), RcQp::Rts),
-                    RcQp::Err(q) => wrap_reset(q.to_reset(hca), RcQp::Err),
-                },
-                (q, to) => {
-                    let from = q.state();
-                    (q, Some(einval(format!("no transition {from:?} -> {to:?}"))))
-                }
+                QpState::Rts if from == QpState::Rtr => qp.to_rts(
+                    hca,
+                    RtsAttr {
+                        sq_psn: need(m.sq_psn, "IBV_QP_SQ_PSN")?,
+                        timeout: need(m.timeout, "IBV_QP_TIMEOUT")?,
+                        retry_cnt: need(m.retry_cnt, "IBV_QP_RETRY_CNT")?,
+                        rnr_retry: need(m.rnr_retry, "IBV_QP_RNR_RETRY")?,
+                        max_rd_atomic: need(m.max_rd_atomic, "IBV_QP_MAX_QP_RD_ATOMIC")?,
+                    },
+                ),
+                QpState::Rts if from == QpState::Sqe => qp.recover_sq(hca),
+                _ => Err(DriverError::Unsupported("this transition")),
             };
-            let s = next.state();
-            e.qp = Some(next);
-            match err {
-                Some(er) => Err(er),
-                None => Ok(s),
+            match done {
+                Ok(()) => Ok(QpState::from_prm(qp.state())),
+                Err(er) => Err(VerbsError::new(
+                    driver_errno(&er),
+                    format!("{from:?} -> {to:?}: {er}"),
+                )),
             }
         })?
     }
@@ -479,24 +545,32 @@ impl Device {
     /// Unknown QP, or the driver's failure (the QP stays).
     pub fn destroy_qp(&self, handle: u32) -> VResult<()> {
         self.with_open(|o| {
-            let mut e = o.qps.remove(&handle).ok_or_else(|| einval("unknown QP"))?;
-            let hca = &mut o.hw.hca;
-            let r = match e.qp.take().expect("a QP in the table") {
-                RcQp::Reset(q) => q.destroy(hca).map_err(|f| (RcQp::Reset(f.object), f.error)),
-                RcQp::Init(q) => q.destroy(hca).map_err(|f| (RcQp::Init(f.object), f.error)),
-                RcQp::Rtr(q) => q.destroy(hca).map_err(|f| (RcQp::Rtr(f.object), f.error)),
-                RcQp::Rts(q) => q.destroy(hca).map_err(|f| (RcQp::Rts(f.object), f.error)),
-                RcQp::Err(q) => q.destroy(hca).map_err(|f| (RcQp::Err(f.object), f.error)),
-            };
-            r.map_err(|(q, er)| {
-                e.qp = Some(q);
-                o.qps.insert(handle, e);
+            let e = o.qps.remove(&handle).ok_or_else(|| einval("unknown QP"))?;
+            let QpEntry {
+                qp,
+                caps,
+                sq_sig_all,
+                port,
+            } = e;
+            qp.destroy(&mut o.hw.hca).map_err(|f| {
+                let (qp, er) = f.into_parts();
+                o.qps.insert(
+                    handle,
+                    QpEntry {
+                        qp,
+                        caps,
+                        sq_sig_all,
+                        port,
+                    },
+                );
                 VerbsError::new(libc::EBUSY, format!("destroy QP: {er:?}"))
             })
         })?
     }
 
-    /// The QP's state, capabilities, `sq_sig_all` and port (`ibv_query_qp`).
+    /// The QP's state, capabilities, `sq_sig_all`, port and number (`ibv_query_qp`). The
+    /// state is the driver's, refreshed from the device (QUERY_QP) when it answers: an
+    /// error completion or the device's own move to ERR shows.
     ///
     /// # Errors
     ///
@@ -504,8 +578,10 @@ impl Device {
     pub fn query_qp(&self, handle: u32) -> VResult<(QpState, QpCaps, bool, u8, u32)> {
         self.with_open(|o| {
             let e = o.qps.get(&handle).ok_or_else(|| einval("unknown QP"))?;
-            let q = e.qp.as_ref().expect("a QP in the table");
-            Ok((q.state(), e.caps, e.sq_sig_all, e.port, q.qpn()))
+            // A device that does not answer leaves the driver's view as it was.
+            let _ = e.qp.query(&mut o.hw.hca);
+            let s = QpState::from_prm(e.qp.state());
+            Ok((s, e.caps, e.sq_sig_all, e.port, e.qp.qpn()))
         })?
     }
 
@@ -546,9 +622,7 @@ impl Device {
             let wrs = &wrs[..count];
             let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
             let sig_all = e.sq_sig_all;
-            let RcQp::Rts(q) = e.qp.as_mut().expect("a QP in the table") else {
-                return Err((0, libc::EINVAL));
-            };
+            let q = &mut e.qp;
             let mut reqs = [SendWr::new(0, SendOp::Send, &[]); POST_BATCH];
             for (i, w) in wrs.iter().enumerate() {
                 let mut flags = w.flags;
@@ -599,13 +673,8 @@ impl Device {
                         };
                     }
                     let reqs = &reqs[..chunk.len()];
-                    let r = match e.qp.as_mut().expect("a QP in the table") {
-                        RcQp::Init(q) => q.post_recv(reqs),
-                        RcQp::Rtr(q) => q.post_recv(reqs),
-                        RcQp::Rts(q) => q.post_recv(reqs),
-                        _ => return Err((0, libc::EINVAL)),
-                    };
-                    r.map_err(|b| (b.index, wr_errno(&b.error)))?;
+                    e.qp.post_recv(reqs)
+                        .map_err(|b| (b.index, wr_errno(&b.error)))?;
                     refused.map_or(Ok(()), |e| Err((count, e)))
                 })
                 .unwrap_or(Err((0, libc::EINVAL)))
@@ -662,41 +731,6 @@ impl Device {
             cq.poll(out)
                 .map_err(|e| VerbsError::new(libc::EIO, format!("poll: {e:?}")))
         })?
-    }
-}
-
-/// A transition's outcome: the QP in its new state, or back in its old one with the error.
-type Moved<To, From> = Result<Qp<MockP, Rc, To>, uhca_driver::Failed<Qp<MockP, Rc, From>>>;
-
-fn wrap_err<S>(
-    r: Moved<state::Err, S>,
-    back: fn(Qp<MockP, Rc, S>) -> RcQp,
-) -> (RcQp, Option<VerbsError>)
-where
-    S: uhca_driver::verbs::QpStateKind,
-{
-    match r {
-        Ok(q) => (RcQp::Err(q), None),
-        Err(f) => (
-            back(f.object),
-            Some(einval(format!("to ERR: {:?}", f.error))),
-        ),
-    }
-}
-
-fn wrap_reset<S>(
-    r: Moved<state::Reset, S>,
-    back: fn(Qp<MockP, Rc, S>) -> RcQp,
-) -> (RcQp, Option<VerbsError>)
-where
-    S: uhca_driver::verbs::QpStateKind,
-{
-    match r {
-        Ok(q) => (RcQp::Reset(q), None),
-        Err(f) => (
-            back(f.object),
-            Some(einval(format!("to RESET: {:?}", f.error))),
-        ),
     }
 }
 
@@ -790,6 +824,32 @@ mod tests {
             Err((0, libc::EINVAL)),
             "INIT sends nothing"
         );
+        assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
+        // INIT -> RTR: a required attribute missing, or one RTR does not take, is EINVAL
+        // and the QP stays in INIT.
+        let rtr = Modify {
+            av: Some(Av {
+                is_global: true,
+                ..Av::default()
+            }),
+            path_mtu: Some(3),
+            dest_qpn: Some(qpn),
+            rq_psn: Some(0),
+            max_dest_rd_atomic: Some(1),
+            min_rnr_timer: Some(12),
+            ..to(QpState::Rtr)
+        };
+        let no_av = Modify { av: None, ..rtr };
+        let e = d.modify_qp(qp, &no_av).unwrap_err();
+        assert_eq!(e.errno, libc::EINVAL);
+        assert!(format!("{e:?}").contains("IBV_QP_AV"), "{e:?}");
+        let with_sq_psn = Modify {
+            sq_psn: Some(1),
+            ..rtr
+        };
+        let e = d.modify_qp(qp, &with_sq_psn).unwrap_err();
+        assert_eq!(e.errno, libc::EINVAL);
+        assert!(format!("{e:?}").contains("IBV_QP_SQ_PSN"), "{e:?}");
         assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
         // To ERR flushes the receives: 1, 2, and 3 (posted before the refused 4, as verbs
         // posts the requests before `bad_wr`).

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp,
-    SendWr, Sge, Srq, SrqInitAttr, WorkCompletion, state,
+    SendWr, Sge, Srq, SrqInitAttr, WorkCompletion,
 };
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, CqeOpcode, WqeOpcode};
@@ -118,7 +118,7 @@ type P = PlainDoorbells;
 struct Pair {
     dev: MockHca,
     cq: Cq<P>,
-    qp: Qp<P, Rc, state::Rts>,
+    qp: Qp<P, Rc>,
     mr: Mr<P>,
     /// The SRQ the QP receives from, if it does.
     srq: Option<Srq<P>>,
@@ -169,7 +169,7 @@ fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid, with_
         )
         .unwrap()
     });
-    let qp = hca
+    let mut qp = hca
         .create_qp::<Rc>(
             &pd,
             &QpInitAttr {
@@ -187,11 +187,8 @@ fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid, with_
         )
         .unwrap();
     let qpn = qp.qpn();
-    let qp = qp
-        .to_init(hca, InitAttr::default())
-        .map_err(|f| f.error)
-        .unwrap();
-    let ah = uhca_driver::addr::AddressHandle::RoceV2 {
+    qp.to_init(hca, InitAttr::default()).unwrap();
+    let ah = uhca_driver::addr::AhAttr::RoceV2 {
         sgid_index: 0,
         dgid: gid,
         dmac: uhca_driver::addr::Mac([2, 0, 0, 0, 0, 1]),
@@ -201,21 +198,16 @@ fn make_pair(dev: &MockHca, hca: &mut Hca<P>, gid: uhca_driver::addr::Gid, with_
         flow_label: 0,
         sl: 0,
     };
-    let qp = qp
-        .to_rtr(
-            hca,
-            RtrAttr {
-                dest_qpn: qpn,
-                ah,
-                ..RtrAttr::default()
-            },
-        )
-        .map_err(|f| f.error)
-        .unwrap();
-    let qp = qp
-        .to_rts(hca, RtsAttr::default())
-        .map_err(|f| f.error)
-        .unwrap();
+    qp.to_rtr(
+        hca,
+        RtrAttr {
+            dest_qpn: qpn,
+            ah,
+            ..RtrAttr::default()
+        },
+    )
+    .unwrap();
+    qp.to_rts(hca, RtsAttr::default()).unwrap();
     let cq_iova = cq.ring().mem().iova();
     let cq_log = (cq.cqe() + 1).trailing_zeros();
     Pair {

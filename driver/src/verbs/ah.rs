@@ -1,14 +1,14 @@
 //! Address handles for UD sends.
 //!
 //! mlx5 address handles live in software (rdma-core builds them without a command): an
-//! [`Ah`] checks its [`AddressHandle`] against the port once and keeps the prepared
+//! [`Ah`] checks its [`AhAttr`] against the port once and keeps the prepared
 //! address vector (`mlx5_av`) that every UD send to that destination copies into its
 //! datagram segment, with the destination QPN and Q_Key of the work request.
 
 use uhca_fwif::wqe::Av;
 use uhca_hal::Platform;
 
-use crate::addr::AddressHandle;
+use crate::addr::AhAttr;
 use crate::caps::LinkLayer;
 #[cfg(doc)]
 use crate::error::Error;
@@ -22,14 +22,14 @@ const MASK24: u32 = 0x00ff_ffff;
 /// A UD address handle: a destination path, checked and encoded once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ah {
-    attr: AddressHandle,
+    attr: AhAttr,
     port: u8,
     av: Av,
 }
 
 impl Ah {
     /// The path it was created with (`ibv_query_ah`).
-    pub fn attr(&self) -> &AddressHandle {
+    pub fn attr(&self) -> &AhAttr {
         &self.attr
     }
 
@@ -58,11 +58,11 @@ impl<P: Platform> Hca<P> {
     /// [`Error::InvalidArgument`] for a port the HCA does not have, a path of the other
     /// link layer (InfiniBand LIDs on an Ethernet port or the reverse), a service level
     /// or source GID index out of range, or a zero destination LID.
-    pub fn create_ah(&self, port: u8, attr: AddressHandle) -> Result<Ah> {
+    pub fn create_ah(&self, port: u8, attr: AhAttr) -> Result<Ah> {
         let caps = self.caps();
         port_in_range(port, caps.num_ports)?;
         match (attr, caps.link_layer) {
-            (AddressHandle::Ib { dlid, sl, grh, .. }, LinkLayer::InfiniBand) => {
+            (AhAttr::Ib { dlid, sl, grh, .. }, LinkLayer::InfiniBand) => {
                 if dlid == 0 {
                     return Err(InvalidArgument::min(Arg::Dlid, 0, 1).into());
                 }
@@ -80,7 +80,7 @@ impl<P: Platform> Hca<P> {
                     .into());
                 }
             }
-            (AddressHandle::RoceV2 { sgid_index, sl, .. }, LinkLayer::Ethernet) => {
+            (AhAttr::RoceV2 { sgid_index, sl, .. }, LinkLayer::Ethernet) => {
                 let table = self
                     .roce_caps()
                     .map_or(caps.gid_table_len, |r| r.address_table_len as u32);

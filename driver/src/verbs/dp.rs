@@ -31,6 +31,8 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::qp::QpStateCell;
+
 use uhca_fwif::consts::QpServiceType;
 use uhca_hal::Platform;
 use uhca_hal::host::{HostArc, HostArray, SpinLock};
@@ -58,8 +60,9 @@ pub(crate) struct QpShared<P: Platform> {
     pub(crate) srq: Option<SrqHandle<P>>,
     pub(crate) sq: Option<SqTable<P>>,
     pub(crate) rq: Option<RqTable<P>>,
-    /// An error completion was seen: the device has the QP in ERR.
-    pub(crate) error: AtomicBool,
+    /// The QP's state as the driver believes it: set by each transition and by QUERY_QP,
+    /// moved to ERR by an error completion (`error.store(true, ..)`), read once per post.
+    pub(crate) error: QpStateCell,
     /// The QP went through RESET and nothing was posted to the SQ (`sq_stale`) or to its
     /// own RQ (`rq_stale`) since: CQEs of that queue still in the CQ are the old
     /// incarnation's (rdma-core removes them from the CQ at RESET) and are dropped. No new
@@ -92,7 +95,7 @@ impl<P: Platform> QpShared<P> {
             srq,
             sq,
             rq,
-            error: AtomicBool::new(false),
+            error: QpStateCell::new(),
             sq_stale: AtomicBool::new(false),
             rq_stale: AtomicBool::new(false),
             destroyed: AtomicU64::new(0),

@@ -1,5 +1,6 @@
 //! The verbs objects: protection domains, transport domains, memory regions, completion
-//! queues, queue pairs (with their state machine in the types), shared receive queues,
+//! queues, queue pairs (their transport in the type, their state checked at run time), shared
+//! receive queues,
 //! address handles, and the port and GID-table queries.
 //!
 //! Every object is created through the [`Hca`](crate::Hca) that owns the device
@@ -96,9 +97,9 @@
 //! moving it to RESET or destroying it. Move a QP to RESET only while no thread polls its
 //! CQs.
 
-// A failed transition hands the QP back by value inside `Failed`, so the error variant is
-// as large as the object (a few hundred bytes); without an allocator there is nothing to
-// box it in, and the success variant is the same size anyway.
+// A failed destroy hands the object back by value inside `Failed`, so the error variant is
+// as large as the object (a few hundred bytes for a QP); without an allocator there is
+// nothing to box it in.
 #![allow(clippy::result_large_err)]
 
 use uhca_fwif::consts::ADAPTER_PAGE_SIZE;
@@ -125,8 +126,8 @@ pub use mr::{Mr, MrAttr};
 pub use pd::{Pd, TransportDomain};
 pub use port::{GidEntry, GidType, PhysPortState, PortAttr};
 pub use qp::{
-    InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpStateKind, QpTransport, Rc, RtrAttr, RtsAttr, Uc,
-    Ud, state,
+    InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpTransport, Rc, RtrAttr, RtsAttr, Uc, Ud,
+    transition_is_legal,
 };
 pub use reserved::ReservedLkey;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
@@ -134,7 +135,7 @@ pub use user_mr::UserMr;
 
 pub use crate::error::{BadCqe, PollError};
 pub use dp::MAX_PENDING_CQ_EVENTS;
-pub use post::{RecvQueue, RecvReady, SendQueue};
+pub use post::{RecvQueue, SendQueue};
 pub use wr::{
     BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrError,

@@ -35,7 +35,6 @@ use uhca_hal::Platform;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 
 use super::{Failed, MAX_PAS, Pd, Sge, device_may_hold};
-#[cfg(doc)]
 use crate::error::Error;
 use crate::error::{Arg, InvalidArgument, Result};
 use crate::hca::Hca;
@@ -264,7 +263,7 @@ impl<P: Platform> Hca<P> {
         }
         check_access(access)?;
         let buf = self.alloc_dma(len, 1 << ADAPTER_PAGE_SHIFT)?;
-        self.reg_mr(pd, buf, 0, len, access).map_err(|f| f.error)
+        self.reg_mr(pd, buf, 0, len, access).map_err(Error::from)
     }
 
     /// Registers `len` bytes at `offset` of `buf` (CREATE_MKEY, MTT access mode,

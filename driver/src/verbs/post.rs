@@ -1,5 +1,6 @@
-//! Posting work requests: `post_send` on QPs in RTS, `post_recv` on QPs in INIT, RTR or
-//! RTS and on SRQs.
+//! Posting work requests: `post_send` on QPs in RTS, `post_recv` on QPs in INIT, RTR,
+//! RTS or SQER and on SRQs. Each post reads the QP's state once ([`WrError::QpState`],
+//! [`WrError::QpInError`] otherwise).
 //!
 //! A post builds one WQE per work request in the queue's DMA memory, records the
 //! request's `wr_id` in the QP's work-request table, and publishes the whole batch with one
@@ -13,7 +14,7 @@
 //! tables (which the CQ's poller reads, through the protocol of
 //! [`uhca_hal::wrid`]). It allocates nothing and takes no lock (an SRQ takes its own spin
 //! lock, which its pollers share). [`Qp::split`] lends the send side and the receive side of
-//! a QP in RTS to two threads ([`SendQueue`], [`RecvQueue`]); they post through the same
+//! a QP to two threads ([`SendQueue`], [`RecvQueue`]); they post through the same
 //! code as the QP itself.
 
 use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, WqeOpcode};
@@ -26,7 +27,7 @@ use uhca_hal::platform::Bar;
 use uhca_hal::wq::{RecvRing, RqRing, SendRing, SqRing, WqError};
 
 use super::dp::QpShared;
-use super::qp::{QpStateKind, QpTransport, state};
+use super::qp::QpTransport;
 use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WcOpcode, WrError};
 use super::{Qp, Srq};
 use core::marker::PhantomData;
@@ -40,11 +41,21 @@ const MAX_RECV_SGE: usize = 64;
 /// Byte offset of `next_wqe_index` in an SRQ WQE's "next" segment.
 const SRQ_NEXT_WQE_INDEX_OFF: usize = 0;
 
-/// QP states in which receives may be posted (INIT, RTR, RTS).
-pub trait RecvReady: QpStateKind {}
-impl RecvReady for state::Init {}
-impl RecvReady for state::Rtr {}
-impl RecvReady for state::Rts {}
+/// The refusal of a post on a QP in a state that does not take it: ERR after an error
+/// completion ([`WrError::QpInError`]), any other the state it is in.
+#[cold]
+#[inline(never)]
+fn not_ready<P: Platform>(sh: &QpShared<P>) -> BadWr {
+    let error = if sh.error.load(Ordering::Relaxed) {
+        WrError::QpInError { qpn: sh.qpn }
+    } else {
+        WrError::QpState {
+            qpn: sh.qpn,
+            state: sh.error.get(),
+        }
+    };
+    BadWr { index: 0, error }
+}
 
 /// The request's fault, for a refusal of the HAL's WQE builder. The request was checked
 /// against the QP's capabilities first ([`check_send`]), so what remains is a full queue or
@@ -212,7 +223,7 @@ fn build_send<R: SendRing>(
     Ok(w.finish())
 }
 
-impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
+impl<P: Platform, T: QpTransport> Qp<P, T> {
     /// Posts send work requests (`ibv_post_send`) and rings the send doorbell once.
     ///
     /// `wrs` is anything that iterates over `&SendWr` (a slice, an array, an iterator).
@@ -221,8 +232,8 @@ impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     /// published and [`BadWr`] names it and why; nothing after it is posted.
     ///
     /// ```no_run
-    /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, SendFlags, Sge};
-    /// # fn f<P: uhca_hal::Platform>(qp: &mut Qp<P, Rc, state::Rts>, lkey: u32, rkey: u32) {
+    /// # use uhca_driver::verbs::{Qp, Rc, SendWr, SendOp, SendFlags, Sge};
+    /// # fn f<P: uhca_hal::Platform>(qp: &mut Qp<P, Rc>, lkey: u32, rkey: u32) {
     /// let sge = [Sge { addr: 0x10_0000, len: 64, lkey }];
     /// let wrs = [
     ///     SendWr::new(1, SendOp::RdmaWrite { remote_addr: 0x20_0000, rkey }, &sge)
@@ -235,9 +246,10 @@ impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     ///
     /// # Errors
     ///
-    /// [`BadWr`] with the index of the first refused request: [`WrError::QpInError`]
-    /// after an error completion (the device moved the QP to ERR), [`WrError::QueueFull`],
-    /// or the request's own fault (see [`WrError`]).
+    /// [`BadWr`] with the index of the first refused request: [`WrError::QpState`] for a
+    /// QP not in RTS, [`WrError::QpInError`] in ERR (after an error completion the device
+    /// moved the QP there), [`WrError::QueueFull`], or the request's own fault (see
+    /// [`WrError`]).
     pub fn post_send<'w, 'd: 'w, I>(&mut self, wrs: I) -> Result<(), BadWr>
     where
         I: IntoIterator<Item = &'w SendWr<'d>>,
@@ -268,8 +280,8 @@ impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     /// its own protocol ([`uhca_hal::wrid`]).
     ///
     /// ```no_run
-    /// # use uhca_driver::verbs::{Qp, Rc, state, SendWr, SendOp, RecvWr, Sge};
-    /// # fn f<P: uhca_hal::Platform + Send + Sync>(qp: &mut Qp<P, Rc, state::Rts>, sge: Sge) {
+    /// # use uhca_driver::verbs::{Qp, Rc, SendWr, SendOp, RecvWr, Sge};
+    /// # fn f<P: uhca_hal::Platform + Send + Sync>(qp: &mut Qp<P, Rc>, sge: Sge) {
     /// let (mut tx, mut rx) = qp.split();
     /// std::thread::scope(|s| {
     ///     s.spawn(move || tx.post_send(&[SendWr::new(1, SendOp::Send, &[sge])]).unwrap());
@@ -305,7 +317,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
     }
 }
 
-/// The send side of a QP in RTS, split from it with [`Qp::split`].
+/// The send side of a QP, split from it with [`Qp::split`].
 pub struct SendQueue<'a, P: Platform, T: QpTransport> {
     rings: SqRing<'a, DmaAlias<'a>>,
     bar: &'a P,
@@ -340,7 +352,7 @@ impl<P: Platform, T: QpTransport> SendQueue<'_, P, T> {
     }
 }
 
-/// The receive side of a QP in RTS, split from it with [`Qp::split`].
+/// The receive side of a QP, split from it with [`Qp::split`].
 pub struct RecvQueue<'a, P: Platform, T: QpTransport> {
     rings: RqRing<'a, DmaAlias<'a>>,
     side: RecvSide<'a, P>,
@@ -394,8 +406,8 @@ impl<P: Platform> SendSide<'_, P> {
     {
         let bad = |index, error| BadWr { index, error };
         let sh = self.shared;
-        if sh.error.load(Ordering::Relaxed) {
-            return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
+        if !sh.error.can_send() {
+            return Err(not_ready(sh));
         }
         let Some(table) = sh.sq.as_ref() else {
             return Err(bad(0, WrError::NoQueue));
@@ -539,9 +551,10 @@ impl<P: Platform> SendSide<'_, P> {
     }
 }
 
-impl<P: Platform, T: QpTransport, S: RecvReady> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport> Qp<P, T> {
     /// Posts receive work requests (`ibv_post_recv`) and publishes them with one
-    /// doorbell-record update. Receives may be posted from INIT on, as verbs allows.
+    /// doorbell-record update. Receives may be posted from INIT on, as verbs allows
+    /// (INIT, RTR, RTS, SQER: one compare).
     ///
     /// # Errors
     ///
@@ -579,8 +592,8 @@ impl<P: Platform> RecvSide<'_, P> {
         let bad = |index, error| BadWr { index, error };
         let sh = self.shared;
         let max_sge = self.caps.max_recv_sge;
-        if sh.error.load(Ordering::Relaxed) {
-            return Err(bad(0, WrError::QpInError { qpn: sh.qpn }));
+        if !sh.error.can_recv() {
+            return Err(not_ready(sh));
         }
         let Some(table) = sh.rq.as_ref() else {
             return Err(bad(0, WrError::NoQueue));
@@ -751,7 +764,7 @@ fn link_srq_wqe<P: Platform>(mem: &mut DmaBuf<P>, log_stride: u8, wqe: u32, next
     );
 }
 
-impl<P: Platform, T: QpTransport> Qp<P, T, state::Reset> {
+impl<P: Platform, T: QpTransport> Qp<P, T> {
     /// Makes every send work request signalled (`sq_sig_all` of `ibv_qp_init_attr`), or
     /// back to per-request signalling. Set it before the QP is brought up.
     pub fn set_sq_sig_all(&mut self, on: bool) {
@@ -759,7 +772,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T, state::Reset> {
     }
 }
 
-impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport> Qp<P, T> {
     /// Whether the driver saw an error completion for this QP, after which the device has
     /// it in ERR (posting is refused until the QP is moved to RESET).
     pub fn in_error(&self) -> bool {

@@ -1,31 +1,6 @@
-//! Queue pairs: CREATE_QP, QUERY_QP, DESTROY_QP, and the state machine in the types.
+//! Queue pairs: CREATE_QP, the state machine checked at run time, QUERY_QP, DESTROY_QP.
 //!
-//! A [`Qp<P, T, S>`](Qp) is a QP of transport `T` ([`Rc`], [`Uc`], [`Ud`]) that the driver
-//! last moved to state `S` ([`state::Reset`], [`state::Init`], [`state::Rtr`],
-//! [`state::Rts`], [`state::Err`]). Each transition is a method that exists only on the
-//! state it starts from and takes the attributes that transition needs, so an illegal
-//! transition does not compile:
-//!
-//! ```compile_fail
-//! # use uhca_driver::verbs::{Qp, Rc, RtsAttr, state};
-//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Rc, state::Reset>) {
-//! // RESET -> RTS skips INIT and RTR: there is no `to_rts` on a QP in RESET.
-//! let _ = qp.to_rts(hca, RtsAttr::default());
-//! # }
-//! ```
-//!
-//! ```compile_fail
-//! # use uhca_driver::verbs::{Qp, Ud, state};
-//! # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, qp: Qp<P, Ud, state::Init>) {
-//! // A UD QP has no path: its INIT2RTR takes no address handle.
-//! let _ = qp.to_rtr(hca, uhca_driver::verbs::RtrAttr::default());
-//! # }
-//! ```
-//!
-//! What only the device knows (it moved the QP to ERR after an error completion, or to
-//! SQER) surfaces at run time as [`Error::BadQpState`] naming the state the device reports,
-//! with the QP given back unchanged in [`Failed`]. [`Qp::to_err`] and [`Qp::to_reset`] are
-//! allowed from every state.
+//! See [`Qp`] for the state machine.
 //!
 //! The sizes follow rdma-core's mlx5 provider: a send WQE holds the transport's fixed
 //! segments (RC: control, remote address, atomic; UC: control, remote address; UD:
@@ -36,6 +11,7 @@
 //! after both.
 
 use core::marker::PhantomData;
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use uhca_fwif::cmd::{
     Command, CreateQpIn, DestroyQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn,
@@ -55,7 +31,7 @@ use uhca_hal::wrid::{RqTable, SqTable};
 
 use super::dp::{QpHandle, QpShared};
 use super::{Cq, Failed, MAX_PAS, PagePlan, Pd, ReservedLkey, Srq, log2_ceil, release_unless_held};
-use crate::addr::{AddressHandle, StaticRate};
+use crate::addr::{AhAttr, StaticRate};
 use crate::caps::LinkLayer;
 use crate::error::{Arg, Error, InvalidArgument, Result};
 use crate::hca::Hca;
@@ -65,40 +41,82 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// The states a QP can be in as far as the driver moved it.
-pub mod state {
-    /// RESET: created, or moved back with [`Qp::to_reset`](super::Qp::to_reset).
-    #[derive(Debug)]
-    pub struct Reset;
-    /// INIT: port, P_Key and access (or Q_Key) set; receives may be posted.
-    #[derive(Debug)]
-    pub struct Init;
-    /// RTR (ready to receive): connected to the remote QP (RC, UC).
-    #[derive(Debug)]
-    pub struct Rtr;
-    /// RTS (ready to send).
-    #[derive(Debug)]
-    pub struct Rts;
-    /// ERR: every outstanding and new work request completes with a flush error.
-    #[derive(Debug)]
-    pub struct Err;
+/// The QP's state as the driver believes it, shared by the QP (which sets it at each
+/// transition and QUERY_QP), its posters (which read it once per call) and its CQs'
+/// pollers (which move it to ERR on an error completion: `store(true, ..)`, the one thing
+/// they know about states).
+pub(crate) struct QpStateCell(AtomicU8);
+
+impl core::fmt::Debug for QpStateCell {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
-/// A QP state the types track.
-pub trait QpStateKind: sealed::Sealed {
-    /// The PRM state.
-    const STATE: QpState;
+impl QpStateCell {
+    /// A new QP: RESET.
+    pub(crate) const fn new() -> Self {
+        QpStateCell(AtomicU8::new(QpState::Rst.raw()))
+    }
+
+    /// `true`: an error completion was seen, the device has the QP in ERR. `false`: the QP
+    /// went back to RESET.
+    #[inline(always)]
+    pub(crate) fn store(&self, error: bool, order: Ordering) {
+        let s = if error { QpState::Err } else { QpState::Rst };
+        self.0.store(s.raw(), order);
+    }
+
+    /// Whether the driver has the QP in ERR.
+    #[inline(always)]
+    pub(crate) fn load(&self, order: Ordering) -> bool {
+        self.0.load(order) == QpState::Err.raw()
+    }
+
+    /// The state.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> QpState {
+        QpState::from_raw(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Sets the state (a transition or QUERY_QP).
+    pub(crate) fn set(&self, s: QpState) {
+        self.0.store(s.raw(), Ordering::Relaxed);
+    }
+
+    /// Sends may be posted: RTS. One compare.
+    #[inline(always)]
+    pub(crate) fn can_send(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == QpState::Rts.raw()
+    }
+
+    /// Receives may be posted: INIT, RTR, RTS or SQER (the receive queue works on in
+    /// SQER). One compare: their codes are 1 to 4.
+    #[inline(always)]
+    pub(crate) fn can_recv(&self) -> bool {
+        const _: () = assert!(
+            QpState::Init.raw() == 1
+                && QpState::Rtr.raw() == 2
+                && QpState::Rts.raw() == 3
+                && QpState::Sqer.raw() == 4
+        );
+        self.0.load(Ordering::Relaxed).wrapping_sub(1) < 4
+    }
 }
 
-macro_rules! states {
-    ($($s:ident => $v:ident),*) => {$(
-        impl sealed::Sealed for state::$s {}
-        impl QpStateKind for state::$s {
-            const STATE: QpState = QpState::$v;
-        }
-    )*};
+/// Whether the IB state table (IBA 11.2.1, `ibv_modify_qp(3)`) has a transition from
+/// `from` to `to`.
+pub fn transition_is_legal(from: QpState, to: QpState) -> bool {
+    use QpState::{Err, Init, Rst, Rtr, Rts, Sqd, Sqer};
+    matches!(
+        (from, to),
+        (_, Rst | Err)
+            | (Rst | Init, Init)
+            | (Init, Rtr)
+            | (Rtr | Rts | Sqer | Sqd, Rts)
+            | (Rts | Sqd, Sqd)
+    )
 }
-states!(Reset => Rst, Init => Init, Rtr => Rtr, Rts => Rts, Err => Err);
 
 /// A QP transport.
 pub trait QpTransport: sealed::Sealed {
@@ -206,7 +224,7 @@ pub struct RtrAttr {
     /// The RNR NAK timer code (RC, 5 bits; IB spec table: 12 = 0.64 ms).
     pub min_rnr_timer: u8,
     /// The path to the remote QP.
-    pub ah: AddressHandle,
+    pub ah: AhAttr,
 }
 
 impl Default for RtrAttr {
@@ -217,7 +235,7 @@ impl Default for RtrAttr {
             rq_psn: 0,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
-            ah: AddressHandle::Ib {
+            ah: AhAttr::Ib {
                 dlid: 0,
                 sl: 0,
                 src_path_bits: 0,
@@ -478,26 +496,75 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
     pub(crate) atomics: bool,
 }
 
-/// A queue pair of transport `T` in state `S`, with its work-queue rings.
+/// A queue pair of transport `T`, with its work-queue rings.
+///
+/// A [`Qp<P, T>`](Qp) is a QP of transport `T` ([`Rc`], [`Uc`], [`Ud`]) on platform `P`.
+/// The transport is in the type, so each transport's transitions take its own attributes
+/// (a UD QP has no path: its [`Qp::to_rtr`] takes none). The state is a run-time value,
+/// [`Qp::state`], so a QP can live in a struct field and go through its states there:
+/// every transition takes `&mut self`, is checked against the IB state table (IBA 11.2,
+/// as `ibv_modify_qp` documents it) and refuses an illegal one with
+/// [`Error::IllegalTransition`] naming the state it is in and the one asked for. A refused
+/// transition sends nothing and changes nothing; a command the device fails leaves the
+/// state what it was.
+///
+/// The transitions the driver makes:
+///
+/// | from | to | method |
+/// |------|----|--------|
+/// | RESET | INIT | [`Qp::to_init`] |
+/// | INIT | RTR | [`Qp::to_rtr`] |
+/// | RTR | RTS | [`Qp::to_rts`] |
+/// | SQER | RTS | [`Qp::recover_sq`] |
+/// | any | ERR | [`Qp::to_err`] |
+/// | any | RESET | [`Qp::to_reset`] |
+///
+/// INIT → INIT and RTS → RTS are legal in IB but not made by this driver
+/// ([`Error::Unsupported`]). [`Qp::connect`] makes RESET → INIT → RTR → RTS in one call:
+///
+/// ```no_run
+/// # use uhca_driver::verbs::{Cq, InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
+/// # use uhca_fwif::consts::QpState;
+/// # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, pd: &uhca_driver::verbs::Pd,
+/// #     cq: &Cq<P>, peer_qpn: u32) -> uhca_driver::Result<()> {
+/// struct Conn<P: uhca_hal::Platform> {
+///     qp: Qp<P, Rc>,
+/// }
+/// let attr = QpInitAttr { send_cq: cq, recv_cq: cq, srq: None, cap: QpCaps::default() };
+/// let mut conn = Conn { qp: hca.create_qp::<Rc>(pd, &attr)? };
+/// let rtr = RtrAttr { dest_qpn: peer_qpn, ..RtrAttr::default() };
+/// conn.qp.connect(hca, &InitAttr::default(), &rtr, &RtsAttr::default())?;
+/// assert_eq!(conn.qp.state(), QpState::Rts);
+/// // RTS -> INIT is not in the IB state table: refused, nothing sent, still in RTS.
+/// assert!(conn.qp.to_init(hca, InitAttr::default()).is_err());
+/// assert_eq!(conn.qp.state(), QpState::Rts);
+/// # Ok(()) }
+/// ```
+///
+/// What only the device knows is reconciled where it shows: an error completion moves the
+/// driver's view to ERR (the CQ's poller marks the QP's shared state, which posting reads
+/// once per call), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
+/// A transition the device refuses because the QP is not where the driver believed (it
+/// moved to SQER, say) is [`Error::BadQpState`] naming the state the device reports.
 ///
 /// A `Qp` is [`Send`]: each thread can own its QPs and post on them with no lock and no
 /// [`Hca`]; the CQs they complete to can be polled on other threads.
-pub struct Qp<P: Platform, T: QpTransport, S: QpStateKind> {
+pub struct Qp<P: Platform, T: QpTransport> {
     inner: Option<QpInner<P>>,
-    _marker: PhantomData<fn() -> (T, S)>,
+    _marker: PhantomData<fn() -> T>,
 }
 
-impl<P: Platform, T: QpTransport, S: QpStateKind> core::fmt::Debug for Qp<P, T, S> {
+impl<P: Platform, T: QpTransport> core::fmt::Debug for Qp<P, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn())
             .field("type", &T::ST)
-            .field("state", &S::STATE)
+            .field("state", &self.state())
             .finish_non_exhaustive()
     }
 }
 
-impl<P: Platform, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
+impl<P: Platform, T: QpTransport> Drop for Qp<P, T> {
     fn drop(&mut self) {
         // Not destroyed: the device may still use the queues and the doorbell record, so
         // the rings are freed only after the HCA's DESTROY_QP (`crate::release`).
@@ -513,26 +580,18 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Drop for Qp<P, T, S> {
     }
 }
 
-impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
+impl<P: Platform, T: QpTransport> Qp<P, T> {
     fn inner(&self) -> &QpInner<P> {
         match &self.inner {
             Some(i) => i,
-            None => unreachable!("the QP's parts are only taken by transitions and drop"),
+            None => unreachable!("the QP's parts are only taken by destroy and drop"),
         }
     }
 
     fn inner_mut(&mut self) -> &mut QpInner<P> {
         match &mut self.inner {
             Some(i) => i,
-            None => unreachable!("the QP's parts are only taken by transitions and drop"),
-        }
-    }
-
-    /// Moves the parts into a QP of another state.
-    fn into_state<S2: QpStateKind>(mut self) -> Qp<P, T, S2> {
-        Qp {
-            inner: self.inner.take(),
-            _marker: PhantomData,
+            None => unreachable!("the QP's parts are only taken by destroy and drop"),
         }
     }
 
@@ -541,10 +600,11 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         self.inner().qpn
     }
 
-    /// The state the driver moved the QP to (the device may have moved it on since: see
-    /// [`Qp::query`]).
+    /// The state as the driver believes it: where the last transition moved the QP, ERR
+    /// once an error completion of the QP was polled, or what the last [`Qp::query`]
+    /// found the device has it in.
     pub fn state(&self) -> QpState {
-        S::STATE
+        self.shared().error.get()
     }
 
     /// The work-queue capabilities the QP really has.
@@ -608,22 +668,40 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         }
     }
 
-    /// QUERY_QP.
+    /// QUERY_QP. The state the device reports becomes the driver's ([`Qp::state`]): the
+    /// device moves QPs to ERR or SQER on its own.
     ///
     /// # Errors
     ///
-    /// The command's error.
+    /// [`Error::WrongHca`]; the command's error.
     pub fn query(&self, hca: &mut Hca<P>) -> Result<QpAttr> {
         hca.check_owner(self.inner().hca_id)?;
-        query_qp(hca, self.qpn())
+        let attr = query_qp(hca, self.qpn())?;
+        self.shared().error.set(attr.state);
+        Ok(attr)
     }
 
-    /// Sends a modify command; a BAD_QP_STATE refusal becomes [`Error::BadQpState`] with
-    /// the state the device reports.
-    fn modify<C: Command>(&self, hca: &mut Hca<P>, cmd: &C) -> Result<()> {
+    /// Checks `to` against the state table: [`Error::IllegalTransition`] if the IB state
+    /// table has no such transition (nothing is sent).
+    fn check_transition(&self, to: QpState) -> Result<()> {
+        let from = self.state();
+        if transition_is_legal(from, to) {
+            Ok(())
+        } else {
+            Err(Error::IllegalTransition { from, to })
+        }
+    }
+
+    /// Sends a modify command towards `to`; on success the driver's state is `to`. A
+    /// BAD_QP_STATE refusal becomes [`Error::BadQpState`] with the state the device
+    /// reports (which becomes the driver's); any other failure leaves the state as it was.
+    fn modify<C: Command>(&self, hca: &mut Hca<P>, to: QpState, cmd: &C) -> Result<()> {
         hca.check_owner(self.inner().hca_id)?;
         match hca.exec(cmd, &[], &mut []) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.shared().error.set(to);
+                Ok(())
+            }
             Err(Error::Command(
                 cause @ CmdError::Status {
                     status: CmdStatus::BadQpStateErr,
@@ -631,6 +709,9 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
                 },
             )) => {
                 let device_state = query_qp(hca, self.qpn()).ok().map(|a| a.state);
+                if let Some(s) = device_state {
+                    self.shared().error.set(s);
+                }
                 Err(Error::BadQpState {
                     qpn: self.qpn(),
                     command: C::OPCODE,
@@ -642,67 +723,96 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         }
     }
 
-    fn transition<S2: QpStateKind, C: Command>(
-        self,
-        hca: &mut Hca<P>,
-        cmd: &C,
-    ) -> core::result::Result<Qp<P, T, S2>, Failed<Self>> {
-        match self.modify(hca, cmd) {
-            Ok(()) => Ok(self.into_state()),
-            Err(error) => Err(Failed {
-                object: self,
-                error,
-            }),
-        }
-    }
-
-    /// Moves the QP to ERR (2ERR_QP): outstanding work requests complete with flush errors.
+    /// Moves the QP to ERR (2ERR_QP) from any state: outstanding work requests complete
+    /// with flush errors.
     ///
     /// # Errors
     ///
-    /// The QP back with the error.
-    pub fn to_err(
-        self,
-        hca: &mut Hca<P>,
-    ) -> core::result::Result<Qp<P, T, state::Err>, Failed<Self>> {
+    /// The command's error (the state stays what it was).
+    pub fn to_err(&mut self, hca: &mut Hca<P>) -> Result<()> {
         let mut c = Qp2errIn::new_cmd();
         c.set_qpn(self.qpn());
-        self.transition(hca, &c)
+        self.check_transition(QpState::Err)?;
+        self.modify(hca, QpState::Err, &c)
     }
 
-    /// Moves the QP to RESET (2RST_QP) and resets its rings (counters and doorbell record
-    /// zero, as the device's are).
+    /// Moves the QP to RESET (2RST_QP) from any state and resets its rings (counters and
+    /// doorbell record zero, as the device's are).
     ///
     /// # Errors
     ///
-    /// The QP back with the error.
-    pub fn to_reset(
-        self,
-        hca: &mut Hca<P>,
-    ) -> core::result::Result<Qp<P, T, state::Reset>, Failed<Self>> {
+    /// The command's error (the state stays what it was).
+    pub fn to_reset(&mut self, hca: &mut Hca<P>) -> Result<()> {
         let mut c = Qp2rstIn::new_cmd();
         c.set_qpn(self.qpn());
-        let mut qp: Qp<P, T, state::Reset> = self.transition(hca, &c)?;
-        qp.shared().reset();
-        let inner = qp.inner_mut();
+        self.check_transition(QpState::Rst)?;
+        self.modify(hca, QpState::Rst, &c)?;
+        self.shared().reset();
+        let inner = self.inner_mut();
         let layout = inner.layout;
         let doorbell = inner.doorbell;
         // The device no longer uses the queues: start them over.
-        let taken = qp.inner.take();
-        if let Some(mut i) = taken {
+        if let Some(mut i) = self.inner.take() {
             let mem = i.rings.into_mem();
             match QpRings::new(mem, layout, doorbell) {
                 Ok(r) => {
                     i.rings = r;
-                    qp.inner = Some(i);
+                    self.inner = Some(i);
                 }
                 Err(_) => unreachable!("the layout was accepted at creation"),
             }
         }
-        Ok(qp)
+        Ok(())
     }
 
-    /// DESTROY_QP, then frees the rings.
+    /// SQER → RTS (SQERR2RTS_QP): resumes a send queue the device stopped after a send
+    /// error on an unreliable QP. Allowed while the driver believes the QP is in RTS or
+    /// SQER (only the device knows it moved to SQER, unless [`Qp::query`] asked): if the
+    /// device has it elsewhere, this is [`Error::BadQpState`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IllegalTransition`] from any other state; the command's error.
+    pub fn recover_sq(&mut self, hca: &mut Hca<P>) -> Result<()> {
+        let from = self.state();
+        if from != QpState::Rts && from != QpState::Sqer {
+            return Err(Error::IllegalTransition {
+                from,
+                to: QpState::Rts,
+            });
+        }
+        let mut c = Sqerr2rtsQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
+        self.modify(hca, QpState::Rts, &c)
+    }
+
+    /// RESET → INIT (RST2INIT_QP): port, P_Key index, and the remote access rights (RC,
+    /// UC) or the Q_Key (UD).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IllegalTransition`] from a state other than RESET, [`Error::Unsupported`]
+    /// from INIT (INIT2INIT is not made by this driver); [`Error::InvalidArgument`] for a
+    /// port the HCA does not have, a P_Key index outside the table, or access a UC QP
+    /// cannot give; [`Error::Unsupported`] for remote atomics on a device without them (no
+    /// command is sent for any of these); the command's error.
+    pub fn to_init(&mut self, hca: &mut Hca<P>, attr: InitAttr) -> Result<()> {
+        self.check_transition(QpState::Init)?;
+        if self.state() == QpState::Init {
+            return Err(Error::Unsupported("INIT to INIT (INIT2INIT_QP)"));
+        }
+        let mut c = Rst2initQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        fill_init(hca, T::ST, &attr, c.qpc_mut())?;
+        self.modify(hca, QpState::Init, &c)?;
+        let i = self.inner_mut();
+        i.port = attr.port;
+        i.pkey_index = attr.pkey_index;
+        Ok(())
+    }
+
+    /// Destroys the QP (DESTROY_QP), then frees the rings.
     ///
     /// # Errors
     ///
@@ -730,7 +840,6 @@ impl<P: Platform, T: QpTransport, S: QpStateKind> Qp<P, T, S> {
         }
     }
 }
-
 fn query_qp<P: Platform>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
     let mut q = QueryQpIn::new_cmd();
     q.set_qpn(qpn);
@@ -750,37 +859,6 @@ fn query_qp<P: Platform>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
         qkey: c.q_key(),
         qpc: c,
     })
-}
-
-impl<P: Platform, T: QpTransport> Qp<P, T, state::Reset> {
-    /// RESET → INIT (RST2INIT_QP): port, P_Key index, and the remote access rights (RC,
-    /// UC) or the Q_Key (UD).
-    ///
-    /// # Errors
-    ///
-    /// The QP back with the error: [`Error::InvalidArgument`] for a port the HCA does not
-    /// have, a P_Key index outside the table, or access a UC QP cannot give (no command
-    /// is sent); [`Error::Unsupported`] for remote atomics on a device without them; the
-    /// command's error.
-    pub fn to_init(
-        self,
-        hca: &mut Hca<P>,
-        attr: InitAttr,
-    ) -> core::result::Result<Qp<P, T, state::Init>, Failed<Self>> {
-        let mut c = Rst2initQpIn::new_cmd();
-        c.set_qpn(self.qpn());
-        if let Err(error) = fill_init(hca, T::ST, &attr, c.qpc_mut()) {
-            return Err(Failed {
-                object: self,
-                error,
-            });
-        }
-        let mut qp: Qp<P, T, state::Init> = self.transition(hca, &c)?;
-        let i = qp.inner_mut();
-        i.port = attr.port;
-        i.pkey_index = attr.pkey_index;
-        Ok(qp)
-    }
 }
 
 fn fill_init<P: Platform>(
@@ -840,10 +918,10 @@ fn check_port<P: Platform>(hca: &Hca<P>, port: u8) -> Result<()> {
 }
 
 /// The refusal of an address handle of the other link layer than the port's.
-pub(crate) fn ah_link_layer(ah: &AddressHandle) -> InvalidArgument {
-    let roce = matches!(ah, AddressHandle::RoceV2 { .. });
+pub(crate) fn ah_link_layer(ah: &AhAttr) -> InvalidArgument {
+    let roce = matches!(ah, AhAttr::RoceV2 { .. });
     InvalidArgument::rule(
-        Arg::AddressHandle,
+        Arg::AhAttr,
         roce.into(),
         "the address handle's kind (given: 0 InfiniBand, 1 RoCEv2) does not match the port's link layer",
     )
@@ -896,8 +974,8 @@ fn fill_rtr<P: Platform>(
         .into());
     }
     match (attr.ah, hca.caps().link_layer) {
-        (AddressHandle::Ib { .. }, LinkLayer::InfiniBand)
-        | (AddressHandle::RoceV2 { .. }, LinkLayer::Ethernet) => {}
+        (AhAttr::Ib { .. }, LinkLayer::InfiniBand)
+        | (AhAttr::RoceV2 { .. }, LinkLayer::Ethernet) => {}
         (ah, _) => return Err(ah_link_layer(&ah).into()),
     }
     q.set_pm_state(PM_STATE_MIGRATED)
@@ -919,123 +997,49 @@ fn fill_rtr<P: Platform>(
     Ok(())
 }
 
-impl<P: Platform> Qp<P, Rc, state::Init> {
+impl<P: Platform> Qp<P, Rc> {
     /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN, responder depth, RNR
     /// timer and the path.
     ///
     /// # Errors
     ///
-    /// The QP back with the error: [`Error::InvalidArgument`] for out-of-range numbers or
-    /// an address handle of the wrong link layer (no command is sent);
-    /// [`Error::BadQpState`]; the command's error.
-    pub fn to_rtr(
-        self,
-        hca: &mut Hca<P>,
-        attr: RtrAttr,
-    ) -> core::result::Result<Qp<P, Rc, state::Rtr>, Failed<Self>> {
+    /// [`Error::IllegalTransition`] from a state other than INIT; [`Error::InvalidArgument`]
+    /// for out-of-range numbers or an address of the wrong link layer (no command is sent
+    /// for either); [`Error::BadQpState`]; the command's error.
+    pub fn to_rtr(&mut self, hca: &mut Hca<P>, attr: RtrAttr) -> Result<()> {
         self.connected_to_rtr(hca, true, &attr)
     }
-}
 
-impl<P: Platform> Qp<P, Uc, state::Init> {
-    /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN and the path
-    /// (`max_dest_rd_atomic` and `min_rnr_timer` do not apply to UC and are ignored).
-    ///
-    /// # Errors
-    ///
-    /// As for RC.
-    pub fn to_rtr(
-        self,
-        hca: &mut Hca<P>,
-        attr: RtrAttr,
-    ) -> core::result::Result<Qp<P, Uc, state::Rtr>, Failed<Self>> {
-        self.connected_to_rtr(hca, false, &attr)
-    }
-}
-
-impl<P: Platform, T: QpTransport> Qp<P, T, state::Init> {
-    fn connected_to_rtr(
-        self,
-        hca: &mut Hca<P>,
-        rc: bool,
-        attr: &RtrAttr,
-    ) -> core::result::Result<Qp<P, T, state::Rtr>, Failed<Self>> {
-        let mut c = Init2rtrQpIn::new_cmd();
-        c.set_qpn(self.qpn());
-        let (port, pkey) = (self.inner().port, self.inner().pkey_index);
-        if let Err(error) = fill_rtr(hca, rc, port, pkey, attr, c.qpc_mut()) {
-            return Err(Failed {
-                object: self,
-                error,
-            });
-        }
-        self.transition(hca, &c)
-    }
-}
-
-impl<P: Platform> Qp<P, Ud, state::Init> {
-    /// INIT → RTR (INIT2RTR_QP). A UD QP has no path: destinations come with each send.
-    ///
-    /// # Errors
-    ///
-    /// The QP back with the error ([`Error::BadQpState`], the command's error).
-    pub fn to_rtr(
-        self,
-        hca: &mut Hca<P>,
-    ) -> core::result::Result<Qp<P, Ud, state::Rtr>, Failed<Self>> {
-        let mut c = Init2rtrQpIn::new_cmd();
-        c.set_qpn(self.qpn());
-        c.qpc_mut()
-            .set_pm_state(PM_STATE_MIGRATED)
-            .set_mtu(IbMtu::Mtu4096.raw())
-            .set_log_msg_max(UD_LOG_MSG_MAX);
-        self.transition(hca, &c)
-    }
-}
-
-impl<P: Platform> Qp<P, Rc, state::Rtr> {
     /// RTR → RTS (RTR2RTS_QP): send PSN, ACK timeout, retry counts and requester depth.
     ///
     /// # Errors
     ///
-    /// The QP back with the error: [`Error::InvalidArgument`] for out-of-range values (no
-    /// command is sent); [`Error::BadQpState`]; the command's error.
-    pub fn to_rts(
-        self,
-        hca: &mut Hca<P>,
-        attr: RtsAttr,
-    ) -> core::result::Result<Qp<P, Rc, state::Rts>, Failed<Self>> {
-        let check = || -> Result<()> {
-            if attr.sq_psn > MASK24 {
-                return Err(
-                    InvalidArgument::max(Arg::SqPsn, attr.sq_psn.into(), MASK24.into()).into(),
-                );
-            }
-            if attr.timeout > 31 {
-                return Err(InvalidArgument::max(Arg::Timeout, attr.timeout.into(), 31).into());
-            }
-            if attr.retry_cnt > 7 {
-                return Err(InvalidArgument::max(Arg::RetryCnt, attr.retry_cnt.into(), 7).into());
-            }
-            if attr.rnr_retry > 7 {
-                return Err(InvalidArgument::max(Arg::RnrRetry, attr.rnr_retry.into(), 7).into());
-            }
-            let max_rd = 1u32 << hca.hca_cap().log_max_ra_req_qp();
-            if attr.max_rd_atomic as u32 > max_rd {
-                return Err(InvalidArgument::max(
-                    Arg::MaxRdAtomic,
-                    attr.max_rd_atomic.into(),
-                    max_rd.into(),
-                )
-                .into());
-            }
-            Ok(())
-        };
-        if let Err(error) = check() {
-            return Err(Failed {
-                object: self,
-                error,
-            });
+    /// [`Error::IllegalTransition`] from a state other than RTR ([`Error::Unsupported`]
+    /// from RTS: RTS2RTS is not made by this driver); [`Error::InvalidArgument`] for
+    /// out-of-range values (no command is sent for either); [`Error::BadQpState`]; the
+    /// command's error.
+    pub fn to_rts(&mut self, hca: &mut Hca<P>, attr: RtsAttr) -> Result<()> {
+        self.check_rtr_to_rts()?;
+        if attr.sq_psn > MASK24 {
+            return Err(InvalidArgument::max(Arg::SqPsn, attr.sq_psn.into(), MASK24.into()).into());
+        }
+        if attr.timeout > 31 {
+            return Err(InvalidArgument::max(Arg::Timeout, attr.timeout.into(), 31).into());
+        }
+        if attr.retry_cnt > 7 {
+            return Err(InvalidArgument::max(Arg::RetryCnt, attr.retry_cnt.into(), 7).into());
+        }
+        if attr.rnr_retry > 7 {
+            return Err(InvalidArgument::max(Arg::RnrRetry, attr.rnr_retry.into(), 7).into());
+        }
+        let max_rd = 1u32 << hca.hca_cap().log_max_ra_req_qp();
+        if attr.max_rd_atomic as u32 > max_rd {
+            return Err(InvalidArgument::max(
+                Arg::MaxRdAtomic,
+                attr.max_rd_atomic.into(),
+                max_rd.into(),
+            )
+            .into());
         }
         let mut c = Rtr2rtsQpIn::new_cmd();
         c.set_qpn(self.qpn());
@@ -1049,77 +1053,156 @@ impl<P: Platform> Qp<P, Rc, state::Rtr> {
             q.set_log_sra_max(log2_ceil(attr.max_rd_atomic as u64));
         }
         q.primary_address_path_mut().set_ack_timeout(attr.timeout);
-        self.transition(hca, &c)
+        self.modify(hca, QpState::Rts, &c)
+    }
+
+    /// RESET → INIT → RTR → RTS in one call, the common bring-up of a connected QP. It
+    /// stops at the first transition that fails and returns its error; the QP is then in
+    /// the last state it reached ([`Qp::state`]), and [`Qp::to_reset`] starts it over.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IllegalTransition`] if the QP is not in RESET (nothing is sent); the
+    /// errors of [`Qp::to_init`], [`Qp::to_rtr`] and [`Qp::to_rts`].
+    pub fn connect(
+        &mut self,
+        hca: &mut Hca<P>,
+        init: &InitAttr,
+        rtr: &RtrAttr,
+        rts: &RtsAttr,
+    ) -> Result<()> {
+        self.check_in_reset()?;
+        self.to_init(hca, *init)?;
+        self.to_rtr(hca, *rtr)?;
+        self.to_rts(hca, *rts)
     }
 }
 
-impl<P: Platform> Qp<P, Uc, state::Rtr> {
+impl<P: Platform> Qp<P, Uc> {
+    /// INIT → RTR (INIT2RTR_QP): path MTU, remote QPN, receive PSN and the path
+    /// (`max_dest_rd_atomic` and `min_rnr_timer` do not apply to UC and are ignored).
+    ///
+    /// # Errors
+    ///
+    /// As for RC.
+    pub fn to_rtr(&mut self, hca: &mut Hca<P>, attr: RtrAttr) -> Result<()> {
+        self.connected_to_rtr(hca, false, &attr)
+    }
+
     /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
     ///
     /// # Errors
     ///
-    /// The QP back with the error.
-    pub fn to_rts(
-        self,
-        hca: &mut Hca<P>,
-        sq_psn: u32,
-    ) -> core::result::Result<Qp<P, Uc, state::Rts>, Failed<Self>> {
+    /// As for RC.
+    pub fn to_rts(&mut self, hca: &mut Hca<P>, sq_psn: u32) -> Result<()> {
         self.psn_to_rts(hca, sq_psn)
+    }
+
+    /// RESET → INIT → RTR → RTS in one call (as [`Qp::connect`] of an RC QP).
+    ///
+    /// # Errors
+    ///
+    /// As for RC.
+    pub fn connect(
+        &mut self,
+        hca: &mut Hca<P>,
+        init: &InitAttr,
+        rtr: &RtrAttr,
+        sq_psn: u32,
+    ) -> Result<()> {
+        self.check_in_reset()?;
+        self.to_init(hca, *init)?;
+        self.to_rtr(hca, *rtr)?;
+        self.to_rts(hca, sq_psn)
     }
 }
 
-impl<P: Platform> Qp<P, Ud, state::Rtr> {
+impl<P: Platform> Qp<P, Ud> {
+    /// INIT → RTR (INIT2RTR_QP). A UD QP has no path: destinations come with each send.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IllegalTransition`] from a state other than INIT; [`Error::BadQpState`];
+    /// the command's error.
+    pub fn to_rtr(&mut self, hca: &mut Hca<P>) -> Result<()> {
+        self.check_transition(QpState::Rtr)?;
+        let mut c = Init2rtrQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        c.qpc_mut()
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_mtu(IbMtu::Mtu4096.raw())
+            .set_log_msg_max(UD_LOG_MSG_MAX);
+        self.modify(hca, QpState::Rtr, &c)
+    }
+
     /// RTR → RTS (RTR2RTS_QP): the first PSN to send.
     ///
     /// # Errors
     ///
-    /// The QP back with the error.
-    pub fn to_rts(
-        self,
-        hca: &mut Hca<P>,
-        sq_psn: u32,
-    ) -> core::result::Result<Qp<P, Ud, state::Rts>, Failed<Self>> {
+    /// As for RC.
+    pub fn to_rts(&mut self, hca: &mut Hca<P>, sq_psn: u32) -> Result<()> {
         self.psn_to_rts(hca, sq_psn)
+    }
+
+    /// RESET → INIT → RTR → RTS in one call: a UD QP has no peer, only its Q_Key
+    /// (`init.qkey`) and first PSN.
+    ///
+    /// # Errors
+    ///
+    /// As [`Qp::connect`] of an RC QP.
+    pub fn connect(&mut self, hca: &mut Hca<P>, init: &InitAttr, sq_psn: u32) -> Result<()> {
+        self.check_in_reset()?;
+        self.to_init(hca, *init)?;
+        self.to_rtr(hca)?;
+        self.to_rts(hca, sq_psn)
     }
 }
 
-impl<P: Platform, T: QpTransport> Qp<P, T, state::Rtr> {
-    fn psn_to_rts(
-        self,
-        hca: &mut Hca<P>,
-        sq_psn: u32,
-    ) -> core::result::Result<Qp<P, T, state::Rts>, Failed<Self>> {
+impl<P: Platform, T: QpTransport> Qp<P, T> {
+    fn check_in_reset(&self) -> Result<()> {
+        match self.state() {
+            QpState::Rst => Ok(()),
+            from => Err(Error::IllegalTransition {
+                from,
+                to: QpState::Init,
+            }),
+        }
+    }
+
+    fn check_rtr_to_rts(&self) -> Result<()> {
+        self.check_transition(QpState::Rts)?;
+        match self.state() {
+            QpState::Rtr => Ok(()),
+            QpState::Rts => Err(Error::Unsupported("RTS to RTS (RTS2RTS_QP)")),
+            from => Err(Error::IllegalTransition {
+                from,
+                to: QpState::Rts,
+            }),
+        }
+    }
+
+    fn connected_to_rtr(&mut self, hca: &mut Hca<P>, rc: bool, attr: &RtrAttr) -> Result<()> {
+        self.check_transition(QpState::Rtr)?;
+        let mut c = Init2rtrQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        let (port, pkey) = (self.inner().port, self.inner().pkey_index);
+        fill_rtr(hca, rc, port, pkey, attr, c.qpc_mut())?;
+        self.modify(hca, QpState::Rtr, &c)
+    }
+
+    fn psn_to_rts(&mut self, hca: &mut Hca<P>, sq_psn: u32) -> Result<()> {
+        self.check_rtr_to_rts()?;
         if sq_psn > MASK24 {
-            return Err(Failed {
-                object: self,
-                error: InvalidArgument::max(Arg::SqPsn, sq_psn.into(), MASK24.into()).into(),
-            });
+            return Err(InvalidArgument::max(Arg::SqPsn, sq_psn.into(), MASK24.into()).into());
         }
         let mut c = Rtr2rtsQpIn::new_cmd();
         c.set_qpn(self.qpn());
         c.qpc_mut()
             .set_pm_state(PM_STATE_MIGRATED)
             .set_next_send_psn(sq_psn);
-        self.transition(hca, &c)
+        self.modify(hca, QpState::Rts, &c)
     }
 }
-
-impl<P: Platform, T: QpTransport> Qp<P, T, state::Rts> {
-    /// SQER → RTS (SQERR2RTS_QP): resumes a send queue the device stopped after a send
-    /// error on an unreliable QP. Only the device knows whether the QP is in SQER: if it
-    /// is not, this is [`Error::BadQpState`] and the QP comes back unchanged.
-    ///
-    /// # Errors
-    ///
-    /// The QP back with the error.
-    pub fn recover_sq(self, hca: &mut Hca<P>) -> core::result::Result<Self, Failed<Self>> {
-        let mut c = Sqerr2rtsQpIn::new_cmd();
-        c.set_qpn(self.qpn());
-        c.qpc_mut().set_pm_state(PM_STATE_MIGRATED);
-        self.transition(hca, &c)
-    }
-}
-
 impl<P: Platform> Hca<P> {
     /// Creates a QP of transport `T` in RESET (`ibv_create_qp`): the work queues sized
     /// from `attr.cap` (see [`Qp::caps`] for what it got), one DMA buffer for the RQ, the
@@ -1135,7 +1218,7 @@ impl<P: Platform> Hca<P> {
         &mut self,
         pd: &Pd<P>,
         attr: &QpInitAttr<'_, P>,
-    ) -> Result<Qp<P, T, state::Reset>> {
+    ) -> Result<Qp<P, T>> {
         self.create_qp_rlky(pd, attr, false)
     }
 
@@ -1153,7 +1236,7 @@ impl<P: Platform> Hca<P> {
         pd: &Pd<P>,
         attr: &QpInitAttr<'_, P>,
         key: &ReservedLkey,
-    ) -> Result<Qp<P, T, state::Reset>> {
+    ) -> Result<Qp<P, T>> {
         self.check_reserved_lkey(key)?;
         self.create_qp_rlky(pd, attr, true)
     }
@@ -1163,7 +1246,7 @@ impl<P: Platform> Hca<P> {
         pd: &Pd<P>,
         attr: &QpInitAttr<'_, P>,
         rlky: bool,
-    ) -> Result<Qp<P, T, state::Reset>> {
+    ) -> Result<Qp<P, T>> {
         let caps = self.caps();
         let supported = match T::ST {
             QpServiceType::Rc => caps.rc,

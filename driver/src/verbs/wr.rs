@@ -189,12 +189,21 @@ pub struct RecvWr<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WrError {
-    /// The QP got an error completion, so the device moved it to ERR: every outstanding
-    /// request completes with [`WcStatus::WrFlushed`]. Move it to RESET
+    /// The QP is in ERR: it got an error completion, so the device moved it there, or it
+    /// was moved with [`Qp::to_err`](super::Qp::to_err). Every outstanding request
+    /// completes with [`WcStatus::WrFlushed`]. Move it to RESET
     /// ([`Qp::to_reset`](super::Qp::to_reset)) and bring it up again.
     QpInError {
         /// The QP.
         qpn: u32,
+    },
+    /// The QP is in a state that does not take this post: sends need RTS, receives INIT,
+    /// RTR, RTS or SQER ([`Qp::state`](super::Qp::state)).
+    QpState {
+        /// The QP.
+        qpn: u32,
+        /// The state it is in.
+        state: uhca_fwif::consts::QpState,
     },
     /// The queue has no room (completions must be polled first; unsignalled requests are
     /// retired only by a later signalled one).
@@ -236,10 +245,15 @@ pub enum WrError {
 impl core::fmt::Display for WrError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            WrError::QpInError { qpn } => write!(
-                f,
-                "QP {qpn:#x} is in the error state after an error completion; move it to RESET"
-            ),
+            WrError::QpInError { qpn } => {
+                write!(f, "QP {qpn:#x} is in the error state; move it to RESET")
+            }
+            WrError::QpState { qpn, state } => {
+                write!(
+                    f,
+                    "QP {qpn:#x} is in {state}, which does not take this post"
+                )
+            }
             WrError::QueueFull => f.write_str("work queue full: poll completions first"),
             WrError::TooManySges { given, max } => {
                 write!(f, "{given} scatter/gather entries, the queue takes {max}")

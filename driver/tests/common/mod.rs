@@ -7,9 +7,9 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use uhca_driver::addr::{AddressHandle, Gid, Mac, StaticRate};
+use uhca_driver::addr::{AhAttr, Gid, Mac, StaticRate};
 use uhca_driver::verbs::{
-    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, Srq, WorkCompletion, state,
+    Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr, Srq, WorkCompletion,
 };
 use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::{AccessFlags, IbMtu};
@@ -137,9 +137,9 @@ pub fn node_on<Q: Platform>(
 }
 
 /// The path to `to` on `fabric`.
-pub fn path<Q: Platform>(fabric: &Fabric, to: &Node<Q>) -> AddressHandle {
+pub fn path<Q: Platform>(fabric: &Fabric, to: &Node<Q>) -> AhAttr {
     match fabric.link_layer() {
-        LinkLayer::Ethernet => AddressHandle::RoceV2 {
+        LinkLayer::Ethernet => AhAttr::RoceV2 {
             sgid_index: 0,
             dgid: to.gid,
             dmac: to.mac,
@@ -149,7 +149,7 @@ pub fn path<Q: Platform>(fabric: &Fabric, to: &Node<Q>) -> AddressHandle {
             flow_label: 0,
             sl: 0,
         },
-        LinkLayer::InfiniBand => AddressHandle::Ib {
+        LinkLayer::InfiniBand => AhAttr::Ib {
             dlid: to.lid,
             sl: 0,
             src_path_bits: 0,
@@ -202,7 +202,7 @@ pub fn on_srq<'a, Q: Platform>(cq: &'a Cq<Q>, srq: &'a Srq<Q>, cap: QpCaps) -> Q
 }
 
 /// An RC QP of `n` on its CQ, in INIT with every right the device gives ([`qp_access`]).
-pub fn rc_qp<Q: Platform>(n: &mut Node<Q>) -> Qp<Q, Rc, state::Init> {
+pub fn rc_qp<Q: Platform>(n: &mut Node<Q>) -> Qp<Q, Rc> {
     rc_qp_on(&mut n.hca, &n.pd, &n.cq, &n.cq)
 }
 
@@ -213,7 +213,7 @@ pub fn rc_qp_on<Q: Platform>(
     pd: &Pd<Q>,
     send: &Cq<Q>,
     recv: &Cq<Q>,
-) -> Qp<Q, Rc, state::Init> {
+) -> Qp<Q, Rc> {
     let attr = QpInitAttr {
         send_cq: send,
         recv_cq: recv,
@@ -225,10 +225,7 @@ pub fn rc_qp_on<Q: Platform>(
 }
 
 /// Moves an RC QP from RESET to INIT with every right the device gives ([`qp_access`]).
-pub fn rc_init<Q: Platform>(
-    hca: &mut Hca<Q>,
-    qp: Qp<Q, Rc, state::Reset>,
-) -> Qp<Q, Rc, state::Init> {
+pub fn rc_init<Q: Platform>(hca: &mut Hca<Q>, mut qp: Qp<Q, Rc>) -> Qp<Q, Rc> {
     let access = qp_access(hca);
     qp.to_init(
         hca,
@@ -237,7 +234,8 @@ pub fn rc_init<Q: Platform>(
             ..InitAttr::default()
         },
     )
-    .unwrap()
+    .unwrap();
+    qp
 }
 
 /// Moves `qp` of `n` through RTR to RTS towards QP `peer_qpn` of `peer` (PSNs 0x100, four
@@ -245,25 +243,24 @@ pub fn rc_init<Q: Platform>(
 pub fn connect<Q: Platform, R: Platform>(
     fabric: &Fabric,
     n: &mut Node<Q>,
-    qp: Qp<Q, Rc, state::Init>,
+    mut qp: Qp<Q, Rc>,
     peer: &Node<R>,
     peer_qpn: u32,
     rts: RtsAttr,
-) -> Qp<Q, Rc, state::Rts> {
+) -> Qp<Q, Rc> {
     let ah = path(fabric, peer);
-    let qp = qp
-        .to_rtr(
-            &mut n.hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: peer_qpn,
-                rq_psn: 0x100,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 1,
-                ah,
-            },
-        )
-        .unwrap();
+    qp.to_rtr(
+        &mut n.hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: peer_qpn,
+            rq_psn: 0x100,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+            ah,
+        },
+    )
+    .unwrap();
     qp.to_rts(
         &mut n.hca,
         RtsAttr {
@@ -272,11 +269,12 @@ pub fn connect<Q: Platform, R: Platform>(
             ..rts
         },
     )
-    .unwrap()
+    .unwrap();
+    qp
 }
 
 /// An RC QP ready to send.
-pub type RcRts<Q = P> = Qp<Q, Rc, state::Rts>;
+pub type RcRts<Q = P> = Qp<Q, Rc>;
 
 /// Two nodes with a connected RC QP each (`a` to `b`).
 pub fn rc_pair(link: LinkLayer, rts: RtsAttr) -> (Fabric, Node, Node, RcRts, RcRts) {

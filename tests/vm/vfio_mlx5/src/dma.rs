@@ -22,11 +22,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use uhca_driver::Hca;
-use uhca_driver::addr::{AddressHandle, StaticRate};
+use uhca_driver::addr::{AhAttr, StaticRate};
 use uhca_driver::caps::LinkLayer;
 use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, ReservedLkey, RtrAttr, RtsAttr,
-    SendOp, SendWr, WcStatus, WorkCompletion, state,
+    SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use uhca_driver::vfio::VfioPlatform;
 use uhca_fwif::consts::{AccessFlags, IbMtu};
@@ -34,8 +34,8 @@ use uhca_hal::DmaMem;
 
 use crate::rig::{Report, Res};
 
-type Init = Qp<VfioPlatform, Rc, state::Init>;
-type Rts = Qp<VfioPlatform, Rc, state::Rts>;
+type Init = Qp<VfioPlatform, Rc>;
+type Rts = Qp<VfioPlatform, Rc>;
 
 /// How long a completion may take (TCG, every doorbell and poll a trapped BAR access).
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -71,45 +71,43 @@ fn rlky_qp(
             max_inline_data: 0,
         },
     };
-    let qp = hca.create_qp_with_reserved_lkey::<Rc>(pd, &attr, key)?;
-    Ok(qp.to_init(hca, InitAttr::default()).map_err(|f| f.error)?)
+    let mut qp = hca.create_qp_with_reserved_lkey::<Rc>(pd, &attr, key)?;
+    qp.to_init(hca, InitAttr::default())?;
+    Ok(qp)
 }
 
-fn connect(hca: &mut Hca<VfioPlatform>, qp: Init, peer: u32, ah: AddressHandle) -> Res<Rts> {
-    let qp = qp
-        .to_rtr(
-            hca,
-            RtrAttr {
-                path_mtu: IbMtu::Mtu1024,
-                dest_qpn: peer,
-                rq_psn: 0x100,
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 1,
-                ah,
-            },
-        )
-        .map_err(|f| f.error)?;
-    Ok(qp
-        .to_rts(
-            hca,
-            RtsAttr {
-                sq_psn: 0x100,
-                max_rd_atomic: 1,
-                ..RtsAttr::default()
-            },
-        )
-        .map_err(|f| f.error)?)
+fn connect(hca: &mut Hca<VfioPlatform>, mut qp: Init, peer: u32, ah: AhAttr) -> Res<Rts> {
+    qp.to_rtr(
+        hca,
+        RtrAttr {
+            path_mtu: IbMtu::Mtu1024,
+            dest_qpn: peer,
+            rq_psn: 0x100,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 1,
+            ah,
+        },
+    )?;
+    qp.to_rts(
+        hca,
+        RtsAttr {
+            sq_psn: 0x100,
+            max_rd_atomic: 1,
+            ..RtsAttr::default()
+        },
+    )?;
+    Ok(qp)
 }
 
 /// The path from this function's port to itself.
-fn self_path(hca: &mut Hca<VfioPlatform>) -> Res<AddressHandle> {
+fn self_path(hca: &mut Hca<VfioPlatform>) -> Res<AhAttr> {
     let port = hca.query_port(1)?;
     Ok(match hca.caps().link_layer {
         LinkLayer::Ethernet => {
             let mac = port.mac.ok_or("the Ethernet port reports no MAC address")?;
             let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
             let gid = hca.add_roce_gid(1, 0, ip, mac, None)?;
-            AddressHandle::RoceV2 {
+            AhAttr::RoceV2 {
                 sgid_index: 0,
                 dgid: gid,
                 dmac: mac,
@@ -120,7 +118,7 @@ fn self_path(hca: &mut Hca<VfioPlatform>) -> Res<AddressHandle> {
                 sl: 0,
             }
         }
-        _ => AddressHandle::Ib {
+        _ => AhAttr::Ib {
             dlid: port.lid,
             sl: 0,
             src_path_bits: 0,
@@ -321,12 +319,12 @@ impl Objects {
     /// Destroys the QPs, the MR, the CQs and the PD.
     pub fn destroy(self, hca: &mut Hca<VfioPlatform>) -> Res<()> {
         for qp in self.qps {
-            qp.destroy(hca).map_err(|f| f.error)?;
+            qp.destroy(hca)?;
         }
-        self.mr.destroy(hca).map_err(|f| f.error)?;
-        self.cqa.destroy(hca).map_err(|f| f.error)?;
-        self.cqb.destroy(hca).map_err(|f| f.error)?;
-        self.pd.destroy(hca).map_err(|f| f.error)?;
+        self.mr.destroy(hca)?;
+        self.cqa.destroy(hca)?;
+        self.cqb.destroy(hca)?;
+        self.pd.destroy(hca)?;
         Ok(())
     }
 }

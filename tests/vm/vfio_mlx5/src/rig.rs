@@ -47,7 +47,7 @@ impl Report {
 struct Objects {
     pd: uhca_driver::verbs::Pd<VfioPlatform>,
     cq: uhca_driver::verbs::Cq<VfioPlatform>,
-    qp: uhca_driver::verbs::Qp<VfioPlatform, Rc, uhca_driver::verbs::state::Reset>,
+    qp: uhca_driver::verbs::Qp<VfioPlatform, Rc>,
 }
 
 impl Objects {
@@ -73,9 +73,9 @@ impl Objects {
     }
 
     fn destroy(self, hca: &mut Hca<VfioPlatform>) -> Res<()> {
-        self.qp.destroy(hca).map_err(|f| f.error)?;
-        self.cq.destroy(hca).map_err(|f| f.error)?;
-        self.pd.destroy(hca).map_err(|f| f.error)?;
+        self.qp.destroy(hca)?;
+        self.cq.destroy(hca)?;
+        self.pd.destroy(hca)?;
         Ok(())
     }
 }
