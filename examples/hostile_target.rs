@@ -124,10 +124,10 @@ impl<P: Platform> Ctx<P> {
     fn clear(&mut self, hca: &mut Hca<P>) -> Res<()> {
         let r = match std::mem::replace(&mut self.target, Target::None) {
             Target::None => Ok(()),
-            Target::Rc(q) => q.destroy(hca).map_err(|f| f.error),
-            Target::Uc(q) => q.destroy(hca).map_err(|f| f.error),
-            Target::Ud(q) => q.destroy(hca).map_err(|f| f.error),
-            Target::Reset(q) => q.destroy(hca).map_err(|f| f.error),
+            Target::Rc(q) => q.destroy(hca).map_err(uhca::driver::Error::from),
+            Target::Uc(q) => q.destroy(hca).map_err(uhca::driver::Error::from),
+            Target::Ud(q) => q.destroy(hca).map_err(uhca::driver::Error::from),
+            Target::Reset(q) => q.destroy(hca).map_err(uhca::driver::Error::from),
         };
         r?;
         let mut wc = [WorkCompletion::default(); 8];
