@@ -363,7 +363,12 @@ fn post_send(qp: &mut RcQp<'_>, mr: &Mr<&BareMetal>, id: u64, off: usize, op: Se
 }
 
 /// An RC side connected: PD, CQ, MR and its QP in RTS.
-type RtsSide<'p> = (Pd<&'p BareMetal>, Cq<&'p BareMetal>, Mr<&'p BareMetal>, RcQp<'p>);
+type RtsSide<'p> = (
+    Pd<&'p BareMetal>,
+    Cq<&'p BareMetal>,
+    Mr<&'p BareMetal>,
+    RcQp<'p>,
+);
 
 /// SEND ping-pong: A sends SIZE bytes of round `r`'s pattern, B checks them and sends them
 /// back, A checks the echo.

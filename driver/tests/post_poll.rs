@@ -47,12 +47,7 @@ fn ib_path(dlid: u16) -> AhAttr {
 }
 
 /// An RC QP in RTS towards a peer that does not exist, never timing out.
-fn rc_qp(
-    hca: &mut TestHca,
-    pd: &uhca_driver::verbs::Pd<P>,
-    scq: &Cq<P>,
-    rcq: &Cq<P>,
-) -> Qp<P, Rc> {
+fn rc_qp(hca: &mut TestHca, pd: &uhca_driver::verbs::Pd<P>, scq: &Cq<P>, rcq: &Cq<P>) -> Qp<P, Rc> {
     let attr = QpInitAttr {
         send_cq: scq,
         recv_cq: rcq,
