@@ -313,24 +313,24 @@ impl Device {
 
         use CmdOpcode as O;
         match op {
-            O::EnableHca => run!(EnableHcaIn, cmd_enable_hca),
-            O::DisableHca => run!(DisableHcaIn, cmd_disable_hca),
-            O::QueryIssi => run!(QueryIssiIn, cmd_query_issi),
-            O::SetIssi => run!(SetIssiIn, cmd_set_issi),
+            O::EnableHca => run!(@fw EnableHcaIn, cmd_enable_hca),
+            O::DisableHca => run!(@fw DisableHcaIn, cmd_disable_hca),
+            O::QueryIssi => run!(@fw QueryIssiIn, cmd_query_issi),
+            O::SetIssi => run!(@fw SetIssiIn, cmd_set_issi),
             O::QueryPages => run!(QueryPagesIn, cmd_query_pages, op_mod_any),
             O::ManagePages => run!(ManagePagesIn, cmd_manage_pages, op_mod_any),
             O::QueryHcaCap => run!(
-                QueryHcaCapIn,
+                @fw QueryHcaCapIn,
                 cmd_query_hca_cap,
                 op_mod_any,
                 QUERY_HCA_CAP_OUT_FIXED
             ),
-            O::SetHcaCap => run!(SetHcaCapIn, cmd_set_hca_cap, op_mod_any),
-            O::InitHca => run!(InitHcaIn, cmd_init_hca),
-            O::TeardownHca => run!(TeardownHcaIn, cmd_teardown_hca),
-            O::AccessReg => run!(AccessRegisterIn, cmd_access_register, op_mod_any),
-            O::QuerySpecialContexts => run!(QuerySpecialContextsIn, cmd_query_special_contexts),
-            O::QueryAdapter => run!(QueryAdapterIn, cmd_query_adapter),
+            O::SetHcaCap => run!(@fw SetHcaCapIn, cmd_set_hca_cap, op_mod_any),
+            O::InitHca => run!(@fw InitHcaIn, cmd_init_hca),
+            O::TeardownHca => run!(@fw TeardownHcaIn, cmd_teardown_hca),
+            O::AccessReg => run!(@fw AccessRegisterIn, cmd_access_register, op_mod_any),
+            O::QuerySpecialContexts => run!(@fw QuerySpecialContextsIn, cmd_query_special_contexts),
+            O::QueryAdapter => run!(@fw QueryAdapterIn, cmd_query_adapter),
             O::Nop => {
                 self.check_state(op)?;
                 Ok(vec![0; 16])
