@@ -44,6 +44,14 @@ impl Default for Objects {
 }
 
 impl Objects {
+    /// The firmware QPN of the port's QP0 or QP1, if it exists.
+    pub(crate) fn special_qpn(&self, st: QpServiceType) -> Option<u32> {
+        self.qps
+            .iter()
+            .find(|(_, qp)| QpServiceType::from_raw(qp.qpc.st()) == st)
+            .map(|(&qpn, _)| qpn)
+    }
+
     /// Drops every object (teardown, disable); object numbers keep counting.
     pub(crate) fn clear(&mut self) {
         *self = Objects {
