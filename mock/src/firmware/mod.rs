@@ -130,7 +130,8 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
 /// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
-/// notes and the engine's SRQ positions and queue counters.
+/// notes, the engine's SRQ positions and queue counters, and the page-return limits the
+/// fault injector sets.
 /// Not the PCI function, the MSI-X table, the command log or the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
@@ -146,6 +147,9 @@ pub(crate) struct Firmware<'a> {
     /// The engine's queue counters: QUERY_Q_COUNTER reads (and clears) them,
     /// DEALLOC_Q_COUNTER forgets a set's.
     pub(crate) q_counters: &'a mut BTreeMap<u8, QCounters>,
+    /// The fault injector's limits on the pages each MANAGE_PAGES "take" returns (the
+    /// first is used up by the next one).
+    pub(crate) page_returns: &'a mut Vec<u32>,
 }
 
 impl Firmware<'_> {
@@ -227,6 +231,7 @@ impl Device {
             notes: &mut self.notes,
             srq_pos: &mut self.engine.srq_pos,
             q_counters: &mut self.engine.q_counters,
+            page_returns: &mut self.faults.page_returns,
         }
     }
 
@@ -317,8 +322,8 @@ impl Device {
             O::DisableHca => run!(@fw DisableHcaIn, cmd_disable_hca),
             O::QueryIssi => run!(@fw QueryIssiIn, cmd_query_issi),
             O::SetIssi => run!(@fw SetIssiIn, cmd_set_issi),
-            O::QueryPages => run!(QueryPagesIn, cmd_query_pages, op_mod_any),
-            O::ManagePages => run!(ManagePagesIn, cmd_manage_pages, op_mod_any),
+            O::QueryPages => run!(@fw QueryPagesIn, cmd_query_pages, op_mod_any),
+            O::ManagePages => run!(@fw ManagePagesIn, cmd_manage_pages, op_mod_any),
             O::QueryHcaCap => run!(
                 @fw QueryHcaCapIn,
                 cmd_query_hca_cap,
