@@ -44,6 +44,14 @@ impl Default for Objects {
 }
 
 impl Objects {
+    /// The firmware QPN of the port's QP0 or QP1, if it exists.
+    pub(crate) fn special_qpn(&self, st: QpServiceType) -> Option<u32> {
+        self.qps
+            .iter()
+            .find(|(_, qp)| QpServiceType::from_raw(qp.qpc.st()) == st)
+            .map(|(&qpn, _)| qpn)
+    }
+
     /// Drops every object (teardown, disable); object numbers keep counting.
     pub(crate) fn clear(&mut self) {
         *self = Objects {
@@ -76,11 +84,17 @@ impl Objects {
 #[derive(Clone, Debug)]
 pub(crate) struct Eq {
     pub(crate) eqc: Eqc,
+    /// The event types it receives (CREATE_EQ's `event_bitmask`).
     pub(crate) mask: u64,
+    /// The queue buffer's pages.
     pub(crate) pas: Vec<u64>,
+    /// The buffer's page size in bytes.
     pub(crate) page_size: u64,
+    /// log2 of the number of EQEs.
     pub(crate) log_size: u8,
+    /// The UAR page its doorbell is rung through.
     pub(crate) uar: u32,
+    /// The MSI-X vector it interrupts on.
     pub(crate) intr: u16,
     /// Producer counter (EQEs written).
     pub(crate) pi: u32,
@@ -133,14 +147,23 @@ pub(crate) enum SrqCtx {
     Xrc(XrcSrqc),
 }
 
+/// One expression for the fields an SRQ's `srqc` and an XRC SRQ's `xrc_srqc` name alike
+/// (`c` binds either context), another for an RMP (`c` binds its `rmpc`).
+macro_rules! srq_or_xrc {
+    ($ctx:expr, $c:ident => $same:expr, rmp => $rmp:expr) => {
+        match $ctx {
+            SrqCtx::Srq($c) => $same,
+            SrqCtx::Xrc($c) => $same,
+            #[allow(unused_variables)]
+            SrqCtx::Rmp($c) => $rmp,
+        }
+    };
+}
+
 impl Srq {
     /// The PD.
     pub(crate) fn pd(&self) -> u32 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.pd(),
-            SrqCtx::Rmp(c) => c.wq().pd(),
-            SrqCtx::Xrc(c) => c.pd(),
-        }
+        srq_or_xrc!(&self.ctx, c => c.pd(), rmp => c.wq().pd())
     }
 
     /// The doorbell record's address.
@@ -164,64 +187,38 @@ impl Srq {
     /// The WQE stride in bytes (`srqc.log_rq_stride` counts 16-byte units,
     /// `wq.log_wq_stride` bytes).
     pub(crate) fn stride(&self) -> u64 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => 16u64 << c.log_rq_stride(),
-            SrqCtx::Rmp(c) => 1u64 << c.wq().log_wq_stride(),
-            SrqCtx::Xrc(c) => 16u64 << c.log_rq_stride(),
-        }
+        srq_or_xrc!(&self.ctx, c => 16u64 << c.log_rq_stride(), rmp => 1u64 << c.wq().log_wq_stride())
     }
 
     /// Where the queue starts in its first page, in 64ths of the page size
     /// (`srqc.page_offset`, `wq.page_offset`, `xrc_srqc.page_offset`).
     pub(crate) fn page_offset(&self) -> u8 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.page_offset(),
-            SrqCtx::Rmp(c) => c.wq().page_offset(),
-            SrqCtx::Xrc(c) => c.page_offset(),
-        }
+        srq_or_xrc!(&self.ctx, c => c.page_offset(), rmp => c.wq().page_offset())
     }
 
     /// log2 of the buffer's page size in 4 KiB units.
     pub(crate) fn log_page_size(&self) -> u8 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.log_page_size(),
-            SrqCtx::Rmp(c) => c.wq().log_wq_pg_sz(),
-            SrqCtx::Xrc(c) => c.log_page_size(),
-        }
+        srq_or_xrc!(&self.ctx, c => c.log_page_size(), rmp => c.wq().log_wq_pg_sz())
     }
 
     /// Whether its receive WQEs may use the reserved lkey (`srqc.rlky`, `xrc_srqc.rlky`; an
     /// RMP's `rmpc` has no such bit, so never).
     pub(crate) fn rlky(&self) -> bool {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.rlky(),
-            SrqCtx::Xrc(c) => c.rlky(),
-            SrqCtx::Rmp(_) => false,
-        }
+        srq_or_xrc!(&self.ctx, c => c.rlky(), rmp => false)
     }
 
     /// The armed limit (`lwm`; 0: not armed).
     pub(crate) fn lwm(&self) -> u16 {
-        match &self.ctx {
-            SrqCtx::Srq(c) => c.lwm(),
-            SrqCtx::Rmp(c) => c.wq().lwm(),
-            SrqCtx::Xrc(c) => c.lwm(),
-        }
+        srq_or_xrc!(&self.ctx, c => c.lwm(), rmp => c.wq().lwm())
     }
 
     /// Sets the limit (0 disarms it).
     pub(crate) fn set_lwm(&mut self, lwm: u16) {
-        match &mut self.ctx {
-            SrqCtx::Srq(c) => {
-                c.set_lwm(lwm);
-            }
-            SrqCtx::Rmp(c) => {
-                c.wq_mut().set_lwm(lwm);
-            }
-            SrqCtx::Xrc(c) => {
-                c.set_lwm(lwm);
-            }
-        }
+        srq_or_xrc!(&mut self.ctx, c => {
+            c.set_lwm(lwm);
+        }, rmp => {
+            c.wq_mut().set_lwm(lwm);
+        })
     }
 
     /// The completion queue of an XRC SRQ: CREATE_XRC_SRQ's, or an ISSI-0 SRQ created in

@@ -178,8 +178,8 @@ impl Device {
             self.post_err_cqe(
                 qpc.cqn_snd(),
                 qpn,
-                w.counter,
-                w.opcode.raw(),
+                w.ctrl.counter,
+                w.ctrl.opcode.raw(),
                 CqeSyndrome::WrFlushErr,
                 CqeOpcode::ReqErr,
                 uidx,

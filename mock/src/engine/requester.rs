@@ -83,10 +83,10 @@ impl Device {
             pd: qpc.pd(),
             rlky: qpc.rlky(),
         };
-        let op = w.opcode;
+        let op = w.ctrl.opcode;
         if op == WqeOpcode::Nop {
-            if w.signaled {
-                self.requester_cqe(qpn, w.counter, op, 0, now);
+            if w.ctrl.signaled {
+                self.requester_cqe(qpn, w.ctrl.counter, op, 0, now);
             }
             return;
         }
@@ -104,7 +104,13 @@ impl Device {
             })
             .sum();
         if total > max_msg {
-            self.local_send_error(qpn, w.counter, op.raw(), CqeSyndrome::LocalLengthErr, now);
+            self.local_send_error(
+                qpn,
+                w.ctrl.counter,
+                op.raw(),
+                CqeSyndrome::LocalLengthErr,
+                now,
+            );
             return;
         }
         // Check what will be gathered (SEND, WRITE: each packet reads its part from memory
@@ -151,7 +157,7 @@ impl Device {
             failed = Some(CqeSyndrome::LocalLengthErr);
         }
         if let Some(s) = failed {
-            self.local_send_error(qpn, w.counter, op.raw(), s, now);
+            self.local_send_error(qpn, w.ctrl.counter, op.raw(), s, now);
             return;
         }
         if crate::objects::is_datagram_qp(st) {
@@ -167,11 +173,7 @@ impl Device {
         let first_psn = s.next_psn;
         s.next_psn = psn::add(s.next_psn, npkts);
         let sent = SentWqe {
-            counter: w.counter,
-            opcode: op,
-            signaled: w.signaled,
-            solicited: w.solicited,
-            imm: w.imm,
+            ctrl: w.ctrl,
             first_psn,
             npkts,
             acked: 0,
@@ -186,8 +188,8 @@ impl Device {
             return;
         }
         if st == QpServiceType::Uc {
-            if sent.signaled {
-                self.requester_cqe(qpn, sent.counter, op, 0, now);
+            if sent.ctrl.signaled {
+                self.requester_cqe(qpn, sent.ctrl.counter, op, 0, now);
             }
             return;
         }
@@ -264,7 +266,7 @@ impl Device {
         let dqpn = qpc.remote_qpn();
         let mtu = path_mtu(qpc.mtu());
         let (va, rkey) = w.remote;
-        match w.opcode {
+        match w.ctrl.opcode {
             WqeOpcode::RdmaRead => {
                 let off = from as u64 * mtu;
                 let mut bth =
@@ -278,7 +280,7 @@ impl Device {
                 let _ = self.emit_request(&path, &t, xrc, None);
             }
             WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
-                let opc = if w.opcode == WqeOpcode::AtomicCs {
+                let opc = if w.ctrl.opcode == WqeOpcode::AtomicCs {
                     Opcode::RcCompareSwap
                 } else {
                     Opcode::RcFetchAdd
@@ -346,13 +348,13 @@ impl Device {
                     };
                     let mut bth = BthRepr::new(opc, dqpn, psn::add(w.first_psn, i));
                     bth.ack_req = last && !uc;
-                    bth.solicited = last && w.solicited;
+                    bth.solicited = last && w.ctrl.solicited;
                     let mut t = IbTransportRepr::new(bth, data);
                     if write && first {
                         t = t.with_reth(va, rkey, w.len as u32);
                     }
                     if imm && last {
-                        t = t.with_imm_dt(w.imm);
+                        t = t.with_imm_dt(w.ctrl.imm);
                     }
                     if !in_place {
                         let _ = self.emit_request(&path, &t, xrc, None);
@@ -377,11 +379,14 @@ impl Device {
                 self.engine.scratch = buf;
                 if let Some(syndrome) = failed {
                     if let Some(s) = self.engine.qps.get_mut(&qpn)
-                        && let Some(at) = s.outstanding.iter().position(|o| o.counter == w.counter)
+                        && let Some(at) = s
+                            .outstanding
+                            .iter()
+                            .position(|o| o.ctrl.counter == w.ctrl.counter)
                     {
                         s.outstanding.remove(at);
                     }
-                    self.local_send_error(qpn, w.counter, op.raw(), syndrome, now);
+                    self.local_send_error(qpn, w.ctrl.counter, op.raw(), syndrome, now);
                     return false;
                 }
             }
@@ -397,8 +402,8 @@ impl Device {
         let Some(av) = w.av else {
             self.local_send_error(
                 qpn,
-                w.counter,
-                w.opcode.raw(),
+                w.ctrl.counter,
+                w.ctrl.opcode.raw(),
                 CqeSyndrome::LocalQpOpErr,
                 now,
             );
@@ -411,14 +416,14 @@ impl Device {
             );
             self.local_send_error(
                 qpn,
-                w.counter,
-                w.opcode.raw(),
+                w.ctrl.counter,
+                w.ctrl.opcode.raw(),
                 CqeSyndrome::LocalQpOpErr,
                 now,
             );
             return;
         };
-        let imm = w.opcode == WqeOpcode::SendImm;
+        let imm = w.ctrl.opcode == WqeOpcode::SendImm;
         let opc = if imm {
             Opcode::UdSendOnlyWithImmediate
         } else {
@@ -452,25 +457,31 @@ impl Device {
             now,
         ) {
             self.engine.scratch = buf;
-            self.local_send_error(qpn, w.counter, w.opcode.raw(), gather_syndrome(e), now);
+            self.local_send_error(
+                qpn,
+                w.ctrl.counter,
+                w.ctrl.opcode.raw(),
+                gather_syndrome(e),
+                now,
+            );
             return;
         }
         let s = self.engine.qps.entry(qpn).or_default();
         let p = s.next_psn;
         s.next_psn = psn::add(p, 1);
         let mut bth = BthRepr::new(opc, av.dqpn(), p);
-        bth.solicited = w.solicited;
+        bth.solicited = w.ctrl.solicited;
         // QP0 and QP1 send as QP 0 and QP 1 of the port (their firmware QPN is not on the
         // wire).
         let src_qp = crate::objects::wire_qpn(QpServiceType::from_raw(qpc.st()), qpn);
         let mut t = IbTransportRepr::new(bth, &buf).with_deth(qkey, src_qp);
         if imm {
-            t = t.with_imm_dt(w.imm);
+            t = t.with_imm_dt(w.ctrl.imm);
         }
         self.emit_packet(&path, &t);
         self.engine.scratch = buf;
-        if w.signaled {
-            self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+        if w.ctrl.signaled {
+            self.requester_cqe(qpn, w.ctrl.counter, w.ctrl.opcode, 0, now);
         }
     }
 
@@ -561,8 +572,8 @@ impl Device {
         self.post_err_cqe(
             cqn,
             qpn,
-            w.counter,
-            w.opcode.raw(),
+            w.ctrl.counter,
+            w.ctrl.opcode.raw(),
             syndrome,
             CqeOpcode::ReqErr,
             uidx,
@@ -608,8 +619,8 @@ impl Device {
             }
             let w = s.outstanding.pop_front();
             if let Some(w) = w {
-                if w.signaled {
-                    self.requester_cqe(qpn, w.counter, w.opcode, 0, now);
+                if w.ctrl.signaled {
+                    self.requester_cqe(qpn, w.ctrl.counter, w.ctrl.opcode, 0, now);
                 }
                 self.engine.recycle_gather_list(w.data);
             }
@@ -816,7 +827,7 @@ impl Device {
                     return;
                 };
                 if head.first_psn != p
-                    || !matches!(head.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa)
+                    || !matches!(head.ctrl.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa)
                 {
                     return;
                 }
@@ -838,7 +849,7 @@ impl Device {
                     .outstanding
                     .iter()
                     .find(|w| {
-                        w.opcode == WqeOpcode::RdmaRead
+                        w.ctrl.opcode == WqeOpcode::RdmaRead
                             && psn::diff(p, w.first_psn) >= 0
                             && psn::diff(p, w.last_psn()) <= 0
                     })
@@ -921,7 +932,7 @@ impl Device {
             return;
         };
         let local: Vec<Sge> = w.local.clone();
-        let data = if w.is_read_or_atomic() && w.opcode != WqeOpcode::RdmaRead {
+        let data = if w.is_read_or_atomic() && w.ctrl.opcode != WqeOpcode::RdmaRead {
             &data[..data.len().min(8)]
         } else {
             data
@@ -938,13 +949,13 @@ impl Device {
             }
         }
         if complete {
-            if w.signaled {
-                let n = if w.opcode == WqeOpcode::RdmaRead {
+            if w.ctrl.signaled {
+                let n = if w.ctrl.opcode == WqeOpcode::RdmaRead {
                     w.len
                 } else {
                     8
                 } as u32;
-                self.requester_cqe(qpn, w.counter, w.opcode, n, now);
+                self.requester_cqe(qpn, w.ctrl.counter, w.ctrl.opcode, n, now);
             }
             self.on_progress(qpn, now);
         }
@@ -954,10 +965,10 @@ impl Device {
         if let Some(s) = self.engine.qps.get_mut(&qpn)
             && s.outstanding
                 .front()
-                .is_some_and(|h| h.counter == w.counter)
+                .is_some_and(|h| h.ctrl.counter == w.ctrl.counter)
         {
             s.outstanding.pop_front();
         }
-        self.local_send_error(qpn, w.counter, w.opcode.raw(), syndrome, now);
+        self.local_send_error(qpn, w.ctrl.counter, w.ctrl.opcode.raw(), syndrome, now);
     }
 }

@@ -171,8 +171,8 @@ impl Device {
         }
         // Destination QP 0 and 1 are the port's QP0 and QP1, whatever their firmware QPNs.
         let qpn = match t.bth.dest_qp {
-            0 => self.special_qpn(QpServiceType::Qp0),
-            1 => self.special_qpn(QpServiceType::Qp1),
+            0 => self.objs.special_qpn(QpServiceType::Qp0),
+            1 => self.objs.special_qpn(QpServiceType::Qp1),
             n => Some(n),
         };
         let Some((qpn, qpc)) = qpn.and_then(|n| self.objs.qps.get(&n).map(|q| (n, q.qpc))) else {

@@ -3,6 +3,7 @@
 
 use super::mem::{QueueBuf, Sge};
 pub(crate) use super::state::Piece;
+use super::state::SendCtrl;
 use crate::device::Device;
 use uhca_fwif::consts::{
     INLINE_SEG, QpServiceType, QpState, SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_SIZE, SND_DBR,
@@ -14,14 +15,9 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 /// A decoded send WQE.
 #[derive(Clone, Debug)]
 pub(crate) struct Wqe {
-    /// WQEBB counter of its first basic block (the WQE index).
-    pub(crate) counter: u16,
-    pub(crate) opcode: WqeOpcode,
-    pub(crate) signaled: bool,
-    pub(crate) solicited: bool,
+    pub(crate) ctrl: SendCtrl,
     /// Fence: wait until earlier RDMA READs and atomics complete.
     pub(crate) fence: bool,
-    pub(crate) imm: u32,
     pub(crate) av: Option<Av>,
     pub(crate) raddr: Option<(u64, u32)>,
     pub(crate) atomic: Option<(u64, u64)>,
@@ -157,14 +153,16 @@ impl Device {
         }
         let flags = ctrl.flags();
         let mut w = Wqe {
-            counter,
-            opcode: op,
-            // CE bits 3:2: 0 means a CQE on error only.
-            signaled: ctrl.fm_ce_se & WqeCtrlFlags::CQ_UPDATE_AND_EQE.bits() != 0,
-            solicited: flags.contains(WqeCtrlFlags::SOLICITED),
+            ctrl: SendCtrl {
+                counter,
+                opcode: op,
+                // CE bits 3:2: 0 means a CQE on error only.
+                signaled: ctrl.fm_ce_se & WqeCtrlFlags::CQ_UPDATE_AND_EQE.bits() != 0,
+                solicited: flags.contains(WqeCtrlFlags::SOLICITED),
+                imm: ctrl.imm.get(),
+            },
             // Fence mode bits 7:5: any fence waits for earlier READs and atomics.
             fence: ctrl.fm_ce_se & 0xe0 != 0,
-            imm: ctrl.imm.get(),
             av: None,
             raddr: None,
             atomic: None,
@@ -252,7 +250,7 @@ impl Device {
     /// atomic beyond `2^log_sra_max` outstanding ones.
     fn must_wait(&self, qpn: u32, w: &Wqe) -> bool {
         let is_read = matches!(
-            w.opcode,
+            w.ctrl.opcode,
             WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
         );
         if !w.fence && !is_read {

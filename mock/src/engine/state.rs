@@ -243,15 +243,27 @@ pub(crate) struct RecvWqe {
     pub(crate) rlky: bool,
 }
 
+/// What a send WQE's control segment says that its packets and its completion need,
+/// kept from decoding until the CQE.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendCtrl {
+    /// WQEBB counter of its first basic block (the WQE index).
+    pub(crate) counter: u16,
+    pub(crate) opcode: WqeOpcode,
+    /// A CQE is written when it completes, not only on error.
+    pub(crate) signaled: bool,
+    /// The last packet asks for a solicited event.
+    pub(crate) solicited: bool,
+    /// Immediate data.
+    pub(crate) imm: u32,
+}
+
 /// A WQE that was sent and waits for its completion (RC), with what a retransmission or a
 /// response needs.
 #[derive(Clone, Debug)]
 pub(crate) struct SentWqe {
-    pub(crate) counter: u16,
-    pub(crate) opcode: WqeOpcode,
-    pub(crate) signaled: bool,
-    pub(crate) solicited: bool,
-    pub(crate) imm: u32,
+    /// What its control segment said.
+    pub(crate) ctrl: SendCtrl,
     pub(crate) first_psn: u32,
     /// PSNs the message uses (packets; for a READ, its response packets).
     pub(crate) npkts: u32,
@@ -275,7 +287,7 @@ impl SentWqe {
     }
     pub(crate) fn is_read_or_atomic(&self) -> bool {
         matches!(
-            self.opcode,
+            self.ctrl.opcode,
             WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
         )
     }

@@ -1,7 +1,7 @@
 //! Event queues: CREATE_EQ, DESTROY_EQ, QUERY_EQ, the EQ doorbells and event posting.
 
 use super::{
-    CmdResult, Ctx, Eq, bad_param, bad_res, busy, lim, out, pages_for, pas_list, syndrome,
+    CmdResult, Ctx, Eq, Firmware, bad_param, bad_res, busy, lim, out, pages_for, pas_list, syndrome,
 };
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
@@ -19,10 +19,10 @@ pub const EQE_SIZE: u64 = 64;
 /// and rdma-core (`providers/mlx5/mlx5_vfio.c:2066`) decode.
 pub const HEALTH_SYNDR_ASYNC_EQ_OVERRUN: u8 = 0xc;
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_create_eq(&mut self, c: &Ctx, i: &CreateEqIn) -> CmdResult {
         let eqc = *i.eq_context_entry();
-        let caps = &self.fw.caps.general_cur;
+        let caps = &self.state.caps.general_cur;
         let log_size = eqc.log_eq_size();
         if log_size > caps.log_max_eq_sz() {
             return Err(bad_param(syndrome::BAD_QUEUE_SIZE));
@@ -115,7 +115,9 @@ impl Device {
         o.set_event_bitmask(eq.mask);
         Ok(out(&o))
     }
+}
 
+impl Device {
     /// An EQ doorbell: `(eqn << 24) | ci`, with or without arming.
     pub(crate) fn eq_doorbell(&mut self, uar: u32, v: u32, arm: bool, now: u64) {
         let eqn = (v >> 24) as u8;

@@ -2,9 +2,10 @@
 //! ACCESS_REGISTER (host endianness, the node description; the firmware component
 //! registers MCAM, MCQS and MCQI, read only), QUERY_ADAPTER and QUERY_SPECIAL_CONTEXTS.
 
-use super::{CmdResult, Ctx, Fail, HcaState, bad_param, bad_state, no_res, out, syndrome};
+use super::{
+    CmdResult, Ctx, Fail, Firmware, HcaState, bad_param, bad_state, no_res, out, syndrome,
+};
 use crate::caps::{LinkLayer, SETTABLE_ATOMIC, SETTABLE_GENERAL, SETTABLE_ROCE, apply_settable};
-use crate::device::Device;
 use crate::objects::RESERVED_LKEY;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -80,43 +81,43 @@ fn reg_mcqs(data: &[u8]) -> Result<Vec<u8>, Fail> {
     Ok(reg.as_bytes().to_vec())
 }
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_enable_hca(&mut self, _c: &Ctx, i: &EnableHcaIn) -> CmdResult {
         own_function(i.function_id(), i.embedded_cpu_function())?;
-        self.fw.state = HcaState::Enabled;
+        self.state.state = HcaState::Enabled;
         Ok(out(&EnableHcaOut::default()))
     }
 
     pub(crate) fn cmd_disable_hca(&mut self, c: &Ctx, i: &DisableHcaIn) -> CmdResult {
         own_function(i.function_id(), i.embedded_cpu_function())?;
-        if self.fw.state == HcaState::Disabled {
+        if self.state.state == HcaState::Disabled {
             return Err(bad_state(syndrome::HCA_NOT_ENABLED));
         }
-        if !self.fw.pages.held.is_empty() {
-            let n = self.fw.pages.held.len();
+        if !self.state.pages.held.is_empty() {
+            let n = self.state.pages.held.len();
             self.note(
                 c.now,
                 format!("DISABLE_HCA with {n} firmware pages not reclaimed"),
             );
         }
         self.objs.clear();
-        self.fw.drop_objects();
-        let p = &mut self.fw.pages;
+        self.state.drop_objects();
+        let p = &mut self.state.pages;
         p.held.clear();
         p.requested = 0;
         p.to_return = 0;
         p.released = false;
         p.refused = false;
         p.regular = self.config.regular_pages;
-        self.fw.state = HcaState::Disabled;
-        self.fw.issi = 0;
-        self.fw.fast_teardown_prepared = false;
+        self.state.state = HcaState::Disabled;
+        self.state.issi = 0;
+        self.state.fast_teardown_prepared = false;
         Ok(out(&DisableHcaOut::default()))
     }
 
     pub(crate) fn cmd_query_issi(&mut self, _c: &Ctx, _i: &QueryIssiIn) -> CmdResult {
         let mut o = QueryIssiOut::default();
-        o.set_current_issi(self.fw.issi)
+        o.set_current_issi(self.state.issi)
             .set_supported_issi_dw0(SUPPORTED_ISSI);
         Ok(out(&o))
     }
@@ -126,7 +127,7 @@ impl Device {
         if issi >= 32 || SUPPORTED_ISSI & (1 << issi) == 0 {
             return Err(bad_param(syndrome::BAD_ISSI));
         }
-        self.fw.issi = issi;
+        self.state.issi = issi;
         Ok(out(&SetIssiOut::default()))
     }
 
@@ -151,27 +152,27 @@ impl Device {
         match HcaCapType::from_raw(op_mod >> 1) {
             HcaCapType::General => {
                 let g = if cur {
-                    &self.fw.caps.general_cur
+                    &self.state.caps.general_cur
                 } else {
-                    &self.fw.caps.general_max
+                    &self.state.caps.general_max
                 };
                 need(CmdHcaCap::SIZE)?;
                 cap[..CmdHcaCap::SIZE].copy_from_slice(g.as_bytes());
             }
-            HcaCapType::Roce if self.fw.port_type() == LinkLayer::Ethernet => {
+            HcaCapType::Roce if self.state.port_type() == LinkLayer::Ethernet => {
                 let r = if cur {
-                    &self.fw.caps.roce_cur
+                    &self.state.caps.roce_cur
                 } else {
-                    &self.fw.caps.roce_max
+                    &self.state.caps.roce_max
                 };
                 need(RoceCap::SIZE)?;
                 cap[..RoceCap::SIZE].copy_from_slice(r.as_bytes());
             }
-            HcaCapType::Atomic if self.fw.caps.general_max.atomic() => {
+            HcaCapType::Atomic if self.state.caps.general_max.atomic() => {
                 let a = if cur {
-                    &self.fw.caps.atomic_cur
+                    &self.state.caps.atomic_cur
                 } else {
-                    &self.fw.caps.atomic_max
+                    &self.state.caps.atomic_max
                 };
                 need(AtomicCaps::SIZE)?;
                 cap[..AtomicCaps::SIZE].copy_from_slice(a.as_bytes());
@@ -187,7 +188,7 @@ impl Device {
         if op_mod & 1 != 0 {
             return Err(bad_param(syndrome::BAD_OP_MOD));
         }
-        let caps = &mut self.fw.caps;
+        let caps = &mut self.state.caps;
         let res = match HcaCapType::from_raw(op_mod >> 1) {
             HcaCapType::General => {
                 let (req, _) = CmdHcaCap::read_from_prefix(i.capability())
@@ -221,10 +222,10 @@ impl Device {
     }
 
     pub(crate) fn cmd_init_hca(&mut self, _c: &Ctx, _i: &InitHcaIn) -> CmdResult {
-        if self.fw.pages.init_outstanding() > 0 {
+        if self.state.pages.init_outstanding() > 0 {
             return Err(no_res(syndrome::NO_INIT_PAGES));
         }
-        self.fw.state = HcaState::Initialized;
+        self.state.state = HcaState::Initialized;
         Ok(out(&InitHcaOut::default()))
     }
 
@@ -236,8 +237,8 @@ impl Device {
         ) {
             return Err(bad_param(syndrome::BAD_TEARDOWN_PROFILE));
         }
-        if self.fw.state != HcaState::Initialized {
-            let s = if self.fw.state == HcaState::TornDown {
+        if self.state.state != HcaState::Initialized {
+            let s = if self.state.state == HcaState::TornDown {
                 syndrome::HCA_TORN_DOWN
             } else {
                 syndrome::HCA_NOT_INITIALIZED
@@ -246,21 +247,21 @@ impl Device {
         }
         let mut o = TeardownHcaOut::default();
         if profile == TEARDOWN_PREPARE_FAST {
-            if !self.fw.caps.general_cur.fast_teardown() {
+            if !self.state.caps.general_cur.fast_teardown() {
                 return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
             }
-            self.fw.fast_teardown_prepared = true;
+            self.state.fast_teardown_prepared = true;
             o.set_state(false);
             return Ok(out(&o));
         }
-        if profile == TEARDOWN_FORCE && !self.fw.caps.general_cur.force_teardown() {
+        if profile == TEARDOWN_FORCE && !self.state.caps.general_cur.force_teardown() {
             return Err(bad_param(syndrome::UNSUPPORTED_FEATURE));
         }
         self.objs.clear();
-        self.fw.drop_objects();
-        self.fw.state = HcaState::TornDown;
-        self.fw.pages.released = true;
-        self.fw.pages.requested = 0;
+        self.state.drop_objects();
+        self.state.state = HcaState::TornDown;
+        self.state.pages.released = true;
+        self.state.pages.requested = 0;
         o.set_state(false);
         Ok(out(&o))
     }
@@ -300,9 +301,9 @@ impl Device {
         let mut reg = RegisterHostEndianness::default();
         if write {
             reg = read_reg(data)?;
-            self.fw.host_endianness_he = reg.he();
+            self.state.host_endianness_he = reg.he();
         } else {
-            reg.set_he(self.fw.host_endianness_he);
+            reg.set_he(self.state.host_endianness_he);
         }
         Ok(reg.as_bytes().to_vec())
     }
@@ -313,9 +314,9 @@ impl Device {
             let Some(d) = data.get(..NODE_DESC_BYTES) else {
                 return Err(Fail::Cmd(CmdStatus::BadInpLenErr, syndrome::BAD_INPUT_LEN));
             };
-            self.fw.node_desc.copy_from_slice(d);
+            self.state.node_desc.copy_from_slice(d);
         }
-        Ok(self.fw.node_desc.to_vec())
+        Ok(self.state.node_desc.to_vec())
     }
 
     /// MCQI: the version of the boot image (component 0), as the initialization segment

@@ -130,7 +130,8 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
 /// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
-/// notes and the engine's SRQ positions and queue counters.
+/// notes, the engine's SRQ positions and queue counters, and the page-return limits the
+/// fault injector sets.
 /// Not the PCI function, the MSI-X table, the command log or the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
@@ -146,6 +147,9 @@ pub(crate) struct Firmware<'a> {
     /// The engine's queue counters: QUERY_Q_COUNTER reads (and clears) them,
     /// DEALLOC_Q_COUNTER forgets a set's.
     pub(crate) q_counters: &'a mut BTreeMap<u8, QCounters>,
+    /// The fault injector's limits on the pages each MANAGE_PAGES "take" returns (the
+    /// first is used up by the next one).
+    pub(crate) page_returns: &'a mut Vec<u32>,
 }
 
 impl Firmware<'_> {
@@ -227,6 +231,7 @@ impl Device {
             notes: &mut self.notes,
             srq_pos: &mut self.engine.srq_pos,
             q_counters: &mut self.engine.q_counters,
+            page_returns: &mut self.faults.page_returns,
         }
     }
 
@@ -313,24 +318,24 @@ impl Device {
 
         use CmdOpcode as O;
         match op {
-            O::EnableHca => run!(EnableHcaIn, cmd_enable_hca),
-            O::DisableHca => run!(DisableHcaIn, cmd_disable_hca),
-            O::QueryIssi => run!(QueryIssiIn, cmd_query_issi),
-            O::SetIssi => run!(SetIssiIn, cmd_set_issi),
-            O::QueryPages => run!(QueryPagesIn, cmd_query_pages, op_mod_any),
-            O::ManagePages => run!(ManagePagesIn, cmd_manage_pages, op_mod_any),
+            O::EnableHca => run!(@fw EnableHcaIn, cmd_enable_hca),
+            O::DisableHca => run!(@fw DisableHcaIn, cmd_disable_hca),
+            O::QueryIssi => run!(@fw QueryIssiIn, cmd_query_issi),
+            O::SetIssi => run!(@fw SetIssiIn, cmd_set_issi),
+            O::QueryPages => run!(@fw QueryPagesIn, cmd_query_pages, op_mod_any),
+            O::ManagePages => run!(@fw ManagePagesIn, cmd_manage_pages, op_mod_any),
             O::QueryHcaCap => run!(
-                QueryHcaCapIn,
+                @fw QueryHcaCapIn,
                 cmd_query_hca_cap,
                 op_mod_any,
                 QUERY_HCA_CAP_OUT_FIXED
             ),
-            O::SetHcaCap => run!(SetHcaCapIn, cmd_set_hca_cap, op_mod_any),
-            O::InitHca => run!(InitHcaIn, cmd_init_hca),
-            O::TeardownHca => run!(TeardownHcaIn, cmd_teardown_hca),
-            O::AccessReg => run!(AccessRegisterIn, cmd_access_register, op_mod_any),
-            O::QuerySpecialContexts => run!(QuerySpecialContextsIn, cmd_query_special_contexts),
-            O::QueryAdapter => run!(QueryAdapterIn, cmd_query_adapter),
+            O::SetHcaCap => run!(@fw SetHcaCapIn, cmd_set_hca_cap, op_mod_any),
+            O::InitHca => run!(@fw InitHcaIn, cmd_init_hca),
+            O::TeardownHca => run!(@fw TeardownHcaIn, cmd_teardown_hca),
+            O::AccessReg => run!(@fw AccessRegisterIn, cmd_access_register, op_mod_any),
+            O::QuerySpecialContexts => run!(@fw QuerySpecialContextsIn, cmd_query_special_contexts),
+            O::QueryAdapter => run!(@fw QueryAdapterIn, cmd_query_adapter),
             O::Nop => {
                 self.check_state(op)?;
                 Ok(vec![0; 16])
@@ -346,9 +351,9 @@ impl Device {
             O::AllocQCounter => run!(@fw AllocQCounterIn, cmd_alloc_q_counter),
             O::DeallocQCounter => run!(@fw DeallocQCounterIn, cmd_dealloc_q_counter),
             O::QueryQCounter => run!(@fw QueryQCounterIn, cmd_query_q_counter),
-            O::CreateEq => run!(CreateEqIn, cmd_create_eq),
-            O::DestroyEq => run!(DestroyEqIn, cmd_destroy_eq),
-            O::QueryEq => run!(QueryEqIn, cmd_query_eq),
+            O::CreateEq => run!(@fw CreateEqIn, cmd_create_eq),
+            O::DestroyEq => run!(@fw DestroyEqIn, cmd_destroy_eq),
+            O::QueryEq => run!(@fw QueryEqIn, cmd_query_eq),
             O::CreateMkey => run!(@fw CreateMkeyIn, cmd_create_mkey),
             O::DestroyMkey => run!(@fw DestroyMkeyIn, cmd_destroy_mkey),
             O::QueryMkey => run!(@fw QueryMkeyIn, cmd_query_mkey),

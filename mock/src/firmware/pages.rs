@@ -1,6 +1,6 @@
 //! Page accounting: QUERY_PAGES, MANAGE_PAGES, and PAGE_REQUEST events.
 
-use super::{CmdResult, Ctx, Fail, HcaState, bad_param, out, pas_list, syndrome};
+use super::{CmdResult, Ctx, Fail, Firmware, HcaState, bad_param, out, pas_list, syndrome};
 use crate::device::Device;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
@@ -32,13 +32,13 @@ pub const PAGE_REQ_EC_FUNCTION: u16 = 0x8000;
 /// `release_all_pages` capability.
 pub const PAGE_REQ_RELEASE_ALL: u16 = 0x4000;
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_query_pages(&mut self, _c: &Ctx, i: &QueryPagesIn) -> CmdResult {
         // 0 asks for the calling function; naming it by its id is the same.
         if !matches!(i.function_id(), 0 | FUNCTION_ID) || i.embedded_cpu_function() {
             return Err(bad_param(syndrome::BAD_FUNCTION));
         }
-        let p = &self.fw.pages;
+        let p = &self.state.pages;
         let n = match QueryPagesOpMod::from_raw(i.op_mod()) {
             QueryPagesOpMod::BootPages => p.boot_outstanding(),
             QueryPagesOpMod::InitPages => p.init_outstanding(),
@@ -64,7 +64,7 @@ impl Device {
                     if a % ADAPTER_PAGE_SIZE as u64 != 0 {
                         return Err(bad_param(syndrome::PAGE_NOT_ALIGNED));
                     }
-                    if self.fw.pages.held.contains(&a) || !seen.insert(a) {
+                    if self.state.pages.held.contains(&a) || !seen.insert(a) {
                         return Err(bad_param(syndrome::PAGE_DUPLICATE));
                     }
                 }
@@ -78,19 +78,19 @@ impl Device {
                         return Err(Fail::Cmd(CmdStatus::IntErr, syndrome::PAGE_NOT_MAPPED));
                     }
                 }
-                let p = &mut self.fw.pages;
+                let p = &mut self.state.pages;
                 p.held.extend(list.iter().copied());
                 p.requested = p.requested.saturating_sub(n as u32);
                 Ok(out(&ManagePagesOut::default()))
             }
             ManagePagesOpMod::Take => {
                 let room = c.outlen.saturating_sub(ManagePagesOut::SIZE) / PAS_ENTRY_BYTES;
-                let limit = if self.faults.page_returns.is_empty() {
+                let limit = if self.page_returns.is_empty() {
                     u64::MAX
                 } else {
-                    self.faults.page_returns.remove(0) as u64
+                    self.page_returns.remove(0) as u64
                 };
-                let p = &mut self.fw.pages;
+                let p = &mut self.state.pages;
                 let k = (n as u64).min(p.surplus()).min(room as u64).min(limit) as usize;
                 let taken: Vec<u64> = p.held.iter().rev().take(k).copied().collect();
                 for a in &taken {
@@ -105,14 +105,16 @@ impl Device {
                 Ok(bytes)
             }
             ManagePagesOpMod::CantGive => {
-                self.fw.pages.requested = 0;
-                self.fw.pages.refused = true;
+                self.state.pages.requested = 0;
+                self.state.pages.refused = true;
                 Ok(out(&ManagePagesOut::default()))
             }
             _ => Err(bad_param(syndrome::BAD_OP_MOD)),
         }
     }
+}
 
+impl Device {
     /// Object creation needs the regular pages: waits for them (page request) if an event
     /// queue receives page requests, fails otherwise.
     pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {

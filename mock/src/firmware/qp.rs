@@ -2,7 +2,7 @@
 //! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
-use super::special_qp::{has_pd, is_special};
+use super::special_qp::{check_special_q_key, has_pd, is_special};
 use super::{
     CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
     syndrome,
@@ -173,7 +173,7 @@ impl Transition {
 impl Device {
     pub(crate) fn cmd_create_qp(&mut self, c: &Ctx, i: &CreateQpIn) -> CmdResult {
         let q = *i.qpc();
-        let caps = &self.fw.caps.general_cur;
+        let caps = self.fw.caps.general_cur;
         if i.input_qpn() != 0 {
             return Err(bad_param(syndrome::BAD_INPUT_QPN));
         }
@@ -188,7 +188,7 @@ impl Device {
             QpServiceType::Ud => caps.ud(),
             QpServiceType::Xrc => caps.xrc(),
             st if is_special(st) => {
-                self.check_create_special_qp(st, &q)?;
+                self.firmware().check_create_special_qp(st, &q)?;
                 true
             }
             _ => false,
@@ -368,7 +368,7 @@ impl Device {
                     self.check_path(rp, true)?;
                     copy_path(&mut next, r, &[ads::pkey_index, ads::vhca_port_num]);
                     if is_datagram(st) {
-                        self.check_special_q_key(st, r)?;
+                        check_special_q_key(st, r)?;
                         copy_qpc(&mut next, r, &[qpc::q_key]);
                     } else {
                         copy_qpc(&mut next, r, &[qpc::rre, qpc::rwe, qpc::rae]);
@@ -436,7 +436,7 @@ impl Device {
                 self.check_remote_path(st, rp)?;
             }
             if opt & optpar::Q_KEY != 0 {
-                self.check_special_q_key(st, r)?;
+                check_special_q_key(st, r)?;
             }
             if opt & optpar::PKEY_INDEX != 0 && rp.pkey_index() as usize >= PKEY_TABLE_ENTRIES {
                 return Err(bad_param(syndrome::BAD_PKEY_INDEX));

@@ -13,9 +13,8 @@
 //! request (the engine completes one with a local QP operation error, as any opcode it does
 //! not model).
 
-use super::{Fail, bad_param, busy, syndrome};
+use super::{Fail, Firmware, bad_param, busy, syndrome};
 use crate::caps::LinkLayer;
-use crate::device::Device;
 use uhca_fwif::consts::QpServiceType;
 use uhca_fwif::ctx::Qpc;
 
@@ -36,15 +35,15 @@ pub(crate) fn has_pd(st: QpServiceType) -> bool {
     st != QpServiceType::RegUmr
 }
 
-impl Device {
+impl Firmware<'_> {
     /// CREATE_QP's checks for a special QP (`is_special(st)`).
     pub(crate) fn check_create_special_qp(&self, st: QpServiceType, q: &Qpc) -> Result<(), Fail> {
         match st {
             QpServiceType::Qp0 | QpServiceType::Qp1 => {
-                if st == QpServiceType::Qp0 && self.fw.port_type() != LinkLayer::InfiniBand {
+                if st == QpServiceType::Qp0 && self.state.port_type() != LinkLayer::InfiniBand {
                     return Err(bad_param(syndrome::SPECIAL_QP_TAKEN));
                 }
-                if self.special_qpn(st).is_some() {
+                if self.objs.special_qpn(st).is_some() {
                     return Err(busy(syndrome::SPECIAL_QP_TAKEN));
                 }
                 Ok(())
@@ -58,22 +57,13 @@ impl Device {
             _ => Err(bad_param(syndrome::BAD_QP_TYPE)),
         }
     }
+}
 
-    /// The firmware QPN of the port's QP0 or QP1, if it exists.
-    pub(crate) fn special_qpn(&self, st: QpServiceType) -> Option<u32> {
-        self.objs
-            .qps
-            .iter()
-            .find(|(_, qp)| QpServiceType::from_raw(qp.qpc.st()) == st)
-            .map(|(&qpn, _)| qpn)
+/// RST2INIT's Q_Key rule for QP1 (QP0's Q_Key is not checked by anyone: subnet
+/// management packets carry none).
+pub(crate) fn check_special_q_key(st: QpServiceType, r: &Qpc) -> Result<(), Fail> {
+    if st == QpServiceType::Qp1 && r.q_key() != QP1_Q_KEY {
+        return Err(bad_param(syndrome::BAD_QP1_Q_KEY));
     }
-
-    /// RST2INIT's Q_Key rule for QP1 (QP0's Q_Key is not checked by anyone: subnet
-    /// management packets carry none).
-    pub(crate) fn check_special_q_key(&self, st: QpServiceType, r: &Qpc) -> Result<(), Fail> {
-        if st == QpServiceType::Qp1 && r.q_key() != QP1_Q_KEY {
-            return Err(bad_param(syndrome::BAD_QP1_Q_KEY));
-        }
-        Ok(())
-    }
+    Ok(())
 }
