@@ -32,7 +32,7 @@ use core::sync::atomic::Ordering;
 
 use super::Cq;
 use super::dp::QpMap;
-use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion, wc_opcode_of_wqe};
 use crate::error::{BadCqe, PollError};
 use crate::hca::Hca;
 
@@ -41,18 +41,6 @@ const FLAGS_RQPN_SL_SHIFT: u32 = 24;
 /// `flags_rqpn[29:28]`: the GRH-present field (`g`); any non-zero value means a GRH (as
 /// Linux's mlx5 reads it).
 const FLAGS_RQPN_G_SHIFT: u32 = 28;
-
-/// The completion opcode of a requester CQE's WQE opcode.
-const fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
-    Some(match op {
-        WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::SendInval => WcOpcode::Send,
-        WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
-        WqeOpcode::RdmaRead => WcOpcode::RdmaRead,
-        WqeOpcode::AtomicCs | WqeOpcode::AtomicMaskedCs => WcOpcode::CompSwap,
-        WqeOpcode::AtomicFa | WqeOpcode::AtomicMaskedFa => WcOpcode::FetchAdd,
-        _ => return None,
-    })
-}
 
 /// For each WQE opcode (as a requester CQE's `sop` reports it), one more than the raw
 /// [`WcOpcode`] it completes as; 0 for opcodes a verbs send queue never posts.
