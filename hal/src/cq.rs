@@ -283,7 +283,14 @@ impl<M: DmaMem> CqeView<'_, M> {
     /// The CQE opcode (`op_own[7:4]`).
     #[inline(always)]
     pub fn opcode(&self) -> CqeOpcode {
-        CqeOpcode::from_raw((self.tail as u8) >> 4)
+        CqeOpcode::from_raw(self.opcode_raw())
+    }
+
+    /// The raw `opcode` field (`op_own[7:4]`): compared with one value, cheaper than
+    /// decoding it with [`CqeView::opcode`].
+    #[inline(always)]
+    pub fn opcode_raw(&self) -> u8 {
+        (self.tail as u8) >> 4
     }
 
     /// The QP number (`sop_drop_qpn[23:0]`; `s_wqe_opcode_qpn` of an error CQE).
@@ -461,6 +468,13 @@ impl<M: DmaMem> CqRing<M> {
     fn sw_owned(&self, op_own: u8) -> bool {
         let owner = ((self.ci >> self.log_cnt) & 1) as u8;
         (op_own >> 4) != CqeOpcode::Invalid.raw() && (op_own & CQE_OWNER_MASK) == owner
+    }
+
+    /// Whether software owns the next CQE (the device wrote it): what
+    /// [`CqRing::poll_next`] checks first, without taking it.
+    #[inline(always)]
+    pub fn has_next(&self) -> bool {
+        self.sw_owned(self.mem.read_u8(self.cqe_at(self.ci) + OP_OWN_OFF))
     }
 
     /// Takes the next CQE if software owns it, advancing the consumer index (not yet

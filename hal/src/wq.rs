@@ -730,11 +730,7 @@ fn sq_post_inline<M: DmaMem>(
         }
     }
     // The header with up to four data bytes (zero-padded) as one word, then the rest.
-    let mut first = [0u8; 8];
-    first[..4].copy_from_slice(&WqeInlineSeg::byte_count_of(len as u32).to_be_bytes());
-    let m = len.min(4);
-    first[4..4 + m].copy_from_slice(&data[..m]);
-    mem.write_be64(seg, u64::from_be_bytes(first));
+    mem.write_be64(seg, inline_head_word(len as u32, data));
     if len > 4 {
         mem.write_bytes(seg + 8, &data[4..]);
     }
@@ -747,6 +743,23 @@ fn sq_post_inline<M: DmaMem>(
         wqe_index: start as u16,
         wqebbs: bbs as u8,
     }))
+}
+
+/// The first word of an inline-data segment: the byte count (with the inline bit) and up
+/// to four data bytes, zero-padded, in the segment's big-endian order. Built in registers
+/// (a copy of a run of bytes whose length is only known at run time would be a call to
+/// `memcpy`).
+#[inline(always)]
+fn inline_head_word(len: u32, data: &[u8]) -> u64 {
+    let bc = (WqeInlineSeg::byte_count_of(len) as u64) << 32;
+    let bytes = match data {
+        [a, b, c, d, ..] => u32::from_be_bytes([*a, *b, *c, *d]),
+        short => short
+            .iter()
+            .enumerate()
+            .fold(0, |w, (k, &b)| w | (b as u32) << (24 - 8 * k)),
+    };
+    bc | bytes as u64
 }
 
 /// Starts a send WQE on `sq` (see [`QpRings::sq_wqe`]).
@@ -1261,15 +1274,13 @@ impl<M: DmaMem> WqeBuilder<'_, M> {
         // The segment is the 4-byte header, the data and padding to 16 bytes. `word(w)` is
         // its 8-byte word `w` (padding zeroed); a 16-byte unit is never split by the ring's
         // end, so a segment that wraps is written unit by unit.
-        let hdr = WqeInlineSeg::byte_count_of(len as u32).to_be_bytes();
         let word = |w: usize| {
             let k = w * 8; // byte offset in the segment
-            let mut b = [0u8; 8];
             if k == 0 {
-                b[..4].copy_from_slice(&hdr);
-                let m = len.min(4);
-                b[4..4 + m].copy_from_slice(&data[..m]);
-            } else if k + 4 <= len {
+                return inline_head_word(len as u32, data);
+            }
+            let mut b = [0u8; 8];
+            if k + 4 <= len {
                 // Eight data bytes: data[k - 4..k + 4].
                 b.copy_from_slice(&data[k - 4..k + 4]);
             } else if k - 4 < len {

@@ -332,11 +332,13 @@ struct SendCase {
     per_call: usize,
     calls: usize,
     op: SendOp,
-    inline: bool,
     /// WQEBBs one request takes.
     bbs: u32,
-    payload: Box<[u8; 64]>,
-    sge: [Sge; 1],
+    /// The requests of every call but the chunk's last (none signalled), and of its last
+    /// (the last request signalled): built once, outside the timed region, as the libmlx5
+    /// harness builds its `ibv_send_wr` lists once.
+    plain: Vec<SendWr<'static>>,
+    last: Vec<SendWr<'static>>,
 }
 
 impl SendCase {
@@ -351,15 +353,30 @@ impl SendCase {
         let bbs = if inline { 2 } else { 1 };
         // Half the SQ per chunk.
         let calls = (256 / bbs as usize) / per_call;
+        // The requests borrow their gather list and payload for the whole benchmark.
+        let sge: &'static [Sge; 1] = Box::leak(Box::new(sge));
+        let payload: &'static [u8; 64] = Box::leak(Box::new([0x5a; 64]));
+        let wr = |flags| {
+            let w = if inline {
+                SendWr::new(0, op, &[]).with_inline(&payload[..])
+            } else {
+                SendWr::new(0, op, sge)
+            };
+            w.with_flags(flags)
+        };
+        let plain: Vec<SendWr<'static>> = (0..per_call).map(|_| wr(SendFlags::empty())).collect();
+        let mut last = plain.clone();
+        if let Some(l) = last.last_mut() {
+            *l = wr(SendFlags::SIGNALED);
+        }
         SendCase {
             rig,
             per_call,
             calls,
             op,
-            inline,
             bbs,
-            payload: Box::new([0x5a; 64]),
-            sge,
+            plain,
+            last,
         }
     }
 }
@@ -381,21 +398,12 @@ impl Case for SendCase {
     }
 
     fn run(&mut self) {
-        let wr = |flags| {
-            let w = if self.inline {
-                SendWr::new(0, self.op, &[]).with_inline(&self.payload[..])
-            } else {
-                SendWr::new(0, self.op, &self.sge)
-            };
-            w.with_flags(flags)
-        };
-        let plain: Vec<SendWr<'_>> = (0..self.per_call).map(|_| wr(SendFlags::empty())).collect();
-        let mut last = plain.clone();
-        if let Some(l) = last.last_mut() {
-            *l = wr(SendFlags::SIGNALED);
-        }
         for c in 0..self.calls {
-            let wrs = if c + 1 == self.calls { &last } else { &plain };
+            let wrs = if c + 1 == self.calls {
+                &self.last
+            } else {
+                &self.plain
+            };
             self.rig.qp.post_send(std::hint::black_box(wrs)).unwrap();
         }
     }

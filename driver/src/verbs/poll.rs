@@ -32,7 +32,7 @@ use core::sync::atomic::Ordering;
 
 use super::Cq;
 use super::dp::QpMap;
-use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion, wc_opcode_of_wqe};
 use crate::error::{BadCqe, PollError};
 use crate::hca::Hca;
 
@@ -41,18 +41,6 @@ const FLAGS_RQPN_SL_SHIFT: u32 = 24;
 /// `flags_rqpn[29:28]`: the GRH-present field (`g`); any non-zero value means a GRH (as
 /// Linux's mlx5 reads it).
 const FLAGS_RQPN_G_SHIFT: u32 = 28;
-
-/// The completion opcode of a requester CQE's WQE opcode.
-const fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
-    Some(match op {
-        WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::SendInval => WcOpcode::Send,
-        WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
-        WqeOpcode::RdmaRead => WcOpcode::RdmaRead,
-        WqeOpcode::AtomicCs | WqeOpcode::AtomicMaskedCs => WcOpcode::CompSwap,
-        WqeOpcode::AtomicFa | WqeOpcode::AtomicMaskedFa => WcOpcode::FetchAdd,
-        _ => return None,
-    })
-}
 
 /// For each WQE opcode (as a requester CQE's `sop` reports it), one more than the raw
 /// [`WcOpcode`] it completes as; 0 for opcodes a verbs send queue never posts.
@@ -132,7 +120,7 @@ fn error_status<M: DmaMem>(cqe: &CqeView<'_, M>) -> (WcStatus, u8) {
 /// completion. The CQE is read field by field where the PRM puts them (an error CQE keeps
 /// the QPN and the WQE counter where a good one has them).
 ///
-/// `Ok(None)` for a CQE left over from a QP that was destroyed, or from a queue of a QP
+/// `Ok(false)` for a CQE left over from a QP that was destroyed, or from a queue of a QP
 /// that was moved to RESET and not posted to since: it is dropped, as rdma-core removes
 /// such CQEs from the CQ (a receive from an SRQ gives its SRQ WQE back). A successful
 /// requester CQE goes to [`complete_req`] instead (here it is an unexpected opcode).
@@ -141,7 +129,8 @@ fn complete<P: Platform, M: DmaMem>(
     map: &mut QpMap<P>,
     cqn: u32,
     cqe: &CqeView<'_, M>,
-) -> Result<Option<WorkCompletion>, BadCqe> {
+    out: &mut WorkCompletion,
+) -> Result<bool, BadCqe> {
     let opcode = cqe.opcode();
     let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter());
     let responder = matches!(
@@ -160,20 +149,23 @@ fn complete<P: Platform, M: DmaMem>(
             // The SRQ WQE was consumed: back to the free list.
             let _ = srq.shadow.lock().complete(counter);
         }
-        return Ok(None);
+        return Ok(false);
     }
     // Left over from before RESET (SRQ receives are delivered: their WQEs were used).
     let requester = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
     if (responder && qp.srq.is_none() && qp.rq_stale.load(Ordering::Relaxed))
         || (requester && qp.sq_stale.load(Ordering::Relaxed))
     {
-        return Ok(None);
+        return Ok(false);
     }
-    let mut wc = WorkCompletion {
+    // Written in place: the caller's slot is this completion's (or, for a CQE refused
+    // below, past the ones polled).
+    *out = WorkCompletion {
         qp_num: qpn,
         wqe_counter: counter,
         ..WorkCompletion::default()
     };
+    let wc = out;
     match opcode {
         // A successful requester CQE takes `complete_req`; here only its error twin.
         CqeOpcode::ReqErr => {
@@ -275,7 +267,7 @@ fn complete<P: Platform, M: DmaMem>(
         }
         other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
     }
-    Ok(Some(wc))
+    Ok(true)
 }
 
 /// The HCA is gone (torn down, bus mastering off): completes in software, with
@@ -356,7 +348,12 @@ impl<P: Platform> Cq<P> {
     /// [`WcStatus::WrFlushed`]: each request posted completes exactly once even when the
     /// HCA goes away under it.
     pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> Result<usize, PollError> {
-        let n = self.poll_device(wc)?;
+        // An empty CQ returns before the CQE loop's set-up.
+        let n = if self.poll_parts().1.has_next() {
+            self.poll_device(wc)?
+        } else {
+            0
+        };
         if n < wc.len() && self.hca_gone() {
             return Ok(n + self.flush_gone(&mut wc[n..]));
         }
@@ -382,16 +379,10 @@ impl<P: Platform> Cq<P> {
         let mut result = Ok(());
         while n < wc.len() {
             let Some(cqe) = ring.poll_next() else { break };
-            let done = if cqe.opcode() == CqeOpcode::Req {
+            let done = if cqe.opcode_raw() == CqeOpcode::Req.raw() {
                 complete_req(map, cqn, &cqe, &mut wc[n])
             } else {
-                complete(map, cqn, &cqe).map(|w| match w {
-                    Some(w) => {
-                        wc[n] = w;
-                        true
-                    }
-                    None => false,
-                })
+                complete(map, cqn, &cqe, &mut wc[n])
             };
             match done {
                 Ok(true) => n += 1,

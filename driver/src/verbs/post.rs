@@ -17,7 +17,7 @@
 //! a QP to two threads ([`SendQueue`], [`RecvQueue`]); they post through the same
 //! code as the QP itself.
 
-use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags, WqeOpcode};
+use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags};
 use uhca_fwif::wqe::INVALID_LKEY;
 use uhca_hal::Platform;
 use uhca_hal::barriers;
@@ -28,7 +28,9 @@ use uhca_hal::wq::{RecvRing, RqRing, SendRing, SqRing, WqError};
 
 use super::dp::QpShared;
 use super::qp::QpTransport;
-use super::wr::{BadWr, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WcOpcode, WrError};
+use super::wr::{
+    BadWr, LoweredOp, OpClass, RecvWr, SendData, SendFlags, SendOp, SendWr, Sge, WrError,
+};
 use super::{Qp, Srq};
 use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
@@ -81,19 +83,6 @@ fn wq_error(e: WqError, wr: &SendWr<'_>, caps: &super::QpCaps) -> WrError {
     }
 }
 
-/// What an opcode needs of the QP and of the request.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum OpClass {
-    /// SEND, SEND with immediate: every transport.
-    Send,
-    /// RDMA WRITE (with immediate): RC and UC.
-    Write,
-    /// RDMA READ: RC; reads into local memory (no inline data).
-    Read,
-    /// Atomics: RC with the device's 8-byte atomics; one 8-byte local buffer.
-    Atomic,
-}
-
 /// Checks one send request against the QP and returns its WQE opcode.
 #[inline(always)]
 fn check_send(
@@ -101,16 +90,9 @@ fn check_send(
     caps: &super::QpCaps,
     atomics: bool,
     wr: &SendWr<'_>,
-) -> Result<WqeOpcode, WrError> {
-    let (opcode, class) = match wr.op {
-        SendOp::Send => (WqeOpcode::Send, OpClass::Send),
-        SendOp::SendWithImm { .. } => (WqeOpcode::SendImm, OpClass::Send),
-        SendOp::RdmaWrite { .. } => (WqeOpcode::RdmaWrite, OpClass::Write),
-        SendOp::RdmaWriteWithImm { .. } => (WqeOpcode::RdmaWriteImm, OpClass::Write),
-        SendOp::RdmaRead { .. } => (WqeOpcode::RdmaRead, OpClass::Read),
-        SendOp::AtomicCmpSwap { .. } => (WqeOpcode::AtomicCs, OpClass::Atomic),
-        SendOp::AtomicFetchAdd { .. } => (WqeOpcode::AtomicFa, OpClass::Atomic),
-    };
+    op: &LoweredOp,
+) -> Result<(), WrError> {
+    let class = op.class;
     let allowed = match st {
         // Atomics only where the device's atomic page offers them (`DeviceCaps::atomic`).
         QpServiceType::Rc => class != OpClass::Atomic || atomics,
@@ -160,51 +142,35 @@ fn check_send(
             return Err(WrError::AtomicAlignment);
         }
     }
-    Ok(opcode)
+    Ok(())
 }
 
 /// Builds the WQE of one checked send request.
 #[inline(always)]
 fn build_send<R: SendRing>(
     rings: &mut R,
-    opcode: WqeOpcode,
+    op: &LoweredOp,
     flags: WqeCtrlFlags,
     wr: &SendWr<'_>,
 ) -> Result<uhca_hal::wq::PostedWqe, WqError> {
-    let mut w = rings.sq_wqe(opcode, flags)?;
-    match wr.op {
-        SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } => {
-            w.imm(imm);
-        }
-        _ => {}
+    let mut w = rings.sq_wqe(op.opcode, flags)?;
+    if op.imm != 0 {
+        w.imm(op.imm);
     }
     if let Some(d) = &wr.ud {
         w.datagram(&d.ah.av(d.remote_qpn, d.remote_qkey))?;
     }
+    if let Some((remote_addr, rkey)) = op.raddr {
+        w.raddr(remote_addr, rkey)?;
+    }
     match wr.op {
-        SendOp::Send | SendOp::SendWithImm { .. } => {}
-        SendOp::RdmaWrite { remote_addr, rkey }
-        | SendOp::RdmaWriteWithImm {
-            remote_addr, rkey, ..
+        SendOp::AtomicCmpSwap { compare, swap, .. } => {
+            w.atomic(swap, compare)?;
         }
-        | SendOp::RdmaRead { remote_addr, rkey } => {
-            w.raddr(remote_addr, rkey)?;
+        SendOp::AtomicFetchAdd { add, .. } => {
+            w.atomic(add, 0)?;
         }
-        SendOp::AtomicCmpSwap {
-            remote_addr,
-            rkey,
-            compare,
-            swap,
-        } => {
-            w.raddr(remote_addr, rkey)?.atomic(swap, compare)?;
-        }
-        SendOp::AtomicFetchAdd {
-            remote_addr,
-            rkey,
-            add,
-        } => {
-            w.raddr(remote_addr, rkey)?.atomic(add, 0)?;
-        }
+        _ => {}
     }
     match wr.data {
         SendData::Sge(s) => {
@@ -426,111 +392,44 @@ impl<P: Platform> SendSide<'_, P> {
         let mut result = Ok(());
         // Only RC and UC take the one-step path (a UD send carries an address vector).
         let one_step_ok = self.st != QpServiceType::Ud && caps.max_send_sge != 0;
-        for (i, wr) in wrs.into_iter().enumerate() {
+        'wrs: for (i, wr) in wrs.into_iter().enumerate() {
             // The control-segment flags: the request's own (their bits are the segment's,
             // see `SendFlags`) and CQ_UPDATE for `sq_sig_all`.
             let flags = WqeCtrlFlags::from_bits_retain(
                 (wr.flags.bits() & SendFlags::all().bits()) | sig_all,
             );
-            // The common shape — SEND or RDMA WRITE (with or without immediate) with one
-            // non-empty gather entry on RC or UC — is valid on every QP that has a send
-            // queue and is written in one step; everything else is checked in full and goes
-            // through the WQE builder.
-            let one_step = match (wr.op, wr.data) {
-                (SendOp::Send, SendData::Sge([sge])) => {
-                    Some((WqeOpcode::Send, WcOpcode::Send, 0, None, sge))
-                }
-                (SendOp::SendWithImm { imm }, SendData::Sge([sge])) => {
-                    Some((WqeOpcode::SendImm, WcOpcode::Send, imm, None, sge))
-                }
-                (SendOp::RdmaWrite { remote_addr, rkey }, SendData::Sge([sge])) => Some((
-                    WqeOpcode::RdmaWrite,
-                    WcOpcode::RdmaWrite,
-                    0,
-                    Some((remote_addr, rkey)),
-                    sge,
-                )),
-                (
-                    SendOp::RdmaWriteWithImm {
-                        remote_addr,
-                        rkey,
-                        imm,
-                    },
-                    SendData::Sge([sge]),
-                ) => Some((
-                    WqeOpcode::RdmaWriteImm,
-                    WcOpcode::RdmaWrite,
-                    imm,
-                    Some((remote_addr, rkey)),
-                    sge,
-                )),
-                _ => None,
-            };
-            let inline = match one_step {
-                None if one_step_ok && wr.ud.is_none() => match (wr.op, wr.data) {
-                    (SendOp::Send, SendData::Inline(b)) => {
-                        Some((WqeOpcode::Send, WcOpcode::Send, 0, None, b))
+            // SEND or RDMA WRITE (with or without immediate) with one non-empty gather
+            // entry, or with inline data within the QP's limit, on RC or UC is valid on
+            // every QP that has a send queue and is written in one step (the inline one
+            // unless it reaches the ring's end); everything else is checked in full and
+            // goes through the WQE builder.
+            let op = wr.op.lower();
+            let one_step = one_step_ok && op.class <= OpClass::Write && wr.ud.is_none();
+            let posted = 'posted: {
+                match wr.data {
+                    SendData::Sge([sge]) if one_step && sge.len != 0 => {
+                        break 'posted rings
+                            .sq_post_one_sge(op.opcode, flags, op.imm, op.raddr, sge);
                     }
-                    (SendOp::SendWithImm { imm }, SendData::Inline(b)) => {
-                        Some((WqeOpcode::SendImm, WcOpcode::Send, imm, None, b))
-                    }
-                    (SendOp::RdmaWrite { remote_addr, rkey }, SendData::Inline(b)) => Some((
-                        WqeOpcode::RdmaWrite,
-                        WcOpcode::RdmaWrite,
-                        0,
-                        Some((remote_addr, rkey)),
-                        b,
-                    )),
-                    (
-                        SendOp::RdmaWriteWithImm {
-                            remote_addr,
-                            rkey,
-                            imm,
-                        },
-                        SendData::Inline(b),
-                    ) => Some((
-                        WqeOpcode::RdmaWriteImm,
-                        WcOpcode::RdmaWrite,
-                        imm,
-                        Some((remote_addr, rkey)),
-                        b,
-                    )),
-                    _ => None,
-                },
-                _ => None,
-            };
-            // Inline data within the QP's limit, not reaching the ring's end, in one step.
-            let inline_posted = match inline {
-                Some((opcode, tag, imm, raddr, b))
-                    if !b.is_empty() && b.len() <= caps.max_inline_data as usize =>
-                {
-                    rings
-                        .sq_post_inline(opcode, flags, imm, raddr, b)
-                        .map(|r| (r, tag))
-                }
-                _ => None,
-            };
-            let (posted, tag) = match one_step {
-                Some((opcode, tag, imm, raddr, sge))
-                    if one_step_ok && wr.ud.is_none() && sge.len != 0 =>
-                {
-                    (rings.sq_post_one_sge(opcode, flags, imm, raddr, sge), tag)
-                }
-                _ if inline_posted.is_some() => match inline_posted {
-                    Some(x) => x,
-                    None => unreachable!("checked just above"),
-                },
-                _ => {
-                    let opcode = match check_send(self.st, &caps, self.atomics, wr) {
-                        Ok(x) => x,
-                        Err(e) => {
-                            result = Err(bad(i, e));
-                            break;
+                    SendData::Inline(b)
+                        if one_step
+                            && !b.is_empty()
+                            && b.len() <= caps.max_inline_data as usize =>
+                    {
+                        if let Some(p) = rings.sq_post_inline(op.opcode, flags, op.imm, op.raddr, b)
+                        {
+                            break 'posted p;
                         }
-                    };
-                    (build_send(rings, opcode, flags, wr), wr.op.wc_opcode())
+                    }
+                    _ => {}
                 }
+                if let Err(e) = check_send(self.st, &caps, self.atomics, wr, &op) {
+                    result = Err(bad(i, e));
+                    break 'wrs;
+                }
+                build_send(rings, &op, flags, wr)
             };
+            let tag = op.wc;
             match posted {
                 Ok(posted) => table.record(&SendEntry {
                     wr_id: wr.wr_id,

@@ -5,6 +5,7 @@
 
 use uhca_fwif::consts::CqeSyndrome;
 use uhca_fwif::consts::WqeCtrlFlags;
+use uhca_fwif::consts::WqeOpcode;
 pub use uhca_hal::wq::Sge;
 
 use super::Ah;
@@ -79,14 +80,113 @@ pub enum SendOp {
 impl SendOp {
     /// The completion opcode a successful request reports.
     pub const fn wc_opcode(&self) -> WcOpcode {
-        match self {
-            SendOp::Send | SendOp::SendWithImm { .. } => WcOpcode::Send,
-            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
-            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
-            SendOp::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
-            SendOp::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+        self.lower().wc
+    }
+
+    /// The request's lowering to a send WQE: its opcode, its immediate and its remote
+    /// address, and the completion opcode it reports. The one mapping from a verbs send
+    /// opcode to the WQE's, used by every posting path; the poller maps a CQE's WQE opcode
+    /// back with [`wc_opcode_of_wqe`], which agrees (see the test below).
+    #[inline(always)]
+    pub(crate) const fn lower(&self) -> LoweredOp {
+        let (opcode, wc, class, imm, raddr) = match *self {
+            SendOp::Send => (WqeOpcode::Send, WcOpcode::Send, OpClass::Send, 0, None),
+            SendOp::SendWithImm { imm } => {
+                (WqeOpcode::SendImm, WcOpcode::Send, OpClass::Send, imm, None)
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => (
+                WqeOpcode::RdmaWrite,
+                WcOpcode::RdmaWrite,
+                OpClass::Write,
+                0,
+                Some((remote_addr, rkey)),
+            ),
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => (
+                WqeOpcode::RdmaWriteImm,
+                WcOpcode::RdmaWrite,
+                OpClass::Write,
+                imm,
+                Some((remote_addr, rkey)),
+            ),
+            SendOp::RdmaRead { remote_addr, rkey } => (
+                WqeOpcode::RdmaRead,
+                WcOpcode::RdmaRead,
+                OpClass::Read,
+                0,
+                Some((remote_addr, rkey)),
+            ),
+            SendOp::AtomicCmpSwap {
+                remote_addr, rkey, ..
+            } => (
+                WqeOpcode::AtomicCs,
+                WcOpcode::CompSwap,
+                OpClass::Atomic,
+                0,
+                Some((remote_addr, rkey)),
+            ),
+            SendOp::AtomicFetchAdd {
+                remote_addr, rkey, ..
+            } => (
+                WqeOpcode::AtomicFa,
+                WcOpcode::FetchAdd,
+                OpClass::Atomic,
+                0,
+                Some((remote_addr, rkey)),
+            ),
+        };
+        LoweredOp {
+            opcode,
+            wc,
+            class,
+            imm,
+            raddr,
         }
     }
+}
+
+/// What an opcode needs of the QP and of the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum OpClass {
+    /// SEND, SEND with immediate: every transport.
+    Send,
+    /// RDMA WRITE (with immediate): RC and UC.
+    Write,
+    /// RDMA READ: RC; reads into local memory (no inline data).
+    Read,
+    /// Atomics: RC with the device's 8-byte atomics; one 8-byte local buffer.
+    Atomic,
+}
+
+/// A send request lowered to its WQE ([`SendOp::lower`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LoweredOp {
+    /// The WQE opcode.
+    pub opcode: WqeOpcode,
+    /// The completion opcode it reports ([`wc_opcode_of_wqe`] of `opcode`).
+    pub wc: WcOpcode,
+    /// What the opcode needs of the QP and of the request.
+    pub class: OpClass,
+    /// The immediate (0 for an opcode without one).
+    pub imm: u32,
+    /// The remote-address segment's address and key, for RDMA and atomics.
+    pub raddr: Option<(u64, u32)>,
+}
+
+/// The completion opcode of a send WQE's opcode (as a requester CQE's `sop` reports it);
+/// `None` for opcodes a verbs send queue never posts.
+pub(crate) const fn wc_opcode_of_wqe(op: WqeOpcode) -> Option<WcOpcode> {
+    Some(match op {
+        WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::SendInval => WcOpcode::Send,
+        WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
+        WqeOpcode::RdmaRead => WcOpcode::RdmaRead,
+        WqeOpcode::AtomicCs | WqeOpcode::AtomicMaskedCs => WcOpcode::CompSwap,
+        WqeOpcode::AtomicFa | WqeOpcode::AtomicMaskedFa => WcOpcode::FetchAdd,
+        _ => return None,
+    })
 }
 
 /// Where the data of a send comes from.
@@ -499,4 +599,45 @@ pub struct WorkCompletion {
     pub wc_flags: WcFlags,
     /// The WQE counter the device reported (SQ WQE index, RQ or SRQ WQE index).
     pub wqe_counter: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The poller reads a requester CQE's WQE opcode back through `wc_opcode_of_wqe`: it
+    /// must name the completion opcode the post recorded for every request.
+    #[test]
+    fn lowering_and_poller_agree_on_the_completion_opcode() {
+        let (remote_addr, rkey) = (0x1000, 7);
+        let ops = [
+            SendOp::Send,
+            SendOp::SendWithImm { imm: 1 },
+            SendOp::RdmaWrite { remote_addr, rkey },
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm: 2,
+            },
+            SendOp::RdmaRead { remote_addr, rkey },
+            SendOp::AtomicCmpSwap {
+                remote_addr,
+                rkey,
+                compare: 3,
+                swap: 4,
+            },
+            SendOp::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add: 5,
+            },
+        ];
+        for op in ops {
+            let l = op.lower();
+            assert_eq!(wc_opcode_of_wqe(l.opcode), Some(l.wc), "{op:?}");
+            assert_eq!(op.wc_opcode(), l.wc, "{op:?}");
+            let has_raddr = !matches!(op, SendOp::Send | SendOp::SendWithImm { .. });
+            assert_eq!(l.raddr.is_some(), has_raddr, "{op:?}");
+        }
+    }
 }
