@@ -60,9 +60,14 @@ macro_rules! say {
 }
 
 /// [`say!`] for standard error.
+/// One line to standard error in one write: standard error is unbuffered, so `writeln!`
+/// would write each formatted piece apart, and another thread's line (standard output,
+/// often the same file) could land in the middle of it.
 macro_rules! warn {
     ($($arg:tt)*) => {{
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }};
 }
 
