@@ -525,7 +525,7 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
 /// ```no_run
 /// # use uhca_driver::verbs::{Cq, InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
 /// # use uhca_fwif::consts::QpState;
-/// # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, pd: &uhca_driver::verbs::Pd,
+/// # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>, pd: &uhca_driver::verbs::Pd<P>,
 /// #     cq: &Cq<P>, peer_qpn: u32) -> uhca_driver::Result<()> {
 /// struct Conn<P: uhca_hal::Platform> {
 ///     qp: Qp<P, Rc>,
