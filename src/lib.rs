@@ -34,7 +34,7 @@ pub mod prelude {
     //! * the HCA, its errors and its platform: [`Hca`], [`HcaConfig`], [`Error`], [`Failed`],
     //!   [`Platform`] (the trait every object is generic over);
     //! * the objects: [`Pd`], [`Mr`], [`UserMr`], [`Cq`], [`Qp`] with its transports
-    //!   ([`Rc`], [`Uc`], [`Ud`]) and states ([`state`]), [`Srq`];
+    //!   ([`Rc`], [`Uc`], [`Ud`]; its state is checked at run time), [`Srq`];
     //! * their attributes: [`QpInitAttr`], [`QpCaps`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`],
     //!   [`SrqInitAttr`], [`AccessFlags`], [`IbMtu`];
     //! * the datapath: [`SendWr`], [`SendOp`], [`SendFlags`], [`RecvWr`], [`Sge`], [`UdDest`],
