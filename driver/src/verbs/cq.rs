@@ -1,6 +1,6 @@
 //! Completion queues: CREATE_CQ, QUERY_CQ, MODIFY_CQ (moderation), DESTROY_CQ.
 
-use uhca_fwif::cmd::{Command, CreateCqIn, DestroyCqIn, ModifyCqIn, QueryCqIn};
+use uhca_fwif::cmd::{Command, CreateCqIn, ModifyCqIn, QueryCqIn};
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CqeOpcode};
 use uhca_fwif::cqe::op_own_of;
 use uhca_hal::Platform;
@@ -158,7 +158,7 @@ impl<P: Platform> Cq<P> {
         hca.check_owner(self.hca_id)?;
         let mut q = QueryCqIn::new_cmd();
         q.set_cqn(self.cqn);
-        let out = hca.exec(&q, &[], &mut [])?;
+        let out = hca.cmd(&q)?;
         let c = out.cq_context();
         Ok(CqAttr {
             status: c.status(),
@@ -201,7 +201,7 @@ impl<P: Platform> Cq<P> {
         c.cq_context_mut()
             .set_cq_period(m.period_us)
             .set_cq_max_count(m.max_count);
-        hca.exec(&c, &[], &mut [])?;
+        hca.cmd(&c)?;
         Ok(())
     }
 
@@ -217,10 +217,8 @@ impl<P: Platform> Cq<P> {
                 error,
             });
         }
-        let mut d = DestroyCqIn::new_cmd();
-        d.set_cqn(self.cqn);
-        match hca.exec(&d, &[], &mut []) {
-            Ok(_) => {
+        match hca.destroy_object(ObjectKind::Cq, self.cqn) {
+            Ok(()) => {
                 // Completion events still waiting for this CQ go with it.
                 while hca.take_completion_event(self.cqn) {}
                 hca.cq_destroyed(self.cqn);
@@ -315,9 +313,7 @@ impl<P: Platform> Hca<P> {
             Err(_) => {
                 // Cannot happen (the layout came from CqLayout::new); do not leave the
                 // firmware object behind.
-                let mut d = DestroyCqIn::new_cmd();
-                d.set_cqn(cqn);
-                let _ = self.exec(&d, &[], &mut []);
+                self.roll_back(ObjectKind::Cq, cqn, ());
                 return Err(InvalidArgument::rule(
                     Arg::Cqe,
                     cqe.into(),

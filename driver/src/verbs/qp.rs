@@ -14,7 +14,7 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU8, Ordering};
 
 use uhca_fwif::cmd::{
-    Command, CreateQpIn, DestroyQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn,
+    Command, CreateQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn,
     Rtr2rtsQpIn, Sqerr2rtsQpIn,
 };
 use uhca_fwif::consts::{
@@ -824,10 +824,8 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
                 error,
             });
         }
-        let mut d = DestroyQpIn::new_cmd();
-        d.set_qpn(self.qpn());
-        match hca.exec(&d, &[], &mut []) {
-            Ok(_) => {
+        match hca.destroy_object(ObjectKind::Qp, self.qpn()) {
+            Ok(()) => {
                 // Its CQEs still in a CQ are dropped from now on.
                 self.shared().mark_destroyed();
                 drop(self.inner.take());
@@ -843,7 +841,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
 fn query_qp<P: Platform>(hca: &mut Hca<P>, qpn: u32) -> Result<QpAttr> {
     let mut q = QueryQpIn::new_cmd();
     q.set_qpn(qpn);
-    let out = hca.exec(&q, &[], &mut [])?;
+    let out = hca.cmd(&q)?;
     let c = *out.qpc();
     let path = c.primary_address_path();
     Ok(QpAttr {
@@ -1366,12 +1364,9 @@ impl<P: Platform> Hca<P> {
         let shared = match attached {
             Ok(h) => h,
             Err(e) => {
-                // No memory for the tables: the QP goes again.
-                let mut d = DestroyQpIn::new_cmd();
-                d.set_qpn(qpn);
-                if self.exec(&d, &[], &mut []).is_err() {
-                    core::mem::forget(buf);
-                }
+                // No memory for the tables: the QP goes again (its buffer is freed only if
+                // the device let go of it).
+                self.roll_back(ObjectKind::Qp, qpn, buf);
                 return Err(e);
             }
         };
