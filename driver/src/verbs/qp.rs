@@ -14,8 +14,8 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU8, Ordering};
 
 use uhca_fwif::cmd::{
-    Command, CreateQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn,
-    Rtr2rtsQpIn, Sqerr2rtsQpIn,
+    Command, CreateQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn, Rtr2rtsQpIn,
+    Sqerr2rtsQpIn,
 };
 use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, AccessFlags, CmdStatus, IbMtu, QpServiceType, QpState, SEND_WQE_BB,
