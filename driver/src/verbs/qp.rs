@@ -697,7 +697,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
     /// reports (which becomes the driver's); any other failure leaves the state as it was.
     fn modify<C: Command>(&self, hca: &mut Hca<P>, to: QpState, cmd: &C) -> Result<()> {
         hca.check_owner(self.inner().hca_id)?;
-        match hca.exec(cmd, &[], &mut []) {
+        match hca.cmd(cmd) {
             Ok(_) => {
                 self.shared().error.set(to);
                 Ok(())
