@@ -646,44 +646,30 @@ impl Device {
     /// `post_recv` over the application's SGEs, in batches as [`Device::post_send`],
     /// allocating nothing.
     pub fn post_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
-        in_batches(
-            wrs.len(),
-            |i| wrs[i].1.len(),
-            |r| {
-                let chunk = &wrs[r];
-                self.with_open(|o| {
-                    let mut flat = [Sge::default(); POST_BATCH_SGES];
-                    let mut ranges = [(0, 0); POST_BATCH];
-                    let lists = chunk.iter().map(|w| Some(w.1));
-                    let (count, refused) = match translate_batch(o, lists, &mut flat, &mut ranges) {
-                        Ok(()) => (chunk.len(), None),
-                        Err((i, e)) => (i, Some(e)),
-                    };
-                    let chunk = &chunk[..count];
-                    let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-                    let mut reqs = [RecvWr {
-                        wr_id: 0,
-                        sg_list: &[],
-                    }; POST_BATCH];
-                    for (i, (id, _)) in chunk.iter().enumerate() {
-                        let (s, t) = ranges[i];
-                        reqs[i] = RecvWr {
-                            wr_id: *id,
-                            sg_list: &flat[s..t],
-                        };
-                    }
-                    let reqs = &reqs[..chunk.len()];
-                    e.qp.post_recv(reqs)
-                        .map_err(|b| (b.index, wr_errno(&b.error)))?;
-                    refused.map_or(Ok(()), |e| Err((count, e)))
-                })
-                .unwrap_or(Err((0, libc::EINVAL)))
-            },
-        )
+        self.post_recv_batches(wrs, |o, reqs| {
+            let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+            e.qp.post_recv(reqs)
+                .map_err(|b| (b.index, wr_errno(&b.error)))
+        })
     }
 
     /// `post_srq_recv` over the application's SGEs, as [`Device::post_recv`].
     pub fn post_srq_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
+        self.post_recv_batches(wrs, |o, reqs| {
+            let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
+            srq.post_recv(reqs)
+                .map_err(|b| (b.index, wr_errno(&b.error)))
+        })
+    }
+
+    /// Receive requests in batches (SGEs translated on the stack, one lock per batch), each
+    /// batch handed to `post` (a QP's or an SRQ's); the requests before one whose SGEs fail
+    /// are posted, as verbs says.
+    fn post_recv_batches(
+        &self,
+        wrs: &[(u64, &[AppSge])],
+        post: impl Fn(&mut Open, &[RecvWr<'_>]) -> Result<(), (usize, i32)>,
+    ) -> Result<(), (usize, i32)> {
         in_batches(
             wrs.len(),
             |i| wrs[i].1.len(),
@@ -697,21 +683,18 @@ impl Device {
                         Ok(()) => (chunk.len(), None),
                         Err((i, e)) => (i, Some(e)),
                     };
-                    let chunk = &chunk[..count];
-                    let (srq, _) = o.srqs.get_mut(&handle).ok_or((0, libc::EINVAL))?;
                     let mut reqs = [RecvWr {
                         wr_id: 0,
                         sg_list: &[],
                     }; POST_BATCH];
-                    for (i, (id, _)) in chunk.iter().enumerate() {
+                    for (i, (id, _)) in chunk[..count].iter().enumerate() {
                         let (s, t) = ranges[i];
                         reqs[i] = RecvWr {
                             wr_id: *id,
                             sg_list: &flat[s..t],
                         };
                     }
-                    srq.post_recv(&reqs[..chunk.len()])
-                        .map_err(|b| (b.index, wr_errno(&b.error)))?;
+                    post(o, &reqs[..count])?;
                     refused.map_or(Ok(()), |e| Err((count, e)))
                 })
                 .unwrap_or(Err((0, libc::EINVAL)))
