@@ -6,6 +6,8 @@
 //! `UHCA_REQUIRE_IBVERBS_UTILS=1` (then a failure). This test does not link the crate: it
 //! only loads the shared library cargo built beside it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -40,19 +42,7 @@ fn lib_dir() -> PathBuf {
 }
 
 fn make_lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = [deps, deps.parent().unwrap()]
-        .iter()
-        .map(|d| d.join("libuhca_ibverbs.so"))
-        .find(|p| p.exists())
-        .expect("libuhca_ibverbs.so beside the test (cargo builds the cdylib with the tests)");
-    let dir = std::env::temp_dir().join(format!("uhca-ibverbs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&so, &link).unwrap();
-    dir
+    common::cdylib_dir("uhca-ibverbs")
 }
 
 /// Runs `prog args` on this library with `devices` as `UHCA_DEVICES` (unset if `None`),
@@ -173,41 +163,8 @@ fn every_import_of_the_programs_resolves() {
         let Some(p) = program(name) else {
             continue;
         };
-        let out = Command::new("ldd")
-            .arg("-r")
-            .arg(&p)
-            .env("LD_LIBRARY_PATH", lib_dir())
-            .output()
-            .expect("ldd");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let so = lib_dir().join("libibverbs.so.1");
-        assert!(
-            text.contains(&format!("libibverbs.so.1 => {}", so.display())),
-            "{name} does not load this library:\n{text}"
-        );
-        assert!(
-            !text.contains("undefined symbol") && !text.contains("not found"),
-            "{name}:\n{text}"
-        );
+        common::assert_imports_resolve(&p, &lib_dir(), &["libibverbs"]);
     }
-}
-
-/// Whether something listens on TCP `port` (from `/proc/net/tcp`, without connecting: the
-/// ping-pong server accepts one connection only).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
-        })
 }
 
 /// Debian's `ibv_rc_pingpong --chk`, server and client as two processes, each on a mock HCA
@@ -258,7 +215,7 @@ fn pingpong(p: &Path, tcp: u16, ips: (&str, &str), extra: &[&str]) {
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut server = spawn(ips.0, None);
-    while !listening(tcp) {
+    while !common::listening(tcp) {
         if Instant::now() > deadline || server.try_wait().unwrap().is_some() {
             let _ = server.kill();
             let out = server.wait_with_output().unwrap();

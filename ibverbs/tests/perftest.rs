@@ -9,6 +9,8 @@
 //! Skipped with a message when perftest or a C compiler is absent, unless
 //! `UHCA_REQUIRE_IBVERBS_UTILS=1` (then a failure).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,18 +45,7 @@ fn lib_dir() -> Option<PathBuf> {
 }
 
 fn make_lib_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = [deps, deps.parent().unwrap()]
-        .iter()
-        .map(|d| d.join("libuhca_ibverbs.so"))
-        .find(|p| p.exists())
-        .expect("libuhca_ibverbs.so beside the test (cargo builds the cdylib with the tests)");
-    let dir = std::env::temp_dir().join(format!("uhca-perftest-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&so, &link).unwrap();
+    let dir = common::cdylib_dir("uhca-perftest");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/companions");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     for n in COMPANIONS {
@@ -118,43 +109,8 @@ fn every_import_of_perftest_resolves() {
         let Some(p) = program(name) else {
             continue;
         };
-        let out = Command::new("ldd")
-            .arg("-r")
-            .arg(&p)
-            .env("LD_LIBRARY_PATH", &dir)
-            .output()
-            .expect("ldd");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for lib in ["libibverbs", "libmlx5", "libefa", "librdmacm"] {
-            let so = dir.join(format!("{lib}.so.1"));
-            assert!(
-                text.contains(&format!("{lib}.so.1 => {}", so.display())),
-                "{name} does not load uhca's {lib}:\n{text}"
-            );
-        }
-        assert!(
-            !text.contains("undefined symbol") && !text.contains("not found"),
-            "{name}:\n{text}"
-        );
+        common::assert_imports_resolve(&p, &dir, &["libibverbs", "libmlx5", "libefa", "librdmacm"]);
     }
-}
-
-/// Whether something listens on TCP `port` (from `/proc/net/tcp`, without connecting: the
-/// perftest server accepts one connection only).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
-        })
 }
 
 fn spawn(p: &Path, dir: &Path, ip: &str, args: &[&str]) -> Child {
@@ -213,7 +169,7 @@ fn perftest_between_two_processes() {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(60);
         let mut server = spawn(&p, &dir, "127.0.0.101", &args);
-        while !listening(tcp) {
+        while !common::listening(tcp) {
             if Instant::now() > deadline || server.try_wait().unwrap().is_some() {
                 let _ = server.kill();
                 let out = server.wait_with_output().unwrap();
