@@ -35,6 +35,7 @@ macro_rules! export {
 }
 
 mod ah;
+mod stubs;
 
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
@@ -656,14 +657,18 @@ unsafe extern "C" fn create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut c_void,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut IbvCq {
     // SAFETY: ctx is the caller's open context.
     let Some(entry) = (unsafe { ctx_entry(ctx) }) else {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     };
-    if cqe <= 0 {
+    // SAFETY: ctx_entry found ctx to be one of this library's open contexts.
+    let vectors = unsafe { (*ctx).num_comp_vectors };
+    // A completion vector the context does not have is refused (as mlx5_ib does), not
+    // silently taken as vector 0.
+    if cqe <= 0 || !(0..vectors).contains(&comp_vector) {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     }
@@ -1592,3 +1597,36 @@ const _: () = {
     // The kinds are all used above; a VFIO entry is offered through the same table.
     let _ = |k: &DeviceKind| matches!(k, DeviceKind::Vfio { .. });
 };
+
+/// `enum ibv_fork_status`: `IBV_FORK_DISABLED`, `IBV_FORK_UNNEEDED`.
+const IBV_FORK_DISABLED: c_int = 0;
+const IBV_FORK_UNNEEDED: c_int = 2;
+
+/// Whether `fork()` needs no care with every configured device: a mock reaches registered
+/// memory through this process's own addresses, so after a fork the parent's copy-on-write
+/// pages are still what its device reads and writes. A VFIO function's IOMMU maps the
+/// physical pages, which a copy-on-write in the parent would leave behind.
+fn fork_unneeded() -> bool {
+    registry()
+        .iter()
+        .all(|e| matches!(e.dev.spec().kind, DeviceKind::MockUdp { .. }))
+}
+
+export!("ibv_fork_init" @ "IBVERBS_1.1" => fork_init);
+/// 0 when no device needs fork protection (only mock devices: [`fork_unneeded`]), as
+/// rdma-core answers on a kernel that copies pinned pages on fork; otherwise `EINVAL`:
+/// this library cannot mark registered memory `MADV_DONTFORK` as rdma-core does, and says
+/// so rather than pretend.
+extern "C" fn fork_init() -> c_int {
+    if fork_unneeded() { 0 } else { libc::EINVAL }
+}
+
+export!("ibv_is_fork_initialized" @ "IBVERBS_1.13" => is_fork_initialized);
+/// `IBV_FORK_UNNEEDED` with only mock devices, `IBV_FORK_DISABLED` otherwise.
+extern "C" fn is_fork_initialized() -> c_int {
+    if fork_unneeded() {
+        IBV_FORK_UNNEEDED
+    } else {
+        IBV_FORK_DISABLED
+    }
+}

@@ -1,4 +1,4 @@
-//! The C ABI of address handles, `ibv_query_gid_ex` and the multicast verbs (see
+//! The C ABI of address handles, `ibv_query_gid_ex`, `ibv_query_gid_table` and the multicast verbs (see
 //! [`crate::ah`]).
 
 use core::ffi::{c_int, c_void};
@@ -106,26 +106,79 @@ unsafe extern "C" fn query_gid_ex(
     let Ok(port8) = u8::try_from(port) else {
         return libc::EINVAL;
     };
-    match e.dev.query_gid(port8, index) {
-        Ok(g) => {
-            let Some(t) = gid_type(g.kind) else {
-                return libc::ENODATA;
-            };
+    match gid_entry(e, port8, index) {
+        Ok(Some(g)) => {
             // SAFETY: entry points to at least size_of::<IbvGidEntry>() writable bytes.
-            unsafe {
-                entry.write(IbvGidEntry {
-                    gid: g.gid.0,
-                    gid_index: index,
-                    port_num: port,
-                    gid_type: t,
-                    // No network device stands behind a mock's port.
-                    ndev_ifindex: 0,
-                })
-            };
+            unsafe { entry.write(g) };
             0
         }
-        Err(err) => report(&err),
+        Ok(None) => libc::ENODATA,
+        Err(errno) => errno,
     }
+}
+
+/// The GID at `index` of `port` as `struct ibv_gid_entry`; `None` for an empty entry.
+fn gid_entry(e: &Entry, port: u8, index: u32) -> Result<Option<IbvGidEntry>, c_int> {
+    let g = e.dev.query_gid(port, index).map_err(|err| report(&err))?;
+    Ok(gid_type(g.kind).map(|t| IbvGidEntry {
+        gid: g.gid.0,
+        gid_index: index,
+        port_num: u32::from(port),
+        gid_type: t,
+        // No network device stands behind a mock's port.
+        ndev_ifindex: 0,
+    }))
+}
+
+export!("_ibv_query_gid_table" @ "IBVERBS_1.11" => query_gid_table);
+/// What `verbs.h`'s `ibv_query_gid_table` calls: the valid GIDs of every port, written
+/// `entry_size` bytes apart; the count, or a negative errno (`-EINVAL` for flags, an entry
+/// smaller than this one, or fewer than `max_entries` places than there are GIDs).
+unsafe extern "C" fn query_gid_table(
+    ctx: *mut IbvContext,
+    entries: *mut IbvGidEntry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let einval = -(libc::EINVAL as isize);
+    // SAFETY: ctx is the caller's open context.
+    let Some(e) = (unsafe { ctx_entry(ctx) }) else {
+        return einval;
+    };
+    if (entries.is_null() && max_entries > 0) || flags != 0 || entry_size < size_of::<IbvGidEntry>()
+    {
+        return einval;
+    }
+    let mut n = 0usize;
+    // Ports are numbered from 1; the first one the device lacks ends the walk.
+    for port in 1..=u8::MAX {
+        let Ok(attr) = e.dev.query_port(port) else {
+            break;
+        };
+        for index in 0..attr.gid_table_len {
+            match gid_entry(e, port, index) {
+                Ok(Some(g)) => {
+                    if n == max_entries {
+                        return einval;
+                    }
+                    // SAFETY: the caller gave max_entries places of entry_size bytes each
+                    // (at least an IbvGidEntry, checked above), n < max_entries; the
+                    // stride may leave them unaligned for this type.
+                    unsafe {
+                        ptr::write_unaligned(
+                            (entries as *mut u8).add(n * entry_size) as *mut IbvGidEntry,
+                            g,
+                        )
+                    };
+                    n += 1;
+                }
+                Ok(None) => {}
+                Err(errno) => return -(errno as isize),
+            }
+        }
+    }
+    n as isize
 }
 
 export!("ibv_attach_mcast" @ "IBVERBS_1.1" => attach_mcast);

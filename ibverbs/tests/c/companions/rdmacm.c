@@ -1,7 +1,7 @@
 /* uhca's stand-in for rdma-core's librdmacm.so.1 (the RDMA connection manager).
  *
  * uhca has no connection manager (its devices have no kernel rdma_cm behind them): every
- * rdma_* entry point a program such as perftest imports fails with ENOSYS (-1 or NULL and
+ * rdma_* entry point a program such as perftest or pyverbs imports fails with ENOSYS (-1 or NULL and
  * errno set), so a program that asks for rdma_cm (perftest's -R) is told at once, and one
  * that does not never calls it. rdma_event_str names the events, as it does whatever the
  * devices. Written for uhca. */
@@ -55,3 +55,23 @@ const char *rdma_event_str(int event)
 		return names[event];
 	return "UNKNOWN EVENT";
 }
+
+/* What pyverbs (rdma-core's Python bindings) imports besides. */
+int rdma_create_ep(void **id, void *res, void *pd, void *qp_init_attr) FAIL_INT
+void rdma_destroy_ep(void *id) { }
+int rdma_get_request(void *listen, void **id) FAIL_INT
+int rdma_join_multicast(void *id, void *addr, void *context) FAIL_INT
+int rdma_leave_multicast(void *id, void *addr) FAIL_INT
+int rdma_join_multicast_ex(void *id, void *mc_join_attr, void *context) FAIL_INT
+int rdma_establish(void *id) FAIL_INT
+int rdma_init_qp_attr(void *id, void *qp_attr, int *qp_attr_mask) FAIL_INT
+int rdma_get_remote_ece(void *id, void *ece) FAIL_INT
+int rdma_set_local_ece(void *id, void *ece) FAIL_INT
+/* No connection manager, so no device it could list. */
+void **rdma_get_devices(int *num_devices)
+{
+	if (num_devices)
+		*num_devices = 0;
+	FAIL_PTR
+}
+void rdma_free_devices(void **list) { }
