@@ -849,8 +849,8 @@ struct CQp {
 }
 
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
-/// RC QPs, on an SRQ or not, with inline data up to what the driver offers; other types:
-/// EOPNOTSUPP.
+/// RC, UC and UD QPs, on an SRQ or not, with inline data up to what the driver offers;
+/// other types: EOPNOTSUPP.
 unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
     if pd.is_null() || attr.is_null() {
         set_errno(libc::EINVAL);
@@ -858,10 +858,10 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
     }
     // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
     let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
-    if a.qp_type != QPT_RC {
+    let Some(transport) = crate::qp::Transport::from_raw(a.qp_type) else {
         set_errno(libc::EOPNOTSUPP);
         return ptr::null_mut();
-    }
+    };
     let srq = if a.srq.is_null() {
         None
     } else {
@@ -887,11 +887,15 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
         max_recv_sge: a.cap.max_recv_sge,
         max_inline_data: a.cap.max_inline_data,
     };
-    match p
-        .entry
-        .dev
-        .create_qp(p.ibv.handle, scq, rcq, srq, caps, a.sq_sig_all != 0)
-    {
+    match p.entry.dev.create_qp(
+        transport,
+        p.ibv.handle,
+        scq,
+        rcq,
+        srq,
+        caps,
+        a.sq_sig_all != 0,
+    ) {
         Ok((handle, qpn, got)) => {
             // As rdma-core: the capabilities the QP got go back into the caller's attr.
             a.cap = IbvQpCap {
@@ -912,7 +916,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                     handle,
                     qp_num: qpn,
                     state: 0,
-                    qp_type: QPT_RC,
+                    qp_type: transport as c_int,
                     mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                     cond: libc::PTHREAD_COND_INITIALIZER,
                     events_completed: 0,
@@ -941,6 +945,7 @@ unsafe extern "C" fn modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int
         | m::ACCESS_FLAGS
         | m::PKEY_INDEX
         | m::PORT
+        | m::QKEY
         | m::AV
         | m::PATH_MTU
         | m::TIMEOUT
@@ -993,6 +998,7 @@ unsafe extern "C" fn modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int
         retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt),
         rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry),
         max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        qkey: has(m::QKEY).then_some(a.qkey),
     };
     match q.entry.dev.modify_qp(q.ibv.handle, &md) {
         Ok(s) => {
@@ -1015,7 +1021,7 @@ unsafe extern "C" fn query_qp(
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let (state, caps, sig_all, port, _qpn) = match q.entry.dev.query_qp(q.ibv.handle) {
+    let (state, caps, sig_all, port, _qpn, transport) = match q.entry.dev.query_qp(q.ibv.handle) {
         Ok(v) => v,
         Err(e) => return report(&e),
     };
@@ -1043,7 +1049,7 @@ unsafe extern "C" fn query_qp(
     i.send_cq = q.ibv.send_cq;
     i.recv_cq = q.ibv.recv_cq;
     i.cap = cap;
-    i.qp_type = QPT_RC;
+    i.qp_type = transport as c_int;
     i.sq_sig_all = c_int::from(sig_all);
     0
 }
@@ -1180,6 +1186,27 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
         // SAFETY: sg_list holds num_sge entries, unchanged during the post (the caller's
         // contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        // A UD QP's destination: the AH (of this device), the remote QP and its Q_Key.
+        let ud = if q.ibv.qp_type == crate::qp::Transport::Ud as c_int {
+            // SAFETY: wr.ud.ah of a UD QP's request is NULL or an AH of ibv_create_ah, alive
+            // during the post (the caller's contract).
+            match unsafe { ah::ud_dest(r.ud_ah(), q.entry) } {
+                Some(ah) => Some(uhca_driver::verbs::UdDest {
+                    ah,
+                    remote_qpn: r.ud_remote_qpn(),
+                    remote_qkey: r.ud_remote_qkey(),
+                }),
+                None => {
+                    if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                        return e;
+                    }
+                    set_bad(w);
+                    return libc::EINVAL;
+                }
+            }
+        } else {
+            None
+        };
         let is_inline = r.send_flags & SEND_INLINE != 0;
         if !is_inline && n > 0 && sges_used + sges.len() > POST_BATCH_SGES {
             // The batch's SGEs are full: post it, this request begins the next.
@@ -1227,6 +1254,7 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
             sges,
             flags,
             inline: range,
+            ud,
         };
         ptrs[n] = w;
         n += 1;
