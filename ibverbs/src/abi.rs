@@ -492,6 +492,17 @@ impl IbvSendWr {
     }
 }
 
+/// `struct ibv_async_event` (16 bytes): the object (`element`, a union of pointers and the
+/// `int port_num`) and `event_type`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvAsyncEvent {
+    /// `element.cq`, `.qp`, `.srq`, or `.port_num` in its low bytes.
+    pub element: *mut c_void,
+    /// `event_type` (`enum ibv_event_type`).
+    pub event_type: c_int,
+}
+
 /// `IBV_WR_RDMA_WRITE`.
 pub const WR_RDMA_WRITE: c_int = 0;
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
@@ -636,6 +647,7 @@ layout! {
     IbvAh => "ibv_ah" { context, pd, handle }
     IbvGrh => "ibv_grh" { version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid }
     IbvGidEntry => "ibv_gid_entry" { gid, gid_index, port_num, gid_type, ndev_ifindex }
+    IbvAsyncEvent => "ibv_async_event" { element, event_type }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
     ;
     // What the accessors of IbvSendWr read out of `rest` (8-byte words from offset 40).

@@ -35,6 +35,7 @@ macro_rules! export {
 }
 
 mod ah;
+mod events;
 
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
@@ -128,6 +129,8 @@ fn entry_of(dev: *const IbvDevice) -> Option<&'static Entry> {
 struct Ctx {
     ibv: IbvContext,
     entry: &'static Entry,
+    /// The `async_fd`'s socket, woken by the device's interrupts (`ibv_get_async_event`).
+    async_events: Option<crate::device::ChannelFd>,
 }
 
 /// A PD: the `struct ibv_pd`, then the device.
@@ -347,10 +350,17 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         post_recv: Some(post_recv),
         compat4: [ptr::null_mut(); 5],
     };
-    // A real descriptor that programs may poll (UCX epolls it): no asynchronous event
-    // source exists yet, so it never becomes readable.
-    // SAFETY: eventfd takes no pointers; a failure returns -1, which is kept as is.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    // A socket the device's interrupts wake, as a completion channel's: poll(2) on it
+    // wakes when an asynchronous event may have come (ibv_get_async_event).
+    let async_events = match entry.dev.create_channel() {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            let _ = entry.dev.close();
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+    };
+    let async_fd = async_events.as_ref().map_or(-1, |f| f.raw_fd());
     let ctx = Box::new(Ctx {
         ibv: IbvContext {
             device: dev,
@@ -362,6 +372,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
             abi_compat: ptr::null_mut(),
         },
         entry,
+        async_events,
     });
     Box::into_raw(ctx) as *mut IbvContext
 }
@@ -372,10 +383,10 @@ unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
         return -1;
     }
     // SAFETY: a context from open_device, closed once (the caller's contract).
-    let ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
-    if ctx.ibv.async_fd >= 0 {
-        // SAFETY: the eventfd open_device made, closed once here.
-        unsafe { libc::close(ctx.ibv.async_fd) };
+    let mut ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
+    if let Some(fd) = ctx.async_events.take() {
+        // The interrupts stop waking it; its socket (async_fd) closes here.
+        ctx.entry.dev.destroy_channel(fd);
     }
     match ctx.entry.dev.close() {
         Ok(()) => 0,
@@ -705,6 +716,8 @@ unsafe extern "C" fn create_cq(
         // SAFETY: as above: a live channel of the caller's.
         unsafe { (*(channel as *mut IbvCompChannel)).refcnt += 1 };
     }
+    // SAFETY: cq was just made here.
+    events::register(entry, unsafe { (*cq).handle }, cq as *mut c_void);
     cq
 }
 
@@ -716,7 +729,12 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
     let p = cq as *mut CCq;
     // SAFETY: cq came from create_cq and is still allocated (the caller's contract).
     let (entry, handle, channel) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.channel) };
-    match entry.dev.destroy_cq(handle) {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = entry.dev.destroy_cq(handle);
+    events::retired(entry, handle, done.is_ok());
+    match done {
         Ok(()) => {
             if !channel.is_null() {
                 // SAFETY: the CQ's channel outlives its CQs (destroy_comp_channel refuses
@@ -905,7 +923,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                 max_recv_sge: got.max_recv_sge,
                 max_inline_data: got.max_inline_data,
             };
-            Box::into_raw(Box::new(CQp {
+            let qp = Box::into_raw(Box::new(CQp {
                 ibv: IbvQp {
                     context: p.ibv.context,
                     qp_context: a.qp_context,
@@ -922,7 +940,9 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                     events_completed: 0,
                 },
                 entry: p.entry,
-            })) as *mut IbvQp
+            })) as *mut IbvQp;
+            events::register(p.entry, handle, qp as *mut c_void);
+            qp
         }
         Err(e) => {
             set_errno(report(&e));
@@ -1062,7 +1082,12 @@ unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
     let p = qp as *mut CQp;
     // SAFETY: qp came from create_qp and is still allocated (the caller's contract).
     let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
-    match entry.dev.destroy_qp(handle) {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = entry.dev.destroy_qp(handle);
+    events::retired(entry, handle, done.is_ok());
+    match done {
         Ok(()) => {
             // SAFETY: as above; freed once, after the device let it go.
             drop(unsafe { Box::from_raw(p) });
@@ -1372,7 +1397,7 @@ unsafe extern "C" fn create_srq(pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> *m
         Ok((handle, max_wr, max_sge)) => {
             a.attr.max_wr = max_wr;
             a.attr.max_sge = max_sge;
-            Box::into_raw(Box::new(CSrq {
+            let srq = Box::into_raw(Box::new(CSrq {
                 ibv: IbvSrq {
                     context: p.ibv.context,
                     srq_context: a.srq_context,
@@ -1383,7 +1408,9 @@ unsafe extern "C" fn create_srq(pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> *m
                     events_completed: 0,
                 },
                 entry: p.entry,
-            })) as *mut IbvSrq
+            })) as *mut IbvSrq;
+            events::register(p.entry, handle, srq as *mut c_void);
+            srq
         }
         Err(e) => {
             set_errno(report(&e));
@@ -1443,7 +1470,12 @@ unsafe extern "C" fn destroy_srq(srq: *mut IbvSrq) -> c_int {
     let p = srq as *mut CSrq;
     // SAFETY: srq came from create_srq and is still allocated.
     let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
-    match entry.dev.destroy_srq(handle) {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = entry.dev.destroy_srq(handle);
+    events::retired(entry, handle, done.is_ok());
+    match done {
         Ok(()) => {
             // SAFETY: as above; freed once, after the device let it go.
             drop(unsafe { Box::from_raw(p) });

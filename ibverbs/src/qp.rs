@@ -134,6 +134,13 @@ pub struct QpEntry {
     pub port: u8,
 }
 
+impl QpEntry {
+    /// The QP number.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qp.qpn()
+    }
+}
+
 /// The attributes of `ibv_modify_qp`'s mask this library knows, one bit each.
 mod attr {
     pub const PORT: u32 = 1 << 0;
