@@ -287,9 +287,6 @@ pub struct IbvQpInitAttr {
     pub sq_sig_all: c_int,
 }
 
-/// `IBV_QPT_RC`.
-pub const QPT_RC: c_int = 2;
-
 /// `struct ibv_global_route` (24 bytes; 8-byte aligned, as `union ibv_gid` holds `__be64`s).
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
@@ -478,6 +475,32 @@ impl IbvSendWr {
     pub fn atomic_rkey(&self) -> u32 {
         self.rest[3] as u32
     }
+
+    /// `wr.ud.ah` (offset 40).
+    pub fn ud_ah(&self) -> *mut IbvAh {
+        self.rest[0] as usize as *mut IbvAh
+    }
+
+    /// `wr.ud.remote_qpn` (offset 48: the low half of the word, x86_64 being little-endian).
+    pub fn ud_remote_qpn(&self) -> u32 {
+        self.rest[1] as u32
+    }
+
+    /// `wr.ud.remote_qkey` (offset 52).
+    pub fn ud_remote_qkey(&self) -> u32 {
+        (self.rest[1] >> 32) as u32
+    }
+}
+
+/// `struct ibv_async_event` (16 bytes): the object (`element`, a union of pointers and the
+/// `int port_num`) and `event_type`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvAsyncEvent {
+    /// `element.cq`, `.qp`, `.srq`, or `.port_num` in its low bytes.
+    pub element: *mut c_void,
+    /// `event_type` (`enum ibv_event_type`).
+    pub event_type: c_int,
 }
 
 /// `IBV_WR_RDMA_WRITE`.
@@ -624,6 +647,7 @@ layout! {
     IbvAh => "ibv_ah" { context, pd, handle }
     IbvGrh => "ibv_grh" { version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid }
     IbvGidEntry => "ibv_gid_entry" { gid, gid_index, port_num, gid_type, ndev_ifindex }
+    IbvAsyncEvent => "ibv_async_event" { element, event_type }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
     ;
     // What the accessors of IbvSendWr read out of `rest` (8-byte words from offset 40).
@@ -633,6 +657,9 @@ layout! {
     ("ibv_send_wr", "wr.atomic.compare_add", offset_of!(IbvSendWr, rest) + 8)
     ("ibv_send_wr", "wr.atomic.swap", offset_of!(IbvSendWr, rest) + 16)
     ("ibv_send_wr", "wr.atomic.rkey", offset_of!(IbvSendWr, rest) + 24)
+    ("ibv_send_wr", "wr.ud.ah", offset_of!(IbvSendWr, rest))
+    ("ibv_send_wr", "wr.ud.remote_qpn", offset_of!(IbvSendWr, rest) + 8)
+    ("ibv_send_wr", "wr.ud.remote_qkey", offset_of!(IbvSendWr, rest) + 12)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ impl VerbsError {
         }
     }
 
-    fn driver(what: &str, e: impl fmt::Debug) -> Self {
+    pub(crate) fn driver(what: &str, e: impl fmt::Debug) -> Self {
         Self::new(libc::EIO, format!("{what}: {e:?}"))
     }
 }
@@ -52,7 +52,7 @@ impl std::error::Error for VerbsError {}
 /// A result of a verb.
 pub type VResult<T> = Result<T, VerbsError>;
 
-fn io_errno(e: std::io::Error) -> VerbsError {
+pub(crate) fn io_errno(e: std::io::Error) -> VerbsError {
     let errno = if e.kind() == ErrorKind::WouldBlock {
         libc::EAGAIN
     } else {
@@ -163,7 +163,7 @@ type Wakers = Arc<Mutex<HashMap<u32, UnixStream>>>;
 #[derive(Debug)]
 pub struct ChannelFd {
     id: u32,
-    reader: UnixStream,
+    pub(crate) reader: UnixStream,
 }
 
 impl ChannelFd {

@@ -36,6 +36,7 @@ macro_rules! export {
 
 mod ah;
 mod stubs;
+mod events;
 
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
@@ -129,6 +130,8 @@ fn entry_of(dev: *const IbvDevice) -> Option<&'static Entry> {
 struct Ctx {
     ibv: IbvContext,
     entry: &'static Entry,
+    /// The `async_fd`'s socket, woken by the device's interrupts (`ibv_get_async_event`).
+    async_events: Option<crate::device::ChannelFd>,
 }
 
 /// A PD: the `struct ibv_pd`, then the device.
@@ -348,10 +351,17 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         post_recv: Some(post_recv),
         compat4: [ptr::null_mut(); 5],
     };
-    // A real descriptor that programs may poll (UCX epolls it): no asynchronous event
-    // source exists yet, so it never becomes readable.
-    // SAFETY: eventfd takes no pointers; a failure returns -1, which is kept as is.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    // A socket the device's interrupts wake, as a completion channel's: poll(2) on it
+    // wakes when an asynchronous event may have come (ibv_get_async_event).
+    let async_events = match entry.dev.create_channel() {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            let _ = entry.dev.close();
+            set_errno(report(&e));
+            return ptr::null_mut();
+        }
+    };
+    let async_fd = async_events.as_ref().map_or(-1, |f| f.raw_fd());
     let ctx = Box::new(Ctx {
         ibv: IbvContext {
             device: dev,
@@ -363,6 +373,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
             abi_compat: ptr::null_mut(),
         },
         entry,
+        async_events,
     });
     Box::into_raw(ctx) as *mut IbvContext
 }
@@ -373,10 +384,10 @@ unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
         return -1;
     }
     // SAFETY: a context from open_device, closed once (the caller's contract).
-    let ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
-    if ctx.ibv.async_fd >= 0 {
-        // SAFETY: the eventfd open_device made, closed once here.
-        unsafe { libc::close(ctx.ibv.async_fd) };
+    let mut ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
+    if let Some(fd) = ctx.async_events.take() {
+        // The interrupts stop waking it; its socket (async_fd) closes here.
+        ctx.entry.dev.destroy_channel(fd);
     }
     match ctx.entry.dev.close() {
         Ok(()) => 0,
@@ -710,6 +721,8 @@ unsafe extern "C" fn create_cq(
         // SAFETY: as above: a live channel of the caller's.
         unsafe { (*(channel as *mut IbvCompChannel)).refcnt += 1 };
     }
+    // SAFETY: cq was just made here.
+    events::register(entry, unsafe { (*cq).handle }, cq as *mut c_void);
     cq
 }
 
@@ -721,7 +734,12 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
     let p = cq as *mut CCq;
     // SAFETY: cq came from create_cq and is still allocated (the caller's contract).
     let (entry, handle, channel) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.channel) };
-    match entry.dev.destroy_cq(handle) {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = entry.dev.destroy_cq(handle);
+    events::retired(entry, handle, done.is_ok());
+    match done {
         Ok(()) => {
             if !channel.is_null() {
                 // SAFETY: the CQ's channel outlives its CQs (destroy_comp_channel refuses
@@ -854,8 +872,8 @@ struct CQp {
 }
 
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
-/// RC QPs, on an SRQ or not, with inline data up to what the driver offers; other types:
-/// EOPNOTSUPP.
+/// RC, UC and UD QPs, on an SRQ or not, with inline data up to what the driver offers;
+/// other types: EOPNOTSUPP.
 unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp {
     if pd.is_null() || attr.is_null() {
         set_errno(libc::EINVAL);
@@ -863,10 +881,10 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
     }
     // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
     let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
-    if a.qp_type != QPT_RC {
+    let Some(transport) = crate::qp::Transport::from_raw(a.qp_type) else {
         set_errno(libc::EOPNOTSUPP);
         return ptr::null_mut();
-    }
+    };
     let srq = if a.srq.is_null() {
         None
     } else {
@@ -892,11 +910,15 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
         max_recv_sge: a.cap.max_recv_sge,
         max_inline_data: a.cap.max_inline_data,
     };
-    match p
-        .entry
-        .dev
-        .create_qp(p.ibv.handle, scq, rcq, srq, caps, a.sq_sig_all != 0)
-    {
+    match p.entry.dev.create_qp(
+        transport,
+        p.ibv.handle,
+        scq,
+        rcq,
+        srq,
+        caps,
+        a.sq_sig_all != 0,
+    ) {
         Ok((handle, qpn, got)) => {
             // As rdma-core: the capabilities the QP got go back into the caller's attr.
             a.cap = IbvQpCap {
@@ -906,7 +928,7 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                 max_recv_sge: got.max_recv_sge,
                 max_inline_data: got.max_inline_data,
             };
-            Box::into_raw(Box::new(CQp {
+            let qp = Box::into_raw(Box::new(CQp {
                 ibv: IbvQp {
                     context: p.ibv.context,
                     qp_context: a.qp_context,
@@ -917,13 +939,15 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                     handle,
                     qp_num: qpn,
                     state: 0,
-                    qp_type: QPT_RC,
+                    qp_type: transport as c_int,
                     mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                     cond: libc::PTHREAD_COND_INITIALIZER,
                     events_completed: 0,
                 },
                 entry: p.entry,
-            })) as *mut IbvQp
+            })) as *mut IbvQp;
+            events::register(p.entry, handle, qp as *mut c_void);
+            qp
         }
         Err(e) => {
             set_errno(report(&e));
@@ -946,6 +970,7 @@ unsafe extern "C" fn modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int
         | m::ACCESS_FLAGS
         | m::PKEY_INDEX
         | m::PORT
+        | m::QKEY
         | m::AV
         | m::PATH_MTU
         | m::TIMEOUT
@@ -998,6 +1023,7 @@ unsafe extern "C" fn modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int
         retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt),
         rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry),
         max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        qkey: has(m::QKEY).then_some(a.qkey),
     };
     match q.entry.dev.modify_qp(q.ibv.handle, &md) {
         Ok(s) => {
@@ -1020,7 +1046,7 @@ unsafe extern "C" fn query_qp(
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let (state, caps, sig_all, port, _qpn) = match q.entry.dev.query_qp(q.ibv.handle) {
+    let (state, caps, sig_all, port, _qpn, transport) = match q.entry.dev.query_qp(q.ibv.handle) {
         Ok(v) => v,
         Err(e) => return report(&e),
     };
@@ -1048,7 +1074,7 @@ unsafe extern "C" fn query_qp(
     i.send_cq = q.ibv.send_cq;
     i.recv_cq = q.ibv.recv_cq;
     i.cap = cap;
-    i.qp_type = QPT_RC;
+    i.qp_type = transport as c_int;
     i.sq_sig_all = c_int::from(sig_all);
     0
 }
@@ -1061,7 +1087,12 @@ unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
     let p = qp as *mut CQp;
     // SAFETY: qp came from create_qp and is still allocated (the caller's contract).
     let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
-    match entry.dev.destroy_qp(handle) {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = entry.dev.destroy_qp(handle);
+    events::retired(entry, handle, done.is_ok());
+    match done {
         Ok(()) => {
             // SAFETY: as above; freed once, after the device let it go.
             drop(unsafe { Box::from_raw(p) });
@@ -1185,6 +1216,27 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
         // SAFETY: sg_list holds num_sge entries, unchanged during the post (the caller's
         // contract).
         let sges = unsafe { app_sges(r.sg_list, r.num_sge) };
+        // A UD QP's destination: the AH (of this device), the remote QP and its Q_Key.
+        let ud = if q.ibv.qp_type == crate::qp::Transport::Ud as c_int {
+            // SAFETY: wr.ud.ah of a UD QP's request is NULL or an AH of ibv_create_ah, alive
+            // during the post (the caller's contract).
+            match unsafe { ah::ud_dest(r.ud_ah(), q.entry) } {
+                Some(ah) => Some(uhca_driver::verbs::UdDest {
+                    ah,
+                    remote_qpn: r.ud_remote_qpn(),
+                    remote_qkey: r.ud_remote_qkey(),
+                }),
+                None => {
+                    if let Err(e) = flush(&reqs[..n], &ptrs[..n], &inline[..used]) {
+                        return e;
+                    }
+                    set_bad(w);
+                    return libc::EINVAL;
+                }
+            }
+        } else {
+            None
+        };
         let is_inline = r.send_flags & SEND_INLINE != 0;
         if !is_inline && n > 0 && sges_used + sges.len() > POST_BATCH_SGES {
             // The batch's SGEs are full: post it, this request begins the next.
@@ -1232,6 +1284,7 @@ unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut 
             sges,
             flags,
             inline: range,
+            ud,
         };
         ptrs[n] = w;
         n += 1;
@@ -1349,7 +1402,7 @@ unsafe extern "C" fn create_srq(pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> *m
         Ok((handle, max_wr, max_sge)) => {
             a.attr.max_wr = max_wr;
             a.attr.max_sge = max_sge;
-            Box::into_raw(Box::new(CSrq {
+            let srq = Box::into_raw(Box::new(CSrq {
                 ibv: IbvSrq {
                     context: p.ibv.context,
                     srq_context: a.srq_context,
@@ -1360,7 +1413,9 @@ unsafe extern "C" fn create_srq(pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> *m
                     events_completed: 0,
                 },
                 entry: p.entry,
-            })) as *mut IbvSrq
+            })) as *mut IbvSrq;
+            events::register(p.entry, handle, srq as *mut c_void);
+            srq
         }
         Err(e) => {
             set_errno(report(&e));
@@ -1420,7 +1475,12 @@ unsafe extern "C" fn destroy_srq(srq: *mut IbvSrq) -> c_int {
     let p = srq as *mut CSrq;
     // SAFETY: srq came from create_srq and is still allocated.
     let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
-    match entry.dev.destroy_srq(handle) {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = entry.dev.destroy_srq(handle);
+    events::retired(entry, handle, done.is_ok());
+    match done {
         Ok(()) => {
             // SAFETY: as above; freed once, after the device let it go.
             drop(unsafe { Box::from_raw(p) });

@@ -32,6 +32,7 @@ pub mod abi;
 pub mod ah;
 pub mod config;
 pub mod device;
+pub mod events;
 #[cfg(not(test))]
 mod ffi;
 pub mod qp;

@@ -1,13 +1,15 @@
-//! RC QPs by handle, for `ibv_create_qp`/`ibv_modify_qp`/`ibv_query_qp`/`ibv_destroy_qp`
-//! and the `post_send`/`post_recv`/`poll_cq` ops. The table holds each QP as the driver's
-//! [`Qp`], whose state is a run-time value the driver checks; `modify` checks the attribute
-//! mask as `ibv_modify_qp(3)` documents it (the attributes each transition requires and
-//! those it may take) before the driver checks the transition against the IB state table.
+//! RC, UC and UD QPs by handle, for `ibv_create_qp`/`ibv_modify_qp`/`ibv_query_qp`/
+//! `ibv_destroy_qp` and the `post_send`/`post_recv`/`poll_cq` ops. The table holds each QP
+//! as the driver's [`Qp`] of its transport, whose state is a run-time value the driver
+//! checks; `modify` checks the attribute mask as `ibv_modify_qp(3)` documents it for the
+//! QP's type (the attributes each transition requires and those it may take) before the
+//! driver checks the transition against the IB state table.
 
 use uhca_driver::Error as DriverError;
 use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, WorkCompletion,
+    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Uc, Ud, UdDest,
+    WorkCompletion,
 };
 use uhca_fwif::consts::{AccessFlags, IbMtu, QpState as PrmState};
 use uhca_hal::wq::Sge;
@@ -63,15 +65,80 @@ impl QpState {
     }
 }
 
+/// The QP types this library creates (`enum ibv_qp_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Transport {
+    /// `IBV_QPT_RC`.
+    Rc = 2,
+    /// `IBV_QPT_UC`.
+    Uc = 3,
+    /// `IBV_QPT_UD`.
+    Ud = 4,
+}
+
+impl Transport {
+    /// From the C value (other types: `None`).
+    pub fn from_raw(v: i32) -> Option<Self> {
+        Some(match v {
+            2 => Self::Rc,
+            3 => Self::Uc,
+            4 => Self::Ud,
+            _ => return None,
+        })
+    }
+}
+
+/// The driver's QP of each transport.
+enum AnyQp {
+    Rc(Qp<MockP, Rc>),
+    Uc(Qp<MockP, Uc>),
+    Ud(Qp<MockP, Ud>),
+}
+
+/// `$e` with `$q` bound to the QP whatever its transport (the methods every transport has).
+macro_rules! each {
+    ($qp:expr, $q:ident => $e:expr) => {
+        match $qp {
+            AnyQp::Rc($q) => $e,
+            AnyQp::Uc($q) => $e,
+            AnyQp::Ud($q) => $e,
+        }
+    };
+}
+
+impl AnyQp {
+    fn transport(&self) -> Transport {
+        match self {
+            AnyQp::Rc(_) => Transport::Rc,
+            AnyQp::Uc(_) => Transport::Uc,
+            AnyQp::Ud(_) => Transport::Ud,
+        }
+    }
+    fn state(&self) -> PrmState {
+        each!(self, q => q.state())
+    }
+    fn qpn(&self) -> u32 {
+        each!(self, q => q.qpn())
+    }
+}
+
 /// A QP of the table with what `ibv_query_qp` reports.
 pub struct QpEntry {
-    qp: Qp<MockP, Rc>,
+    qp: AnyQp,
     /// The capabilities it was created with.
     pub caps: QpCaps,
     /// Every send signalled (`sq_sig_all`).
     pub sq_sig_all: bool,
     /// The port (set at INIT).
     pub port: u8,
+}
+
+impl QpEntry {
+    /// The QP number.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qp.qpn()
+    }
 }
 
 /// The attributes of `ibv_modify_qp`'s mask this library knows, one bit each.
@@ -90,8 +157,9 @@ mod attr {
     pub const RETRY_CNT: u32 = 1 << 11;
     pub const RNR_RETRY: u32 = 1 << 12;
     pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    pub const QKEY: u32 = 1 << 14;
     /// Their names, for the error messages.
-    pub const NAMES: [&str; 14] = [
+    pub const NAMES: [&str; 15] = [
         "IBV_QP_PORT",
         "IBV_QP_PKEY_INDEX",
         "IBV_QP_ACCESS_FLAGS",
@@ -106,6 +174,7 @@ mod attr {
         "IBV_QP_RETRY_CNT",
         "IBV_QP_RNR_RETRY",
         "IBV_QP_MAX_QP_RD_ATOMIC",
+        "IBV_QP_QKEY",
     ];
 }
 
@@ -128,6 +197,37 @@ fn rc_mask(from: QpState, to: QpState) -> Option<(u32, u32)> {
             ACCESS_FLAGS | MIN_RNR_TIMER,
         ),
         (S::Rts | S::Sqe, S::Rts) => (0, ACCESS_FLAGS | MIN_RNR_TIMER),
+        _ => return None,
+    })
+}
+
+/// As [`rc_mask`], for UC: no RDMA READ or atomics, no acknowledgements (no timeout,
+/// retries, RNR timer or read depths).
+fn uc_mask(from: QpState, to: QpState) -> Option<(u32, u32)> {
+    use QpState as S;
+    use attr::*;
+    Some(match (from, to) {
+        (_, S::Reset | S::Err) => (0, 0),
+        (S::Reset, S::Init) => (PKEY_INDEX | PORT | ACCESS_FLAGS, 0),
+        (S::Init, S::Init) => (0, PKEY_INDEX | PORT | ACCESS_FLAGS),
+        (S::Init, S::Rtr) => (AV | PATH_MTU | DEST_QPN | RQ_PSN, ACCESS_FLAGS | PKEY_INDEX),
+        (S::Rtr, S::Rts) => (SQ_PSN, ACCESS_FLAGS),
+        (S::Rts | S::Sqe, S::Rts) => (0, ACCESS_FLAGS),
+        _ => return None,
+    })
+}
+
+/// As [`rc_mask`], for UD: no path and no peer; the Q_Key at INIT, the first PSN at RTS.
+fn ud_mask(from: QpState, to: QpState) -> Option<(u32, u32)> {
+    use QpState as S;
+    use attr::*;
+    Some(match (from, to) {
+        (_, S::Reset | S::Err) => (0, 0),
+        (S::Reset, S::Init) => (PKEY_INDEX | PORT | QKEY, 0),
+        (S::Init, S::Init) => (0, PKEY_INDEX | PORT | QKEY),
+        (S::Init, S::Rtr) => (0, PKEY_INDEX | QKEY),
+        (S::Rtr, S::Rts) => (SQ_PSN, QKEY),
+        (S::Rts | S::Sqe, S::Rts) => (0, QKEY),
         _ => return None,
     })
 }
@@ -175,6 +275,8 @@ pub struct Modify {
     pub rnr_retry: Option<u8>,
     /// `IBV_QP_MAX_QP_RD_ATOMIC`.
     pub max_rd_atomic: Option<u8>,
+    /// `IBV_QP_QKEY`.
+    pub qkey: Option<u32>,
 }
 
 impl Modify {
@@ -196,6 +298,7 @@ impl Modify {
             | bit(self.retry_cnt.is_some(), RETRY_CNT)
             | bit(self.rnr_retry.is_some(), RNR_RETRY)
             | bit(self.max_rd_atomic.is_some(), MAX_QP_RD_ATOMIC)
+            | bit(self.qkey.is_some(), QKEY)
     }
 }
 
@@ -247,6 +350,8 @@ pub struct AppSendWr<'a> {
     /// `IBV_SEND_INLINE`: the range of the post's inline bytes (gathered by the caller
     /// from the SGEs' addresses) that is this request's data; `sges` is then ignored.
     pub inline: Option<(usize, usize)>,
+    /// `wr.ud` of a UD QP's request: the address handle's path, the remote QP and Q_Key.
+    pub ud: Option<UdDest<'a>>,
 }
 
 impl AppSendWr<'_> {
@@ -257,6 +362,7 @@ impl AppSendWr<'_> {
         sges: &[],
         flags: uhca_driver::verbs::SendFlags::empty(),
         inline: None,
+        ud: None,
     };
 }
 
@@ -346,16 +452,68 @@ fn driver_errno(e: &DriverError) -> i32 {
     }
 }
 
+/// The INIT → RTR attributes of a connected QP (RC, or UC with `rc` false, which has no
+/// read depth or RNR timer) from the modify's attributes, with its RoCE path.
+fn connected_rtr(link: uhca_driver::caps::LinkLayer, m: &Modify, rc: bool) -> VResult<RtrAttr> {
+    let av = need(m.av, "IBV_QP_AV")?;
+    let mtu = IbMtu::from_raw(need(m.path_mtu, "IBV_QP_PATH_MTU")?);
+    let dest_qpn = need(m.dest_qpn, "IBV_QP_DEST_QPN")?;
+    let ah = match link {
+        uhca_driver::caps::LinkLayer::Ethernet => {
+            if !av.is_global {
+                return Err(einval("a RoCE path is global (is_global, a GID)"));
+            }
+            AhAttr::RoceV2 {
+                sgid_index: av.sgid_index,
+                dgid: Gid(av.dgid),
+                // No neighbour table: the mock's fabric and its UDP uplink route by IP, as
+                // the examples' --udp mode does.
+                dmac: Mac([0xff; 6]),
+                udp_sport: 0xc000 | (dest_qpn as u16 & 0x3fff),
+                traffic_class: av.traffic_class,
+                hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
+                flow_label: av.flow_label,
+                sl: av.sl,
+            }
+        }
+        uhca_driver::caps::LinkLayer::InfiniBand => {
+            return Err(VerbsError::new(
+                libc::EOPNOTSUPP,
+                "InfiniBand paths (the devices here are RoCE)",
+            ));
+        }
+    };
+    let d = RtrAttr::default();
+    Ok(RtrAttr {
+        path_mtu: mtu,
+        dest_qpn,
+        rq_psn: need(m.rq_psn, "IBV_QP_RQ_PSN")?,
+        max_dest_rd_atomic: if rc {
+            need(m.max_dest_rd_atomic, "IBV_QP_MAX_DEST_RD_ATOMIC")?
+        } else {
+            d.max_dest_rd_atomic
+        },
+        min_rnr_timer: if rc {
+            need(m.min_rnr_timer, "IBV_QP_MIN_RNR_TIMER")?
+        } else {
+            d.min_rnr_timer
+        },
+        ah,
+    })
+}
+
 impl Device {
-    /// `ibv_create_qp` for an RC QP on `pd` whose queues complete to `send_cq`/`recv_cq`:
-    /// the handle, the QP number and the capabilities it got.
+    /// `ibv_create_qp` for a QP of `transport` on `pd` whose queues complete to
+    /// `send_cq`/`recv_cq`: the handle, the QP number and the capabilities it got.
     ///
     /// # Errors
     ///
     /// Unknown objects, or the driver's failure. With `srq`, the QP receives from that
     /// SRQ (its own receive sizes are ignored, as verbs says).
+    #[allow(clippy::too_many_arguments)]
     pub fn create_qp(
         &self,
+        transport: Transport,
         pd: u32,
         send_cq: u32,
         recv_cq: u32,
@@ -392,11 +550,15 @@ impl Device {
                 srq,
                 cap,
             };
+            let hca = &mut o.hw.hca;
+            let made = match transport {
+                Transport::Rc => hca.create_qp::<Rc>(pd, &attr).map(AnyQp::Rc),
+                Transport::Uc => hca.create_qp::<Uc>(pd, &attr).map(AnyQp::Uc),
+                Transport::Ud => hca.create_qp::<Ud>(pd, &attr).map(AnyQp::Ud),
+            };
             let qp =
-                o.hw.hca
-                    .create_qp::<Rc>(pd, &attr)
-                    .map_err(|e| VerbsError::new(libc::EINVAL, format!("create QP: {e:?}")))?;
-            let got = qp.caps();
+                made.map_err(|e| VerbsError::new(libc::EINVAL, format!("create QP: {e:?}")))?;
+            let got = each!(&qp, q => q.caps());
             let qpn = qp.qpn();
             let h = o.handle();
             o.qps.insert(
@@ -428,7 +590,13 @@ impl Device {
             let e = o.qps.get_mut(&handle).ok_or_else(|| einval("unknown QP"))?;
             let from = QpState::from_prm(e.qp.state());
             let to = m.state.unwrap_or(from);
-            let Some((required, optional)) = rc_mask(from, to) else {
+            let transport = e.qp.transport();
+            let table = match transport {
+                Transport::Rc => rc_mask,
+                Transport::Uc => uc_mask,
+                Transport::Ud => ud_mask,
+            };
+            let Some((required, optional)) = table(from, to) else {
                 return Err(einval(format!("no transition {from:?} -> {to:?}")));
             };
             let given = m.mask();
@@ -451,71 +619,35 @@ impl Device {
                 ));
             }
             let hca = &mut o.hw.hca;
-            let qp = &mut e.qp;
-            let done = match to {
-                QpState::Reset => qp.to_reset(hca),
-                QpState::Err => qp.to_err(hca),
-                QpState::Init if from == QpState::Init => {
+            let done = match (to, &mut e.qp) {
+                (QpState::Reset, qp) => each!(qp, q => q.to_reset(hca)),
+                (QpState::Err, qp) => each!(qp, q => q.to_err(hca)),
+                (QpState::Init, _) if from == QpState::Init => {
                     Err(DriverError::Unsupported("INIT to INIT"))
                 }
-                QpState::Init => {
+                (QpState::Init, qp) => {
+                    let ud = transport == Transport::Ud;
                     let a = InitAttr {
                         port: need(m.port, "IBV_QP_PORT")?,
                         pkey_index: need(m.pkey_index, "IBV_QP_PKEY_INDEX")?,
-                        access: need(m.access, "IBV_QP_ACCESS_FLAGS")?,
-                        ..InitAttr::default()
+                        access: if ud {
+                            AccessFlags::empty()
+                        } else {
+                            need(m.access, "IBV_QP_ACCESS_FLAGS")?
+                        },
+                        qkey: if ud { need(m.qkey, "IBV_QP_QKEY")? } else { 0 },
                     };
-                    let r = qp.to_init(hca, a);
+                    let r = each!(qp, q => q.to_init(hca, a));
                     if r.is_ok() {
                         e.port = a.port;
                     }
                     r
                 }
-                QpState::Rtr => {
-                    let av = need(m.av, "IBV_QP_AV")?;
-                    let mtu = IbMtu::from_raw(need(m.path_mtu, "IBV_QP_PATH_MTU")?);
-                    let dest_qpn = need(m.dest_qpn, "IBV_QP_DEST_QPN")?;
-                    let ah = match link {
-                        uhca_driver::caps::LinkLayer::Ethernet => {
-                            if !av.is_global {
-                                return Err(einval("a RoCE path is global (is_global, a GID)"));
-                            }
-                            AhAttr::RoceV2 {
-                                sgid_index: av.sgid_index,
-                                dgid: Gid(av.dgid),
-                                // No neighbour table: the mock's fabric and its UDP uplink
-                                // route by IP, as the examples' --udp mode does.
-                                dmac: Mac([0xff; 6]),
-                                udp_sport: 0xc000 | (dest_qpn as u16 & 0x3fff),
-                                traffic_class: av.traffic_class,
-                                hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
-                                flow_label: av.flow_label,
-                                sl: av.sl,
-                            }
-                        }
-                        uhca_driver::caps::LinkLayer::InfiniBand => {
-                            return Err(VerbsError::new(
-                                libc::EOPNOTSUPP,
-                                "InfiniBand paths (the devices here are RoCE)",
-                            ));
-                        }
-                    };
-                    qp.to_rtr(
-                        hca,
-                        RtrAttr {
-                            path_mtu: mtu,
-                            dest_qpn,
-                            rq_psn: need(m.rq_psn, "IBV_QP_RQ_PSN")?,
-                            max_dest_rd_atomic: need(
-                                m.max_dest_rd_atomic,
-                                "IBV_QP_MAX_DEST_RD_ATOMIC",
-                            )?,
-                            min_rnr_timer: need(m.min_rnr_timer, "IBV_QP_MIN_RNR_TIMER")?,
-                            ah,
-                        },
-                    )
-                }
-                QpState::Rts if from == QpState::Rtr => qp.to_rts(
+                (QpState::Rtr, AnyQp::Ud(q)) => q.to_rtr(hca),
+                (QpState::Rtr, AnyQp::Rc(q)) => q.to_rtr(hca, connected_rtr(link, m, true)?),
+                (QpState::Rtr, AnyQp::Uc(q)) => q.to_rtr(hca, connected_rtr(link, m, false)?),
+                (QpState::Rts, qp) if from == QpState::Sqe => each!(qp, q => q.recover_sq(hca)),
+                (QpState::Rts, AnyQp::Rc(q)) if from == QpState::Rtr => q.to_rts(
                     hca,
                     RtsAttr {
                         sq_psn: need(m.sq_psn, "IBV_QP_SQ_PSN")?,
@@ -525,11 +657,16 @@ impl Device {
                         max_rd_atomic: need(m.max_rd_atomic, "IBV_QP_MAX_QP_RD_ATOMIC")?,
                     },
                 ),
-                QpState::Rts if from == QpState::Sqe => qp.recover_sq(hca),
+                (QpState::Rts, AnyQp::Uc(q)) if from == QpState::Rtr => {
+                    q.to_rts(hca, need(m.sq_psn, "IBV_QP_SQ_PSN")?)
+                }
+                (QpState::Rts, AnyQp::Ud(q)) if from == QpState::Rtr => {
+                    q.to_rts(hca, need(m.sq_psn, "IBV_QP_SQ_PSN")?)
+                }
                 _ => Err(DriverError::Unsupported("this transition")),
             };
             match done {
-                Ok(()) => Ok(QpState::from_prm(qp.state())),
+                Ok(()) => Ok(QpState::from_prm(e.qp.state())),
                 Err(er) => Err(VerbsError::new(
                     driver_errno(&er),
                     format!("{from:?} -> {to:?}: {er}"),
@@ -552,8 +689,22 @@ impl Device {
                 sq_sig_all,
                 port,
             } = e;
-            qp.destroy(&mut o.hw.hca).map_err(|f| {
-                let (qp, er) = f.into_parts();
+            let hca = &mut o.hw.hca;
+            let failed = match qp {
+                AnyQp::Rc(q) => q.destroy(hca).map_err(|f| {
+                    let (q, er) = f.into_parts();
+                    (AnyQp::Rc(q), er)
+                }),
+                AnyQp::Uc(q) => q.destroy(hca).map_err(|f| {
+                    let (q, er) = f.into_parts();
+                    (AnyQp::Uc(q), er)
+                }),
+                AnyQp::Ud(q) => q.destroy(hca).map_err(|f| {
+                    let (q, er) = f.into_parts();
+                    (AnyQp::Ud(q), er)
+                }),
+            };
+            failed.map_err(|(qp, er)| {
                 o.qps.insert(
                     handle,
                     QpEntry {
@@ -568,20 +719,22 @@ impl Device {
         })?
     }
 
-    /// The QP's state, capabilities, `sq_sig_all`, port and number (`ibv_query_qp`). The
+    /// The QP's state, capabilities, `sq_sig_all`, port, number and type (`ibv_query_qp`). The
     /// state is the driver's, refreshed from the device (QUERY_QP) when it answers: an
     /// error completion or the device's own move to ERR shows.
     ///
     /// # Errors
     ///
     /// Unknown QP.
-    pub fn query_qp(&self, handle: u32) -> VResult<(QpState, QpCaps, bool, u8, u32)> {
+    #[allow(clippy::type_complexity)]
+    pub fn query_qp(&self, handle: u32) -> VResult<(QpState, QpCaps, bool, u8, u32, Transport)> {
         self.with_open(|o| {
             let e = o.qps.get(&handle).ok_or_else(|| einval("unknown QP"))?;
             // A device that does not answer leaves the driver's view as it was.
-            let _ = e.qp.query(&mut o.hw.hca);
+            let _ = each!(&e.qp, q => q.query(&mut o.hw.hca));
             let s = QpState::from_prm(e.qp.state());
-            Ok((s, e.caps, e.sq_sig_all, e.port, e.qp.qpn()))
+            let t = e.qp.transport();
+            Ok((s, e.caps, e.sq_sig_all, e.port, e.qp.qpn(), t))
         })?
     }
 
@@ -589,6 +742,7 @@ impl Device {
     /// inline bytes, ranges of `inline`), in batches of [`POST_BATCH`] under one lock and
     /// one doorbell each, with nothing allocated. On failure, the index of the first
     /// request not posted (the ones before it are) and the errno.
+    /// A UD QP's requests carry their destination (`ud`), the others none.
     pub fn post_send(
         &self,
         handle: u32,
@@ -630,13 +784,16 @@ impl Device {
                     flags |= uhca_driver::verbs::SendFlags::SIGNALED;
                 }
                 let (s, t) = ranges[i];
-                let r = SendWr::new(w.wr_id, w.op, &flat[s..t]).with_flags(flags);
+                let mut r = SendWr::new(w.wr_id, w.op, &flat[s..t]).with_flags(flags);
+                if let Some(d) = w.ud {
+                    r = r.with_ud(d);
+                }
                 reqs[i] = match w.inline {
                     Some((a, b)) => r.with_inline(inline.get(a..b).ok_or((i, libc::EINVAL))?),
                     None => r,
                 };
             }
-            q.post_send(&reqs[..count])
+            each!(q, q => q.post_send(&reqs[..count]))
                 .map_err(|b| (b.index, wr_errno(&b.error)))?;
             refused.map_or(Ok(()), |e| Err((count, e)))
         })
@@ -648,8 +805,7 @@ impl Device {
     pub fn post_recv(&self, handle: u32, wrs: &[(u64, &[AppSge])]) -> Result<(), (usize, i32)> {
         self.post_recv_batches(wrs, |o, reqs| {
             let e = o.qps.get_mut(&handle).ok_or((0, libc::EINVAL))?;
-            e.qp.post_recv(reqs)
-                .map_err(|b| (b.index, wr_errno(&b.error)))
+            each!(&mut e.qp, q => q.post_recv(reqs)).map_err(|b| (b.index, wr_errno(&b.error)))
         })
     }
 
@@ -747,7 +903,9 @@ mod tests {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let (qp, qpn, got) = d.create_qp(pd, cq, cq, None, caps, false).unwrap();
+        let (qp, qpn, got) = d
+            .create_qp(Transport::Rc, pd, cq, cq, None, caps, false)
+            .unwrap();
         assert!(got.max_recv_wr >= 4 && qpn != 0);
         let to = |s| Modify {
             state: Some(s),
@@ -801,6 +959,7 @@ mod tests {
                     sges: &sge,
                     flags: uhca_driver::verbs::SendFlags::SIGNALED,
                     inline: None,
+                    ud: None,
                 }],
                 &[]
             ),
@@ -850,6 +1009,126 @@ mod tests {
         d.destroy_qp(qp).unwrap();
         assert_eq!(d.destroy_qp(qp).unwrap_err().errno, libc::EINVAL);
         d.dereg_mr(mr.handle).unwrap();
+        d.close().unwrap();
+    }
+
+    /// A UD QP takes the Q_Key at INIT, nothing at RTR and the first PSN at RTS, and no
+    /// connected QP's attributes (a path, a destination QP); a UC QP's RTR takes no RC read
+    /// depth or RNR timer.
+    #[test]
+    fn ud_and_uc_transitions_by_mask() {
+        let d = Device::new(DeviceSpec {
+            name: "uhca-ud".into(),
+            kind: DeviceKind::MockUdp {
+                ip: Ipv4Addr::new(127, 0, 0, 115),
+            },
+        });
+        d.open().unwrap();
+        let pd = d.alloc_pd().unwrap();
+        let (cq, _) = d.create_cq(8).unwrap();
+        let caps = QpCaps {
+            max_send_wr: 1,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let to = |s| Modify {
+            state: Some(s),
+            ..Modify::default()
+        };
+        let (qp, _, _) = d
+            .create_qp(Transport::Ud, pd, cq, cq, None, caps, false)
+            .unwrap();
+        assert_eq!(d.query_qp(qp).unwrap().5, Transport::Ud);
+        let init = Modify {
+            port: Some(1),
+            pkey_index: Some(0),
+            ..to(QpState::Init)
+        };
+        let e = d.modify_qp(qp, &init).unwrap_err();
+        assert_eq!(e.errno, libc::EINVAL);
+        assert!(format!("{e:?}").contains("IBV_QP_QKEY"), "{e:?}");
+        let with_access = Modify {
+            access: Some(AccessFlags::empty()),
+            qkey: Some(0x1111_1111),
+            ..init
+        };
+        assert_eq!(
+            d.modify_qp(qp, &with_access).unwrap_err().errno,
+            libc::EINVAL,
+            "UD takes no access flags"
+        );
+        let init = Modify {
+            qkey: Some(0x1111_1111),
+            ..init
+        };
+        assert_eq!(d.modify_qp(qp, &init), Ok(QpState::Init));
+        let rtr_with_peer = Modify {
+            dest_qpn: Some(5),
+            ..to(QpState::Rtr)
+        };
+        let e = d.modify_qp(qp, &rtr_with_peer).unwrap_err();
+        assert!(format!("{e:?}").contains("IBV_QP_DEST_QPN"), "{e:?}");
+        assert_eq!(d.modify_qp(qp, &to(QpState::Rtr)), Ok(QpState::Rtr));
+        let e = d.modify_qp(qp, &to(QpState::Rts)).unwrap_err();
+        assert!(format!("{e:?}").contains("IBV_QP_SQ_PSN"), "{e:?}");
+        let rts = Modify {
+            sq_psn: Some(7),
+            ..to(QpState::Rts)
+        };
+        assert_eq!(d.modify_qp(qp, &rts), Ok(QpState::Rts));
+        // A UD send without a destination is refused.
+        assert_eq!(
+            d.post_send(
+                qp,
+                &[AppSendWr {
+                    inline: Some((0, 4)),
+                    ..AppSendWr::EMPTY
+                }],
+                &[0; 4]
+            ),
+            Err((0, libc::EINVAL))
+        );
+        d.destroy_qp(qp).unwrap();
+
+        let (uc, qpn, _) = d
+            .create_qp(Transport::Uc, pd, cq, cq, None, caps, false)
+            .unwrap();
+        let init = Modify {
+            port: Some(1),
+            pkey_index: Some(0),
+            access: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
+            ..to(QpState::Init)
+        };
+        assert_eq!(d.modify_qp(uc, &init), Ok(QpState::Init));
+        let rtr = Modify {
+            av: Some(Av {
+                is_global: true,
+                ..Av::default()
+            }),
+            path_mtu: Some(3),
+            dest_qpn: Some(qpn),
+            rq_psn: Some(0),
+            ..to(QpState::Rtr)
+        };
+        let rc_only = Modify {
+            max_dest_rd_atomic: Some(1),
+            ..rtr
+        };
+        let e = d.modify_qp(uc, &rc_only).unwrap_err();
+        assert!(
+            format!("{e:?}").contains("IBV_QP_MAX_DEST_RD_ATOMIC"),
+            "{e:?}"
+        );
+        assert_eq!(d.modify_qp(uc, &rtr), Ok(QpState::Rtr));
+        let rts = Modify {
+            sq_psn: Some(0),
+            ..to(QpState::Rts)
+        };
+        assert_eq!(d.modify_qp(uc, &rts), Ok(QpState::Rts));
+        assert_eq!(d.query_qp(uc).unwrap().5, Transport::Uc);
+        d.destroy_qp(uc).unwrap();
         d.close().unwrap();
     }
 }

@@ -50,7 +50,9 @@ fn side(ip: Ipv4Addr, name: &str) -> Side {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let (qp, qpn, _) = d.create_qp(pd, cq, cq, None, caps, false).unwrap();
+    let (qp, qpn, _) = d
+        .create_qp(crate::qp::Transport::Rc, pd, cq, cq, None, caps, false)
+        .unwrap();
     let gid = d.query_gid(1, 0).unwrap().gid.0;
     Side {
         d,
@@ -123,6 +125,7 @@ fn wr(wr_id: u64, op: SendOp, addr: u64, len: u32, lkey: u32) -> AppSendWr<'stat
         sges: Box::leak(Box::new([AppSge { addr, len, lkey }])),
         flags: SendFlags::SIGNALED,
         inline: None,
+        ud: None,
     }
 }
 

@@ -159,6 +159,8 @@ fn every_import_of_the_programs_resolves() {
         "ibv_devinfo",
         "ibv_rc_pingpong",
         "ibv_srq_pingpong",
+        "ibv_ud_pingpong",
+        "ibv_uc_pingpong",
     ] {
         let Some(p) = program(name) else {
             continue;
@@ -193,8 +195,35 @@ fn ibv_srq_pingpong_between_two_processes() {
     pingpong(&p, tcp + 1, ("127.0.0.3", "127.0.0.4"), &["-e"]);
 }
 
+/// rdma-core's `ibv_ud_pingpong` (a UD QP a side: sends through an address handle with the
+/// peer's QPN and Q_Key, receives with the 40-byte GRH before the data, which `--chk`
+/// checks after it), polling and with completion events, on 127.0.0.111 and .112.
+#[test]
+fn ibv_ud_pingpong_between_two_processes() {
+    let Some(p) = program("ibv_ud_pingpong") else {
+        return;
+    };
+    let tcp = 20000 + (std::process::id() % 20000) as u16 + 4;
+    pingpong(&p, tcp, ("127.0.0.111", "127.0.0.112"), &[]);
+    pingpong(&p, tcp + 1, ("127.0.0.111", "127.0.0.112"), &["-e"]);
+}
+
+/// rdma-core's `ibv_uc_pingpong` (UC QPs: no acknowledgements), `--chk`, polling and with
+/// completion events, on 127.0.0.113 and .114.
+#[test]
+fn ibv_uc_pingpong_between_two_processes() {
+    let Some(p) = program("ibv_uc_pingpong") else {
+        return;
+    };
+    let tcp = 20000 + (std::process::id() % 20000) as u16 + 6;
+    pingpong(&p, tcp, ("127.0.0.113", "127.0.0.114"), &[]);
+    pingpong(&p, tcp + 1, ("127.0.0.113", "127.0.0.114"), &["-e"]);
+}
+
 /// `p` as server on `ips.0` and client on `ips.1` (mock devices `uhca0` there), TCP port
-/// `tcp`, 200 iterations with `--chk` and `extra`; both must report their iterations.
+/// `tcp`, 200 iterations with `--chk` and `extra`; both must report their iterations, and
+/// neither a buffer `--chk` found wrong ("invalid data in page", which the programs print
+/// without failing).
 fn pingpong(p: &Path, tcp: u16, ips: (&str, &str), extra: &[&str]) {
     let port = tcp.to_string();
     let spawn = |ip: &str, server: Option<&str>| {
@@ -246,12 +275,11 @@ fn pingpong(p: &Path, tcp: u16, ips: (&str, &str), extra: &[&str]) {
     for (name, c) in [("server", server), ("client", client)] {
         let out = c.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        eprintln!(
-            "{name} ({}):\n{stdout}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        ok &= out.status.success() && stdout.contains("200 iters in");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{name} ({}):\n{stdout}{stderr}", out.status);
+        ok &= out.status.success()
+            && stdout.contains("200 iters in")
+            && !stderr.contains("invalid data");
     }
     let name = p.file_name().unwrap_or_default().to_string_lossy();
     println!(
@@ -269,6 +297,45 @@ fn pingpong(p: &Path, tcp: u16, ips: (&str, &str), extra: &[&str]) {
 /// a WRITE to a key without remote write). One PASS line per check.
 #[test]
 fn every_send_opcode_through_the_c_abi() {
+    let Some(exe) = build_c("opcodes") else {
+        return;
+    };
+    let out = run(
+        &exe,
+        &[],
+        Some("mock:uhca0=udp:127.0.0.83;mock:uhca1=udp:127.0.0.84"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(lines.len(), 54, "every check ran: {stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
+}
+
+/// `tests/c/async_events.c`, built as `opcodes.c` is, on one mock device (`127.0.0.116`):
+/// the context's `async_fd` (`EAGAIN` with `O_NONBLOCK` and not readable while no event is
+/// waiting, readable after one), `IBV_EVENT_QP_LAST_WQE_REACHED` for a QP of an SRQ moved
+/// to ERR naming that QP, `ibv_destroy_qp` waiting until another thread acknowledges it,
+/// `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ once a UD datagram to itself takes one
+/// of its receives below the armed limit, and a blocking `ibv_get_async_event`. One PASS
+/// line per check (28), all must pass.
+#[test]
+fn asynchronous_events_through_the_c_abi() {
+    let Some(exe) = build_c("async_events") else {
+        return;
+    };
+    let out = run(&exe, &[], Some("mock:uhca0=udp:127.0.0.116"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(lines.len(), 28, "every check ran: {stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
+}
+
+/// `tests/c/NAME.c` compiled against the installed `verbs.h` and linked to this library
+/// (and pthreads); `None` (skipped, saying why) without the header or a compiler, unless
+/// `UHCA_REQUIRE_IBVERBS_UTILS=1`.
+fn build_c(name: &str) -> Option<PathBuf> {
     let header = Path::new("/usr/include/infiniband/verbs.h");
     if !header.exists() {
         assert!(
@@ -280,10 +347,10 @@ fn every_send_opcode_through_the_c_abi() {
             "skipped: {} is absent (apt-get install libibverbs-dev)",
             header.display()
         );
-        return;
+        return None;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/opcodes.c");
-    let exe = lib_dir().join("opcodes");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = lib_dir().join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = match Command::new(&cc)
         .arg(&src)
@@ -292,6 +359,7 @@ fn every_send_opcode_through_the_c_abi() {
         .arg("-L")
         .arg(lib_dir())
         .arg("-l:libibverbs.so.1")
+        .arg("-lpthread")
         .output()
     {
         Ok(o) => o,
@@ -301,7 +369,7 @@ fn every_send_opcode_through_the_c_abi() {
                 "UHCA_REQUIRE_IBVERBS_UTILS=1 but no C compiler: {e}"
             );
             eprintln!("skipped: no C compiler ({cc}: {e})");
-            return;
+            return None;
         }
     };
     assert!(
@@ -309,14 +377,5 @@ fn every_send_opcode_through_the_c_abi() {
         "{cc} failed:\n{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let out = run(
-        &exe,
-        &[],
-        Some("mock:uhca0=udp:127.0.0.83;mock:uhca1=udp:127.0.0.84"),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert!(out.status.success(), "{stdout}");
-    assert_eq!(lines.len(), 54, "every check ran: {stdout}");
-    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
+    Some(exe)
 }

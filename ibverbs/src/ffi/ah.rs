@@ -44,6 +44,22 @@ unsafe extern "C" fn create_ah(pd: *mut IbvPd, attr: *mut IbvAhAttr) -> *mut Ibv
     }
 }
 
+/// The driver's AH behind `ah` for a UD send on a QP of `entry`; `None` for NULL or an AH
+/// of another device.
+///
+/// # Safety
+///
+/// `ah` is NULL or came from `ibv_create_ah`/`ibv_create_ah_from_wc` and stays alive while
+/// the reference is used (during one post).
+pub(super) unsafe fn ud_dest<'a>(ah: *mut IbvAh, entry: &Entry) -> Option<&'a Ah> {
+    if ah.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; a CAh begins with its ibv_ah.
+    let a = unsafe { &*(ah as *const CAh) };
+    ptr::eq(a.entry, entry).then_some(&a.ah)
+}
+
 export!("ibv_destroy_ah" @ "IBVERBS_1.1" => destroy_ah);
 unsafe extern "C" fn destroy_ah(ah: *mut IbvAh) -> c_int {
     if ah.is_null() {
@@ -51,8 +67,8 @@ unsafe extern "C" fn destroy_ah(ah: *mut IbvAh) -> c_int {
     }
     // SAFETY: ah came from create_ah (or create_ah_from_wc) and is freed once, here.
     let a = unsafe { Box::from_raw(ah as *mut CAh) };
-    // Nothing on the device to release (mlx5 AHs are software); the encoded path is what UD
-    // sends will read once UD QPs exist.
+    // Nothing on the device to release (mlx5 AHs are software); UD sends read the encoded
+    // path while they are posted.
     let CAh {
         entry: _, ah: _, ..
     } = *a;

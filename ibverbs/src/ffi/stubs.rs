@@ -19,22 +19,6 @@ fn refuse_ptr<T>() -> *mut T {
     ptr::null_mut()
 }
 
-// ---- Asynchronous events (stand-ins until they are implemented in their own file) ---------
-// One block, to be replaced whole: no device of this library reports asynchronous events yet,
-// so there is no event to wait for, and waiting would block forever.
-
-export!("ibv_get_async_event" @ "IBVERBS_1.1" => get_async_event);
-extern "C" fn get_async_event(_context: *mut IbvContext, _event: *mut c_void) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-
-export!("ibv_ack_async_event" @ "IBVERBS_1.1" => ack_async_event);
-/// Nothing was handed out, so nothing is acknowledged.
-extern "C" fn ack_async_event(_event: *mut c_void) {}
-
-// ---- End of the asynchronous events' block --------------------------------------------------
-
 export!("ibv_resize_cq" @ "IBVERBS_1.1" => resize_cq);
 extern "C" fn resize_cq(_cq: *mut IbvCq, _cqe: c_int) -> c_int {
     libc::EOPNOTSUPP
