@@ -34,6 +34,8 @@ pub mod config;
 pub mod device;
 #[cfg(not(test))]
 mod ffi;
+pub mod platform;
 pub mod qp;
 #[cfg(test)]
 mod rdma_tests;
+pub mod vfio;
