@@ -500,7 +500,7 @@ impl Device {
                             sl: av.sl,
                             src_path_bits: 0,
                             static_rate: StaticRate::PortCurrent,
-                            grh: av.is_global.then(|| Grh {
+                            grh: av.is_global.then_some(Grh {
                                 dgid: Gid(av.dgid),
                                 sgid_index: av.sgid_index,
                                 flow_label: av.flow_label,
