@@ -155,8 +155,10 @@ fail=$((fail + $(grep -c '^FAIL' /tmp/mlx5vfio.out)))
 uv=/tmp/uhca-verbs
 mkdir -p $uv
 for l in libibverbs.so.1 libmlx5.so.1 libefa.so.1 librdmacm.so.1; do ln -sf "/usr/bin/$l" "$uv/$l"; done
-vsip= vcip= vgid=
-if [ "$link" = ethernet ]; then vsip=,ip=10.0.0.2 vcip=,ip=10.0.0.1 vgid="-g 0"; fi
+# On Ethernet the programs are given GID index 0 (-g, -x): perftest would otherwise search
+# the port's 256 GID entries for the best one, a firmware command each.
+vsip= vcip= vgid= vx=
+if [ "$link" = ethernet ]; then vsip=,ip=10.0.0.2 vcip=,ip=10.0.0.1 vgid="-g 0" vx="-x 0"; fi
 # verbs SIDE PROG ARGS...: PROG on uhca's libibverbs, on the second function (server) or the
 # first (client).
 verbs() {
@@ -231,9 +233,16 @@ if [ "$link" = ethernet ]; then
     sh -c 'grep -q "remote address:.*GID ::ffff:10\.0\.0\.2" /tmp/ibv_rc_pingpong.client &&
       grep -q "remote address:.*GID ::ffff:10\.0\.0\.1" /tmp/ibv_rc_pingpong.server'
 fi
+# -e: each side sleeps on its completion channel; the library's thread turns the function's
+# MSI-X interrupts (VFIO's eventfd) into the channel's wake-ups.
+# shellcheck disable=SC2086
+verbs_pair ibv_rc_pingpong 18517 ibv_rc_pingpong -d uhca0 $vgid -p 18517 -n 100 --chk -e
+check "uhca libibverbs: ibv_rc_pingpong -e: 100 iters reported by both sides" \
+  [ "$(grep -c "^100 iters in" /tmp/ibv_rc_pingpong.server /tmp/ibv_rc_pingpong.client | grep -c ':1$')" -eq 2 ]
 # perftest's ib_write_bw (the old post-send path: its ibv_wr_* path needs ibv_create_qp_ex,
 # which uhca's libibverbs does not offer).
-verbs_pair ib_write_bw 18516 ib_write_bw -d uhca0 -p 18516 --use_old_post_send -n 50
+# shellcheck disable=SC2086
+verbs_pair ib_write_bw 18516 ib_write_bw -d uhca0 $vx -p 18516 --use_old_post_send -n 50
 check "uhca libibverbs: ib_write_bw: the table's row (65536 B, 50 iterations) on both sides" \
   [ "$(grep -Ec "^ 65536[[:space:]]+50[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" /tmp/ib_write_bw.server /tmp/ib_write_bw.client | grep -c ':1$')" -eq 2 ]
 
