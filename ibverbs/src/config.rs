@@ -7,7 +7,12 @@
 //!   socket bound to `IPV4:4791` (as the examples' `--udp` mode), with the RoCEv2 GID of
 //!   `IPV4` at index 0;
 //! - `vfio:NAME=BDF` — a ConnectX function bound to vfio-pci at PCI address `BDF`
-//!   (`0000:3b:00.0`).
+//!   (`0000:3b:00.0`), brought up by uhca's VFIO platform on the first open;
+//! - `vfio:NAME=BDF,ip=IPV4` — the same, on an Ethernet port: the port's RoCEv2 GID at index
+//!   0 is `IPV4`'s. Under VFIO no kernel driver fills the GID table from the interfaces'
+//!   addresses, so a RoCE device needs `ip=` (its open fails with `EADDRNOTAVAIL` and says
+//!   so when the table is empty); an InfiniBand port needs none (its LID comes from the
+//!   subnet manager), and `ip=` is refused there at open.
 //!
 //! `NAME` is what `ibv_get_device_name` returns: 1 to 63 of `A-Z a-z 0-9 _ -`, unique.
 //! Spaces around entries and parts are ignored; an empty entry (a trailing `;`) is allowed.
@@ -42,6 +47,9 @@ pub enum DeviceKind {
     Vfio {
         /// The PCI address, `DDDD:BB:DD.F`.
         bdf: String,
+        /// `ip=`: the IPv4 address whose RoCEv2 GID the open installs at index 0 of an
+        /// Ethernet port.
+        ip: Option<Ipv4Addr>,
     },
 }
 
@@ -139,11 +147,29 @@ pub fn parse(s: &str) -> Result<Vec<DeviceSpec>, ConfigError> {
                 DeviceKind::MockUdp { ip }
             }
             "vfio" => {
-                if !valid_bdf(place) {
-                    return Err(err("a VFIO device is a PCI address DDDD:BB:DD.F"));
+                let mut parts = place.split(',');
+                let bdf = parts.next().unwrap_or("").trim();
+                if !valid_bdf(bdf) {
+                    return Err(err(
+                        "a VFIO device is a PCI address DDDD:BB:DD.F, then optionally ,ip=IPV4",
+                    ));
+                }
+                let mut ip = None;
+                for opt in parts {
+                    let (key, value) = opt
+                        .split_once('=')
+                        .ok_or_else(|| err("a VFIO device's option is KEY=VALUE (ip=IPV4)"))?;
+                    match key.trim() {
+                        "ip" if ip.is_some() => return Err(err("ip= is given twice")),
+                        "ip" => ip = Some(value.trim().parse::<Ipv4Addr>().map_err(|_| {
+                            err("ip= takes an IPv4 address (the RoCEv2 GID's, e.g. ip=10.0.0.1)")
+                        })?),
+                        _ => return Err(err("a VFIO device's only option is ip=IPV4")),
+                    }
                 }
                 DeviceKind::Vfio {
-                    bdf: place.to_ascii_lowercase(),
+                    bdf: bdf.to_ascii_lowercase(),
+                    ip,
                 }
             }
             _ => return Err(err("KIND is mock or vfio")),
@@ -179,11 +205,44 @@ mod tests {
                 DeviceSpec {
                     name: "uhca1".into(),
                     kind: DeviceKind::Vfio {
-                        bdf: "0000:3b:00.0".into()
+                        bdf: "0000:3b:00.0".into(),
+                        ip: None,
                     }
                 },
             ]
         );
+    }
+
+    #[test]
+    fn vfio_with_an_address() {
+        let d = parse("vfio:a=0000:00:04.0,ip=10.0.0.1; vfio:b = 0000:00:05.0 , ip = 10.0.0.2")
+            .unwrap();
+        assert_eq!(
+            d.iter().map(|d| d.kind.clone()).collect::<Vec<_>>(),
+            vec![
+                DeviceKind::Vfio {
+                    bdf: "0000:00:04.0".into(),
+                    ip: Some(Ipv4Addr::new(10, 0, 0, 1)),
+                },
+                DeviceKind::Vfio {
+                    bdf: "0000:00:05.0".into(),
+                    ip: Some(Ipv4Addr::new(10, 0, 0, 2)),
+                },
+            ]
+        );
+        for bad in [
+            "vfio:a=0000:00:04.0,",
+            "vfio:a=0000:00:04.0,ip",
+            "vfio:a=0000:00:04.0,ip=",
+            "vfio:a=0000:00:04.0,ip=10.0.0",
+            "vfio:a=0000:00:04.0,ip=fe80::1",
+            "vfio:a=0000:00:04.0,ip=10.0.0.1,ip=10.0.0.2",
+            "vfio:a=0000:00:04.0,mac=02:00:00:00:00:01",
+            "vfio:a=ip=10.0.0.1",
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert!(!e.reason.is_empty(), "{bad:?}");
+        }
     }
 
     #[test]

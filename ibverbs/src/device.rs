@@ -14,9 +14,10 @@ use uhca_fwif::consts::AccessFlags;
 use uhca_hal::HostBuf;
 use uhca_hal::{PciConfig, Platform};
 use uhca_mock::fabric::PumpHandle;
-use uhca_mock::{Fabric, MockConfig, MockHca, MockPlatform};
+use uhca_mock::{Fabric, MockConfig, MockHca};
 
 use crate::config::{DeviceKind, DeviceSpec};
+use crate::platform::DevPlatform;
 
 /// A verb's failure: the errno it returns (or sets) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,13 +83,25 @@ pub struct DeviceInfo {
     pub max_sge: u32,
 }
 
-/// The mock behind a `mock:NAME=udp:IP` device: the fabric with its UDP uplink and pump.
+/// The hardware behind an open device: the driver's HCA and what keeps its platform alive.
 pub(crate) struct MockHw {
-    pub(crate) hca: Hca<MockPlatform>,
-    // Dropped after the HCA: the pump stops, then the model and the fabric go.
-    _pump: PumpHandle,
-    _dev: MockHca,
-    _fabric: Fabric,
+    pub(crate) hca: Hca<MockP>,
+    // Dropped after the HCA.
+    backing: Backing,
+}
+
+/// What a device's HCA runs on, besides its platform handle.
+enum Backing {
+    /// `mock:NAME=udp:IP`: the fabric with its UDP uplink and pump. Dropped in this order:
+    /// the pump stops, then the model and the fabric go.
+    Mock {
+        _pump: PumpHandle,
+        dev: MockHca,
+        _fabric: Fabric,
+    },
+    /// `vfio:NAME=BDF`: the function's VFIO platform and the thread that turns its MSI-X
+    /// interrupts into completion-channel wake-ups.
+    Vfio(crate::vfio::VfioHw),
 }
 
 /// An open device: the HCA and the objects the application holds on it.
@@ -96,10 +109,10 @@ pub struct Open {
     users: usize,
     pub(crate) hw: MockHw,
     next_handle: u32,
-    pub(crate) pds: HashMap<u32, Pd<MockPlatform>>,
-    pub(crate) cqs: HashMap<u32, Cq<MockPlatform>>,
+    pub(crate) pds: HashMap<u32, Pd<MockP>>,
+    pub(crate) cqs: HashMap<u32, Cq<MockP>>,
     /// SRQ handle → the SRQ and its PD's handle.
-    pub(crate) srqs: HashMap<u32, (Srq<MockPlatform>, u32)>,
+    pub(crate) srqs: HashMap<u32, (Srq<MockP>, u32)>,
     mrs: HashMap<u32, Registered>,
     pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
     /// CQ handle → (the completion channel's tag, the CQ's tag): opaque values of the C
@@ -136,7 +149,7 @@ impl Open {
 /// address of its first byte its SGEs and peers name (the key's: the buffer's virtual
 /// address, or the `iova` of `ibv_reg_mr_iova2`).
 struct Registered {
-    mr: UserMr<MockPlatform>,
+    mr: UserMr<MockP>,
     pd: u32,
     va: u64,
     len: usize,
@@ -224,22 +237,41 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// A VFIO device (not in this slice: ENOSYS), or a failed bring-up or UDP bind.
+    /// A failed bring-up or UDP bind; for a VFIO function, what stopped the VFIO platform
+    /// (not bound to vfio-pci, no IOMMU group, permissions, locked memory: see
+    /// [`crate::vfio`]) or an Ethernet port without a RoCEv2 GID (`EADDRNOTAVAIL`).
     pub fn open(&self) -> VResult<()> {
         let mut g = self.lock();
         if let Some(o) = g.as_mut() {
             o.users += 1;
             return Ok(());
         }
-        let ip = match &self.spec.kind {
-            DeviceKind::MockUdp { ip } => *ip,
-            DeviceKind::Vfio { bdf } => {
-                return Err(VerbsError::new(
-                    libc::ENOSYS,
-                    format!("VFIO devices ({bdf}) are listed but cannot be opened yet"),
-                ));
+        let hw = match &self.spec.kind {
+            DeviceKind::MockUdp { ip } => self.open_mock(*ip)?,
+            DeviceKind::Vfio { bdf, ip } => {
+                let (hca, hw) = crate::vfio::open(bdf, *ip, self.wakers.clone())?;
+                MockHw {
+                    hca,
+                    backing: Backing::Vfio(hw),
+                }
             }
         };
+        *g = Some(Open {
+            users: 1,
+            hw,
+            next_handle: 1,
+            pds: HashMap::new(),
+            cqs: HashMap::new(),
+            srqs: HashMap::new(),
+            mrs: HashMap::new(),
+            qps: HashMap::new(),
+            channels: HashMap::new(),
+        });
+        Ok(())
+    }
+
+    /// Brings up a mock HCA with its RoCEv2 port on a UDP socket at `ip:4791`.
+    fn open_mock(&self, ip: Ipv4Addr) -> VResult<MockHw> {
         let cfg = mock_config(ip);
         let mac = cfg.mac;
         let fabric = Fabric::ethernet();
@@ -249,8 +281,8 @@ impl Device {
             cmd_timeout_ns: 5_000_000_000,
             ..HcaConfig::default()
         };
-        let mut hca =
-            Hca::open_with(dev.platform(), hcfg).map_err(|e| VerbsError::driver("bring-up", e))?;
+        let mut hca = Hca::open_with(DevPlatform::Mock(dev.platform()), hcfg)
+            .map_err(|e| VerbsError::driver("bring-up", e))?;
         fabric.attach(&dev);
         let up = (|| {
             hca.add_roce_gid(1, 0, IpAddr::V4(ip), uhca_driver::addr::Mac(mac), None)
@@ -278,23 +310,14 @@ impl Device {
             }
         })));
         let pump = fabric.start_pump(20);
-        *g = Some(Open {
-            users: 1,
-            hw: MockHw {
-                hca,
+        Ok(MockHw {
+            hca,
+            backing: Backing::Mock {
                 _pump: pump,
-                _dev: dev,
+                dev,
                 _fabric: fabric,
             },
-            next_handle: 1,
-            pds: HashMap::new(),
-            cqs: HashMap::new(),
-            srqs: HashMap::new(),
-            mrs: HashMap::new(),
-            qps: HashMap::new(),
-            channels: HashMap::new(),
-        });
-        Ok(())
+        })
     }
 
     /// Closes one open; the last one destroys what is left and closes the HCA.
@@ -333,9 +356,16 @@ impl Device {
         for (_, pd) in o.pds.drain() {
             let _ = pd.destroy(&mut o.hw.hca);
         }
-        o.hw._dev.set_interrupt_handler(None);
-        let MockHw { hca, .. } = o.hw;
-        hca.close().map_err(|e| VerbsError::driver("close", e))
+        let MockHw { hca, backing } = o.hw;
+        match &backing {
+            Backing::Mock { dev, .. } => dev.set_interrupt_handler(None),
+            // The interrupt thread stops before the teardown.
+            Backing::Vfio(v) => v.stop_interrupts(),
+        }
+        // The platform (the mock's fabric, the VFIO function) goes after the HCA's teardown.
+        let closed = hca.close().map_err(|e| VerbsError::driver("close", e));
+        drop(backing);
+        closed
     }
 
     pub(crate) fn with_open<R>(&self, f: impl FnOnce(&mut Open) -> R) -> VResult<R> {
@@ -894,8 +924,9 @@ impl Device {
     }
 }
 
-/// The platform's type, named for the C layer.
-pub type MockP = MockPlatform;
+/// The platform type of every device's objects, mock or VFIO (the name is from when only
+/// mock devices opened; the QP layer uses it).
+pub type MockP = DevPlatform;
 
 const _: fn() = || {
     fn send<T: Send>() {}
@@ -1016,15 +1047,21 @@ mod tests {
     }
 
     #[test]
-    fn vfio_is_listed_but_not_opened() {
+    fn a_vfio_function_that_is_not_there() {
+        // No PCI function at this address (domain ffff is never used): the VFIO platform's
+        // refusal, as an errno and a message naming the address.
         let d = Device::new(DeviceSpec {
             name: "v".into(),
             kind: DeviceKind::Vfio {
-                bdf: "0000:3b:00.0".into(),
+                bdf: "ffff:3b:00.0".into(),
+                ip: None,
             },
         });
-        assert_eq!(d.open().unwrap_err().errno, libc::ENOSYS);
+        let e = d.open().unwrap_err();
+        assert_eq!(e.errno, libc::ENODEV, "{e}");
+        assert!(e.msg.contains("ffff:3b:00.0"), "{e}");
         assert_eq!(d.node_guid(), 0);
+        assert_eq!(d.query_device().unwrap_err().errno, libc::EINVAL);
     }
 
     use uhca_driver::verbs::GidType as GidTypeAlias;

@@ -6,7 +6,7 @@
 //! driver checks the transition against the IB state table.
 
 use uhca_driver::Error as DriverError;
-use uhca_driver::addr::{AhAttr, Gid, Mac};
+use uhca_driver::addr::{AhAttr, Gid, Grh, Mac, StaticRate};
 use uhca_driver::verbs::{
     InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Uc, Ud, UdDest,
     WorkCompletion,
@@ -476,12 +476,20 @@ fn connected_rtr(link: uhca_driver::caps::LinkLayer, m: &Modify, rc: bool) -> VR
                 sl: av.sl,
             }
         }
-        uhca_driver::caps::LinkLayer::InfiniBand => {
-            return Err(VerbsError::new(
-                libc::EOPNOTSUPP,
-                "InfiniBand paths (the devices here are RoCE)",
-            ));
-        }
+        // A VFIO function's InfiniBand port: LID-routed, with a GRH when the path is global.
+        uhca_driver::caps::LinkLayer::InfiniBand => AhAttr::Ib {
+            dlid: av.dlid,
+            sl: av.sl,
+            src_path_bits: 0,
+            static_rate: StaticRate::PortCurrent,
+            grh: av.is_global.then_some(Grh {
+                dgid: Gid(av.dgid),
+                sgid_index: av.sgid_index,
+                flow_label: av.flow_label,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+            }),
+        },
     };
     let d = RtrAttr::default();
     Ok(RtrAttr {

@@ -145,10 +145,20 @@ fn ibv_devinfo_reports_a_vfio_device_it_cannot_open() {
     let Some(p) = program("ibv_devinfo") else {
         return;
     };
-    let out = run(&p, &["-d", "uhca1"], Some("vfio:uhca1=0000:3b:00.0"));
+    // No PCI function in domain ffff: the VFIO platform's message, naming the address and
+    // saying how to list the functions.
+    let out = run(
+        &p,
+        &["-d", "uhca1"],
+        Some("vfio:uhca1=ffff:3b:00.0,ip=10.0.0.1"),
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot be opened yet"), "{stderr}");
+    assert!(
+        stderr.contains("uhca1: vfio ffff:3b:00.0: no PCI device ffff:3b:00.0")
+            && stderr.contains("lspci -D"),
+        "{stderr}"
+    );
 }
 
 /// `ldd -r` finds every symbol (with its version) that the three programs import.

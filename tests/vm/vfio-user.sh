@@ -31,6 +31,18 @@ cargo build --release -p uhca-vfio-user --bin uhca-vfio-user-server || exit 1
 # shellcheck disable=SC2086
 cargo build $CARGO_BUILD || exit 1
 cargo build --release -p uhca-vm-vfio-mlx5 || exit 1
+# uhca's libibverbs for the unmodified verbs programs (conf/vfiouser.conf): the cdylib as
+# libibverbs.so.1 and perftest's companion libraries, built as ibverbs/tests/perftest.rs
+# builds them, in target/release/uhca-verbs/.
+cargo build --release -p uhca-ibverbs || exit 1
+uv=$TARGET_DIR/release/uhca-verbs
+mkdir -p "$uv"
+cp "$TARGET_DIR/release/libuhca_ibverbs.so" "$uv/libibverbs.so.1" || exit 1
+for n in mlx5 efa rdmacm; do
+  gcc -shared -fPIC -O2 -Wall -Werror -Wno-unused-parameter "-Wl,-soname,lib$n.so.1" \
+    "-Wl,--version-script=$REPO/ibverbs/tests/c/companions/$n.map" \
+    -o "$uv/lib$n.so.1" "$REPO/ibverbs/tests/c/companions/$n.c" || exit 1
+done
 phase "build the rig"
 bash "$VM/build-rig.sh" vfiouser || exit 1
 

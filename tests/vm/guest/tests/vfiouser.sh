@@ -146,6 +146,106 @@ pass=$((pass + $(grep -c '^PASS' /tmp/mlx5vfio.out)))
 fail=$((fail + $(grep -c '^FAIL' /tmp/mlx5vfio.out)))
 [ $rc -eq 0 ] || ko "mlx5vfio $third exits 0"
 
+# ---- Unmodified verbs programs over uhca's libibverbs (ibverbs/) ----------------------
+# rdma-core's ibv_devinfo and ibv_rc_pingpong and perftest's ib_write_bw, Debian's binaries,
+# load uhca's libibverbs.so.1 (and perftest's companion libraries) from LD_LIBRARY_PATH;
+# UHCA_DEVICES names the function as vfio:uhca0=BDF (with ,ip= on Ethernet: the RoCEv2 GID
+# no kernel driver installs under VFIO). Server on the second function, client on the
+# first, the out-of-band exchange over the guest's loopback.
+uv=/tmp/uhca-verbs
+mkdir -p $uv
+for l in libibverbs.so.1 libmlx5.so.1 libefa.so.1 librdmacm.so.1; do ln -sf "/usr/bin/$l" "$uv/$l"; done
+# On Ethernet the programs are given GID index 0 (-g, -x): perftest would otherwise search
+# the port's 256 GID entries for the best one, a firmware command each.
+vsip= vcip= vgid= vx=
+if [ "$link" = ethernet ]; then vsip=,ip=10.0.0.2 vcip=,ip=10.0.0.1 vgid="-g 0" vx="-x 0"; fi
+# verbs SIDE PROG ARGS...: PROG on uhca's libibverbs, on the second function (server) or the
+# first (client).
+verbs() {
+  side=$1; shift
+  if [ "$side" = server ]; then dev="$second$vsip"; else dev="$first$vcip"; fi
+  LD_LIBRARY_PATH=$uv UHCA_DEVICES="vfio:uhca0=$dev" timeout 60 "$@"
+}
+# wait_listen PORT: until a TCP socket listens on PORT (30 s at most).
+wait_listen() {
+  hex=$(printf ':%04X' "$1") n=0
+  while ! awk -v p="$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp; do
+    n=$((n + 1)); [ $n -le 300 ] || return 1; sleep 0.1
+  done
+}
+# verbs_pair NAME PORT PROG ARGS...: server and client of PROG (the client adds 127.0.0.1),
+# outputs in /tmp/NAME.server and /tmp/NAME.client, a PASS/FAIL line for each exit status.
+verbs_pair() {
+  name=$1 port=$2; shift 2
+  t=$(up)
+  verbs server "$@" > "/tmp/$name.server" 2>&1 &
+  srv=$!
+  wait_listen "$port" || echo "$name: the server never listened on TCP $port"
+  verbs client "$@" 127.0.0.1 > "/tmp/$name.client" 2>&1
+  crc=$?
+  wait $srv
+  src=$?
+  echo "--- $name server:"; cat "/tmp/$name.server"
+  echo "--- $name client:"; cat "/tmp/$name.client"
+  echo "$name took $(since "$t") s"
+  check "uhca libibverbs: $* server on $second exits 0" [ $src -eq 0 ]
+  check "uhca libibverbs: $* client on $first exits 0" [ $crc -eq 0 ]
+}
+t=$(up)
+verbs client ibv_devinfo -v > /tmp/ibv_devinfo.out 2>&1
+rc=$?
+cat /tmp/ibv_devinfo.out
+echo "ibv_devinfo took $(since "$t") s"
+check "uhca libibverbs: ibv_devinfo -v on vfio:uhca0=$first$vcip exits 0" [ $rc -eq 0 ]
+check "uhca libibverbs: ibv_devinfo lists uhca0, firmware 22.39.1002, vendor 0x15b3, port 1 active" \
+  sh -c 'grep -q "hca_id:[[:space:]]*uhca0" /tmp/ibv_devinfo.out &&
+    grep -q "fw_ver:[[:space:]]*22\.39\.1002" /tmp/ibv_devinfo.out &&
+    grep -q "vendor_id:[[:space:]]*0x15b3" /tmp/ibv_devinfo.out &&
+    grep -q "state:[[:space:]]*PORT_ACTIVE" /tmp/ibv_devinfo.out'
+if [ "$link" = infiniband ]; then
+  check "uhca libibverbs: ibv_devinfo: InfiniBand, the LID the subnet manager assigned" \
+    sh -c 'grep -q "link_layer:[[:space:]]*InfiniBand" /tmp/ibv_devinfo.out &&
+      grep -Eq "port_lid:[[:space:]]*[1-9]" /tmp/ibv_devinfo.out'
+else
+  check "uhca libibverbs: ibv_devinfo: Ethernet, GID 0 the RoCEv2 GID of ip=10.0.0.1" \
+    sh -c 'grep -q "link_layer:[[:space:]]*Ethernet" /tmp/ibv_devinfo.out &&
+      grep -q "GID\[  0\]:.*::ffff:10\.0\.0\.1, RoCE v2" /tmp/ibv_devinfo.out'
+fi
+# The port's addressing given wrong: refused at open, with what to write instead.
+if [ "$link" = infiniband ]; then
+  LD_LIBRARY_PATH=$uv UHCA_DEVICES="vfio:uhca0=$first,ip=10.0.0.1" timeout 60 ibv_devinfo > /tmp/ibv_devinfo.bad 2>&1
+  rc=$?; cat /tmp/ibv_devinfo.bad
+  check "uhca libibverbs: ip= on an InfiniBand port is refused, naming the LID instead" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'port 1 is InfiniBand: its address is the LID' /tmp/ibv_devinfo.bad"
+else
+  LD_LIBRARY_PATH=$uv UHCA_DEVICES="vfio:uhca0=$first" timeout 60 ibv_devinfo > /tmp/ibv_devinfo.bad 2>&1
+  rc=$?; cat /tmp/ibv_devinfo.bad
+  check "uhca libibverbs: an Ethernet function without ip= is refused, asking for ip=" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'GID table is empty.*vfio:NAME=$first,ip=10.0.0.1' /tmp/ibv_devinfo.bad"
+fi
+# ibv_rc_pingpong --chk: each side checks the bytes its peer sent.
+# shellcheck disable=SC2086
+verbs_pair ibv_rc_pingpong 18515 ibv_rc_pingpong -d uhca0 $vgid -p 18515 -n 100 --chk
+check "uhca libibverbs: ibv_rc_pingpong: 100 iters reported by both sides" \
+  [ "$(grep -c "^100 iters in" /tmp/ibv_rc_pingpong.server /tmp/ibv_rc_pingpong.client | grep -c ':1$')" -eq 2 ]
+if [ "$link" = ethernet ]; then
+  check "uhca libibverbs: ibv_rc_pingpong: the RoCEv2 GIDs of ip= exchanged (::ffff:10.0.0.2, ::ffff:10.0.0.1)" \
+    sh -c 'grep -q "remote address:.*GID ::ffff:10\.0\.0\.2" /tmp/ibv_rc_pingpong.client &&
+      grep -q "remote address:.*GID ::ffff:10\.0\.0\.1" /tmp/ibv_rc_pingpong.server'
+fi
+# -e: each side sleeps on its completion channel; the library's thread turns the function's
+# MSI-X interrupts (VFIO's eventfd) into the channel's wake-ups.
+# shellcheck disable=SC2086
+verbs_pair ibv_rc_pingpong 18517 ibv_rc_pingpong -d uhca0 $vgid -p 18517 -n 100 --chk -e
+check "uhca libibverbs: ibv_rc_pingpong -e: 100 iters reported by both sides" \
+  [ "$(grep -c "^100 iters in" /tmp/ibv_rc_pingpong.server /tmp/ibv_rc_pingpong.client | grep -c ':1$')" -eq 2 ]
+# perftest's ib_write_bw (the old post-send path: its ibv_wr_* path needs ibv_create_qp_ex,
+# which uhca's libibverbs does not offer).
+# shellcheck disable=SC2086
+verbs_pair ib_write_bw 18516 ib_write_bw -d uhca0 $vx -p 18516 --use_old_post_send -n 50
+check "uhca libibverbs: ib_write_bw: the table's row (65536 B, 50 iterations) on both sides" \
+  [ "$(grep -Ec "^ 65536[[:space:]]+50[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" /tmp/ib_write_bw.server /tmp/ib_write_bw.client | grep -c ':1$')" -eq 2 ]
+
 echo "vfiouser ($link): $(since "$t0") s"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
