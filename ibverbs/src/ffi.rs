@@ -36,6 +36,7 @@ macro_rules! export {
 
 mod ah;
 mod stubs;
+mod vctx;
 
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
@@ -124,10 +125,11 @@ fn entry_of(dev: *const IbvDevice) -> Option<&'static Entry> {
     registry().iter().find(|e| ptr::eq(&*e.c, dev))
 }
 
-/// What `ibv_open_device` allocates: the `struct ibv_context` first, then which device.
+/// What `ibv_open_device` allocates: the `struct verbs_context` (its `ibv_context`, the
+/// program's handle, last), then which device.
 #[repr(C)]
 struct Ctx {
-    ibv: IbvContext,
+    vctx: VerbsContext,
     entry: &'static Entry,
 }
 
@@ -161,8 +163,8 @@ unsafe fn ctx_entry(ctx: *mut IbvContext) -> Option<&'static Entry> {
     if ctx.is_null() {
         return None;
     }
-    // SAFETY: by the contract, a non-null ctx is the first field of a live Ctx.
-    Some(unsafe { (*(ctx as *mut Ctx)).entry })
+    // SAFETY: by the contract, a non-null ctx is the ibv_context of a live Ctx.
+    Some(unsafe { (*vctx::ctx_of(ctx)).entry })
 }
 
 // ---- The device list --------------------------------------------------------------
@@ -353,7 +355,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
     // SAFETY: eventfd takes no pointers; a failure returns -1, which is kept as is.
     let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     let ctx = Box::new(Ctx {
-        ibv: IbvContext {
+        vctx: vctx::verbs_context(IbvContext {
             device: dev,
             ops,
             cmd_fd: -1,
@@ -361,10 +363,10 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
             num_comp_vectors: 1,
             mutex: libc::PTHREAD_MUTEX_INITIALIZER,
             abi_compat: ptr::null_mut(),
-        },
+        }),
         entry,
     });
-    Box::into_raw(ctx) as *mut IbvContext
+    vctx::context_of(Box::into_raw(ctx))
 }
 
 export!("ibv_close_device" @ "IBVERBS_1.1" => close_device);
@@ -373,10 +375,10 @@ unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
         return -1;
     }
     // SAFETY: a context from open_device, closed once (the caller's contract).
-    let ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
-    if ctx.ibv.async_fd >= 0 {
+    let ctx = unsafe { Box::from_raw(vctx::ctx_of(ctx)) };
+    if ctx.vctx.context.async_fd >= 0 {
         // SAFETY: the eventfd open_device made, closed once here.
-        unsafe { libc::close(ctx.ibv.async_fd) };
+        unsafe { libc::close(ctx.vctx.context.async_fd) };
     }
     match ctx.entry.dev.close() {
         Ok(()) => 0,
