@@ -26,7 +26,7 @@ pub const PORT_CM_SUP: u32 = 1 << 16;
 /// `IBV_DEVICE_RC_RNR_NAK_GEN` (in `device_cap_flags`).
 pub const DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 /// `IBV_DEVICE_PORT_ACTIVE_EVENT`.
-pub const DEVICE_PORT_ACTIVE_EVENT: u32 = 1 << 14;
+pub const DEVICE_PORT_ACTIVE_EVENT: u32 = 1 << 10;
 
 /// `struct _ibv_device_ops`: two pointers nobody calls (kept 0; `usize` so that a device is
 /// `Send` and `Sync`).

@@ -73,6 +73,6 @@ fn extended_verbs_find_the_verbs_context() {
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(out.status.success(), "{stdout}");
-    assert_eq!(lines.len(), 18, "every check ran: {stdout}");
+    assert_eq!(lines.len(), 19, "every check ran: {stdout}");
     assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
 }

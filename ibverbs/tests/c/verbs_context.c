@@ -46,6 +46,8 @@ int main(void) {
 	check(memcmp(&a, &x.orig_attr, sizeof(a)) == 0, "orig_attr is what ibv_query_device gives");
 	check(x.orig_attr.phys_port_cnt == 1 && x.phys_port_cnt_ex == 1, "phys_port_cnt_ex is 1, as phys_port_cnt");
 	check(x.device_cap_flags_ex == a.device_cap_flags, "device_cap_flags_ex holds device_cap_flags");
+	check(a.device_cap_flags == (IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT),
+	      "device_cap_flags: RC RNR NAK generation and port-active events, by verbs.h's bits");
 	check(x.comp_mask == 0 && x.max_dm_size == 0 && x.odp_caps.general_caps == 0 && x.tso_caps.max_tso == 0 &&
 		      x.completion_timestamp_mask == 0 && x.hca_core_clock == 0 && x.xrc_odp_caps == 0,
 	      "the capabilities not offered are zero");
