@@ -26,7 +26,7 @@ pub const PORT_CM_SUP: u32 = 1 << 16;
 /// `IBV_DEVICE_RC_RNR_NAK_GEN` (in `device_cap_flags`).
 pub const DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 /// `IBV_DEVICE_PORT_ACTIVE_EVENT`.
-pub const DEVICE_PORT_ACTIVE_EVENT: u32 = 1 << 14;
+pub const DEVICE_PORT_ACTIVE_EVENT: u32 = 1 << 10;
 
 /// `struct _ibv_device_ops`: two pointers nobody calls (kept 0; `usize` so that a device is
 /// `Send` and `Sync`).
@@ -119,8 +119,8 @@ pub struct IbvContext {
     pub num_comp_vectors: c_int,
     /// `mutex`.
     pub mutex: libc::pthread_mutex_t,
-    /// `abi_compat`: not `UINTPTR_MAX`, so `verbs_get_ctx_op` finds no extended op and the
-    /// inline verbs fall back to the exported ones.
+    /// `abi_compat`: [`VERBS_ABI_IS_EXTENDED`], as this library's contexts are the last
+    /// field of a [`VerbsContext`] that `verbs_get_ctx_op` finds.
     pub abi_compat: *mut c_void,
 }
 
@@ -607,6 +607,169 @@ pub struct IbvGidEntry {
     pub ndev_ifindex: u32,
 }
 
+/// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` of a context that a [`VerbsContext`] holds.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = core::ptr::without_provenance_mut(usize::MAX);
+
+/// `int (*query_device_ex)(struct ibv_context *, const struct ibv_query_device_ex_input *,
+/// struct ibv_device_attr_ex *, size_t attr_size)`.
+pub type QueryDeviceExFn = unsafe extern "C" fn(
+    *mut IbvContext,
+    *const IbvQueryDeviceExInput,
+    *mut IbvDeviceAttrEx,
+    usize,
+) -> c_int;
+
+/// `struct verbs_context` (648 bytes): the extended ops in front ("growing up" towards
+/// lower addresses as rdma-core adds them), `sz`, then the [`IbvContext`] last. `verbs.h`'s
+/// inline extended verbs find it from the `ibv_context` with `container_of` once
+/// `abi_compat` is [`VERBS_ABI_IS_EXTENDED`], and treat a NULL op (or one that `sz` does not
+/// cover) as unsupported. Every slot is a bare pointer except the ops this library offers.
+#[repr(C)]
+#[allow(missing_docs, non_snake_case)]
+pub struct VerbsContext {
+    pub query_port: Slot,
+    pub advise_mr: Slot,
+    pub alloc_null_mr: Slot,
+    pub read_counters: Slot,
+    pub attach_counters_point_flow: Slot,
+    pub create_counters: Slot,
+    pub destroy_counters: Slot,
+    pub reg_dm_mr: Slot,
+    pub alloc_dm: Slot,
+    pub free_dm: Slot,
+    pub modify_flow_action_esp: Slot,
+    pub destroy_flow_action: Slot,
+    pub create_flow_action_esp: Slot,
+    pub modify_qp_rate_limit: Slot,
+    pub alloc_parent_domain: Slot,
+    pub dealloc_td: Slot,
+    pub alloc_td: Slot,
+    pub modify_cq: Slot,
+    pub post_srq_ops: Slot,
+    pub destroy_rwq_ind_table: Slot,
+    pub create_rwq_ind_table: Slot,
+    pub destroy_wq: Slot,
+    pub modify_wq: Slot,
+    pub create_wq: Slot,
+    pub query_rt_values: Slot,
+    pub create_cq_ex: Slot,
+    /// `priv`: rdma-core's own bookkeeping; NULL here.
+    pub priv_: Slot,
+    pub query_device_ex: Option<QueryDeviceExFn>,
+    pub ibv_destroy_flow: Slot,
+    pub ABI_placeholder2: Slot,
+    pub ibv_create_flow: Slot,
+    pub ABI_placeholder1: Slot,
+    pub open_qp: Slot,
+    pub create_qp_ex: Slot,
+    pub get_srq_num: Slot,
+    pub create_srq_ex: Slot,
+    pub open_xrcd: Slot,
+    pub close_xrcd: Slot,
+    pub _ABI_placeholder3: u64,
+    /// `sz`: `sizeof(struct verbs_context)`, how far the ops reach back from `context`.
+    pub sz: usize,
+    /// `context`: what the program holds; must stay the last field.
+    pub context: IbvContext,
+}
+
+/// `struct ibv_query_device_ex_input` (4 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQueryDeviceExInput {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_odp_caps` (24 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvOdpCaps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_tso_caps` (8 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvTsoCaps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_rss_caps` (32 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvRssCaps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+/// `struct ibv_packet_pacing_caps` (12 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvPacketPacingCaps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_tm_caps` (20 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvTmCaps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+/// `struct ibv_cq_moderation_caps` (4 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvCqModerationCaps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+/// `struct ibv_pci_atomic_caps` (6 bytes).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvPciAtomicCaps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
+}
+
+/// `struct ibv_device_attr_ex` (400 bytes): what `ibv_query_device_ex` fills, the
+/// [`IbvDeviceAttr`] first.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvDeviceAttrEx {
+    pub orig_attr: IbvDeviceAttr,
+    pub comp_mask: u32,
+    pub odp_caps: IbvOdpCaps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: IbvTsoCaps,
+    pub rss_caps: IbvRssCaps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: IbvPacketPacingCaps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: IbvTmCaps,
+    pub cq_mod_caps: IbvCqModerationCaps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: IbvPciAtomicCaps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
 macro_rules! layout {
     ($( $t:ident => $c:literal { $($f:ident),* } )* ; $( ($ec:literal, $ef:literal, $eo:expr) )*) => {
         /// Every size (`sizeof struct X`) and offset (`offsetof struct X field`) of this
@@ -649,6 +812,16 @@ layout! {
     IbvGidEntry => "ibv_gid_entry" { gid, gid_index, port_num, gid_type, ndev_ifindex }
     IbvAsyncEvent => "ibv_async_event" { element, event_type }
     IbvWc => "ibv_wc" { wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
+    VerbsContext => "verbs_context" { query_port, advise_mr, alloc_null_mr, read_counters, attach_counters_point_flow, create_counters, destroy_counters, reg_dm_mr, alloc_dm, free_dm, modify_flow_action_esp, destroy_flow_action, create_flow_action_esp, modify_qp_rate_limit, alloc_parent_domain, dealloc_td, alloc_td, modify_cq, post_srq_ops, destroy_rwq_ind_table, create_rwq_ind_table, destroy_wq, modify_wq, create_wq, query_rt_values, create_cq_ex, query_device_ex, ibv_destroy_flow, ABI_placeholder2, ibv_create_flow, ABI_placeholder1, open_qp, create_qp_ex, get_srq_num, create_srq_ex, open_xrcd, close_xrcd, _ABI_placeholder3, sz, context }
+    IbvQueryDeviceExInput => "ibv_query_device_ex_input" { comp_mask }
+    IbvOdpCaps => "ibv_odp_caps" { general_caps }
+    IbvTsoCaps => "ibv_tso_caps" { max_tso, supported_qpts }
+    IbvRssCaps => "ibv_rss_caps" { supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size, rx_hash_fields_mask, rx_hash_function }
+    IbvPacketPacingCaps => "ibv_packet_pacing_caps" { qp_rate_limit_min, qp_rate_limit_max, supported_qpts }
+    IbvTmCaps => "ibv_tm_caps" { max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge }
+    IbvCqModerationCaps => "ibv_cq_moderation_caps" { max_cq_count, max_cq_period }
+    IbvPciAtomicCaps => "ibv_pci_atomic_caps" { fetch_add, swap, compare_swap }
+    IbvDeviceAttrEx => "ibv_device_attr_ex" { orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock, device_cap_flags_ex, tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps, raw_packet_caps, tm_caps, cq_mod_caps, max_dm_size, pci_atomic_caps, xrc_odp_caps, phys_port_cnt_ex }
     ;
     // What the accessors of IbvSendWr read out of `rest` (8-byte words from offset 40).
     ("ibv_send_wr", "wr.rdma.remote_addr", offset_of!(IbvSendWr, rest))
@@ -660,6 +833,10 @@ layout! {
     ("ibv_send_wr", "wr.ud.ah", offset_of!(IbvSendWr, rest))
     ("ibv_send_wr", "wr.ud.remote_qpn", offset_of!(IbvSendWr, rest) + 8)
     ("ibv_send_wr", "wr.ud.remote_qkey", offset_of!(IbvSendWr, rest) + 12)
+    ("verbs_context", "priv", offset_of!(VerbsContext, priv_))
+    ("ibv_odp_caps", "per_transport_caps.rc_odp_caps", offset_of!(IbvOdpCaps, rc_odp_caps))
+    ("ibv_odp_caps", "per_transport_caps.uc_odp_caps", offset_of!(IbvOdpCaps, uc_odp_caps))
+    ("ibv_odp_caps", "per_transport_caps.ud_odp_caps", offset_of!(IbvOdpCaps, ud_odp_caps))
 }
 
 #[cfg(test)]
@@ -679,6 +856,12 @@ mod tests {
         assert_eq!(offset_of!(IbvContextOps, post_srq_recv), 160);
         assert_eq!(size_of::<IbvPortAttr>(), 52);
         assert_eq!(offset_of!(IbvCq, cqe), 28);
+        assert_eq!(size_of::<VerbsContext>(), 648);
+        assert_eq!(offset_of!(VerbsContext, sz), 312);
+        assert_eq!(offset_of!(VerbsContext, context), 320);
+        assert_eq!(offset_of!(VerbsContext, query_device_ex), 216);
+        assert_eq!(size_of::<IbvDeviceAttrEx>(), 400);
+        assert_eq!(offset_of!(IbvDeviceAttrEx, phys_port_cnt_ex), 396);
     }
 }
 

@@ -37,6 +37,7 @@ macro_rules! export {
 mod ah;
 mod stubs;
 mod events;
+mod vctx;
 
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
@@ -125,10 +126,11 @@ fn entry_of(dev: *const IbvDevice) -> Option<&'static Entry> {
     registry().iter().find(|e| ptr::eq(&*e.c, dev))
 }
 
-/// What `ibv_open_device` allocates: the `struct ibv_context` first, then which device.
+/// What `ibv_open_device` allocates: the `struct verbs_context` (its `ibv_context`, the
+/// program's handle, last), then which device.
 #[repr(C)]
 struct Ctx {
-    ibv: IbvContext,
+    vctx: VerbsContext,
     entry: &'static Entry,
     /// The `async_fd`'s socket, woken by the device's interrupts (`ibv_get_async_event`).
     async_events: Option<crate::device::ChannelFd>,
@@ -164,8 +166,8 @@ unsafe fn ctx_entry(ctx: *mut IbvContext) -> Option<&'static Entry> {
     if ctx.is_null() {
         return None;
     }
-    // SAFETY: by the contract, a non-null ctx is the first field of a live Ctx.
-    Some(unsafe { (*(ctx as *mut Ctx)).entry })
+    // SAFETY: by the contract, a non-null ctx is the ibv_context of a live Ctx.
+    Some(unsafe { (*vctx::ctx_of(ctx)).entry })
 }
 
 // ---- The device list --------------------------------------------------------------
@@ -363,7 +365,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
     };
     let async_fd = async_events.as_ref().map_or(-1, |f| f.raw_fd());
     let ctx = Box::new(Ctx {
-        ibv: IbvContext {
+        vctx: vctx::verbs_context(IbvContext {
             device: dev,
             ops,
             cmd_fd: -1,
@@ -371,11 +373,11 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
             num_comp_vectors: 1,
             mutex: libc::PTHREAD_MUTEX_INITIALIZER,
             abi_compat: ptr::null_mut(),
-        },
+        }),
         entry,
         async_events,
     });
-    Box::into_raw(ctx) as *mut IbvContext
+    vctx::context_of(Box::into_raw(ctx))
 }
 
 export!("ibv_close_device" @ "IBVERBS_1.1" => close_device);
@@ -384,7 +386,7 @@ unsafe extern "C" fn close_device(ctx: *mut IbvContext) -> c_int {
         return -1;
     }
     // SAFETY: a context from open_device, closed once (the caller's contract).
-    let mut ctx = unsafe { Box::from_raw(ctx as *mut Ctx) };
+    let mut ctx = unsafe { Box::from_raw(vctx::ctx_of(ctx)) };
     if let Some(fd) = ctx.async_events.take() {
         // The interrupts stop waking it; its socket (async_fd) closes here.
         ctx.entry.dev.destroy_channel(fd);
