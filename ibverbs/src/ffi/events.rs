@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{CCq, CQp, CSrq, Ctx, Entry, report, set_errno};
+use super::{CCq, CQp, CSrq, Entry, report, set_errno};
 use crate::abi::{IbvAsyncEvent, IbvContext};
 use crate::events::{Element, kind};
 
@@ -94,8 +94,9 @@ unsafe extern "C" fn get_async_event(ctx: *mut IbvContext, event: *mut IbvAsyncE
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: ctx is the caller's open context (a Ctx); it is not closed while waited on.
-    let c = unsafe { &*(ctx as *mut Ctx) };
+    // SAFETY: ctx is the caller's open context (the ibv_context of a live Ctx); it is not
+    // closed while waited on.
+    let c = unsafe { &*super::vctx::ctx_of(ctx) };
     let Some(fd) = c.async_events.as_ref() else {
         set_errno(libc::EINVAL);
         return -1;
