@@ -188,33 +188,6 @@ impl Device {
         }
     }
 
-    /// Hook of QUERY_QP: the context's counters as the datapath left them (next PSNs,
-    /// message sequence number, WQE counters, current retry counts).
-    pub(crate) fn engine_query_qp(&self, qpn: u32, qpc: &mut uhca_fwif::ctx::Qpc) {
-        let Some(s) = self.engine.qps.get(&qpn) else {
-            return;
-        };
-        let state = QpState::from_raw(qpc.state());
-        if matches!(
-            state,
-            QpState::Rts | QpState::Sqer | QpState::Sqd | QpState::Err
-        ) {
-            qpc.set_next_send_psn(s.next_psn);
-            qpc.set_cur_retry_count(s.retry_left & 7)
-                .set_cur_rnr_retry(s.rnr_left & 7);
-        }
-        if !matches!(state, QpState::Rst | QpState::Init) {
-            qpc.set_next_rcv_psn(s.epsn).set_rmsn(s.msn);
-        }
-        qpc.set_hw_sq_wqebb_counter(s.sq_ci)
-            .set_hw_rq_counter(s.rq_ci);
-    }
-
-    /// Hook of DESTROY_QP.
-    pub(crate) fn engine_qp_destroyed(&mut self, qpn: u32) {
-        self.engine.qps.remove(&qpn);
-    }
-
     /// Puts a QP into the error state from the datapath and flushes it (an SRQ-attached QP
     /// also raises SRQ_LAST_WQE).
     pub(crate) fn qp_to_error(&mut self, qpn: u32, now: u64) {
