@@ -33,6 +33,7 @@ pub(crate) mod state;
 mod xrc;
 
 use crate::device::Device;
+use crate::iommu::Iommu;
 use crate::objects::Objects;
 use state::EngineState;
 
@@ -62,6 +63,8 @@ pub fn ack_timeout_ns(code: u8) -> Option<u64> {
 pub(crate) struct Engine<'a> {
     pub(crate) objs: &'a Objects,
     pub(crate) state: &'a mut EngineState,
+    /// The IOMMU, for the DMA a step does (queue buffers, doorbell records, data).
+    pub(crate) iommu: &'a mut Iommu,
 }
 
 impl Device {
@@ -70,6 +73,7 @@ impl Device {
         Engine {
             objs: &self.objs,
             state: &mut self.engine,
+            iommu: &mut self.iommu,
         }
     }
 
