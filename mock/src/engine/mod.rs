@@ -29,7 +29,7 @@ mod requester;
 mod responder;
 mod rq;
 mod sq;
-pub(crate) mod state;
+pub(crate) use crate::engine_state as state;
 mod xrc;
 
 use crate::device::Device;

@@ -19,7 +19,7 @@ mod qp;
 mod resources;
 mod special_qp;
 mod srq;
-pub(crate) mod state;
+pub(crate) use crate::fw_state as state;
 mod vport;
 mod xrc;
 
