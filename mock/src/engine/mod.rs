@@ -7,7 +7,7 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `mod.rs` | the engine's room (`Engine`), the entry points (doorbells, frames, timers) |
-//! | `state.rs` | the engine's state: per-HCA and per-QP state, counters, the work requests it holds |
+//! | `../engine_state.rs` (`state`) | the engine's state: per-HCA and per-QP state, counters, the work requests it holds |
 //! | `mem.rs` | queue buffers through their `pas` lists, memory-key checks, gather and scatter |
 //! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit; header templates (a message's middle packets built from the first one's headers) |
 //! | `sq.rs` | fetching and decoding send WQEs |
@@ -57,9 +57,9 @@ pub fn ack_timeout_ns(code: u8) -> Option<u64> {
 }
 
 /// The engine's room: what a datapath step converted to it may touch, borrowed from the
-/// device for one step: the object tables (read: the firmware creates and destroys them)
-/// and the engine's own state. Not the firmware's state, the PCI function, the MSI-X table
-/// or the logs.
+/// device for one step: the object tables (read: the firmware creates and destroys them),
+/// the engine's own state and the IOMMU (the step's DMA). Not the firmware's state, the
+/// PCI function, the MSI-X table or the logs.
 pub(crate) struct Engine<'a> {
     pub(crate) objs: &'a Objects,
     pub(crate) state: &'a mut EngineState,

@@ -1,6 +1,6 @@
 //! The firmware: the command interface and every command the model implements, page
 //! accounting and events. The object tables it creates live in `objects.rs`; its own
-//! state is `state::FwState`; a handler converted to the firmware's room is a method of
+//! state is `FwState` (`mock/src/fw_state.rs`, `state` here); a handler converted to the firmware's room is a method of
 //! `Firmware`, which borrows only what a command may touch.
 //!
 //! One file per command family. Handlers decode their input from `uhca-fwif` layouts and
@@ -48,7 +48,7 @@ pub use vport::{
 
 use crate::MockConfig;
 use crate::device::Device;
-use crate::engine::{QCounters, QpDp};
+use crate::engine_state::{QCounters, QpDp};
 use crate::iommu::Iommu;
 use crate::log::{Note, Ring};
 use crate::objects::Objects;
@@ -130,9 +130,9 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
 /// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
-/// notes, the engine's SRQ positions and queue counters, and the page-return limits the
-/// fault injector sets.
-/// Not the PCI function, the MSI-X table, the command log or the engine.
+/// notes, the engine's per-QP transport state, SRQ positions and queue counters, and the
+/// page-return limits the fault injector sets.
+/// Not the PCI function, the MSI-X table, the command log or the rest of the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
     /// The firmware's own state: capabilities, page accounting, the port, the vport.
