@@ -291,7 +291,7 @@ impl Engine<'_> {
     ) -> Result<Vec<(u64, u64)>, KeyError> {
         let span = self.key_check(key, pd, va, len, access)?;
         let mut out = Vec::new();
-        span.walk(&self.objs, 0, len, |iova, n, _| {
+        span.walk(self.objs, 0, len, |iova, n, _| {
             out.push((iova, n));
             true
         });

@@ -199,7 +199,7 @@ impl Firmware<'_> {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
         }
         if st == QpServiceType::Xrc {
-            super::xrc::check_xrc_qp(&self.objs, &q)?;
+            super::xrc::check_xrc_qp(self.objs, &q)?;
         }
         if has_pd(st) && !self.objs.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));
