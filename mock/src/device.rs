@@ -1,9 +1,9 @@
 //! The device behind the lock: PCI function, IOMMU, firmware and the logs.
 
 use crate::MockConfig;
-use crate::engine::state::EngineState;
+use crate::engine_state::EngineState;
 use crate::faults::Faults;
-use crate::firmware::state::{FwState, HEALTH_TICK_NS};
+use crate::fw_state::{FwState, HEALTH_TICK_NS};
 use crate::iommu::Iommu;
 use crate::log::{CommandBytes, CommandRecord, DoorbellRecord, Note, Ring};
 use crate::objects::Objects;

@@ -43,6 +43,7 @@ impl Device {
             .get((off / page) as usize)
             .map(|&base| base.wrapping_add(off % page));
         let ci = self
+            .datapath()
             .dbr_dword(cqc.dbr_addr(), CQ_SET_CI as u64, now)
             .unwrap_or(0)
             & 0x00ff_ffff;
@@ -188,7 +189,9 @@ impl Device {
         }
         // Send WQEs posted but not fetched.
         if let Some((_, n, _)) = self.sq_geometry(qpn)
-            && let Some(pi) = self.dbr_dword(qpc.dbr_addr(), SND_DBR as u64, now)
+            && let Some(pi) = self
+                .datapath()
+                .dbr_dword(qpc.dbr_addr(), SND_DBR as u64, now)
         {
             let pi = pi as u16;
             let mut guard = n as u32 + 1;
@@ -220,7 +223,9 @@ impl Device {
         // Receive WQEs of the QP's own RQ (an SRQ is shared and not flushed).
         if !sq_only
             && qpc.rq_type() == 0
-            && let Some(pi) = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)
+            && let Some(pi) = self
+                .datapath()
+                .dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)
         {
             let pi = pi as u16;
             let size = 1u32 << qpc.log_rq_size();

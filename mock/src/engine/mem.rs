@@ -1,8 +1,8 @@
 //! Memory as the datapath sees it: queue buffers through their page lists, memory keys
 //! (existence, PD, access rights, bounds), and gather/scatter through the IOMMU.
 
+use super::Engine;
 pub(crate) use super::state::Sge;
-use crate::device::Device;
 use crate::objects::Objects;
 use crate::objects::RESERVED_LKEY;
 use uhca_fwif::consts::MkcAccessMode;
@@ -61,7 +61,7 @@ pub(crate) struct LocalKeys {
     pub(crate) rlky: bool,
 }
 
-/// A range of a memory key that passed [`Device::key_check`]: where its bytes lie in IOVA
+/// A range of a memory key that passed [`Engine::key_check`]: where its bytes lie in IOVA
 /// space, walked piece by piece (a piece never crosses a translation page).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Span {
@@ -136,7 +136,7 @@ pub(crate) enum KeyError {
     Dma,
 }
 
-impl Device {
+impl Engine<'_> {
     /// Reads `buf.len()` bytes at `offset` of a queue buffer (pages of `page_size` bytes
     /// listed in its object's `pas`).
     pub(crate) fn queue_read(
@@ -148,7 +148,7 @@ impl Device {
         now: u64,
         what: &'static str,
     ) -> bool {
-        let Device { objs, iommu, .. } = self;
+        let Engine { objs, iommu, .. } = self;
         let offset = offset + queue.start(objs, page_size);
         let Some(pas) = queue.pas(objs) else {
             return false;
@@ -190,7 +190,7 @@ impl Device {
     /// Checks a gather or scatter of `[va, va + len)` through local key `key` by a queue
     /// with `keys`: the reserved lkey, when the queue's context allows it (`rlky`), names
     /// IOVAs directly (no translation, no PD, no bounds: the IOMMU alone decides what the
-    /// device reaches); any other key goes through [`Device::key_check`].
+    /// device reaches); any other key goes through [`Engine::key_check`].
     pub(crate) fn local_check(
         &self,
         key: u32,
@@ -212,9 +212,9 @@ impl Device {
     /// Checks an access to `[va, va + len)` of memory key `key` by a QP of `pd`: the key
     /// must exist (index and variant byte), belong to `pd`, grant `access` and cover the
     /// range (every translation entry of it present). Returns the checked range, which
-    /// [`Device::span_read`] and [`Device::span_write`] walk without building a list. (The
+    /// [`Engine::span_read`] and [`Engine::span_write`] walk without building a list. (The
     /// reserved lkey is no memory key: its index is below the first one CREATE_MKEY hands
-    /// out, so here it is a protection error; see [`Device::local_check`].)
+    /// out, so here it is a protection error; see [`Engine::local_check`].)
     pub(crate) fn key_check(
         &self,
         key: u32,
@@ -280,7 +280,7 @@ impl Device {
     }
 
     /// Translates `[va, va + len)` of memory key `key` for an access by a QP of `pd` (the
-    /// checks of [`Device::key_check`]). Returns IOVA pieces.
+    /// checks of [`Engine::key_check`]). Returns IOVA pieces.
     pub(crate) fn key_translate(
         &self,
         key: u32,
@@ -291,7 +291,7 @@ impl Device {
     ) -> Result<Vec<(u64, u64)>, KeyError> {
         let span = self.key_check(key, pd, va, len, access)?;
         let mut out = Vec::new();
-        span.walk(&self.objs, 0, len, |iova, n, _| {
+        span.walk(self.objs, 0, len, |iova, n, _| {
             out.push((iova, n));
             true
         });
@@ -307,7 +307,7 @@ impl Device {
         now: u64,
         what: &'static str,
     ) -> Result<(), KeyError> {
-        let Device { objs, iommu, .. } = self;
+        let Engine { objs, iommu, .. } = self;
         let ok = span.walk(objs, offset, buf.len() as u64, |iova, n, at| {
             let at = at as usize;
             iommu
@@ -326,7 +326,7 @@ impl Device {
         now: u64,
         what: &'static str,
     ) -> Result<(), KeyError> {
-        let Device { objs, iommu, .. } = self;
+        let Engine { objs, iommu, .. } = self;
         let ok = span.walk(objs, offset, data.len() as u64, |iova, n, at| {
             let at = at as usize;
             iommu
@@ -340,7 +340,7 @@ impl Device {
     /// mapped is probed (its first and last byte), so the refused access is recorded as an
     /// IOMMU fault, as a read of it would be.
     pub(crate) fn span_mapped(&mut self, span: &Span, now: u64) -> bool {
-        let Device { objs, iommu, .. } = self;
+        let Engine { objs, iommu, .. } = self;
         span.walk(objs, 0, span.len, |iova, n, _| {
             if n <= crate::iommu::MAX_MAPPING as u64 && iommu.is_mapped(iova, n as usize) {
                 return true;

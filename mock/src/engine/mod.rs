@@ -7,7 +7,7 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `mod.rs` | the engine's room (`Engine`), the entry points (doorbells, frames, timers) |
-//! | `state.rs` | the engine's state: per-HCA and per-QP state, counters, the work requests it holds |
+//! | `../engine_state.rs` (`state`) | the engine's state: per-HCA and per-QP state, counters, the work requests it holds |
 //! | `mem.rs` | queue buffers through their `pas` lists, memory-key checks, gather and scatter |
 //! | `path.rs` | addressing: RoCEv2 and native IB headers from an address path or vector, emit; header templates (a message's middle packets built from the first one's headers) |
 //! | `sq.rs` | fetching and decoding send WQEs |
@@ -29,10 +29,11 @@ mod requester;
 mod responder;
 mod rq;
 mod sq;
-pub(crate) mod state;
+pub(crate) use crate::engine_state as state;
 mod xrc;
 
 use crate::device::Device;
+use crate::iommu::Iommu;
 use crate::objects::Objects;
 use state::EngineState;
 
@@ -56,12 +57,14 @@ pub fn ack_timeout_ns(code: u8) -> Option<u64> {
 }
 
 /// The engine's room: what a datapath step converted to it may touch, borrowed from the
-/// device for one step: the object tables (read: the firmware creates and destroys them)
-/// and the engine's own state. Not the firmware's state, the PCI function, the MSI-X table
-/// or the logs.
+/// device for one step: the object tables (read: the firmware creates and destroys them),
+/// the engine's own state and the IOMMU (the step's DMA). Not the firmware's state, the
+/// PCI function, the MSI-X table or the logs.
 pub(crate) struct Engine<'a> {
     pub(crate) objs: &'a Objects,
     pub(crate) state: &'a mut EngineState,
+    /// The IOMMU, for the DMA a step does (queue buffers, doorbell records, data).
+    pub(crate) iommu: &'a mut Iommu,
 }
 
 impl Device {
@@ -70,6 +73,7 @@ impl Device {
         Engine {
             objs: &self.objs,
             state: &mut self.engine,
+            iommu: &mut self.iommu,
         }
     }
 
@@ -186,33 +190,6 @@ impl Device {
             }
             _ => {}
         }
-    }
-
-    /// Hook of QUERY_QP: the context's counters as the datapath left them (next PSNs,
-    /// message sequence number, WQE counters, current retry counts).
-    pub(crate) fn engine_query_qp(&self, qpn: u32, qpc: &mut uhca_fwif::ctx::Qpc) {
-        let Some(s) = self.engine.qps.get(&qpn) else {
-            return;
-        };
-        let state = QpState::from_raw(qpc.state());
-        if matches!(
-            state,
-            QpState::Rts | QpState::Sqer | QpState::Sqd | QpState::Err
-        ) {
-            qpc.set_next_send_psn(s.next_psn);
-            qpc.set_cur_retry_count(s.retry_left & 7)
-                .set_cur_rnr_retry(s.rnr_left & 7);
-        }
-        if !matches!(state, QpState::Rst | QpState::Init) {
-            qpc.set_next_rcv_psn(s.epsn).set_rmsn(s.msn);
-        }
-        qpc.set_hw_sq_wqebb_counter(s.sq_ci)
-            .set_hw_rq_counter(s.rq_ci);
-    }
-
-    /// Hook of DESTROY_QP.
-    pub(crate) fn engine_qp_destroyed(&mut self, qpn: u32) {
-        self.engine.qps.remove(&qpn);
     }
 
     /// Puts a QP into the error state from the datapath and flushes it (an SRQ-attached QP

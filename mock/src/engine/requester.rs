@@ -127,9 +127,15 @@ impl Device {
                 Piece::Inline(_) if gathers => {}
                 Piece::Inline(_) => failed = Some(CqeSyndrome::LocalQpOpErr),
                 Piece::Sge(s) if gathers => {
-                    match self.local_check(s.lkey, keys, s.addr, s.len as u64, Access::LocalRead) {
+                    match self.datapath().local_check(
+                        s.lkey,
+                        keys,
+                        s.addr,
+                        s.len as u64,
+                        Access::LocalRead,
+                    ) {
                         Err(e) => failed = Some(gather_syndrome(e)),
-                        Ok(span) if !self.span_mapped(&span, now) => {
+                        Ok(span) if !self.datapath().span_mapped(&span, now) => {
                             failed = Some(CqeSyndrome::LocalAccessErr)
                         }
                         Ok(_) => {}
@@ -147,7 +153,7 @@ impl Device {
             _ => total,
         };
         if failed.is_none() && !gathers {
-            if self.check_sges_writable(keys, &local).is_err() {
+            if self.datapath().check_sges_writable(keys, &local).is_err() {
                 failed = Some(CqeSyndrome::LocalProtErr);
             } else if w.atomic.is_some() && local.iter().map(|s| s.len as u64).sum::<u64>() < 8 {
                 failed = Some(CqeSyndrome::LocalLengthErr);
@@ -231,14 +237,20 @@ impl Device {
                     out[at..at + n].copy_from_slice(&d[skip as usize..skip as usize + n])
                 }
                 Piece::Sge(s) => {
-                    let span = self.local_check(
+                    let span = self.datapath().local_check(
                         s.lkey,
                         keys,
                         s.addr.wrapping_add(skip),
                         n as u64,
                         Access::LocalRead,
                     )?;
-                    self.span_read(&span, 0, &mut out[at..at + n], now, "data (gather)")?;
+                    self.datapath().span_read(
+                        &span,
+                        0,
+                        &mut out[at..at + n],
+                        now,
+                        "data (gather)",
+                    )?;
                 }
             }
             at += n;
@@ -937,7 +949,10 @@ impl Device {
         } else {
             data
         };
-        match self.scatter_sges(keys, &local, offset, data, now) {
+        match self
+            .datapath()
+            .scatter_sges(keys, &local, offset, data, now)
+        {
             Ok(true) => {}
             Ok(false) => {
                 self.post_send_error_for(qpn, w, CqeSyndrome::LocalLengthErr, now);

@@ -543,7 +543,7 @@ impl Device {
         let Some(r) = self.engine.qps.get_mut(&qpn).and_then(|s| s.recv.take()) else {
             return Err(Fail::Drop);
         };
-        let placed = self.scatter_sges(
+        let placed = self.datapath().scatter_sges(
             LocalKeys {
                 pd,
                 rlky: r.wqe.rlky,
@@ -634,6 +634,7 @@ impl Device {
             (true, Some(reth)) => {
                 let ok = (uc || qpc.rwe())
                     && self
+                        .datapath()
                         .key_check(
                             reth.rkey,
                             pd,
@@ -669,9 +670,11 @@ impl Device {
         }
         if n > 0 {
             let span = self
+                .datapath()
                 .key_check(w.rkey, pd, w.va + w.offset, n, Access::RemoteWrite)
                 .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
-            self.span_write(&span, 0, t.payload, now, "data (scatter)")
+            self.datapath()
+                .span_write(&span, 0, t.payload, now, "data (scatter)")
                 .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         }
         w.offset += n;
@@ -719,19 +722,16 @@ impl Device {
         let reth = t.reth.ok_or(Fail::Nak(NakCode::InvalidRequest, None))?;
         let len = reth.dma_len as u64;
         let pieces = if qpc.rre() {
-            self.key_translate(
-                reth.rkey,
-                self.rx_pd(qpn, &qpc),
-                reth.va,
-                len,
-                Access::RemoteRead,
-            )
-            .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?
+            let pd = self.rx_pd(qpn, &qpc);
+            self.datapath()
+                .key_translate(reth.rkey, pd, reth.va, len, Access::RemoteRead)
+                .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?
         } else {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
         };
         let mut data = Vec::new();
-        self.dma_gather(&pieces, &mut data, now)
+        self.datapath()
+            .dma_gather(&pieces, &mut data, now)
             .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         let mtu = path_mtu(qpc.mtu());
         let n = len.div_ceil(mtu).max(1) as u32;
@@ -789,11 +789,14 @@ impl Device {
         if !qpc.rae() {
             return Err(Fail::Nak(NakCode::RemoteAccessError, None));
         }
+        let pd = self.rx_pd(qpn, &qpc);
         let pieces = self
-            .key_translate(a.rkey, self.rx_pd(qpn, &qpc), a.va, 8, Access::RemoteAtomic)
+            .datapath()
+            .key_translate(a.rkey, pd, a.va, 8, Access::RemoteAtomic)
             .map_err(|_| Fail::Nak(NakCode::RemoteAccessError, None))?;
         let mut cur = Vec::with_capacity(8);
-        self.dma_gather(&pieces, &mut cur, now)
+        self.datapath()
+            .dma_gather(&pieces, &mut cur, now)
             .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         let mut b = [0u8; 8];
         b.copy_from_slice(&cur[..8]);
@@ -819,7 +822,8 @@ impl Device {
         } else {
             new.to_be_bytes()
         };
-        self.dma_scatter(&pieces, &new, now)
+        self.datapath()
+            .dma_scatter(&pieces, &new, now)
             .map_err(|_| Fail::Nak(NakCode::RemoteOperationalError, None))?;
         let p = t.bth.psn;
         let s = self.engine.qps.get_mut(&qpn).ok_or(Fail::Drop)?;
@@ -933,7 +937,7 @@ impl Device {
         let mut data = Vec::with_capacity(UD_GRH_BYTES + t.payload.len());
         data.extend_from_slice(&info.grh.unwrap_or([0; UD_GRH_BYTES]));
         data.extend_from_slice(t.payload);
-        match self.scatter_sges(
+        match self.datapath().scatter_sges(
             LocalKeys {
                 pd: qpc.pd(),
                 rlky: wqe.rlky,

@@ -38,7 +38,9 @@ impl Device {
         // `rq_type` and `srqn_rmpn_xrqn` say.
         match if xrc { 1 } else { qpc.rq_type() } {
             0 => {
-                let pi = self.dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)? as u16;
+                let pi =
+                    self.datapath()
+                        .dbr_dword(qpc.dbr_addr(), RCV_DBR as u64, now)? as u16;
                 let ci = self.engine.qps.get(&qpn)?.rq_ci;
                 if pi == ci as u16 {
                     return None;
@@ -53,8 +55,14 @@ impl Device {
                 let mut raw = std::mem::take(&mut self.engine.rq_buf);
                 raw.clear();
                 raw.resize(stride as usize, 0);
-                let read =
-                    self.queue_read(QueueBuf::Qp(qpn), page, off, &mut raw, now, "receive WQE");
+                let read = self.datapath().queue_read(
+                    QueueBuf::Qp(qpn),
+                    page,
+                    off,
+                    &mut raw,
+                    now,
+                    "receive WQE",
+                );
                 let sges = parse_sges(&raw, self.engine.scatter_list());
                 self.engine.rq_buf = raw;
                 if !read {
@@ -81,14 +89,15 @@ impl Device {
                 let page = (ADAPTER_PAGE_SIZE as u64) << srq.log_page_size().min(20);
                 let lwm = srq.lwm();
                 let rlky = srq.rlky();
-                let pi = self.dbr_dword(srq.dbr_addr(), 0, now)? as u16;
+                let dbr = srq.dbr_addr();
+                let pi = self.datapath().dbr_dword(dbr, 0, now)? as u16;
                 let (consumed, next) = self.engine.srq_pos.get(&srqn).copied().unwrap_or((0, 0));
                 if pi == consumed {
                     return None;
                 }
                 let idx = (next as u32 & (size - 1)) as u16;
                 let mut raw = vec![0u8; stride as usize];
-                if !self.queue_read(
+                if !self.datapath().queue_read(
                     QueueBuf::Srq(srqn),
                     page,
                     idx as u64 * stride,

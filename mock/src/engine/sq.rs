@@ -76,7 +76,7 @@ impl Device {
         let (base, n, page) = self.sq_geometry(qpn).ok_or(bad)?;
         let bb = |i: u16| base + ((i & (n - 1)) as u64) * SEND_WQE_BB as u64;
         let mut first = [0u8; SEND_WQE_BB];
-        if !self.queue_read(
+        if !self.datapath().queue_read(
             QueueBuf::Qp(qpn),
             page,
             bb(counter),
@@ -98,7 +98,7 @@ impl Device {
         raw.extend_from_slice(&first);
         for k in 1..bbs {
             let mut b = [0u8; SEND_WQE_BB];
-            if !self.queue_read(
+            if !self.datapath().queue_read(
                 QueueBuf::Qp(qpn),
                 page,
                 bb(counter.wrapping_add(k)),
@@ -300,7 +300,10 @@ impl Device {
         let Some((_, n, _)) = self.sq_geometry(qpn) else {
             return;
         };
-        let Some(pi) = self.dbr_dword(qpc.dbr_addr(), SND_DBR as u64, now) else {
+        let Some(pi) = self
+            .datapath()
+            .dbr_dword(qpc.dbr_addr(), SND_DBR as u64, now)
+        else {
             return;
         };
         let pi = pi as u16;

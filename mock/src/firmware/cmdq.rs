@@ -1,7 +1,7 @@
 //! The command queue: entries and mailbox chains read through the IOMMU, delivery checks,
 //! outputs written back, ownership returned, completion events posted.
 
-use super::{Fail, HcaState};
+use super::{Fail, Firmware, HcaState};
 use crate::device::Device;
 use crate::faults::CommandFault;
 use crate::log::{CommandOutcome, CommandRecord};
@@ -81,21 +81,15 @@ impl Device {
             );
             return;
         }
-        let entry_iova = self.fw.cmdq_iova() + slot as u64 * ENTRY as u64;
-        let mut raw = [0u8; ENTRY];
-        if self
-            .iommu
-            .dma_read(entry_iova, &mut raw, now, "command entry")
-            .is_err()
-        {
-            self.note(
-                now,
-                format!("slot {slot}: command entry unreadable; command lost"),
-            );
-            return;
-        }
-        let Ok(entry) = CmdLayout::read_from_bytes(&raw) else {
-            return;
+        let (entry_iova, entry) = match self.firmware().read_entry(slot, now) {
+            Some(e) => e,
+            None => {
+                self.note(
+                    now,
+                    format!("slot {slot}: command entry unreadable; command lost"),
+                );
+                return;
+            }
         };
         if entry.owner() != CMD_OWNER_HW {
             self.note(
@@ -116,7 +110,7 @@ impl Device {
             syndrome: 0,
             outcome: CommandOutcome::Completed,
         };
-        let chains = self.deliver(&entry, now);
+        let chains = self.firmware().deliver(&entry, now);
         let (input, out_chain) = match chains {
             Ok(v) => v,
             Err(ds) => {
@@ -165,10 +159,7 @@ impl Device {
             Err(Fail::Cmd(status, syndrome)) => {
                 rec.status = status;
                 rec.syndrome = syndrome;
-                let mut o = vec![0u8; outlen];
-                o[0] = status.raw();
-                o[4..8].copy_from_slice(&syndrome.to_be_bytes());
-                o
+                error_output(outlen, status, syndrome)
             }
         };
         let mut output = output;
@@ -190,19 +181,125 @@ impl Device {
         self.log_command(rec, &input, &output);
     }
 
-    /// Writes the output and gives the entry back; posts the completion event. Returns the
-    /// delivery status written.
+    /// Writes the output and gives the entry back ([`Firmware::write_back`]); posts the
+    /// completion event. Returns the delivery status written.
     #[allow(clippy::too_many_arguments)]
     fn finish(
+        &mut self,
+        entry_iova: u64,
+        slot: u8,
+        ds: DeliveryStatus,
+        output: Option<&[u8]>,
+        out_chain: &[u64],
+        event: bool,
+        now: u64,
+    ) -> DeliveryStatus {
+        let Some(ds) = self
+            .firmware()
+            .write_back(entry_iova, slot, ds, output, out_chain, now)
+        else {
+            return ds;
+        };
+        // Command completion event, if an event queue asked for them (the HCA state allows
+        // EQs only once initialized).
+        if event && self.fw.state == HcaState::Initialized {
+            let mut data = [0u8; 28];
+            let cmd = EqeCmd {
+                vector: (1u32 << slot).into(),
+                ..Default::default()
+            };
+            data[..core::mem::size_of::<EqeCmd>()].copy_from_slice(cmd.as_bytes());
+            self.post_event(EventType::Cmd.raw(), 0, data, now, false);
+        }
+        ds
+    }
+
+    /// Completes hung commands (injected) now, executing them.
+    pub(crate) fn release_hung(&mut self, now: u64) {
+        let slots: Vec<u8> = std::mem::take(&mut self.fw.hung).into_iter().collect();
+        for s in slots {
+            self.process_slot(s, now);
+        }
+        self.service(now);
+    }
+
+    /// Re-runs commands that waited for pages.
+    pub(crate) fn retry_deferred(&mut self, now: u64) {
+        let slots = std::mem::take(&mut self.fw.deferred);
+        for s in slots {
+            self.process_slot(s, now);
+        }
+    }
+
+    /// Fails the commands that waited for pages (the driver said it cannot give them).
+    pub(crate) fn fail_deferred(&mut self, now: u64) {
+        let slots = std::mem::take(&mut self.fw.deferred);
+        for slot in slots {
+            let mut fw = self.firmware();
+            let Some((entry_iova, entry)) = fw.read_entry(slot, now) else {
+                continue;
+            };
+            let Ok((input, out_chain)) = fw.deliver(&entry, now) else {
+                continue;
+            };
+            let outlen = entry.outlen.get() as usize;
+            let synd = super::syndrome::PAGES_REFUSED;
+            let o = error_output(outlen, CmdStatus::NoResErr, synd);
+            let ds = self.finish(
+                entry_iova,
+                slot,
+                DeliveryStatus::Ok,
+                Some(&o),
+                &out_chain,
+                true,
+                now,
+            );
+            let hdr = MboxIn::read_from_prefix(&input[..])
+                .map(|(h, _)| h)
+                .unwrap_or_default();
+            let rec = CommandRecord {
+                time_ns: now,
+                slot,
+                token: entry.token,
+                opcode: CmdOpcode::from_raw(hdr.opcode()),
+                op_mod: hdr.op_mod(),
+                register_id: register_id(CmdOpcode::from_raw(hdr.opcode()), &input),
+                delivery: ds,
+                status: CmdStatus::NoResErr,
+                syndrome: synd,
+                outcome: CommandOutcome::Completed,
+            };
+            self.log_command(rec, &input, &o);
+        }
+    }
+}
+
+/// The command queue's transport, in the firmware's room: entries and mailboxes read and
+/// written through the IOMMU.
+impl Firmware<'_> {
+    /// Reads the entry of `slot`: its IOVA and its bytes, `None` if unreadable.
+    fn read_entry(&mut self, slot: u8, now: u64) -> Option<(u64, CmdLayout)> {
+        let entry_iova = self.state.cmdq_iova() + slot as u64 * ENTRY as u64;
+        let mut raw = [0u8; ENTRY];
+        self.iommu
+            .dma_read(entry_iova, &mut raw, now, "command entry")
+            .ok()?;
+        let entry = CmdLayout::read_from_bytes(&raw).ok()?;
+        Some((entry_iova, entry))
+    }
+
+    /// Writes the output (inline part and output mailboxes) and gives the entry back with
+    /// its delivery status. Returns the delivery status written (`FwErr` if the output
+    /// could not be written), or `None` if ownership could not be returned (noted).
+    fn write_back(
         &mut self,
         entry_iova: u64,
         slot: u8,
         mut ds: DeliveryStatus,
         output: Option<&[u8]>,
         out_chain: &[u64],
-        event: bool,
         now: u64,
-    ) -> DeliveryStatus {
+    ) -> Option<DeliveryStatus> {
         if let Some(output) = output {
             let inline = output.len().min(CMD_INLINE_IN_BYTES);
             let mut out16 = [0u8; 16];
@@ -230,20 +327,9 @@ impl Device {
             .is_err()
         {
             self.note(now, format!("slot {slot}: could not return ownership"));
-            return ds;
+            return None;
         }
-        // Command completion event, if an event queue asked for them (the HCA state allows
-        // EQs only once initialized).
-        if event && self.fw.state == HcaState::Initialized {
-            let mut data = [0u8; 28];
-            let cmd = EqeCmd {
-                vector: (1u32 << slot).into(),
-                ..Default::default()
-            };
-            data[..core::mem::size_of::<EqeCmd>()].copy_from_slice(cmd.as_bytes());
-            self.post_event(EventType::Cmd.raw(), 0, data, now, false);
-        }
-        ds
+        Some(ds)
     }
 
     /// Delivery checks; returns the input bytes and the output chain's blocks.
@@ -336,75 +422,14 @@ impl Device {
         }
         Ok(chain)
     }
+}
 
-    /// Completes hung commands (injected) now, executing them.
-    pub(crate) fn release_hung(&mut self, now: u64) {
-        let slots: Vec<u8> = std::mem::take(&mut self.fw.hung).into_iter().collect();
-        for s in slots {
-            self.process_slot(s, now);
-        }
-        self.service(now);
-    }
-
-    /// Re-runs commands that waited for pages.
-    pub(crate) fn retry_deferred(&mut self, now: u64) {
-        let slots = std::mem::take(&mut self.fw.deferred);
-        for s in slots {
-            self.process_slot(s, now);
-        }
-    }
-
-    /// Fails the commands that waited for pages (the driver said it cannot give them).
-    pub(crate) fn fail_deferred(&mut self, now: u64) {
-        let slots = std::mem::take(&mut self.fw.deferred);
-        for slot in slots {
-            let entry_iova = self.fw.cmdq_iova() + slot as u64 * ENTRY as u64;
-            let mut raw = [0u8; ENTRY];
-            if self
-                .iommu
-                .dma_read(entry_iova, &mut raw, now, "command entry")
-                .is_err()
-            {
-                continue;
-            }
-            let Ok(entry) = CmdLayout::read_from_bytes(&raw) else {
-                continue;
-            };
-            let Ok((input, out_chain)) = self.deliver(&entry, now) else {
-                continue;
-            };
-            let outlen = entry.outlen.get() as usize;
-            let mut o = vec![0u8; outlen];
-            let synd = super::syndrome::PAGES_REFUSED;
-            o[0] = CmdStatus::NoResErr.raw();
-            o[4..8].copy_from_slice(&synd.to_be_bytes());
-            let ds = self.finish(
-                entry_iova,
-                slot,
-                DeliveryStatus::Ok,
-                Some(&o),
-                &out_chain,
-                true,
-                now,
-            );
-            let hdr = MboxIn::read_from_prefix(&input[..])
-                .map(|(h, _)| h)
-                .unwrap_or_default();
-            let rec = CommandRecord {
-                time_ns: now,
-                slot,
-                token: entry.token,
-                opcode: CmdOpcode::from_raw(hdr.opcode()),
-                op_mod: hdr.op_mod(),
-                register_id: register_id(CmdOpcode::from_raw(hdr.opcode()), &input),
-                delivery: ds,
-                status: CmdStatus::NoResErr,
-                syndrome: synd,
-                outcome: CommandOutcome::Completed,
-            };
-            self.log_command(rec, &input, &o);
-        }
-    }
+/// The output of a failed command: its status and syndrome, zeros to `outlen`.
+fn error_output(outlen: usize, status: CmdStatus, syndrome: u32) -> Vec<u8> {
+    let mut o = vec![0u8; outlen];
+    o[0] = status.raw();
+    o[4..8].copy_from_slice(&syndrome.to_be_bytes());
+    o
 }
 
 /// ACCESS_REGISTER's `register_id` from a command's input, for the command log (0 for other

@@ -1,6 +1,6 @@
 //! The firmware: the command interface and every command the model implements, page
 //! accounting and events. The object tables it creates live in `objects.rs`; its own
-//! state is `state::FwState`; a handler converted to the firmware's room is a method of
+//! state is `FwState` (`mock/src/fw_state.rs`, `state` here); a handler converted to the firmware's room is a method of
 //! `Firmware`, which borrows only what a command may touch.
 //!
 //! One file per command family. Handlers decode their input from `uhca-fwif` layouts and
@@ -19,7 +19,7 @@ mod qp;
 mod resources;
 mod special_qp;
 mod srq;
-pub(crate) mod state;
+pub(crate) use crate::fw_state as state;
 mod vport;
 mod xrc;
 
@@ -48,7 +48,7 @@ pub use vport::{
 
 use crate::MockConfig;
 use crate::device::Device;
-use crate::engine::QCounters;
+use crate::engine_state::{QCounters, QpDp};
 use crate::iommu::Iommu;
 use crate::log::{Note, Ring};
 use crate::objects::Objects;
@@ -56,7 +56,7 @@ use state::{FwState, Pages};
 use std::collections::BTreeMap;
 use uhca_fwif::PrmLayout;
 use uhca_fwif::cmd::*;
-use uhca_fwif::consts::{CmdOpcode, CmdStatus};
+use uhca_fwif::consts::{CmdOpcode, CmdStatus, QpState};
 
 /// Why a command did not produce an output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,9 +130,9 @@ pub(crate) fn pas_list(input: &[u8], offset: usize, count: usize) -> Result<Vec<
 /// The firmware's room: what a command handler converted to it may touch, borrowed from
 /// the device for one command (or one doorbell) and nothing more: the object tables, the
 /// firmware's own state, the configuration, the IOMMU (for the DMA a command does), the
-/// notes, the engine's SRQ positions and queue counters, and the page-return limits the
-/// fault injector sets.
-/// Not the PCI function, the MSI-X table, the command log or the engine.
+/// notes, the engine's per-QP transport state, SRQ positions and queue counters, and the
+/// page-return limits the fault injector sets.
+/// Not the PCI function, the MSI-X table, the command log or the rest of the engine.
 pub(crate) struct Firmware<'a> {
     pub(crate) objs: &'a mut Objects,
     /// The firmware's own state: capabilities, page accounting, the port, the vport.
@@ -150,6 +150,19 @@ pub(crate) struct Firmware<'a> {
     /// The fault injector's limits on the pages each MANAGE_PAGES "take" returns (the
     /// first is used up by the next one).
     pub(crate) page_returns: &'a mut Vec<u32>,
+    /// The engine's per-QP transport state: QUERY_QP reports its counters, DESTROY_QP
+    /// forgets it.
+    pub(crate) qp_dp: &'a mut BTreeMap<u32, QpDp>,
+}
+
+/// A QP's move from one state to another by a modify command, which the device hands to
+/// the engine after the command (the datapath follows the state; ERR flushes the queues and
+/// may raise an event).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpMoved {
+    pub(crate) qpn: u32,
+    pub(crate) from: QpState,
+    pub(crate) to: QpState,
 }
 
 impl Firmware<'_> {
@@ -232,6 +245,7 @@ impl Device {
             srq_pos: &mut self.engine.srq_pos,
             q_counters: &mut self.engine.q_counters,
             page_returns: &mut self.faults.page_returns,
+            qp_dp: &mut self.engine.qps,
         }
     }
 
@@ -279,10 +293,17 @@ impl Device {
         };
 
         macro_rules! run {
-            // `@fw`: a handler of the firmware's room ([`Firmware`]); else one of `Device`.
+            // `@fw`: a handler of the firmware's room ([`Firmware`]).
             (@fw $in:ty, $($rest:tt)*) => {
                 run!(@on firmware, $in, $($rest)*)
             };
+            // `@moved`: a QP modify command of the firmware's room; the engine follows the
+            // QP's move afterwards.
+            (@moved $in:ty, $handler:ident) => {{
+                let (o, m) = run!(@on firmware, $in, $handler)?;
+                self.engine_qp_modified(m.qpn, m.from, m.to);
+                Ok(o)
+            }};
             (@on $room:ident, $in:ty, $handler:ident) => {
                 run!(@on $room, $in, $handler, op_mod_zero)
             };
@@ -303,11 +324,7 @@ impl Device {
                 self.check_state(op)?;
                 run!(@room $room).$handler(&ctx, &inp)
             }};
-            (@room device) => { self };
             (@room firmware) => { self.firmware() };
-            ($in:ty, $($rest:tt)*) => {
-                run!(@on device, $in, $($rest)*)
-            };
             (@opm op_mod_zero, $hdr:ident) => {
                 if $hdr.op_mod() != 0 {
                     return Err(bad_param(syndrome::BAD_OP_MOD));
@@ -361,19 +378,19 @@ impl Device {
             O::DestroyCq => run!(@fw DestroyCqIn, cmd_destroy_cq),
             O::QueryCq => run!(@fw QueryCqIn, cmd_query_cq),
             O::ModifyCq => run!(@fw ModifyCqIn, cmd_modify_cq, op_mod_any),
-            O::CreateQp => run!(CreateQpIn, cmd_create_qp),
-            O::DestroyQp => run!(DestroyQpIn, cmd_destroy_qp),
+            O::CreateQp => run!(@fw CreateQpIn, cmd_create_qp),
+            O::DestroyQp => run!(@fw DestroyQpIn, cmd_destroy_qp),
             // QUERY_QP's output ends with the QP's page list (or the extended context and the
             // list), written as far as the output reaches: Linux 6.1 reads the context only
             // (272 bytes).
-            O::QueryQp => run!(QueryQpIn, cmd_query_qp, op_mod_zero, QUERY_QP_OUT_FIXED),
-            O::Rst2initQp => run!(Rst2initQpIn, cmd_rst2init),
-            O::Init2rtrQp => run!(Init2rtrQpIn, cmd_init2rtr),
-            O::Rtr2rtsQp => run!(Rtr2rtsQpIn, cmd_rtr2rts),
-            O::Rts2rtsQp => run!(Rts2rtsQpIn, cmd_rts2rts),
-            O::Sqerr2rtsQp => run!(Sqerr2rtsQpIn, cmd_sqerr2rts),
-            O::Qp2err => run!(Qp2errIn, cmd_2err),
-            O::Qp2rst => run!(Qp2rstIn, cmd_2rst),
+            O::QueryQp => run!(@fw QueryQpIn, cmd_query_qp, op_mod_zero, QUERY_QP_OUT_FIXED),
+            O::Rst2initQp => run!(@moved Rst2initQpIn, cmd_rst2init),
+            O::Init2rtrQp => run!(@moved Init2rtrQpIn, cmd_init2rtr),
+            O::Rtr2rtsQp => run!(@moved Rtr2rtsQpIn, cmd_rtr2rts),
+            O::Rts2rtsQp => run!(@moved Rts2rtsQpIn, cmd_rts2rts),
+            O::Sqerr2rtsQp => run!(@moved Sqerr2rtsQpIn, cmd_sqerr2rts),
+            O::Qp2err => run!(@moved Qp2errIn, cmd_2err),
+            O::Qp2rst => run!(@moved Qp2rstIn, cmd_2rst),
             // The ISSI-0 shared receive queue commands and their ISSI-1 replacement, the
             // RMP commands: each family only at its interface step.
             O::CreateSrq | O::DestroySrq | O::QuerySrq | O::ArmRq if self.fw.issi != 0 => {

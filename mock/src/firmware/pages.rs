@@ -115,12 +115,6 @@ impl Firmware<'_> {
 }
 
 impl Device {
-    /// Object creation needs the regular pages: waits for them (page request) if an event
-    /// queue receives page requests, fails otherwise.
-    pub(crate) fn need_regular_pages(&self) -> Result<(), Fail> {
-        super::need_regular_pages(&self.fw.pages, &self.objs)
-    }
-
     fn post_page_request(&mut self, num_pages: i32, now: u64) -> bool {
         self.post_page_request_flags(num_pages, 0, now)
     }

@@ -4,11 +4,10 @@
 
 use super::special_qp::{check_special_q_key, has_pd, is_special};
 use super::{
-    CmdResult, Ctx, Fail, Qp, bad_param, bad_res, copy_field, lim, out, pages_for, pas_list,
-    syndrome,
+    CmdResult, Ctx, Fail, Firmware, Qp, QpMoved, bad_param, bad_res, copy_field, lim, out,
+    pages_for, pas_list, syndrome,
 };
 use crate::caps::{LinkLayer, PKEY_TABLE_ENTRIES};
-use crate::device::Device;
 use crate::objects::is_datagram_qp as is_datagram;
 use uhca_fwif::cmd::*;
 use uhca_fwif::consts::{ADAPTER_PAGE_SIZE, CmdStatus, QpServiceType, QpState};
@@ -136,6 +135,9 @@ fn qp_state_err() -> Fail {
     Fail::Cmd(CmdStatus::BadQpStateErr, syndrome::BAD_QP_TRANSITION)
 }
 
+/// A modify command's output and the QP's move, which the device hands to the engine.
+type Moved = Result<(Vec<u8>, QpMoved), Fail>;
+
 /// The modify commands.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Transition {
@@ -170,10 +172,10 @@ impl Transition {
     }
 }
 
-impl Device {
+impl Firmware<'_> {
     pub(crate) fn cmd_create_qp(&mut self, c: &Ctx, i: &CreateQpIn) -> CmdResult {
         let q = *i.qpc();
-        let caps = self.fw.caps.general_cur;
+        let caps = self.state.caps.general_cur;
         if i.input_qpn() != 0 {
             return Err(bad_param(syndrome::BAD_INPUT_QPN));
         }
@@ -188,7 +190,7 @@ impl Device {
             QpServiceType::Ud => caps.ud(),
             QpServiceType::Xrc => caps.xrc(),
             st if is_special(st) => {
-                self.firmware().check_create_special_qp(st, &q)?;
+                self.check_create_special_qp(st, &q)?;
                 true
             }
             _ => false,
@@ -197,7 +199,7 @@ impl Device {
             return Err(bad_param(syndrome::BAD_QP_TYPE));
         }
         if st == QpServiceType::Xrc {
-            super::xrc::check_xrc_qp(&self.objs, &q)?;
+            super::xrc::check_xrc_qp(self.objs, &q)?;
         }
         if has_pd(st) && !self.objs.pds.contains(&q.pd()) {
             return Err(bad_param(syndrome::BAD_PD));
@@ -236,7 +238,7 @@ impl Device {
         // `qp_ts_format` on a function with RoCE, the general `sq_ts_format` otherwise
         // (capability encoding: 0 free-running, 1 real time, 2 both).
         let ts_cap = if caps.roce() {
-            self.fw.caps.roce_cur.qp_ts_format()
+            self.state.caps.roce_cur.qp_ts_format()
         } else {
             caps.sq_ts_format()
         };
@@ -260,7 +262,7 @@ impl Device {
         let npages = pages_for(start + rq_bytes + sq_bytes, page_size) as usize;
         let pas = pas_list(c.raw, CreateQpIn::SIZE, npages)?;
         self.need_regular_pages()?;
-        if self.objs.qps.len() >= 1 << self.fw.caps.general_cur.log_max_qp() {
+        if self.objs.qps.len() >= 1 << self.state.caps.general_cur.log_max_qp() {
             return Err(lim(syndrome::TABLE_FULL));
         }
         let qpn = (self.objs.alloc_id() + super::FIRST_QPN) & 0x00ff_ffff;
@@ -276,7 +278,7 @@ impl Device {
         if self.objs.qps.remove(&i.qpn()).is_none() {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         }
-        self.engine_qp_destroyed(i.qpn());
+        self.qp_dp.remove(&i.qpn());
         Ok(out(&DestroyQpOut::default()))
     }
 
@@ -289,7 +291,9 @@ impl Device {
         };
         let mut o = QueryQpOut::default();
         *o.qpc_mut() = qp.qpc;
-        self.engine_query_qp(i.qpn(), o.qpc_mut());
+        if let Some(s) = self.qp_dp.get(&i.qpn()) {
+            s.report(o.qpc_mut());
+        }
         Ok(out(&o))
     }
 
@@ -307,7 +311,7 @@ impl Device {
 
     /// A static rate must be 0 (unlimited) or a code listed in `stat_rate_support`.
     fn check_stat_rate(&self, p: &Ads) -> Result<(), Fail> {
-        let support = self.fw.caps.general_cur.stat_rate_support();
+        let support = self.state.caps.general_cur.stat_rate_support();
         let rate = p.stat_rate();
         if rate != 0 && support & (1u16 << rate) == 0 {
             return Err(bad_param(syndrome::BAD_STAT_RATE));
@@ -320,12 +324,12 @@ impl Device {
             return Ok(());
         }
         let idx = p.src_addr_index() as usize;
-        match self.fw.port_type() {
+        match self.state.port_type() {
             LinkLayer::Ethernet => {
-                if !self.fw.nic_vport.roce_en() && !p.fl() {
+                if !self.state.nic_vport.roce_en() && !p.fl() {
                     return Err(bad_param(syndrome::ROCE_DISABLED));
                 }
-                if !p.fl() && self.fw.roce_addrs.get(idx).is_none_or(|e| e.is_none()) {
+                if !p.fl() && self.state.roce_addrs.get(idx).is_none_or(|e| e.is_none()) {
                     return Err(bad_param(syndrome::BAD_GID_INDEX));
                 }
             }
@@ -344,7 +348,7 @@ impl Device {
         qpn: u32,
         opt: u32,
         req: Option<&Qpc>,
-    ) -> Result<(), Fail> {
+    ) -> Result<QpMoved, Fail> {
         let Some(qp) = self.objs.qps.get(&qpn) else {
             return Err(bad_res(syndrome::NO_SUCH_OBJECT));
         };
@@ -354,7 +358,7 @@ impl Device {
         }
         let st = QpServiceType::from_raw(qp.qpc.st());
         let mut next = qp.qpc;
-        let caps = &self.fw.caps.general_cur;
+        let caps = &self.state.caps.general_cur;
         if let Some(r) = req {
             let rp = r.primary_address_path();
             if matches!(
@@ -459,67 +463,70 @@ impl Device {
         if let Some(qp) = self.objs.qps.get_mut(&qpn) {
             qp.qpc = next;
         }
-        self.engine_qp_modified(qpn, cur, t.to());
-        Ok(())
+        Ok(QpMoved {
+            qpn,
+            from: cur,
+            to: t.to(),
+        })
     }
 
-    pub(crate) fn cmd_rst2init(&mut self, _c: &Ctx, i: &Rst2initQpIn) -> CmdResult {
-        self.modify_qp(
+    pub(crate) fn cmd_rst2init(&mut self, _c: &Ctx, i: &Rst2initQpIn) -> Moved {
+        let moved = self.modify_qp(
             Transition::Rst2Init,
             i.qpn(),
             i.opt_param_mask(),
             Some(i.qpc()),
         )?;
-        Ok(out(&Rst2initQpOut::default()))
+        Ok((out(&Rst2initQpOut::default()), moved))
     }
 
-    pub(crate) fn cmd_init2rtr(&mut self, _c: &Ctx, i: &Init2rtrQpIn) -> CmdResult {
-        self.modify_qp(
+    pub(crate) fn cmd_init2rtr(&mut self, _c: &Ctx, i: &Init2rtrQpIn) -> Moved {
+        let moved = self.modify_qp(
             Transition::Init2Rtr,
             i.qpn(),
             i.opt_param_mask(),
             Some(i.qpc()),
         )?;
-        Ok(out(&Init2rtrQpOut::default()))
+        Ok((out(&Init2rtrQpOut::default()), moved))
     }
 
-    pub(crate) fn cmd_rtr2rts(&mut self, _c: &Ctx, i: &Rtr2rtsQpIn) -> CmdResult {
-        self.modify_qp(
+    pub(crate) fn cmd_rtr2rts(&mut self, _c: &Ctx, i: &Rtr2rtsQpIn) -> Moved {
+        let moved = self.modify_qp(
             Transition::Rtr2Rts,
             i.qpn(),
             i.opt_param_mask(),
             Some(i.qpc()),
         )?;
-        Ok(out(&Rtr2rtsQpOut::default()))
+        Ok((out(&Rtr2rtsQpOut::default()), moved))
     }
 
-    pub(crate) fn cmd_rts2rts(&mut self, _c: &Ctx, i: &Rts2rtsQpIn) -> CmdResult {
-        self.modify_qp(
+    pub(crate) fn cmd_rts2rts(&mut self, _c: &Ctx, i: &Rts2rtsQpIn) -> Moved {
+        let moved = self.modify_qp(
             Transition::Rts2Rts,
             i.qpn(),
             i.opt_param_mask(),
             Some(i.qpc()),
         )?;
-        Ok(out(&Rts2rtsQpOut::default()))
+        Ok((out(&Rts2rtsQpOut::default()), moved))
     }
 
-    pub(crate) fn cmd_sqerr2rts(&mut self, _c: &Ctx, i: &Sqerr2rtsQpIn) -> CmdResult {
-        self.modify_qp(
+    pub(crate) fn cmd_sqerr2rts(&mut self, _c: &Ctx, i: &Sqerr2rtsQpIn) -> Moved {
+        let moved = self.modify_qp(
             Transition::Sqerr2Rts,
             i.qpn(),
             i.opt_param_mask(),
             Some(i.qpc()),
         )?;
-        Ok(out(&Sqerr2rtsQpOut::default()))
+        Ok((out(&Sqerr2rtsQpOut::default()), moved))
     }
 
-    pub(crate) fn cmd_2err(&mut self, _c: &Ctx, i: &Qp2errIn) -> CmdResult {
-        self.modify_qp(Transition::ToErr, i.qpn(), 0, None)?;
-        Ok(out(&Qp2errOut::default()))
+    pub(crate) fn cmd_2err(&mut self, _c: &Ctx, i: &Qp2errIn) -> Moved {
+        let moved = self.modify_qp(Transition::ToErr, i.qpn(), 0, None)?;
+        Ok((out(&Qp2errOut::default()), moved))
     }
 
-    pub(crate) fn cmd_2rst(&mut self, _c: &Ctx, i: &Qp2rstIn) -> CmdResult {
-        self.modify_qp(Transition::ToRst, i.qpn(), 0, None)?;
-        Ok(out(&Qp2rstOut::default()))
+    pub(crate) fn cmd_2rst(&mut self, _c: &Ctx, i: &Qp2rstIn) -> Moved {
+        let moved = self.modify_qp(Transition::ToRst, i.qpn(), 0, None)?;
+        Ok((out(&Qp2rstOut::default()), moved))
     }
 }

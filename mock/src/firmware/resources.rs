@@ -2,7 +2,7 @@
 //! queue counters.
 
 use super::{CmdResult, Ctx, Firmware, bad_res, busy, lim, out, syndrome};
-use crate::engine::state::read_q_counters;
+use crate::engine_state::read_q_counters;
 use uhca_fwif::cmd::*;
 
 /// Most UAR pages BAR0 holds.

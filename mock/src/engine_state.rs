@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use uhca_fwif::cmd::QueryQCounterOut;
-use uhca_fwif::consts::WqeOpcode;
+use uhca_fwif::consts::{QpState, WqeOpcode};
+use uhca_fwif::ctx::Qpc;
 
 /// Datapath counters of one HCA (what the port saw and did).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,6 +120,27 @@ pub(crate) struct QpDp {
     /// XRC target: the XRC SRQ the request being executed names (its XRCETH, in the QP's
     /// XRC domain), where receive WQEs come from and completions go.
     pub(crate) xrc_srqn: Option<u32>,
+}
+
+impl QpDp {
+    /// What QUERY_QP reports of it: the context's counters as the datapath left them (next
+    /// PSNs, message sequence number, WQE counters, current retry counts).
+    pub(crate) fn report(&self, qpc: &mut Qpc) {
+        let state = QpState::from_raw(qpc.state());
+        if matches!(
+            state,
+            QpState::Rts | QpState::Sqer | QpState::Sqd | QpState::Err
+        ) {
+            qpc.set_next_send_psn(self.next_psn);
+            qpc.set_cur_retry_count(self.retry_left & 7)
+                .set_cur_rnr_retry(self.rnr_left & 7);
+        }
+        if !matches!(state, QpState::Rst | QpState::Init) {
+            qpc.set_next_rcv_psn(self.epsn).set_rmsn(self.msn);
+        }
+        qpc.set_hw_sq_wqebb_counter(self.sq_ci)
+            .set_hw_rq_counter(self.rq_ci);
+    }
 }
 
 /// The engine of one HCA.
