@@ -1048,10 +1048,11 @@ unsafe extern "C" fn query_qp(
     }
     // SAFETY: qp came from create_qp.
     let q = unsafe { &*(qp as *mut CQp) };
-    let (state, caps, sig_all, port, _qpn, transport) = match q.entry.dev.query_qp(q.ibv.handle) {
+    let got = match q.entry.dev.query_qp(q.ibv.handle) {
         Ok(v) => v,
         Err(e) => return report(&e),
     };
+    let caps = got.caps;
     let cap = IbvQpCap {
         max_send_wr: caps.max_send_wr,
         max_recv_wr: caps.max_recv_wr,
@@ -1066,18 +1067,27 @@ unsafe extern "C" fn query_qp(
         ptr::write_bytes(init, 0, 1);
         (&mut *attr, &mut *init)
     };
-    // What the library keeps of the QP: state, capabilities, port. The path and sequence
-    // numbers are the device's and not read back here (the mask is not looked at).
-    a.qp_state = state as c_int;
-    a.cur_qp_state = state as c_int;
+    // What the library keeps of the QP (state, capabilities, port), and what the device
+    // answers of its context (Q_Key, PSNs, destination QP, MTU, P_Key index); the mask is
+    // not looked at: every field this library knows is filled, as rdma-core's providers do.
+    a.qp_state = got.state as c_int;
+    a.cur_qp_state = got.state as c_int;
     a.cap = cap;
-    a.port_num = port;
+    a.port_num = got.port;
+    if let Some(d) = &got.device {
+        a.qkey = d.qkey;
+        a.rq_psn = d.rq_psn;
+        a.sq_psn = d.sq_psn;
+        a.dest_qp_num = d.dest_qpn;
+        a.path_mtu = c_int::from(d.path_mtu.raw());
+        a.pkey_index = d.pkey_index;
+    }
     i.qp_context = q.ibv.qp_context;
     i.send_cq = q.ibv.send_cq;
     i.recv_cq = q.ibv.recv_cq;
     i.cap = cap;
-    i.qp_type = transport as c_int;
-    i.sq_sig_all = c_int::from(sig_all);
+    i.qp_type = got.transport as c_int;
+    i.sq_sig_all = c_int::from(got.sq_sig_all);
     0
 }
 

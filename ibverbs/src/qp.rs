@@ -8,8 +8,8 @@
 use uhca_driver::Error as DriverError;
 use uhca_driver::addr::{AhAttr, Gid, Grh, Mac, StaticRate};
 use uhca_driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Uc, Ud, UdDest,
-    WorkCompletion,
+    InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Uc, Ud,
+    UdDest, WorkCompletion,
 };
 use uhca_fwif::consts::{AccessFlags, IbMtu, QpState as PrmState};
 use uhca_hal::wq::Sge;
@@ -121,6 +121,26 @@ impl AnyQp {
     fn qpn(&self) -> u32 {
         each!(self, q => q.qpn())
     }
+}
+
+/// What `ibv_query_qp` reports of a QP: what the library keeps, and the device's answer to
+/// QUERY_QP when it gave one.
+#[derive(Debug)]
+pub struct QueriedQp {
+    /// The driver's view of the state (refreshed from the device when it answered).
+    pub state: QpState,
+    /// The capabilities the QP got.
+    pub caps: QpCaps,
+    /// `sq_sig_all` at creation.
+    pub sq_sig_all: bool,
+    /// The port (from RESET→INIT).
+    pub port: u8,
+    /// The QP number.
+    pub qpn: u32,
+    /// The QP's type.
+    pub transport: Transport,
+    /// The device's context (Q_Key, PSNs, destination QP, MTU, P_Key index), if it answered.
+    pub device: Option<QpAttr>,
 }
 
 /// A QP of the table with what `ibv_query_qp` reports.
@@ -734,15 +754,21 @@ impl Device {
     /// # Errors
     ///
     /// Unknown QP.
-    #[allow(clippy::type_complexity)]
-    pub fn query_qp(&self, handle: u32) -> VResult<(QpState, QpCaps, bool, u8, u32, Transport)> {
+    pub fn query_qp(&self, handle: u32) -> VResult<QueriedQp> {
         self.with_open(|o| {
             let e = o.qps.get(&handle).ok_or_else(|| einval("unknown QP"))?;
-            // A device that does not answer leaves the driver's view as it was.
-            let _ = each!(&e.qp, q => q.query(&mut o.hw.hca));
-            let s = QpState::from_prm(e.qp.state());
-            let t = e.qp.transport();
-            Ok((s, e.caps, e.sq_sig_all, e.port, e.qp.qpn(), t))
+            // A device that does not answer leaves the driver's view as it was, and the
+            // device's attributes unknown.
+            let device = each!(&e.qp, q => q.query(&mut o.hw.hca)).ok();
+            Ok(QueriedQp {
+                state: QpState::from_prm(e.qp.state()),
+                caps: e.caps,
+                sq_sig_all: e.sq_sig_all,
+                port: e.port,
+                qpn: e.qp.qpn(),
+                transport: e.qp.transport(),
+                device,
+            })
         })?
     }
 
@@ -974,7 +1000,7 @@ mod tests {
             Err((0, libc::EINVAL)),
             "INIT sends nothing"
         );
-        assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
+        assert_eq!(d.query_qp(qp).unwrap().state, QpState::Init);
         // INIT -> RTR: a required attribute missing, or one RTR does not take, is EINVAL
         // and the QP stays in INIT.
         let rtr = Modify {
@@ -1000,7 +1026,7 @@ mod tests {
         let e = d.modify_qp(qp, &with_sq_psn).unwrap_err();
         assert_eq!(e.errno, libc::EINVAL);
         assert!(format!("{e:?}").contains("IBV_QP_SQ_PSN"), "{e:?}");
-        assert_eq!(d.query_qp(qp).unwrap().0, QpState::Init);
+        assert_eq!(d.query_qp(qp).unwrap().state, QpState::Init);
         // To ERR flushes the receives: 1, 2, and 3 (posted before the refused 4, as verbs
         // posts the requests before `bad_wr`).
         assert_eq!(d.modify_qp(qp, &to(QpState::Err)), Ok(QpState::Err));
@@ -1048,7 +1074,7 @@ mod tests {
         let (qp, _, _) = d
             .create_qp(Transport::Ud, pd, cq, cq, None, caps, false)
             .unwrap();
-        assert_eq!(d.query_qp(qp).unwrap().5, Transport::Ud);
+        assert_eq!(d.query_qp(qp).unwrap().transport, Transport::Ud);
         let init = Modify {
             port: Some(1),
             pkey_index: Some(0),
@@ -1135,7 +1161,7 @@ mod tests {
             ..to(QpState::Rts)
         };
         assert_eq!(d.modify_qp(uc, &rts), Ok(QpState::Rts));
-        assert_eq!(d.query_qp(uc).unwrap().5, Transport::Uc);
+        assert_eq!(d.query_qp(uc).unwrap().transport, Transport::Uc);
         d.destroy_qp(uc).unwrap();
         d.close().unwrap();
     }
