@@ -48,20 +48,17 @@ fn main() -> Res<()> {
     let local: Ipv4Addr = opt("--udp").ok_or(USAGE)?.parse()?;
     let [a, b, c, d] = local.octets();
     let mac = [2, 0, a, b, c, d];
-    let dev = uhca::mock::MockHca::new(uhca::mock::MockConfig {
+    let config = uhca::mock::MockConfig {
         mac,
         ..Default::default()
-    });
+    };
+    let dev = uhca::mock::MockHca::new(config);
     let fabric = uhca::mock::Fabric::ethernet();
     fabric.attach(&dev);
     fabric.attach_udp(&dev, local)?;
     let _pump = fabric.start_pump(20);
-    run(
-        Hca::open(dev.platform())?,
-        Some(IpAddr::V4(local)),
-        client,
-        tcp,
-    )
+    let hca = Hca::open(dev.platform())?;
+    run(hca, Some(IpAddr::V4(local)), client, tcp)
 }
 
 fn run<P: Platform>(
@@ -71,19 +68,14 @@ fn run<P: Platform>(
     tcp: impl FnOnce() -> std::io::Result<TcpStream>,
 ) -> Res<()> {
     if let Some(ip) = ip {
-        println!(
-            "RoCEv2 GID 0 installed: {} ({ip})",
-            hca.add_roce_ip(1, 0, ip)?
-        );
+        let gid = hca.add_roce_ip(1, 0, ip)?;
+        println!("RoCEv2 GID 0 installed: {gid} ({ip})");
     }
     let me = hca.endpoint(1, 0)?;
     let pd = hca.alloc_pd()?;
     let mut cq = hca.create_cq(16)?;
-    let mut mr = hca.alloc_mr(
-        &pd,
-        4096,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    )?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mut mr = hca.alloc_mr(&pd, 4096, access)?;
     let cap = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 4,
@@ -91,36 +83,32 @@ fn run<P: Platform>(
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let mut qp = hca.create_qp::<Rc>(
-        &pd,
-        &QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap,
-        },
-    )?;
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap,
+    };
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr)?;
     let mut tcp = tcp()?;
     tcp.set_read_timeout(Some(Duration::from_secs(60)))?;
     // Out of band: the endpoint, QP number, first PSN, and the MR's key and address.
     let psn = 0x1000 | qp.qpn();
     let mut msg = me.to_bytes().to_vec();
-    [qp.qpn(), psn, mr.rkey()]
-        .iter()
-        .for_each(|v| msg.extend(v.to_be_bytes()));
+    for v in [qp.qpn(), psn, mr.rkey()] {
+        msg.extend(v.to_be_bytes());
+    }
     msg.extend(mr.iova().to_be_bytes());
     let peer_msg = swap(&mut tcp, &msg)?;
-    let peer = Endpoint::from_bytes(peer_msg[..Endpoint::LEN].try_into()?).ok_or("bad endpoint")?;
-    let word = |i: usize| u32::from_be_bytes(peer_msg[26 + 4 * i..30 + 4 * i].try_into().unwrap());
+    let (ep, nums) = peer_msg.split_at(Endpoint::LEN);
+    let peer = Endpoint::from_bytes(ep.try_into()?).ok_or("not an endpoint")?;
+    let word = |i: usize| u32::from_be_bytes(nums[4 * i..4 * i + 4].try_into().unwrap());
     let (peer_qpn, peer_psn, rkey) = (word(0), word(1), word(2));
-    let remote_addr = u64::from_be_bytes(peer_msg[38..46].try_into()?);
+    let remote_addr = u64::from_be_bytes(nums[12..20].try_into()?);
+    println!("local QPN {:#x}, LID {}, GID {}", qp.qpn(), me.lid, me.gid);
     println!(
-        "local QPN {:#x}, LID {}, GID {}; remote QPN {peer_qpn:#x}, LID {}, GID {}",
-        qp.qpn(),
-        me.lid,
-        me.gid,
-        peer.lid,
-        peer.gid
+        "remote QPN {peer_qpn:#x}, LID {}, GID {}",
+        peer.lid, peer.gid
     );
     let init = InitAttr {
         access: AccessFlags::REMOTE_WRITE,
@@ -133,15 +121,11 @@ fn run<P: Platform>(
         ah,
         ..RtrAttr::default()
     };
-    qp.connect(
-        &mut hca,
-        &init,
-        &rtr,
-        &RtsAttr {
-            sq_psn: psn,
-            ..RtsAttr::default()
-        },
-    )?;
+    let rts = RtsAttr {
+        sq_psn: psn,
+        ..RtsAttr::default()
+    };
+    qp.connect(&mut hca, &init, &rtr, &rts)?; // RESET -> INIT -> RTR -> RTS
     if client {
         mr.mem_mut().write_bytes(0, WRITTEN);
         mr.mem_mut().write_bytes(64, SENT);
@@ -151,33 +135,25 @@ fn run<P: Platform>(
             SendWr::new(1, SendOp::RdmaWrite { remote_addr, rkey }, &wsge),
             SendWr::new(2, SendOp::Send, &ssge),
         ])?;
-        let (a, b) = (poll(&mut cq)?, poll(&mut cq)?);
-        println!(
-            "client: RDMA WRITE of {} B and SEND of {} B completed ({:?}, {:?})",
-            WRITTEN.len(),
-            SENT.len(),
-            a.opcode,
-            b.opcode
-        );
+        let (a, b) = (poll(&mut cq)?.opcode, poll(&mut cq)?.opcode);
+        let (w, s) = (WRITTEN.len(), SENT.len());
+        println!("client: RDMA WRITE of {w} B and SEND of {s} B completed ({a:?}, {b:?})");
     } else {
         qp.post_recv(&[RecvWr {
             wr_id: 7,
             sg_list: &[mr.sge(64, 64)?],
         }])?;
-        swap(&mut tcp, b"r")?;
+        swap(&mut tcp, b"r")?; // tell the client
         let wc = poll(&mut cq)?;
         let (mut got, mut written) = (vec![0; wc.byte_len as usize], vec![0; WRITTEN.len()]);
         mr.mem().read_bytes(64, &mut got);
         mr.mem().read_bytes(0, &mut written);
-        println!(
-            "server: received a SEND of {} B: {:?}",
-            wc.byte_len,
-            String::from_utf8_lossy(&got)
+        let (text, w) = (
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&written),
         );
-        println!(
-            "server: the RDMA WRITE left {:?} in this side's memory",
-            String::from_utf8_lossy(&written)
-        );
+        println!("server: received a SEND of {} B: {text:?}", wc.byte_len);
+        println!("server: the RDMA WRITE left {w:?} in this side's memory");
         if got != SENT || written != WRITTEN {
             return Err("the data is not what the client sent".into());
         }
