@@ -39,7 +39,10 @@ pub mod prelude {
     //!   [`SrqInitAttr`], [`AccessFlags`], [`IbMtu`];
     //! * the datapath: [`SendWr`], [`SendOp`], [`SendFlags`], [`RecvWr`], [`Sge`], [`UdDest`],
     //!   [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`BadWr`], [`PollError`];
-    //! * addressing: [`AhAttr`], [`Gid`], [`Mac`], [`Grh`], [`StaticRate`];
+    //! * addressing: [`AhAttr`], [`Gid`], [`Mac`], [`Grh`], [`StaticRate`], and
+    //!   [`Endpoint`] with [`LinkLayer`] (what a peer needs to build its path to a port:
+    //!   [`Hca::endpoint`], [`Endpoint::path_to`]; on RoCE, [`Hca::add_roce_ip`] installs
+    //!   the port's GID first);
     //! * memory: [`DmaMem`] (the trait whose methods read and write a region's memory),
     //!   [`MappedBuf`] and [`HostBuf`] (a caller's buffer mapped for the device).
     //!
@@ -59,7 +62,8 @@ pub mod prelude {
     //! }
     //! ```
 
-    pub use uhca_driver::addr::{AhAttr, Gid, Grh, Mac, StaticRate};
+    pub use uhca_driver::addr::{AhAttr, Endpoint, Gid, Grh, Mac, StaticRate};
+    pub use uhca_driver::caps::LinkLayer;
     pub use uhca_driver::verbs::{
         BadWr, Cq, InitAttr, Mr, Pd, PollError, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr,
         RtsAttr, SendFlags, SendOp, SendWr, Sge, Srq, SrqInitAttr, Uc, Ud, UdDest, UserMr,

@@ -28,7 +28,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use uhca_driver::addr::{AhAttr, Gid, Mac};
+use uhca_driver::addr::{AhAttr, Endpoint, Gid, Mac};
 use uhca_driver::verbs::{
     BadWr, Cq, InitAttr, Mr, Pd, PollError, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr,
     WorkCompletion,
@@ -197,8 +197,8 @@ struct Node {
     dev: MockHca,
     hca: Hca<TestbedPlatform>,
     mac: Mac,
-    gid: Gid,
-    lid: u16,
+    /// What a peer needs to reach this HCA's port 1 (GID index 0).
+    ep: Endpoint,
 }
 
 /// N mock HCAs on one fabric, brought up by the driver.
@@ -251,21 +251,11 @@ impl Testbed {
             });
             let mut hca = Hca::open_with(dev.platform(), HcaConfig::default())?;
             fabric.attach(&dev);
-            let gid = match link {
-                LinkLayer::Ethernet => {
-                    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, k));
-                    hca.add_roce_gid(1, 0, ip, mac, None)?
-                }
-                LinkLayer::InfiniBand => Gid::ZERO,
-            };
-            let lid = hca.query_port(1)?.lid;
-            nodes.push(Node {
-                dev,
-                hca,
-                mac,
-                gid,
-                lid,
-            });
+            if link == LinkLayer::Ethernet {
+                hca.add_roce_ip(1, 0, IpAddr::V4(Ipv4Addr::new(10, 0, 0, k)))?;
+            }
+            let ep = hca.endpoint(1, 0)?;
+            nodes.push(Node { dev, hca, mac, ep });
         }
         Ok(Testbed { fabric, nodes })
     }
@@ -319,13 +309,14 @@ impl Testbed {
         self.nodes[i].mac
     }
 
-    /// HCA `i`'s GID at index 0 (zero on InfiniBand, where paths use LIDs).
+    /// HCA `i`'s GID at index 0: the RoCEv2 GID of `10.0.0.(i + 1)` on Ethernet, the port
+    /// GID on InfiniBand (where paths use LIDs).
     ///
     /// # Panics
     ///
     /// If there is no HCA `i`.
     pub fn gid(&self, i: usize) -> Gid {
-        self.nodes[i].gid
+        self.nodes[i].ep.gid
     }
 
     /// HCA `i`'s LID (InfiniBand; 0 on Ethernet).
@@ -334,12 +325,12 @@ impl Testbed {
     ///
     /// If there is no HCA `i`.
     pub fn lid(&self, i: usize) -> u16 {
-        self.nodes[i].lid
+        self.nodes[i].ep.lid
     }
 
     /// The path from HCA `from` to HCA `to` for a connection of QP `local_qpn` (on `from`)
-    /// with `remote_qpn` (on `to`): [`AhAttr::roce_v2`] to `to`'s GID and MAC on
-    /// Ethernet, [`AhAttr::ib`] to its LID on InfiniBand.
+    /// with `remote_qpn` (on `to`), as [`Endpoint::path_to`] builds it: [`AhAttr::roce_v2`]
+    /// to `to`'s GID and MAC on Ethernet, [`AhAttr::ib`] to its LID on InfiniBand.
     ///
     /// # Errors
     ///
@@ -351,12 +342,8 @@ impl Testbed {
         local_qpn: u32,
         remote_qpn: u32,
     ) -> Result<AhAttr, TestbedError> {
-        self.node(from)?;
-        let peer = self.node(to)?;
-        Ok(match self.fabric.link_layer() {
-            LinkLayer::Ethernet => AhAttr::roce_v2(0, peer.gid, peer.mac, local_qpn, remote_qpn),
-            LinkLayer::InfiniBand => AhAttr::ib(peer.lid),
-        })
+        let peer = &self.node(to)?.ep;
+        Ok(self.node(from)?.ep.path_to(peer, local_qpn, remote_qpn))
     }
 
     /// Connects HCA `a` to HCA `b` (they may be the same HCA) with an RC QP on each side,

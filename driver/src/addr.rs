@@ -5,6 +5,8 @@
 use uhca_fwif::ctx::Ads;
 use uhca_fwif::wqe::Av;
 
+use crate::caps::LinkLayer;
+
 /// A 128-bit global identifier (an IPv6 address for RoCEv2; an IPv4 address is carried as an
 /// IPv4-mapped IPv6 address, `::ffff:a.b.c.d`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -552,6 +554,103 @@ impl AhAttr {
             AhAttr::RoceV2 { udp_sport, .. } => Some(*udp_sport),
             AhAttr::Ib { .. } => None,
         }
+    }
+}
+
+/// How a peer reaches one HCA port: what the two sides of a connection tell each other out
+/// of band (with their QP numbers and PSNs) before each builds its path to the other with
+/// [`Endpoint::path_to`]. [`Hca::endpoint`](crate::Hca::endpoint) reads it from the port.
+///
+/// [`Endpoint::to_bytes`] and [`Endpoint::from_bytes`] give it a fixed wire form of
+/// [`Endpoint::LEN`] bytes, for an exchange over a socket.
+///
+/// ```
+/// use uhca_driver::addr::{Endpoint, Gid, Mac};
+/// use uhca_driver::caps::LinkLayer;
+///
+/// let me = Endpoint {
+///     link_layer: LinkLayer::Ethernet,
+///     lid: 0,
+///     gid: Gid::from_ipv4([10, 0, 0, 1]),
+///     mac: Mac([2, 0, 10, 0, 0, 1]),
+///     gid_index: 0,
+/// };
+/// let peer = Endpoint { gid: Gid::from_ipv4([10, 0, 0, 2]), mac: Mac([2, 0, 10, 0, 0, 2]), ..me };
+/// // What the peer receives is what was sent.
+/// assert_eq!(Endpoint::from_bytes(&peer.to_bytes()), Some(peer));
+/// // RoCEv2: from local GID 0 to the peer's GID, through the peer's MAC.
+/// let ah = me.path_to(&peer, 0x104, 0x105);
+/// assert!(matches!(ah, uhca_driver::addr::AhAttr::RoceV2 { dgid, dmac, .. }
+///     if dgid == peer.gid && dmac == peer.mac));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The port's link layer: InfiniBand paths go by LID, Ethernet ones by GID and MAC.
+    pub link_layer: LinkLayer,
+    /// The port's LID (InfiniBand; 0 on Ethernet).
+    pub lid: u16,
+    /// The GID at [`Endpoint::gid_index`]: on Ethernet the RoCEv2 GID of the port's IP
+    /// address, on InfiniBand the port GID (unused by a path without a GRH).
+    pub gid: Gid,
+    /// The port's MAC address (Ethernet; all zero on InfiniBand). Without a kernel to
+    /// resolve addresses, it is the next hop a peer on the same link sends to.
+    pub mac: Mac,
+    /// The index of [`Endpoint::gid`] in the port's GID table: the source GID of the paths
+    /// this side builds.
+    pub gid_index: u8,
+}
+
+impl Endpoint {
+    /// The length of the wire form ([`Endpoint::to_bytes`]).
+    pub const LEN: usize = 26;
+
+    /// The path from this port to `peer` for a connection of `local_qpn` (on this side)
+    /// with `remote_qpn` (on the peer): on Ethernet [`AhAttr::roce_v2`] from this side's
+    /// GID index to the peer's GID and MAC, on InfiniBand [`AhAttr::ib`] to the peer's
+    /// LID. The link layer is this side's: both ends of a connection share one.
+    pub const fn path_to(&self, peer: &Endpoint, local_qpn: u32, remote_qpn: u32) -> AhAttr {
+        match self.link_layer {
+            LinkLayer::Ethernet => {
+                AhAttr::roce_v2(self.gid_index, peer.gid, peer.mac, local_qpn, remote_qpn)
+            }
+            LinkLayer::InfiniBand => AhAttr::ib(peer.lid),
+        }
+    }
+
+    /// The wire form: the link layer (0 InfiniBand, 1 Ethernet), the LID (big-endian), the
+    /// GID, the MAC and the GID index.
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = match self.link_layer {
+            LinkLayer::InfiniBand => 0,
+            LinkLayer::Ethernet => 1,
+        };
+        b[1..3].copy_from_slice(&self.lid.to_be_bytes());
+        b[3..19].copy_from_slice(&self.gid.0);
+        b[19..25].copy_from_slice(&self.mac.0);
+        b[25] = self.gid_index;
+        b
+    }
+
+    /// Reads the wire form of [`Endpoint::to_bytes`]; `None` if the link-layer byte is
+    /// neither 0 nor 1.
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> Option<Endpoint> {
+        let link_layer = match b[0] {
+            0 => LinkLayer::InfiniBand,
+            1 => LinkLayer::Ethernet,
+            _ => return None,
+        };
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[3..19]);
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&b[19..25]);
+        Some(Endpoint {
+            link_layer,
+            lid: u16::from_be_bytes([b[1], b[2]]),
+            gid: Gid(gid),
+            mac: Mac(mac),
+            gid_index: b[25],
+        })
     }
 }
 

@@ -764,6 +764,65 @@ fn ethernet_port_query() {
 }
 
 #[test]
+fn endpoint_needs_a_roce_gid_which_add_roce_ip_installs_with_the_ports_mac() {
+    let (dev, mut hca) = open(LinkLayer::Ethernet);
+    let mac = Mac(dev.config().mac);
+    // Under VFIO nothing fills the GID table: an endpoint of an empty entry is refused.
+    let e = hca.endpoint(1, 2).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("add_roce_ip"), "{e}");
+    let gid = hca
+        .add_roce_ip(1, 2, IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)))
+        .unwrap();
+    assert_eq!(gid, Gid::from_ipv4([10, 1, 2, 3]));
+    let entry = hca.query_gid(1, 2).unwrap();
+    assert_eq!(
+        (entry.gid, entry.kind, entry.mac, entry.vlan),
+        (gid, GidType::RoceV2Ipv4, Some(mac), None)
+    );
+    let me = hca.endpoint(1, 2).unwrap();
+    assert_eq!(
+        me,
+        uhca_driver::addr::Endpoint {
+            link_layer: uhca_driver::caps::LinkLayer::Ethernet,
+            lid: 0,
+            gid,
+            mac,
+            gid_index: 2,
+        }
+    );
+    let peer = uhca_driver::addr::Endpoint {
+        gid: Gid::from_ipv4([10, 1, 2, 4]),
+        mac: MAC,
+        ..me
+    };
+    assert_eq!(
+        me.path_to(&peer, 0x104, 0x105),
+        AhAttr::roce_v2(2, peer.gid, MAC, 0x104, 0x105)
+    );
+    // No port 2, and no RoCE on InfiniBand: refused before any command.
+    let n = commands(&dev);
+    assert!(matches!(
+        hca.add_roce_ip(2, 0, IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(commands(&dev), n);
+    let (ib_dev, mut ib) = open(LinkLayer::InfiniBand);
+    let n = commands(&ib_dev);
+    assert!(matches!(
+        ib.add_roce_ip(1, 0, IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))),
+        Err(Error::Unsupported(_))
+    ));
+    assert_eq!(commands(&ib_dev), n);
+    // On InfiniBand the endpoint is the port's LID, and paths go by LID.
+    let ep = ib.endpoint(1, 0).unwrap();
+    assert_eq!(ep.link_layer, uhca_driver::caps::LinkLayer::InfiniBand);
+    assert_eq!(ep.lid, ib.query_port(1).unwrap().lid);
+    let to = uhca_driver::addr::Endpoint { lid: 7, ..ep };
+    assert_eq!(ep.path_to(&to, 1, 2), AhAttr::ib(7));
+}
+
+#[test]
 fn roce_gids_install_query_and_clear() {
     let (dev, mut hca) = open(LinkLayer::Ethernet);
     assert_eq!(hca.query_gid(1, 3).unwrap().kind, GidType::Empty);

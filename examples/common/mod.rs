@@ -199,7 +199,7 @@ pub fn mock_node(
     let mut hca = Hca::open_with(dev.platform(), mock_config())?;
     fabric.attach(&dev);
     let ip = ip.unwrap_or(Ipv4Addr::new(10, 0, 0, n));
-    hca.add_roce_gid(1, 0, IpAddr::V4(ip), mac, None)?;
+    hca.add_roce_ip(1, 0, IpAddr::V4(ip))?;
     Ok((dev, hca))
 }
 
@@ -1052,11 +1052,8 @@ pub fn device(
         let index = *args.gid_index.get_or_insert(0);
         match args.ip {
             Some(ip) => {
-                let mac = hca
-                    .query_port(args.ib_port)?
-                    .mac
-                    .ok_or("the Ethernet port reports no MAC address")?;
-                let gid = hca.add_roce_gid(args.ib_port, u16::from(index), ip, mac, None)?;
+                let gid = hca.add_roce_ip(args.ib_port, u16::from(index), ip)?;
+                let mac = hca.endpoint(args.ib_port, index)?.mac;
                 println!("  RoCEv2 GID {index}: {gid} ({ip}, MAC {mac})");
             }
             None if hca.query_gid(args.ib_port, u16::from(index))?.gid.is_zero() => {

@@ -18,7 +18,7 @@ use uhca_fwif::consts::{IbMtu, PortState};
 use uhca_fwif::ctx::RoceAddrLayout;
 use uhca_hal::Platform;
 
-use crate::addr::{Gid, Mac};
+use crate::addr::{Endpoint, Gid, Mac};
 use crate::caps::LinkLayer;
 use crate::error::{Arg, Error, InvalidArgument, Result};
 use crate::hca::Hca;
@@ -473,6 +473,62 @@ impl<P: Platform> Hca<P> {
         }
         self.set_roce_address(port, index, a)?;
         Ok(gid)
+    }
+
+    /// Installs the RoCEv2 GID of `ip` at `index` on `port` with the port's own MAC address
+    /// and no VLAN: [`Hca::add_roce_gid`] for the common case of an address on the port
+    /// itself. Under VFIO no kernel driver fills the GID table, so a RoCE application
+    /// installs the address it uses before it connects. Returns the GID.
+    ///
+    /// ```no_run
+    /// # fn f<P: uhca_driver::Platform>(hca: &mut uhca_driver::Hca<P>) -> uhca_driver::Result<()> {
+    /// let gid = hca.add_roce_ip(1, 0, "10.0.0.1".parse().unwrap())?;
+    /// assert_eq!(gid.ipv4(), Some([10, 0, 0, 1]));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::add_roce_gid`]; [`Error::DeviceMisbehaved`] if the Ethernet port reports
+    /// no MAC address.
+    pub fn add_roce_ip(&mut self, port: u8, index: u16, ip: IpAddr) -> Result<Gid> {
+        self.check_port(port)?;
+        if self.caps().link_layer != LinkLayer::Ethernet {
+            return Err(Error::Unsupported("RoCE GIDs on an InfiniBand port"));
+        }
+        let mac = self.query_port(port)?.mac.ok_or(Error::DeviceMisbehaved(
+            "an Ethernet port reported no MAC address",
+        ))?;
+        self.add_roce_gid(port, index, ip, mac, None)
+    }
+
+    /// What a peer needs to reach `port` ([`Endpoint`]): its link layer, LID, MAC, and the
+    /// GID at `gid_index` (the source GID of this side's paths). Send it to the peer, and
+    /// build the path to the peer with [`Endpoint::path_to`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a port the HCA does not have, and on Ethernet for an
+    /// empty GID entry (install one with [`Hca::add_roce_ip`] first: no kernel driver fills
+    /// the table under VFIO); the query commands' errors.
+    pub fn endpoint(&mut self, port: u8, gid_index: u8) -> Result<Endpoint> {
+        let attr = self.query_port(port)?;
+        let gid = self.query_gid(port, u16::from(gid_index))?.gid;
+        if attr.link_layer == LinkLayer::Ethernet && gid.is_zero() {
+            return Err(InvalidArgument::rule(
+                Arg::GidIndex,
+                gid_index.into(),
+                "the RoCE GID entry is empty: install the port's IP address first (Hca::add_roce_ip)",
+            )
+            .into());
+        }
+        Ok(Endpoint {
+            link_layer: attr.link_layer,
+            lid: attr.lid,
+            gid,
+            mac: attr.mac.unwrap_or_default(),
+            gid_index,
+        })
     }
 
     /// Clears a RoCE GID-table entry (SET_ROCE_ADDRESS with an all-zero address).

@@ -123,6 +123,24 @@ if [ "$link" = ethernet ]; then
     grep -q "arrived intact" /tmp/rdma_lat.server /tmp/rdma_lat.client
 fi
 
+# first_rc, the one-file example (prelude only): the server on the second function, the
+# client on the first; the client RDMA WRITEs into the server's memory and SENDs, the
+# server checks both. On Ethernet each side installs the RoCEv2 GID of its --ip.
+run_pair first_rc
+check "first_rc (server): the SEND arrived intact" \
+  grep -q "^server: received a SEND of 28 B: \"hello from the client's SEND\"" /tmp/first_rc.server
+check "first_rc (server): the RDMA WRITE arrived intact" \
+  grep -q "^server: the RDMA WRITE left \"written by the client's RDMA WRITE\"" /tmp/first_rc.server
+check "first_rc (client): both work requests completed" \
+  grep -q "^client: RDMA WRITE of 34 B and SEND of 28 B completed" /tmp/first_rc.client
+if [ "$link" = ethernet ]; then
+  check "first_rc: each side installed the RoCEv2 GID of its --ip and got the other's" \
+    grep -q "remote QPN .*GID 0000:0000:0000:0000:0000:ffff:0a00:0002" /tmp/first_rc.client
+else
+  check "first_rc: the InfiniBand paths went by LID (the peer's LID is non-zero)" \
+    grep -Eq "remote QPN .*, LID [1-9]" /tmp/first_rc.client
+fi
+
 # Bring-up, teardown, a second bring-up, VFIO_DEVICE_RESET while the driver runs and a
 # bring-up after it, in one process (tests/vm/vfio_mlx5); its PASS/FAIL lines count here.
 t=$(up)

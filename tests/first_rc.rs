@@ -1,0 +1,40 @@
+//! `first_rc`, README's one-file example, between two processes as a user runs it: each
+//! side a mock HCA whose RoCEv2 port is a kernel UDP socket (`--udp`), the server and the
+//! client swapping their endpoints over TCP, the client's RDMA WRITE and SEND checked by
+//! the server in its own memory.
+
+mod common;
+
+use common::pair;
+
+#[test]
+fn first_rc_writes_and_sends_between_two_processes() {
+    let [(c, c_text), (s, s_text)] = pair("first_rc", "127.0.0.91", "127.0.0.92", &[]);
+    assert!(c.status.success(), "client:\n{c_text}\nserver:\n{s_text}");
+    assert!(s.status.success(), "server:\n{s_text}\nclient:\n{c_text}");
+    // Each side installed the RoCEv2 GID of its address and learnt the other's.
+    assert!(
+        c_text.contains("RoCEv2 GID 0 installed: 0000:0000:0000:0000:0000:ffff:7f00:005c")
+            && c_text
+                .contains("remote QPN 0x104, LID 0, GID 0000:0000:0000:0000:0000:ffff:7f00:005b"),
+        "{c_text}"
+    );
+    assert!(
+        c_text.contains("client: RDMA WRITE of 34 B and SEND of 28 B completed (RdmaWrite, Send)"),
+        "{c_text}"
+    );
+    // The server read both messages from its own memory.
+    assert!(
+        s_text.contains("server: received a SEND of 28 B: \"hello from the client's SEND\""),
+        "{s_text}"
+    );
+    assert!(
+        s_text.contains(
+            "server: the RDMA WRITE left \"written by the client's RDMA WRITE\" in this side's memory"
+        ),
+        "{s_text}"
+    );
+    for text in [&c_text, &s_text] {
+        assert!(text.contains("first_rc: done"), "{text}");
+    }
+}
