@@ -368,6 +368,7 @@ impl Device {
             // (272 bytes).
             O::QueryQp => run!(QueryQpIn, cmd_query_qp, op_mod_zero, QUERY_QP_OUT_FIXED),
             O::Rst2initQp => run!(Rst2initQpIn, cmd_rst2init),
+            O::Init2initQp => run!(Init2initQpIn, cmd_init2init),
             O::Init2rtrQp => run!(Init2rtrQpIn, cmd_init2rtr),
             O::Rtr2rtsQp => run!(Rtr2rtsQpIn, cmd_rtr2rts),
             O::Rts2rtsQp => run!(Rts2rtsQpIn, cmd_rts2rts),

@@ -1,5 +1,5 @@
 //! Queue pairs: CREATE_QP, DESTROY_QP, QUERY_QP and the state machine (RST2INIT,
-//! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
+//! INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
 use super::special_qp::{check_special_q_key, has_pd, is_special};
@@ -140,6 +140,7 @@ fn qp_state_err() -> Fail {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Transition {
     Rst2Init,
+    Init2Init,
     Init2Rtr,
     Rtr2Rts,
     Rts2Rts,
@@ -152,7 +153,7 @@ impl Transition {
     fn allowed_from(self, s: QpState) -> bool {
         match self {
             Transition::Rst2Init => s == QpState::Rst,
-            Transition::Init2Rtr => s == QpState::Init,
+            Transition::Init2Init | Transition::Init2Rtr => s == QpState::Init,
             Transition::Rtr2Rts => s == QpState::Rtr,
             Transition::Rts2Rts => s == QpState::Rts,
             Transition::Sqerr2Rts => s == QpState::Sqer,
@@ -161,7 +162,7 @@ impl Transition {
     }
     fn to(self) -> QpState {
         match self {
-            Transition::Rst2Init => QpState::Init,
+            Transition::Rst2Init | Transition::Init2Init => QpState::Init,
             Transition::Init2Rtr => QpState::Rtr,
             Transition::Rtr2Rts | Transition::Rts2Rts | Transition::Sqerr2Rts => QpState::Rts,
             Transition::ToErr => QpState::Err,
@@ -425,7 +426,10 @@ impl Device {
                         copy_path(&mut next, r, &[ads::ack_timeout]);
                     }
                 }
-                Transition::Rts2Rts
+                // INIT2INIT and RTS2RTS change only what the optional-parameter mask
+                // selects (below).
+                Transition::Init2Init
+                | Transition::Rts2Rts
                 | Transition::Sqerr2Rts
                 | Transition::ToErr
                 | Transition::ToRst => {}
@@ -471,6 +475,16 @@ impl Device {
             Some(i.qpc()),
         )?;
         Ok(out(&Rst2initQpOut::default()))
+    }
+
+    pub(crate) fn cmd_init2init(&mut self, _c: &Ctx, i: &Init2initQpIn) -> CmdResult {
+        self.modify_qp(
+            Transition::Init2Init,
+            i.qpn(),
+            i.opt_param_mask(),
+            Some(i.qpc()),
+        )?;
+        Ok(out(&Init2initQpOut::default()))
     }
 
     pub(crate) fn cmd_init2rtr(&mut self, _c: &Ctx, i: &Init2rtrQpIn) -> CmdResult {
