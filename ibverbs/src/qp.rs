@@ -7,7 +7,8 @@
 use uhca_driver::Error as DriverError;
 use uhca_driver::addr::{AhAttr, Gid, Mac};
 use uhca_driver::verbs::{
-    InitAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, WorkCompletion,
+    InitAttr, InitModifyAttr, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, RtsModifyAttr,
+    SendOp, SendWr, WorkCompletion,
 };
 use uhca_fwif::consts::{AccessFlags, IbMtu, QpState as PrmState};
 use uhca_hal::wq::Sge;
@@ -110,8 +111,9 @@ mod attr {
 }
 
 /// The attributes an RC transition requires, and those it may take besides (which this
-/// library refuses with EOPNOTSUPP when it cannot apply them), as `ibv_modify_qp(3)` lists
-/// them. `None`: not a transition `ibv_modify_qp` makes with attributes here.
+/// library refuses with EOPNOTSUPP unless [`rc_applied`] lists them), as
+/// `ibv_modify_qp(3)` lists them. `None`: not a transition `ibv_modify_qp` makes with
+/// attributes here.
 fn rc_mask(from: QpState, to: QpState) -> Option<(u32, u32)> {
     use QpState as S;
     use attr::*;
@@ -127,9 +129,22 @@ fn rc_mask(from: QpState, to: QpState) -> Option<(u32, u32)> {
             SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC,
             ACCESS_FLAGS | MIN_RNR_TIMER,
         ),
-        (S::Rts | S::Sqe, S::Rts) => (0, ACCESS_FLAGS | MIN_RNR_TIMER),
+        (S::Rts, S::Rts) => (0, ACCESS_FLAGS | MIN_RNR_TIMER | TIMEOUT),
+        (S::Sqe, S::Rts) => (0, ACCESS_FLAGS | MIN_RNR_TIMER),
         _ => return None,
     })
+}
+
+/// The optional attributes of an RC transition this library applies: those INIT → INIT
+/// and RTS → RTS change (INIT → INIT keeps the QP's port).
+fn rc_applied(from: QpState, to: QpState) -> u32 {
+    use QpState as S;
+    use attr::*;
+    match (from, to) {
+        (S::Init, S::Init) => PKEY_INDEX | PORT | ACCESS_FLAGS,
+        (S::Rts, S::Rts) => ACCESS_FLAGS | MIN_RNR_TIMER | TIMEOUT,
+        _ => 0,
+    }
 }
 
 fn names(bits: u32) -> String {
@@ -444,10 +459,11 @@ impl Device {
                     names(required & !given)
                 )));
             }
-            if given & optional != 0 {
+            let refused = given & optional & !rc_applied(from, to);
+            if refused != 0 {
                 return Err(VerbsError::new(
                     libc::EOPNOTSUPP,
-                    format!("{from:?} -> {to:?} with {}", names(given & optional)),
+                    format!("{from:?} -> {to:?} with {}", names(refused)),
                 ));
             }
             let hca = &mut o.hw.hca;
@@ -456,7 +472,20 @@ impl Device {
                 QpState::Reset => qp.to_reset(hca),
                 QpState::Err => qp.to_err(hca),
                 QpState::Init if from == QpState::Init => {
-                    Err(DriverError::Unsupported("INIT to INIT"))
+                    if m.port.is_some_and(|p| p != e.port) {
+                        return Err(VerbsError::new(
+                            libc::EOPNOTSUPP,
+                            "INIT -> INIT to another port",
+                        ));
+                    }
+                    qp.init_to_init(
+                        hca,
+                        InitModifyAttr {
+                            pkey_index: m.pkey_index,
+                            access: m.access,
+                            qkey: None,
+                        },
+                    )
                 }
                 QpState::Init => {
                     let a = InitAttr {
@@ -523,6 +552,15 @@ impl Device {
                         retry_cnt: need(m.retry_cnt, "IBV_QP_RETRY_CNT")?,
                         rnr_retry: need(m.rnr_retry, "IBV_QP_RNR_RETRY")?,
                         max_rd_atomic: need(m.max_rd_atomic, "IBV_QP_MAX_QP_RD_ATOMIC")?,
+                    },
+                ),
+                QpState::Rts if from == QpState::Rts => qp.rts_to_rts(
+                    hca,
+                    RtsModifyAttr {
+                        access: m.access,
+                        min_rnr_timer: m.min_rnr_timer,
+                        timeout: m.timeout,
+                        qkey: None,
                     },
                 ),
                 QpState::Rts if from == QpState::Sqe => qp.recover_sq(hca),
