@@ -4,12 +4,12 @@
 mod common;
 
 use common::*;
-use uhca_driver::Error;
 use uhca_driver::verbs::{
     InitAttr, InitModifyAttr, Qp, Rc, RtrAttr, RtsAttr, RtsModifyAttr, SendOp, SendWr, WcStatus,
     WrError,
 };
-use uhca_fwif::consts::{AccessFlags, IbMtu, QpState};
+use uhca_driver::{AsyncEvent, Error};
+use uhca_fwif::consts::{AccessFlags, EventType, IbMtu, QpState};
 use uhca_hal::dma::DmaMem;
 use uhca_mock::{Fabric, LinkLayer};
 
@@ -371,4 +371,52 @@ fn init_to_init_and_rts_to_rts_are_checked_before_anything_is_sent() {
             to: QpState::Rts
         })
     );
+}
+
+#[test]
+fn a_qp_fatal_event_moves_the_driver_s_view_to_err_with_nothing_to_poll() {
+    let (fabric, a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let nb = qb.qpn();
+    // A's WRITE with a key B does not have: B's responder refuses it, the device moves
+    // B's QP to ERR and raises WQ_ACCESS_ERROR on it. B has no completion to poll: an
+    // RDMA WRITE consumes no receive.
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.iova(),
+            rkey: b.mr.rkey() ^ 0x55,
+        },
+        &sge,
+    );
+    qa.post_send(&[wr]).unwrap();
+    run(&fabric);
+    assert_eq!(b.dev.qp_state(nb), Some(QpState::Err));
+    assert!(poll(&mut b).is_empty(), "nothing for B to poll");
+    assert_eq!(qb.state(), QpState::Rts, "the event is not served yet");
+    b.hca.process_events().unwrap();
+    assert_eq!(qb.state(), QpState::Err, "served: the driver has it in ERR");
+    assert_eq!(
+        b.hca.next_event(),
+        Some(AsyncEvent::QpSrq {
+            event: EventType::WqAccessError,
+            number: nb,
+            srq: false
+        })
+    );
+    // Posting is refused at once; ERR -> RESET -> RTS brings it back.
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    let bad = qb
+        .post_send(&[SendWr::new(2, SendOp::Send, &sge)])
+        .unwrap_err();
+    assert_eq!(bad.error, WrError::QpInError { qpn: nb });
+    assert!(matches!(
+        qb.rts_to_rts(&mut b.hca, RtsModifyAttr::default()),
+        Err(Error::IllegalTransition {
+            from: QpState::Err,
+            ..
+        })
+    ));
+    qb.to_reset(&mut b.hca).unwrap();
+    assert_eq!(qb.state(), QpState::Rst);
 }

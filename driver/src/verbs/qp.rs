@@ -988,6 +988,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
             Ok(()) => {
                 // Its CQEs still in a CQ are dropped from now on.
                 self.shared().mark_destroyed();
+                hca.qp_destroyed(self.qpn());
                 drop(self.inner.take());
                 Ok(())
             }
@@ -1555,7 +1556,7 @@ impl<P: Platform> Hca<P> {
                     if attr.recv_cq.cqn() != attr.send_cq.cqn() {
                         attr.recv_cq.attach(h.clone())?;
                     }
-                    Ok(())
+                    self.qp_created(h.clone())
                 });
                 match noted {
                     Ok(()) => Ok(h),
