@@ -163,12 +163,6 @@ pub(crate) struct LiveQps<P: Platform> {
     len: usize,
 }
 
-impl<P: Platform> core::fmt::Debug for LiveQps<P> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("LiveQps").field("len", &self.len).finish()
-    }
-}
-
 impl<P: Platform> LiveQps<P> {
     pub(crate) fn new(host: P) -> Self {
         LiveQps {
@@ -396,6 +390,37 @@ mod tests {
     use uhca_fwif::zerocopy::IntoBytes;
     use uhca_hal::dma::DmaMem;
     use uhca_hal::testing::{FAKE_UAR, FakePlatform};
+
+    /// The live QPs stay sorted through inserts out of order, growth and removals, so a
+    /// QP event finds its QP and only its QP.
+    #[test]
+    fn live_qps_find_each_qp_through_growth_and_removal() {
+        use crate::verbs::dp::QpShared;
+        use uhca_fwif::consts::QpServiceType;
+        use uhca_hal::host::HostArc;
+        let p = FakePlatform::new();
+        let mut live = LiveQps::new(p.clone());
+        let qpn = |i: u32| (i * 7919) % 1000 + 0x100;
+        for i in 0..40 {
+            let h = HostArc::new(
+                p.clone(),
+                QpShared::new(qpn(i), QpServiceType::Rc, (1, 1), None, None, None),
+            )
+            .unwrap();
+            live.insert(h).unwrap();
+        }
+        for i in 0..40 {
+            assert_eq!(live.get(qpn(i)).map(|h| h.qpn), Some(qpn(i)));
+        }
+        for i in (0..40).step_by(3) {
+            live.remove(qpn(i));
+        }
+        for i in 0..40 {
+            let want = (i % 3 != 0).then_some(qpn(i));
+            assert_eq!(live.get(qpn(i)).map(|h| h.qpn), want, "QP {i}");
+        }
+        assert!(live.get(0x99).is_none());
+    }
 
     /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs
     /// (update only), then arms once at the end: the device may keep writing during the

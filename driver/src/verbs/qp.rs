@@ -42,9 +42,9 @@ mod sealed {
 }
 
 /// The QP's state as the driver believes it, shared by the QP (which sets it at each
-/// transition and QUERY_QP), its posters (which read it once per call) and its CQs'
+/// transition and QUERY_QP), its posters (which read it once per call), its CQs'
 /// pollers (which move it to ERR on an error completion: `store(true, ..)`, the one thing
-/// they know about states).
+/// they know about states) and the HCA's event service (the same, on a QP-fatal event).
 pub(crate) struct QpStateCell(AtomicU8);
 
 impl core::fmt::Debug for QpStateCell {
@@ -560,14 +560,16 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
 /// | from | to | method |
 /// |------|----|--------|
 /// | RESET | INIT | [`Qp::to_init`] |
+/// | INIT | INIT | [`Qp::init_to_init`] (or [`Qp::to_init`] with every attribute) |
 /// | INIT | RTR | [`Qp::to_rtr`] |
 /// | RTR | RTS | [`Qp::to_rts`] |
+/// | RTS | RTS | [`Qp::rts_to_rts`] |
 /// | SQER | RTS | [`Qp::recover_sq`] |
 /// | any | ERR | [`Qp::to_err`] |
 /// | any | RESET | [`Qp::to_reset`] |
 ///
-/// INIT → INIT and RTS → RTS are legal in IB but not made by this driver
-/// ([`Error::Unsupported`]). [`Qp::connect`] makes RESET → INIT → RTR → RTS in one call:
+/// SQD is not made by this driver. [`Qp::connect`] makes RESET → INIT → RTR → RTS in one
+/// call:
 ///
 /// ```no_run
 /// # use uhca_driver::verbs::{Cq, InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
@@ -590,7 +592,9 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
 ///
 /// What only the device knows is reconciled where it shows: an error completion moves the
 /// driver's view to ERR (the CQ's poller marks the QP's shared state, which posting reads
-/// once per call), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
+/// once per call), so does a QP-fatal asynchronous event (WQ catastrophic, invalid request
+/// or access error) once the HCA serves its event queue (while a command waits, or in
+/// [`Hca::process_events`]), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
 /// A transition the device refuses because the QP is not where the driver believed (it
 /// moved to SQER, say) is [`Error::BadQpState`] naming the state the device reports.
 ///
@@ -648,8 +652,8 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
     }
 
     /// The state as the driver believes it: where the last transition moved the QP, ERR
-    /// once an error completion of the QP was polled, or what the last [`Qp::query`]
-    /// found the device has it in.
+    /// once an error completion of the QP was polled or a QP-fatal event served, or what
+    /// the last [`Qp::query`] found the device has it in.
     pub fn state(&self) -> QpState {
         self.shared().error.get()
     }
@@ -890,9 +894,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
         let mut c = Init2initQpIn::new_cmd();
         c.set_qpn(self.qpn());
         let q = c.qpc_mut();
-        q.set_pm_state(PM_STATE_MIGRATED);
-        let mut mask = modify_access(hca, T::ST, attr.access, q)?;
-        mask |= modify_qkey(T::ST, attr.qkey, q)?;
+        let mut mask = modify_rights(hca, T::ST, attr.access, attr.qkey, q)?;
         if let Some(i) = attr.pkey_index {
             let pkeys = hca.caps().pkey_table_len.max(1);
             if u32::from(i) >= pkeys {
@@ -928,34 +930,13 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
         let mut c = Rts2rtsQpIn::new_cmd();
         c.set_qpn(self.qpn());
         let q = c.qpc_mut();
-        q.set_pm_state(PM_STATE_MIGRATED);
-        let mut mask = modify_access(hca, T::ST, attr.access, q)?;
-        mask |= modify_qkey(T::ST, attr.qkey, q)?;
-        if let Some(t) = attr.min_rnr_timer {
-            if !rc {
-                return Err(not_for(
-                    Arg::MinRnrTimer,
-                    t.into(),
-                    "only an RC QP has an RNR timer",
-                ));
-            }
-            if t > 31 {
-                return Err(InvalidArgument::max(Arg::MinRnrTimer, t.into(), 31).into());
-            }
+        let mut mask = modify_rights(hca, T::ST, attr.access, attr.qkey, q)?;
+        let rnr = rc_timer_code(rc, Arg::MinRnrTimer, attr.min_rnr_timer)?;
+        if let Some(t) = rnr {
             q.set_min_rnr_nak(t);
             mask |= optpar::RNR_TIMEOUT;
         }
-        if let Some(t) = attr.timeout {
-            if !rc {
-                return Err(not_for(
-                    Arg::Timeout,
-                    t.into(),
-                    "only an RC QP has an ACK timeout",
-                ));
-            }
-            if t > 31 {
-                return Err(InvalidArgument::max(Arg::Timeout, t.into(), 31).into());
-            }
+        if let Some(t) = rc_timer_code(rc, Arg::Timeout, attr.timeout)? {
             q.primary_address_path_mut().set_ack_timeout(t);
             mask |= optpar::ACK_TIMEOUT;
         }
@@ -1086,15 +1067,19 @@ fn not_for(arg: Arg, given: u64, rule: &'static str) -> Error {
     InvalidArgument::rule(arg, given, rule).into()
 }
 
-/// The access rights of INIT2INIT or RTS2RTS into `q`, with their mask bits (none for
-/// `None`); a datagram QP has none to give.
-fn modify_access<P: Platform>(
+/// What INIT2INIT and RTS2RTS both may change, into `q` (with the migration state every
+/// modify carries): the access rights of a connected QP, the Q_Key of a UD QP. Returns
+/// their mask bits (none for `None`).
+fn modify_rights<P: Platform>(
     hca: &Hca<P>,
     st: QpServiceType,
     access: Option<AccessFlags>,
+    qkey: Option<u32>,
     q: &mut Qpc,
 ) -> Result<u32> {
-    let Some(a) = access else { return Ok(0) };
+    q.set_pm_state(PM_STATE_MIGRATED);
+    let mask = modify_qkey(st, qkey, q)?;
+    let Some(a) = access else { return Ok(mask) };
     if st == QpServiceType::Ud {
         return Err(not_for(
             Arg::AccessFlags,
@@ -1103,7 +1088,16 @@ fn modify_access<P: Platform>(
         ));
     }
     fill_access(hca, st, a, q)?;
-    Ok(optpar::ACCESS)
+    Ok(mask | optpar::ACCESS)
+}
+
+/// A 5-bit timer code of RTS2RTS (the RNR NAK timer, the ACK timeout): RC QPs only.
+fn rc_timer_code(rc: bool, arg: Arg, code: Option<u8>) -> Result<Option<u8>> {
+    match code {
+        Some(t) if !rc => Err(not_for(arg, t.into(), "only an RC QP has this timer")),
+        Some(t) if t > 31 => Err(InvalidArgument::max(arg, t.into(), 31).into()),
+        c => Ok(c),
+    }
 }
 
 /// The Q_Key of INIT2INIT or RTS2RTS into `q`, with its mask bit: UD only.
