@@ -399,11 +399,11 @@ mod tests {
         use uhca_fwif::consts::QpServiceType;
         use uhca_hal::host::HostArc;
         let p = FakePlatform::new();
-        let mut live = LiveQps::new(p.clone());
+        let mut live = LiveQps::new(&p);
         let qpn = |i: u32| (i * 7919) % 1000 + 0x100;
         for i in 0..40 {
             let h = HostArc::new(
-                p.clone(),
+                &p,
                 QpShared::new(qpn(i), QpServiceType::Rc, (1, 1), None, None, None),
             )
             .unwrap();
