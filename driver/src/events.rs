@@ -271,7 +271,10 @@ impl<P: Platform> EventService<P> {
         // not keep the driver here; the rest waits for the next call, and a command's wait
         // keeps its timeout.
         let mut budget = eq.ring.entries();
-        let known_cq = |cqn| cq_numbers.contains(cqn);
+        let objects = Live {
+            cqs: cq_numbers,
+            qps,
+        };
         while budget > 0
             && let Some(eqe) = eq.ring.poll_one()
         {
@@ -285,16 +288,7 @@ impl<P: Platform> EventService<P> {
                 eq.ring.update_ci(p, eq.uar_offset);
                 unreleased = 0;
             }
-            if let Err(e) = handle_eqe(
-                &eqe,
-                pages,
-                owners,
-                log,
-                report,
-                manage_pages,
-                &known_cq,
-                qps,
-            ) {
+            if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages, &objects) {
                 result = Err(e);
             }
         }
@@ -305,6 +299,14 @@ impl<P: Platform> EventService<P> {
     }
 }
 
+/// The live objects events may name.
+struct Live<'a, P: Platform> {
+    /// Events naming another CQ are dropped.
+    cqs: &'a CqNumbers<P>,
+    /// A QP-fatal event moves its QP to ERR.
+    qps: &'a LiveQps<P>,
+}
+
 fn handle_eqe<P: Platform>(
     eqe: &Eqe,
     pages: &mut PagePool<P>,
@@ -312,15 +314,14 @@ fn handle_eqe<P: Platform>(
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
-    known_cq: &dyn Fn(u32) -> bool,
-    qps: &LiveQps<P>,
+    live: &Live<'_, P>,
 ) -> Result<()> {
     match eqe.event_type() {
         // A CQ armed with `Cq::req_notify` got a completion: note it for the user (an
         // event for a CQ that does not exist is the device's error: counted, dropped).
         EventType::Comp => {
             let cqn = eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff;
-            if known_cq(cqn) {
+            if live.cqs.contains(cqn) {
                 log.completions.push(cqn);
             } else {
                 log.unknown_cq += 1;
@@ -351,7 +352,7 @@ fn handle_eqe<P: Platform>(
         EventType::CqError => {
             let e = eqe.data_as::<EqeCqErr>();
             let cqn = e.cqn.get() & 0x00ff_ffff;
-            if known_cq(cqn) {
+            if live.cqs.contains(cqn) {
                 log.push(AsyncEvent::CqError {
                     cqn,
                     syndrome: e.syndrome,
@@ -367,7 +368,7 @@ fn handle_eqe<P: Platform>(
             let srq = e.r#type == 1;
             if !srq
                 && QP_FATAL_EVENTS.contains(&event)
-                && let Some(qp) = qps.get(number)
+                && let Some(qp) = live.qps.get(number)
             {
                 // The device has the QP in ERR: so does the driver, before the user
                 // reads the event (an error completion does the same on the poller's
