@@ -351,6 +351,8 @@ args! {
     MaxRdAtomic => "max_rd_atomic",
     /// `timeout`: a 5-bit code.
     Timeout => "timeout",
+    /// `qkey`: a datagram QP's Q_Key (a connected QP has none).
+    Qkey => "qkey",
     /// `retry_cnt`: 3 bits.
     RetryCnt => "retry_cnt",
     /// `rnr_retry`: 3 bits.

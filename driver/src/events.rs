@@ -6,12 +6,15 @@
 //! [`Hca::process_events`](crate::Hca::process_events); this module is what it does with
 //! each entry.
 
+use core::sync::atomic::Ordering;
+
 use heapless::Deque;
 use uhca_fwif::consts::{EventType, PortChangeSubtype};
 use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_hal::Platform;
 use uhca_hal::dma::DmaBuf;
 use uhca_hal::eq::EqRing;
+use uhca_hal::host::HostArray;
 
 use crate::error::Result;
 use crate::pages::{
@@ -19,7 +22,7 @@ use crate::pages::{
     give_pages, release_all_pages, take_pages,
 };
 use crate::release::ObjectKind;
-use crate::verbs::dp::{CompletionEvents, CqNumbers};
+use crate::verbs::dp::{CompletionEvents, CqNumbers, QpHandle};
 
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
@@ -51,6 +54,17 @@ pub(crate) const EQ_EVENTS: [EventType; 12] = [
     EventType::SrqLastWqe,
     EventType::SrqRqLimit,
     EventType::CommEst,
+];
+
+/// The QP-affiliated events after which the device has the QP in ERR (IBA 11.6.3.1: a
+/// local work queue catastrophic error, an invalid request or an access violation on the
+/// QP's work queue): the driver's view of the QP moves to ERR when it serves one, so
+/// posting answers at once instead of after a flush. PATH_MIG_FAILED is not among them:
+/// a failed migration leaves the QP on its path (and this driver loads no alternate path).
+pub(crate) const QP_FATAL_EVENTS: [EventType; 3] = [
+    EventType::WqCatasError,
+    EventType::WqInvalReqError,
+    EventType::WqAccessError,
 ];
 
 /// An asynchronous event the device reported, for the user to read with
@@ -137,6 +151,82 @@ pub(crate) struct EventService<P: Platform> {
     pub(crate) log: EventLog,
     /// The numbers of the live CQs (events naming another are dropped).
     pub(crate) cq_numbers: CqNumbers<P>,
+    /// The live QPs, whose state a QP-fatal event moves to ERR.
+    pub(crate) qps: LiveQps<P>,
+}
+
+/// An HCA's live QPs by number, sorted (a binary search per QP event; nothing is looked
+/// up on the datapath). Grown when a QP is created, shrunk when it is destroyed.
+pub(crate) struct LiveQps<P: Platform> {
+    host: P,
+    list: Option<HostArray<Option<QpHandle<P>>, P>>,
+    len: usize,
+}
+
+impl<P: Platform> LiveQps<P> {
+    pub(crate) fn new(host: P) -> Self {
+        LiveQps {
+            host,
+            list: None,
+            len: 0,
+        }
+    }
+
+    fn find(&self, qpn: u32) -> core::result::Result<usize, usize> {
+        let Some(l) = self.list.as_ref() else {
+            return Err(0);
+        };
+        l[..self.len].binary_search_by_key(&qpn, |h| h.as_ref().map_or(u32::MAX, |h| h.qpn))
+    }
+
+    /// Notes a new QP (a QP number the device reuses replaces the old QP's entry).
+    pub(crate) fn insert(&mut self, qp: QpHandle<P>) -> Result<()> {
+        let at = match self.find(qp.qpn) {
+            Ok(i) => {
+                if let Some(l) = self.list.as_mut() {
+                    l[i] = Some(qp);
+                }
+                return Ok(());
+            }
+            Err(at) => at,
+        };
+        let cap = self.list.as_ref().map_or(0, |l| l.len());
+        if self.len == cap {
+            let mut bigger = HostArray::new(self.host.clone(), (cap * 2).max(16), |_| None)?;
+            if let Some(old) = self.list.as_mut() {
+                for (to, from) in bigger.iter_mut().zip(old[..self.len].iter_mut()) {
+                    *to = from.take();
+                }
+            }
+            self.list = Some(bigger);
+        }
+        let len = self.len;
+        if let Some(l) = self.list.as_mut() {
+            l[len] = Some(qp);
+            l[at..=len].rotate_right(1);
+            self.len += 1;
+        }
+        Ok(())
+    }
+
+    /// Forgets a destroyed QP.
+    pub(crate) fn remove(&mut self, qpn: u32) {
+        let Ok(at) = self.find(qpn) else {
+            return;
+        };
+        let len = self.len;
+        if let Some(l) = self.list.as_mut() {
+            l[at] = None;
+            l[at..len].rotate_left(1);
+            self.len -= 1;
+        }
+    }
+
+    /// The live QP numbered `qpn`.
+    pub(crate) fn get(&self, qpn: u32) -> Option<&QpHandle<P>> {
+        let at = self.find(qpn).ok()?;
+        self.list.as_ref()?[at].as_ref()
+    }
 }
 
 impl<P: Platform> EventService<P> {
@@ -148,6 +238,7 @@ impl<P: Platform> EventService<P> {
             owners: PageOwners::default(),
             log: EventLog::default(),
             cq_numbers: CqNumbers::new(p.clone()),
+            qps: LiveQps::new(p.clone()),
         }
     }
 
@@ -166,6 +257,7 @@ impl<P: Platform> EventService<P> {
             owners,
             log,
             cq_numbers,
+            qps,
         } = self;
         let Some(eq) = eq.as_mut() else {
             return Ok(());
@@ -179,7 +271,10 @@ impl<P: Platform> EventService<P> {
         // not keep the driver here; the rest waits for the next call, and a command's wait
         // keeps its timeout.
         let mut budget = eq.ring.entries();
-        let known_cq = |cqn| cq_numbers.contains(cqn);
+        let objects = Live {
+            cqs: cq_numbers,
+            qps,
+        };
         while budget > 0
             && let Some(eqe) = eq.ring.poll_one()
         {
@@ -193,7 +288,7 @@ impl<P: Platform> EventService<P> {
                 eq.ring.update_ci(p, eq.uar_offset);
                 unreleased = 0;
             }
-            if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages, &known_cq) {
+            if let Err(e) = handle_eqe(&eqe, pages, owners, log, report, manage_pages, &objects) {
                 result = Err(e);
             }
         }
@@ -204,6 +299,14 @@ impl<P: Platform> EventService<P> {
     }
 }
 
+/// The live objects events may name.
+struct Live<'a, P: Platform> {
+    /// Events naming another CQ are dropped.
+    cqs: &'a CqNumbers<P>,
+    /// A QP-fatal event moves its QP to ERR.
+    qps: &'a LiveQps<P>,
+}
+
 fn handle_eqe<P: Platform>(
     eqe: &Eqe,
     pages: &mut PagePool<P>,
@@ -211,14 +314,14 @@ fn handle_eqe<P: Platform>(
     log: &mut EventLog,
     report: &mut dyn FnMut(u32),
     manage_pages: &mut ManagePagesFn<'_>,
-    known_cq: &dyn Fn(u32) -> bool,
+    live: &Live<'_, P>,
 ) -> Result<()> {
     match eqe.event_type() {
         // A CQ armed with `Cq::req_notify` got a completion: note it for the user (an
         // event for a CQ that does not exist is the device's error: counted, dropped).
         EventType::Comp => {
             let cqn = eqe.data_as::<EqeComp>().cqn.get() & 0x00ff_ffff;
-            if known_cq(cqn) {
+            if live.cqs.contains(cqn) {
                 log.completions.push(cqn);
             } else {
                 log.unknown_cq += 1;
@@ -249,7 +352,7 @@ fn handle_eqe<P: Platform>(
         EventType::CqError => {
             let e = eqe.data_as::<EqeCqErr>();
             let cqn = e.cqn.get() & 0x00ff_ffff;
-            if known_cq(cqn) {
+            if live.cqs.contains(cqn) {
                 log.push(AsyncEvent::CqError {
                     cqn,
                     syndrome: e.syndrome,
@@ -261,12 +364,18 @@ fn handle_eqe<P: Platform>(
         // The QP and SRQ events subscribed to; anything else (not asked for) is ignored.
         event if EQ_EVENTS.contains(&event) => {
             let e = eqe.data_as::<EqeQpSrq>();
-            let ev = AsyncEvent::QpSrq {
-                event,
-                number: e.qp_srq_n.get() & 0x00ff_ffff,
-                srq: e.r#type == 1,
-            };
-            log.push(ev);
+            let number = e.qp_srq_n.get() & 0x00ff_ffff;
+            let srq = e.r#type == 1;
+            if !srq
+                && QP_FATAL_EVENTS.contains(&event)
+                && let Some(qp) = live.qps.get(number)
+            {
+                // The device has the QP in ERR: so does the driver, before the user
+                // reads the event (an error completion does the same on the poller's
+                // side).
+                qp.error.store(true, Ordering::Release);
+            }
+            log.push(AsyncEvent::QpSrq { event, number, srq });
         }
         _ => {}
     }
@@ -282,6 +391,37 @@ mod tests {
     use uhca_fwif::zerocopy::IntoBytes;
     use uhca_hal::dma::DmaMem;
     use uhca_hal::testing::{FAKE_UAR, FakePlatform};
+
+    /// The live QPs stay sorted through inserts out of order, growth and removals, so a
+    /// QP event finds its QP and only its QP.
+    #[test]
+    fn live_qps_find_each_qp_through_growth_and_removal() {
+        use crate::verbs::dp::QpShared;
+        use uhca_fwif::consts::QpServiceType;
+        use uhca_hal::host::HostArc;
+        let p = FakePlatform::new();
+        let mut live = LiveQps::new(&p);
+        let qpn = |i: u32| (i * 7919) % 1000 + 0x100;
+        for i in 0..40 {
+            let h = HostArc::new(
+                &p,
+                QpShared::new(qpn(i), QpServiceType::Rc, (1, 1), None, None, None),
+            )
+            .unwrap();
+            live.insert(h).unwrap();
+        }
+        for i in 0..40 {
+            assert_eq!(live.get(qpn(i)).map(|h| h.qpn), Some(qpn(i)));
+        }
+        for i in (0..40).step_by(3) {
+            live.remove(qpn(i));
+        }
+        for i in 0..40 {
+            let want = (i % 3 != 0).then_some(qpn(i));
+            assert_eq!(live.get(qpn(i)).map(|h| h.qpn), want, "QP {i}");
+        }
+        assert!(live.get(0x99).is_none());
+    }
 
     /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs
     /// (update only), then arms once at the end: the device may keep writing during the

@@ -643,6 +643,7 @@ impl<P: Platform> Hca<P> {
                     if let Some(q) = &d.qp {
                         // Its CQEs still in a CQ are dropped from now on.
                         q.mark_destroyed();
+                        self.ev.qps.remove(d.number);
                     }
                     if d.kind == ObjectKind::Cq {
                         // Completion events still waiting for this CQ go with it.
@@ -775,6 +776,15 @@ impl<P: Platform> Hca<P> {
 
     pub(crate) fn cq_destroyed(&mut self, cqn: u32) {
         self.ev.cq_numbers.remove(cqn);
+    }
+
+    /// Notes a QP created (its state moves to ERR on a QP-fatal event), and destroyed.
+    pub(crate) fn qp_created(&mut self, qp: crate::verbs::dp::QpHandle<P>) -> Result<()> {
+        self.ev.qps.insert(qp)
+    }
+
+    pub(crate) fn qp_destroyed(&mut self, qpn: u32) {
+        self.ev.qps.remove(qpn);
     }
 
     /// Completion events dropped because events of too many CQs were waiting

@@ -4,9 +4,12 @@
 mod common;
 
 use common::*;
-use uhca_driver::Error;
-use uhca_driver::verbs::{InitAttr, Qp, Rc, RtrAttr, RtsAttr, SendOp, SendWr, WcStatus, WrError};
-use uhca_fwif::consts::{IbMtu, QpState};
+use uhca_driver::verbs::{
+    InitAttr, InitModifyAttr, Qp, Rc, RtrAttr, RtsAttr, RtsModifyAttr, SendOp, SendWr, WcStatus,
+    WrError,
+};
+use uhca_driver::{AsyncEvent, Error};
+use uhca_fwif::consts::{AccessFlags, EventType, IbMtu, QpState};
 use uhca_hal::dma::DmaMem;
 use uhca_mock::{Fabric, LinkLayer};
 
@@ -239,4 +242,181 @@ fn an_error_completion_shows_as_err_in_state() {
     assert_eq!(qa.query(&mut a.hca).unwrap().state, QpState::Err);
     qa.to_reset(&mut a.hca).unwrap();
     assert_eq!(qa.state(), QpState::Rst);
+}
+
+#[test]
+fn init_to_init_changes_the_rights_the_peer_then_meets() {
+    let fabric = Fabric::new(LinkLayer::Ethernet);
+    let mut a = node(&fabric, 1);
+    let mut b = node(&fabric, 2);
+    let qa = rc_qp(&mut a);
+    // B's QP is in INIT with every right; INIT -> INIT takes remote write away.
+    let mut qb = rc_qp(&mut b);
+    assert!(qb.query(&mut b.hca).unwrap().qpc.rwe());
+    qb.init_to_init(
+        &mut b.hca,
+        InitModifyAttr {
+            access: Some(AccessFlags::REMOTE_READ),
+            pkey_index: Some(1),
+            ..InitModifyAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(qb.state(), QpState::Init);
+    let q = qb.query(&mut b.hca).unwrap();
+    assert!(!q.qpc.rwe() && q.qpc.rre(), "the device has the new rights");
+    assert_eq!(q.pkey_index, 1);
+    // INIT -> INIT through to_init, every attribute given: the rights come back... and
+    // go again, so the peer meets the QP without remote write.
+    qb.to_init(
+        &mut b.hca,
+        InitAttr {
+            access: AccessFlags::REMOTE_READ,
+            ..InitAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(qb.query(&mut b.hca).unwrap().pkey_index, 0);
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    let mut qa = connect(&fabric, &mut a, qa, &b, nb, RtsAttr::default());
+    let _qb = connect(&fabric, &mut b, qb, &a, na, RtsAttr::default());
+    assert_eq!(
+        write(&fabric, &mut a, &mut qa, &b, 3),
+        (WcStatus::RemoteAccess, false),
+        "the responder refuses a WRITE INIT -> INIT took away"
+    );
+}
+
+#[test]
+fn rts_to_rts_changes_rights_and_timers_while_the_qp_sends() {
+    let (fabric, mut a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    assert_eq!(
+        write(&fabric, &mut a, &mut qa, &b, 1),
+        (WcStatus::Success, true)
+    );
+    // The RNR timer and the ACK timeout change in RTS; the QP stays in RTS and sends.
+    qa.rts_to_rts(
+        &mut a.hca,
+        RtsModifyAttr {
+            min_rnr_timer: Some(20),
+            timeout: Some(9),
+            ..RtsModifyAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(qa.state(), QpState::Rts);
+    let q = qa.query(&mut a.hca).unwrap().qpc;
+    assert_eq!(q.min_rnr_nak(), 20);
+    assert_eq!(q.primary_address_path().ack_timeout(), 9);
+    assert_eq!(
+        write(&fabric, &mut a, &mut qa, &b, 2),
+        (WcStatus::Success, true)
+    );
+    // B takes remote write away in RTS: A's next WRITE is refused.
+    qb.rts_to_rts(
+        &mut b.hca,
+        RtsModifyAttr {
+            access: Some(AccessFlags::REMOTE_READ),
+            ..RtsModifyAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(qb.state(), QpState::Rts);
+    assert_eq!(
+        write(&fabric, &mut a, &mut qa, &b, 3),
+        (WcStatus::RemoteAccess, false)
+    );
+}
+
+#[test]
+fn init_to_init_and_rts_to_rts_are_checked_before_anything_is_sent() {
+    let (_fabric, mut a, _b, mut qa, _qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let sent = a.dev.command_log().len();
+    // INIT -> INIT from RTS is not in the table.
+    assert_eq!(
+        qa.init_to_init(&mut a.hca, InitModifyAttr::default()),
+        Err(Error::IllegalTransition {
+            from: QpState::Rts,
+            to: QpState::Init
+        })
+    );
+    // An RC QP has no Q_Key; RNR timer codes have 5 bits.
+    let e = qa
+        .rts_to_rts(
+            &mut a.hca,
+            RtsModifyAttr {
+                qkey: Some(7),
+                ..RtsModifyAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = qa
+        .rts_to_rts(
+            &mut a.hca,
+            RtsModifyAttr {
+                min_rnr_timer: Some(32),
+                ..RtsModifyAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert_eq!(a.dev.command_log().len(), sent, "nothing was sent");
+    // RTS -> RTS from ERR is not in the table either.
+    qa.to_err(&mut a.hca).unwrap();
+    assert_eq!(
+        qa.rts_to_rts(&mut a.hca, RtsModifyAttr::default()),
+        Err(Error::IllegalTransition {
+            from: QpState::Err,
+            to: QpState::Rts
+        })
+    );
+}
+
+#[test]
+fn a_qp_fatal_event_moves_the_driver_s_view_to_err_with_nothing_to_poll() {
+    let (fabric, a, mut b, mut qa, mut qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let nb = qb.qpn();
+    // A's WRITE with a key B does not have: B's responder refuses it, the device moves
+    // B's QP to ERR and raises WQ_ACCESS_ERROR on it. B has no completion to poll: an
+    // RDMA WRITE consumes no receive.
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.iova(),
+            rkey: b.mr.rkey() ^ 0x55,
+        },
+        &sge,
+    );
+    qa.post_send(&[wr]).unwrap();
+    run(&fabric);
+    assert_eq!(b.dev.qp_state(nb), Some(QpState::Err));
+    assert!(poll(&mut b).is_empty(), "nothing for B to poll");
+    assert_eq!(qb.state(), QpState::Rts, "the event is not served yet");
+    b.hca.process_events().unwrap();
+    assert_eq!(qb.state(), QpState::Err, "served: the driver has it in ERR");
+    assert_eq!(
+        b.hca.next_event(),
+        Some(AsyncEvent::QpSrq {
+            event: EventType::WqAccessError,
+            number: nb,
+            srq: false
+        })
+    );
+    // Posting is refused at once; ERR -> RESET -> RTS brings it back.
+    let sge = [b.mr.sge(0, 8).unwrap()];
+    let bad = qb
+        .post_send(&[SendWr::new(2, SendOp::Send, &sge)])
+        .unwrap_err();
+    assert_eq!(bad.error, WrError::QpInError { qpn: nb });
+    assert!(matches!(
+        qb.rts_to_rts(&mut b.hca, RtsModifyAttr::default()),
+        Err(Error::IllegalTransition {
+            from: QpState::Err,
+            ..
+        })
+    ));
+    qb.to_reset(&mut b.hca).unwrap();
+    assert_eq!(qb.state(), QpState::Rst);
 }

@@ -298,7 +298,7 @@ fn every_command_links_its_opcode_and_output() {
             ("status", "syndrome")
         );
     }
-    assert_eq!(uhca_fwif::cmd::COMMANDS.len(), 65);
+    assert_eq!(uhca_fwif::cmd::COMMANDS.len(), 66);
 }
 
 fn reference_copy_is_unchanged_from_the_project_tables() {

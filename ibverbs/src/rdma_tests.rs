@@ -67,6 +67,12 @@ fn side(ip: Ipv4Addr, name: &str) -> Side {
 }
 
 fn connect(s: &Side, peer: &Side) {
+    to_init(s);
+    to_rts(s, peer);
+}
+
+/// RESET -> INIT with every right.
+fn to_init(s: &Side) {
     let m = Modify {
         state: Some(QpState::Init),
         port: Some(1),
@@ -75,6 +81,10 @@ fn connect(s: &Side, peer: &Side) {
         ..Modify::default()
     };
     s.d.modify_qp(s.qp, &m).unwrap();
+}
+
+/// INIT -> RTR -> RTS towards `peer`.
+fn to_rts(s: &Side, peer: &Side) {
     let m = Modify {
         state: Some(QpState::Rtr),
         path_mtu: Some(3),
@@ -320,6 +330,89 @@ fn every_opcode_between_two_devices_on_application_memory() {
     assert_eq!((got[0].wr_id, got[0].status), (8, WcStatus::RemoteAccess));
     b.d.read_mr(ro.handle, 64, &mut m[..19]).unwrap();
     assert_eq!(&m[..19], b"read me at the iova", "B's memory is unchanged");
+    a.d.close().unwrap();
+    b.d.close().unwrap();
+}
+
+/// A's RDMA WRITE of 8 bytes into B's MR: its completion's status.
+fn write_status(a: &Side, b: &Side, wr_id: u64) -> WcStatus {
+    let w = wr(
+        wr_id,
+        SendOp::RdmaWrite {
+            remote_addr: b.va + 512,
+            rkey: b.mr.rkey,
+        },
+        a.va,
+        8,
+        a.mr.lkey,
+    );
+    a.d.post_send(a.qp, &[w], &[]).unwrap();
+    let got = wait(a, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].wr_id, wr_id);
+    got[0].status
+}
+
+#[test]
+fn modify_qp_init_to_init_takes_access_flags_the_peer_then_meets() {
+    let a = side(Ipv4Addr::new(127, 0, 0, 96), "uhca-ia");
+    let b = side(Ipv4Addr::new(127, 0, 0, 97), "uhca-ib");
+    connect(&a, &b);
+    to_init(&b);
+    // ibv_modify_qp(INIT -> INIT, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX): remote read
+    // only. Without IBV_QP_STATE the transition is to the state the QP is in.
+    let m = Modify {
+        access: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ),
+        pkey_index: Some(0),
+        ..Modify::default()
+    };
+    assert_eq!(b.d.modify_qp(b.qp, &m).unwrap(), QpState::Init);
+    // Another port is refused.
+    let other = Modify {
+        state: Some(QpState::Init),
+        port: Some(2),
+        ..Modify::default()
+    };
+    assert_eq!(
+        b.d.modify_qp(b.qp, &other).unwrap_err().errno,
+        libc::EOPNOTSUPP
+    );
+    to_rts(&b, &a);
+    assert_eq!(write_status(&a, &b, 1), WcStatus::RemoteAccess);
+    a.d.close().unwrap();
+    b.d.close().unwrap();
+}
+
+#[test]
+fn modify_qp_rts_to_rts_takes_timers_and_access_flags() {
+    let a = side(Ipv4Addr::new(127, 0, 0, 98), "uhca-sa");
+    let b = side(Ipv4Addr::new(127, 0, 0, 99), "uhca-sb");
+    connect(&a, &b);
+    connect(&b, &a);
+    assert_eq!(write_status(&a, &b, 1), WcStatus::Success);
+    // ibv_modify_qp(RTS -> RTS, IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT).
+    let m = Modify {
+        state: Some(QpState::Rts),
+        min_rnr_timer: Some(20),
+        timeout: Some(16),
+        ..Modify::default()
+    };
+    assert_eq!(a.d.modify_qp(a.qp, &m).unwrap(), QpState::Rts);
+    assert_eq!(write_status(&a, &b, 2), WcStatus::Success);
+    // RTS -> RTS cannot change the send PSN.
+    let psn = Modify {
+        state: Some(QpState::Rts),
+        sq_psn: Some(5),
+        ..Modify::default()
+    };
+    assert_eq!(a.d.modify_qp(a.qp, &psn).unwrap_err().errno, libc::EINVAL);
+    // B takes remote write away in RTS (IBV_QP_ACCESS_FLAGS): A's WRITE is refused.
+    let m = Modify {
+        access: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ),
+        ..Modify::default()
+    };
+    assert_eq!(b.d.modify_qp(b.qp, &m).unwrap(), QpState::Rts);
+    assert_eq!(write_status(&a, &b, 3), WcStatus::RemoteAccess);
     a.d.close().unwrap();
     b.d.close().unwrap();
 }

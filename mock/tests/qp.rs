@@ -125,6 +125,49 @@ fn rc_qp_to_rts_and_back() {
 }
 
 #[test]
+fn init2init_changes_only_what_the_mask_selects() {
+    let Setup {
+        mut h,
+        pd,
+        uar,
+        cqn,
+    } = setup(MockConfig::default());
+    let qpn = h.create_qp(QpServiceType::Rc, pd, cqn, uar);
+    // INIT2INIT needs a QP in INIT.
+    let mut m = Init2initQpIn::new_cmd();
+    m.set_qpn(qpn);
+    assert_eq!(h.err(&m, &[]).0, CmdStatus::BadQpStateErr);
+    h.ok(&rst2init(qpn), &[]);
+    let mut m = Init2initQpIn::new_cmd();
+    m.set_qpn(qpn)
+        .set_opt_param_mask(optpar::RWE | optpar::RAE | optpar::PKEY_INDEX);
+    m.qpc_mut()
+        .set_rwe(false)
+        .set_rae(true)
+        .set_rre(false)
+        .primary_address_path_mut()
+        .set_pkey_index(3);
+    h.ok(&m, &[]);
+    assert_eq!(h.hca.qp_state(qpn), Some(QpState::Init));
+    let c = *query(&mut h, qpn).qpc();
+    assert!(!c.rwe() && c.rae());
+    assert!(c.rre(), "not selected");
+    assert_eq!(c.primary_address_path().pkey_index(), 3);
+    // A P_Key index outside the table is refused and changes nothing.
+    m.qpc_mut()
+        .primary_address_path_mut()
+        .set_pkey_index(uhca_mock::caps::PKEY_TABLE_ENTRIES as u16);
+    assert_eq!(
+        h.err(&m, &[]),
+        (CmdStatus::BadParamErr, syndrome::BAD_PKEY_INDEX)
+    );
+    assert_eq!(
+        query(&mut h, qpn).qpc().primary_address_path().pkey_index(),
+        3
+    );
+}
+
+#[test]
 fn transitions_from_the_wrong_state() {
     let Setup {
         mut h,

@@ -390,6 +390,7 @@ fn names_a_qp(opcode: CmdOpcode) -> bool {
     matches!(
         opcode,
         Rst2initQp
+            | Init2initQp
             | Init2rtrQp
             | Rtr2rtsQp
             | Rts2rtsQp

@@ -126,8 +126,8 @@ pub use mr::{Mr, MrAttr};
 pub use pd::{Pd, TransportDomain};
 pub use port::{GidEntry, GidType, PhysPortState, PortAttr};
 pub use qp::{
-    InitAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpTransport, Rc, RtrAttr, RtsAttr, Uc, Ud,
-    transition_is_legal,
+    InitAttr, InitModifyAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpTransport, Rc, RtrAttr, RtsAttr,
+    RtsModifyAttr, Uc, Ud, transition_is_legal,
 };
 pub use reserved::ReservedLkey;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

@@ -14,8 +14,8 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU8, Ordering};
 
 use uhca_fwif::cmd::{
-    Command, CreateQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn, Rtr2rtsQpIn,
-    Sqerr2rtsQpIn,
+    Command, CreateQpIn, Init2initQpIn, Init2rtrQpIn, Qp2errIn, Qp2rstIn, QueryQpIn, Rst2initQpIn,
+    Rtr2rtsQpIn, Rts2rtsQpIn, Sqerr2rtsQpIn,
 };
 use uhca_fwif::consts::{
     ADAPTER_PAGE_SIZE, AccessFlags, CmdStatus, IbMtu, QpServiceType, QpState, SEND_WQE_BB,
@@ -42,9 +42,9 @@ mod sealed {
 }
 
 /// The QP's state as the driver believes it, shared by the QP (which sets it at each
-/// transition and QUERY_QP), its posters (which read it once per call) and its CQs'
+/// transition and QUERY_QP), its posters (which read it once per call), its CQs'
 /// pollers (which move it to ERR on an error completion: `store(true, ..)`, the one thing
-/// they know about states).
+/// they know about states) and the HCA's event service (the same, on a QP-fatal event).
 pub(crate) struct QpStateCell(AtomicU8);
 
 impl core::fmt::Debug for QpStateCell {
@@ -273,6 +273,32 @@ impl Default for RtsAttr {
     }
 }
 
+/// INIT → INIT attributes (INIT2INIT_QP): what may change while the QP is in INIT. Each
+/// `None` stays as it is; the port stays the one RESET → INIT gave.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InitModifyAttr {
+    /// Index of the P_Key in the port's P_Key table.
+    pub pkey_index: Option<u16>,
+    /// What remote peers may do (RC: read, write, atomic; UC: write only; not for UD).
+    pub access: Option<AccessFlags>,
+    /// The Q_Key (UD only).
+    pub qkey: Option<u32>,
+}
+
+/// RTS → RTS attributes (RTS2RTS_QP): what may change while the QP sends. Each `None`
+/// stays as it is. The send PSN, the retry counts and the depths are fixed at RTR → RTS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RtsModifyAttr {
+    /// What remote peers may do (RC: read, write, atomic; UC: write only; not for UD).
+    pub access: Option<AccessFlags>,
+    /// The RNR NAK timer code the responder sends (RC only, 5 bits).
+    pub min_rnr_timer: Option<u8>,
+    /// The local ACK timeout code (RC only, 5 bits: 4.096 µs × 2^timeout).
+    pub timeout: Option<u8>,
+    /// The Q_Key (UD only).
+    pub qkey: Option<u32>,
+}
+
 /// What QUERY_QP reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpAttr {
@@ -339,6 +365,27 @@ const UD_LOG_MSG_MAX: u8 = 12;
 const RC_LOG_ACK_REQ_FREQ: u8 = 8;
 /// Mask of a 24-bit QPN or PSN.
 const MASK24: u32 = 0x00ff_ffff;
+
+/// The bits of a modify command's `opt_param_mask` (Linux `enum mlx5_qp_optpar`): which
+/// fields of the QP context the command changes besides those its transition always sets.
+mod optpar {
+    /// `rre`: responder RDMA read.
+    pub(super) const RRE: u32 = 1 << 1;
+    /// `rae`: responder atomics.
+    pub(super) const RAE: u32 = 1 << 2;
+    /// `rwe`: responder RDMA write.
+    pub(super) const RWE: u32 = 1 << 3;
+    /// The primary path's `pkey_index`.
+    pub(super) const PKEY_INDEX: u32 = 1 << 4;
+    /// `q_key`.
+    pub(super) const Q_KEY: u32 = 1 << 5;
+    /// `min_rnr_nak`.
+    pub(super) const RNR_TIMEOUT: u32 = 1 << 6;
+    /// The primary path's `ack_timeout`.
+    pub(super) const ACK_TIMEOUT: u32 = 1 << 14;
+    /// The three responder rights.
+    pub(super) const ACCESS: u32 = RRE | RAE | RWE;
+}
 
 /// Computes the queue sizes for transport overhead `overhead` (see [`QpTransport`]).
 pub(crate) fn queue_sizes(
@@ -513,14 +560,16 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
 /// | from | to | method |
 /// |------|----|--------|
 /// | RESET | INIT | [`Qp::to_init`] |
+/// | INIT | INIT | [`Qp::init_to_init`] (or [`Qp::to_init`] with every attribute) |
 /// | INIT | RTR | [`Qp::to_rtr`] |
 /// | RTR | RTS | [`Qp::to_rts`] |
+/// | RTS | RTS | [`Qp::rts_to_rts`] |
 /// | SQER | RTS | [`Qp::recover_sq`] |
 /// | any | ERR | [`Qp::to_err`] |
 /// | any | RESET | [`Qp::to_reset`] |
 ///
-/// INIT → INIT and RTS → RTS are legal in IB but not made by this driver
-/// ([`Error::Unsupported`]). [`Qp::connect`] makes RESET → INIT → RTR → RTS in one call:
+/// SQD is not made by this driver. [`Qp::connect`] makes RESET → INIT → RTR → RTS in one
+/// call:
 ///
 /// ```no_run
 /// # use uhca_driver::verbs::{Cq, InitAttr, Qp, QpCaps, QpInitAttr, Rc, RtrAttr, RtsAttr};
@@ -543,7 +592,9 @@ pub(crate) struct QpDatapath<'a, P: Platform> {
 ///
 /// What only the device knows is reconciled where it shows: an error completion moves the
 /// driver's view to ERR (the CQ's poller marks the QP's shared state, which posting reads
-/// once per call), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
+/// once per call), so does a QP-fatal asynchronous event (WQ catastrophic, invalid request
+/// or access error) once the HCA serves its event queue (while a command waits, or in
+/// [`Hca::process_events`]), and [`Qp::query`] (QUERY_QP) takes the device's state as the driver's.
 /// A transition the device refuses because the QP is not where the driver believed (it
 /// moved to SQER, say) is [`Error::BadQpState`] naming the state the device reports.
 ///
@@ -601,8 +652,8 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
     }
 
     /// The state as the driver believes it: where the last transition moved the QP, ERR
-    /// once an error completion of the QP was polled, or what the last [`Qp::query`]
-    /// found the device has it in.
+    /// once an error completion of the QP was polled or a QP-fatal event served, or what
+    /// the last [`Qp::query`] found the device has it in.
     pub fn state(&self) -> QpState {
         self.shared().error.get()
     }
@@ -788,19 +839,35 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
     }
 
     /// RESET → INIT (RST2INIT_QP): port, P_Key index, and the remote access rights (RC,
-    /// UC) or the Q_Key (UD).
+    /// UC) or the Q_Key (UD). From INIT it is INIT → INIT ([`Qp::init_to_init`]) with
+    /// every attribute given: the P_Key index and the rights or the Q_Key change, the port
+    /// stays.
     ///
     /// # Errors
     ///
-    /// [`Error::IllegalTransition`] from a state other than RESET, [`Error::Unsupported`]
-    /// from INIT (INIT2INIT is not made by this driver); [`Error::InvalidArgument`] for a
-    /// port the HCA does not have, a P_Key index outside the table, or access a UC QP
-    /// cannot give; [`Error::Unsupported`] for remote atomics on a device without them (no
-    /// command is sent for any of these); the command's error.
+    /// [`Error::IllegalTransition`] from a state other than RESET or INIT;
+    /// [`Error::InvalidArgument`] for a port the HCA does not have, a P_Key index outside
+    /// the table, or access a UC QP cannot give; [`Error::Unsupported`] for remote atomics
+    /// on a device without them, or from INIT for another port than the QP's (no command
+    /// is sent for any of these); the command's error.
     pub fn to_init(&mut self, hca: &mut Hca<P>, attr: InitAttr) -> Result<()> {
         self.check_transition(QpState::Init)?;
         if self.state() == QpState::Init {
-            return Err(Error::Unsupported("INIT to INIT (INIT2INIT_QP)"));
+            check_port(hca, attr.port)?;
+            if attr.port != self.inner().port {
+                return Err(Error::Unsupported(
+                    "moving a QP to another port in INIT to INIT",
+                ));
+            }
+            let ud = T::ST == QpServiceType::Ud;
+            return self.init_to_init(
+                hca,
+                InitModifyAttr {
+                    pkey_index: Some(attr.pkey_index),
+                    access: (!ud).then_some(attr.access),
+                    qkey: ud.then_some(attr.qkey),
+                },
+            );
         }
         let mut c = Rst2initQpIn::new_cmd();
         c.set_qpn(self.qpn());
@@ -810,6 +877,80 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
         i.port = attr.port;
         i.pkey_index = attr.pkey_index;
         Ok(())
+    }
+
+    /// INIT → INIT (INIT2INIT_QP): changes the P_Key index, the remote access rights (RC,
+    /// UC) or the Q_Key (UD) of a QP still in INIT; what is `None` stays.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IllegalTransition`] from a state other than INIT; [`Error::InvalidArgument`]
+    /// for a P_Key index outside the table, access rights on a UD QP or a UC QP's rights
+    /// other than remote write, a Q_Key on a connected QP; [`Error::Unsupported`] for
+    /// remote atomics on a device without them (no command is sent for any of these);
+    /// [`Error::BadQpState`]; the command's error.
+    pub fn init_to_init(&mut self, hca: &mut Hca<P>, attr: InitModifyAttr) -> Result<()> {
+        self.check_same_state(QpState::Init)?;
+        let mut c = Init2initQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        let q = c.qpc_mut();
+        let mut mask = modify_rights(hca, T::ST, attr.access, attr.qkey, q)?;
+        if let Some(i) = attr.pkey_index {
+            let pkeys = hca.caps().pkey_table_len.max(1);
+            if u32::from(i) >= pkeys {
+                return Err(
+                    InvalidArgument::max(Arg::PkeyIndex, i.into(), u64::from(pkeys) - 1).into(),
+                );
+            }
+            q.primary_address_path_mut().set_pkey_index(i);
+            mask |= optpar::PKEY_INDEX;
+        }
+        c.set_opt_param_mask(mask);
+        self.modify(hca, QpState::Init, &c)?;
+        if let Some(i) = attr.pkey_index {
+            self.inner_mut().pkey_index = i;
+        }
+        Ok(())
+    }
+
+    /// RTS → RTS (RTS2RTS_QP): changes, while the QP sends, the remote access rights (RC,
+    /// UC), the RNR NAK timer and the ACK timeout (RC) or the Q_Key (UD); what is `None`
+    /// stays. Work requests already posted go on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IllegalTransition`] from a state other than RTS; [`Error::InvalidArgument`]
+    /// for an attribute the transport does not have in RTS → RTS or an out-of-range code;
+    /// [`Error::Unsupported`] for remote atomics on a device without them (no command is
+    /// sent for any of these); [`Error::BadQpState`] (the device moved the QP on its own);
+    /// the command's error.
+    pub fn rts_to_rts(&mut self, hca: &mut Hca<P>, attr: RtsModifyAttr) -> Result<()> {
+        self.check_same_state(QpState::Rts)?;
+        let rc = T::ST == QpServiceType::Rc;
+        let mut c = Rts2rtsQpIn::new_cmd();
+        c.set_qpn(self.qpn());
+        let q = c.qpc_mut();
+        let mut mask = modify_rights(hca, T::ST, attr.access, attr.qkey, q)?;
+        let rnr = rc_timer_code(rc, Arg::MinRnrTimer, attr.min_rnr_timer)?;
+        if let Some(t) = rnr {
+            q.set_min_rnr_nak(t);
+            mask |= optpar::RNR_TIMEOUT;
+        }
+        if let Some(t) = rc_timer_code(rc, Arg::Timeout, attr.timeout)? {
+            q.primary_address_path_mut().set_ack_timeout(t);
+            mask |= optpar::ACK_TIMEOUT;
+        }
+        c.set_opt_param_mask(mask);
+        self.modify(hca, QpState::Rts, &c)
+    }
+
+    /// `to` → `to` (INIT → INIT, RTS → RTS): the driver has the QP in `to`, else
+    /// [`Error::IllegalTransition`] (nothing is sent).
+    fn check_same_state(&self, to: QpState) -> Result<()> {
+        match self.state() {
+            s if s == to => Ok(()),
+            from => Err(Error::IllegalTransition { from, to }),
+        }
     }
 
     /// Destroys the QP (DESTROY_QP), then frees the rings.
@@ -828,6 +969,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
             Ok(()) => {
                 // Its CQEs still in a CQ are dropped from now on.
                 self.shared().mark_destroyed();
+                hca.qp_destroyed(self.qpn());
                 drop(self.inner.take());
                 Ok(())
             }
@@ -883,32 +1025,89 @@ fn fill_init<P: Platform>(
         QpServiceType::Ud => {
             q.set_q_key(attr.qkey);
         }
-        _ => {
-            let a = attr.access;
-            if st == QpServiceType::Uc
-                && a.intersects(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
-            {
-                return Err(InvalidArgument::rule(
-                    Arg::AccessFlags,
-                    a.bits().into(),
-                    "UC QPs allow remote write only (no remote read or atomic)",
-                )
-                .into());
-            }
-            if a.contains(AccessFlags::REMOTE_ATOMIC) {
-                if !hca.caps().atomic {
-                    return Err(Error::Unsupported("remote atomics"));
-                }
-                q.set_rae(true).set_atomic_mode(ATOMIC_MODE_IB_COMP);
-            }
-            q.set_rre(a.contains(AccessFlags::REMOTE_READ))
-                .set_rwe(a.contains(AccessFlags::REMOTE_WRITE));
-            if st == QpServiceType::Rc {
-                q.set_log_ack_req_freq(RC_LOG_ACK_REQ_FREQ);
-            }
-        }
+        _ => fill_access(hca, st, attr.access, q)?,
     }
     Ok(())
+}
+
+/// The responder's rights of a connected QP (`rre`, `rwe`, `rae`): UC takes remote write
+/// only, atomics need the device's `atomic` capability.
+fn fill_access<P: Platform>(
+    hca: &Hca<P>,
+    st: QpServiceType,
+    a: AccessFlags,
+    q: &mut Qpc,
+) -> Result<()> {
+    if st == QpServiceType::Uc
+        && a.intersects(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+    {
+        return Err(InvalidArgument::rule(
+            Arg::AccessFlags,
+            a.bits().into(),
+            "UC QPs allow remote write only (no remote read or atomic)",
+        )
+        .into());
+    }
+    if a.contains(AccessFlags::REMOTE_ATOMIC) {
+        if !hca.caps().atomic {
+            return Err(Error::Unsupported("remote atomics"));
+        }
+        q.set_rae(true).set_atomic_mode(ATOMIC_MODE_IB_COMP);
+    }
+    q.set_rre(a.contains(AccessFlags::REMOTE_READ))
+        .set_rwe(a.contains(AccessFlags::REMOTE_WRITE));
+    if st == QpServiceType::Rc {
+        q.set_log_ack_req_freq(RC_LOG_ACK_REQ_FREQ);
+    }
+    Ok(())
+}
+
+/// The refusal of an attribute transport `st` does not take in this transition.
+fn not_for(arg: Arg, given: u64, rule: &'static str) -> Error {
+    InvalidArgument::rule(arg, given, rule).into()
+}
+
+/// What INIT2INIT and RTS2RTS both may change, into `q` (with the migration state every
+/// modify carries): the access rights of a connected QP, the Q_Key of a UD QP. Returns
+/// their mask bits (none for `None`).
+fn modify_rights<P: Platform>(
+    hca: &Hca<P>,
+    st: QpServiceType,
+    access: Option<AccessFlags>,
+    qkey: Option<u32>,
+    q: &mut Qpc,
+) -> Result<u32> {
+    q.set_pm_state(PM_STATE_MIGRATED);
+    let mask = modify_qkey(st, qkey, q)?;
+    let Some(a) = access else { return Ok(mask) };
+    if st == QpServiceType::Ud {
+        return Err(not_for(
+            Arg::AccessFlags,
+            a.bits().into(),
+            "a UD QP has no remote access rights",
+        ));
+    }
+    fill_access(hca, st, a, q)?;
+    Ok(mask | optpar::ACCESS)
+}
+
+/// A 5-bit timer code of RTS2RTS (the RNR NAK timer, the ACK timeout): RC QPs only.
+fn rc_timer_code(rc: bool, arg: Arg, code: Option<u8>) -> Result<Option<u8>> {
+    match code {
+        Some(t) if !rc => Err(not_for(arg, t.into(), "only an RC QP has this timer")),
+        Some(t) if t > 31 => Err(InvalidArgument::max(arg, t.into(), 31).into()),
+        c => Ok(c),
+    }
+}
+
+/// The Q_Key of INIT2INIT or RTS2RTS into `q`, with its mask bit: UD only.
+fn modify_qkey(st: QpServiceType, qkey: Option<u32>, q: &mut Qpc) -> Result<u32> {
+    let Some(k) = qkey else { return Ok(0) };
+    if st != QpServiceType::Ud {
+        return Err(not_for(Arg::Qkey, k.into(), "only a UD QP has a Q_Key"));
+    }
+    q.set_q_key(k);
+    Ok(optpar::Q_KEY)
 }
 
 fn check_port<P: Platform>(hca: &Hca<P>, port: u8) -> Result<()> {
@@ -1012,10 +1211,10 @@ impl<P: Platform> Qp<P, Rc> {
     ///
     /// # Errors
     ///
-    /// [`Error::IllegalTransition`] from a state other than RTR ([`Error::Unsupported`]
-    /// from RTS: RTS2RTS is not made by this driver); [`Error::InvalidArgument`] for
-    /// out-of-range values (no command is sent for either); [`Error::BadQpState`]; the
-    /// command's error.
+    /// [`Error::IllegalTransition`] from a state other than RTR or RTS;
+    /// [`Error::Unsupported`] from RTS (RTS → RTS cannot change these: see
+    /// [`Qp::rts_to_rts`]); [`Error::InvalidArgument`] for out-of-range values (no command
+    /// is sent for any of these); [`Error::BadQpState`]; the command's error.
     pub fn to_rts(&mut self, hca: &mut Hca<P>, attr: RtsAttr) -> Result<()> {
         self.check_rtr_to_rts()?;
         if attr.sq_psn > MASK24 {
@@ -1171,7 +1370,9 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
         self.check_transition(QpState::Rts)?;
         match self.state() {
             QpState::Rtr => Ok(()),
-            QpState::Rts => Err(Error::Unsupported("RTS to RTS (RTS2RTS_QP)")),
+            QpState::Rts => Err(Error::Unsupported(
+                "the send PSN, retry counts and depth in RTS to RTS (Qp::rts_to_rts changes what may change)",
+            )),
             from => Err(Error::IllegalTransition {
                 from,
                 to: QpState::Rts,
@@ -1349,7 +1550,7 @@ impl<P: Platform> Hca<P> {
                     if attr.recv_cq.cqn() != attr.send_cq.cqn() {
                         attr.recv_cq.attach(h.clone())?;
                     }
-                    Ok(())
+                    self.qp_created(h.clone())
                 });
                 match noted {
                     Ok(()) => Ok(h),

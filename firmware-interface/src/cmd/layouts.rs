@@ -495,6 +495,22 @@ crate::prm_struct! {
         syndrome / set_syndrome @ 32, 32 : u32;
         ece / set_ece @ 96, 32 : u32;
     }
+    /// PRM `init2init_qp_in`.
+    pub struct Init2initQpIn : init2init_qp_in = "mlx5_ifc_init2init_qp_in_bits", 2176 bits {
+        opcode / set_opcode @ 0, 16 : u16;
+        uid / set_uid @ 16, 16 : u16;
+        op_mod / set_op_mod @ 48, 16 : u16;
+        qpn / set_qpn @ 72, 24 : u32;
+        opt_param_mask / set_opt_param_mask @ 128, 32 : u32;
+        ece / set_ece @ 160, 32 : u32;
+        qpc / qpc_mut @ 192, 1856 : struct crate::ctx::Qpc;
+    }
+    /// PRM `init2init_qp_out`.
+    pub struct Init2initQpOut : init2init_qp_out = "mlx5_ifc_init2init_qp_out_bits", 128 bits {
+        status / set_status @ 0, 8 : u8;
+        syndrome / set_syndrome @ 32, 32 : u32;
+        ece / set_ece @ 96, 32 : u32;
+    }
     /// PRM `init2rtr_qp_in`.
     pub struct Init2rtrQpIn : init2rtr_qp_in = "mlx5_ifc_init2rtr_qp_in_bits", 2176 bits {
         opcode / set_opcode @ 0, 16 : u16;

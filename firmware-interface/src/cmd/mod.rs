@@ -87,6 +87,7 @@ commands! {
     DestroyQpIn => DestroyQpOut : DestroyQp;
     QueryQpIn => QueryQpOut : QueryQp;
     Rst2initQpIn => Rst2initQpOut : Rst2initQp;
+    Init2initQpIn => Init2initQpOut : Init2initQp;
     Init2rtrQpIn => Init2rtrQpOut : Init2rtrQp;
     Rtr2rtsQpIn => Rtr2rtsQpOut : Rtr2rtsQp;
     Rts2rtsQpIn => Rts2rtsQpOut : Rts2rtsQp;

@@ -385,6 +385,7 @@ impl Device {
             // (272 bytes).
             O::QueryQp => run!(@fw QueryQpIn, cmd_query_qp, op_mod_zero, QUERY_QP_OUT_FIXED),
             O::Rst2initQp => run!(@moved Rst2initQpIn, cmd_rst2init),
+            O::Init2initQp => run!(@moved Init2initQpIn, cmd_init2init),
             O::Init2rtrQp => run!(@moved Init2rtrQpIn, cmd_init2rtr),
             O::Rtr2rtsQp => run!(@moved Rtr2rtsQpIn, cmd_rtr2rts),
             O::Rts2rtsQp => run!(@moved Rts2rtsQpIn, cmd_rts2rts),

@@ -1,5 +1,5 @@
 //! Queue pairs: CREATE_QP, DESTROY_QP, QUERY_QP and the state machine (RST2INIT,
-//! INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
+//! INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, 2ERR, 2RST), each transition checked against the
 //! QP's current state (BAD_QP_STATE) and its parameters (BAD_PARAM).
 
 use super::special_qp::{check_special_q_key, has_pd, is_special};
@@ -142,6 +142,7 @@ type Moved = Result<(Vec<u8>, QpMoved), Fail>;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Transition {
     Rst2Init,
+    Init2Init,
     Init2Rtr,
     Rtr2Rts,
     Rts2Rts,
@@ -154,7 +155,7 @@ impl Transition {
     fn allowed_from(self, s: QpState) -> bool {
         match self {
             Transition::Rst2Init => s == QpState::Rst,
-            Transition::Init2Rtr => s == QpState::Init,
+            Transition::Init2Init | Transition::Init2Rtr => s == QpState::Init,
             Transition::Rtr2Rts => s == QpState::Rtr,
             Transition::Rts2Rts => s == QpState::Rts,
             Transition::Sqerr2Rts => s == QpState::Sqer,
@@ -163,7 +164,7 @@ impl Transition {
     }
     fn to(self) -> QpState {
         match self {
-            Transition::Rst2Init => QpState::Init,
+            Transition::Rst2Init | Transition::Init2Init => QpState::Init,
             Transition::Init2Rtr => QpState::Rtr,
             Transition::Rtr2Rts | Transition::Rts2Rts | Transition::Sqerr2Rts => QpState::Rts,
             Transition::ToErr => QpState::Err,
@@ -429,7 +430,10 @@ impl Firmware<'_> {
                         copy_path(&mut next, r, &[ads::ack_timeout]);
                     }
                 }
-                Transition::Rts2Rts
+                // INIT2INIT and RTS2RTS change only what the optional-parameter mask
+                // selects (below).
+                Transition::Init2Init
+                | Transition::Rts2Rts
                 | Transition::Sqerr2Rts
                 | Transition::ToErr
                 | Transition::ToRst => {}
@@ -478,6 +482,16 @@ impl Firmware<'_> {
             Some(i.qpc()),
         )?;
         Ok((out(&Rst2initQpOut::default()), moved))
+    }
+
+    pub(crate) fn cmd_init2init(&mut self, _c: &Ctx, i: &Init2initQpIn) -> Moved {
+        let moved = self.modify_qp(
+            Transition::Init2Init,
+            i.qpn(),
+            i.opt_param_mask(),
+            Some(i.qpc()),
+        )?;
+        Ok((out(&Init2initQpOut::default()), moved))
     }
 
     pub(crate) fn cmd_init2rtr(&mut self, _c: &Ctx, i: &Init2rtrQpIn) -> Moved {
