@@ -36,12 +36,6 @@ use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion, wc_opcode_of_wqe};
 use crate::error::{BadCqe, PollError};
 use crate::hca::Hca;
 
-/// `flags_rqpn[27:24]`: the sender's service level.
-const FLAGS_RQPN_SL_SHIFT: u32 = 24;
-/// `flags_rqpn[29:28]`: the GRH-present field (`g`); any non-zero value means a GRH (as
-/// Linux's mlx5 reads it).
-const FLAGS_RQPN_G_SHIFT: u32 = 28;
-
 /// For each WQE opcode (as a requester CQE's `sop` reports it), one more than the raw
 /// [`WcOpcode`] it completes as; 0 for opcodes a verbs send queue never posts.
 const WC_OF_SOP: [u8; 256] = {
@@ -250,15 +244,15 @@ fn complete<P: Platform, M: DmaMem>(
                     wc.invalidated_rkey = cqe.immediate();
                     wc.wc_flags |= WcFlags::WITH_INV;
                 }
-                let flags_rqpn = cqe.flags_rqpn();
-                if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
+                let flags = cqe.flags_rqpn();
+                if flags.grh() {
                     wc.wc_flags |= WcFlags::GRH;
                 }
                 // The service level on every receive, as libmlx5 (cq.c) and Linux's
                 // mlx5_ib report it; the source QP only where verbs defines it (UD).
-                wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
+                wc.sl = flags.sl();
                 if qp.st == QpServiceType::Ud {
-                    wc.src_qp = flags_rqpn & 0x00ff_ffff;
+                    wc.src_qp = flags.remote_qpn();
                 }
                 let (ml_path, slid) = cqe.ml_path_slid();
                 wc.slid = slid;
