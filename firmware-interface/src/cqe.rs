@@ -31,7 +31,8 @@ crate::dp_struct! {
         pub check_sum: U16,
         /// Source LID (InfiniBand receive).
         pub slid: U16,
-        /// Bits 31:28 flags (bit 28: GRH present, `g`), 23:0 remote QPN (UD receive).
+        /// Bits 29:28 `g` (GRH present when not 0), 27:24 service level, 23:0 remote QPN
+        /// (UD receive).
         pub flags_rqpn: U32,
         /// Header split, IP extension.
         pub hds_ip_ext: u8,
@@ -84,7 +85,9 @@ crate::dp_struct! {
     }
 }
 
-/// `flags_rqpn` bit 28: the received packet carried a GRH.
+/// `flags_rqpn` with `g` (bits 29:28) = 1: the received packet carried a GRH, placed in the
+/// receive buffer. A reader must take any non-zero `g` as "a GRH" (2 puts it in the second
+/// half of a 128-byte CQE).
 pub const CQE_FLAGS_GRH: u32 = 1 << 28;
 
 impl Cqe64 {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use uhca_fwif::consts::{CqeOpcode, WqeCtrlFlags, WqeOpcode};
 use uhca_fwif::cqe::{Cqe64, op_own_of};
-use uhca_hal::cq::{Completion, CqLayout, CqRing};
+use uhca_hal::cq::{CqLayout, CqRing};
 use uhca_hal::testing::FakePlatform;
 use uhca_hal::wq::{QpLayout, QpRings, SqDoorbell};
 use uhca_hal::{Bar, DmaBuf, DmaMem};
@@ -141,14 +141,15 @@ fn lap_image(lap: u64) -> Vec<u8> {
     img
 }
 
-/// ns per CQE polling in batches of 16, consumer index published per batch.
+/// ns per CQE polling in batches of 16, consumer index published per batch: each CQE read
+/// through the view the driver's poller reads ([`CqRing::poll_next`]), the fields a
+/// requester completion needs (opcode, QPN, WQE counter, WQE opcode, byte count).
 #[inline(never)]
 fn poll(p: &FakePlatform, images: &[Vec<u8>; 2]) -> f64 {
     let l = CqLayout::new(3, LOG_CQ);
     let mut cq = CqRing::new(DmaBuf::alloc(p, l.buffer_len(), 4096).unwrap(), l).unwrap();
     let base = cq.mem().iova();
     let n = 1u64 << LOG_CQ;
-    let mut out = [Completion::decode(&Cqe64::new_zeroed()); 16];
     let mut total = 0u128;
     let mut sum = 0u64;
     for lap in 0..cq_laps() {
@@ -157,9 +158,16 @@ fn poll(p: &FakePlatform, images: &[Vec<u8>; 2]) -> f64 {
         let t = Instant::now();
         let mut got = 0;
         while got < n {
-            let k = cq.poll(&mut out);
-            got += k as u64;
-            sum += out[k - 1].wqe_counter() as u64;
+            for _ in 0..16 {
+                let Some(cqe) = cq.poll_next() else { break };
+                if cqe.opcode_raw() == CqeOpcode::Req.raw() {
+                    sum += (cqe.qpn() ^ u32::from(cqe.sop())) as u64
+                        + cqe.wqe_counter() as u64
+                        + cqe.byte_cnt() as u64;
+                }
+                got += 1;
+            }
+            cq.update_consumer_index();
         }
         total += t.elapsed().as_nanos();
     }

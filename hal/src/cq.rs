@@ -23,18 +23,14 @@ use crate::barriers;
 use crate::dma::DmaMem;
 use crate::platform::Bar;
 use uhca_fwif::consts::{CQ_DOORBELL, CQE_OWNER_MASK, CqeOpcode, CqeSyndrome, WqeOpcode};
-use uhca_fwif::cqe::{CQE_FLAGS_GRH, Cqe64, ErrCqe, op_own_of};
+use uhca_fwif::cqe::{Cqe64, ErrCqe, op_own_of};
 use uhca_fwif::doorbell::{CqDoorbellRecord, cq_arm_word, cq_uar_doorbell};
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::{FromZeros, IntoBytes};
 
 const SET_CI_OFF: usize = core::mem::offset_of!(CqDoorbellRecord, set_ci);
 const ARM_DB_OFF: usize = core::mem::offset_of!(CqDoorbellRecord, arm_db);
 const CQE64: usize = core::mem::size_of::<Cqe64>();
 const OP_OWN_OFF: usize = core::mem::offset_of!(Cqe64, op_own);
-/// The decoded fields of a CQE live in its last 48 bytes (from `slid` at 22 and the error
-/// CQE's `srqn` at 32 on), read as six big-endian words.
-const DECODED_OFF: usize = 16;
-const DECODED_WORDS: usize = (CQE64 - DECODED_OFF) / 8;
 const _: () = {
     assert!(core::mem::offset_of!(Cqe64, slid) == 22);
     assert!(core::mem::offset_of!(Cqe64, flags_rqpn) == 24);
@@ -115,8 +111,10 @@ pub struct CqeSuccess {
     pub srqn: u32,
     /// For UD receives, the remote QPN (`flags_rqpn[23:0]`).
     pub remote_qpn: u32,
-    /// The received packet had a GRH.
+    /// The received packet had a GRH ([`FlagsRqpn::grh`]).
     pub grh: bool,
+    /// The sender's service level ([`FlagsRqpn::sl`]).
+    pub sl: u8,
     /// Source LID (InfiniBand receive).
     pub slid: u16,
     /// RoCE L3 header type (`l4_l3_hdr_type[3:2]`).
@@ -188,78 +186,26 @@ impl Completion {
             Completion::Error(e) => e.wqe_counter,
         }
     }
+}
 
-    /// Decodes a 64-byte CQE.
-    #[inline(always)]
-    pub fn decode(cqe: &Cqe64) -> Self {
-        let opcode = cqe.opcode();
-        if matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
-            let e = match ErrCqe::ref_from_bytes(cqe.as_bytes()) {
-                Ok(e) => e,
-                Err(_) => unreachable!("ErrCqe and Cqe64 are both 64 bytes"),
-            };
-            return Completion::Error(CqeError {
-                opcode,
-                syndrome: e.syndrome(),
-                vendor_syndrome: e.vendor_err_synd,
-                qpn: e.qpn(),
-                wqe_counter: e.wqe_counter.get(),
-                wqe_opcode: e.wqe_opcode(),
-                srqn: e.srqn.get() & 0x00ff_ffff,
-            });
-        }
+impl Default for Completion {
+    /// A blank successful completion (opcode [`CqeOpcode::Invalid`], every field 0): what
+    /// an output array of [`CqRing::poll`] starts as.
+    fn default() -> Self {
         Completion::Success(CqeSuccess {
-            opcode,
-            sop: (cqe.sop_drop_qpn.get() >> 24) as u8,
-            qpn: cqe.qpn(),
-            wqe_counter: cqe.wqe_counter.get(),
-            byte_count: cqe.byte_cnt.get(),
-            immediate: cqe.immediate.get(),
-            srqn: cqe.srqn.get() & 0x00ff_ffff,
-            remote_qpn: cqe.remote_qpn(),
-            grh: cqe.flags_rqpn.get() & CQE_FLAGS_GRH != 0,
-            slid: cqe.slid.get(),
-            roce_l3_hdr_type: cqe.roce_l3_hdr_type(),
-            timestamp: cqe.timestamp(),
-        })
-    }
-
-    /// Decodes a CQE from its bytes 16..64 read as six big-endian words (the same result
-    /// as [`Completion::decode`] on the whole CQE; see the layout asserts above).
-    #[inline(always)]
-    fn decode_words(w: &[u64; DECODED_WORDS]) -> Self {
-        // Word k holds bytes 16 + 8k .. 24 + 8k, the first byte in bits 63:56.
-        let [w16, w24, w32, w40, w48, w56] = *w;
-        let nibble = (w56 as u8) >> 4;
-        let hi = |x: u64| (x >> 32) as u32;
-        if nibble == CqeOpcode::ReqErr.raw() || nibble == CqeOpcode::RespErr.raw() {
-            let opcode = CqeOpcode::from_raw(nibble);
-            let s_wqe_opcode_qpn = hi(w56);
-            return Completion::Error(CqeError {
-                opcode,
-                syndrome: CqeSyndrome::from_raw(w48 as u8),
-                vendor_syndrome: (w48 >> 8) as u8,
-                qpn: s_wqe_opcode_qpn & 0x00ff_ffff,
-                wqe_counter: (w56 >> 16) as u16,
-                wqe_opcode: (s_wqe_opcode_qpn >> 24) as u8,
-                srqn: hi(w32) & 0x00ff_ffff,
-            });
-        }
-        let sop_drop_qpn = hi(w56);
-        let flags_rqpn = hi(w24);
-        Completion::Success(CqeSuccess {
-            opcode: CqeOpcode::from_raw(nibble),
-            sop: (sop_drop_qpn >> 24) as u8,
-            qpn: sop_drop_qpn & 0x00ff_ffff,
-            wqe_counter: (w56 >> 16) as u16,
-            byte_count: w40 as u32,
-            immediate: w32 as u32,
-            srqn: hi(w32) & 0x00ff_ffff,
-            remote_qpn: flags_rqpn & 0x00ff_ffff,
-            grh: flags_rqpn & CQE_FLAGS_GRH != 0,
-            slid: w16 as u16,
-            roce_l3_hdr_type: ((w24 >> 16) as u8 >> 2) & 0x3,
-            timestamp: w48,
+            opcode: CqeOpcode::Invalid,
+            sop: 0,
+            qpn: 0,
+            wqe_counter: 0,
+            byte_count: 0,
+            immediate: 0,
+            srqn: 0,
+            remote_qpn: 0,
+            grh: false,
+            sl: 0,
+            slid: 0,
+            roce_l3_hdr_type: 0,
+            timestamp: 0,
         })
     }
 }
@@ -327,9 +273,36 @@ impl<M: DmaMem> CqeView<'_, M> {
 
     /// `flags_rqpn`: GRH present, service level, remote QPN.
     #[inline(always)]
-    pub fn flags_rqpn(&self) -> u32 {
+    pub fn flags_rqpn(&self) -> FlagsRqpn {
+        FlagsRqpn(
+            self.mem
+                .read_be32(self.off + core::mem::offset_of!(Cqe64, flags_rqpn)),
+        )
+    }
+
+    /// `srqn` (`[23:0]`): the SRQ number or user index.
+    #[inline(always)]
+    pub fn srqn(&self) -> u32 {
         self.mem
-            .read_be32(self.off + core::mem::offset_of!(Cqe64, flags_rqpn))
+            .read_be32(self.off + core::mem::offset_of!(Cqe64, srqn))
+            & 0x00ff_ffff
+    }
+
+    /// The RoCE L3 header type (`l4_l3_hdr_type[3:2]`).
+    #[inline(always)]
+    pub fn roce_l3_hdr_type(&self) -> u8 {
+        (self
+            .mem
+            .read_u8(self.off + core::mem::offset_of!(Cqe64, l4_l3_hdr_type))
+            >> 2)
+            & 0x3
+    }
+
+    /// The timestamp (`timestamp_h`, `timestamp_l`).
+    #[inline(always)]
+    pub fn timestamp(&self) -> u64 {
+        self.mem
+            .read_be64(self.off + core::mem::offset_of!(Cqe64, timestamp_h))
     }
 
     /// `ml_path` and `slid`, read as one word (bytes 16..24: `rss_hash_type`, `ml_path`,
@@ -352,6 +325,74 @@ impl<M: DmaMem> CqeView<'_, M> {
         const _: () = assert!(core::mem::offset_of!(ErrCqe, syndrome) == AT + 1);
         let w = self.mem.read_be16(self.off + AT);
         (CqeSyndrome::from_raw(w as u8), (w >> 8) as u8)
+    }
+
+    /// Every field of the CQE, read through the accessors above: a [`Completion`].
+    #[inline(always)]
+    pub fn completion(&self) -> Completion {
+        let opcode = self.opcode();
+        if matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
+            let (syndrome, vendor_syndrome) = self.error_syndromes();
+            return Completion::Error(CqeError {
+                opcode,
+                syndrome,
+                vendor_syndrome,
+                qpn: self.qpn(),
+                wqe_counter: self.wqe_counter(),
+                // `s_wqe_opcode_qpn[31:24]`, where a good CQE has `sop_drop_qpn[31:24]`.
+                wqe_opcode: self.sop(),
+                srqn: self.srqn(),
+            });
+        }
+        let flags = self.flags_rqpn();
+        let (_, slid) = self.ml_path_slid();
+        Completion::Success(CqeSuccess {
+            opcode,
+            sop: self.sop(),
+            qpn: self.qpn(),
+            wqe_counter: self.wqe_counter(),
+            byte_count: self.byte_cnt(),
+            immediate: self.immediate(),
+            srqn: self.srqn(),
+            remote_qpn: flags.remote_qpn(),
+            grh: flags.grh(),
+            sl: flags.sl(),
+            slid,
+            roce_l3_hdr_type: self.roce_l3_hdr_type(),
+            timestamp: self.timestamp(),
+        })
+    }
+}
+
+/// A CQE's `flags_rqpn` word (offset 0x18): `g` in bits 29:28, the service level in 27:24,
+/// the remote QP number in 23:0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlagsRqpn(pub u32);
+
+impl FlagsRqpn {
+    /// `g`, `flags_rqpn[29:28]`.
+    const G_SHIFT: u32 = 28;
+    /// `sl`, `flags_rqpn[27:24]`.
+    const SL_SHIFT: u32 = 24;
+
+    /// The received packet carried a GRH: the two-bit `g` field is not 0. (`g` also says
+    /// where the GRH went, 1 for the receive buffer and 2 for the second half of a 128-byte
+    /// CQE; verbs reports only that there was one, as libmlx5 and Linux's mlx5_ib do.)
+    #[inline(always)]
+    pub const fn grh(self) -> bool {
+        (self.0 >> Self::G_SHIFT) & 0x3 != 0
+    }
+
+    /// The sender's service level.
+    #[inline(always)]
+    pub const fn sl(self) -> u8 {
+        ((self.0 >> Self::SL_SHIFT) & 0xf) as u8
+    }
+
+    /// The remote QP number (a UD receive's source QP).
+    #[inline(always)]
+    pub const fn remote_qpn(self) -> u32 {
+        self.0 & 0x00ff_ffff
     }
 }
 
@@ -519,20 +560,12 @@ impl<M: DmaMem> CqRing<M> {
         })
     }
 
-    /// Takes and decodes the next CQE if software owns it. The consumer index is not yet
-    /// published: call [`CqRing::update_consumer_index`] after a batch.
+    /// Takes and decodes the next CQE if software owns it: [`CqRing::poll_next`] read whole
+    /// with [`CqeView::completion`]. The consumer index is not yet published: call
+    /// [`CqRing::update_consumer_index`] after a batch.
     #[inline(always)]
     pub fn poll_one(&mut self) -> Option<Completion> {
-        let off = self.cqe_at(self.ci);
-        if !self.sw_owned(self.mem.read_u8(off + OP_OWN_OFF)) {
-            return None;
-        }
-        // The owner bit said the CQE is ours: read the rest only after it.
-        barriers::cqe_owner_before_cqe_read();
-        // Only the words a completion needs (bytes 16..64), one bounds check for all six.
-        let w = self.mem.read_be64_array::<DECODED_WORDS>(off + DECODED_OFF);
-        self.ci = self.ci.wrapping_add(1);
-        Some(Completion::decode_words(&w))
+        self.poll_next().map(|v| v.completion())
     }
 
     /// Fills `out` with completions and publishes the consumer index if any was taken.
@@ -703,34 +736,68 @@ mod tests {
         );
     }
 
-    /// The word decoder of `poll_one` agrees with `Completion::decode` on the whole CQE,
-    /// for success and error opcodes and arbitrary bytes.
+    /// A responder CQE with every field set: each decoded from where the PRM puts it.
     #[test]
-    fn word_decoder_matches_whole_cqe_decode() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for round in 0..2000u32 {
-            let mut cqe = Cqe64::new_zeroed();
-            for b in cqe.as_mut_bytes() {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                *b = seed as u8;
+    fn responder_cqe_fields_at_prm_offsets() {
+        let p = FakePlatform::new();
+        let l = CqLayout::new(9, 2);
+        let mut cq = CqRing::new(DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap(), l).unwrap();
+        let mut c = Cqe64::new_zeroed();
+        c.slid.set(0x1234);
+        c.flags_rqpn.set(0x1a00_0456); // g = 1, sl = 10, remote QPN 0x456
+        c.l4_l3_hdr_type = 0x2 << 2;
+        c.srqn.set(0xff00_0077);
+        c.immediate.set(0xdead_beef);
+        c.byte_cnt.set(4096);
+        c.timestamp_h.set(0x0102_0304);
+        c.timestamp_l.set(0x0506_0708);
+        c.sop_drop_qpn.set(0x0000_0099);
+        c.wqe_counter.set(3);
+        device_write_cqe(&p, cq.mem().iova(), c, CqeOpcode::RespSendImm, 0);
+        let Some(Completion::Success(s)) = cq.poll_one() else {
+            panic!("no successful CQE")
+        };
+        assert_eq!(
+            s,
+            CqeSuccess {
+                opcode: CqeOpcode::RespSendImm,
+                sop: 0,
+                qpn: 0x99,
+                wqe_counter: 3,
+                byte_count: 4096,
+                immediate: 0xdead_beef,
+                srqn: 0x77,
+                remote_qpn: 0x456,
+                grh: true,
+                sl: 10,
+                slid: 0x1234,
+                roce_l3_hdr_type: 2,
+                timestamp: 0x0102_0304_0506_0708,
             }
-            if round % 3 == 0 {
-                let op =
-                    [CqeOpcode::ReqErr, CqeOpcode::RespErr, CqeOpcode::Req][round as usize % 9 / 3];
-                cqe.op_own = op_own_of(op, cqe.op_own);
-            }
-            let b = cqe.as_bytes();
-            let w: [u64; DECODED_WORDS] = core::array::from_fn(|i| {
-                let o = DECODED_OFF + 8 * i;
-                u64::from_be_bytes(b[o..o + 8].try_into().unwrap())
-            });
-            assert_eq!(
-                Completion::decode_words(&w),
-                Completion::decode(&cqe),
-                "{b:x?}"
-            );
+        );
+    }
+
+    /// `g` is the two bits 29:28 of `flags_rqpn`: any value but 0 means the packet had a
+    /// GRH (2: the GRH is in the CQE's first half), and the service level below it is apart.
+    #[test]
+    fn grh_is_any_nonzero_g_field() {
+        let p = FakePlatform::new();
+        let l = CqLayout::new(9, 2);
+        let mut cq = CqRing::new(DmaBuf::alloc(&p, l.buffer_len(), 4096).unwrap(), l).unwrap();
+        for (i, (g, grh)) in [(0u32, false), (1, true), (2, true), (3, true)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut c = req_cqe(0x11, i as u16, 0);
+            c.flags_rqpn.set(g << 28 | 0xf << 24 | 0x42);
+            let at = cq.mem().iova() + i as u64 * 64;
+            device_write_cqe(&p, at, c, CqeOpcode::RespSend, 0);
+            let view = cq.poll_next().expect("a fresh CQE");
+            assert_eq!(view.flags_rqpn().grh(), grh, "g = {g}");
+            let Completion::Success(s) = view.completion() else {
+                panic!("an error CQE")
+            };
+            assert_eq!((s.grh, s.sl, s.remote_qpn), (grh, 0xf, 0x42), "g = {g}");
         }
     }
 

@@ -229,7 +229,7 @@ fn check_windows(len: usize, a: &[Window; 2], b: &[Window; 2]) {
 /// Two views of one buffer have disjoint windows and borrow the buffer mutably, so each is
 /// the only CPU-side accessor of its bytes while it lives: they can be used from two
 /// threads with no data race, while the buffer itself cannot be touched.
-pub struct DmaAlias<'a> {
+pub struct DmaView<'a> {
     // Invariant: `cpu` is the start of a live allocation of `len` bytes, 8-aligned, which
     // lives for 'a; no one else accesses the bytes of `windows` from the CPU while the view
     // lives (the buffer is mutably borrowed for 'a and the other view's windows are
@@ -243,18 +243,18 @@ pub struct DmaAlias<'a> {
 
 // SAFETY: the view is the only CPU-side accessor of its windows (invariant) and holds no
 // thread-bound state, so moving it to another thread moves that exclusive access.
-unsafe impl Send for DmaAlias<'_> {}
+unsafe impl Send for DmaView<'_> {}
 
-impl core::fmt::Debug for DmaAlias<'_> {
+impl core::fmt::Debug for DmaView<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("DmaAlias")
+        f.debug_struct("DmaView")
             .field("iova", &format_args!("{:#x}", self.iova))
             .field("windows", &self.windows)
             .finish()
     }
 }
 
-impl DmaAlias<'_> {
+impl DmaView<'_> {
     /// Checks that `off..off + width` is inside one window and `off` is a multiple of
     /// `align`, and returns the CPU pointer to `off`.
     #[inline(always)]
@@ -290,16 +290,16 @@ fn bad_window(off: usize, width: usize, windows: &[Window; 2]) -> ! {
 
 impl<D: Dma> DmaSplit for DmaBuf<D> {
     type View<'a>
-        = DmaAlias<'a>
+        = DmaView<'a>
     where
         D: 'a;
 
-    fn split_windows(&mut self, a: [Window; 2], b: [Window; 2]) -> (DmaAlias<'_>, DmaAlias<'_>) {
+    fn split_windows(&mut self, a: [Window; 2], b: [Window; 2]) -> (DmaView<'_>, DmaView<'_>) {
         let len = self.raw_len();
         check_windows(len, &a, &b);
         let cpu = self.region().cpu;
         let iova = self.raw_iova();
-        let view = |windows| DmaAlias {
+        let view = |windows| DmaView {
             cpu,
             len,
             iova,
@@ -362,7 +362,7 @@ impl<D: Dma> Drop for DmaBuf<D> {
 /// The [`DmaMem`] accessors of a type that has `raw_len`, `raw_iova` and
 /// `ptr(off, width, align)` (which checks the access and returns the CPU pointer to `off`,
 /// inside a live allocation that no one else on the CPU side accesses at those bytes while
-/// the value is borrowed: [`DmaBuf`], and [`DmaAlias`] within its windows).
+/// the value is borrowed: [`DmaBuf`], and [`DmaView`] within its windows).
 macro_rules! impl_dma_mem {
     ([$($gen:tt)*] $ty:ty) => {
 impl<$($gen)*> DmaMem for $ty {
@@ -569,7 +569,7 @@ impl<$($gen)*> DmaMem for $ty {
 }
 
 impl_dma_mem!([D: Dma] DmaBuf<D>);
-impl_dma_mem!(['a] DmaAlias<'a>);
+impl_dma_mem!(['a] DmaView<'a>);
 impl_dma_mem!([D: Dma] MappedBuf<D>);
 
 /// Memory a caller already has, to be mapped for the device by [`MappedBuf::new`]: an

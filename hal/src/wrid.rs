@@ -44,7 +44,7 @@
 //!   consumer counters, doorbell toggle) is split into two `&mut` borrows.
 //! * The SQ, the RQ and the doorbell record are one DMA buffer, written through volatile
 //!   accesses that need `&mut` of the buffer. The split borrows the buffer mutably once and
-//!   lends each side a view of it ([`DmaAlias`](crate::dma::DmaAlias)) that reaches only
+//!   lends each side a view of it ([`DmaView`](crate::dma::DmaView)) that reaches only
 //!   its own bytes: its queue and its 4-byte word of the record. The windows are checked
 //!   disjoint when the views are made, every access is checked inside its view's windows
 //!   (an access outside panics, as one outside the buffer does), and the views borrow the

@@ -55,7 +55,7 @@ fn post_doorbell_and_poll_allocate_nothing() {
     let mut eq = EqRing::new(DmaBuf::alloc(&p, 64 * 64, 4096).unwrap(), 1, 6).unwrap();
     let eq_base = eq.mem().iova();
     let inline = [0x5au8; 64];
-    let mut out = [Completion::Success(blank_success()); 16];
+    let mut out = [Completion::default(); 16];
     let rounds = if cfg!(miri) { 3 } else { 200 };
     let mut allocations = 0;
     for round in 0..rounds {
@@ -109,11 +109,4 @@ fn post_doorbell_and_poll_allocate_nothing() {
     }
     assert_eq!(allocations, 0, "the datapath allocated");
     assert!(bar.read64(0) != 0, "doorbells were rung");
-}
-
-fn blank_success() -> uhca_hal::cq::CqeSuccess {
-    match Completion::decode(&Cqe64::new_zeroed()) {
-        Completion::Success(s) => s,
-        Completion::Error(_) => unreachable!(),
-    }
 }

@@ -31,16 +31,10 @@ use uhca_hal::dma::DmaMem;
 use core::sync::atomic::Ordering;
 
 use super::Cq;
-use super::dp::QpMap;
+use super::dp::{QpMap, QpShared};
 use super::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion, wc_opcode_of_wqe};
 use crate::error::{BadCqe, PollError};
 use crate::hca::Hca;
-
-/// `flags_rqpn[27:24]`: the sender's service level.
-const FLAGS_RQPN_SL_SHIFT: u32 = 24;
-/// `flags_rqpn[29:28]`: the GRH-present field (`g`); any non-zero value means a GRH (as
-/// Linux's mlx5 reads it).
-const FLAGS_RQPN_G_SHIFT: u32 = 28;
 
 /// For each WQE opcode (as a requester CQE's `sop` reports it), one more than the raw
 /// [`WcOpcode`] it completes as; 0 for opcodes a verbs send queue never posts.
@@ -188,86 +182,100 @@ fn complete<P: Platform, M: DmaMem>(
         | CqeOpcode::RespSendImm
         | CqeOpcode::RespSendInv
         | CqeOpcode::RespWrImm
-        | CqeOpcode::RespErr => {
-            if qp.recv_cqn != cqn {
-                return Err(BadCqe::WrongCq { qpn, cqn });
-            }
-            let not_outstanding = BadCqe::NotOutstanding {
-                qpn,
-                wqe_counter: counter,
-            };
-            // A SEND cannot bring more than the receive WQE can take: refused before the
-            // WQE is taken, so the tables stay as they were. (An RDMA WRITE with immediate
-            // consumes a receive WQE but writes where its rkey says: its byte count is the
-            // WRITE's length.)
-            let is_send = matches!(
-                opcode,
-                CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
-            );
-            wc.wr_id = match (&qp.srq, &qp.rq) {
-                // The SRQ's shadow is locked once for the length check and the take.
-                (Some(srq), _) => {
-                    let mut sh = srq.shadow.lock();
-                    if is_send {
-                        let byte_cnt = cqe.byte_cnt();
-                        if let Some(posted) = sh.posted_len(counter)
-                            && byte_cnt > posted
-                        {
-                            return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt });
-                        }
-                    }
-                    sh.complete(counter).ok_or(not_outstanding)?
-                }
-                // The RQ checks the length and takes the WQE in one look at its counters.
-                (None, Some(rq)) if is_send => {
-                    let byte_cnt = cqe.byte_cnt();
-                    match rq.take_within(counter, byte_cnt) {
-                        Some(Ok(wr_id)) => wr_id,
-                        Some(Err(())) => return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt }),
-                        None => return Err(not_outstanding),
-                    }
-                }
-                (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
-                (None, None) => return Err(BadCqe::WrongCq { qpn, cqn }),
-            };
-            if opcode == CqeOpcode::RespErr {
-                wc.opcode = WcOpcode::Recv;
-                (wc.status, wc.vendor_err) = error_status(cqe);
-                qp.error.store(true, Ordering::Relaxed);
-            } else {
-                wc.opcode = if opcode == CqeOpcode::RespWrImm {
-                    WcOpcode::RecvRdmaWithImm
-                } else {
-                    WcOpcode::Recv
-                };
-                wc.byte_len = cqe.byte_cnt();
-                if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
-                    wc.imm_data = cqe.immediate();
-                    wc.wc_flags |= WcFlags::WITH_IMM;
-                }
-                if opcode == CqeOpcode::RespSendInv {
-                    // The CQE's immediate field carries the invalidated rkey.
-                    wc.invalidated_rkey = cqe.immediate();
-                    wc.wc_flags |= WcFlags::WITH_INV;
-                }
-                let flags_rqpn = cqe.flags_rqpn();
-                if (flags_rqpn >> FLAGS_RQPN_G_SHIFT) & 3 != 0 {
-                    wc.wc_flags |= WcFlags::GRH;
-                }
-                // The service level on every receive, as libmlx5 (cq.c) and Linux's
-                // mlx5_ib report it; the source QP only where verbs defines it (UD).
-                wc.sl = ((flags_rqpn >> FLAGS_RQPN_SL_SHIFT) & 0xf) as u8;
-                if qp.st == QpServiceType::Ud {
-                    wc.src_qp = flags_rqpn & 0x00ff_ffff;
-                }
-                let (ml_path, slid) = cqe.ml_path_slid();
-                wc.slid = slid;
-                wc.dlid_path_bits = ml_path & 0x7f;
-            }
-        }
+        | CqeOpcode::RespErr => complete_recv(qp, cqn, opcode, cqe, wc)?,
         other => return Err(BadCqe::UnexpectedOpcode { qpn, opcode: other }),
     }
     Ok(true)
+}
+
+/// A responder CQE (a receive of the QP's RQ or of its SRQ), checked against the tables
+/// and written into `wc`: the receive WQE it names is taken, then the status (an error
+/// CQE) or what was received.
+#[inline(always)]
+fn complete_recv<P: Platform, M: DmaMem>(
+    qp: &QpShared<P>,
+    cqn: u32,
+    opcode: CqeOpcode,
+    cqe: &CqeView<'_, M>,
+    wc: &mut WorkCompletion,
+) -> Result<(), BadCqe> {
+    let (qpn, counter) = (cqe.qpn(), cqe.wqe_counter());
+    if qp.recv_cqn != cqn {
+        return Err(BadCqe::WrongCq { qpn, cqn });
+    }
+    let not_outstanding = BadCqe::NotOutstanding {
+        qpn,
+        wqe_counter: counter,
+    };
+    // A SEND cannot bring more than the receive WQE can take: refused before the
+    // WQE is taken, so the tables stay as they were. (An RDMA WRITE with immediate
+    // consumes a receive WQE but writes where its rkey says: its byte count is the
+    // WRITE's length.)
+    let is_send = matches!(
+        opcode,
+        CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
+    );
+    wc.wr_id = match (&qp.srq, &qp.rq) {
+        // The SRQ's shadow is locked once for the length check and the take.
+        (Some(srq), _) => {
+            let mut sh = srq.shadow.lock();
+            if is_send {
+                let byte_cnt = cqe.byte_cnt();
+                if let Some(posted) = sh.posted_len(counter)
+                    && byte_cnt > posted
+                {
+                    return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt });
+                }
+            }
+            sh.complete(counter).ok_or(not_outstanding)?
+        }
+        // The RQ checks the length and takes the WQE in one look at its counters.
+        (None, Some(rq)) if is_send => {
+            let byte_cnt = cqe.byte_cnt();
+            match rq.take_within(counter, byte_cnt) {
+                Some(Ok(wr_id)) => wr_id,
+                Some(Err(())) => return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt }),
+                None => return Err(not_outstanding),
+            }
+        }
+        (None, Some(rq)) => rq.take(counter).ok_or(not_outstanding)?,
+        (None, None) => return Err(BadCqe::WrongCq { qpn, cqn }),
+    };
+    if opcode == CqeOpcode::RespErr {
+        wc.opcode = WcOpcode::Recv;
+        (wc.status, wc.vendor_err) = error_status(cqe);
+        qp.error.store(true, Ordering::Relaxed);
+    } else {
+        wc.opcode = if opcode == CqeOpcode::RespWrImm {
+            WcOpcode::RecvRdmaWithImm
+        } else {
+            WcOpcode::Recv
+        };
+        wc.byte_len = cqe.byte_cnt();
+        if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+            wc.imm_data = cqe.immediate();
+            wc.wc_flags |= WcFlags::WITH_IMM;
+        }
+        if opcode == CqeOpcode::RespSendInv {
+            // The CQE's immediate field carries the invalidated rkey.
+            wc.invalidated_rkey = cqe.immediate();
+            wc.wc_flags |= WcFlags::WITH_INV;
+        }
+        let flags = cqe.flags_rqpn();
+        if flags.grh() {
+            wc.wc_flags |= WcFlags::GRH;
+        }
+        // The service level on every receive, as libmlx5 (cq.c) and Linux's
+        // mlx5_ib report it; the source QP only where verbs defines it (UD).
+        wc.sl = flags.sl();
+        if qp.st == QpServiceType::Ud {
+            wc.src_qp = flags.remote_qpn();
+        }
+        let (ml_path, slid) = cqe.ml_path_slid();
+        wc.slid = slid;
+        wc.dlid_path_bits = ml_path & 0x7f;
+    }
+    Ok(())
 }
 
 /// The HCA is gone (torn down, bus mastering off): completes in software, with

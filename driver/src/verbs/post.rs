@@ -21,7 +21,7 @@ use uhca_fwif::consts::{INLINE_SEG, QpServiceType, SEND_WQE_DS, WqeCtrlFlags};
 use uhca_fwif::wqe::INVALID_LKEY;
 use uhca_hal::Platform;
 use uhca_hal::barriers;
-use uhca_hal::dma::DmaAlias;
+use uhca_hal::dma::DmaView;
 use uhca_hal::dma::{DmaBuf, DmaMem};
 use uhca_hal::platform::Bar;
 use uhca_hal::wq::{RecvRing, RqRing, SendRing, SqRing, WqError};
@@ -34,7 +34,7 @@ use super::wr::{
 use super::{Qp, Srq};
 use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
-use uhca_hal::wrid::SendEntry;
+use uhca_hal::wrid::{SendEntry, SqTable};
 
 /// Most scatter entries of a receive WQE: a 1 KiB stride of 16-byte entries, more than any
 /// device's `max_wqe_sz_rq` gives (the RQ refuses longer lists before this matters).
@@ -285,7 +285,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
 
 /// The send side of a QP, split from it with [`Qp::split`].
 pub struct SendQueue<'a, P: Platform, T: QpTransport> {
-    rings: SqRing<'a, DmaAlias<'a>>,
+    rings: SqRing<'a, DmaView<'a>>,
     bar: &'a P,
     side: SendSide<'a, P>,
     _transport: PhantomData<fn() -> T>,
@@ -320,7 +320,7 @@ impl<P: Platform, T: QpTransport> SendQueue<'_, P, T> {
 
 /// The receive side of a QP, split from it with [`Qp::split`].
 pub struct RecvQueue<'a, P: Platform, T: QpTransport> {
-    rings: RqRing<'a, DmaAlias<'a>>,
+    rings: RqRing<'a, DmaView<'a>>,
     side: RecvSide<'a, P>,
     _transport: PhantomData<fn() -> T>,
 }
@@ -363,6 +363,27 @@ struct SendSide<'a, P: Platform> {
 }
 
 impl<P: Platform> SendSide<'_, P> {
+    /// The SQ's work-request table, if the QP takes sends in its state; the SQ's CQEs are
+    /// the new incarnation's from here on if it was reset.
+    #[inline(always)]
+    fn send_table(&self) -> Result<&SqTable<P>, BadWr> {
+        let sh = self.shared;
+        if !sh.error.can_send() {
+            return Err(not_ready(sh));
+        }
+        let Some(table) = sh.sq.as_ref() else {
+            return Err(BadWr {
+                index: 0,
+                error: WrError::NoQueue,
+            });
+        };
+        // Posting after RESET: from here on the SQ's CQEs are the new incarnation's.
+        if sh.sq_stale.load(Ordering::Relaxed) {
+            sh.sq_stale.store(false, Ordering::Relaxed);
+        }
+        Ok(table)
+    }
+
     #[inline(always)]
     fn post<'w, 'd: 'w, I, R, B>(&self, rings: &mut R, bar: &B, wrs: I) -> Result<(), BadWr>
     where
@@ -371,17 +392,7 @@ impl<P: Platform> SendSide<'_, P> {
         B: Bar + ?Sized,
     {
         let bad = |index, error| BadWr { index, error };
-        let sh = self.shared;
-        if !sh.error.can_send() {
-            return Err(not_ready(sh));
-        }
-        let Some(table) = sh.sq.as_ref() else {
-            return Err(bad(0, WrError::NoQueue));
-        };
-        // Posting after RESET: from here on the SQ's CQEs are the new incarnation's.
-        if sh.sq_stale.load(Ordering::Relaxed) {
-            sh.sq_stale.store(false, Ordering::Relaxed);
-        }
+        let table = self.send_table()?;
         let caps = self.caps;
         let sig_all = if self.sig_all {
             WqeCtrlFlags::CQ_UPDATE.bits()
