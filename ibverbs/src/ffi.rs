@@ -35,8 +35,8 @@ macro_rules! export {
 }
 
 mod ah;
-mod stubs;
 mod events;
+mod stubs;
 
 /// One configured device: the core's and the `struct ibv_device` handed out for it.
 struct Entry {
