@@ -82,8 +82,10 @@ fn make_lib_dir() -> Option<PathBuf> {
 /// server's address). Iterations are few so that each run takes about a second.
 /// `--use_old_post_send`: perftest takes the `ibv_wr_*` path on a ConnectX part id, through
 /// `ibv_create_qp_ex`, which this library does not offer yet (see the README).
-/// `ib_read_bw -s 16384`: 16 outstanding RDMA READs of perftest's default 64 KiB end in
-/// `IBV_WC_RETRY_EXC_ERR` on the mock over UDP (see the README).
+/// `ib_read_bw -s 16384`: 16 outstanding READs whose 256 KiB of responses arrive in one
+/// burst, which the mock's UDP uplink holds in its socket buffer while its process waits
+/// for the CPU. At perftest's default 64 KiB the mock still ends in `IBV_WC_RETRY_EXC_ERR`
+/// on a loaded machine (see the README).
 const PROGRAMS: &[(&str, &[&str], &str)] = &[
     ("ib_write_bw", &["-n", "50"], "BW average[MB/sec]"),
     (

@@ -25,6 +25,10 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 
+/// Most datagrams one poll takes from the socket: the HCA answers (and acknowledges) a
+/// batch before the next one is read, so a deep socket queue does not hold back every ACK.
+const UDP_POLL_BATCH: usize = 64;
+
 /// A UDP uplink of one HCA.
 #[derive(Debug)]
 pub(crate) struct UdpPort {
@@ -51,6 +55,7 @@ impl UdpPort {
         let sock = UdpSocket::bind(SocketAddrV4::new(local, ROCEV2_UDP_PORT))?;
         sock.set_nonblocking(true)?;
         set_pmtudisc_do(&sock)?;
+        size_socket_buffers(&sock);
         Ok(UdpPort {
             sock,
             local,
@@ -108,7 +113,9 @@ impl UdpPort {
     pub(crate) fn poll(&mut self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let mut buf = vec![0u8; 65_536];
-        while let Ok((n, from)) = self.sock.recv_from(&mut buf) {
+        while out.len() < UDP_POLL_BATCH
+            && let Ok((n, from)) = self.sock.recv_from(&mut buf)
+        {
             let std::net::SocketAddr::V4(from) = from else {
                 continue;
             };
@@ -199,6 +206,94 @@ fn set_pmtudisc_do(sock: &UdpSocket) -> io::Result<()> {
 #[cfg(not(target_os = "linux"))]
 fn set_pmtudisc_do(_sock: &UdpSocket) -> io::Result<()> {
     Ok(())
+}
+
+/// The socket buffer size the uplink asks for, each way (Linux grants twice that, its
+/// bookkeeping included): room for the responses to sixteen outstanding 64 KiB RDMA READs
+/// (1 MiB of payload in 1 KiB datagrams, which the kernel charges at about 2.3 KiB each)
+/// while the process that owns the socket is not scheduled. With the default (about
+/// 208 KiB) the kernel drops the rest of such a burst, and go-back-N retransmission
+/// resends the whole burst, which overflows again. Not much more: what waits in the queue
+/// waits for its acknowledgement too, and a queue deeper than the peer's ACK timeout
+/// covers makes the peer retransmit what is only late.
+pub const UDP_SOCKET_BUFFER_BYTES: usize = 3 << 19;
+
+/// Sets `SO_RCVBUF` and `SO_SNDBUF` to [`UDP_SOCKET_BUFFER_BYTES`]. Linux caps these at
+/// `net.core.rmem_max` / `wmem_max`; when that leaves less than asked, the privileged
+/// `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE` are tried (they need `CAP_NET_ADMIN`). Best effort:
+/// a smaller buffer still works, only bursts lose more.
+#[cfg(target_os = "linux")]
+fn size_socket_buffers(sock: &UdpSocket) {
+    let want = UDP_SOCKET_BUFFER_BYTES as libc::c_int;
+    for (opt, force) in [
+        (libc::SO_RCVBUF, libc::SO_RCVBUFFORCE),
+        (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE),
+    ] {
+        let _ = setsockopt_int(sock, opt, want);
+        // Linux reports twice the value it accepted (its bookkeeping overhead).
+        if getsockopt_int(sock, opt).is_ok_and(|got| got < want.saturating_mul(2)) {
+            let _ = setsockopt_int(sock, force, want);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn size_socket_buffers(_sock: &UdpSocket) {}
+
+#[cfg(target_os = "linux")]
+fn setsockopt_int(sock: &UdpSocket, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket descriptor (borrowed from `sock` for the call), a pointer to a
+    // c_int that outlives the call and its size, as socket(7) specifies for the SOL_SOCKET
+    // buffer options.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&raw const v).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn getsockopt_int(sock: &UdpSocket, opt: libc::c_int) -> io::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket descriptor (borrowed from `sock` for the call), a c_int and
+    // its length that outlive the call, as socket(7) specifies for the SOL_SOCKET options.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&raw mut v).cast(),
+            &raw mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl UdpPort {
+    /// The receive buffer the kernel gave the socket (`SO_RCVBUF` as read back, which
+    /// Linux reports doubled), for diagnostics.
+    #[cfg(all(test, target_os = "linux"))]
+    pub(crate) fn rcvbuf(&self) -> Option<usize> {
+        getsockopt_int(&self.sock, libc::SO_RCVBUF)
+            .ok()
+            .and_then(|v| usize::try_from(v).ok())
+    }
 }
 
 /// The ICRC change each Identification bit causes, for `transport` (BTH to the last pad
@@ -337,6 +432,78 @@ mod tests {
         };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
         assert_eq!(v, libc::IP_PMTUDISC_DO);
+    }
+
+    /// A burst the size of the responses to sixteen 64 KiB READs at a 1024-byte MTU (1024
+    /// datagrams), sent while the uplink does not poll (its process not scheduled), is all
+    /// there when it polls late: none lost to the socket's receive buffer.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_read_response_burst_waits_in_the_socket_for_a_late_poll() {
+        let hca = MockHca::new(crate::MockConfig::default());
+        let local = Ipv4Addr::new(127, 0, 91, 5);
+        let mut port = match UdpPort::bind(&hca, local) {
+            Ok(port) => port,
+            Err(e) => return udp_unavailable(local, &e),
+        };
+        let peer = Ipv4Addr::new(127, 0, 91, 6);
+        let tx = match UdpSocket::bind(SocketAddrV4::new(peer, 0)) {
+            Ok(s) => s,
+            Err(e) => return udp_unavailable(peer, &e),
+        };
+        let sport = tx.local_addr().unwrap().port();
+        let n = 1024u32;
+        let data = vec![0xa5; 1024];
+        let payloads: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let t = IbTransportRepr::new(
+                    BthRepr::new(Opcode::RcRdmaReadResponseMiddle, 0x77, i),
+                    &data,
+                );
+                payload_sent_with(Ipv4Repr::new(peer.octets(), local.octets()), sport, &t)
+            })
+            .collect();
+        // Linux grants up to net.core.rmem_max (doubled), or any size to CAP_NET_ADMIN.
+        let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        // SAFETY: geteuid(2) has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let need = UDP_SOCKET_BUFFER_BYTES;
+        if !root && rmem_max < need {
+            assert!(
+                std::env::var("UHCA_REQUIRE_UDP").as_deref() != Ok("1"),
+                "UHCA_REQUIRE_UDP=1 but net.core.rmem_max is {rmem_max} (not root), \
+                 {need} needed"
+            );
+            return eprintln!("SKIPPED: net.core.rmem_max {rmem_max} < {need} and not root");
+        }
+        eprintln!(
+            "receive buffer granted: {:?} bytes (net.core.rmem_max {rmem_max})",
+            port.rcvbuf()
+        );
+        for p in &payloads {
+            tx.send_to(p, SocketAddrV4::new(local, ROCEV2_UDP_PORT))
+                .unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Polled in batches, until the socket is empty.
+        let mut frames = Vec::new();
+        loop {
+            let batch = port.poll();
+            assert!(batch.len() <= UDP_POLL_BATCH);
+            if batch.is_empty() {
+                break;
+            }
+            frames.extend(batch);
+        }
+        assert_eq!(port.malformed, 0);
+        assert_eq!(frames.len(), n as usize, "datagrams lost in the socket");
+        for (i, f) in frames.iter().enumerate() {
+            let r = RoceV2Repr::parse(f).expect("verified");
+            assert_eq!(r.transport.bth.psn, i as u32);
+        }
     }
 
     #[test]
