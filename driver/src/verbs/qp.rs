@@ -185,6 +185,53 @@ pub struct QpInitAttr<'a, P: Platform> {
     pub cap: QpCaps,
 }
 
+impl QpCaps {
+    /// `max_send_wr` send and `max_recv_wr` receive work requests, one scatter/gather
+    /// entry each and no inline data: what a QP that posts one buffer per request needs.
+    ///
+    /// ```
+    /// use uhca_driver::verbs::QpCaps;
+    ///
+    /// let caps = QpCaps::new(4, 8);
+    /// assert_eq!((caps.max_send_wr, caps.max_recv_wr), (4, 8));
+    /// assert_eq!((caps.max_send_sge, caps.max_recv_sge, caps.max_inline_data), (1, 1, 0));
+    /// // More of either: the fields are public.
+    /// let caps = QpCaps { max_inline_data: 64, ..QpCaps::new(4, 8) };
+    /// # assert_eq!(caps.max_send_sge, 1);
+    /// ```
+    pub const fn new(max_send_wr: u32, max_recv_wr: u32) -> QpCaps {
+        QpCaps {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+impl<'a, P: Platform> QpInitAttr<'a, P> {
+    /// Both queues complete to `cq`, with an own receive queue (no SRQ) and capabilities
+    /// `cap`.
+    ///
+    /// ```no_run
+    /// use uhca_driver::verbs::{QpCaps, QpInitAttr, Rc};
+    /// # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>) -> uhca_driver::Result<()> {
+    /// let pd = hca.alloc_pd()?;
+    /// let cq = hca.create_cq(16)?;
+    /// let qp = hca.create_qp::<Rc>(&pd, &QpInitAttr::new(&cq, QpCaps::new(4, 4)))?;
+    /// # Ok(()) }
+    /// ```
+    pub const fn new(cq: &'a Cq<P>, cap: QpCaps) -> QpInitAttr<'a, P> {
+        QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap,
+        }
+    }
+}
+
 /// RESET → INIT attributes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InitAttr {
