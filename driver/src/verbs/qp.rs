@@ -256,6 +256,26 @@ impl Default for InitAttr {
     }
 }
 
+impl InitAttr {
+    /// Port 1, P_Key index 0, and `access` for what remote peers may do (the rest as
+    /// [`InitAttr::default`]).
+    ///
+    /// ```
+    /// use uhca_driver::verbs::InitAttr;
+    /// use uhca_fwif::consts::AccessFlags;
+    ///
+    /// let init = InitAttr::new(AccessFlags::REMOTE_WRITE);
+    /// assert_eq!((init.port, init.pkey_index), (1, 0));
+    /// assert_eq!(init, InitAttr { access: AccessFlags::REMOTE_WRITE, ..InitAttr::default() });
+    /// ```
+    pub fn new(access: AccessFlags) -> InitAttr {
+        InitAttr {
+            access,
+            ..InitAttr::default()
+        }
+    }
+}
+
 /// INIT → RTR attributes of a connected QP (RC, UC).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RtrAttr {
@@ -293,6 +313,28 @@ impl Default for RtrAttr {
     }
 }
 
+impl RtrAttr {
+    /// The path `ah` to the remote QP `dest_qpn`, whose first PSN is `rq_psn`; the path
+    /// MTU, RDMA READ/atomic depth and RNR timer as [`RtrAttr::default`].
+    ///
+    /// ```
+    /// use uhca_driver::addr::AhAttr;
+    /// use uhca_driver::verbs::RtrAttr;
+    ///
+    /// let rtr = RtrAttr::new(AhAttr::ib(7), 0x105, 0x1105);
+    /// assert_eq!((rtr.dest_qpn, rtr.rq_psn, rtr.ah), (0x105, 0x1105, AhAttr::ib(7)));
+    /// assert_eq!(rtr.path_mtu, RtrAttr::default().path_mtu);
+    /// ```
+    pub fn new(ah: AhAttr, dest_qpn: u32, rq_psn: u32) -> RtrAttr {
+        RtrAttr {
+            dest_qpn,
+            rq_psn,
+            ah,
+            ..RtrAttr::default()
+        }
+    }
+}
+
 /// RTR → RTS attributes of an RC QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RtsAttr {
@@ -316,6 +358,23 @@ impl Default for RtsAttr {
             retry_cnt: 7,
             rnr_retry: 7,
             max_rd_atomic: 1,
+        }
+    }
+}
+
+impl RtsAttr {
+    /// `sq_psn` as the first PSN to send; the timeout and retries as [`RtsAttr::default`].
+    ///
+    /// ```
+    /// use uhca_driver::verbs::RtsAttr;
+    ///
+    /// let rts = RtsAttr::new(0x1104);
+    /// assert_eq!(rts, RtsAttr { sq_psn: 0x1104, ..RtsAttr::default() });
+    /// ```
+    pub fn new(sq_psn: u32) -> RtsAttr {
+        RtsAttr {
+            sq_psn,
+            ..RtsAttr::default()
         }
     }
 }
