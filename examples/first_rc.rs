@@ -10,7 +10,7 @@
 //! does. `--udp IP` instead of `--device`: a mock HCA whose RoCEv2 port is a UDP socket.
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uhca::prelude::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -23,109 +23,52 @@ fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let opt = |f: &str| args.windows(2).find(|w| w[0] == f).map(|w| w[1].clone());
     let port: u16 = opt("-p").map_or(Ok(18515), |p| p.parse())?;
-    // The client names the server (the last argument, not a flag's value).
-    let server = args
-        .last()
-        .filter(|a| args.len() % 2 == 1 && !a.starts_with('-'))
-        .cloned();
-    let client = server.is_some();
-    // The server listens before its bring-up, so a client that starts soon after finds it.
-    let listener = server
-        .is_none()
-        .then(|| TcpListener::bind(("0.0.0.0", port)))
-        .transpose()?;
-    let tcp = move || match (listener, server) {
-        (Some(l), _) => Ok(l.accept()?.0),
-        (None, host) => TcpStream::connect((host.unwrap_or_default(), port)),
+    // The client names the server (the last argument, not a flag's value); the server
+    // listens and takes the client's connection before its bring-up.
+    let odd = args.len() % 2 == 1;
+    let server = args.last().filter(|a| odd && !a.starts_with('-'));
+    let tcp = match server {
+        Some(host) => TcpStream::connect((host.as_str(), port))?,
+        None => TcpListener::bind(("0.0.0.0", port))?.accept()?.0,
     };
+    tcp.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let peer = (server.is_some(), tcp);
     #[cfg(feature = "vfio")]
     if let Some(bdf) = opt("--device") {
-        let ip: Option<IpAddr> = opt("--ip").map(|s| s.parse()).transpose()?;
         let hca = Hca::open(uhca::driver::vfio::VfioPlatform::open(&bdf)?)?;
-        return run(hca, ip, client, tcp);
+        return run(hca, opt("--ip").map(|s| s.parse()).transpose()?, peer);
     }
-    // No --device: a mock ConnectX whose RoCEv2 port is a UDP socket on the --udp address.
     let local: Ipv4Addr = opt("--udp").ok_or(USAGE)?.parse()?;
-    let [a, b, c, d] = local.octets();
-    let mac = [2, 0, a, b, c, d];
-    let config = uhca::mock::MockConfig {
-        mac,
-        ..Default::default()
-    };
-    let dev = uhca::mock::MockHca::new(config);
-    let fabric = uhca::mock::Fabric::ethernet();
-    fabric.attach(&dev);
-    fabric.attach_udp(&dev, local)?;
-    let _pump = fabric.start_pump(20);
-    let hca = Hca::open(dev.platform())?;
-    run(hca, Some(IpAddr::V4(local)), client, tcp)
+    let node = uhca::mock::MockHca::udp(local)?; // kept alive while the HCA is open
+    run(Hca::open(node.platform())?, Some(local.into()), peer)
 }
 
-fn run<P: Platform>(
-    mut hca: Hca<P>,
-    ip: Option<IpAddr>,
-    client: bool,
-    tcp: impl FnOnce() -> std::io::Result<TcpStream>,
-) -> Res<()> {
+/// Runs the client (`true`) or the server on `hca`, talking to the other over `tcp`.
+fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer) -> Res<()> {
     if let Some(ip) = ip {
         let gid = hca.add_roce_ip(1, 0, ip)?;
         println!("RoCEv2 GID 0 installed: {gid} ({ip})");
     }
-    let me = hca.endpoint(1, 0)?;
-    let pd = hca.alloc_pd()?;
-    let mut cq = hca.create_cq(16)?;
+    let (me, pd, mut cq) = (hca.endpoint(1, 0)?, hca.alloc_pd()?, hca.create_cq(16)?);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let mut mr = hca.alloc_mr(&pd, 4096, access)?;
-    let cap = QpCaps {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let attr = QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap,
-    };
-    let mut qp = hca.create_qp::<Rc>(&pd, &attr)?;
-    let mut tcp = tcp()?;
-    tcp.set_read_timeout(Some(Duration::from_secs(60)))?;
-    // Out of band: the endpoint, QP number, first PSN, and the MR's key and address.
+    let mut qp = hca.create_qp::<Rc>(&pd, &QpInitAttr::new(&cq, QpCaps::new(4, 4)))?;
+    // Out of band: the endpoint, then the QP number, first PSN, the MR's key and address.
     let psn = 0x1000 | qp.qpn();
+    let mine = [u64::from(qp.qpn()), psn.into(), mr.rkey().into(), mr.iova()];
     let mut msg = me.to_bytes().to_vec();
-    for v in [qp.qpn(), psn, mr.rkey()] {
-        msg.extend(v.to_be_bytes());
-    }
-    msg.extend(mr.iova().to_be_bytes());
-    let peer_msg = swap(&mut tcp, &msg)?;
-    let (ep, nums) = peer_msg.split_at(Endpoint::LEN);
+    msg.extend(mine.map(u64::to_be_bytes).as_flattened());
+    let theirs = swap(&mut tcp, &msg)?;
+    let (ep, nums) = theirs.split_at(Endpoint::LEN);
     let peer = Endpoint::from_bytes(ep.try_into()?).ok_or("not an endpoint")?;
-    let word = |i: usize| u32::from_be_bytes(nums[4 * i..4 * i + 4].try_into().unwrap());
-    let (peer_qpn, peer_psn, rkey) = (word(0), word(1), word(2));
-    let remote_addr = u64::from_be_bytes(nums[12..20].try_into()?);
+    let n = |i: usize| u64::from_be_bytes(nums[8 * i..8 * i + 8].try_into().unwrap());
+    let (peer_qpn, peer_psn, rkey, remote_addr) = (n(0) as u32, n(1) as u32, n(2) as u32, n(3));
+    let Endpoint { lid, gid, .. } = peer;
     println!("local QPN {:#x}, LID {}, GID {}", qp.qpn(), me.lid, me.gid);
-    println!(
-        "remote QPN {peer_qpn:#x}, LID {}, GID {}",
-        peer.lid, peer.gid
-    );
-    let init = InitAttr {
-        access: AccessFlags::REMOTE_WRITE,
-        ..InitAttr::default()
-    };
-    let ah = me.path_to(&peer, qp.qpn(), peer_qpn);
-    let rtr = RtrAttr {
-        dest_qpn: peer_qpn,
-        rq_psn: peer_psn,
-        ah,
-        ..RtrAttr::default()
-    };
-    let rts = RtsAttr {
-        sq_psn: psn,
-        ..RtsAttr::default()
-    };
-    qp.connect(&mut hca, &init, &rtr, &rts)?; // RESET -> INIT -> RTR -> RTS
+    println!("remote QPN {peer_qpn:#x}, LID {lid}, GID {gid}");
+    let init = InitAttr::new(AccessFlags::REMOTE_WRITE);
+    let rtr = RtrAttr::new(me.path_to(&peer, qp.qpn(), peer_qpn), peer_qpn, peer_psn);
+    qp.connect(&mut hca, &init, &rtr, &RtsAttr::new(psn))?; // RESET -> INIT -> RTR -> RTS
     if client {
         mr.mem_mut().write_bytes(0, WRITTEN);
         mr.mem_mut().write_bytes(64, SENT);
@@ -139,20 +82,15 @@ fn run<P: Platform>(
         let (w, s) = (WRITTEN.len(), SENT.len());
         println!("client: RDMA WRITE of {w} B and SEND of {s} B completed ({a:?}, {b:?})");
     } else {
-        qp.post_recv(&[RecvWr {
-            wr_id: 7,
-            sg_list: &[mr.sge(64, 64)?],
-        }])?;
+        qp.post_recv(&[RecvWr::new(7, &[mr.sge(64, 64)?])])?;
         swap(&mut tcp, b"r")?; // tell the client
         let wc = poll(&mut cq)?;
         let (mut got, mut written) = (vec![0; wc.byte_len as usize], vec![0; WRITTEN.len()]);
         mr.mem().read_bytes(64, &mut got);
         mr.mem().read_bytes(0, &mut written);
-        let (text, w) = (
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&written),
-        );
+        let text = String::from_utf8_lossy(&got);
         println!("server: received a SEND of {} B: {text:?}", wc.byte_len);
+        let w = String::from_utf8_lossy(&written);
         println!("server: the RDMA WRITE left {w:?} in this side's memory");
         if got != SENT || written != WRITTEN {
             return Err("the data is not what the client sent".into());
@@ -165,6 +103,9 @@ fn run<P: Platform>(
     Ok(())
 }
 
+/// Whether this side is the client, and its TCP connection to the other side.
+type Peer = (bool, TcpStream);
+
 /// Sends `mine` and returns as many bytes from the peer (who sends the same kind of message).
 fn swap(tcp: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {
     tcp.write_all(mine)?;
@@ -175,15 +116,10 @@ fn swap(tcp: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {
 
 /// Waits for one completion (at most 30 s) and checks that it succeeded.
 fn poll<P: Platform>(cq: &mut Cq<P>) -> Res<WorkCompletion> {
-    let (mut wc, start) = ([WorkCompletion::default()], Instant::now());
-    while cq.poll(&mut wc)? == 0 {
-        if start.elapsed() > Duration::from_secs(30) {
-            return Err("no completion within 30 s".into());
-        }
-        std::thread::yield_now();
-    }
-    match wc[0].status {
-        WcStatus::Success => Ok(wc[0]),
-        s => Err(format!("work request {} completed with {s:?}", wc[0].wr_id).into()),
+    let mut wc = [WorkCompletion::default()];
+    match (cq.poll_timeout(&mut wc, 30_000_000_000)?, wc[0].status) {
+        (0, _) => Err("no completion within 30 s".into()),
+        (_, WcStatus::Success) => Ok(wc[0]),
+        (_, s) => Err(format!("work request {} completed with {s:?}", wc[0].wr_id).into()),
     }
 }

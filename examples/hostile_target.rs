@@ -361,7 +361,7 @@ fn main() {
         }
     };
     let r = (|| -> Res<()> {
-        let (_fabric, _pump, _dev, mut hca) = common::udp_node(ip)?;
+        let (_node, mut hca) = common::udp_node(ip)?;
         serve(&mut hca)
     })();
     if let Err(e) = r {

@@ -223,6 +223,41 @@ fn rc_every_opcode_over_infiniband() {
     rc_every_opcode(LinkLayer::InfiniBand);
 }
 
+/// `Cq::poll_timeout`: on an empty CQ it gives up once the timeout has passed on the
+/// platform's clock (a virtual one here, which its wait moves along), and it waits for a
+/// completion that the fabric delivers only later, from another thread.
+#[test]
+fn poll_timeout_gives_up_in_time_and_waits_for_a_later_completion() {
+    let (fabric, mut a, b, mut qa, _qb) = rc_pair(LinkLayer::Ethernet, RtsAttr::default());
+    let mut wc = [WorkCompletion::default(); 4];
+    let t0 = a.dev.now_ns();
+    assert_eq!(a.cq.poll_timeout(&mut wc, 3_000_000).unwrap(), 0);
+    let waited = a.dev.now_ns() - t0;
+    assert!(
+        (3_000_000..4_000_000).contains(&waited),
+        "waited {waited} ns"
+    );
+    a.mr.mem_mut().write_bytes(0, b"late");
+    let sge = [a.mr.sge(0, 4).unwrap()];
+    let op = SendOp::RdmaWrite {
+        remote_addr: b.mr.iova(),
+        rkey: b.mr.rkey(),
+    };
+    qa.post_send(&[SendWr::new(9, op, &sge)]).unwrap();
+    let f = fabric.clone();
+    let mover = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        f.run_until_idle()
+    });
+    let n = a.cq.poll_timeout(&mut wc, 60_000_000_000).unwrap();
+    assert!(mover.join().unwrap(), "the fabric settles");
+    assert_eq!(n, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (9, WcStatus::Success));
+    let mut got = [0u8; 4];
+    b.mr.mem().read_bytes(0, &mut got);
+    assert_eq!(&got, b"late");
+}
+
 /// Issue 31 F2: compare-and-swap compares with the remote word read in the host's byte
 /// order (the mode the driver set at bring-up): a compare equal to the host-order word
 /// swaps, one equal to the same bytes read big-endian does not.

@@ -23,7 +23,7 @@ use uhca::driver::{Hca, HcaConfig};
 use uhca::fwif::consts::{AccessFlags, IbMtu};
 use uhca::hal::Platform;
 use uhca::mock::fabric::PumpHandle;
-use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform};
+use uhca::mock::{Fabric, MockConfig, MockHca, MockPlatform, UdpHca};
 use uhca::oob::{Dest, OobError, RdmaDest, Session};
 
 /// What the examples return: any error, printed by [`run_modes`] with the example's name.
@@ -210,16 +210,13 @@ pub fn mock_fabric() -> (Fabric, PumpHandle) {
     (fabric, pump)
 }
 
-/// A mock HCA on a UDP uplink: the fabric, its pump, the device and the driver's HCA.
-pub type UdpNode = (Fabric, PumpHandle, MockHca, Hca<MockPlatform>);
-
-/// One mock HCA whose port is `local:4791` on a UDP socket, with `::ffff:local` as GID 0.
-pub fn udp_node(local: Ipv4Addr) -> Res<UdpNode> {
-    let fabric = Fabric::ethernet();
-    let (dev, hca) = mock_node(&fabric, 1, Some(local))?;
-    fabric.attach_udp(&dev, local)?;
-    let pump = fabric.start_pump(20);
-    Ok((fabric, pump, dev, hca))
+/// One mock HCA whose port is `local:4791` on a UDP socket ([`MockHca::udp`], to keep
+/// alive), brought up by the driver with `::ffff:local` as GID 0.
+pub fn udp_node(local: Ipv4Addr) -> Res<(UdpHca, Hca<MockPlatform>)> {
+    let node = MockHca::udp(local)?;
+    let mut hca = Hca::open_with(node.platform(), mock_config())?;
+    hca.add_roce_ip(1, 0, IpAddr::V4(local))?;
+    Ok((node, hca))
 }
 
 /// This side's address for the exchange.
@@ -702,7 +699,7 @@ pub fn run_mock_pair(args: &Args, side: MockSide) -> Res<()> {
 
 /// Runs `side` on one mock HCA behind a UDP socket on `ip` (GID index 0 by default).
 pub fn run_udp(args: &Args, ip: Ipv4Addr, side: MockSide) -> Res<()> {
-    let (fabric, _pump, dev, mut hca) = udp_node(ip)?;
+    let (node, mut hca) = udp_node(ip)?;
     let mut a = args.clone();
     a.gid_index.get_or_insert(0);
     side(&mut hca, Side::of(&a))?;
@@ -710,7 +707,7 @@ pub fn run_udp(args: &Args, ip: Ipv4Addr, side: MockSide) -> Res<()> {
     // the UDP socket on the pump's next steps. Let them go before the process exits (a
     // last UD reply would otherwise be lost and the peer would wait for it).
     let start = std::time::Instant::now();
-    while (dev.tx_pending() > 0 || fabric.in_flight() > 0)
+    while (node.hca.tx_pending() > 0 || node.fabric.in_flight() > 0)
         && start.elapsed() < Duration::from_secs(2)
     {
         std::thread::sleep(Duration::from_millis(1));

@@ -46,6 +46,7 @@ pub mod wire;
 pub use caps::LinkLayer;
 pub use clock::ClockMode;
 pub use engine::DatapathCounters;
+pub use fabric::udp::UdpHca;
 pub use fabric::{Fabric, FabricCounters, FaultConfig};
 pub use faults::CommandFault;
 pub use firmware::HcaState;

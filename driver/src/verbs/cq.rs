@@ -139,6 +139,11 @@ impl<P: Platform> Cq<P> {
         self.ticket.as_ref().is_some_and(|t| t.hca_gone())
     }
 
+    /// The platform (its clock, for [`Cq::poll_timeout`]).
+    pub(crate) fn platform(&self) -> &P {
+        &self.p
+    }
+
     /// The identity of the HCA that created it.
     pub(crate) fn hca_id(&self) -> u64 {
         self.hca_id

@@ -368,6 +368,47 @@ impl<P: Platform> Cq<P> {
         Ok(n)
     }
 
+    /// Polls like [`Cq::poll`] until at least one completion is in `wc` or `timeout_ns`
+    /// nanoseconds have passed on the platform's clock, and returns how many (0: none
+    /// within the time). A wait asked for explicitly: between empty polls it spins, and
+    /// where the clock stands still (a virtual clock) it lets the platform's delay move it.
+    ///
+    /// ```no_run
+    /// # use uhca_driver::verbs::{Cq, WorkCompletion, WcStatus};
+    /// # fn f<P: uhca_hal::Platform>(cq: &mut Cq<P>) {
+    /// let mut wc = [WorkCompletion::default()];
+    /// match cq.poll_timeout(&mut wc, 1_000_000_000).unwrap() {
+    ///     0 => eprintln!("no completion within a second"),
+    ///     _ => assert_eq!(wc[0].status, WcStatus::Success),
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Cq::poll`].
+    pub fn poll_timeout(
+        &mut self,
+        wc: &mut [WorkCompletion],
+        timeout_ns: u64,
+    ) -> Result<usize, PollError> {
+        let start = self.platform().now_ns();
+        let mut last = start;
+        loop {
+            let n = self.poll(wc)?;
+            let now = self.platform().now_ns();
+            if n > 0 || wc.is_empty() || now.saturating_sub(start) >= timeout_ns {
+                return Ok(n);
+            }
+            if now == last {
+                self.platform().delay_us(1);
+            } else {
+                core::hint::spin_loop();
+            }
+            last = now;
+        }
+    }
+
     /// The HCA is gone: [`flush_in_software`].
     #[cold]
     #[inline(never)]

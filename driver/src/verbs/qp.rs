@@ -185,6 +185,53 @@ pub struct QpInitAttr<'a, P: Platform> {
     pub cap: QpCaps,
 }
 
+impl QpCaps {
+    /// `max_send_wr` send and `max_recv_wr` receive work requests, one scatter/gather
+    /// entry each and no inline data: what a QP that posts one buffer per request needs.
+    ///
+    /// ```
+    /// use uhca_driver::verbs::QpCaps;
+    ///
+    /// let caps = QpCaps::new(4, 8);
+    /// assert_eq!((caps.max_send_wr, caps.max_recv_wr), (4, 8));
+    /// assert_eq!((caps.max_send_sge, caps.max_recv_sge, caps.max_inline_data), (1, 1, 0));
+    /// // More of either: the fields are public.
+    /// let caps = QpCaps { max_inline_data: 64, ..QpCaps::new(4, 8) };
+    /// # assert_eq!(caps.max_send_sge, 1);
+    /// ```
+    pub const fn new(max_send_wr: u32, max_recv_wr: u32) -> QpCaps {
+        QpCaps {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+impl<'a, P: Platform> QpInitAttr<'a, P> {
+    /// Both queues complete to `cq`, with an own receive queue (no SRQ) and capabilities
+    /// `cap`.
+    ///
+    /// ```no_run
+    /// use uhca_driver::verbs::{QpCaps, QpInitAttr, Rc};
+    /// # fn f<P: uhca_hal::Platform>(hca: &mut uhca_driver::Hca<P>) -> uhca_driver::Result<()> {
+    /// let pd = hca.alloc_pd()?;
+    /// let cq = hca.create_cq(16)?;
+    /// let qp = hca.create_qp::<Rc>(&pd, &QpInitAttr::new(&cq, QpCaps::new(4, 4)))?;
+    /// # Ok(()) }
+    /// ```
+    pub const fn new(cq: &'a Cq<P>, cap: QpCaps) -> QpInitAttr<'a, P> {
+        QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap,
+        }
+    }
+}
+
 /// RESET → INIT attributes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InitAttr {
@@ -205,6 +252,26 @@ impl Default for InitAttr {
             pkey_index: 0,
             access: AccessFlags::empty(),
             qkey: 0,
+        }
+    }
+}
+
+impl InitAttr {
+    /// Port 1, P_Key index 0, and `access` for what remote peers may do (the rest as
+    /// [`InitAttr::default`]).
+    ///
+    /// ```
+    /// use uhca_driver::verbs::InitAttr;
+    /// use uhca_fwif::consts::AccessFlags;
+    ///
+    /// let init = InitAttr::new(AccessFlags::REMOTE_WRITE);
+    /// assert_eq!((init.port, init.pkey_index), (1, 0));
+    /// assert_eq!(init, InitAttr { access: AccessFlags::REMOTE_WRITE, ..InitAttr::default() });
+    /// ```
+    pub fn new(access: AccessFlags) -> InitAttr {
+        InitAttr {
+            access,
+            ..InitAttr::default()
         }
     }
 }
@@ -246,6 +313,28 @@ impl Default for RtrAttr {
     }
 }
 
+impl RtrAttr {
+    /// The path `ah` to the remote QP `dest_qpn`, whose first PSN is `rq_psn`; the path
+    /// MTU, RDMA READ/atomic depth and RNR timer as [`RtrAttr::default`].
+    ///
+    /// ```
+    /// use uhca_driver::addr::AhAttr;
+    /// use uhca_driver::verbs::RtrAttr;
+    ///
+    /// let rtr = RtrAttr::new(AhAttr::ib(7), 0x105, 0x1105);
+    /// assert_eq!((rtr.dest_qpn, rtr.rq_psn, rtr.ah), (0x105, 0x1105, AhAttr::ib(7)));
+    /// assert_eq!(rtr.path_mtu, RtrAttr::default().path_mtu);
+    /// ```
+    pub fn new(ah: AhAttr, dest_qpn: u32, rq_psn: u32) -> RtrAttr {
+        RtrAttr {
+            dest_qpn,
+            rq_psn,
+            ah,
+            ..RtrAttr::default()
+        }
+    }
+}
+
 /// RTR → RTS attributes of an RC QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RtsAttr {
@@ -269,6 +358,23 @@ impl Default for RtsAttr {
             retry_cnt: 7,
             rnr_retry: 7,
             max_rd_atomic: 1,
+        }
+    }
+}
+
+impl RtsAttr {
+    /// `sq_psn` as the first PSN to send; the timeout and retries as [`RtsAttr::default`].
+    ///
+    /// ```
+    /// use uhca_driver::verbs::RtsAttr;
+    ///
+    /// let rts = RtsAttr::new(0x1104);
+    /// assert_eq!(rts, RtsAttr { sq_psn: 0x1104, ..RtsAttr::default() });
+    /// ```
+    pub fn new(sq_psn: u32) -> RtsAttr {
+        RtsAttr {
+            sq_psn,
+            ..RtsAttr::default()
         }
     }
 }

@@ -285,6 +285,20 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sge],
 }
 
+impl<'a> RecvWr<'a> {
+    /// A receive request `wr_id` into the buffers of `sg_list`.
+    ///
+    /// ```
+    /// use uhca_driver::verbs::{RecvWr, Sge};
+    ///
+    /// let sge = [Sge { addr: 0x1000, len: 64, lkey: 5 }];
+    /// assert_eq!(RecvWr::new(7, &sge), RecvWr { wr_id: 7, sg_list: &sge });
+    /// ```
+    pub const fn new(wr_id: u64, sg_list: &'a [Sge]) -> RecvWr<'a> {
+        RecvWr { wr_id, sg_list }
+    }
+}
+
 /// Why one work request was refused (nothing of it was posted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

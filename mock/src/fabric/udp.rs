@@ -377,6 +377,60 @@ impl crate::Fabric {
     }
 }
 
+/// A mock HCA whose RoCEv2 port is a UDP socket ([`MockHca::udp`]): the device, the
+/// Ethernet fabric it is alone on, and the fabric's pump. Keep it alive while the driver
+/// uses the device: dropping it stops the pump and closes the socket.
+#[derive(Debug)]
+pub struct UdpHca {
+    // Declared first, so the pump stops before the rest goes.
+    _pump: super::PumpHandle,
+    /// The device (its [`MockHca::platform`] is what a driver opens).
+    pub hca: MockHca,
+    /// The fabric between the device and its UDP uplink.
+    pub fabric: crate::Fabric,
+}
+
+impl UdpHca {
+    /// The platform handle for a driver ([`MockHca::platform`] of [`UdpHca::hca`]).
+    pub fn platform(&self) -> crate::MockPlatform {
+        self.hca.platform()
+    }
+}
+
+impl MockHca {
+    /// A mock Ethernet HCA whose RoCEv2 port is the UDP socket `local:4791`, so that it
+    /// talks to mock HCAs in other processes (or rxe) as a ConnectX on a real link would:
+    /// its MAC is `02:00` then the address's four bytes, its fabric is pumped in real
+    /// time. The driver still installs the GID `::ffff:local` (on the device, GID
+    /// tables are the driver's to fill).
+    ///
+    /// ```
+    /// # use std::net::Ipv4Addr;
+    /// let node = uhca_mock::MockHca::udp(Ipv4Addr::new(127, 0, 0, 77)).unwrap();
+    /// assert_eq!(node.hca.config().mac, [2, 0, 127, 0, 0, 77]);
+    /// let _platform = node.platform(); // what `Hca::open` takes
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The socket could not be bound (the address is not local, or the port is taken).
+    pub fn udp(local: Ipv4Addr) -> io::Result<UdpHca> {
+        let [a, b, c, d] = local.octets();
+        let hca = MockHca::new(crate::MockConfig {
+            mac: [2, 0, a, b, c, d],
+            ..crate::MockConfig::ethernet()
+        });
+        let fabric = crate::Fabric::ethernet();
+        fabric.attach(&hca);
+        fabric.attach_udp(&hca, local)?;
+        Ok(UdpHca {
+            _pump: fabric.start_pump(20),
+            hca,
+            fabric,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
