@@ -2,9 +2,11 @@
 //!
 //! Bring-up and teardown of an mlx5 HCA, firmware page management, event processing, the
 //! verbs objects (PD, MR, CQ, QP, SRQ, AH) and the datapath, generic over the platform of
-//! [`uhca_hal::platform`]. The core is `no_std`, and its error types implement `core::error::Error` (so
-//! `std::error::Error` with `std`, with `source()` where one wraps another); the `std` feature starts no thread (the device's health is read by every
-//! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform (`uhca-vfio`, as [`vfio`]).
+//! [`uhca_hal::platform`]. The core is `no_std`, and its error types implement
+//! `core::error::Error` (so `std::error::Error` with `std`, with `source()` where one wraps
+//! another); the `std` feature starts no thread (the device's health is read by every
+//! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform
+//! (`uhca-vfio`, as the module `vfio`).
 //!
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
