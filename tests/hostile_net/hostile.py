@@ -105,10 +105,34 @@ def decode(data, base):
     if opcode == C.OP["ATOMIC_ACK"] and len(data) >= 24:
         # AtomicAckETH's original value, after the AETH.
         return "%s psn%+d orig=0x%016x" % (name, rel, struct.unpack("!Q", data[16:24])[0])
+    return show_psn(name, psn, base)
+
+
+def show_psn(name, psn, base):
+    """A packet's name and PSN as the cases write them: relative to the case's first PSN, or
+    as it is when it is nowhere near it."""
+    rel = (psn - base) & C.PSN_MASK
+    if rel >= 1 << 23:
+        rel -= 1 << 24
     if abs(rel) > 1 << 16:
-        # Nowhere near the QP's PSN: show it as it is.
         return "%s psn=0x%06x" % (name, psn)
     return "%s psn%+d" % (name, rel)
+
+
+def expected_wire(wire, base):
+    """A case's expected packets with every absolute PSN (``psn=0x...``, e.g. rxe's 0xFFFFFF)
+    written as `decode` shows it for this run's first PSN: a random first PSN can fall near
+    it, and then the same packet is shown relative."""
+    out = []
+    for w in wire:
+        head, sep, rest = w.partition(" psn=0x")
+        if not sep:
+            out.append(w)
+            continue
+        hexpsn, _, tail = rest.partition(" ")
+        shown = show_psn(head, int(hexpsn, 16), base)
+        out.append(shown + (" " + tail if tail else ""))
+    return out
 
 
 def listen(sock, quiet):
@@ -157,7 +181,8 @@ def run_case(c, target, raw, rx, args):
     if origs:
         got["orig"] = origs
     want = {k: c[k] for k in ("wire", "state", "mem", "recv")}
-    return got, want
+    want["wire"] = expected_wire(want["wire"], psn)
+    return got, want, psn
 
 
 def compared(a):
@@ -218,7 +243,7 @@ def main():
             if only and c["name"] not in only:
                 continue
             try:
-                got, want = run_case(c, target, raw, rx, args)
+                got, want, base = run_case(c, target, raw, rx, args)
             except Exception as e:  # the target failed: this case fails, the rest go on
                 print("FAIL %s: %s" % (c["name"], e), flush=True)
                 failed += 1
@@ -227,6 +252,7 @@ def main():
             if args.impl == "rxe" and c["rxe"]:
                 alt = dict(want)
                 alt.update({k: v for k, v in c["rxe"].items() if k in want})
+                alt["wire"] = expected_wire(alt["wire"], base)
                 accepted.append(("rxe's recorded departure", alt))
             match = next((n for n, a in accepted if a == compared(got)), None)
             ok = match is not None
