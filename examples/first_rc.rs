@@ -10,7 +10,7 @@
 //! does. `--udp IP` instead of `--device`: a mock HCA whose RoCEv2 port is a UDP socket.
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uhca::prelude::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -27,12 +27,7 @@ fn main() -> Res<()> {
     // listens and takes the client's connection before its bring-up.
     let odd = args.len() % 2 == 1;
     let server = args.last().filter(|a| odd && !a.starts_with('-'));
-    let tcp = match server {
-        Some(host) => TcpStream::connect((host.as_str(), port))?,
-        None => TcpListener::bind(("0.0.0.0", port))?.accept()?.0,
-    };
-    tcp.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let peer = (server.is_some(), tcp);
+    let peer = (server.is_some(), meet(server, port)?);
     #[cfg(feature = "vfio")]
     if let Some(bdf) = opt("--device") {
         let hca = Hca::open(uhca::driver::vfio::VfioPlatform::open(&bdf)?)?;
@@ -105,6 +100,35 @@ fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer
 
 /// Whether this side is the client, and its TCP connection to the other side.
 type Peer = (bool, TcpStream);
+
+/// The TCP connection to the other side: the client retries until the server listens, the
+/// server waits for the client; each gives up after 60 s.
+fn meet(server: Option<&String>, port: u16) -> Res<TcpStream> {
+    let (start, limit) = (Instant::now(), Duration::from_secs(60));
+    let listener = server
+        .is_none()
+        .then(|| TcpListener::bind(("0.0.0.0", port)))
+        .transpose()?;
+    listener
+        .as_ref()
+        .map(|l| l.set_nonblocking(true))
+        .transpose()?;
+    let tcp = loop {
+        let attempt = match (&listener, server) {
+            (Some(l), _) => l.accept().map(|(s, _)| s),
+            (None, Some(host)) => TcpStream::connect((host.as_str(), port)),
+            (None, None) => unreachable!("a server has a listener"),
+        };
+        match attempt {
+            Ok(s) => break s,
+            Err(e) if start.elapsed() > limit => return Err(format!("no peer: {e}").into()),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    tcp.set_nonblocking(false)?;
+    tcp.set_read_timeout(Some(limit))?;
+    Ok(tcp)
+}
 
 /// Sends `mine` and returns as many bytes from the peer (who sends the same kind of message).
 fn swap(tcp: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::pair;
+use common::{free_tcp_port, pair, spawn, wait};
+use std::time::Duration;
 
 #[test]
 fn first_rc_writes_and_sends_between_two_processes() {
@@ -37,4 +38,25 @@ fn first_rc_writes_and_sends_between_two_processes() {
     for text in [&c_text, &s_text] {
         assert!(text.contains("first_rc: done"), "{text}");
     }
+}
+
+/// A user may start the client first: it retries until the server listens (and would give up
+/// with an error after 60 s rather than wait for ever).
+#[test]
+fn first_rc_client_started_before_the_server_waits_for_it() {
+    let port = free_tcp_port().to_string();
+    let client = spawn(
+        "first_rc",
+        &["--udp", "127.0.0.95", "-p", &port, "127.0.0.1"],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let server = spawn("first_rc", &["--udp", "127.0.0.96", "-p", &port]);
+    let (c, c_text) = wait(client, Duration::from_secs(60));
+    let (s, s_text) = wait(server, Duration::from_secs(60));
+    assert!(c.status.success(), "client:\n{c_text}\nserver:\n{s_text}");
+    assert!(s.status.success(), "server:\n{s_text}\nclient:\n{c_text}");
+    assert!(
+        s_text.contains("server: received a SEND of 28 B"),
+        "{s_text}"
+    );
 }
