@@ -8,7 +8,8 @@
 //! runs (default 5, the median is printed), `UHCA_BENCH_CASE` keeps the cases whose name
 //! contains it, `UHCA_BENCH_CALLGRIND_N` the operations counted under callgrind (default
 //! 100 000; 0: no instruction counts), `UHCA_LIBMLX5_HARNESS_DIR` where the libmlx5 harness
-//! is. Without `--bench` (`cargo test --benches`) a quick pass runs: few operations, one run,
+//! is, `UHCA_CALLGRIND_OUT=DIR` keeps callgrind's profiles there for `callgrind_annotate`.
+//! Without `--bench` (`cargo test --benches`) a quick pass runs: few operations, one run,
 //! no callgrind, libmlx5 only if its harness is already built.
 //!
 //! Everything runs single-threaded on rings in plain memory whose doorbell register is a

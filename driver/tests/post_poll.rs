@@ -1234,3 +1234,75 @@ fn empty_scatter_gather_entries_are_left_out() {
     assert_eq!(data_seg(&rq, 0), (10, lkey, mr.iova()));
     assert_eq!(data_seg(&rq, 16).1, INVALID_LKEY);
 }
+
+/// A receive of one entry (the shape the datapath posts in one step) is the same WQE and
+/// meets the same refusals as any other: on a QP whose receives take one entry (16-byte
+/// WQEs, no room for the terminator) the entry alone, and the next WQE untouched; a length
+/// with the inline bit refused as too long; the request that finds the RQ full named by its
+/// index, the ones before it posted.
+#[test]
+fn one_entry_receives_are_written_and_refused_as_the_general_path() {
+    let Setup {
+        mut hca,
+        pd,
+        cq,
+        mr,
+        ..
+    } = setup();
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: common::qp_caps(16, 1, 0),
+    };
+    let mut qp = hca.create_qp::<Rc>(&pd, &attr).unwrap();
+    qp.to_init(&mut hca, InitAttr::default()).unwrap();
+    let lkey = mr.lkey();
+    let one = |addr: u64, len: u32| [Sge { addr, len, lkey }];
+    let free = qp.rings().rq_free() as usize;
+    let s = one(mr.iova() + 8, 100);
+    qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &s,
+    }])
+    .unwrap();
+    // The RQ is at the start of the QP's buffer; its second WQE (16 bytes on) still holds
+    // the zeros of a new ring, not a terminating entry (lkey 0x100).
+    let mut rq = [0u8; 32];
+    qp.rings().mem().read_bytes(0, &mut rq);
+    assert_eq!(data_seg(&rq, 0), (100, lkey, mr.iova() + 8));
+    assert_eq!(
+        rq[16..],
+        [0; 16],
+        "a 16-byte WQE has no room for the terminator"
+    );
+
+    let huge = one(mr.iova(), 0x8000_0000);
+    let e = qp
+        .post_recv(&[RecvWr {
+            wr_id: 2,
+            sg_list: &huge,
+        }])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        BadWr {
+            index: 0,
+            error: WrError::SgeTooLong
+        }
+    );
+
+    let wrs: Vec<RecvWr<'_>> = (0..free as u64)
+        .map(|wr_id| RecvWr { wr_id, sg_list: &s })
+        .collect();
+    let e = qp.post_recv(&wrs).unwrap_err();
+    assert_eq!(
+        e,
+        BadWr {
+            index: free - 1,
+            error: WrError::QueueFull
+        },
+        "one WQE was already posted: the last request finds the RQ full"
+    );
+    assert_eq!(qp.rings().rq_free(), 0);
+}

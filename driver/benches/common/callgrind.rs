@@ -52,7 +52,16 @@ pub fn count(
     cmd.arg("--tool=callgrind")
         .arg("--collect-atstart=no")
         .arg(format!("--toggle-collect={function}"))
-        .arg("--callgrind-out-file=/dev/null")
+        // `UHCA_CALLGRIND_OUT=DIR` keeps each count's profile as DIR/callgrind.out.FUNCTION.PID
+        // (for `callgrind_annotate`); by default none is written.
+        .arg(match std::env::var_os("UHCA_CALLGRIND_OUT") {
+            Some(dir) => format!(
+                "--callgrind-out-file={}/callgrind.out.{}.%p",
+                dir.to_string_lossy(),
+                function.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+            ),
+            None => "--callgrind-out-file=/dev/null".into(),
+        })
         .arg(program.into())
         .args(args);
     // The same environment whatever the caller's (its size moves the stack, and with it the

@@ -515,6 +515,21 @@ impl<P: Platform> RecvSide<'_, P> {
         rings.rq_set_consumer(table.consumer());
         let mut result = Ok(());
         for (i, wr) in wrs.into_iter().enumerate() {
+            // One non-empty entry, the shape almost every receive has: checked and written
+            // in one step (the same WQE and errors as the general path below).
+            if let [s] = wr.sg_list
+                && s.len != 0
+                && max_sge != 0
+            {
+                match rings.post_recv_one(s) {
+                    Ok(head) => table.record_with_len(head.into(), wr.wr_id, s.len),
+                    Err(e) => {
+                        result = Err(bad(i, recv_error(e, max_sge)));
+                        break;
+                    }
+                }
+                continue;
+            }
             if wr.sg_list.len() > (max_sge as usize).min(MAX_RECV_SGE) {
                 result = Err(bad(
                     i,
@@ -538,17 +553,7 @@ impl<P: Platform> RecvSide<'_, P> {
                     table.record_with_len(head, wr.wr_id, len);
                 }
                 Err(e) => {
-                    let error = match e {
-                        WqError::RqFull => WrError::QueueFull,
-                        WqError::ByteCountTooLarge(_) => WrError::SgeTooLong,
-                        WqError::TooManySges { given, .. } => WrError::TooManySges {
-                            given,
-                            max: max_sge,
-                        },
-                        WqError::NoRq | WqError::NoSq => WrError::NoQueue,
-                        other => WrError::Ring(other),
-                    };
-                    result = Err(bad(i, error));
+                    result = Err(bad(i, recv_error(e, max_sge)));
                     break;
                 }
             }
@@ -556,6 +561,22 @@ impl<P: Platform> RecvSide<'_, P> {
         table.publish(rings.rq_head());
         rings.ring_rq_doorbell();
         result
+    }
+}
+
+/// The work-request error of a ring's refusal of a receive WQE on a QP whose receives take
+/// at most `max_sge` entries.
+#[cold]
+fn recv_error(e: WqError, max_sge: u32) -> WrError {
+    match e {
+        WqError::RqFull => WrError::QueueFull,
+        WqError::ByteCountTooLarge(_) => WrError::SgeTooLong,
+        WqError::TooManySges { given, .. } => WrError::TooManySges {
+            given,
+            max: max_sge,
+        },
+        WqError::NoRq | WqError::NoSq => WrError::NoQueue,
+        other => WrError::Ring(other),
     }
 }
 
@@ -596,6 +617,24 @@ impl<P: Platform> Srq<P> {
         let mut result = Ok(());
         let mut posted = 0u32;
         for (i, wr) in wrs.into_iter().enumerate() {
+            // One non-empty entry, the common shape: the same checks and WQE as below, in
+            // one step.
+            if let [s] = wr.sg_list
+                && s.len != 0
+                && max_sge != 0
+            {
+                if s.len & INLINE_SEG != 0 {
+                    result = Err(bad(i, WrError::SgeTooLong));
+                    break;
+                }
+                let Some(ind) = sh.take_free(wr.wr_id, s.len) else {
+                    result = Err(bad(i, WrError::QueueFull));
+                    break;
+                };
+                write_srq_wqe_one(mem, (ind as usize) << log_stride, max_sge, s);
+                posted += 1;
+                continue;
+            }
             if wr.sg_list.len() > max_sge as usize {
                 result = Err(bad(
                     i,
@@ -637,16 +676,7 @@ fn write_srq_wqe<P: Platform>(mem: &mut DmaBuf<P>, base: usize, max_sge: u32, wr
     if let [s] = wr.sg_list
         && s.len != 0
     {
-        let w = [
-            ((s.len as u64) << 32) | s.lkey as u64,
-            s.addr,
-            INVALID_LKEY as u64,
-            0,
-        ];
-        mem.write_be64_run(base + SEND_WQE_DS, if max_sge > 1 { 4 } else { 2 }, |i| {
-            w[i & 3]
-        });
-        return;
+        return write_srq_wqe_one(mem, base, max_sge, s);
     }
     // Empty entries are left out (a zero length means 2 GiB to the device).
     let mut n = 0;
@@ -660,6 +690,23 @@ fn write_srq_wqe<P: Platform>(mem: &mut DmaBuf<P>, base: usize, max_sge: u32, wr
         let o = base + SEND_WQE_DS * (1 + n);
         mem.write_be64(o, INVALID_LKEY as u64);
         mem.write_be64(o + 8, 0);
+    }
+}
+
+/// [`write_srq_wqe`] of a list of the one non-empty entry `s`: the entry and, if the WQE has
+/// room, the terminating entry as one run of words of a constant count.
+#[inline(always)]
+fn write_srq_wqe_one<P: Platform>(mem: &mut DmaBuf<P>, base: usize, max_sge: u32, s: &Sge) {
+    let w = [
+        ((s.len as u64) << 32) | s.lkey as u64,
+        s.addr,
+        INVALID_LKEY as u64,
+        0,
+    ];
+    if max_sge > 1 {
+        mem.write_be64_run(base + SEND_WQE_DS, 4, |i| w[i]);
+    } else {
+        mem.write_be64_run(base + SEND_WQE_DS, 2, |i| w[i]);
     }
 }
 
