@@ -215,12 +215,13 @@ fn complete_recv<P: Platform, M: DmaMem>(
         opcode,
         CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv
     );
+    let fields = cqe.recv_fields();
     wc.wr_id = match (&qp.srq, &qp.rq) {
         // The SRQ's shadow is locked once for the length check and the take.
         (Some(srq), _) => {
             let mut sh = srq.shadow.lock();
             if is_send {
-                let byte_cnt = cqe.byte_cnt();
+                let byte_cnt = fields.byte_cnt();
                 if let Some(posted) = sh.posted_len(counter)
                     && byte_cnt > posted
                 {
@@ -231,7 +232,7 @@ fn complete_recv<P: Platform, M: DmaMem>(
         }
         // The RQ checks the length and takes the WQE in one look at its counters.
         (None, Some(rq)) if is_send => {
-            let byte_cnt = cqe.byte_cnt();
+            let byte_cnt = fields.byte_cnt();
             match rq.take_within(counter, byte_cnt) {
                 Some(Ok(wr_id)) => wr_id,
                 Some(Err(())) => return Err(BadCqe::ByteCountTooLarge { qpn, byte_cnt }),
@@ -251,17 +252,17 @@ fn complete_recv<P: Platform, M: DmaMem>(
         } else {
             WcOpcode::Recv
         };
-        wc.byte_len = cqe.byte_cnt();
+        wc.byte_len = fields.byte_cnt();
         if matches!(opcode, CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
-            wc.imm_data = cqe.immediate();
+            wc.imm_data = fields.immediate();
             wc.wc_flags |= WcFlags::WITH_IMM;
         }
         if opcode == CqeOpcode::RespSendInv {
             // The CQE's immediate field carries the invalidated rkey.
-            wc.invalidated_rkey = cqe.immediate();
+            wc.invalidated_rkey = fields.immediate();
             wc.wc_flags |= WcFlags::WITH_INV;
         }
-        let flags = cqe.flags_rqpn();
+        let flags = fields.flags_rqpn();
         if flags.grh() {
             wc.wc_flags |= WcFlags::GRH;
         }
@@ -271,7 +272,7 @@ fn complete_recv<P: Platform, M: DmaMem>(
         if qp.st == QpServiceType::Ud {
             wc.src_qp = flags.remote_qpn();
         }
-        let (ml_path, slid) = cqe.ml_path_slid();
+        let (ml_path, slid) = fields.ml_path_slid();
         wc.slid = slid;
         wc.dlid_path_bits = ml_path & 0x7f;
     }
