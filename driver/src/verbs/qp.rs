@@ -501,117 +501,124 @@ pub(crate) fn queue_sizes(
     srq: bool,
 ) -> Result<QueueSizes> {
     let log_max = hca.log_max_qp_sz().min(15);
-    let max_wr = 1u64 << log_max;
     let mut actual = QpCaps::default();
-
     let sq = if cap.max_send_wr == 0 {
         None
     } else {
-        let desc_max = (hca.max_wqe_sz_sq() as usize).min(MAX_SEND_WQE_BYTES);
-        if overhead + SEND_WQE_DS > desc_max {
-            return Err(Error::Unsupported("send WQEs of this transport"));
-        }
-        let max_sge = (desc_max - overhead) / SEND_WQE_DS;
-        if cap.max_send_sge as usize > max_sge {
-            return Err(InvalidArgument::max(
-                Arg::MaxSendSge,
-                cap.max_send_sge.into(),
-                max_sge as u64,
-            )
-            .into());
-        }
-        let sge_bytes = overhead + cap.max_send_sge as usize * SEND_WQE_DS;
-        let inline_bytes = if cap.max_inline_data > 0 {
-            overhead + (INLINE_HDR_BYTES + cap.max_inline_data as usize).next_multiple_of(16)
-        } else {
-            0
-        };
-        let tot = sge_bytes.max(inline_bytes).max(overhead + SEND_WQE_DS);
-        if tot > desc_max {
-            let max_inline = ((desc_max - overhead) / 16 * 16).saturating_sub(INLINE_HDR_BYTES);
-            return Err(InvalidArgument::max(
-                Arg::MaxInlineData,
-                cap.max_inline_data.into(),
-                max_inline as u64,
-            )
-            .into());
-        }
-        let wqe = tot.next_multiple_of(SEND_WQE_BB);
-        // Send WQEs of `wqe` bytes: the largest queue holds this many.
-        let max_wr_of_size = max_wr * SEND_WQE_BB as u64 / wqe as u64;
-        if cap.max_send_wr as u64 > max_wr_of_size {
-            return Err(InvalidArgument::max(
-                Arg::MaxSendWr,
-                cap.max_send_wr.into(),
-                max_wr_of_size,
-            )
-            .into());
-        }
-        let bytes = (cap.max_send_wr as u64 * wqe as u64).next_power_of_two();
-        let wqebbs = bytes / SEND_WQE_BB as u64;
-        let log = log2_ceil(wqebbs);
-        if log > log_max {
-            // Cannot happen after the check above; the device's bound all the same.
-            return Err(InvalidArgument::max(
-                Arg::MaxSendWr,
-                cap.max_send_wr.into(),
-                max_wr_of_size,
-            )
-            .into());
-        }
-        let usable = wqe.min(desc_max);
-        actual.max_send_wr = (bytes / wqe as u64) as u32;
-        actual.max_send_sge = ((usable - overhead) / SEND_WQE_DS) as u32;
-        actual.max_inline_data = (usable - overhead - INLINE_HDR_BYTES) as u32;
-        Some((log, (wqe / SEND_WQE_BB) as u8))
+        Some(sq_size(overhead, cap, hca, log_max, &mut actual)?)
     };
+    let rq = rq_size(cap, hca, srq, log_max, &mut actual)?;
+    Ok(QueueSizes { rq, sq, actual })
+}
 
-    let rq = if srq {
+/// The SQ's `(log2 of its WQEBBs, WQEBBs per WQE)` for `cap` (which asks for sends) on a
+/// transport of `overhead` bytes per WQE, with what it holds written into `actual`.
+fn sq_size(
+    overhead: usize,
+    cap: &QpCaps,
+    hca: &CmdHcaCap,
+    log_max: u8,
+    actual: &mut QpCaps,
+) -> Result<(u8, u8)> {
+    let max_wr = 1u64 << log_max;
+    let desc_max = (hca.max_wqe_sz_sq() as usize).min(MAX_SEND_WQE_BYTES);
+    if overhead + SEND_WQE_DS > desc_max {
+        return Err(Error::Unsupported("send WQEs of this transport"));
+    }
+    let max_sge = (desc_max - overhead) / SEND_WQE_DS;
+    if cap.max_send_sge as usize > max_sge {
+        return Err(
+            InvalidArgument::max(Arg::MaxSendSge, cap.max_send_sge.into(), max_sge as u64).into(),
+        );
+    }
+    let sge_bytes = overhead + cap.max_send_sge as usize * SEND_WQE_DS;
+    let inline_bytes = if cap.max_inline_data > 0 {
+        overhead + (INLINE_HDR_BYTES + cap.max_inline_data as usize).next_multiple_of(16)
+    } else {
+        0
+    };
+    let tot = sge_bytes.max(inline_bytes).max(overhead + SEND_WQE_DS);
+    if tot > desc_max {
+        let max_inline = ((desc_max - overhead) / 16 * 16).saturating_sub(INLINE_HDR_BYTES);
+        return Err(InvalidArgument::max(
+            Arg::MaxInlineData,
+            cap.max_inline_data.into(),
+            max_inline as u64,
+        )
+        .into());
+    }
+    let wqe = tot.next_multiple_of(SEND_WQE_BB);
+    // Send WQEs of `wqe` bytes: the largest queue holds this many.
+    let max_wr_of_size = max_wr * SEND_WQE_BB as u64 / wqe as u64;
+    if cap.max_send_wr as u64 > max_wr_of_size {
+        return Err(
+            InvalidArgument::max(Arg::MaxSendWr, cap.max_send_wr.into(), max_wr_of_size).into(),
+        );
+    }
+    let bytes = (cap.max_send_wr as u64 * wqe as u64).next_power_of_two();
+    let wqebbs = bytes / SEND_WQE_BB as u64;
+    let log = log2_ceil(wqebbs);
+    if log > log_max {
+        // Cannot happen after the check above; the device's bound all the same.
+        return Err(
+            InvalidArgument::max(Arg::MaxSendWr, cap.max_send_wr.into(), max_wr_of_size).into(),
+        );
+    }
+    let usable = wqe.min(desc_max);
+    actual.max_send_wr = (bytes / wqe as u64) as u32;
+    actual.max_send_sge = ((usable - overhead) / SEND_WQE_DS) as u32;
+    actual.max_inline_data = (usable - overhead - INLINE_HDR_BYTES) as u32;
+    Ok((log, (wqe / SEND_WQE_BB) as u8))
+}
+
+/// The RQ's `(log2 of its WQEs, log2 of its stride)` for `cap`, `None` without an RQ (no
+/// receives asked for, or an SRQ instead), with what it holds written into `actual`.
+fn rq_size(
+    cap: &QpCaps,
+    hca: &CmdHcaCap,
+    srq: bool,
+    log_max: u8,
+    actual: &mut QpCaps,
+) -> Result<Option<(u8, u8)>> {
+    let max_wr = 1u64 << log_max;
+    if srq {
         if cap.max_recv_wr != 0 {
             return Err(InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), 0).into());
         }
         if cap.max_recv_sge != 0 {
             return Err(InvalidArgument::max(Arg::MaxRecvSge, cap.max_recv_sge.into(), 0).into());
         }
-        None
-    } else if cap.max_recv_wr == 0 {
-        None
-    } else {
-        if cap.max_recv_wr as u64 > max_wr {
-            return Err(
-                InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), max_wr).into(),
-            );
-        }
-        let stride = (SEND_WQE_DS * cap.max_recv_sge.max(1) as usize).next_power_of_two();
-        let max_rq_wqe = hca.max_wqe_sz_rq() as usize;
-        if stride > max_rq_wqe {
-            // Receive WQEs are a power of two of 16-byte entries.
-            let max_sge = match max_rq_wqe.checked_ilog2() {
-                Some(l) => (1usize << l) / SEND_WQE_DS,
-                None => 0,
-            };
-            return Err(InvalidArgument::max(
-                Arg::MaxRecvSge,
-                cap.max_recv_sge.into(),
-                max_sge as u64,
-            )
-            .into());
-        }
-        // At least one 64-byte basic block of receive queue.
-        let cnt = (cap.max_recv_wr as u64)
-            .next_power_of_two()
-            .max((SEND_WQE_BB / stride).max(1) as u64);
-        let log = log2_ceil(cnt);
-        if log > log_max {
-            return Err(
-                InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), max_wr).into(),
-            );
-        }
-        actual.max_recv_wr = cnt as u32;
-        actual.max_recv_sge = (stride / SEND_WQE_DS) as u32;
-        Some((log, log2_ceil(stride as u64)))
-    };
-    Ok(QueueSizes { rq, sq, actual })
+        return Ok(None);
+    }
+    if cap.max_recv_wr == 0 {
+        return Ok(None);
+    }
+    if cap.max_recv_wr as u64 > max_wr {
+        return Err(InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), max_wr).into());
+    }
+    let stride = (SEND_WQE_DS * cap.max_recv_sge.max(1) as usize).next_power_of_two();
+    let max_rq_wqe = hca.max_wqe_sz_rq() as usize;
+    if stride > max_rq_wqe {
+        // Receive WQEs are a power of two of 16-byte entries.
+        let max_sge = match max_rq_wqe.checked_ilog2() {
+            Some(l) => (1usize << l) / SEND_WQE_DS,
+            None => 0,
+        };
+        return Err(
+            InvalidArgument::max(Arg::MaxRecvSge, cap.max_recv_sge.into(), max_sge as u64).into(),
+        );
+    }
+    // At least one 64-byte basic block of receive queue.
+    let cnt = (cap.max_recv_wr as u64)
+        .next_power_of_two()
+        .max((SEND_WQE_BB / stride).max(1) as u64);
+    let log = log2_ceil(cnt);
+    if log > log_max {
+        return Err(InvalidArgument::max(Arg::MaxRecvWr, cap.max_recv_wr.into(), max_wr).into());
+    }
+    actual.max_recv_wr = cnt as u32;
+    actual.max_recv_sge = (stride / SEND_WQE_DS) as u32;
+    Ok(Some((log, log2_ceil(stride as u64))))
 }
 
 struct QpInner<P: Platform> {
@@ -1552,31 +1559,10 @@ impl<P: Platform> Hca<P> {
         attr: &QpInitAttr<'_, P>,
         rlky: bool,
     ) -> Result<Qp<P, T>> {
-        let caps = self.caps();
-        let supported = match T::ST {
-            QpServiceType::Rc => caps.rc,
-            QpServiceType::Uc => caps.uc,
-            QpServiceType::Ud => caps.ud,
-            _ => false,
-        };
-        if !supported {
-            return Err(Error::Unsupported("this QP transport"));
-        }
-        let sizes = queue_sizes(
-            T::SQ_OVERHEAD,
-            &attr.cap,
-            self.hca_cap(),
-            attr.srq.is_some(),
-        )?;
+        let sizes = self.check_new_qp::<T>(pd, attr)?;
         let mut layout = QpLayout::new(0, sizes.rq, sizes.sq.map(|s| s.0));
         if let Some((_, bbs)) = sizes.sq {
             layout.max_sq_wqebbs = bbs;
-        }
-        for owner in [attr.send_cq.hca_id(), attr.recv_cq.hca_id(), pd.hca_id()]
-            .into_iter()
-            .chain(attr.srq.map(|s| s.hca_id()))
-        {
-            self.check_owner(owner)?;
         }
         // The work-request tables the CQs read (`verbs::dp`) and the place in the release
         // queue, before the command so a lack of memory sends nothing.
@@ -1597,40 +1583,8 @@ impl<P: Platform> Hca<P> {
         buf.write_be64(layout.dbr_offset, 0);
 
         let uar = self.uar();
-        let mut c = CreateQpIn::new_cmd();
-        let q = c.qpc_mut();
-        q.set_st(T::ST.raw())
-            .set_pm_state(PM_STATE_MIGRATED)
-            .set_pd(pd.pdn())
-            .set_uar_page(uar)
-            .set_user_index(DEFAULT_USER_INDEX)
-            .set_log_page_size(plan.log_page_size)
-            .set_cqn_snd(attr.send_cq.cqn())
-            .set_cqn_rcv(attr.recv_cq.cqn())
-            .set_dbr_addr(buf.iova() + layout.dbr_offset as u64)
-            .set_ts_format(default_ts_format(self.hca_cap(), self.roce_cap()))
-            .set_rlky(rlky);
-        match sizes.sq {
-            Some((log, _)) => {
-                q.set_log_sq_size(log);
-            }
-            None => {
-                q.set_no_sq(true);
-            }
-        }
-        match (attr.srq, sizes.rq) {
-            (Some(srq), _) => {
-                q.set_rq_type(RQ_TYPE_SRQ).set_srqn_rmpn_xrqn(srq.srqn());
-            }
-            (None, Some((log, log_stride))) => {
-                q.set_rq_type(RQ_TYPE_REGULAR)
-                    .set_log_rq_size(log)
-                    .set_log_rq_stride(log_stride - 4);
-            }
-            (None, None) => {
-                q.set_rq_type(RQ_TYPE_ZERO);
-            }
-        }
+        let dbr_iova = buf.iova() + layout.dbr_offset as u64;
+        let c = self.create_qp_cmd::<T>(pd, attr, &sizes, plan.log_page_size, dbr_iova, rlky);
         let mut pas = [0u8; MAX_PAS * 8];
         let pas = plan.write_pas(buf.iova(), &mut pas);
         let qpn = match self.exec(&c, pas, &mut []) {
@@ -1649,25 +1603,7 @@ impl<P: Platform> Hca<P> {
             sq_table,
             rq_table,
         );
-        let attached = HostArc::new(host.clone(), shared)
-            .map_err(Error::from)
-            .and_then(|h| {
-                let noted = attr.send_cq.attach(h.clone()).and_then(|()| {
-                    if attr.recv_cq.cqn() != attr.send_cq.cqn() {
-                        attr.recv_cq.attach(h.clone())?;
-                    }
-                    self.qp_created(h.clone())
-                });
-                match noted {
-                    Ok(()) => Ok(h),
-                    Err(e) => {
-                        // A CQ that noted it keeps a tombstone (which drops nothing: the
-                        // QP never posted).
-                        h.mark_destroyed();
-                        Err(e)
-                    }
-                }
-            });
+        let attached = self.attach_qp_shared(attr, HostArc::new(host.clone(), shared));
         let shared = match attached {
             Ok(h) => h,
             Err(e) => {
@@ -1703,6 +1639,114 @@ impl<P: Platform> Hca<P> {
                 ticket,
             }),
             _marker: PhantomData,
+        })
+    }
+
+    /// Checks that this HCA offers transport `T` and owns `pd`, the CQs and the SRQ of
+    /// `attr`, and computes the queues `attr.cap` asks for.
+    fn check_new_qp<T: QpTransport>(
+        &self,
+        pd: &Pd<P>,
+        attr: &QpInitAttr<'_, P>,
+    ) -> Result<QueueSizes> {
+        let caps = self.caps();
+        let supported = match T::ST {
+            QpServiceType::Rc => caps.rc,
+            QpServiceType::Uc => caps.uc,
+            QpServiceType::Ud => caps.ud,
+            _ => false,
+        };
+        if !supported {
+            return Err(Error::Unsupported("this QP transport"));
+        }
+        let sizes = queue_sizes(
+            T::SQ_OVERHEAD,
+            &attr.cap,
+            self.hca_cap(),
+            attr.srq.is_some(),
+        )?;
+        for owner in [attr.send_cq.hca_id(), attr.recv_cq.hca_id(), pd.hca_id()]
+            .into_iter()
+            .chain(attr.srq.map(|s| s.hca_id()))
+        {
+            self.check_owner(owner)?;
+        }
+        Ok(sizes)
+    }
+
+    /// The CREATE_QP command of a QP of transport `T` in `pd` with the queues `sizes`, its
+    /// buffer in pages of `2^log_page_size` 4 KiB and its doorbell record at `dbr_iova`;
+    /// `rlky`: it may use the reserved lkey.
+    fn create_qp_cmd<T: QpTransport>(
+        &self,
+        pd: &Pd<P>,
+        attr: &QpInitAttr<'_, P>,
+        sizes: &QueueSizes,
+        log_page_size: u8,
+        dbr_iova: u64,
+        rlky: bool,
+    ) -> CreateQpIn {
+        let mut c = CreateQpIn::new_cmd();
+        let q = c.qpc_mut();
+        q.set_st(T::ST.raw())
+            .set_pm_state(PM_STATE_MIGRATED)
+            .set_pd(pd.pdn())
+            .set_uar_page(self.uar())
+            .set_user_index(DEFAULT_USER_INDEX)
+            .set_log_page_size(log_page_size)
+            .set_cqn_snd(attr.send_cq.cqn())
+            .set_cqn_rcv(attr.recv_cq.cqn())
+            .set_dbr_addr(dbr_iova)
+            .set_ts_format(default_ts_format(self.hca_cap(), self.roce_cap()))
+            .set_rlky(rlky);
+        match sizes.sq {
+            Some((log, _)) => {
+                q.set_log_sq_size(log);
+            }
+            None => {
+                q.set_no_sq(true);
+            }
+        }
+        match (attr.srq, sizes.rq) {
+            (Some(srq), _) => {
+                q.set_rq_type(RQ_TYPE_SRQ).set_srqn_rmpn_xrqn(srq.srqn());
+            }
+            (None, Some((log, log_stride))) => {
+                q.set_rq_type(RQ_TYPE_REGULAR)
+                    .set_log_rq_size(log)
+                    .set_log_rq_stride(log_stride - 4);
+            }
+            (None, None) => {
+                q.set_rq_type(RQ_TYPE_ZERO);
+            }
+        }
+        c
+    }
+
+    /// Notes a new QP's shared half (`shared`, as allocated) with its CQs and the HCA; on a
+    /// failure the CQs that noted it keep a tombstone (which drops nothing: the QP never
+    /// posted).
+    fn attach_qp_shared(
+        &mut self,
+        attr: &QpInitAttr<'_, P>,
+        shared: core::result::Result<QpHandle<P>, uhca_hal::platform::DmaError>,
+    ) -> Result<QpHandle<P>> {
+        shared.map_err(Error::from).and_then(|h| {
+            let noted = attr.send_cq.attach(h.clone()).and_then(|()| {
+                if attr.recv_cq.cqn() != attr.send_cq.cqn() {
+                    attr.recv_cq.attach(h.clone())?;
+                }
+                self.qp_created(h.clone())
+            });
+            match noted {
+                Ok(()) => Ok(h),
+                Err(e) => {
+                    // A CQ that noted it keeps a tombstone (which drops nothing: the
+                    // QP never posted).
+                    h.mark_destroyed();
+                    Err(e)
+                }
+            }
         })
     }
 }
