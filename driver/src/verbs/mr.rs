@@ -388,24 +388,7 @@ impl<P: Platform> Hca<P> {
             )
             .into());
         }
-        // The smallest page size that needs at most MAX_PAS entries.
-        let mut shift = ADAPTER_PAGE_SHIFT;
-        let npages = loop {
-            let ps = 1u64 << shift;
-            let n = (end.div_ceil(ps) - start / ps) as usize;
-            if n <= MAX_PAS {
-                break n;
-            }
-            if shift >= MAX_MTT_PAGE_SHIFT || (key_addr ^ start) & page_mask(shift + 1) != 0 {
-                return Err(InvalidArgument::rule(
-                    Arg::MrLength,
-                    InvalidArgument::wide(len),
-                    "the region needs more than 512 translation entries of the largest page its addresses allow",
-                )
-                .into());
-            }
-            shift += 1;
-        };
+        let (shift, npages) = mtt_pages(start, end, key_addr, len)?;
         // Octwords hold two entries; pad to an even count.
         let octwords = npages.div_ceil(2);
         let base = start & !((1u64 << shift) - 1);
@@ -417,28 +400,67 @@ impl<P: Platform> Hca<P> {
         let variant = NEXT_KEY_VARIANT.load(Ordering::Relaxed);
         NEXT_KEY_VARIANT.store(variant.wrapping_add(1), Ordering::Relaxed);
 
-        let mut c = CreateMkeyIn::new_cmd();
-        c.set_translations_octword_actual_size(octwords as u32);
-        let m: &mut Mkc = c.memory_key_mkey_entry_mut();
-        let mode = MkcAccessMode::Mtt.raw();
-        m.set_access_mode_1_0(mode & 3)
-            .set_access_mode_4_2(mode >> 2)
-            .set_lr(true)
-            .set_lw(access.contains(AccessFlags::LOCAL_WRITE))
-            .set_rr(access.contains(AccessFlags::REMOTE_READ))
-            .set_rw(access.contains(AccessFlags::REMOTE_WRITE))
-            .set_a(access.contains(AccessFlags::REMOTE_ATOMIC))
-            .set_qpn(MKEY_QPN_UNBOUND)
-            .set_mkey_7_0(variant)
-            .set_pd(pd.pdn())
-            .set_start_addr(key_addr)
-            .set_len(len as u64)
-            .set_translations_octword_size(octwords as u32)
-            .set_log_page_size(shift as u8);
+        let c = mtt_mkey_cmd(pd.pdn(), access, variant, key_addr, len, octwords, shift);
         let out = self.exec(&c, &mtt[..octwords * 16], &mut [])?;
         let index = out.mkey_index();
         Ok((index, (index << 8) | variant as u32))
     }
+}
+
+/// The smallest translation page size (`1 << shift` bytes, from 4 KiB) whose pages cover
+/// `start..end` in at most [`MAX_PAS`] entries with the key's address `key_addr` at the
+/// same offset within a page as `start`: `(shift, entries)`.
+fn mtt_pages(start: u64, end: u64, key_addr: u64, len: usize) -> Result<(u32, usize)> {
+    let page_mask = |shift: u32| (1u64 << shift) - 1;
+    let mut shift = ADAPTER_PAGE_SHIFT;
+    loop {
+        let ps = 1u64 << shift;
+        let n = (end.div_ceil(ps) - start / ps) as usize;
+        if n <= MAX_PAS {
+            return Ok((shift, n));
+        }
+        if shift >= MAX_MTT_PAGE_SHIFT || (key_addr ^ start) & page_mask(shift + 1) != 0 {
+            return Err(InvalidArgument::rule(
+                Arg::MrLength,
+                InvalidArgument::wide(len),
+                "the region needs more than 512 translation entries of the largest page its addresses allow",
+            )
+            .into());
+        }
+        shift += 1;
+    }
+}
+
+/// The CREATE_MKEY command of an MTT key of `len` bytes from `key_addr` in PD `pdn`, its
+/// key byte `variant`, `octwords` of translation entries of pages of `1 << shift` bytes.
+fn mtt_mkey_cmd(
+    pdn: u32,
+    access: AccessFlags,
+    variant: u8,
+    key_addr: u64,
+    len: usize,
+    octwords: usize,
+    shift: u32,
+) -> CreateMkeyIn {
+    let mut c = CreateMkeyIn::new_cmd();
+    c.set_translations_octword_actual_size(octwords as u32);
+    let m: &mut Mkc = c.memory_key_mkey_entry_mut();
+    let mode = MkcAccessMode::Mtt.raw();
+    m.set_access_mode_1_0(mode & 3)
+        .set_access_mode_4_2(mode >> 2)
+        .set_lr(true)
+        .set_lw(access.contains(AccessFlags::LOCAL_WRITE))
+        .set_rr(access.contains(AccessFlags::REMOTE_READ))
+        .set_rw(access.contains(AccessFlags::REMOTE_WRITE))
+        .set_a(access.contains(AccessFlags::REMOTE_ATOMIC))
+        .set_qpn(MKEY_QPN_UNBOUND)
+        .set_mkey_7_0(variant)
+        .set_pd(pdn)
+        .set_start_addr(key_addr)
+        .set_len(len as u64)
+        .set_translations_octword_size(octwords as u32)
+        .set_log_page_size(shift as u8);
+    c
 }
 
 /// The IB rule every verbs provider checks: remote write and remote atomic need local

@@ -252,40 +252,8 @@ impl<P: Platform> Hca<P> {
     /// command's error.
     pub fn create_srq(&mut self, pd: &Pd<P>, attr: SrqInitAttr) -> Result<Srq<P>> {
         self.check_owner(pd.hca_id())?;
-        let caps = self.caps();
-        if attr.max_wr == 0 {
-            return Err(InvalidArgument::min(Arg::SrqMaxWr, 0, 1).into());
-        }
-        // The ring holds `max_wr + 1` rounded up to a power of two, at most 2^15.
-        let max_wr = match caps.max_srq_wr.checked_ilog2() {
-            Some(l) => (1u64 << l.min(15)) - 1,
-            None => 0,
-        };
-        if u64::from(attr.max_wr) > max_wr {
-            return Err(InvalidArgument::max(Arg::SrqMaxWr, attr.max_wr.into(), max_wr).into());
-        }
-        let stride = (SEND_WQE_DS * (1 + attr.max_sge.max(1) as usize))
-            .max(MIN_SRQ_STRIDE)
-            .next_power_of_two();
-        if stride > caps.max_recv_wqe_bytes as usize {
-            // A power of two of 16-byte entries, the first the SRQ's next-WQE segment.
-            let max_sge = match (caps.max_recv_wqe_bytes as usize).checked_ilog2() {
-                Some(l) => ((1usize << l) / SEND_WQE_DS).saturating_sub(1),
-                None => 0,
-            };
-            return Err(
-                InvalidArgument::max(Arg::SrqMaxSge, attr.max_sge.into(), max_sge as u64).into(),
-            );
-        }
-        let cnt = (attr.max_wr as u64 + 1).next_power_of_two();
-        let log_size = log2_ceil(cnt);
-        if log_size > 15 || cnt > caps.max_srq_wr as u64 {
-            return Err(InvalidArgument::max(Arg::SrqMaxWr, attr.max_wr.into(), max_wr).into());
-        }
-        if attr.srq_limit as u64 >= cnt {
-            return Err(InvalidArgument::max(Arg::SrqLimit, attr.srq_limit.into(), cnt - 1).into());
-        }
-        let log_stride = log2_ceil(stride as u64);
+        let (cnt, log_size, log_stride) = srq_sizes(self.caps(), &attr)?;
+        let stride = 1usize << log_stride;
         let wq_bytes = (cnt as usize) << log_stride;
         let dbr_offset = wq_bytes.next_multiple_of(64);
         let plan = PagePlan::for_bytes(wq_bytes);
@@ -349,4 +317,44 @@ impl<P: Platform> Hca<P> {
             ticket: Some(ticket),
         })
     }
+}
+
+/// The SRQ's `(WQEs, log2 of them, log2 of its stride)` for `attr` on a device of `caps`:
+/// `max_wr + 1` WQEs (one stays unused) rounded up to a power of two, each a next-WQE
+/// segment and `max_sge` entries.
+fn srq_sizes(caps: &crate::caps::DeviceCaps, attr: &SrqInitAttr) -> Result<(u64, u8, u8)> {
+    if attr.max_wr == 0 {
+        return Err(InvalidArgument::min(Arg::SrqMaxWr, 0, 1).into());
+    }
+    // The ring holds `max_wr + 1` rounded up to a power of two, at most 2^15.
+    let max_wr = match caps.max_srq_wr.checked_ilog2() {
+        Some(l) => (1u64 << l.min(15)) - 1,
+        None => 0,
+    };
+    if u64::from(attr.max_wr) > max_wr {
+        return Err(InvalidArgument::max(Arg::SrqMaxWr, attr.max_wr.into(), max_wr).into());
+    }
+    let stride = (SEND_WQE_DS * (1 + attr.max_sge.max(1) as usize))
+        .max(MIN_SRQ_STRIDE)
+        .next_power_of_two();
+    if stride > caps.max_recv_wqe_bytes as usize {
+        // A power of two of 16-byte entries, the first the SRQ's next-WQE segment.
+        let max_sge = match (caps.max_recv_wqe_bytes as usize).checked_ilog2() {
+            Some(l) => ((1usize << l) / SEND_WQE_DS).saturating_sub(1),
+            None => 0,
+        };
+        return Err(
+            InvalidArgument::max(Arg::SrqMaxSge, attr.max_sge.into(), max_sge as u64).into(),
+        );
+    }
+    let cnt = (attr.max_wr as u64 + 1).next_power_of_two();
+    let log_size = log2_ceil(cnt);
+    if log_size > 15 || cnt > caps.max_srq_wr as u64 {
+        return Err(InvalidArgument::max(Arg::SrqMaxWr, attr.max_wr.into(), max_wr).into());
+    }
+    if attr.srq_limit as u64 >= cnt {
+        return Err(InvalidArgument::max(Arg::SrqLimit, attr.srq_limit.into(), cnt - 1).into());
+    }
+    let log_stride = log2_ceil(stride as u64);
+    Ok((cnt, log_size, log_stride))
 }
