@@ -53,15 +53,6 @@ pub enum DeviceKind {
     },
 }
 
-impl DeviceSpec {
-    /// The MAC address of a mock device: locally administered, from its IP address, so two
-    /// processes on two addresses get distinct GUIDs.
-    pub fn mock_mac(ip: Ipv4Addr) -> [u8; 6] {
-        let o = ip.octets();
-        [0x02, 0x00, o[0], o[1], o[2], o[3]]
-    }
-}
-
 /// A malformed `UHCA_DEVICES`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
@@ -273,11 +264,19 @@ mod tests {
         assert!(parse(&long).is_err());
     }
 
+    /// A mock device's MAC, and so its GUIDs, follow from its address: two processes on two
+    /// addresses never show the same node GUID.
     #[test]
     fn mac_and_guid_follow_the_address() {
-        assert_eq!(
-            DeviceSpec::mock_mac(Ipv4Addr::new(127, 0, 0, 2)),
-            [2, 0, 127, 0, 0, 2]
-        );
+        let (a, b) = (Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3));
+        let d = |ip| {
+            crate::device::Device::new(DeviceSpec {
+                name: "m".into(),
+                kind: DeviceKind::MockUdp { ip },
+            })
+        };
+        assert_eq!(uhca_mock::MockConfig::udp(a).mac, [2, 0, 127, 0, 0, 2]);
+        assert_eq!(d(a).node_guid(), 0x0000_7fff_fe00_0002);
+        assert_ne!(d(a).node_guid(), d(b).node_guid());
     }
 }

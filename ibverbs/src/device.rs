@@ -13,8 +13,8 @@ use uhca_driver::{Hca, HcaConfig};
 use uhca_fwif::consts::AccessFlags;
 use uhca_hal::HostBuf;
 use uhca_hal::{PciConfig, Platform};
-use uhca_mock::fabric::PumpHandle;
-use uhca_mock::{Fabric, MockConfig, MockHca};
+use uhca_mock::fabric::udp::UdpHca;
+use uhca_mock::{MockConfig, MockHca};
 
 use crate::config::{DeviceKind, DeviceSpec};
 use crate::platform::DevPlatform;
@@ -92,13 +92,9 @@ pub(crate) struct MockHw {
 
 /// What a device's HCA runs on, besides its platform handle.
 enum Backing {
-    /// `mock:NAME=udp:IP`: the fabric with its UDP uplink and pump. Dropped in this order:
-    /// the pump stops, then the model and the fabric go.
-    Mock {
-        _pump: PumpHandle,
-        dev: MockHca,
-        _fabric: Fabric,
-    },
+    /// `mock:NAME=udp:IP`: the model, its fabric with the UDP uplink, and the pump (which
+    /// stops first when dropped).
+    Mock(UdpHca),
     /// `vfio:NAME=BDF`: the function's VFIO platform and the thread that turns its MSI-X
     /// interrupts into completion-channel wake-ups.
     Vfio(crate::vfio::VfioHw),
@@ -194,14 +190,6 @@ pub struct Device {
     next_channel: std::sync::atomic::AtomicU32,
 }
 
-fn mock_config(ip: Ipv4Addr) -> MockConfig {
-    MockConfig {
-        port_type: uhca_mock::LinkLayer::Ethernet,
-        mac: DeviceSpec::mock_mac(ip),
-        ..MockConfig::default()
-    }
-}
-
 impl Device {
     /// A device for `spec`, not yet brought up.
     pub fn new(spec: DeviceSpec) -> Self {
@@ -222,7 +210,7 @@ impl Device {
     /// MAC address; a VFIO function's is known only once open (0 before).
     pub fn node_guid(&self) -> u64 {
         match &self.spec.kind {
-            DeviceKind::MockUdp { ip } => mock_config(*ip).node_guid(),
+            DeviceKind::MockUdp { ip } => MockConfig::udp(*ip).node_guid(),
             DeviceKind::Vfio { .. } => self
                 .with(|o| o.hw.hca.query_port(1).map(|p| p.node_guid).unwrap_or(0))
                 .unwrap_or(0),
@@ -270,53 +258,42 @@ impl Device {
         Ok(())
     }
 
-    /// Brings up a mock HCA with its RoCEv2 port on a UDP socket at `ip:4791`.
+    /// Brings up a mock HCA with its RoCEv2 port on a UDP socket at `ip:4791`
+    /// ([`MockHca::udp`]: the socket is bound, and the fabric pumped, before the bring-up).
     fn open_mock(&self, ip: Ipv4Addr) -> VResult<MockHw> {
-        let cfg = mock_config(ip);
-        let mac = cfg.mac;
-        let fabric = Fabric::ethernet();
-        let dev = MockHca::new(cfg);
+        let node = MockHca::udp(ip).map_err(|e| {
+            VerbsError::new(
+                libc::EADDRINUSE,
+                format!("binding UDP {ip}:{}: {e}", crate::config::ROCE_UDP_PORT),
+            )
+        })?;
         let hcfg = HcaConfig {
             fw_pre_init_timeout_ns: 5_000_000_000,
             cmd_timeout_ns: 5_000_000_000,
             ..HcaConfig::default()
         };
-        let mut hca = Hca::open_with(DevPlatform::Mock(dev.platform()), hcfg)
+        let mut hca = Hca::open_with(DevPlatform::Mock(node.platform()), hcfg)
             .map_err(|e| VerbsError::driver("bring-up", e))?;
-        fabric.attach(&dev);
-        let up = (|| {
-            hca.add_roce_gid(1, 0, IpAddr::V4(ip), uhca_driver::addr::Mac(mac), None)
-                .map_err(|e| VerbsError::driver("installing the RoCEv2 GID", e))?;
-            fabric.attach_udp(&dev, ip).map_err(|e| {
-                VerbsError::new(
-                    libc::EADDRINUSE,
-                    format!("binding UDP {ip}:{}: {e}", crate::config::ROCE_UDP_PORT),
-                )
-            })
-        })();
-        if let Err(e) = up {
+        let mac = uhca_driver::addr::Mac(node.hca.config().mac);
+        if let Err(e) = hca.add_roce_gid(1, 0, IpAddr::V4(ip), mac, None) {
             let _ = hca.close();
-            return Err(e);
+            return Err(VerbsError::driver("installing the RoCEv2 GID", e));
         }
         // Every MSI-X interrupt of the model wakes every completion channel of the device:
         // a byte on each channel's socket (never blocking: a full socket is readable
         // already). It runs in the model's thread with the model locked, and takes only the
         // wakers' lock, which nothing holds while calling into the HCA.
         let wakers = self.wakers.clone();
-        dev.set_interrupt_handler(Some(Arc::new(move |_vector| {
-            let w = wakers.lock().unwrap_or_else(|p| p.into_inner());
-            for s in w.values() {
-                let _ = (&*s).write(&[1]);
-            }
-        })));
-        let pump = fabric.start_pump(20);
+        node.hca
+            .set_interrupt_handler(Some(Arc::new(move |_vector| {
+                let w = wakers.lock().unwrap_or_else(|p| p.into_inner());
+                for s in w.values() {
+                    let _ = (&*s).write(&[1]);
+                }
+            })));
         Ok(MockHw {
             hca,
-            backing: Backing::Mock {
-                _pump: pump,
-                dev,
-                _fabric: fabric,
-            },
+            backing: Backing::Mock(node),
         })
     }
 
@@ -358,7 +335,7 @@ impl Device {
         }
         let MockHw { hca, backing } = o.hw;
         match &backing {
-            Backing::Mock { dev, .. } => dev.set_interrupt_handler(None),
+            Backing::Mock(node) => node.hca.set_interrupt_handler(None),
             // The interrupt thread stops before the teardown.
             Backing::Vfio(v) => v.stop_interrupts(),
         }

@@ -72,6 +72,18 @@ impl MockConfig {
         Self::default()
     }
 
+    /// An Ethernet function whose RoCEv2 port is to be a UDP socket at `ip` (as
+    /// [`MockHca::udp`](crate::MockHca::udp) makes it): its MAC, and so its GUIDs, from the
+    /// address, locally administered (`02:00` then the address's four bytes), so that two
+    /// processes on two addresses get distinct ones.
+    pub fn udp(ip: std::net::Ipv4Addr) -> Self {
+        let [a, b, c, d] = ip.octets();
+        MockConfig {
+            mac: [2, 0, a, b, c, d],
+            ..Self::ethernet()
+        }
+    }
+
     /// An InfiniBand function with default settings.
     pub fn infiniband() -> Self {
         MockConfig {

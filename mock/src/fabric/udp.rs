@@ -415,11 +415,7 @@ impl MockHca {
     ///
     /// The socket could not be bound (the address is not local, or the port is taken).
     pub fn udp(local: Ipv4Addr) -> io::Result<UdpHca> {
-        let [a, b, c, d] = local.octets();
-        let hca = MockHca::new(crate::MockConfig {
-            mac: [2, 0, a, b, c, d],
-            ..crate::MockConfig::ethernet()
-        });
+        let hca = MockHca::new(crate::MockConfig::udp(local));
         let fabric = crate::Fabric::ethernet();
         fabric.attach(&hca);
         fabric.attach_udp(&hca, local)?;
