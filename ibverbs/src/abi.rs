@@ -287,6 +287,115 @@ pub struct IbvQpInitAttr {
     pub sq_sig_all: c_int,
 }
 
+/// `struct ibv_qp_init_attr_ex` (136 bytes): `ibv_qp_init_attr`'s fields, then what
+/// `comp_mask` says is set (`IBV_QP_INIT_ATTR_*`). The RSS hash configuration, which this
+/// library refuses, is opaque.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpInitAttrEx {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut IbvCq,
+    pub recv_cq: *mut IbvCq,
+    pub srq: *mut c_void,
+    pub cap: IbvQpCap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut IbvPd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: [u64; 3],
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `ibv_qp_init_attr_ex.comp_mask` bits (`enum ibv_qp_init_attr_mask`).
+pub mod qp_init_attr_mask {
+    /// `pd` is set (required).
+    pub const PD: u32 = 1 << 0;
+    /// `create_flags` is set.
+    pub const CREATE_FLAGS: u32 = 1 << 2;
+    /// `send_ops_flags` is set: the QP is posted to with `ibv_wr_*` (`ibv_qp_to_qp_ex`).
+    pub const SEND_OPS_FLAGS: u32 = 1 << 6;
+}
+
+/// `ibv_qp_init_attr_ex.send_ops_flags` bits (`enum ibv_qp_create_send_ops_flags`).
+pub mod send_ops {
+    /// `IBV_QP_EX_WITH_RDMA_WRITE`.
+    pub const RDMA_WRITE: u64 = 1 << 0;
+    /// `IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM`.
+    pub const RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+    /// `IBV_QP_EX_WITH_SEND`.
+    pub const SEND: u64 = 1 << 2;
+    /// `IBV_QP_EX_WITH_SEND_WITH_IMM`.
+    pub const SEND_WITH_IMM: u64 = 1 << 3;
+    /// `IBV_QP_EX_WITH_RDMA_READ`.
+    pub const RDMA_READ: u64 = 1 << 4;
+    /// `IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP`.
+    pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+    /// `IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD`.
+    pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    /// What this library's `ibv_wr_*` post: what its `ibv_post_send` offers.
+    pub const OFFERED: u64 = RDMA_WRITE
+        | RDMA_WRITE_WITH_IMM
+        | SEND
+        | SEND_WITH_IMM
+        | RDMA_READ
+        | ATOMIC_CMP_AND_SWP
+        | ATOMIC_FETCH_AND_ADD;
+}
+
+/// The part of `struct ibv_qp_ex` after its `ibv_qp` (`qp_base`): the request being built
+/// (`wr_id`, `wr_flags`) and the `ibv_wr_*` operations, which `verbs.h`'s inline functions
+/// call through these pointers.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpExOps {
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: u32,
+    pub wr_atomic_cmp_swp: unsafe extern "C" fn(*mut c_void, u32, u64, u64, u64),
+    pub wr_atomic_fetch_add: unsafe extern "C" fn(*mut c_void, u32, u64, u64),
+    pub wr_bind_mw: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *const c_void),
+    pub wr_local_inv: unsafe extern "C" fn(*mut c_void, u32),
+    pub wr_rdma_read: unsafe extern "C" fn(*mut c_void, u32, u64),
+    pub wr_rdma_write: unsafe extern "C" fn(*mut c_void, u32, u64),
+    pub wr_rdma_write_imm: unsafe extern "C" fn(*mut c_void, u32, u64, u32),
+    pub wr_send: unsafe extern "C" fn(*mut c_void),
+    pub wr_send_imm: unsafe extern "C" fn(*mut c_void, u32),
+    pub wr_send_inv: unsafe extern "C" fn(*mut c_void, u32),
+    pub wr_send_tso: unsafe extern "C" fn(*mut c_void, *mut c_void, u16, u16),
+    pub wr_set_ud_addr: unsafe extern "C" fn(*mut c_void, *mut IbvAh, u32, u32),
+    pub wr_set_xrc_srqn: unsafe extern "C" fn(*mut c_void, u32),
+    pub wr_set_inline_data: unsafe extern "C" fn(*mut c_void, *mut c_void, usize),
+    pub wr_set_inline_data_list: unsafe extern "C" fn(*mut c_void, usize, *const IbvDataBuf),
+    pub wr_set_sge: unsafe extern "C" fn(*mut c_void, u32, u64, u32),
+    pub wr_set_sge_list: unsafe extern "C" fn(*mut c_void, usize, *const IbvSge),
+    pub wr_start: unsafe extern "C" fn(*mut c_void),
+    pub wr_complete: unsafe extern "C" fn(*mut c_void) -> c_int,
+    pub wr_abort: unsafe extern "C" fn(*mut c_void),
+    pub wr_atomic_write: unsafe extern "C" fn(*mut c_void, u32, u64, *const c_void),
+}
+
+/// `struct ibv_qp_ex`, for the layout check (this library's QPs are an [`IbvQp`] followed
+/// by an [`IbvQpExOps`], `ffi.rs` `CQp`).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpEx {
+    pub qp_base: IbvQp,
+    pub ops: IbvQpExOps,
+}
+
+/// `struct ibv_data_buf` (16 bytes): one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvDataBuf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
 /// `struct ibv_global_route` (24 bytes; 8-byte aligned, as `union ibv_gid` holds `__be64`s).
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
@@ -490,6 +599,38 @@ impl IbvSendWr {
     pub fn ud_remote_qkey(&self) -> u32 {
         (self.rest[1] >> 32) as u32
     }
+
+    /// Sets `wr.rdma`: the remote address and key.
+    pub fn set_rdma(&mut self, remote_addr: u64, rkey: u32) {
+        self.rest[0] = remote_addr;
+        self.rest[1] = rkey.into();
+    }
+
+    /// Sets `wr.atomic`: the remote address and key, compare (or add) and swap.
+    pub fn set_atomic(&mut self, remote_addr: u64, rkey: u32, compare_add: u64, swap: u64) {
+        self.rest[0] = remote_addr;
+        self.rest[1] = compare_add;
+        self.rest[2] = swap;
+        self.rest[3] = rkey.into();
+    }
+
+    /// Sets `wr.ud`: the address handle, remote QP and Q_Key.
+    pub fn set_ud(&mut self, ah: *mut IbvAh, remote_qpn: u32, remote_qkey: u32) {
+        self.rest[0] = ah as usize as u64;
+        self.rest[1] = u64::from(remote_qpn) | (u64::from(remote_qkey) << 32);
+    }
+
+    /// A request of nothing (every field zero).
+    pub const ZERO: IbvSendWr = IbvSendWr {
+        wr_id: 0,
+        next: core::ptr::null_mut(),
+        sg_list: core::ptr::null_mut(),
+        num_sge: 0,
+        opcode: 0,
+        send_flags: 0,
+        imm_data: 0,
+        rest: [0; 11],
+    };
 }
 
 /// `struct ibv_async_event` (16 bytes): the object (`element`, a union of pointers and the
@@ -661,7 +802,7 @@ pub struct VerbsContext {
     pub ibv_create_flow: Slot,
     pub ABI_placeholder1: Slot,
     pub open_qp: Slot,
-    pub create_qp_ex: Slot,
+    pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: Slot,
     pub create_srq_ex: Slot,
     pub open_xrcd: Slot,
@@ -672,6 +813,9 @@ pub struct VerbsContext {
     /// `context`: what the program holds; must stay the last field.
     pub context: IbvContext,
 }
+
+/// `struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *)`.
+pub type CreateQpExFn = unsafe extern "C" fn(*mut c_void, *mut IbvQpInitAttrEx) -> *mut IbvQp;
 
 /// `struct ibv_query_device_ex_input` (4 bytes).
 #[repr(C)]
@@ -801,6 +945,9 @@ layout! {
     IbvAhAttr => "ibv_ah_attr" { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }
     IbvQpAttr => "ibv_qp_attr" { qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit }
     IbvQp => "ibv_qp" { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed }
+    IbvQpInitAttrEx => "ibv_qp_init_attr_ex" { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd, create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags }
+    IbvQpEx => "ibv_qp_ex" { qp_base }
+    IbvDataBuf => "ibv_data_buf" { addr, length }
     IbvSge => "ibv_sge" { addr, length, lkey }
     IbvSrq => "ibv_srq" { context, srq_context, pd, handle, mutex, cond, events_completed }
     IbvSrqAttr => "ibv_srq_attr" { max_wr, max_sge, srq_limit }
@@ -834,6 +981,21 @@ layout! {
     ("ibv_send_wr", "wr.ud.remote_qpn", offset_of!(IbvSendWr, rest) + 8)
     ("ibv_send_wr", "wr.ud.remote_qkey", offset_of!(IbvSendWr, rest) + 12)
     ("verbs_context", "priv", offset_of!(VerbsContext, priv_))
+    // The operations of `ibv_qp_ex`, after its `ibv_qp`.
+    ("ibv_qp_ex", "comp_mask", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, comp_mask))
+    ("ibv_qp_ex", "wr_id", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_id))
+    ("ibv_qp_ex", "wr_flags", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_flags))
+    ("ibv_qp_ex", "wr_atomic_cmp_swp", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_atomic_cmp_swp))
+    ("ibv_qp_ex", "wr_rdma_write", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_rdma_write))
+    ("ibv_qp_ex", "wr_send", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_send))
+    ("ibv_qp_ex", "wr_set_ud_addr", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_set_ud_addr))
+    ("ibv_qp_ex", "wr_set_inline_data", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_set_inline_data))
+    ("ibv_qp_ex", "wr_set_sge", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_set_sge))
+    ("ibv_qp_ex", "wr_set_sge_list", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_set_sge_list))
+    ("ibv_qp_ex", "wr_start", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_start))
+    ("ibv_qp_ex", "wr_complete", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_complete))
+    ("ibv_qp_ex", "wr_abort", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_abort))
+    ("ibv_qp_ex", "wr_atomic_write", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_atomic_write))
     ("ibv_odp_caps", "per_transport_caps.rc_odp_caps", offset_of!(IbvOdpCaps, rc_odp_caps))
     ("ibv_odp_caps", "per_transport_caps.uc_odp_caps", offset_of!(IbvOdpCaps, uc_odp_caps))
     ("ibv_odp_caps", "per_transport_caps.ud_odp_caps", offset_of!(IbvOdpCaps, ud_odp_caps))

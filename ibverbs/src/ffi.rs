@@ -36,6 +36,7 @@ macro_rules! export {
 
 mod ah;
 mod events;
+mod qp_ex;
 mod stubs;
 mod vctx;
 
@@ -134,6 +135,10 @@ struct Ctx {
     entry: &'static Entry,
     /// The `async_fd`'s socket, woken by the device's interrupts (`ibv_get_async_event`).
     async_events: Option<crate::device::ChannelFd>,
+    /// What `cmd_fd` is: `/dev/null`, a descriptor a program may `dup`, `fstat` or close on
+    /// exec as rdma-core's command file (no command goes through it here: importing a
+    /// context from it is `EOPNOTSUPP`).
+    _cmd: Option<std::fs::File>,
 }
 
 /// A PD: the `struct ibv_pd`, then the device.
@@ -364,11 +369,19 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         }
     };
     let async_fd = async_events.as_ref().map_or(-1, |f| f.raw_fd());
+    let cmd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .ok();
+    let cmd_fd = cmd
+        .as_ref()
+        .map_or(-1, |f| std::os::fd::AsRawFd::as_raw_fd(f));
     let ctx = Box::new(Ctx {
         vctx: vctx::verbs_context(IbvContext {
             device: dev,
             ops,
-            cmd_fd: -1,
+            cmd_fd,
             async_fd,
             num_comp_vectors: 1,
             mutex: libc::PTHREAD_MUTEX_INITIALIZER,
@@ -376,6 +389,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         }),
         entry,
         async_events,
+        _cmd: cmd,
     });
     vctx::context_of(Box::into_raw(ctx))
 }
@@ -866,11 +880,17 @@ unsafe extern "C" fn dereg_mr(mr: *mut IbvMr) -> c_int {
     }
 }
 
-/// A QP: the `struct ibv_qp`, then the device.
+/// A QP: the `struct ibv_qp` and the rest of a `struct ibv_qp_ex`, then the device.
 #[repr(C)]
 struct CQp {
     ibv: IbvQp,
+    /// The rest of a `struct ibv_qp_ex`: `ibv_qp_to_qp_ex` hands out the QP itself
+    /// (`ffi/qp_ex.rs`).
+    ex: crate::abi::IbvQpExOps,
     entry: &'static Entry,
+    /// The `ibv_wr_*` requests being built, for a QP of `ibv_create_qp_ex` with
+    /// `send_ops_flags`.
+    wr: Option<Box<qp_ex::WrBatch>>,
 }
 
 export!("ibv_create_qp" @ "IBVERBS_1.1" => create_qp);
@@ -882,7 +902,18 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
         return ptr::null_mut();
     }
     // SAFETY: pd came from alloc_pd; attr is the caller's readable ibv_qp_init_attr.
-    let (p, a) = unsafe { (&*(pd as *mut CPd), &mut *attr) };
+    unsafe { create_qp_with(pd, &mut *attr, None) }
+}
+
+/// `ibv_create_qp` of `pd` with `a`, and, for `ibv_create_qp_ex` with `send_ops_flags`,
+/// the `ibv_wr_*` operations `ops`.
+///
+/// # Safety
+///
+/// `pd` came from `ibv_alloc_pd` of this library and is not NULL.
+unsafe fn create_qp_with(pd: *mut IbvPd, a: &mut IbvQpInitAttr, ops: Option<u64>) -> *mut IbvQp {
+    // SAFETY: the caller's contract.
+    let p = unsafe { &*(pd as *mut CPd) };
     let Some(transport) = crate::qp::Transport::from_raw(a.qp_type) else {
         set_errno(libc::EOPNOTSUPP);
         return ptr::null_mut();
@@ -946,7 +977,14 @@ unsafe extern "C" fn create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut
                     cond: libc::PTHREAD_COND_INITIALIZER,
                     events_completed: 0,
                 },
+                ex: crate::abi::IbvQpExOps {
+                    comp_mask: 0,
+                    ..qp_ex::OPS
+                },
                 entry: p.entry,
+                wr: ops.map(|o| {
+                    qp_ex::WrBatch::new(o, got.max_send_wr, got.max_send_sge, got.max_inline_data)
+                }),
             })) as *mut IbvQp;
             events::register(p.entry, handle, qp as *mut c_void);
             qp
@@ -1526,9 +1564,11 @@ unsafe extern "C" fn post_srq_recv(
 }
 
 export!("ibv_qp_to_qp_ex" @ "IBVERBS_1.6" => qp_to_qp_ex);
-/// As rdma-core for a QP not created through `ibv_create_qp_ex`: NULL.
-unsafe extern "C" fn qp_to_qp_ex(_qp: *mut c_void) -> *mut c_void {
-    ptr::null_mut()
+/// The QP itself (an `ibv_qp_ex`) for a QP of `ibv_create_qp_ex` with `send_ops_flags`;
+/// NULL for others, as rdma-core.
+unsafe extern "C" fn qp_to_qp_ex(qp: *mut c_void) -> *mut c_void {
+    // SAFETY: qp is NULL or came from create_qp (the caller's contract).
+    unsafe { qp_ex::to_qp_ex(qp) }
 }
 
 /// A completion channel: the `struct ibv_comp_channel`, then the device.

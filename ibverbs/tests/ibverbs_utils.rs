@@ -342,6 +342,35 @@ fn asynchronous_events_through_the_c_abi() {
     assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
 }
 
+/// `tests/c/wr_api.c`, built as `opcodes.c` is, between two devices of one process
+/// (`127.0.0.85`, `.86`): `ibv_create_qp_ex` with `send_ops_flags` and `ibv_qp_to_qp_ex`
+/// (NULL for a QP of `ibv_create_qp`), one `ibv_wr_start`…`ibv_wr_complete` batch of WRITE,
+/// READ, compare-and-swap, fetch-and-add, SEND with immediate from inline data (copied when
+/// set) and WRITE with immediate of two SGEs, checked in memory and in the completions;
+/// unsignalled requests; `ibv_wr_abort`; and the refusals (an operation the QP was not
+/// created for, more requests than the queue holds, an SGE outside its MR) that drop the
+/// whole batch. One PASS line per check (25), all must pass.
+#[test]
+fn the_ibv_wr_api_through_the_c_abi() {
+    let Some(exe) = build_c("wr_api") else {
+        return;
+    };
+    let out = run(
+        &exe,
+        &[],
+        Some("mock:uhca0=udp:127.0.0.85;mock:uhca1=udp:127.0.0.86"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines.len(), 25, "every check ran: {stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
+}
+
 /// `tests/c/NAME.c` compiled against the installed `verbs.h` and linked to this library
 /// (and pthreads); `None` (skipped, saying why) without the header or a compiler, unless
 /// `UHCA_REQUIRE_IBVERBS_UTILS=1`.

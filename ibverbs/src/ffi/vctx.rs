@@ -54,7 +54,7 @@ pub(super) fn verbs_context(mut ibv: IbvContext) -> VerbsContext {
         ibv_create_flow: null,
         ABI_placeholder1: null,
         open_qp: null,
-        create_qp_ex: null,
+        create_qp_ex: Some(super::qp_ex::create_qp_ex),
         get_srq_num: null,
         create_srq_ex: null,
         open_xrcd: null,
