@@ -374,9 +374,7 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         .write(true)
         .open("/dev/null")
         .ok();
-    let cmd_fd = cmd
-        .as_ref()
-        .map_or(-1, |f| std::os::fd::AsRawFd::as_raw_fd(f));
+    let cmd_fd = cmd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
     let ctx = Box::new(Ctx {
         vctx: vctx::verbs_context(IbvContext {
             device: dev,
