@@ -753,6 +753,17 @@ impl<P: Platform> Hca<P> {
         self.ev.log.completions.pop()
     }
 
+    /// Whether a completion event of CQ `cqn` is waiting (without taking it): what makes a
+    /// completion channel readable.
+    pub fn has_completion_event(&self, cqn: u32) -> bool {
+        self.ev.log.completions.has(cqn)
+    }
+
+    /// Whether an asynchronous event is waiting for [`Hca::next_event`] (without taking it).
+    pub fn has_async_event(&self) -> bool {
+        !self.ev.log.pending.is_empty()
+    }
+
     /// Takes one completion event of CQ `cqn`, if one is waiting.
     pub fn take_completion_event(&mut self, cqn: u32) -> bool {
         self.ev.log.completions.take(cqn)

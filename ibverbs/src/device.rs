@@ -3,10 +3,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use uhca_driver::verbs::{Cq, GidEntry, Pd, PortAttr, Srq, SrqInitAttr, UserMr};
 use uhca_driver::{Hca, HcaConfig};
@@ -18,6 +20,7 @@ use uhca_mock::{MockConfig, MockHca};
 
 use crate::config::{DeviceKind, DeviceSpec};
 use crate::platform::DevPlatform;
+use crate::wake::{Dispatcher, Kicker, Kind, Wakers};
 
 /// A verb's failure: the errno it returns (or sets) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,9 +114,28 @@ pub struct Open {
     pub(crate) srqs: HashMap<u32, (Srq<MockP>, u32)>,
     mrs: HashMap<u32, Registered>,
     pub(crate) qps: HashMap<u32, crate::qp::QpEntry>,
-    /// CQ handle → (the completion channel's tag, the CQ's tag): opaque values of the C
-    /// layer (its pointers), so that an event names what the application holds.
+    /// CQ handle → (the completion channel's id, the CQ's tag): the channel's
+    /// [`ChannelFd::id`] and an opaque value of the C layer (its pointer), so that an
+    /// event names what the application holds.
     channels: HashMap<u32, (usize, usize)>,
+    /// Serves the event queue on the device's interrupts (stops when the device closes).
+    _dispatcher: Dispatcher,
+}
+
+/// Brings the device's sockets in line with the events waiting (see [`crate::wake`]).
+fn sync_wakes(o: &Open, wakers: &Wakers, bump: bool) {
+    wakers.sync(
+        |kind, id| match kind {
+            Kind::Async => o.hw.hca.has_async_event(),
+            Kind::Cq => o.channels.iter().any(|(h, (ch, _))| {
+                *ch == id as usize
+                    && o.cqs
+                        .get(h)
+                        .is_some_and(|c| o.hw.hca.has_completion_event(c.cqn()))
+            }),
+        },
+        bump,
+    );
 }
 
 impl Open {
@@ -162,13 +184,10 @@ pub struct MrKeys {
     pub rkey: u32,
 }
 
-/// The writing ends of the completion channels' sockets, by channel: the device's
-/// interrupt handler writes a byte to each.
-type Wakers = Arc<Mutex<HashMap<u32, UnixStream>>>;
-
-/// A completion channel's readable end: its file descriptor is the channel's `fd`, which
-/// becomes readable when the device raises its interrupt (an event queue entry, such as an
-/// armed CQ's completion event), so `poll(2)`/`epoll` on it wait for completion events.
+/// A completion channel's (or a context's `async_fd`'s) readable end: its file descriptor
+/// is the channel's `fd`, readable exactly while a completion event of one of its armed
+/// CQs (for `async_fd`: an asynchronous event) waits to be taken, so `poll(2)`/`epoll` on
+/// it wait for events ([`crate::wake`]).
 #[derive(Debug)]
 pub struct ChannelFd {
     id: u32,
@@ -180,13 +199,23 @@ impl ChannelFd {
     pub fn raw_fd(&self) -> i32 {
         std::os::fd::AsRawFd::as_raw_fd(&self.reader)
     }
+
+    /// The channel's id on its device ([`Device::attach_channel`] and
+    /// [`Device::take_cq_event`] name the channel by it).
+    pub fn id(&self) -> usize {
+        self.id as usize
+    }
 }
+
+/// How long a blocked `ibv_get_cq_event` or `ibv_get_async_event` waits for a wake-up
+/// before it serves the event queue again itself.
+const EVENT_RECHECK: Duration = Duration::from_millis(100);
 
 /// One configured device.
 pub struct Device {
     spec: DeviceSpec,
-    open: Mutex<Option<Open>>,
-    wakers: Wakers,
+    open: Arc<Mutex<Option<Open>>>,
+    wakers: Arc<Wakers>,
     next_channel: std::sync::atomic::AtomicU32,
 }
 
@@ -195,8 +224,8 @@ impl Device {
     pub fn new(spec: DeviceSpec) -> Self {
         Self {
             spec,
-            open: Mutex::new(None),
-            wakers: Arc::new(Mutex::new(HashMap::new())),
+            open: Arc::new(Mutex::new(None)),
+            wakers: Arc::new(Wakers::default()),
             next_channel: std::sync::atomic::AtomicU32::new(1),
         }
     }
@@ -234,10 +263,11 @@ impl Device {
             o.users += 1;
             return Ok(());
         }
+        let dispatcher = self.start_dispatcher()?;
         let hw = match &self.spec.kind {
-            DeviceKind::MockUdp { ip } => self.open_mock(*ip)?,
+            DeviceKind::MockUdp { ip } => self.open_mock(*ip, dispatcher.kicker())?,
             DeviceKind::Vfio { bdf, ip } => {
-                let (hca, hw) = crate::vfio::open(bdf, *ip, self.wakers.clone())?;
+                let (hca, hw) = crate::vfio::open(bdf, *ip, dispatcher.kicker())?;
                 MockHw {
                     hca,
                     backing: Backing::Vfio(hw),
@@ -254,13 +284,36 @@ impl Device {
             mrs: HashMap::new(),
             qps: HashMap::new(),
             channels: HashMap::new(),
+            _dispatcher: dispatcher,
         });
         Ok(())
     }
 
+    /// The thread that serves the event queue on the device's interrupts and syncs the
+    /// channels' sockets with it ([`crate::wake`]).
+    fn start_dispatcher(&self) -> VResult<Dispatcher> {
+        let open = self.open.clone();
+        let wakers = self.wakers.clone();
+        Dispatcher::start(format!("uhca-ev-{}", self.spec.name), move |stop| {
+            let mut g = open.lock().unwrap_or_else(|p| p.into_inner());
+            // The flag is read with the lock held: a device closed (and perhaps opened
+            // again) since is not this thread's any more.
+            if stop.load(Ordering::Acquire) {
+                return false;
+            }
+            let Some(o) = g.as_mut() else {
+                return false;
+            };
+            let _ = o.hw.hca.process_events();
+            sync_wakes(o, &wakers, true);
+            true
+        })
+        .map_err(|e| VerbsError::new(libc::EAGAIN, format!("event thread: {e}")))
+    }
+
     /// Brings up a mock HCA with its RoCEv2 port on a UDP socket at `ip:4791`
     /// ([`MockHca::udp`]: the socket is bound, and the fabric pumped, before the bring-up).
-    fn open_mock(&self, ip: Ipv4Addr) -> VResult<MockHw> {
+    fn open_mock(&self, ip: Ipv4Addr, kicker: Kicker) -> VResult<MockHw> {
         let node = MockHca::udp(ip).map_err(|e| {
             VerbsError::new(
                 libc::EADDRINUSE,
@@ -279,18 +332,12 @@ impl Device {
             let _ = hca.close();
             return Err(VerbsError::driver("installing the RoCEv2 GID", e));
         }
-        // Every MSI-X interrupt of the model wakes every completion channel of the device:
-        // a byte on each channel's socket (never blocking: a full socket is readable
-        // already). It runs in the model's thread with the model locked, and takes only the
-        // wakers' lock, which nothing holds while calling into the HCA.
-        let wakers = self.wakers.clone();
+        // Every MSI-X interrupt of the model kicks the device's event thread, which serves
+        // the event queue and wakes the channels with events waiting. The handler runs in
+        // the model's thread with the model locked: it only writes to a socket (never
+        // blocking).
         node.hca
-            .set_interrupt_handler(Some(Arc::new(move |_vector| {
-                let w = wakers.lock().unwrap_or_else(|p| p.into_inner());
-                for s in w.values() {
-                    let _ = (&*s).write(&[1]);
-                }
-            })));
+            .set_interrupt_handler(Some(Arc::new(move |_vector| kicker.kick())));
         Ok(MockHw {
             hca,
             backing: Backing::Mock(node),
@@ -564,6 +611,7 @@ impl Device {
             o.hw.hca
                 .process_events()
                 .map_err(|e| VerbsError::driver("event queue", e))?;
+            let mut got = None;
             for (h, (ch, tag)) in &o.channels {
                 if *ch != channel {
                     continue;
@@ -571,10 +619,12 @@ impl Device {
                 if let Some(cq) = o.cqs.get_mut(h)
                     && cq.take_event(&mut o.hw.hca)
                 {
-                    return Ok(Some(*tag));
+                    got = Some(*tag);
+                    break;
                 }
             }
-            Ok(None)
+            sync_wakes(o, &self.wakers, false);
+            Ok(got)
         })?
     }
 
@@ -687,47 +737,67 @@ impl Device {
     ///
     /// The socket pair could not be made (the OS's errno).
     pub fn create_channel(&self) -> VResult<ChannelFd> {
-        let (reader, writer) = UnixStream::pair().map_err(io_errno)?;
-        writer.set_nonblocking(true).map_err(io_errno)?;
-        let id = self
-            .next_channel
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.wakers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, writer);
-        Ok(ChannelFd { id, reader })
+        self.new_channel(Kind::Cq)
     }
 
-    /// `ibv_destroy_comp_channel`: the interrupts stop waking it; its fd closes with it.
-    pub fn destroy_channel(&self, ch: ChannelFd) {
-        self.wakers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ch.id);
-    }
-
-    /// `ibv_get_cq_event`: the tag of a CQ on channel `channel` (the tag given to
-    /// [`Device::attach_channel`]) with a completion event, waiting on the channel's fd
-    /// until the device's interrupt says an event may have come (as rdma-core's, it waits
-    /// as long as it takes; with `O_NONBLOCK` set on the fd by the application it returns
-    /// EAGAIN instead of waiting).
+    /// A context's `async_fd`: readable while an asynchronous event of the device waits.
     ///
     /// # Errors
     ///
-    /// EAGAIN (a non-blocking fd and no event), not open, or the event queue's failure.
-    pub fn wait_cq_event(&self, channel: usize, fd: &ChannelFd) -> VResult<usize> {
-        let mut buf = [0u8; 64];
+    /// The socket pair could not be made (the OS's errno).
+    pub fn create_async_fd(&self) -> VResult<ChannelFd> {
+        self.new_channel(Kind::Async)
+    }
+
+    fn new_channel(&self, kind: Kind) -> VResult<ChannelFd> {
+        let id = self.next_channel.fetch_add(1, Ordering::Relaxed);
+        let reader: UnixStream = self.wakers.add(id, kind).map_err(io_errno)?;
+        let ch = ChannelFd { id, reader };
+        // An asynchronous event may be waiting already.
+        let _ = self.with(|o| sync_wakes(o, &self.wakers, false));
+        Ok(ch)
+    }
+
+    /// `ibv_destroy_comp_channel` (and a context's close for its `async_fd`): it is not
+    /// woken any more; its fd closes with it.
+    pub fn destroy_channel(&self, ch: ChannelFd) {
+        self.wakers.remove(ch.id);
+    }
+
+    /// `ibv_get_cq_event`: the tag of a CQ on channel `channel` (its [`ChannelFd::id`];
+    /// the tag given to [`Device::attach_channel`]) with a completion event, waiting until
+    /// one comes (as rdma-core's, as long as it takes: woken by the device's event thread,
+    /// and serving the event queue itself every 100 ms); with `nonblocking` (the
+    /// application set `O_NONBLOCK` on the channel's fd) EAGAIN instead of waiting.
+    ///
+    /// # Errors
+    ///
+    /// EAGAIN (non-blocking and no event), not open, or the event queue's failure.
+    pub fn wait_cq_event(&self, channel: usize, nonblocking: bool) -> VResult<usize> {
+        self.wait_for(nonblocking, || self.take_cq_event(channel))
+    }
+
+    /// Waits like [`Device::wait_cq_event`] for `take` to find something.
+    pub(crate) fn wait_for<T>(
+        &self,
+        nonblocking: bool,
+        mut take: impl FnMut() -> VResult<Option<T>>,
+    ) -> VResult<T> {
         loop {
-            if let Some(tag) = self.take_cq_event(channel)? {
-                return Ok(tag);
+            let seen = self.wakers.generation();
+            if let Some(t) = take()? {
+                return Ok(t);
             }
-            match (&fd.reader).read(&mut buf) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_errno(e)),
+            if nonblocking {
+                return Err(VerbsError::new(libc::EAGAIN, "no event"));
             }
+            self.wakers.wait_change(seen, EVENT_RECHECK);
         }
+    }
+
+    /// Syncs the device's sockets with the events waiting, with the device locked.
+    pub(crate) fn sync_wakes(&self, o: &Open) {
+        sync_wakes(o, &self.wakers, false);
     }
 
     /// `ibv_destroy_cq`.
@@ -744,6 +814,7 @@ impl Device {
             cq.destroy(&mut o.hw.hca)
                 .map(|()| {
                     o.channels.remove(&handle);
+                    sync_wakes(o, &self.wakers, false);
                 })
                 .map_err(|f| {
                     o.cqs.insert(handle, f.object);

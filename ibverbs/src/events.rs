@@ -3,12 +3,10 @@
 //! application holds (by the handle of its QP, SRQ or CQ here; the C layer turns it into
 //! the pointer it handed out).
 
-use std::io::{ErrorKind, Read};
-
 use uhca_driver::AsyncEvent;
 use uhca_fwif::consts::{EventType, PortChangeSubtype};
 
-use crate::device::{ChannelFd, Device, VResult, VerbsError, io_errno};
+use crate::device::{Device, VResult, VerbsError};
 
 /// `enum ibv_event_type` values.
 #[allow(missing_docs)]
@@ -132,31 +130,23 @@ impl Device {
                         .map(|(h, _)| Element::Cq(*h)),
                 };
                 if let Some(element) = element {
+                    self.sync_wakes(o);
                     return Ok(Some(Event { kind, element }));
                 }
             }
+            self.sync_wakes(o);
             Ok(None)
         })?
     }
 
-    /// `ibv_get_async_event`: the next event, waiting on `fd` (the context's `async_fd`,
-    /// woken by the device's interrupts) while there is none; with `O_NONBLOCK` set on it,
-    /// EAGAIN instead of waiting, as rdma-core.
+    /// `ibv_get_async_event`: the next event, waiting while there is none (as
+    /// [`Device::wait_cq_event`]); with `nonblocking` (the application set `O_NONBLOCK` on
+    /// `async_fd`) EAGAIN instead of waiting, as rdma-core.
     ///
     /// # Errors
     ///
-    /// Not open, the event queue's failure, EAGAIN, or the read's error.
-    pub fn wait_async_event(&self, fd: &ChannelFd) -> VResult<Event> {
-        let mut buf = [0u8; 64];
-        loop {
-            if let Some(e) = self.take_async_event()? {
-                return Ok(e);
-            }
-            match (&fd.reader).read(&mut buf) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_errno(e)),
-            }
-        }
+    /// Not open, the event queue's failure, EAGAIN.
+    pub fn wait_async_event(&self, nonblocking: bool) -> VResult<Event> {
+        self.wait_for(nonblocking, || self.take_async_event())
     }
 }

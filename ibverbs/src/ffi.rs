@@ -37,6 +37,7 @@ macro_rules! export {
 mod ah;
 mod events;
 mod qp_ex;
+mod strs;
 mod stubs;
 mod vctx;
 
@@ -83,10 +84,13 @@ fn registry() -> &'static [Entry] {
                     ibdev_path: [0; SYSFS_PATH_MAX],
                 });
                 put_str(&mut c.name, &spec.name);
-                put_str(&mut c.dev_name, &format!("uverbs{i}"));
+                // Not the kernel's `uverbsN`: no kernel device stands behind this one, and
+                // a program that looks for `/dev/infiniband/<dev_name>` (UCX does) must
+                // not find a kernel device's node there (`uhca-dev-nodes.sh` makes ours).
+                put_str(&mut c.dev_name, &format!("uhca_uverbs{i}"));
                 put_str(
                     &mut c.dev_path,
-                    &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                    &format!("/sys/class/infiniband_verbs/uhca_uverbs{i}"),
                 );
                 put_str(
                     &mut c.ibdev_path,
@@ -107,6 +111,14 @@ fn put_str(dst: &mut [c_char], s: &str) {
         *d = b as c_char;
     }
     dst[n] = 0;
+}
+
+/// Whether the program set `O_NONBLOCK` on `fd` (a channel's `fd`, a context's `async_fd`):
+/// the verb that would wait answers EAGAIN then, as rdma-core's.
+fn fd_nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL reads the descriptor's flags; no memory is passed.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
 fn set_errno(e: c_int) {
@@ -358,9 +370,9 @@ unsafe extern "C" fn open_device(dev: *mut IbvDevice) -> *mut IbvContext {
         post_recv: Some(post_recv),
         compat4: [ptr::null_mut(); 5],
     };
-    // A socket the device's interrupts wake, as a completion channel's: poll(2) on it
-    // wakes when an asynchronous event may have come (ibv_get_async_event).
-    let async_events = match entry.dev.create_channel() {
+    // A socket readable while an asynchronous event waits, as a completion channel's:
+    // poll(2) on it wakes when ibv_get_async_event has one.
+    let async_events = match entry.dev.create_async_fd() {
         Ok(fd) => Some(fd),
         Err(e) => {
             let _ = entry.dev.close();
@@ -723,10 +735,9 @@ unsafe extern "C" fn create_cq(
     if !channel.is_null() {
         // SAFETY: cq was just made here; channel came from ibv_create_comp_channel.
         let handle = unsafe { (*cq).handle };
-        if let Err(e) = entry
-            .dev
-            .attach_channel(handle, channel as usize, cq as usize)
-        {
+        // SAFETY: channel came from ibv_create_comp_channel (a CChannel) and is alive.
+        let channel_id = unsafe { (*(channel as *mut CChannel)).fd.id() };
+        if let Err(e) = entry.dev.attach_channel(handle, channel_id, cq as usize) {
             // SAFETY: cq is ours and not yet handed out.
             unsafe { destroy_cq(cq) };
             set_errno(report(&e));
@@ -1638,7 +1649,11 @@ unsafe extern "C" fn get_cq_event(
     // SAFETY: ch came from create_comp_channel and is still allocated (the caller does not
     // destroy it while waiting on it).
     let c = unsafe { &*(ch as *mut CChannel) };
-    match c.entry.dev.wait_cq_event(ch as usize, &c.fd) {
+    match c
+        .entry
+        .dev
+        .wait_cq_event(c.fd.id(), fd_nonblocking(c.fd.raw_fd()))
+    {
         Ok(tag) => {
             let got = tag as *mut IbvCq;
             // SAFETY: tag is a CQ of this channel, alive while attached (destroy_cq

@@ -43,3 +43,4 @@ pub mod qp;
 #[cfg(test)]
 mod rdma_tests;
 pub mod vfio;
+mod wake;

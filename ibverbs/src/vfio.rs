@@ -13,14 +13,14 @@
 //!   not viable), `EACCES` (permission on the VFIO nodes), `ENOMEM` (DMA memory: the
 //!   locked-memory limit, hugepages), `EOPNOTSUPP` (the kernel's VFIO lacks a feature).
 //! - MSI-X vector 0 (the driver's event queue) is bound to an eventfd; a thread waits on it
-//!   and wakes the completion channels, as the mock's interrupt handler does.
+//!   and kicks the device's event thread, as the mock's interrupt handler does
+//!   ([`crate::wake`]).
 
-use std::collections::HashMap;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::wake::Kicker;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -83,12 +83,11 @@ impl Drop for VfioHw {
 }
 
 /// Opens the function at `bdf` and brings it up; on Ethernet installs the RoCEv2 GID of
-/// `ip` at index 0. `wakers` are the device's completion channels, woken on each
-/// interrupt.
+/// `ip` at index 0. `kicker` wakes the device's event thread on each interrupt.
 pub(crate) fn open(
     bdf: &str,
     ip: Option<Ipv4Addr>,
-    wakers: Arc<Mutex<HashMap<u32, UnixStream>>>,
+    kicker: Kicker,
 ) -> VResult<(Hca<MockP>, VfioHw)> {
     let platform = VfioPlatform::open(bdf)
         .map_err(|e| VerbsError::new(errno_of(&e), format!("vfio {bdf}: {e}")))?;
@@ -111,10 +110,7 @@ pub(crate) fn open(
                     while !stop2.load(Ordering::Acquire) {
                         // A bounded wait, so a close is seen within 100 ms.
                         if matches!(fd.wait(Duration::from_millis(100)), Ok(n) if n > 0) {
-                            let w = wakers.lock().unwrap_or_else(|p| p.into_inner());
-                            for s in w.values() {
-                                let _ = (&*s).write(&[1]);
-                            }
+                            kicker.kick();
                         }
                     }
                 })

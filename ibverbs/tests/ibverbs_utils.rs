@@ -371,6 +371,26 @@ fn the_ibv_wr_api_through_the_c_abi() {
     assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
 }
 
+/// `tests/c/channel_wakeups.c`, built as `opcodes.c` is, on one mock device
+/// (`127.0.0.117`): two completion channels, a UD QP sending to itself with its send CQ on
+/// one and its (armed) receive CQ on the other. Twice: the armed CQ's channel becomes
+/// readable and stays readable while its event waits, the other channel and `async_fd` are
+/// not woken, `ibv_get_cq_event` names the CQ, and once it is taken the channel is not
+/// readable. What UCX relies on (it calls the verbs on every wake-up and asserts the event
+/// was there). One PASS line per check (20), all must pass.
+#[test]
+fn channels_are_readable_exactly_while_an_event_waits() {
+    let Some(exe) = build_c("channel_wakeups") else {
+        return;
+    };
+    let out = run(&exe, &[], Some("mock:uhca0=udp:127.0.0.117"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(lines.len(), 20, "every check ran: {stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
+}
+
 /// `tests/c/NAME.c` compiled against the installed `verbs.h` and linked to this library
 /// (and pthreads); `None` (skipped, saying why) without the header or a compiler, unless
 /// `UHCA_REQUIRE_IBVERBS_UTILS=1`.

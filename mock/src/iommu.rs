@@ -28,6 +28,8 @@ pub const IOVA_BASE: u64 = 0x0000_00f0_0000_0000;
 pub const IOVA_PAGE: u64 = 4096;
 /// Largest single allocation or mapping the model accepts (1 GiB).
 pub const MAX_MAPPING: usize = 1 << 30;
+/// The alignment a large mapping's IOVA keeps the buffer's address's offset within (2 MiB).
+pub const LARGE_MAP_ALIGN: u64 = 2 << 20;
 
 /// Why the device touched memory it may not touch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -319,13 +321,22 @@ impl Iommu {
         }
     }
 
-    /// Maps a caller's buffer, keeping its offset within a 4 KiB page.
+    /// Maps a caller's buffer, keeping its offset within a 4 KiB page, and for a buffer
+    /// larger than 512 such pages its offset within a 2 MiB page ([`LARGE_MAP_ALIGN`]), so
+    /// that a memory key over it can use pages that large: a key describes a region with at
+    /// most 512 translation entries, of pages whose offsets the address it is named by and
+    /// the IOVA share.
     pub(crate) fn map(&mut self, cpu: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
         if len == 0 || len > MAX_MAPPING {
             return Err(DmaError::InvalidRequest);
         }
-        let offset = cpu.as_ptr() as u64 % IOVA_PAGE;
-        let iova = self.take_iova(len, IOVA_PAGE, offset, cpu.as_ptr() as usize);
+        let align = if len as u64 > 512 * IOVA_PAGE {
+            LARGE_MAP_ALIGN
+        } else {
+            IOVA_PAGE
+        };
+        let offset = cpu.as_ptr() as u64 % align;
+        let iova = self.take_iova(len, align, offset, cpu.as_ptr() as usize);
         self.maps.insert(
             iova,
             Mapping {

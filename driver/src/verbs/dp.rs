@@ -528,6 +528,11 @@ impl CompletionEvents {
         Some(cqn)
     }
 
+    /// Whether an event of `cqn` is waiting.
+    pub(crate) fn has(&self, cqn: u32) -> bool {
+        self.pending.iter().any(|e| e.0 == cqn)
+    }
+
     /// Takes one event of `cqn`, if there is one.
     pub(crate) fn take(&mut self, cqn: u32) -> bool {
         let Some(i) = self.pending.iter().position(|e| e.0 == cqn) else {

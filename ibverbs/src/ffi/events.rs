@@ -102,10 +102,18 @@ unsafe extern "C" fn get_async_event(ctx: *mut IbvContext, event: *mut IbvAsyncE
         return -1;
     };
     loop {
-        let ev = match c.entry.dev.wait_async_event(fd) {
+        let ev = match c
+            .entry
+            .dev
+            .wait_async_event(super::fd_nonblocking(fd.raw_fd()))
+        {
             Ok(ev) => ev,
             Err(e) => {
-                set_errno(report(&e));
+                // EAGAIN on a non-blocking fd is what a program expects: no noise for it.
+                if e.errno != libc::EAGAIN {
+                    report(&e);
+                }
+                set_errno(e.errno);
                 return -1;
             }
         };

@@ -29,6 +29,9 @@ use uhca_fwif::ctx::Qpc;
 /// The bytes in front of the payload of a UD receive (the GRH, or the IP header).
 pub const UD_GRH_BYTES: usize = 40;
 
+/// The RoCE packet type's UDP bit in a UD CQE's service-level field (RoCEv2).
+const ROCE_PKT_UDP: u8 = 0x8;
+
 /// What the link and network headers of a received packet said.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RxInfo {
@@ -498,7 +501,14 @@ impl Device {
             } else {
                 0
             };
-            c.flags_rqpn = ((src_qp & 0x00ff_ffff) | g).into();
+            // Over RoCE the CQE's service-level field (`flags_rqpn[27:24]`) carries the
+            // packet's type instead, as ConnectX reports it for a responder's UD CQE: bit 3
+            // when the frame had a UDP header (RoCEv2, all the model sends), bits 2:0 its
+            // L3 header (1 IPv6, 2 IPv4). libmlx5 hands it out as `ibv_wc.sl`; UCX's UD
+            // transport reads the packet's destination address from the 40 bytes before the
+            // data as it says (the last 4 bytes for IPv4, 16 for IPv6).
+            let sl_or_type = i.l3.map_or(0, |l3| u32::from(ROCE_PKT_UDP | l3) << 24);
+            c.flags_rqpn = ((src_qp & 0x00ff_ffff) | g | sl_or_type).into();
             c.slid = i.slid.into();
             if let Some(l3) = i.l3 {
                 c.l4_l3_hdr_type = l3 << 2;

@@ -106,3 +106,17 @@ int mlx5dv_sched_node_destroy(void *node) { return EOPNOTSUPP; }
 int mlx5dv_sched_node_modify(void *node, void *sched_attr) { return EOPNOTSUPP; }
 int mlx5dv_vfio_get_events_fd(void *ibctx) { return EOPNOTSUPP; }
 int mlx5dv_vfio_process_events(void *context) { return EOPNOTSUPP; }
+
+/* What UCX 1.13's InfiniBand transports (libuct_ib) import besides: it asks
+ * mlx5dv_is_supported first and, told no, uses plain verbs. */
+void *mlx5dv_devx_create_event_channel(void *context, uint64_t flags) REFUSE_PTR
+void mlx5dv_devx_destroy_event_channel(void *event_channel) { }
+int mlx5dv_devx_subscribe_devx_event(void *event_channel, void *obj, uint64_t events_sz,
+                                     void *events_num, uint64_t cookie) { return EOPNOTSUPP; }
+long mlx5dv_devx_get_event(void *event_channel, void *event_data, size_t event_resp_len)
+{
+	errno = EOPNOTSUPP;
+	return -1;
+}
+int mlx5dv_devx_qp_modify(void *qp, const void *in, size_t inlen, void *out, size_t outlen) { return EOPNOTSUPP; }
+int mlx5dv_devx_qp_query(void *qp, const void *in, size_t inlen, void *out, size_t outlen) { return EOPNOTSUPP; }

@@ -4,14 +4,21 @@
  * rdma_* entry point a program such as perftest or pyverbs imports fails with ENOSYS (-1 or NULL and
  * errno set), so a program that asks for rdma_cm (perftest's -R) is told at once, and one
  * that does not never calls it. rdma_event_str names the events, as it does whatever the
- * devices. Written for uhca. */
+ * devices. rdma_create_event_channel, the first call of any rdma_cm user, fails with ENODEV
+ * instead, what rdma-core's librdmacm answers on a host without an RDMA CM device (no
+ * /dev/infiniband/rdma_cm): UCX then leaves its rdmacm transport out quietly. Written for
+ * uhca. */
 #include <errno.h>
 #include <stddef.h>
 
 #define FAIL_INT { errno = ENOSYS; return -1; }
 #define FAIL_PTR { errno = ENOSYS; return NULL; }
 
-void *rdma_create_event_channel(void) FAIL_PTR
+void *rdma_create_event_channel(void)
+{
+	errno = ENODEV;
+	return NULL;
+}
 void rdma_destroy_event_channel(void *channel) { }
 int rdma_create_id(void *channel, void **id, void *context, int ps) FAIL_INT
 int rdma_destroy_id(void *id) FAIL_INT
@@ -75,3 +82,5 @@ void **rdma_get_devices(int *num_devices)
 	FAIL_PTR
 }
 void rdma_free_devices(void **list) { }
+/* What UCX 1.13's connection-manager transport (libuct_rdmacm) imports besides. */
+int rdma_migrate_id(void *id, void *channel) FAIL_INT
