@@ -388,6 +388,72 @@ pub struct IbvQpEx {
     pub ops: IbvQpExOps,
 }
 
+/// `struct ibv_cq_init_attr_ex` (56 bytes): what `ibv_create_cq_ex` asks for.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvCqInitAttrEx {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut c_void,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut IbvPd,
+}
+
+/// `ibv_cq_init_attr_ex` bits: `comp_mask` (`enum ibv_cq_init_attr_mask`), `flags`
+/// (`enum ibv_create_cq_attr_flags`) and `wc_flags` (`enum ibv_create_cq_wc_flags`).
+pub mod cq_init {
+    /// `comp_mask`: `flags` is set.
+    pub const MASK_FLAGS: u32 = 1 << 0;
+    /// `comp_mask`: `parent_domain` is set.
+    pub const MASK_PD: u32 = 1 << 1;
+    /// `flags`: the CQ is polled from one thread only (a hint).
+    pub const SINGLE_THREADED: u32 = 1 << 0;
+    /// `wc_flags`: `IBV_WC_STANDARD_FLAGS`, the fields of an `ibv_wc` (byte count,
+    /// immediate, QP number, source QP, SLID, SL, DLID path bits).
+    pub const STANDARD_WC_FLAGS: u64 = 0x7f;
+}
+
+/// The part of `struct ibv_cq_ex` after its `ibv_cq`: the current completion's status
+/// and `wr_id`, and the `ibv_start_poll`/`ibv_next_poll`/`ibv_wc_read_*` operations that
+/// `verbs.h`'s inlines call.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvCqExOps {
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+    pub next_poll: unsafe extern "C" fn(*mut c_void) -> c_int,
+    pub end_poll: unsafe extern "C" fn(*mut c_void),
+    pub read_opcode: unsafe extern "C" fn(*mut c_void) -> c_int,
+    pub read_vendor_err: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_byte_len: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_imm_data: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_qp_num: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_src_qp: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_wc_flags: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_slid: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_sl: unsafe extern "C" fn(*mut c_void) -> u8,
+    pub read_dlid_path_bits: unsafe extern "C" fn(*mut c_void) -> u8,
+    pub read_completion_ts: unsafe extern "C" fn(*mut c_void) -> u64,
+    pub read_cvlan: unsafe extern "C" fn(*mut c_void) -> u16,
+    pub read_flow_tag: unsafe extern "C" fn(*mut c_void) -> u32,
+    pub read_tm_info: unsafe extern "C" fn(*mut c_void, *mut c_void),
+    pub read_completion_wallclock_ns: unsafe extern "C" fn(*mut c_void) -> u64,
+}
+
+/// `struct ibv_cq_ex`, for the layout check (this library's CQs are an [`IbvCq`] followed
+/// by an [`IbvCqExOps`], `ffi.rs` `CCq`).
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvCqEx {
+    pub base: IbvCq,
+    pub ops: IbvCqExOps,
+}
+
 /// `struct ibv_data_buf` (16 bytes): one buffer of `ibv_wr_set_inline_data_list`.
 #[repr(C)]
 #[allow(missing_docs)]
@@ -793,7 +859,7 @@ pub struct VerbsContext {
     pub modify_wq: Slot,
     pub create_wq: Slot,
     pub query_rt_values: Slot,
-    pub create_cq_ex: Slot,
+    pub create_cq_ex: Option<CreateCqExFn>,
     /// `priv`: rdma-core's own bookkeeping; NULL here.
     pub priv_: Slot,
     pub query_device_ex: Option<QueryDeviceExFn>,
@@ -813,6 +879,9 @@ pub struct VerbsContext {
     /// `context`: what the program holds; must stay the last field.
     pub context: IbvContext,
 }
+
+/// `struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *, struct ibv_cq_init_attr_ex *)`.
+pub type CreateCqExFn = unsafe extern "C" fn(*mut IbvContext, *mut IbvCqInitAttrEx) -> *mut IbvCq;
 
 /// `struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *)`.
 pub type CreateQpExFn = unsafe extern "C" fn(*mut c_void, *mut IbvQpInitAttrEx) -> *mut IbvQp;
@@ -948,6 +1017,8 @@ layout! {
     IbvQpInitAttrEx => "ibv_qp_init_attr_ex" { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd, create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags }
     IbvQpEx => "ibv_qp_ex" { qp_base }
     IbvDataBuf => "ibv_data_buf" { addr, length }
+    IbvCqInitAttrEx => "ibv_cq_init_attr_ex" { cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain }
+    IbvCqEx => "ibv_cq_ex" { }
     IbvSge => "ibv_sge" { addr, length, lkey }
     IbvSrq => "ibv_srq" { context, srq_context, pd, handle, mutex, cond, events_completed }
     IbvSrqAttr => "ibv_srq_attr" { max_wr, max_sge, srq_limit }
@@ -981,6 +1052,17 @@ layout! {
     ("ibv_send_wr", "wr.ud.remote_qpn", offset_of!(IbvSendWr, rest) + 8)
     ("ibv_send_wr", "wr.ud.remote_qkey", offset_of!(IbvSendWr, rest) + 12)
     ("verbs_context", "priv", offset_of!(VerbsContext, priv_))
+    // The fields and operations of `ibv_cq_ex`, after its `ibv_cq`.
+    ("ibv_cq_ex", "comp_mask", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, comp_mask))
+    ("ibv_cq_ex", "status", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, status))
+    ("ibv_cq_ex", "wr_id", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, wr_id))
+    ("ibv_cq_ex", "start_poll", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, start_poll))
+    ("ibv_cq_ex", "read_opcode", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, read_opcode))
+    ("ibv_cq_ex", "read_wc_flags", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, read_wc_flags))
+    ("ibv_cq_ex", "read_sl", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, read_sl))
+    ("ibv_cq_ex", "read_completion_ts", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, read_completion_ts))
+    ("ibv_cq_ex", "read_completion_wallclock_ns", offset_of!(IbvCqEx, ops) + offset_of!(IbvCqExOps, read_completion_wallclock_ns))
+    ("ibv_cq_ex", "mutex", offset_of!(IbvCqEx, base) + offset_of!(IbvCq, mutex))
     // The operations of `ibv_qp_ex`, after its `ibv_qp`.
     ("ibv_qp_ex", "comp_mask", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, comp_mask))
     ("ibv_qp_ex", "wr_id", offset_of!(IbvQpEx, ops) + offset_of!(IbvQpExOps, wr_id))

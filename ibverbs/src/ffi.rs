@@ -35,6 +35,7 @@ macro_rules! export {
 }
 
 mod ah;
+mod cq_ex;
 mod events;
 mod qp_ex;
 mod strs;
@@ -167,11 +168,15 @@ struct CMr {
     entry: &'static Entry,
 }
 
-/// A CQ: the `struct ibv_cq`, then the device.
+/// A CQ: the `struct ibv_cq` and the rest of a `struct ibv_cq_ex`, then the device.
 #[repr(C)]
 struct CCq {
     ibv: IbvCq,
+    /// What `struct ibv_cq_ex` has after its `ibv_cq` (`ffi/cq_ex.rs`).
+    ex: crate::abi::IbvCqExOps,
     entry: &'static Entry,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` took last.
+    cur: cq_ex::Current,
 }
 
 /// The device of a context this library made.
@@ -722,7 +727,9 @@ unsafe extern "C" fn create_cq(
                 comp_events_completed: 0,
                 async_events_completed: 0,
             },
+            ex: cq_ex::OPS,
             entry,
+            cur: cq_ex::Current::new(),
         })) as *mut IbvCq
     });
     let cq = match made {

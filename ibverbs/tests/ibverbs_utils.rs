@@ -371,6 +371,30 @@ fn the_ibv_wr_api_through_the_c_abi() {
     assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
 }
 
+/// `tests/c/cq_ex.c`, built as `opcodes.c` is, between two devices of one process
+/// (`127.0.0.88`, `.89`): `ibv_create_cq_ex` for the standard completion fields (and
+/// refused for timestamps or `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`), `ibv_start_poll` on an
+/// empty CQ (`ENOENT`), then a WRITE, a SEND with immediate and a READ read back with
+/// `ibv_start_poll`/`ibv_next_poll` and `ibv_wc_read_*` (status, `wr_id`, opcode, QP number,
+/// byte count, immediate data in network order, `wc_flags`) on both sides, and
+/// `ibv_poll_cq` on the same CQ. One PASS line per check (15), all must pass.
+#[test]
+fn the_extended_cq_through_the_c_abi() {
+    let Some(exe) = build_c("cq_ex") else {
+        return;
+    };
+    let out = run(
+        &exe,
+        &[],
+        Some("mock:uhca0=udp:127.0.0.88;mock:uhca1=udp:127.0.0.89"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(lines.len(), 15, "every check ran: {stdout}");
+    assert!(lines.iter().all(|l| l.starts_with("PASS ")), "{stdout}");
+}
+
 /// `tests/c/channel_wakeups.c`, built as `opcodes.c` is, on one mock device
 /// (`127.0.0.117`): two completion channels, a UD QP sending to itself with its send CQ on
 /// one and its (armed) receive CQ on the other. Twice: the armed CQ's channel becomes

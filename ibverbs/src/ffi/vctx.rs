@@ -46,7 +46,7 @@ pub(super) fn verbs_context(mut ibv: IbvContext) -> VerbsContext {
         modify_wq: null,
         create_wq: null,
         query_rt_values: null,
-        create_cq_ex: null,
+        create_cq_ex: Some(super::cq_ex::create_cq_ex),
         priv_: null,
         query_device_ex: Some(query_device_ex),
         ibv_destroy_flow: null,
