@@ -766,20 +766,39 @@ unsafe extern "C" fn destroy_cq(cq: *mut IbvCq) -> c_int {
     let p = cq as *mut CCq;
     // SAFETY: cq came from create_cq and is still allocated (the caller's contract).
     let (entry, handle, channel) = unsafe { ((*p).entry, (*p).ibv.handle, (*p).ibv.channel) };
-    if !events::retire(entry, handle) {
-        return libc::EBUSY;
-    }
-    let done = entry.dev.destroy_cq(handle);
-    events::retired(entry, handle, done.is_ok());
-    match done {
-        Ok(()) => {
+    destroy_evented(
+        entry,
+        handle,
+        || entry.dev.destroy_cq(handle),
+        || {
             if !channel.is_null() {
-                // SAFETY: the CQ's channel outlives its CQs (destroy_comp_channel refuses
-                // while refcnt > 0).
+                // SAFETY: the CQ's channel outlives its CQs (destroy_comp_channel refuses while
+                // refcnt > 0).
                 unsafe { (*(channel as *mut IbvCompChannel)).refcnt -= 1 };
             }
             // SAFETY: as above; freed once, after the device let it go.
             drop(unsafe { Box::from_raw(p) });
+        },
+    )
+}
+
+/// The destroy of an object events may name (QP, CQ, SRQ): waits until every event handed
+/// out for `handle` was acknowledged (`EBUSY` after 30 s), destroys it on the device, then
+/// runs `freed` (which frees the C object: the device let it go). The errno, or 0.
+fn destroy_evented(
+    entry: &'static Entry,
+    handle: u32,
+    destroy: impl FnOnce() -> crate::device::VResult<()>,
+    freed: impl FnOnce(),
+) -> c_int {
+    if !events::retire(entry, handle) {
+        return libc::EBUSY;
+    }
+    let done = destroy();
+    events::retired(entry, handle, done.is_ok());
+    match done {
+        Ok(()) => {
+            freed();
             0
         }
         Err(e) => report(&e),
@@ -1153,19 +1172,15 @@ unsafe extern "C" fn destroy_qp(qp: *mut IbvQp) -> c_int {
     let p = qp as *mut CQp;
     // SAFETY: qp came from create_qp and is still allocated (the caller's contract).
     let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
-    if !events::retire(entry, handle) {
-        return libc::EBUSY;
-    }
-    let done = entry.dev.destroy_qp(handle);
-    events::retired(entry, handle, done.is_ok());
-    match done {
-        Ok(()) => {
+    destroy_evented(
+        entry,
+        handle,
+        || entry.dev.destroy_qp(handle),
+        || {
             // SAFETY: as above; freed once, after the device let it go.
-            drop(unsafe { Box::from_raw(p) });
-            0
-        }
-        Err(e) => report(&e),
-    }
+            drop(unsafe { Box::from_raw(p) })
+        },
+    )
 }
 
 /// The application's SGE list, lent as it is (`struct ibv_sge` and [`AppSge`] have one
@@ -1541,19 +1556,15 @@ unsafe extern "C" fn destroy_srq(srq: *mut IbvSrq) -> c_int {
     let p = srq as *mut CSrq;
     // SAFETY: srq came from create_srq and is still allocated.
     let (entry, handle) = unsafe { ((*p).entry, (*p).ibv.handle) };
-    if !events::retire(entry, handle) {
-        return libc::EBUSY;
-    }
-    let done = entry.dev.destroy_srq(handle);
-    events::retired(entry, handle, done.is_ok());
-    match done {
-        Ok(()) => {
+    destroy_evented(
+        entry,
+        handle,
+        || entry.dev.destroy_srq(handle),
+        || {
             // SAFETY: as above; freed once, after the device let it go.
-            drop(unsafe { Box::from_raw(p) });
-            0
-        }
-        Err(e) => report(&e),
-    }
+            drop(unsafe { Box::from_raw(p) })
+        },
+    )
 }
 
 /// The `post_srq_recv` op (in batches, allocating nothing).
