@@ -8,13 +8,13 @@
 
 use core::sync::atomic::Ordering;
 
+use crate::verbs::dp::QpMap;
 use heapless::Deque;
 use uhca_fwif::consts::{EventType, PortChangeSubtype};
 use uhca_fwif::eqe::{Eqe, EqeCmd, EqeComp, EqeCqErr, EqePageReq, EqePortState, EqeQpSrq};
 use uhca_hal::Platform;
 use uhca_hal::dma::DmaBuf;
 use uhca_hal::eq::EqRing;
-use uhca_hal::host::HostArray;
 
 use crate::error::Result;
 use crate::pages::{
@@ -22,7 +22,7 @@ use crate::pages::{
     give_pages, release_all_pages, take_pages,
 };
 use crate::release::ObjectKind;
-use crate::verbs::dp::{CompletionEvents, CqNumbers, QpHandle};
+use crate::verbs::dp::{CompletionEvents, CqNumbers};
 
 /// Most pending asynchronous events kept for the user; older ones are dropped (and counted).
 pub const MAX_PENDING_EVENTS: usize = 64;
@@ -151,82 +151,10 @@ pub(crate) struct EventService<P: Platform> {
     pub(crate) log: EventLog,
     /// The numbers of the live CQs (events naming another are dropped).
     pub(crate) cq_numbers: CqNumbers<P>,
-    /// The live QPs, whose state a QP-fatal event moves to ERR.
-    pub(crate) qps: LiveQps<P>,
-}
-
-/// An HCA's live QPs by number, sorted (a binary search per QP event; nothing is looked
-/// up on the datapath). Grown when a QP is created, shrunk when it is destroyed.
-pub(crate) struct LiveQps<P: Platform> {
-    host: P,
-    list: Option<HostArray<Option<QpHandle<P>>, P>>,
-    len: usize,
-}
-
-impl<P: Platform> LiveQps<P> {
-    pub(crate) fn new(host: P) -> Self {
-        LiveQps {
-            host,
-            list: None,
-            len: 0,
-        }
-    }
-
-    fn find(&self, qpn: u32) -> core::result::Result<usize, usize> {
-        let Some(l) = self.list.as_ref() else {
-            return Err(0);
-        };
-        l[..self.len].binary_search_by_key(&qpn, |h| h.as_ref().map_or(u32::MAX, |h| h.qpn))
-    }
-
-    /// Notes a new QP (a QP number the device reuses replaces the old QP's entry).
-    pub(crate) fn insert(&mut self, qp: QpHandle<P>) -> Result<()> {
-        let at = match self.find(qp.qpn) {
-            Ok(i) => {
-                if let Some(l) = self.list.as_mut() {
-                    l[i] = Some(qp);
-                }
-                return Ok(());
-            }
-            Err(at) => at,
-        };
-        let cap = self.list.as_ref().map_or(0, |l| l.len());
-        if self.len == cap {
-            let mut bigger = HostArray::new(self.host.clone(), (cap * 2).max(16), |_| None)?;
-            if let Some(old) = self.list.as_mut() {
-                for (to, from) in bigger.iter_mut().zip(old[..self.len].iter_mut()) {
-                    *to = from.take();
-                }
-            }
-            self.list = Some(bigger);
-        }
-        let len = self.len;
-        if let Some(l) = self.list.as_mut() {
-            l[len] = Some(qp);
-            l[at..=len].rotate_right(1);
-            self.len += 1;
-        }
-        Ok(())
-    }
-
-    /// Forgets a destroyed QP.
-    pub(crate) fn remove(&mut self, qpn: u32) {
-        let Ok(at) = self.find(qpn) else {
-            return;
-        };
-        let len = self.len;
-        if let Some(l) = self.list.as_mut() {
-            l[at] = None;
-            l[at..len].rotate_left(1);
-            self.len -= 1;
-        }
-    }
-
-    /// The live QP numbered `qpn`.
-    pub(crate) fn get(&self, qpn: u32) -> Option<&QpHandle<P>> {
-        let at = self.find(qpn).ok()?;
-        self.list.as_ref()?[at].as_ref()
-    }
+    /// The HCA's QPs, whose state a QP-fatal event moves to ERR: a map as each CQ keeps
+    /// (destroyed QPs stay in it as tombstones, which an event passes over), made with the
+    /// first QP.
+    pub(crate) qps: Option<QpMap<P>>,
 }
 
 impl<P: Platform> EventService<P> {
@@ -238,7 +166,7 @@ impl<P: Platform> EventService<P> {
             owners: PageOwners::default(),
             log: EventLog::default(),
             cq_numbers: CqNumbers::new(p.clone()),
-            qps: LiveQps::new(p.clone()),
+            qps: None,
         }
     }
 
@@ -304,7 +232,7 @@ struct Live<'a, P: Platform> {
     /// Events naming another CQ are dropped.
     cqs: &'a CqNumbers<P>,
     /// A QP-fatal event moves its QP to ERR.
-    qps: &'a LiveQps<P>,
+    qps: &'a Option<QpMap<P>>,
 }
 
 fn handle_eqe<P: Platform>(
@@ -368,7 +296,8 @@ fn handle_eqe<P: Platform>(
             let srq = e.r#type == 1;
             if !srq
                 && QP_FATAL_EVENTS.contains(&event)
-                && let Some(qp) = live.qps.get(number)
+                && let Some(qp) = live.qps.as_ref().and_then(|m| m.find(number))
+                && !qp.is_destroyed()
             {
                 // The device has the QP in ERR: so does the driver, before the user
                 // reads the event (an error completion does the same on the poller's
@@ -392,35 +321,40 @@ mod tests {
     use uhca_hal::dma::DmaMem;
     use uhca_hal::testing::{FAKE_UAR, FakePlatform};
 
-    /// The live QPs stay sorted through inserts out of order, growth and removals, so a
-    /// QP event finds its QP and only its QP.
+    /// The QPs events look up: each found through the map's growth, a destroyed one (its
+    /// tombstone) told apart, an unknown number not found.
     #[test]
-    fn live_qps_find_each_qp_through_growth_and_removal() {
-        use crate::verbs::dp::QpShared;
+    fn event_qps_find_each_qp_through_growth_and_destruction() {
+        use crate::verbs::dp::{QpMap, QpShared};
         use uhca_fwif::consts::QpServiceType;
         use uhca_hal::host::HostArc;
         let p = FakePlatform::new();
-        let mut live = LiveQps::new(&p);
+        let mut map = QpMap::new(&p, 16).unwrap();
         let qpn = |i: u32| (i * 7919) % 1000 + 0x100;
+        let mut handles = Vec::new();
         for i in 0..40 {
             let h = HostArc::new(
                 &p,
                 QpShared::new(qpn(i), QpServiceType::Rc, (1, 1), None, None, None),
             )
             .unwrap();
-            live.insert(h).unwrap();
+            map.insert(h.clone()).unwrap();
+            handles.push(h);
         }
         for i in 0..40 {
-            assert_eq!(live.get(qpn(i)).map(|h| h.qpn), Some(qpn(i)));
+            assert_eq!(map.find(qpn(i)).map(|h| h.qpn), Some(qpn(i)));
         }
         for i in (0..40).step_by(3) {
-            live.remove(qpn(i));
+            handles[i as usize].mark_destroyed();
         }
         for i in 0..40 {
-            let want = (i % 3 != 0).then_some(qpn(i));
-            assert_eq!(live.get(qpn(i)).map(|h| h.qpn), want, "QP {i}");
+            let live = map
+                .find(qpn(i))
+                .filter(|h| !h.is_destroyed())
+                .map(|h| h.qpn);
+            assert_eq!(live, (i % 3 != 0).then_some(qpn(i)), "QP {i}");
         }
-        assert!(live.get(0x99).is_none());
+        assert!(map.find(0x99).is_none());
     }
 
     /// A long drain gives the consumed entries back at least every `NUM_SPARE_EQE` EQEs

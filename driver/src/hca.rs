@@ -643,7 +643,6 @@ impl<P: Platform> Hca<P> {
                     if let Some(q) = &d.qp {
                         // Its CQEs still in a CQ are dropped from now on.
                         q.mark_destroyed();
-                        self.ev.qps.remove(d.number);
                     }
                     if d.kind == ObjectKind::Cq {
                         // Completion events still waiting for this CQ go with it.
@@ -789,13 +788,18 @@ impl<P: Platform> Hca<P> {
         self.ev.cq_numbers.remove(cqn);
     }
 
-    /// Notes a QP created (its state moves to ERR on a QP-fatal event), and destroyed.
+    /// Notes a QP created (its state moves to ERR on a QP-fatal event). A destroyed QP
+    /// needs no note: marked destroyed, it stays in the map as a tombstone.
     pub(crate) fn qp_created(&mut self, qp: crate::verbs::dp::QpHandle<P>) -> Result<()> {
-        self.ev.qps.insert(qp)
-    }
-
-    pub(crate) fn qp_destroyed(&mut self, qpn: u32) {
-        self.ev.qps.remove(qpn);
+        match self.ev.qps.as_mut() {
+            Some(map) => map.insert(qp),
+            None => {
+                let mut map = crate::verbs::dp::QpMap::new(self.platform().clone(), 16)?;
+                map.insert(qp)?;
+                self.ev.qps = Some(map);
+                Ok(())
+            }
+        }
     }
 
     /// Completion events dropped because events of too many CQs were waiting

@@ -328,6 +328,21 @@ impl<P: Platform> QpMap<P> {
         })
     }
 
+    /// The QP numbered `qpn` (or its tombstone), without the datapath's cache of the last
+    /// place found: for a look-up off the datapath through a shared map (a QP event).
+    pub(crate) fn find(&self, qpn: u32) -> Option<&QpHandle<P>> {
+        let mask = self.keys.len() - 1;
+        let mut i = home(qpn, mask);
+        // At most half full: the probe ends at an empty place.
+        loop {
+            match self.keys[i] {
+                k if k == qpn => return self.vals[i].as_ref(),
+                EMPTY => return None,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
     /// The QP numbered `qpn`, if it completes to this CQ (or did, for a tombstone).
     #[inline(always)]
     pub(crate) fn get(&mut self, qpn: u32) -> Option<&QpHandle<P>> {

@@ -1082,7 +1082,6 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
             Ok(()) => {
                 // Its CQEs still in a CQ are dropped from now on.
                 self.shared().mark_destroyed();
-                hca.qp_destroyed(self.qpn());
                 drop(self.inner.take());
                 Ok(())
             }
