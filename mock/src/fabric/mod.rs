@@ -456,6 +456,14 @@ impl Fabric {
         }
     }
 
+    /// Holds the fabric for `d`, as a process the OS does not schedule holds it: no frame
+    /// moves and no timer fires meanwhile, and what arrives on its UDP sockets waits in
+    /// them. For tests of what such a pause leaves behind.
+    pub fn stall_for(&self, d: std::time::Duration) {
+        let _held = self.lock();
+        std::thread::sleep(d);
+    }
+
     /// What an HCA runs after a doorbell left frames to send while the pump runs: a
     /// real-time burst. It holds the fabric only weakly, so the HCAs do not keep it alive.
     fn kick(&self) -> crate::model::Kick {
@@ -655,10 +663,18 @@ impl Inner {
     /// Real-time steps: model time follows wall time from the pump's start (or the fastest
     /// HCA clock, whichever is ahead); what is due is handled, then while the next frame in
     /// flight is due within the switch latency, time moves to it and the next step runs.
+    ///
+    /// What the UDP sockets hold is taken in first, at the time the fabric last had: it
+    /// arrived while this thread was not running (a process the OS did not schedule), and
+    /// a response that came in time must reach its requester before the clock catches up
+    /// with the wall and the requester's ACK timer is looked at, as an HCA takes packets
+    /// off the link as they come. Otherwise a burst of READ responses larger than one poll
+    /// of the socket made the requester time out and send every READ again.
     fn realtime_burst(&mut self) {
         let Some((start, base)) = self.realtime else {
             return;
         };
+        self.drain_udp();
         let wall = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.now = self.now.max(base.saturating_add(wall));
         for _ in 0..Self::BURST_STEPS {
@@ -669,6 +685,29 @@ impl Inner {
                 }
                 _ => break,
             }
+        }
+    }
+
+    /// Most polls of the UDP sockets [`Self::drain_udp`] takes before the clock moves (each
+    /// up to a batch of datagrams per socket: a bound on the time a flood can hold it).
+    const DRAIN_ROUNDS: usize = 64;
+
+    /// Takes in and delivers what the UDP sockets hold, each round one batch per socket at
+    /// the switch latency after the fabric's current time, until they are empty.
+    fn drain_udp(&mut self) {
+        for _ in 0..Self::DRAIN_ROUNDS {
+            if self.udp.is_empty() {
+                return;
+            }
+            let frames: Vec<Vec<u8>> = self.udp.iter_mut().flat_map(|u| u.poll()).collect();
+            if frames.is_empty() {
+                return;
+            }
+            for f in frames {
+                self.schedule(f, None);
+            }
+            self.now = self.now.saturating_add(self.latency_ns);
+            self.step_now_only();
         }
     }
 

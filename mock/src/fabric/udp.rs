@@ -213,10 +213,11 @@ fn set_pmtudisc_do(_sock: &UdpSocket) -> io::Result<()> {
 /// (1 MiB of payload in 1 KiB datagrams, which the kernel charges at about 2.3 KiB each)
 /// while the process that owns the socket is not scheduled. With the default (about
 /// 208 KiB) the kernel drops the rest of such a burst, and go-back-N retransmission
-/// resends the whole burst, which overflows again. Not much more: what waits in the queue
-/// waits for its acknowledgement too, and a queue deeper than the peer's ACK timeout
-/// covers makes the peer retransmit what is only late.
-pub const UDP_SOCKET_BUFFER_BYTES: usize = 3 << 19;
+/// resends the whole burst, which overflows again. Twice that room (4 MiB, granted 8), as
+/// a resent burst may arrive while the first is still queued; what waits in the queue is
+/// taken in before the fabric's clock moves (the pump drains the socket first), so a
+/// deep queue does not make the requester time out on responses that came in time.
+pub const UDP_SOCKET_BUFFER_BYTES: usize = 4 << 20;
 
 /// Sets `SO_RCVBUF` and `SO_SNDBUF` to [`UDP_SOCKET_BUFFER_BYTES`]. Linux caps these at
 /// `net.core.rmem_max` / `wmem_max`; when that leaves less than asked, the privileged
