@@ -8,14 +8,14 @@
 //! ```
 //! `--ip` (Ethernet ports) installs the RoCEv2 GID of the address: under VFIO nothing else
 //! does. `--udp IP` instead of `--device`: a mock HCA whose RoCEv2 port is a UDP socket.
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, Ipv4Addr};
+use uhca::oob::Link;
 use uhca::prelude::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 const WRITTEN: &[u8] = b"written by the client's RDMA WRITE";
 const SENT: &[u8] = b"hello from the client's SEND";
+const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
 const USAGE: &str = "usage: first_rc (--device BDF [--ip IP] | --udp IP) [-p PORT] [SERVER] \
                      (--device needs `--features vfio`)";
 
@@ -27,7 +27,11 @@ fn main() -> Res<()> {
     // listens and takes the client's connection before its bring-up.
     let odd = args.len() % 2 == 1;
     let server = args.last().filter(|a| odd && !a.starts_with('-'));
-    let peer = (server.is_some(), meet(server, port)?);
+    // Each waits for the other 60 s at most (the client tries again until the server listens).
+    let peer = (
+        server.is_some(),
+        Link::meet(server.map(String::as_str), port, MINUTE)?,
+    );
     #[cfg(feature = "vfio")]
     if let Some(bdf) = opt("--device") {
         let hca = Hca::open(uhca::driver::vfio::VfioPlatform::open(&bdf)?)?;
@@ -39,7 +43,11 @@ fn main() -> Res<()> {
 }
 
 /// Runs the client (`true`) or the server on `hca`, talking to the other over `tcp`.
-fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer) -> Res<()> {
+fn run<P: Platform>(
+    mut hca: Hca<P>,
+    ip: Option<IpAddr>,
+    (client, mut tcp): (bool, Link),
+) -> Res<()> {
     if let Some(ip) = ip {
         let gid = hca.add_roce_ip(1, 0, ip)?;
         println!("RoCEv2 GID 0 installed: {gid} ({ip})");
@@ -53,7 +61,7 @@ fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer
     let mine = [u64::from(qp.qpn()), psn.into(), mr.rkey().into(), mr.iova()];
     let mut msg = me.to_bytes().to_vec();
     msg.extend(mine.map(u64::to_be_bytes).as_flattened());
-    let theirs = swap(&mut tcp, &msg)?;
+    let theirs = tcp.swap(&msg)?;
     let (ep, nums) = theirs.split_at(Endpoint::LEN);
     let peer = Endpoint::from_bytes(ep.try_into()?).ok_or("not an endpoint")?;
     let n = |i: usize| u64::from_be_bytes(nums[8 * i..8 * i + 8].try_into().unwrap());
@@ -67,7 +75,7 @@ fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer
     if client {
         mr.mem_mut().write_bytes(0, WRITTEN);
         mr.mem_mut().write_bytes(64, SENT);
-        swap(&mut tcp, b"r")?; // the server's receive is posted
+        tcp.swap(b"r")?; // the server's receive is posted
         let (wsge, ssge) = ([mr.sge(0, WRITTEN.len())?], [mr.sge(64, SENT.len())?]);
         qp.post_send(&[
             SendWr::new(1, SendOp::RdmaWrite { remote_addr, rkey }, &wsge),
@@ -78,7 +86,7 @@ fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer
         println!("client: RDMA WRITE of {w} B and SEND of {s} B completed ({a:?}, {b:?})");
     } else {
         qp.post_recv(&[RecvWr::new(7, &[mr.sge(64, 64)?])])?;
-        swap(&mut tcp, b"r")?; // tell the client
+        tcp.swap(b"r")?; // tell the client
         let wc = poll(&mut cq)?;
         let (mut got, mut written) = (vec![0; wc.byte_len as usize], vec![0; WRITTEN.len()]);
         mr.mem().read_bytes(64, &mut got);
@@ -91,51 +99,11 @@ fn run<P: Platform>(mut hca: Hca<P>, ip: Option<IpAddr>, (client, mut tcp): Peer
             return Err("the data is not what the client sent".into());
         }
     }
-    swap(&mut tcp, b"d")?; // both sides done: the last acknowledgement has arrived
+    tcp.swap(b"d")?; // both sides done: the last acknowledgement has arrived
     drop((qp, mr, cq, pd));
     hca.close()?;
     println!("first_rc: done");
     Ok(())
-}
-
-/// Whether this side is the client, and its TCP connection to the other side.
-type Peer = (bool, TcpStream);
-
-/// The TCP connection to the other side: the client retries until the server listens, the
-/// server waits for the client; each gives up after 60 s.
-fn meet(server: Option<&String>, port: u16) -> Res<TcpStream> {
-    let (start, limit) = (Instant::now(), Duration::from_secs(60));
-    let listener = server
-        .is_none()
-        .then(|| TcpListener::bind(("0.0.0.0", port)))
-        .transpose()?;
-    listener
-        .as_ref()
-        .map(|l| l.set_nonblocking(true))
-        .transpose()?;
-    let tcp = loop {
-        let attempt = match (&listener, server) {
-            (Some(l), _) => l.accept().map(|(s, _)| s),
-            (None, Some(host)) => TcpStream::connect((host.as_str(), port)),
-            (None, None) => unreachable!("a server has a listener"),
-        };
-        match attempt {
-            Ok(s) => break s,
-            Err(e) if start.elapsed() > limit => return Err(format!("no peer: {e}").into()),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
-    tcp.set_nonblocking(false)?;
-    tcp.set_read_timeout(Some(limit))?;
-    Ok(tcp)
-}
-
-/// Sends `mine` and returns as many bytes from the peer (who sends the same kind of message).
-fn swap(tcp: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {
-    tcp.write_all(mine)?;
-    let mut theirs = vec![0; mine.len()];
-    tcp.read_exact(&mut theirs)?;
-    Ok(theirs)
 }
 
 /// Waits for one completion (at most 30 s) and checks that it succeeded.

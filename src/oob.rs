@@ -181,9 +181,22 @@ pub fn server_exchange(
     timeout: Duration,
     connect: impl FnOnce(&Dest) -> Result<(), String>,
 ) -> Result<Dest, OobError> {
+    let mut stream = accept_within(listener, timeout)?;
+    let mut msg = [0u8; MSG_LEN];
+    stream.read_exact(&mut msg)?;
+    let theirs = Dest::parse(&msg)?;
+    connect(&theirs).map_err(OobError::Connect)?;
+    stream.write_all(&mine.to_wire())?;
+    let mut done = [0u8; DONE.len()];
+    stream.read_exact(&mut done)?;
+    Ok(theirs)
+}
+
+/// One client of `listener` within `timeout`, its reads and writes bounded by `timeout`.
+fn accept_within(listener: &TcpListener, timeout: Duration) -> Result<TcpStream, OobError> {
     listener.set_nonblocking(true)?;
     let start = std::time::Instant::now();
-    let mut stream = loop {
+    let stream = loop {
         match listener.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -200,19 +213,111 @@ pub fn server_exchange(
     };
     stream.set_nonblocking(false)?;
     configure(&stream, timeout)?;
-    let mut msg = [0u8; MSG_LEN];
-    stream.read_exact(&mut msg)?;
-    let theirs = Dest::parse(&msg)?;
-    connect(&theirs).map_err(OobError::Connect)?;
-    stream.write_all(&mine.to_wire())?;
-    let mut done = [0u8; DONE.len()];
-    stream.read_exact(&mut done)?;
-    Ok(theirs)
+    Ok(stream)
+}
+
+/// A TCP connection between the two sides of a program, over which each sends the other
+/// messages of a length both know ([`Link::swap`]): what a first example needs to trade
+/// endpoints, QP numbers and keys.
+///
+/// ```no_run
+/// # fn main() -> Result<(), uhca::oob::OobError> {
+/// use std::time::Duration;
+/// use uhca::oob::Link;
+/// // The server passes None; the client the server's host name.
+/// let mut link = Link::meet(Some("server-host"), 18515, Duration::from_secs(60))?;
+/// let theirs = link.swap(b"my QPN and key")?;
+/// assert_eq!(theirs.len(), 14);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Link {
+    stream: TcpStream,
+}
+
+impl Link {
+    /// The client (`server` given) connects to `server:port`, trying again until the
+    /// server listens; the server (`None`) takes one client on `port` of every address.
+    /// Each gives up after `timeout`, which also bounds every later read and write.
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Io`] (a timeout among them).
+    pub fn meet(server: Option<&str>, port: u16, timeout: Duration) -> Result<Link, OobError> {
+        let Some(host) = server else {
+            let listener = TcpListener::bind(("0.0.0.0", port))?;
+            return Ok(Link {
+                stream: accept_within(&listener, timeout)?,
+            });
+        };
+        let start = std::time::Instant::now();
+        let stream = loop {
+            match TcpStream::connect((host, port)) {
+                Ok(s) => break s,
+                Err(e) if start.elapsed() > timeout => return Err(e.into()),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        configure(&stream, timeout)?;
+        Ok(Link { stream })
+    }
+
+    /// Sends `mine` and returns as many bytes from the peer, which sends a message of the
+    /// same length.
+    ///
+    /// # Errors
+    ///
+    /// [`OobError::Closed`] if the peer closed the connection, [`OobError::Io`].
+    pub fn swap(&mut self, mine: &[u8]) -> Result<Vec<u8>, OobError> {
+        self.stream.write_all(mine)?;
+        let mut theirs = vec![0; mine.len()];
+        self.stream.read_exact(&mut theirs)?;
+        Ok(theirs)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client started before its server waits for it; the two swap equal-length
+    /// messages both ways, in order.
+    #[test]
+    fn a_link_meets_a_late_server_and_swaps_messages() {
+        let port = {
+            let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let client = std::thread::spawn(move || {
+            let mut l = Link::meet(Some("127.0.0.1"), port, Duration::from_secs(10)).unwrap();
+            (l.swap(b"from the client").unwrap(), l.swap(b"2c").unwrap())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let mut s = Link::meet(None, port, Duration::from_secs(10)).unwrap();
+        assert_eq!(s.swap(b"from the server").unwrap(), b"from the client");
+        assert_eq!(s.swap(b"2s").unwrap(), b"2c");
+        let (a, b) = client.join().unwrap();
+        assert_eq!(
+            (a.as_slice(), b.as_slice()),
+            (&b"from the server"[..], &b"2s"[..])
+        );
+    }
+
+    /// A server no client comes to gives up after its timeout with an error.
+    #[test]
+    fn a_link_without_a_peer_times_out() {
+        let port = {
+            let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let start = std::time::Instant::now();
+        assert!(matches!(
+            Link::meet(None, port, Duration::from_millis(200)),
+            Err(OobError::Io(_))
+        ));
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
 
     #[test]
     fn message_is_byte_for_byte_what_rdma_core_writes() {
