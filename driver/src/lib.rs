@@ -40,6 +40,7 @@ macro_rules! raw_pub {
 
 pub mod addr;
 pub mod caps;
+pub mod cm;
 pub mod error;
 mod events;
 pub mod hca;
