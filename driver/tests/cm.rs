@@ -431,3 +431,223 @@ fn qp1_takes_only_its_well_known_q_key_and_exists_once_per_port() {
         ));
     }
 }
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// tshark's `infiniband` dissector, a decoder uhca did not write, reads the CM's MADs in a
+/// RoCEv2 capture of the mock's fabric: a REQ for a service nobody listens on and its REJ,
+/// then REQ, REP and RTU, each field where the spec puts it.
+#[test]
+fn tshark_decodes_the_cm_mads_of_a_rocev2_capture() {
+    let found = std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            !required("UHCA_REQUIRE_TSHARK"),
+            "tshark is required (UHCA_REQUIRE_TSHARK=1) but not installed"
+        );
+        eprintln!("SKIPPED: tshark is not installed");
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("uhca-cm-{}.pcap", std::process::id()));
+    let fabric = Fabric::new(LinkLayer::Ethernet);
+    let (mut a, mut b) = (side(&fabric, 1), side(&fabric, 2));
+    fabric.capture_file(&path).unwrap();
+    let peer = b.cm.endpoint();
+    let mut cb = b.cm.listen(SERVICE, b"pong").unwrap();
+    let mut wrong =
+        a.cm.connect(&mut a.n.hca, &mut a.qp, &peer, SERVICE + 1, &[])
+            .unwrap();
+    common::run(&fabric);
+    step(&fabric, &mut b, &mut cb).unwrap();
+    assert!(step(&fabric, &mut a, &mut wrong).is_err());
+    let mut qp = rc_qp_on(&mut a.n.hca, &a.n.pd, &a.n.cq, &a.n.cq);
+    let mut ca =
+        a.cm.connect(&mut a.n.hca, &mut qp, &peer, SERVICE, b"ping")
+            .unwrap();
+    a.qp = qp;
+    common::run(&fabric);
+    let (ra, rb) = drive(&fabric, &mut a, &mut ca, &mut b, &mut cb, 20);
+    assert_eq!((ra, rb), (Ok(true), Ok(true)));
+    fabric.stop_capture().unwrap();
+    let fields = [
+        "infiniband.bth.destqp",
+        "infiniband.deth.q_key",
+        "infiniband.deth.srcqp",
+        "infiniband.mad.mgmtclass",
+        "infiniband.mad.classversion",
+        "infiniband.mad.method",
+        "infiniband.mad.attributeid",
+        "infiniband.cm.req.serviceid",
+        "infiniband.cm.req.localqpn",
+        "infiniband.cm.req.startpsn",
+        "infiniband.cm.req.transpsvctype",
+        "infiniband.cm.req.pppmtu",
+        "infiniband.cm.rep.localqpn",
+        "infiniband.cm.rep.startpsn",
+        "infiniband.cm.rep.remotecommid",
+        "infiniband.cm.rtu.remotecommid",
+        "infiniband.cm.rej.reason",
+        "infiniband.cm.rej.msgrej",
+    ];
+    let mut cmd = std::process::Command::new("tshark");
+    cmd.arg("-r").arg(&path);
+    cmd.args(["-T", "fields", "-E", "separator=;", "-Y", "infiniband.mad"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("tshark runs");
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(';').collect()).collect();
+    let num = |s: &str| -> u64 {
+        let s = s.trim();
+        match s.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).unwrap(),
+            None => s
+                .parse()
+                .unwrap_or_else(|_| panic!("a number: {s:?} in {text}")),
+        }
+    };
+    let attrs: Vec<u64> = rows.iter().map(|r| num(r[6])).collect();
+    assert_eq!(
+        attrs,
+        [0x10, 0x12, 0x10, 0x13, 0x14],
+        "REQ, REJ, REQ, REP, RTU:\n{text}"
+    );
+    for r in &rows {
+        // To QP 1 from QP 1 with the GSI Q_Key; CM class 7, version 2, method Send.
+        assert_eq!(
+            (num(r[0]), num(r[1]), num(r[2])),
+            (1, 0x8001_0000, 1),
+            "{r:?}"
+        );
+        assert_eq!((num(r[3]), num(r[4]), num(r[5])), (7, 2, 3), "{r:?}");
+    }
+    let (req, rej, rep, rtu) = (&rows[2], &rows[1], &rows[3], &rows[4]);
+    assert_eq!(num(rows[0][7]), SERVICE + 1);
+    assert_eq!(
+        (num(rej[16]), num(rej[17])),
+        (8, 0),
+        "invalid service ID, REQ rejected"
+    );
+    assert_eq!(num(req[7]), SERVICE);
+    assert_eq!(num(req[8]), u64::from(a.qp.qpn()));
+    assert_eq!(num(req[9]), u64::from(ca.psns().0));
+    assert_eq!((num(req[10]), num(req[11])), (0, 3), "RC, path MTU 1024");
+    assert_eq!(num(rep[12]), u64::from(b.qp.qpn()));
+    assert_eq!(num(rep[13]), u64::from(cb.psns().0));
+    assert_eq!(num(rep[14]), u64::from(ca.local_comm_id()));
+    assert_eq!(num(rtu[15]), u64::from(cb.local_comm_id()));
+}
+
+/// One side of the UDP test, in its own thread: a mock HCA whose RoCEv2 port is the UDP
+/// socket `ip:4791`, its CM, and a QP in INIT with a receive posted. The client connects
+/// to the server's port (known from its IP address alone), sends `PING` and checks the
+/// answer; the server checks the ping and answers it reversed.
+fn udp_side(ip: [u8; 4], server: Option<[u8; 4]>) -> Result<u64, String> {
+    const PING: &[u8] = b"ping over UDP, connected by the CM";
+    let node = match uhca_mock::MockHca::udp(ip.into()) {
+        Ok(n) => n,
+        Err(e) => return Err(format!("bind: {e}")),
+    };
+    let mut hca = uhca_driver::Hca::open_with(node.platform(), common::cfg()).unwrap();
+    hca.add_roce_ip(1, 0, std::net::Ipv4Addr::from(ip).into())
+        .unwrap();
+    let pd = hca.alloc_pd().unwrap();
+    let mut cq = hca.create_cq(16).unwrap();
+    let mut mr = hca.alloc_mr(&pd, 4096, common::ALL).unwrap();
+    let cfg = CmConfig {
+        response_timeout_ns: 200_000_000,
+        ..CmConfig::default()
+    };
+    let mut cm = Cm::new(&mut hca, &pd, cfg).unwrap();
+    let mut qp = common::rc_qp_on(&mut hca, &pd, &cq, &cq);
+    qp.post_recv(&[RecvWr::new(1, &[mr.sge(2048, 256).unwrap()])])
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut conn = match server {
+        Some(s) => {
+            let peer = Endpoint {
+                link_layer: uhca_driver::caps::LinkLayer::Ethernet,
+                lid: 0,
+                gid: uhca_driver::addr::Gid::from_ipv4(s),
+                mac: uhca_driver::addr::Mac([2, 0, s[0], s[1], s[2], s[3]]),
+                gid_index: 0,
+            };
+            cm.connect(&mut hca, &mut qp, &peer, SERVICE, &[]).unwrap()
+        }
+        None => cm.listen(SERVICE, &[]).unwrap(),
+    };
+    cm.establish(&mut hca, &mut conn, &mut qp, 20_000_000_000)
+        .map_err(|e| e.to_string())?;
+    let took = start.elapsed().as_micros() as u64;
+    let mut wc = [WorkCompletion::default(); 2];
+    let mut wait = |cq: &mut uhca_driver::verbs::Cq<common::P>, op: WcOpcode| {
+        let mut left = 10;
+        loop {
+            let n = cq.poll_timeout(&mut wc[..1], 2_000_000_000).unwrap();
+            if n == 1 && wc[0].opcode == op {
+                assert_eq!(wc[0].status, WcStatus::Success);
+                return wc[0].byte_len as usize;
+            }
+            left -= 1;
+            assert!(left > 0, "no {op:?} completion");
+        }
+    };
+    if server.is_some() {
+        mr.mem_mut().write_bytes(0, PING);
+        let sge = [mr.sge(0, PING.len()).unwrap()];
+        qp.post_send(&[SendWr::new(2, SendOp::Send, &sge)]).unwrap();
+        let n = wait(&mut cq, WcOpcode::Recv);
+        let mut got = vec![0; n];
+        mr.mem().read_bytes(2048, &mut got);
+        let want: Vec<u8> = PING.iter().rev().copied().collect();
+        assert_eq!(got, want, "the client received the server's answer");
+    } else {
+        let n = wait(&mut cq, WcOpcode::Recv);
+        let mut got = vec![0; n];
+        mr.mem().read_bytes(2048, &mut got);
+        assert_eq!(got, PING, "the server received the ping");
+        got.reverse();
+        mr.mem_mut().write_bytes(0, &got);
+        let sge = [mr.sge(0, n).unwrap()];
+        qp.post_send(&[SendWr::new(3, SendOp::Send, &sge)]).unwrap();
+        wait(&mut cq, WcOpcode::Send);
+        // Stay until the client's RTU cannot need a resend of the REP.
+        let _ = cm.progress(&mut hca, &mut conn, &mut qp);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Ok(took)
+}
+
+#[test]
+fn two_mock_hcas_connect_through_the_cm_over_the_udp_rocev2_path() {
+    let (s, c) = ([127, 0, 27, 2], [127, 0, 27, 1]);
+    let server = std::thread::spawn(move || udp_side(s, None));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let client = std::thread::spawn(move || udp_side(c, Some(s)));
+    let (rs, rc) = (server.join().unwrap(), client.join().unwrap());
+    if let (Err(e), _) | (_, Err(e)) = (&rs, &rc)
+        && e.starts_with("bind")
+    {
+        assert!(
+            !required("UHCA_REQUIRE_UDP"),
+            "UHCA_REQUIRE_UDP=1 but a loopback socket could not be bound: {e}"
+        );
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let took = rc.expect("the client connected");
+    rs.expect("the server connected");
+    eprintln!("REQ to established on the client: {took} µs");
+}
