@@ -651,3 +651,64 @@ fn two_mock_hcas_connect_through_the_cm_over_the_udp_rocev2_path() {
     rs.expect("the server connected");
     eprintln!("REQ to established on the client: {took} µs");
 }
+
+/// An MRA for the REQ (the peer needs longer, as Linux's `rdma_cm` says while its
+/// application has not accepted yet) pushes the REQ's deadline back by the MRA's service
+/// timeout: no resend until then.
+#[test]
+fn an_mra_for_the_req_pushes_the_wait_back_without_resending() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let mut a = side(&fabric, 1);
+    // The peer: a node whose QP1 is the test's own, to send a hand-made MRA.
+    let mut m = common::node(&fabric, 2);
+    let attr = QpInitAttr {
+        send_cq: &m.cq,
+        recv_cq: &m.cq,
+        srq: None,
+        cap: QpCaps::new(4, 4),
+    };
+    let mut gsi = m.hca.create_qp::<Gsi>(&m.pd, &attr).unwrap();
+    gsi.connect(&mut m.hca, &InitAttr::default(), 0).unwrap();
+    let peer = m.hca.endpoint(1, 0).unwrap();
+    let mut ca =
+        a.cm.connect(&mut a.n.hca, &mut a.qp, &peer, SERVICE, &[])
+            .unwrap();
+    common::run(&fabric);
+    let mra = uhca_driver::cm::msg::Mra {
+        local_comm_id: 0x77,
+        remote_comm_id: ca.local_comm_id(),
+        message_mraed: uhca_driver::cm::msg::Rejected::Req,
+        service_timeout: 20, // 4.096 µs × 2^20 ≈ 4.3 s
+    };
+    let mut mad = [0u8; 256];
+    mra.encode(1, &mut mad);
+    m.mr.mem_mut().write_bytes(0, &mad);
+    let ah = m.hca.create_ah(1, common::path(&fabric, &a.n)).unwrap();
+    let sge = [m.mr.sge(0, 256).unwrap()];
+    let wr = SendWr::new(1, SendOp::Send, &sge).with_ud(UdDest {
+        ah: &ah,
+        remote_qpn: 1,
+        remote_qkey: uhca_driver::verbs::GSI_Q_KEY,
+    });
+    gsi.post_send(&[wr]).unwrap();
+    common::run(&fabric);
+    assert_eq!(step(&fabric, &mut a, &mut ca), Ok(false));
+    assert_eq!(a.cm.stats().mras, 1);
+    // Without the MRA the REQ would be sent 4 times within 40 ms and fail; now 1 s passes
+    // with the one REQ still awaiting its answer.
+    let e =
+        a.cm.establish(&mut a.n.hca, &mut ca, &mut a.qp, 1_000_000_000)
+            .unwrap_err();
+    assert_eq!(
+        e,
+        CmError::Timeout {
+            waiting_for: Waiting::Rep,
+            tries: 1
+        }
+    );
+    assert_eq!(
+        a.cm.stats().sent,
+        1,
+        "no resend while the peer asked for time"
+    );
+}

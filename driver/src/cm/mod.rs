@@ -32,8 +32,10 @@
 //!
 //! # What it does not do (yet)
 //!
-//! No MRA, DREQ/DREP, LAP/APR or SIDR; no alternate path; one connection in flight per
-//! `Cm` (MADs for another are dropped, or a REQ refused); P_Key index 0 only. On RoCEv2
+//! An MRA from the peer (it needs longer to answer) pushes the wait back by its service
+//! timeout; this side never sends one, nor DREQ/DREP, LAP/APR or SIDR; no alternate path;
+//! one connection in flight per `Cm` (MADs for another are dropped, or a REQ refused);
+//! P_Key index 0 only. On RoCEv2
 //! the passive side learns the requester's GID from the REQ but not its MAC: it asks
 //! [`CmConfig::mac_of`], whose default answers the broadcast address (the mock's fabric
 //! and its UDP uplink route by IP; a real Ethernet network needs a neighbour table).
@@ -243,6 +245,8 @@ pub struct CmStats {
     pub dropped: u32,
     /// REJs sent.
     pub rejects_sent: u32,
+    /// MRAs taken (each pushed the deadline of this side's message back).
+    pub mras: u32,
     /// The last MAD that could not be decoded, and why.
     pub last_bad: Option<MadError>,
 }
@@ -663,6 +667,27 @@ impl<P: Platform> Cm<P> {
                     && rtu.local_comm_id == c.remote_comm_id
                 {
                     c.state = ConnState::Established;
+                } else {
+                    self.stats.dropped += 1;
+                }
+                Ok(())
+            }
+            CmMsg::Mra(mra) => {
+                // The peer needs longer: wait its service timeout on top of ours, without
+                // counting a try.
+                let ours = mra.remote_comm_id == c.local_comm_id && c.local_comm_id != 0;
+                let pending = matches!(
+                    (c.state, mra.message_mraed),
+                    (ConnState::ReqSent, Rejected::Req) | (ConnState::RepSent, Rejected::Rep)
+                );
+                if ours && pending {
+                    let extra = 4096u64 << mra.service_timeout.min(31);
+                    c.deadline_ns = hca
+                        .platform()
+                        .now_ns()
+                        .saturating_add(extra)
+                        .saturating_add(self.cfg.response_timeout_ns);
+                    self.stats.mras += 1;
                 } else {
                     self.stats.dropped += 1;
                 }

@@ -554,6 +554,44 @@ impl Rtu {
     }
 }
 
+/// A MsgRcptAck (MRA, IBA 12.6.6, table 107): the peer got the message and needs longer
+/// than the sender's response timeout to answer it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mra {
+    /// `Local Communication ID` (the sender's).
+    pub local_comm_id: u32,
+    /// `Remote Communication ID`.
+    pub remote_comm_id: u32,
+    /// `Message MRAed` (2 bits: 0 REQ, 1 REP, 2 LAP), as [`Rejected`] names them.
+    pub message_mraed: Rejected,
+    /// `Service Timeout` (5 bits, 4.096 µs × 2^value): how much longer the answer takes.
+    pub service_timeout: u8,
+}
+
+impl Mra {
+    /// The MAD of this MRA in transaction `tid` (no private data).
+    pub fn encode(&self, tid: u64, mad: &mut [u8; MAD_LEN]) {
+        mad.fill(0);
+        MadHeader::cm(AttrId::MsgRcptAck, tid).write(mad);
+        let mut m = BitsMut(mad);
+        m.set(0, 0, 32, self.local_comm_id);
+        m.set(4, 0, 32, self.remote_comm_id);
+        m.set(8, 0, 2, self.message_mraed.raw());
+        m.set(9, 0, 5, self.service_timeout.into());
+    }
+
+    /// The MRA in `mad`.
+    pub fn decode(mad: &[u8; MAD_LEN]) -> Mra {
+        let b = Bits(mad);
+        Mra {
+            local_comm_id: b.get(0, 0, 32),
+            remote_comm_id: b.get(4, 0, 32),
+            message_mraed: Rejected::from_raw(b.get(8, 0, 2)),
+            service_timeout: b.get(9, 0, 5) as u8,
+        }
+    }
+}
+
 /// Which message a REJ rejects (`Message REJected`, 2 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejected {
@@ -688,6 +726,8 @@ pub enum CmMsg {
     Rtu(Rtu),
     /// A REJ.
     Rej(Rej),
+    /// An MRA.
+    Mra(Mra),
 }
 
 /// Decodes a received MAD: its header and, for REQ, REP, RTU and REJ, the message.
@@ -695,7 +735,7 @@ pub enum CmMsg {
 /// # Errors
 ///
 /// [`MadError`] for fewer than 256 bytes, a header that is not a CM `Send`, or another
-/// CM attribute (MRA, DREQ, ...), which this module does not take.
+/// CM attribute (DREQ, DREP, LAP, ...), which this module does not take.
 pub fn decode(bytes: &[u8]) -> Result<(MadHeader, CmMsg), MadError> {
     let mad: &[u8; MAD_LEN] = bytes
         .get(..MAD_LEN)
@@ -707,6 +747,7 @@ pub fn decode(bytes: &[u8]) -> Result<(MadHeader, CmMsg), MadError> {
         AttrId::ConnectReply => CmMsg::Rep(Rep::decode(mad)),
         AttrId::ReadyToUse => CmMsg::Rtu(Rtu::decode(mad)),
         AttrId::ConnectReject => CmMsg::Rej(Rej::decode(mad)),
+        AttrId::MsgRcptAck => CmMsg::Mra(Mra::decode(mad)),
         other => return Err(MadError::Attribute(other as u16)),
     };
     Ok((h, msg))
@@ -921,6 +962,19 @@ mod tests {
             m[i] = v;
             assert_eq!(decode(&m).unwrap_err(), e);
         }
+        let mra = Mra {
+            local_comm_id: 0x0102_0304,
+            remote_comm_id: 0x0506_0708,
+            message_mraed: Rejected::Rep,
+            service_timeout: 0x17,
+        };
+        let mut m = [0u8; MAD_LEN];
+        mra.encode(3, &mut m);
+        assert_eq!(&m[16..18], &[0x00, 0x11]);
+        assert_eq!(&m[24..32], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(m[24 + 8], 1 << 6); // Message MRAed (2)
+        assert_eq!(m[24 + 9], 0x17 << 3); // Service Timeout (5)
+        assert_eq!(decode(&m).unwrap().1, CmMsg::Mra(mra));
         let mut m = mad;
         m[17] = 0x15; // DREQ: known to the spec, not taken here
         assert_eq!(decode(&m).unwrap_err(), MadError::Attribute(0x15));
