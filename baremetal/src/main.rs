@@ -571,6 +571,7 @@ fn everything<'p>(
         (Some((ha, aa)), Some((hb, ab))) => {
             let (aa, ab) = (*aa, *ab);
             rc_pair(ha, &aa, hb, &ab, apic);
+            checks::cm::run(ha, hb, &ab);
         }
         _ => {
             check(

@@ -5,7 +5,9 @@
 //! this file alone.
 //!
 //! The peers' QP numbers and PSNs are known here because both functions are in this
-//! guest (no exchange over a wire is needed).
+//! guest (no exchange over a wire is needed). The one exception is `checks::cm`, whose
+//! QPs (created here, in INIT) are taken to RTR and RTS by the driver's communication
+//! manager from what the REQ and REP carry.
 
 use uhca_driver::Hca;
 use uhca_driver::addr::{AhAttr, StaticRate};
@@ -51,7 +53,8 @@ pub fn to_err<'p>(hca: &mut Hca<&'p BareMetal>, qp: &mut RcQp<'p>) -> Res<()> {
     qp.to_err(hca).map_err(|e| msg!("to_err: {e}"))
 }
 
-fn create<'p>(
+/// An RC QP of 8 send and 8 receive entries on `cq`, in INIT with [`REMOTE`] rights.
+pub fn create<'p>(
     hca: &mut Hca<&'p BareMetal>,
     pd: &Pd<&'p BareMetal>,
     cq: &Cq<&'p BareMetal>,

@@ -8,6 +8,10 @@
 //! command and by [`Hca::poll_health`]); the `vfio` feature adds the VFIO platform
 //! (`uhca-vfio`, as the module `vfio`).
 //!
+//! [`cm`] connects RC QPs in band, through the InfiniBand communication manager's REQ, REP
+//! and RTU on the port's QP1 ([`verbs::Gsi`]): no TCP, no host, only where the peer's port
+//! is, which is what a bare-metal program needs (and what Linux's `ib_cm` speaks).
+//!
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 #![deny(
@@ -40,6 +44,7 @@ macro_rules! raw_pub {
 
 pub mod addr;
 pub mod caps;
+pub mod cm;
 pub mod error;
 mod events;
 pub mod hca;

@@ -29,8 +29,9 @@ FUNCTIONS=${FUNCTIONS:-4}
 # RC (objects, QPs, SEND, WRITE, READ, two atomics, teardown), MSI-X, the collective over
 # four functions (communicators, two all-reduces, all-gather, broadcast, teardown), the FLR
 # of function 0 (reopen, traffic, reset, typed error, old HCA closed, bring-up, traffic),
-# pools empty.
-CHECKS=${CHECKS:-$((2 + 2 * FUNCTIONS + 8 + 1 + 6 + 7 + 1))}
+# pools empty; the IB CM between functions 0 and 1 (QP1s and CMs, a REJ for an unknown
+# service, the connection by REQ/REP/RTU, SEND round trips on it, teardown).
+CHECKS=${CHECKS:-$((2 + 2 * FUNCTIONS + 8 + 1 + 6 + 7 + 1 + 5))}
 export VFIO_USER_DIR=${VFIO_USER_DIR:-$(mktemp -d /tmp/uhca-baremetal.XXXXXX)}
 cd "$REPO"
 

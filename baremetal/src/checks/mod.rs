@@ -3,6 +3,7 @@
 //! under the driver ([`flr`]) and a device that stops answering or disappears ([`hostile`]).
 
 pub mod atomics;
+pub mod cm;
 pub mod collective;
 pub mod duo;
 pub mod flr;

@@ -126,8 +126,8 @@ pub use mr::{Mr, MrAttr};
 pub use pd::{Pd, TransportDomain};
 pub use port::{GidEntry, GidType, PhysPortState, PortAttr};
 pub use qp::{
-    InitAttr, InitModifyAttr, Qp, QpAttr, QpCaps, QpInitAttr, QpTransport, Rc, RtrAttr, RtsAttr,
-    RtsModifyAttr, Uc, Ud, transition_is_legal,
+    Datagram, GSI_Q_KEY, Gsi, InitAttr, InitModifyAttr, Qp, QpAttr, QpCaps, QpInitAttr,
+    QpTransport, Rc, RtrAttr, RtsAttr, RtsModifyAttr, Uc, Ud, transition_is_legal,
 };
 pub use reserved::ReservedLkey;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

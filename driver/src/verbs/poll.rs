@@ -269,7 +269,7 @@ fn complete_recv<P: Platform, M: DmaMem>(
         // The service level on every receive, as libmlx5 (cq.c) and Linux's
         // mlx5_ib report it; the source QP only where verbs defines it (UD).
         wc.sl = flags.sl();
-        if qp.st == QpServiceType::Ud {
+        if matches!(qp.st, QpServiceType::Ud | QpServiceType::Qp1) {
             wc.src_qp = flags.remote_qpn();
         }
         let (ml_path, slid) = fields.ml_path_slid();

@@ -97,13 +97,13 @@ fn check_send(
         // Atomics only where the device's atomic page offers them (`DeviceCaps::atomic`).
         QpServiceType::Rc => class != OpClass::Atomic || atomics,
         QpServiceType::Uc => class <= OpClass::Write,
-        QpServiceType::Ud => class == OpClass::Send,
+        QpServiceType::Ud | QpServiceType::Qp1 => class == OpClass::Send,
         _ => false,
     };
     if !allowed {
         return Err(WrError::OpNotSupported);
     }
-    if (st == QpServiceType::Ud) != wr.ud.is_some() {
+    if super::qp::is_datagram(st) != wr.ud.is_some() {
         return Err(WrError::Destination);
     }
     match wr.data {
@@ -402,7 +402,7 @@ impl<P: Platform> SendSide<'_, P> {
         rings.sq_set_consumer(table.consumer());
         let mut result = Ok(());
         // Only RC and UC take the one-step path (a UD send carries an address vector).
-        let one_step_ok = self.st != QpServiceType::Ud && caps.max_send_sge != 0;
+        let one_step_ok = !super::qp::is_datagram(self.st) && caps.max_send_sge != 0;
         'wrs: for (i, wr) in wrs.into_iter().enumerate() {
             // The control-segment flags: the request's own (their bits are the segment's,
             // see `SendFlags`) and CQ_UPDATE for `sq_sig_all`.

@@ -136,10 +136,32 @@ pub struct Uc;
 /// Unreliable datagram.
 #[derive(Debug)]
 pub struct Ud;
+/// The port's general services interface QP, QP1 (`qpc.st` QP1, IBA 13.5.1): a datagram
+/// QP that the fabric addresses as QP 1 of the port whatever its firmware QPN, with the
+/// well-known Q_Key [`GSI_Q_KEY`]; one per port. Management datagrams (MADs) to and from
+/// the port's agents go through it, the communication manager's among them
+/// ([`crate::cm`]). Posting and polling are those of [`Ud`].
+#[derive(Debug)]
+pub struct Gsi;
+
+/// QP1's Q_Key, the general services interface's well-known Q_Key (IBA 13.5.1): a
+/// controlled Q_Key (bit 31 set), which no unprivileged UD QP may send with.
+pub const GSI_Q_KEY: u32 = 0x8001_0000;
+
+/// The datagram transports ([`Ud`], [`Gsi`]): no path in the QP, a destination per send.
+pub trait Datagram: QpTransport {}
+impl Datagram for Ud {}
+impl Datagram for Gsi {}
+
+/// Whether QPs of service type `st` are datagram QPs (UD or QP1).
+pub(crate) fn is_datagram(st: QpServiceType) -> bool {
+    matches!(st, QpServiceType::Ud | QpServiceType::Qp1)
+}
 
 impl sealed::Sealed for Rc {}
 impl sealed::Sealed for Uc {}
 impl sealed::Sealed for Ud {}
+impl sealed::Sealed for Gsi {}
 impl QpTransport for Rc {
     const ST: QpServiceType = QpServiceType::Rc;
     // Control, remote address, atomic.
@@ -153,6 +175,11 @@ impl QpTransport for Uc {
 impl QpTransport for Ud {
     const ST: QpServiceType = QpServiceType::Ud;
     // Control, datagram (address vector).
+    const SQ_OVERHEAD: usize = 64;
+}
+impl QpTransport for Gsi {
+    const ST: QpServiceType = QpServiceType::Qp1;
+    // As UD: control, datagram (address vector).
     const SQ_OVERHEAD: usize = 64;
 }
 
@@ -463,6 +490,8 @@ const RQ_TYPE_ZERO: u8 = 3;
 const ATOMIC_MODE_IB_COMP: u8 = 1;
 /// UD QPs: path MTU 4096 and 4 KiB messages, as Linux's mlx5 sets them.
 const UD_LOG_MSG_MAX: u8 = 12;
+/// QP1's largest message, log2 bytes: a MAD (256 bytes).
+const GSI_LOG_MSG_MAX: u8 = 8;
 /// `log_ack_req_freq` of an RC QP: the requester asks for an ACK at least every 2^8
 /// packets (and on the last packet of each message). 0 would ask on every packet, so the
 /// responder would answer every packet of a long message with its own ACK. Linux's
@@ -972,7 +1001,7 @@ impl<P: Platform, T: QpTransport> Qp<P, T> {
                     "moving a QP to another port in INIT to INIT",
                 ));
             }
-            let ud = T::ST == QpServiceType::Ud;
+            let ud = is_datagram(T::ST);
             return self.init_to_init(
                 hca,
                 InitModifyAttr {
@@ -1137,6 +1166,10 @@ fn fill_init<P: Platform>(
         QpServiceType::Ud => {
             q.set_q_key(attr.qkey);
         }
+        QpServiceType::Qp1 => {
+            check_gsi_q_key(attr.qkey)?;
+            q.set_q_key(GSI_Q_KEY);
+        }
         _ => fill_access(hca, st, attr.access, q)?,
     }
     Ok(())
@@ -1192,7 +1225,7 @@ fn modify_rights<P: Platform>(
     q.set_pm_state(PM_STATE_MIGRATED);
     let mask = modify_qkey(st, qkey, q)?;
     let Some(a) = access else { return Ok(mask) };
-    if st == QpServiceType::Ud {
+    if is_datagram(st) {
         return Err(not_for(
             Arg::AccessFlags,
             a.bits().into(),
@@ -1215,11 +1248,26 @@ fn rc_timer_code(rc: bool, arg: Arg, code: Option<u8>) -> Result<Option<u8>> {
 /// The Q_Key of INIT2INIT or RTS2RTS into `q`, with its mask bit: UD only.
 fn modify_qkey(st: QpServiceType, qkey: Option<u32>, q: &mut Qpc) -> Result<u32> {
     let Some(k) = qkey else { return Ok(0) };
-    if st != QpServiceType::Ud {
+    if !is_datagram(st) {
         return Err(not_for(Arg::Qkey, k.into(), "only a UD QP has a Q_Key"));
+    }
+    if st == QpServiceType::Qp1 {
+        check_gsi_q_key(k)?;
     }
     q.set_q_key(k);
     Ok(optpar::Q_KEY)
+}
+
+/// QP1 takes its well-known Q_Key only (0, "not given", stands for it).
+fn check_gsi_q_key(k: u32) -> Result<()> {
+    if k != 0 && k != GSI_Q_KEY {
+        return Err(not_for(
+            Arg::Qkey,
+            k.into(),
+            "QP1's Q_Key is the well-known 0x80010000",
+        ));
+    }
+    Ok(())
 }
 
 fn check_port<P: Platform>(hca: &Hca<P>, port: u8) -> Result<()> {
@@ -1426,8 +1474,10 @@ impl<P: Platform> Qp<P, Uc> {
     }
 }
 
-impl<P: Platform> Qp<P, Ud> {
+impl<P: Platform, T: Datagram> Qp<P, T> {
     /// INIT → RTR (INIT2RTR_QP). A UD QP has no path: destinations come with each send.
+    /// QP1 gets a path MTU of 256 bytes and messages of at most 256 bytes (a MAD), as
+    /// Linux's `mlx5_ib` gives its special QPs.
     ///
     /// # Errors
     ///
@@ -1437,10 +1487,15 @@ impl<P: Platform> Qp<P, Ud> {
         self.check_transition(QpState::Rtr)?;
         let mut c = Init2rtrQpIn::new_cmd();
         c.set_qpn(self.qpn());
+        let (mtu, log_msg_max) = if T::ST == QpServiceType::Qp1 {
+            (IbMtu::Mtu256, GSI_LOG_MSG_MAX)
+        } else {
+            (IbMtu::Mtu4096, UD_LOG_MSG_MAX)
+        };
         c.qpc_mut()
             .set_pm_state(PM_STATE_MIGRATED)
-            .set_mtu(IbMtu::Mtu4096.raw())
-            .set_log_msg_max(UD_LOG_MSG_MAX);
+            .set_mtu(mtu.raw())
+            .set_log_msg_max(log_msg_max);
         self.modify(hca, QpState::Rtr, &c)
     }
 
@@ -1652,7 +1707,7 @@ impl<P: Platform> Hca<P> {
         let supported = match T::ST {
             QpServiceType::Rc => caps.rc,
             QpServiceType::Uc => caps.uc,
-            QpServiceType::Ud => caps.ud,
+            QpServiceType::Ud | QpServiceType::Qp1 => caps.ud,
             _ => false,
         };
         if !supported {
