@@ -322,7 +322,7 @@ impl Iommu {
     }
 
     /// Maps a caller's buffer, keeping its offset within a 4 KiB page, and for a buffer
-    /// larger than 512 such pages its offset within a 2 MiB page ([`LARGE_MAP_ALIGN`]), so
+    /// spanning more than 512 such pages its offset within a 2 MiB page ([`LARGE_MAP_ALIGN`]), so
     /// that a memory key over it can use pages that large: a key describes a region with at
     /// most 512 translation entries, of pages whose offsets the address it is named by and
     /// the IOVA share.
@@ -330,7 +330,8 @@ impl Iommu {
         if len == 0 || len > MAX_MAPPING {
             return Err(DmaError::InvalidRequest);
         }
-        let align = if len as u64 > 512 * IOVA_PAGE {
+        let pages = (cpu.as_ptr() as u64 % IOVA_PAGE + len as u64).div_ceil(IOVA_PAGE);
+        let align = if pages > 512 {
             LARGE_MAP_ALIGN
         } else {
             IOVA_PAGE
