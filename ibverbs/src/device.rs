@@ -191,7 +191,7 @@ pub struct MrKeys {
 /// A completion channel's (or a context's `async_fd`'s) readable end: its file descriptor
 /// is the channel's `fd`, readable exactly while a completion event of one of its armed
 /// CQs (for `async_fd`: an asynchronous event) waits to be taken, so `poll(2)`/`epoll` on
-/// it wait for events ([`crate::wake`]).
+/// it wait for events (`src/wake.rs`).
 #[derive(Debug)]
 pub struct ChannelFd {
     id: u32,

@@ -3,7 +3,6 @@
 //! application holds (by the handle of its QP, SRQ or CQ here; the C layer turns it into
 //! the pointer it handed out).
 
-
 use uhca_driver::AsyncEvent;
 use uhca_fwif::consts::{EventType, PortChangeSubtype};
 

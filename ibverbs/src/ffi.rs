@@ -740,11 +740,9 @@ unsafe extern "C" fn create_cq(
     if !channel.is_null() {
         // SAFETY: cq was just made here; channel came from ibv_create_comp_channel.
         let handle = unsafe { (*cq).handle };
-        if let Err(e) = entry
-            .dev
-            // SAFETY: channel came from ibv_create_comp_channel (a CChannel) and is alive.
-            .attach_channel(handle, unsafe { (*(channel as *mut CChannel)).fd.id() }, cq as usize)
-        {
+        // SAFETY: channel came from ibv_create_comp_channel (a CChannel) and is alive.
+        let channel_id = unsafe { (*(channel as *mut CChannel)).fd.id() };
+        if let Err(e) = entry.dev.attach_channel(handle, channel_id, cq as usize) {
             // SAFETY: cq is ours and not yet handed out.
             unsafe { destroy_cq(cq) };
             set_errno(report(&e));

@@ -14,7 +14,7 @@
 //!   locked-memory limit, hugepages), `EOPNOTSUPP` (the kernel's VFIO lacks a feature).
 //! - MSI-X vector 0 (the driver's event queue) is bound to an eventfd; a thread waits on it
 //!   and kicks the device's event thread, as the mock's interrupt handler does
-//!   ([`crate::wake`]).
+//!   (`src/wake.rs`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
