@@ -973,6 +973,33 @@ mod tests {
         assert!(torn.is_empty(), "torn reads (offset, value): {torn:x?}");
     }
 
+    /// A caller's buffer spanning more than 512 pages is mapped at its address's offset
+    /// within 2 MiB (a memory key over it can then use 2 MiB pages); a smaller one keeps
+    /// only its offset within its 4 KiB page.
+    #[test]
+    fn a_large_mapping_keeps_its_offset_within_2_mib() {
+        let mut m = Iommu::new();
+        let big = vec![0u8; (3 << 20) + 8192];
+        let cpu = NonNull::new(big.as_ptr().wrapping_add(4096 + 40) as *mut u8).unwrap();
+        let iova = m.map(cpu, 3 << 20).unwrap();
+        assert_eq!(
+            iova % LARGE_MAP_ALIGN,
+            cpu.as_ptr() as u64 % LARGE_MAP_ALIGN
+        );
+        // 512 pages from an unaligned start span 513: large too.
+        let iova2 = m.map(cpu, 512 * 4096).unwrap();
+        assert_eq!(
+            iova2 % LARGE_MAP_ALIGN,
+            cpu.as_ptr() as u64 % LARGE_MAP_ALIGN
+        );
+        let small = m.map(cpu, 5000).unwrap();
+        assert_eq!(small % IOVA_PAGE, cpu.as_ptr() as u64 % IOVA_PAGE);
+        m.unmap(iova, 3 << 20).unwrap();
+        m.unmap(iova2, 512 * 4096).unwrap();
+        m.unmap(small, 5000).unwrap();
+        drop(big);
+    }
+
     /// The translation cache answers only as the mapping table would: an access that starts
     /// in a cached mapping and runs past its end faults (nothing written), mappings whose
     /// pages share a cache entry take turns in it with their own bytes, and a mapping that
