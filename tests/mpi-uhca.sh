@@ -4,9 +4,9 @@
 # MPI_Allgather, MPI_Bcast, MPI_Alltoall on int and float, 8 B to 8 MiB, every result
 # checked against a reference each rank computes) at 2 and 4 ranks, each rank a process with
 # its own mock HCA on its own loopback address (tests/mpi/uhca-rank.sh: 127.0.0.140 + rank),
-# UCX_TLS=rc_verbs (ud_verbs as UCP's auxiliary transport for the connection set-up); then a
-# rank killed (SIGKILL) mid-run must make the job end with an error, not hang. One PASS or
-# FAIL line per check.
+# UCX_TLS=rc_verbs (ud_verbs as UCP's auxiliary transport for the connection set-up), and at
+# 4 ranks UCX_TLS=ud_verbs; then a rank killed (SIGKILL) mid-run must make the job end with
+# an error, not hang. One PASS or FAIL line per check.
 #
 #   bash tests/mpi-uhca.sh     environment: UHCA_REQUIRE_MPI=1 fails (instead of skipping)
 #                              when UCX, Open MPI or MPICH (their mpicc) is missing;
@@ -92,23 +92,25 @@ launch() {
   fi
 }
 
-# A whole run: every case PASS, the summary line, exit 0, and UCX's lanes on uhca's rc.
+# A whole run over transport $3 (rc_verbs, or ud_verbs): every case PASS, the summary
+# line, exit 0, and UCX's lanes on that transport of uhca's device.
 run_job() {
-  local mpi=$1 n=$2 exe=$work/coll-$1 log=$work/$1-$2.log
-  local start=$SECONDS
+  local mpi=$1 n=$2 tl=${3:-rc_verbs} exe=$work/coll-$1 log=$work/$1-$2-${3:-rc_verbs}.log
+  local start=$SECONDS tls=$UCX_TLS
+  [[ $tl == ud_verbs ]] && tls=ud_verbs
   # shellcheck disable=SC2046
-  timeout -k 5 "$T" $(launch "$mpi" "$n") "$exe" "$MAX" >"$log" 2>&1
+  UCX_TLS=$tls timeout -k 5 "$T" $(launch "$mpi" "$n") "$exe" "$MAX" >"$log" 2>&1
   local rc=$? secs=$((SECONDS - start))
   local cases bad lanes
   cases=$(grep -c '^PASS ' "$log")
   bad=$(grep -c '^FAIL ' "$log")
   lanes=$(grep -o 'ep_cfg\[[0-9]*\]: tag([a-z_]*/[a-z0-9_]*:1)' "$log" | sed 's/.*: //' | sort -u | tr '\n' ' ')
   if [[ $rc == 0 && $bad == 0 && $cases -gt 0 ]] && grep -q "^all collectives correct: $n ranks" "$log" &&
-    [[ $lanes == "tag(rc_verbs/uhca0:1) " ]]; then
-    pass "$mpi $n ranks: $cases cases correct, 8 B to $MAX B, in ${secs} s (UCX lanes: $lanes)"
+    [[ $lanes == "tag($tl/uhca0:1) " ]]; then
+    pass "$mpi $n ranks, UCX_TLS=$tls: $cases cases correct, 8 B to $MAX B, in ${secs} s (UCX lanes: $lanes)"
     grep -E '^PASS (Allreduce|Allgather|Bcast|Alltoall) +(int|float) +'"$MAX"' B' "$log" | sed 's/^/    /'
   else
-    fail "$mpi $n ranks: exit $rc after ${secs} s, $cases cases passed, $bad failed, UCX lanes '$lanes'"
+    fail "$mpi $n ranks, UCX_TLS=$tls: exit $rc after ${secs} s, $cases cases passed, $bad failed, UCX lanes '$lanes'"
     grep -E '^FAIL|UCX  ERROR|Fatal|Assertion|rror' "$log" | head -20
   fi
 }
@@ -169,6 +171,7 @@ for mpi in ${UHCA_MPI_ONLY:-openmpi mpich}; do
   for n in $RANKS; do
     run_job "$mpi" "$n"
   done
+  run_job "$mpi" 4 ud_verbs
   kill_job "$mpi"
 done
 # (Each case line: collective, type, a rank's message size, wrong elements over all
