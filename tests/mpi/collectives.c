@@ -8,6 +8,13 @@
  *   collectives [MAX_BYTES] [ROUNDS]   MAX_BYTES (default 8 MiB, a power of two from 8);
  *                                      ROUNDS: how many times the whole table runs (default
  *                                      1; the kill test runs many)
+ *   collectives bench [MAX_BYTES] [ITERS]
+ *                                      MPI_Allreduce (float, sum) timed as nccl-tests'
+ *                                      all_reduce_perf times it: sizes 8 B to MAX_BYTES by
+ *                                      factors of 2, one warm-up and ITERS (default 5) timed
+ *                                      calls, the slowest rank's average, algbw = size /
+ *                                      time, busbw = algbw * 2 (n - 1) / n, and #wrong (the
+ *                                      result of the last call checked)
  * With UHCA_MPI_PIDDIR set, each rank writes its process id to $UHCA_MPI_PIDDIR/rankN.pid
  * (the kill test kills one rank by it).
  * Written for uhca's tests (tests/mpi-uhca.sh). */
@@ -68,6 +75,41 @@ static void report(const char *what, const char *tname, size_t bytes, long bad, 
 		failed = 1;
 }
 
+/* The bench mode: rank 0 prints nccl-tests' columns. */
+static int bench(size_t max, int iters) {
+	float *a = malloc(max), *b = malloc(max);
+	if (!a || !b)
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	if (rank == 0)
+		printf("# MPI_Allreduce float sum, %d ranks, %d iters\n"
+		       "#       size         count     time   algbw   busbw  #wrong\n"
+		       "#        (B)    (elements)     (us)  (GB/s)  (GB/s)\n", nranks, iters);
+	long total_bad = 0;
+	for (size_t bytes = 8; bytes <= max; bytes *= 2) {
+		size_t n = bytes / 4;
+		fill(a, MPI_FLOAT, n, rank, 0);
+		MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+		MPI_Barrier(MPI_COMM_WORLD);
+		double t0 = MPI_Wtime();
+		for (int i = 0; i < iters; i++)
+			MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+		double dt = (MPI_Wtime() - t0) / iters, worst = 0;
+		long bad = count_bad(b, MPI_FLOAT, n, 0, 0, 1), all = 0;
+		MPI_Reduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+		MPI_Reduce(&bad, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+		if (rank == 0) {
+			double algbw = bytes / worst / 1e9;
+			printf("%12zu  %12zu  %7.1f  %6.4f  %6.4f  %6ld\n", bytes, n, worst * 1e6, algbw,
+			       algbw * 2 * (nranks - 1) / nranks, all);
+			fflush(stdout);
+		}
+		total_bad += all;
+	}
+	free(a);
+	free(b);
+	return total_bad != 0;
+}
+
 int main(int argc, char **argv) {
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -81,6 +123,13 @@ int main(int argc, char **argv) {
 			fprintf(f, "%d\n", (int)getpid());
 			fclose(f);
 		}
+	}
+	if (argc > 1 && strcmp(argv[1], "bench") == 0) {
+		size_t bmax = argc > 2 ? strtoull(argv[2], NULL, 0) : 8u << 20;
+		int iters = argc > 3 ? atoi(argv[3]) : 5;
+		int r = bench(bmax < 8 ? 8 : bmax, iters < 1 ? 1 : iters);
+		MPI_Finalize();
+		return r;
 	}
 	size_t max = argc > 1 ? strtoull(argv[1], NULL, 0) : 8u << 20;
 	int rounds = argc > 2 ? atoi(argv[2]) : 1;
