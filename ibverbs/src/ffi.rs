@@ -651,6 +651,23 @@ unsafe extern "C" fn read_sysfs_file(
     -1
 }
 
+export!("ibv_get_sysfs_path" @ "IBVERBS_1.0" => get_sysfs_path);
+/// Where sysfs is mounted, as rdma-core answers (`/sys`, or `$SYSFS_PATH`): 0, or -1 when
+/// `size` cannot hold it with its NUL. Open MPI's verbs helper imports it; none of these
+/// devices is found below it (their `ibdev_path` names no existing directory).
+unsafe extern "C" fn get_sysfs_path(buf: *mut c_char, size: usize) -> c_int {
+    let path = std::env::var("SYSFS_PATH").unwrap_or_else(|_| "/sys".into());
+    let path = path.trim_end_matches('/');
+    let path = if path.is_empty() { "/sys" } else { path };
+    if buf.is_null() || path.len() >= size {
+        return -1;
+    }
+    // SAFETY: buf is the caller's writable buffer of `size` bytes, more than path's length.
+    let dst = unsafe { core::slice::from_raw_parts_mut(buf, size) };
+    put_str(dst, path);
+    0
+}
+
 // ---- PD and CQ --------------------------------------------------------------------
 
 export!("ibv_alloc_pd" @ "IBVERBS_1.1" => alloc_pd);

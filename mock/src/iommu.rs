@@ -322,7 +322,7 @@ impl Iommu {
     }
 
     /// Maps a caller's buffer, keeping its offset within a 4 KiB page, and for a buffer
-    /// larger than 512 such pages its offset within a 2 MiB page ([`LARGE_MAP_ALIGN`]), so
+    /// spanning more than 512 such pages its offset within a 2 MiB page ([`LARGE_MAP_ALIGN`]), so
     /// that a memory key over it can use pages that large: a key describes a region with at
     /// most 512 translation entries, of pages whose offsets the address it is named by and
     /// the IOVA share.
@@ -330,7 +330,8 @@ impl Iommu {
         if len == 0 || len > MAX_MAPPING {
             return Err(DmaError::InvalidRequest);
         }
-        let align = if len as u64 > 512 * IOVA_PAGE {
+        let pages = (cpu.as_ptr() as u64 % IOVA_PAGE + len as u64).div_ceil(IOVA_PAGE);
+        let align = if pages > 512 {
             LARGE_MAP_ALIGN
         } else {
             IOVA_PAGE
@@ -970,6 +971,33 @@ mod tests {
             torn
         });
         assert!(torn.is_empty(), "torn reads (offset, value): {torn:x?}");
+    }
+
+    /// A caller's buffer spanning more than 512 pages is mapped at its address's offset
+    /// within 2 MiB (a memory key over it can then use 2 MiB pages); a smaller one keeps
+    /// only its offset within its 4 KiB page.
+    #[test]
+    fn a_large_mapping_keeps_its_offset_within_2_mib() {
+        let mut m = Iommu::new();
+        let big = vec![0u8; (3 << 20) + 8192];
+        let cpu = NonNull::new(big.as_ptr().wrapping_add(4096 + 40) as *mut u8).unwrap();
+        let iova = m.map(cpu, 3 << 20).unwrap();
+        assert_eq!(
+            iova % LARGE_MAP_ALIGN,
+            cpu.as_ptr() as u64 % LARGE_MAP_ALIGN
+        );
+        // 512 pages from an unaligned start span 513: large too.
+        let iova2 = m.map(cpu, 512 * 4096).unwrap();
+        assert_eq!(
+            iova2 % LARGE_MAP_ALIGN,
+            cpu.as_ptr() as u64 % LARGE_MAP_ALIGN
+        );
+        let small = m.map(cpu, 5000).unwrap();
+        assert_eq!(small % IOVA_PAGE, cpu.as_ptr() as u64 % IOVA_PAGE);
+        m.unmap(iova, 3 << 20).unwrap();
+        m.unmap(iova2, 512 * 4096).unwrap();
+        m.unmap(small, 5000).unwrap();
+        drop(big);
     }
 
     /// The translation cache answers only as the mapping table would: an access that starts

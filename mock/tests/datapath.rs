@@ -262,6 +262,9 @@ fn ud(link: LinkLayer) {
             assert_eq!(grh[20] >> 4, 4);
             assert_eq!(&grh[32..36], &a.ip);
             assert_eq!(wc[0].cqe.roce_l3_hdr_type(), CQE_ROCE_L3_HEADER_TYPE_IPV4);
+            // The SL field carries the RoCE packet type: UDP (RoCEv2, bit 3) over IPv4 (2),
+            // which libmlx5 hands out as wc.sl and UCX reads the destination address by.
+            assert_eq!((wc[0].cqe.flags_rqpn.get() >> 24) & 0xf, 0x8 | 0x2);
         }
         LinkLayer::InfiniBand => {
             assert_eq!(grh[0] >> 4, 6, "GRH IPVer");

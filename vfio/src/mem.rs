@@ -311,7 +311,19 @@ struct UserMapping {
     len: usize,
     map_iova: u64,
     map_len: usize,
+    /// The IOVA range reserved for it (`map_iova..map_iova + map_len` and, for a large
+    /// mapping, the unmapped space before it that aligns it).
+    res_iova: u64,
+    res_len: u64,
 }
+
+/// A user mapping spanning more than this many IOMMU pages keeps its address's offset
+/// within [`LARGE_MAP_ALIGN`] in its IOVA: a memory key describes a region with at most 512
+/// translation entries, of pages whose offset the application's address and the IOVA share,
+/// so a large registration needs large pages in common.
+const LARGE_MAP_PAGES: usize = 512;
+/// 2 MiB: with it, a key of 512 entries covers 1 GiB.
+const LARGE_MAP_ALIGN: usize = 2 << 20;
 
 /// Counters describing a pool, for diagnostics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -591,16 +603,24 @@ impl<M: IommuMap> DmaPool<M> {
             .ok_or(DmaError::InvalidRequest)?;
         let map_len = end - base;
         let mut st = self.lock();
-        let map_iova = self
-            .iova_alloc(map_len as u64, g as u64)
+        // A large mapping starts at the same offset within 2 MiB as its address.
+        let (align, slack) = if map_len / g > LARGE_MAP_PAGES && LARGE_MAP_ALIGN > g {
+            (LARGE_MAP_ALIGN, base % LARGE_MAP_ALIGN)
+        } else {
+            (g, 0)
+        };
+        let res_len = (slack + map_len) as u64;
+        let res_iova = self
+            .iova_alloc(res_len, align as u64)
             .ok_or(DmaError::OutOfMemory)?;
+        let map_iova = res_iova + slack as u64;
         // `base` is derived from `cpu`'s address; keep its provenance.
         let vaddr = cpu.as_ptr().wrapping_sub(addr - base);
         // SAFETY: the caller guarantees the buffer stays allocated and is used as device
         // memory until `unmap`; the pages around it belong to the same allocation or to
         // memory the caller accepted to expose (documented on `Dma::map` for this platform).
         if let Err(e) = unsafe { self.mapper.map(map_iova, map_len, vaddr) } {
-            self.iova_free(map_iova, map_len as u64);
+            self.iova_free(res_iova, res_len);
             return Err(DmaError::MappingFailed(e));
         }
         let iova = map_iova + (addr - base) as u64;
@@ -610,6 +630,8 @@ impl<M: IommuMap> DmaPool<M> {
                 len,
                 map_iova,
                 map_len,
+                res_iova,
+                res_len,
             },
         );
         Ok(iova)
@@ -621,12 +643,12 @@ impl<M: IommuMap> DmaPool<M> {
             Some(m) if m.len == len => m,
             _ => return Err(DmaError::NotMapped),
         };
-        let (map_iova, map_len) = (m.map_iova, m.map_len);
+        let (map_iova, map_len, res_iova, res_len) = (m.map_iova, m.map_len, m.res_iova, m.res_len);
         self.mapper
             .unmap(map_iova, map_len)
             .map_err(DmaError::MappingFailed)?;
         st.user.remove(&iova);
-        self.iova_free(map_iova, map_len as u64);
+        self.iova_free(res_iova, res_len);
         Ok(())
     }
 }
@@ -642,7 +664,7 @@ impl<M: IommuMap> Drop for DmaPool<M> {
         // reserved, and its memory is leaked rather than reused.
         for (_, m) in user {
             if self.mapper.unmap(m.map_iova, m.map_len).is_ok() {
-                self.iova_free(m.map_iova, m.map_len as u64);
+                self.iova_free(m.res_iova, m.res_len);
             }
         }
         for (iova, mem) in dedicated {
@@ -891,6 +913,34 @@ pub(crate) mod tests {
         );
         // SAFETY: as above.
         assert_eq!(unsafe { p.map_user(cpu, 0) }, Err(DmaError::InvalidRequest));
+        drop(buf);
+    }
+
+    /// A caller's buffer of more than 512 pages gets an IOVA at its own offset within
+    /// 2 MiB (so a memory key over it can use 2 MiB pages); the space reserved before it
+    /// returns with the unmap, and a small buffer keeps the 4 KiB rule only.
+    #[test]
+    fn large_caller_buffers_keep_their_offset_within_2_mib() {
+        let (p, rec, _f) = pool(HugePages::Never, None);
+        let before = p.free_iova_ranges();
+        let len = 3 << 20;
+        let mut buf = vec![0u8; len + 8192];
+        let start = buf.as_mut_ptr().wrapping_add(4096 + 24);
+        let cpu = NonNull::new(start).unwrap();
+        // SAFETY: the buffer outlives the mapping (unmapped below) and is not accessed
+        // meanwhile.
+        let iova = unsafe { p.map_user(cpu, len) }.unwrap();
+        assert_eq!(iova % (2 << 20), start as u64 % (2 << 20));
+        let (_, map_iova, map_len, vaddr) = *rec.log.lock().unwrap().last().unwrap();
+        assert_eq!(map_iova % (2 << 20), vaddr as u64 % (2 << 20));
+        assert!(map_len >= len && map_len % 4096 == 0);
+        p.unmap_user(iova, len).unwrap();
+        assert_eq!(p.free_iova_ranges(), before, "every reserved IOVA returned");
+        // A small one: only the offset within its page is kept.
+        // SAFETY: as above.
+        let small = unsafe { p.map_user(cpu, 5000) }.unwrap();
+        assert_eq!(small % 4096, start as u64 % 4096);
+        p.unmap_user(small, 5000).unwrap();
         drop(buf);
     }
 

@@ -84,3 +84,8 @@ void **rdma_get_devices(int *num_devices)
 void rdma_free_devices(void **list) { }
 /* What UCX 1.13's connection-manager transport (libuct_rdmacm) imports besides. */
 int rdma_migrate_id(void *id, void *channel) FAIL_INT
+/* What libfabric (Open MPI's ofi components load it) imports besides. No rdma_cm id can
+ * exist (rdma_create_id fails), so no id has a port: 0, what librdmacm answers for an id
+ * without an address. */
+unsigned short rdma_get_src_port(void *id) { return 0; }
+unsigned short rdma_get_dst_port(void *id) { return 0; }
