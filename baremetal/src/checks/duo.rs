@@ -1,6 +1,7 @@
 //! `uhca-collective` over two guests on one server: this guest holds two ranks of four
 //! (`-append duo=0` ranks 0 and 1, `duo=1` ranks 2 and 3), one per function, and the other
-//! guest the other two. First step, until an in-band exchange (IB CM) exists: the endpoints
+//! guest the other two. First step, until the collective connects through the driver's IB
+//! CM (which `checks::cm` uses between two functions): the endpoints
 //! for the other guest's ranks travel through the host script, as console lines
 //! `EP from to lid gid mac qpn psn inbox rkey` (hexadecimal) that the host's relay copies to
 //! the other guest's serial input. Then an all-reduce (ring), an all-gather and a broadcast
