@@ -1,7 +1,8 @@
 //! The seed corpora of the fuzz targets (`fuzz/seeds/<target>/`): a few valid inputs per
 //! target, built here from the real formats (packets the wire module emits, captures the
 //! pcap writer writes, the three out-of-band messages as the examples send them, CQEs and EQEs
-//! laid out by the fwif structures, every firmware command's input, a vfio-user session).
+//! laid out by the fwif structures, every firmware command's input, a vfio-user session, the
+//! CM's MADs).
 //!
 //! This test fails when a seed file in the repository differs from what it generates (a
 //! format changed and the seeds were not regenerated); `UHCA_WRITE_SEEDS=1 cargo test
@@ -454,8 +455,86 @@ fn vfio_user(s: &mut Seeds) {
     s.insert(("vfio_user", "session".into()), m);
 }
 
+/// One MAD of each CM message the driver takes, as its CM encodes them.
+fn cm_mads(s: &mut Seeds) {
+    use uhca::driver::cm::msg::{MAD_LEN, Mra, Rej, RejReason, Rejected, Rep, Req, ReqPath, Rtu};
+    let mut mad = [0u8; MAD_LEN];
+    let req = Req {
+        local_comm_id: 0x1234_5679,
+        service_id: 0x0106_4853,
+        local_ca_guid: 0x0002_c903_0000_0001,
+        local_qkey: 0,
+        local_qpn: 0x10c,
+        responder_resources: 4,
+        local_eecn: 0,
+        initiator_depth: 4,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 15,
+        transport_service_type: 0,
+        end_to_end_flow_control: true,
+        starting_psn: 0xdc_561c,
+        local_cm_response_timeout: 15,
+        retry_count: 7,
+        partition_key: 0xffff,
+        path_mtu: 3,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 4,
+        srq: false,
+        extended_transport_type: 0,
+        primary: ReqPath {
+            local_lid: 1,
+            remote_lid: 2,
+            subnet_local: true,
+            local_ack_timeout: 14,
+            ..ReqPath::default()
+        },
+        alternate: ReqPath::default(),
+        private_data: [0x11; 92],
+    };
+    req.encode(0x1234_5679_0000_0001, &mut mad);
+    s.insert(("cm_mads", "req".into()), mad.to_vec());
+    let rep = Rep {
+        local_comm_id: 0x2345_6789,
+        remote_comm_id: 0x1234_5679,
+        local_qkey: 0,
+        local_qpn: 0x10c,
+        local_eecn: 0,
+        starting_psn: 0x09_591d,
+        responder_resources: 4,
+        initiator_depth: 4,
+        target_ack_delay: 0,
+        failover_accepted: 1,
+        end_to_end_flow_control: true,
+        rnr_retry_count: 7,
+        srq: false,
+        local_ca_guid: 0x0002_c903_0000_0002,
+        private_data: [0x22; 196],
+    };
+    rep.encode(0x1234_5679_0000_0001, &mut mad);
+    s.insert(("cm_mads", "rep".into()), mad.to_vec());
+    let rtu = Rtu {
+        local_comm_id: 0x1234_5679,
+        remote_comm_id: 0x2345_6789,
+        private_data: [0; 224],
+    };
+    rtu.encode(0x1234_5679_0000_0001, &mut mad);
+    s.insert(("cm_mads", "rtu".into()), mad.to_vec());
+    Rej::new(0, 0x1234_5679, Rejected::Req, RejReason::INVALID_SERVICE_ID).encode(7, &mut mad);
+    s.insert(("cm_mads", "rej".into()), mad.to_vec());
+    let mra = Mra {
+        local_comm_id: 0x2345_6789,
+        remote_comm_id: 0x1234_5679,
+        message_mraed: Rejected::Req,
+        service_timeout: 20,
+    };
+    mra.encode(8, &mut mad);
+    s.insert(("cm_mads", "mra".into()), mad.to_vec());
+}
+
 fn generate() -> Seeds {
     let mut s = Seeds::new();
+    cm_mads(&mut s);
     wire(&mut s);
     pcap(&mut s);
     oob(&mut s);

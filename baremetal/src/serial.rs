@@ -52,29 +52,3 @@ macro_rules! println {
     () => { $crate::print!("\n") };
     ($($arg:tt)*) => {{ $crate::print!($($arg)*); $crate::print!("\n"); }};
 }
-
-/// Reads one line from COM1 into `buf` (without the line end; bytes past its length are
-/// dropped), polling until `deadline` (ns, [`crate::platform::now_ns`]). Returns the line's
-/// length, or `None` at the deadline.
-pub fn read_line(buf: &mut [u8], deadline: u64) -> Option<usize> {
-    let mut n = 0;
-    loop {
-        // Line status bit 0: a received byte is waiting.
-        if inb(COM1 + 5) & 0x01 != 0 {
-            match inb(COM1) {
-                b'\n' => return Some(n),
-                b'\r' => {}
-                b => {
-                    if n < buf.len() {
-                        buf[n] = b;
-                        n += 1;
-                    }
-                }
-            }
-        } else if crate::platform::now_ns() > deadline {
-            return None;
-        } else {
-            core::hint::spin_loop();
-        }
-    }
-}

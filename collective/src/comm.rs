@@ -10,7 +10,7 @@ use uhca_driver::verbs::{
     Cq, InitAttr, Mr, Pd, Qp, QpCaps, QpInitAttr, Rc, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
     Sge, WcFlags, WcOpcode, WorkCompletion,
 };
-use uhca_fwif::consts::{AccessFlags, IbMtu};
+use uhca_fwif::consts::{AccessFlags, IbMtu, QpState};
 use uhca_hal::{DmaMem, Platform};
 
 use crate::dtype::{Element, ReduceOp};
@@ -270,12 +270,22 @@ impl<P: Platform> Pending<P> {
         }
     }
 
+    /// The QP this rank uses for `peer` (in INIT, its receives posted), for a connection
+    /// manager that connects it in band (`uhca_driver::cm`, which moves it to RTS from the
+    /// REQ and REP): [`Pending::connect`] then uses a QP in RTS as it is, taking only the
+    /// inbox and rkey of that peer's endpoint. `None` for this rank itself or a rank not
+    /// below the size.
+    pub fn qp_mut(&mut self, peer: usize) -> Option<&mut Qp<P, Rc>> {
+        self.qps.get_mut(peer)?.as_mut()
+    }
+
     fn inbox_off(&self, peer: usize) -> usize {
         slot_base(self.rank, peer, self.cfg).0
     }
 
     /// Connects every QP (INIT → RTR → RTS) with `remote[p]`, the endpoint rank `p` gave
-    /// for this rank (`remote[rank]` is ignored).
+    /// for this rank (`remote[rank]` is ignored). A QP already in RTS (connected through
+    /// [`Pending::qp_mut`]) stays as it is; of its endpoint only `inbox` and `rkey` count.
     ///
     /// # Errors
     ///
@@ -326,29 +336,33 @@ impl<P: Platform> Pending<P> {
                     grh: None,
                 },
             };
-            qp.to_rtr(
-                hca,
-                RtrAttr {
-                    path_mtu: IbMtu::Mtu4096,
-                    dest_qpn: r.qpn,
-                    rq_psn: r.psn,
-                    max_dest_rd_atomic: 1,
-                    min_rnr_timer: 1,
-                    ah,
-                },
-            )
-            .map_err(setup(rank, "INIT2RTR_QP"))?;
-            qp.to_rts(
-                hca,
-                RtsAttr {
-                    sq_psn: START_PSN,
-                    timeout: cfg.ack_timeout,
-                    retry_cnt: cfg.retry_cnt,
-                    rnr_retry: 7,
-                    max_rd_atomic: 1,
-                },
-            )
-            .map_err(setup(rank, "RTR2RTS_QP"))?;
+            if qp.state() == QpState::Rts {
+                // Connected in band already (see `Pending::qp_mut`).
+            } else {
+                qp.to_rtr(
+                    hca,
+                    RtrAttr {
+                        path_mtu: IbMtu::Mtu4096,
+                        dest_qpn: r.qpn,
+                        rq_psn: r.psn,
+                        max_dest_rd_atomic: 1,
+                        min_rnr_timer: 1,
+                        ah,
+                    },
+                )
+                .map_err(setup(rank, "INIT2RTR_QP"))?;
+                qp.to_rts(
+                    hca,
+                    RtsAttr {
+                        sq_psn: START_PSN,
+                        timeout: cfg.ack_timeout,
+                        retry_cnt: cfg.retry_cnt,
+                        rnr_retry: 7,
+                        max_rd_atomic: 1,
+                    },
+                )
+                .map_err(setup(rank, "RTR2RTS_QP"))?;
+            }
             let (inbox_off, outbox_off) = slot_base(rank, peer, cfg);
             channels.push(Some(Channel {
                 qp,

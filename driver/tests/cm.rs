@@ -712,3 +712,42 @@ fn an_mra_for_the_req_pushes_the_wait_back_without_resending() {
         "no resend while the peer asked for time"
     );
 }
+
+/// The requester chooses the path MTU (a REP has no MTU to lower it): a listener that takes
+/// at most 512 bytes refuses a REQ for 1024 with REJ reason 26, and takes one for 512.
+#[test]
+fn a_req_for_a_larger_path_mtu_than_the_listener_takes_is_rejected() {
+    let fabric = Fabric::new(LinkLayer::InfiniBand);
+    let small = CmConfig {
+        path_mtu: IbMtu::Mtu512,
+        ..cfg()
+    };
+    let (mut a, mut b) = (side(&fabric, 1), side_with(&fabric, 2, small));
+    let peer = b.cm.endpoint();
+    let mut cb = b.cm.listen(SERVICE, &[]).unwrap();
+    let mut ca =
+        a.cm.connect(&mut a.n.hca, &mut a.qp, &peer, SERVICE, &[])
+            .unwrap();
+    common::run(&fabric);
+    assert_eq!(step(&fabric, &mut b, &mut cb), Ok(false));
+    assert_eq!(
+        step(&fabric, &mut a, &mut ca).unwrap_err(),
+        CmError::Rejected {
+            reason: RejReason::INVALID_PATH_MTU,
+            message: uhca_driver::cm::msg::Rejected::Req,
+        }
+    );
+    // Asked for 512, it connects at 512 on both sides.
+    let mut c = side_with(&fabric, 3, small);
+    let mut cc =
+        c.cm.connect(&mut c.n.hca, &mut c.qp, &peer, SERVICE, &[])
+            .unwrap();
+    common::run(&fabric);
+    let (rc, rb) = drive(&fabric, &mut c, &mut cc, &mut b, &mut cb, 20);
+    assert_eq!((rc, rb), (Ok(true), Ok(true)));
+    assert_eq!(
+        (cc.path_mtu(), cb.path_mtu()),
+        (IbMtu::Mtu512, IbMtu::Mtu512)
+    );
+    ping_pong(&fabric, &mut c, &mut b, b"at a path MTU of 512");
+}

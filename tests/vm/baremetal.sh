@@ -104,11 +104,12 @@ for link in ${LINKS:-infiniband ethernet}; do
     bash -c '! grep -q "IOMMU fault:" "$1"' _ "$log"
 done
 
-# The collective over two guests on one server (Ethernet; 2 functions each): the endpoints
-# for the other guest's ranks go through the host (bm-relay.py copies each guest's "EP"
-# console lines to the other's serial input), a first step until the in-band CM exists.
-# Each guest: memory, PCI, 2 bring-ups, exchange and connect, 3 collectives, destroy, 2
-# teardowns, pools empty.
+# The collective over two guests on one server (Ethernet; 2 functions each): the QPs
+# between the guests are connected in band by the driver's IB CM (REQ/REP/RTU on QP1, the
+# inboxes in the private data); bm-relay.py only collects both consoles (it would still
+# copy "EP" lines, which the guests no longer print).
+# Each guest: memory, PCI, 2 bring-ups, connect, 3 collectives, destroy, 2 teardowns,
+# pools empty.
 phase "the collective over two guests (Ethernet, 2 functions each)"
 log=$RIG_DIR/logs/baremetal-server-duo.log
 sockets=()

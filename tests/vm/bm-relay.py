@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The host's part of the two-guest collective of tests/vm/baremetal.sh (a first step until
-the in-band CM exists): connects to the serial consoles of two bare-metal guests (QEMU
--chardev socket servers that wait for this client), writes each console to its log file and
-copies each endpoint line ("EP ...") one guest prints to the other guest's serial input.
+"""The host's part of the two-guest collective of tests/vm/baremetal.sh: connects to the
+serial consoles of two bare-metal guests (QEMU -chardev socket servers that wait for this
+client), writes each console to its log file and copies each endpoint line ("EP ...") one
+guest prints to the other guest's serial input. The guests now connect through the driver's
+IB CM and print no such line: only the consoles are collected (the copying stays for a
+program that still exchanges through the host).
 Ends when both guests have closed their consoles, or after TIMEOUT seconds.
 
     bm-relay.py SOCKET_A LOG_A SOCKET_B LOG_B [TIMEOUT]

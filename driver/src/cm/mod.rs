@@ -20,7 +20,7 @@
 //!   answered by moving the QP (RESET or INIT) through INIT, RTR and RTS towards the
 //!   requester and sending a REP; the RTU establishes the connection. A REQ for another
 //!   service is refused with a REJ (invalid service ID), one for another transport than
-//!   RC or with an invalid path MTU with the REJ that says so.
+//!   RC, or for a path MTU above [`CmConfig::path_mtu`], with the REJ that says so.
 //! * active side: [`Cm::connect`] sends a REQ for the RC QP; on the REP the QP goes to RTR
 //!   and RTS and the RTU is sent.
 //!
@@ -89,7 +89,8 @@ pub struct CmConfig {
     /// How many times a message is sent again before [`CmError::Timeout`] (at most 15:
     /// the REQ's `Max CM Retries` has 4 bits).
     pub max_retries: u8,
-    /// The largest path MTU this side takes (the connection gets the smaller of both).
+    /// The path MTU an active side asks for, and the largest a passive side takes (a REQ
+    /// for more is refused with REJ reason 26, invalid path MTU: the REP cannot lower it).
     pub path_mtu: IbMtu,
     /// RDMA READs and atomics this side's QP answers at once.
     pub responder_resources: u8,
@@ -747,11 +748,22 @@ impl<P: Platform> Cm<P> {
             self.stats.resent += 1;
             return self.send_last(hca, c);
         }
+        if c.state == ConnState::Established
+            && req.local_comm_id == c.remote_comm_id
+            && req.local_ca_guid == c.remote_ca_guid
+        {
+            // A late duplicate of the REQ this connection answered.
+            self.stats.dropped += 1;
+            return Ok(());
+        }
+        // The requester chose the path MTU (a REP has none): take it or refuse it.
+        let mtu_ok = IbMtu::from_raw(req.path_mtu).bytes().is_some()
+            && req.path_mtu <= self.cfg.path_mtu.raw();
         let reason = if c.state != ConnState::Listening || req.service_id != c.service_id {
             Some(RejReason::INVALID_SERVICE_ID)
         } else if req.transport_service_type != 0 || req.extended_transport_type != 0 {
             Some(RejReason::INVALID_TRANSPORT_TYPE)
-        } else if IbMtu::from_raw(req.path_mtu).bytes().is_none() {
+        } else if !mtu_ok {
             Some(RejReason::INVALID_PATH_MTU)
         } else {
             None
@@ -764,7 +776,7 @@ impl<P: Platform> Cm<P> {
             return self.send(hca, &to_cm, &mad);
         }
         self.to_init(hca, qp)?;
-        let mtu = IbMtu::from_raw(req.path_mtu.min(self.cfg.path_mtu.raw()));
+        let mtu = IbMtu::from_raw(req.path_mtu);
         // What each side's QP may have outstanding: no more than the other answers.
         let responder = req.initiator_depth.min(self.cfg.responder_resources);
         let initiator = req.responder_resources.min(self.cfg.initiator_depth);
